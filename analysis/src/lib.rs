@@ -1,0 +1,23 @@
+//! Analysis over any [`causeway_backends::TraceStore`]: exact statistics ([`stats`]). Every figure
+//! is computed from the events the store holds; nothing is estimated.
+
+pub mod attribution;
+pub mod chains;
+pub mod detector_chains;
+pub mod detectors;
+pub mod evidence;
+pub mod explain;
+pub mod report;
+pub mod stacks;
+pub mod stats;
+pub mod timeline;
+pub mod trace_data;
+
+/// Why an analysis could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    #[error(transparent)]
+    Store(#[from] causeway_backends::StoreError),
+    #[error("invalid argument: {0}")]
+    BadArgument(String),
+}

@@ -1,0 +1,310 @@
+//! Exact trace statistics: per (source, op), and optionally per process, the count, sum, mean,
+//! min, max and nearest-rank percentiles of every event in the window, whatever the size of the
+//! trace. Nearest-rank: sort ascending, take the value at 1-based rank `ceil(p * n)`, computed in
+//! integers so that `0.95 * 20` is 19, not 19.000000000000004.
+
+use std::collections::{BTreeMap, HashMap};
+
+use causeway_backends::{EventFilter, TraceInfo, TraceStore};
+use causeway_model::codes::{self, OpCode};
+use causeway_model::time::{ns_to_us, round_us, TimeWindow};
+use causeway_model::LossCounter;
+
+use crate::AnalysisError;
+
+/// The percentiles every stats answer carries, in per-mille.
+pub const PERCENTILES: [u32; 4] = [500, 900, 950, 990];
+
+/// Nearest-rank percentile of an ascending slice: the value at 1-based rank `ceil(per_mille * n / 1000)`
+/// (rank at least 1). `None` for an empty slice.
+pub fn nearest_rank(sorted: &[i64], per_mille: u32) -> Option<i64> {
+    let n = sorted.len() as u64;
+    if n == 0 {
+        return None;
+    }
+    let rank = (u64::from(per_mille) * n).div_ceil(1000).clamp(1, n);
+    Some(sorted[(rank - 1) as usize])
+}
+
+/// The SQL expression of the same definition, for evidence queries: the 1-based rank of percentile
+/// `per_mille` among `n_expr` rows, `ceil(per_mille * n / 1000)` in integer arithmetic.
+pub fn nearest_rank_sql(per_mille: u32, n_expr: &str) -> String {
+    format!("MAX(1, ({per_mille} * ({n_expr}) + 999) / 1000)")
+}
+
+/// Figures for one (source, op) [and pid]. `*_us` are ns / 1000, exact to 0.001.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct OpStats {
+    pub source: u8,
+    pub op: String,
+    pub op_code: u16,
+    pub count: u64,
+    pub sum_us: f64,
+    pub avg_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+}
+
+impl OpStats {
+    /// Figures of one op from its durations (sorted in place).
+    pub fn from_durations(op: OpCode, durations: &mut [i64]) -> OpStats {
+        durations.sort_unstable();
+        let count = durations.len() as u64;
+        let sum: i128 = durations.iter().map(|&d| d as i128).sum();
+        let p = |pm| ns_to_us(nearest_rank(durations, pm).unwrap_or(0));
+        OpStats {
+            source: op.source,
+            op: op.name().into_owned(),
+            op_code: op.op,
+            count,
+            sum_us: round_us(sum as f64 / 1000.0),
+            avg_us: if count == 0 { 0.0 } else { round_us(sum as f64 / count as f64 / 1000.0) },
+            min_us: ns_to_us(durations.first().copied().unwrap_or(0)),
+            max_us: ns_to_us(durations.last().copied().unwrap_or(0)),
+            p50_us: p(500),
+            p90_us: p(900),
+            p95_us: p(950),
+            p99_us: p(990),
+        }
+    }
+
+    pub fn code(&self) -> OpCode {
+        OpCode::new(self.source, self.op_code)
+    }
+}
+
+/// The same figures for one process.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct ProcessStats {
+    pub pid: u32,
+    pub name: String,
+    pub events: u64,
+    pub ops: Vec<OpStats>,
+}
+
+/// True totals from Ingero's `event_aggregates` for one (source, op), when `events` is a sample.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct TrueTotal {
+    pub source: u8,
+    pub op: String,
+    pub op_code: u16,
+    /// Events that happened.
+    pub count: u64,
+    /// Of which stored in `events`.
+    pub stored: u64,
+    pub sum_us: f64,
+    pub avg_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+}
+
+/// Said when the `events` table is a sample.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct SampleNote {
+    pub note: String,
+    pub true_totals: Vec<TrueTotal>,
+}
+
+/// Everything `causeway stats` prints.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct TraceStats {
+    /// Events in the window (after the pid filter).
+    pub events: u64,
+    /// Earliest and latest timestamp among them (0 when none).
+    pub first_ns: i64,
+    pub last_ns: i64,
+    /// The window asked for, resolved to absolute ns (`null` = unbounded).
+    pub window: TimeWindow,
+    pub ops: Vec<OpStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<ProcessStats>>,
+    /// Present when `events` is a sample (Ingero selective storage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampleNote>,
+    /// Events lost on the way to storage, per source and place. Empty = nothing lost (or the DB does not count).
+    pub losses: Vec<LossCounter>,
+    /// What this DB does not record.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+/// What to compute.
+#[derive(Debug, Clone, Default)]
+pub struct StatsRequest {
+    pub window: TimeWindow,
+    pub pid: Option<u32>,
+    pub ops: Option<Vec<OpCode>>,
+    pub per_process: bool,
+}
+
+/// Resolve the command-line window: `since` is relative to the trace's own last event (a saved trace
+/// stays analysable next year); `from`/`to` accept unix ns or `+DUR`/`-DUR` offsets from the first/last event.
+pub fn resolve_window(
+    info: &TraceInfo,
+    since_ns: Option<i64>,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<TimeWindow, AnalysisError> {
+    use causeway_model::time::parse_time_point;
+    if since_ns.is_some() && (from.is_some() || to.is_some()) {
+        return Err(AnalysisError::BadArgument("give either --since or --from/--to, not both".into()));
+    }
+    if let Some(s) = since_ns {
+        if s < 0 {
+            return Err(AnalysisError::BadArgument("--since must be positive".into()));
+        }
+        return Ok(TimeWindow { from_ns: Some(info.last_ns.saturating_sub(s)), to_ns: None });
+    }
+    let parse = |t: Option<&str>| -> Result<Option<i64>, AnalysisError> {
+        t.map(|t| parse_time_point(t, info.first_ns, info.last_ns).map_err(AnalysisError::BadArgument)).transpose()
+    };
+    let w = TimeWindow { from_ns: parse(from)?, to_ns: parse(to)? };
+    if let (Some(f), Some(t)) = (w.from_ns, w.to_ns) {
+        if f > t {
+            return Err(AnalysisError::BadArgument(format!("--from ({f}) is after --to ({t})")));
+        }
+    }
+    Ok(w)
+}
+
+/// Compute the statistics of a trace.
+pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<TraceStats, AnalysisError> {
+    let info = store.info();
+    let filter = EventFilter { window: req.window, pid: req.pid, ops: req.ops.clone(), ..Default::default() };
+    let mut by_op: HashMap<OpCode, Vec<i64>> = HashMap::new();
+    let mut by_pid_op: HashMap<(u32, OpCode), Vec<i64>> = HashMap::new();
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    let events = store.scan_durations(&filter, &mut |row| {
+        first = first.min(row.ts_ns);
+        last = last.max(row.ts_ns);
+        by_op.entry(row.op).or_default().push(row.dur_ns);
+        if req.per_process {
+            by_pid_op.entry((row.pid, row.op)).or_default().push(row.dur_ns);
+        }
+    })?;
+    let ops = finish_ops(by_op);
+    let processes = req.per_process.then(|| -> Result<Vec<ProcessStats>, AnalysisError> {
+        let names = store.process_names()?;
+        let mut per: BTreeMap<u32, HashMap<OpCode, Vec<i64>>> = BTreeMap::new();
+        for ((pid, op), d) in by_pid_op {
+            per.entry(pid).or_default().insert(op, d);
+        }
+        let mut out: Vec<ProcessStats> = per
+            .into_iter()
+            .map(|(pid, m)| {
+                let ops = finish_ops(m);
+                ProcessStats {
+                    pid,
+                    name: names.get(&pid).cloned().unwrap_or_default(),
+                    events: ops.iter().map(|o| o.count).sum(),
+                    ops,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| b.events.cmp(&a.events).then(a.pid.cmp(&b.pid)));
+        Ok(out)
+    });
+    let sampled = if info.sampled { Some(sample_note(store, req)?) } else { None };
+    Ok(TraceStats {
+        events,
+        first_ns: if events == 0 { 0 } else { first },
+        last_ns: if events == 0 { 0 } else { last },
+        window: req.window,
+        ops,
+        processes: processes.transpose()?,
+        sampled,
+        losses: store.loss_counters()?,
+        missing: info.missing.clone(),
+    })
+}
+
+fn finish_ops(map: HashMap<OpCode, Vec<i64>>) -> Vec<OpStats> {
+    let mut ops: Vec<OpStats> = map.into_iter().map(|(op, mut d)| OpStats::from_durations(op, &mut d)).collect();
+    ops.sort_by_key(|o| (o.source, o.op_code));
+    ops
+}
+
+fn sample_note(store: &dyn TraceStore, req: &StatsRequest) -> Result<SampleNote, AnalysisError> {
+    #[derive(Default)]
+    struct Acc {
+        count: u64,
+        stored: u64,
+        sum: i128,
+        min: Option<i64>,
+        max: i64,
+    }
+    let mut acc: BTreeMap<OpCode, Acc> = BTreeMap::new();
+    for row in store.aggregates(&req.window)? {
+        let code = OpCode::new(row.source, row.op);
+        if req.pid.is_some_and(|p| p != row.pid) || req.ops.as_ref().is_some_and(|o| !o.contains(&code)) {
+            continue;
+        }
+        let a = acc.entry(code).or_default();
+        a.count += row.count;
+        a.stored += row.stored;
+        a.sum += row.sum_dur_ns as i128;
+        // Buckets that stored nothing report min 0: they carry no duration information.
+        if row.stored > 0 || row.sum_dur_ns > 0 {
+            a.min = Some(a.min.map_or(row.min_dur_ns, |m| m.min(row.min_dur_ns)));
+        }
+        a.max = a.max.max(row.max_dur_ns);
+    }
+    let true_totals: Vec<TrueTotal> = acc
+        .into_iter()
+        .map(|(code, a)| TrueTotal {
+            source: code.source,
+            op: codes::op_name(code.source, code.op).into_owned(),
+            op_code: code.op,
+            count: a.count,
+            stored: a.stored,
+            sum_us: round_us(a.sum as f64 / 1000.0),
+            avg_us: if a.count == 0 { 0.0 } else { round_us(a.sum as f64 / a.count as f64 / 1000.0) },
+            min_us: ns_to_us(a.min.unwrap_or(0)),
+            max_us: ns_to_us(a.max),
+        })
+        .collect();
+    let happened: u64 = true_totals.iter().map(|t| t.count).sum();
+    let stored: u64 = true_totals.iter().map(|t| t.stored).sum();
+    Ok(SampleNote {
+        note: format!(
+            "this DB's events table is a sample (Ingero selective storage): event_aggregates counts {happened} events of which {stored} were stored; percentiles are over the stored events only, true counts and sums are in true_totals"
+        ),
+        true_totals,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_follows_the_definition() {
+        let v: Vec<i64> = (1..=20).collect();
+        // ceil(0.95 * 20) = 19 exactly: float arithmetic would give rank 20.
+        assert_eq!(nearest_rank(&v, 950), Some(19));
+        assert_eq!(nearest_rank(&v, 500), Some(10));
+        assert_eq!(nearest_rank(&v, 990), Some(20));
+        assert_eq!(nearest_rank(&[7], 10), Some(7));
+        assert_eq!(nearest_rank(&[], 500), None);
+        let v: Vec<i64> = (1..=7).collect();
+        assert_eq!(nearest_rank(&v, 500), Some(4)); // ceil(3.5) = 4
+        assert_eq!(nearest_rank(&v, 900), Some(7)); // ceil(6.3) = 7
+    }
+
+    #[test]
+    fn op_stats_are_exact_to_the_nanosecond() {
+        let mut d = vec![229_638, 765_181, 472_685, 323_784, 600_000, 400_000, 440_685];
+        let s = OpStats::from_durations(OpCode::new(1, 1), &mut d);
+        assert_eq!(s.op, "cudaMalloc");
+        assert_eq!(s.count, 7);
+        assert_eq!(s.min_us, 229.638);
+        assert_eq!(s.max_us, 765.181);
+        assert_eq!(s.p50_us, 440.685);
+        assert_eq!(s.sum_us, 3231.973);
+        assert_eq!(s.avg_us, 461.71);
+    }
+}

@@ -1,0 +1,191 @@
+//! The native trace schema: DDL, lookup-table contents and the meaning of every table and column.
+//!
+//! The `events` table is a superset of Ingero's (same names for the columns both have, so Ingero
+//! users' SQL runs unchanged) plus the scheduler detail per-call attribution needs. Lookup tables
+//! (`sources`, `ops`, `prev_states`, `memcpy_kinds`, `cuda_errors`, `loss_kinds`) are filled from
+//! `causeway_model::codes` when a trace is created, so a database explains its own numbers.
+
+use causeway_model::codes::{self, CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
+use causeway_model::LossKind;
+
+/// Version of the native schema this build writes and the newest it reads.
+pub const NATIVE_SCHEMA_VERSION: u32 = 1;
+
+/// Tables and columns, created when a trace is created. Indexes come at the end of a trace
+/// ([`INDEXES`]): building them once is far cheaper than maintaining them per row.
+pub const NATIVE_DDL: &str = r#"
+CREATE TABLE IF NOT EXISTS schema_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at   INTEGER NOT NULL,
+    stopped_at   INTEGER NOT NULL DEFAULT 0,
+    tool_version TEXT NOT NULL DEFAULT '',
+    kernel       TEXT NOT NULL DEFAULT '',
+    hostname     TEXT NOT NULL DEFAULT '',
+    node         TEXT NOT NULL DEFAULT '',
+    pid_filter   TEXT NOT NULL DEFAULT '',
+    command      TEXT NOT NULL DEFAULT '',
+    flags        TEXT NOT NULL DEFAULT '',
+    gpu_model    TEXT NOT NULL DEFAULT '',
+    gpu_driver   TEXT NOT NULL DEFAULT '',
+    cuda_ver     TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS events (
+    id          INTEGER PRIMARY KEY,
+    timestamp   INTEGER NOT NULL,
+    pid         INTEGER NOT NULL,
+    tid         INTEGER NOT NULL,
+    source      INTEGER NOT NULL,
+    op          INTEGER NOT NULL,
+    duration    INTEGER NOT NULL,
+    gpu_id      INTEGER NOT NULL DEFAULT 0,
+    arg0        INTEGER NOT NULL DEFAULT 0,
+    arg1        INTEGER NOT NULL DEFAULT 0,
+    ret_code    INTEGER NOT NULL DEFAULT 0,
+    stack_hash  INTEGER NOT NULL DEFAULT 0,
+    stack_ips   TEXT NOT NULL DEFAULT '',
+    cgroup_id   INTEGER NOT NULL DEFAULT 0,
+    node        TEXT NOT NULL DEFAULT '',
+    rank        INTEGER,
+    local_rank  INTEGER,
+    world_size  INTEGER,
+    comm        TEXT NOT NULL DEFAULT '',
+    session_id  INTEGER NOT NULL DEFAULT 0,
+    cpu         INTEGER NOT NULL DEFAULT -1,
+    arg2        INTEGER NOT NULL DEFAULT 0,
+    prev_state  INTEGER,
+    next_pid    INTEGER,
+    next_tid    INTEGER,
+    next_comm   TEXT,
+    wake_ts     INTEGER,
+    waker_pid   INTEGER,
+    waker_tid   INTEGER
+);
+CREATE TABLE IF NOT EXISTS stack_traces (hash INTEGER PRIMARY KEY, ips TEXT NOT NULL, frames TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS process_names (pid INTEGER PRIMARY KEY, name TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS loss_counters (
+    session_id INTEGER NOT NULL,
+    source     INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    count      INTEGER NOT NULL,
+    PRIMARY KEY (session_id, source, kind)
+);
+CREATE TABLE IF NOT EXISTS sources (id INTEGER PRIMARY KEY, name TEXT NOT NULL, description TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ops (source_id INTEGER NOT NULL, op_id INTEGER NOT NULL, name TEXT NOT NULL, description TEXT NOT NULL, PRIMARY KEY (source_id, op_id));
+CREATE TABLE IF NOT EXISTS prev_states (code INTEGER PRIMARY KEY, name TEXT NOT NULL, description TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memcpy_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cuda_errors (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS loss_kinds (name TEXT PRIMARY KEY, description TEXT NOT NULL);
+"#;
+
+/// Indexes built when a trace is finished: time windows and per-thread timelines (the access paths
+/// of the analysis; per-op scans read the whole window anyway). Same names as Ingero's where they overlap.
+pub const INDEXES: &str = r#"
+CREATE INDEX IF NOT EXISTS idx_events_timestamp ON events(timestamp);
+CREATE INDEX IF NOT EXISTS idx_events_tid_timestamp ON events(tid, timestamp);
+"#;
+
+/// Insert the lookup rows (idempotent).
+pub fn fill_lookup_tables(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    let mut st = tx.prepare("INSERT OR REPLACE INTO sources (id, name, description) VALUES (?1, ?2, ?3)")?;
+    for (id, name, desc) in SOURCES {
+        st.execute(rusqlite::params![id, name, desc])?;
+    }
+    let mut st = tx.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?1, ?2, ?3, ?4)")?;
+    for (s, o, name, _, desc) in OPS {
+        st.execute(rusqlite::params![s, o, name, desc])?;
+    }
+    let mut st = tx.prepare("INSERT OR REPLACE INTO prev_states (code, name, description) VALUES (?1, ?2, ?3)")?;
+    for (c, name, desc) in PREV_STATES {
+        st.execute(rusqlite::params![c, name, desc])?;
+    }
+    let mut st = tx.prepare("INSERT OR REPLACE INTO memcpy_kinds (code, name) VALUES (?1, ?2)")?;
+    for (c, name) in MEMCPY_KINDS {
+        st.execute(rusqlite::params![c, name])?;
+    }
+    let mut st = tx.prepare("INSERT OR REPLACE INTO cuda_errors (code, name) VALUES (?1, ?2)")?;
+    for (c, name) in CUDA_ERRORS {
+        st.execute(rusqlite::params![c, name])?;
+    }
+    let mut st = tx.prepare("INSERT OR REPLACE INTO loss_kinds (name, description) VALUES (?1, ?2)")?;
+    for k in LossKind::ALL {
+        st.execute(rusqlite::params![k.as_str(), k.description()])?;
+    }
+    let mut st = tx.prepare("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?1, ?2)")?;
+    for (k, v) in [
+        ("format", "causeway".to_string()),
+        ("schema_version", NATIVE_SCHEMA_VERSION.to_string()),
+        ("timestamp_unit", "nanoseconds (Unix epoch)".into()),
+        ("duration_unit", "nanoseconds".into()),
+        ("sched_switch_note", "timestamp = switch-in; off-CPU interval = [timestamp - duration, timestamp]; next_* = task that took the CPU".into()),
+    ] {
+        st.execute(rusqlite::params![k, v])?;
+    }
+    Ok(())
+}
+
+/// What a table is for.
+pub fn table_meaning(table: &str) -> &'static str {
+    match table {
+        "events" => "one row per recorded event: CUDA/driver calls, off-CPU intervals, wake-ups, block I/O, process lifecycle",
+        "sessions" => "one row per trace run",
+        "stack_traces" => "user stacks by hash; frames JSON innermost first",
+        "process_names" => "process name per pid",
+        "loss_counters" => "events lost before storage, per session, source and place (kind); see loss_kinds",
+        "sources" => "lookup: events.source code -> name",
+        "ops" => "lookup: (events.source, events.op) -> op name",
+        "prev_states" => "lookup: events.prev_state code -> why the thread left the CPU",
+        "memcpy_kinds" => "lookup: cudaMemcpyKind in events.arg1 of copies",
+        "cuda_errors" => "lookup: CUDA error code in events.ret_code",
+        "loss_kinds" => "lookup: loss_counters.kind -> where events were lost",
+        "schema_info" => "key/value facts about this database (format, version, units)",
+        "event_aggregates" => "Ingero: true per-minute totals per (source, op, pid) when events holds a sample",
+        "causal_chains" => "Ingero: chains its live correlator wrote (event counting in a window, not per-call attribution)",
+        "system_snapshots" => "Ingero: 1 Hz CPU, memory, swap and load samples",
+        "cgroup_metadata" => "Ingero: cgroup id -> container / pod",
+        "cgroup_schedstat" => "Ingero: cumulative off-CPU per cgroup window (do not sum across rows)",
+        "annotations" => "Ingero v0.10: user annotations on the timeline",
+        "event_aggregates_5s" => "Ingero v0.10: 5-second totals per (source, op, pid)",
+        _ => "",
+    }
+}
+
+/// What a column means (table-qualified where names repeat).
+pub fn column_meaning(table: &str, column: &str) -> &'static str {
+    match (table, column) {
+        ("events", "id") => "event id (integer, or \"node:seq\" text in Ingero v0.9+); not time order",
+        ("events", "timestamp") => "unix ns: call entry, I/O issue, or switch-in time for sched_switch",
+        ("events", "duration") => "ns: call duration, I/O latency, or off-CPU time for sched_switch",
+        ("events", "pid") => "process id (tgid); for sched_wakeup the waker",
+        ("events", "tid") => "thread id; for sched_wakeup the waker",
+        ("events", "source") => "source code, see sources",
+        ("events", "op") => "op code within the source, see ops",
+        ("events", "arg0") => "op-specific: bytes (alloc, memcpy, block I/O), kernel function pointer (launch)",
+        ("events", "arg1") => "op-specific: memcpy kind, pid (sched_switch), woken pid (sched_wakeup), device (block I/O), child pid (fork)",
+        ("events", "arg2") => "op-specific: stream, device pointer, woken tid (sched_wakeup)",
+        ("events", "ret_code") => "CUDA return code (see cuda_errors); 0 for host events",
+        ("events", "stack_hash") => "key into stack_traces.hash (0 = no stack)",
+        ("events", "comm") => "thread command name",
+        ("events", "cpu") => "CPU of the event; for sched_switch the CPU the thread left (-1 unknown)",
+        ("events", "prev_state") => "sched_switch: why the thread left the CPU (see prev_states)",
+        ("events", "next_pid") | ("events", "next_tid") | ("events", "next_comm") => {
+            "sched_switch: the task that took the CPU when this thread left it"
+        }
+        ("events", "wake_ts") => "sched_switch: unix ns when the thread was woken (run-queue wait = timestamp - wake_ts)",
+        ("events", "waker_pid") | ("events", "waker_tid") => "sched_switch: who woke the thread",
+        ("events", "session_id") => "sessions.id of the trace run",
+        ("events", "gpu_id") => "GPU index (Ingero: always 0)",
+        ("events", "cgroup_id") => "cgroup id of the thread",
+        ("events", "node") => "node name (multi-node traces)",
+        ("events", "stack_ips") => "legacy (Ingero): raw instruction pointers",
+        ("stack_traces", "frames") => "JSON frames innermost first: {s: symbol+off, f: lib} | {i: ip, f: lib} | {pf: file.py, pfn: func, pl: line}",
+        ("loss_counters", "kind") => "where the events were lost, see loss_kinds",
+        ("loss_counters", "count") => "events lost",
+        _ => "",
+    }
+}
+
+/// Name of a code pair for descriptions, preferring this build's table over stale DB lookup tables.
+pub fn code_name(source: u8, op: u16) -> String {
+    codes::op_name(source, op).into_owned()
+}

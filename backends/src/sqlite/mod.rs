@@ -1,0 +1,9 @@
+//! The SQLite engine: [`SqliteSink`] writes native traces (WAL, prepared statements, batched
+//! transactions on a writer thread), [`SqliteStore`] reads native traces and Ingero DBs, read-only.
+
+mod describe;
+mod reader;
+mod writer;
+
+pub use reader::SqliteStore;
+pub use writer::{SqliteSink, SqliteWriter};

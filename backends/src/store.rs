@@ -1,0 +1,232 @@
+//! The storage traits ([`EventSink`], [`TraceStore`]) and the plain data types that cross them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use causeway_model::codes::OpCode;
+use causeway_model::time::TimeWindow;
+use causeway_model::{Event, LossCounter, LossKind, SessionInfo};
+
+use crate::error::Result;
+use crate::query::{QueryLimits, QueryResult};
+
+/// Which tool wrote a trace and which schema it has.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TraceFormat {
+    /// Written by Causeway; `schema_version` of the native schema.
+    Native { schema_version: u32 },
+    /// Written by Ingero; `version` from its `schema_info` table (`0.8`, `0.9`, `0.10`).
+    Ingero { version: String },
+}
+
+/// What a reader knows about a trace before any analysis.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct TraceInfo {
+    pub path: PathBuf,
+    pub format: TraceFormat,
+    /// Rows in `events`.
+    pub events: u64,
+    /// Earliest and latest `events.timestamp` (0 when empty).
+    pub first_ns: i64,
+    pub last_ns: i64,
+    /// Columns `events` has in this DB.
+    pub event_columns: Vec<String>,
+    /// Tables in this DB.
+    pub tables: Vec<String>,
+    /// True when the `events` table holds a sample and `event_aggregates` the true totals
+    /// (Ingero's selective storage).
+    pub sampled: bool,
+    /// What this DB does not record that a native trace would (shown to users and agents).
+    pub missing: Vec<String>,
+}
+
+impl TraceInfo {
+    pub fn has_column(&self, c: &str) -> bool {
+        self.event_columns.iter().any(|x| x == c)
+    }
+    pub fn has_table(&self, t: &str) -> bool {
+        self.tables.iter().any(|x| x == t)
+    }
+}
+
+/// Selects events: all filters are ANDed; `None` means no filter.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub window: TimeWindow,
+    pub pid: Option<u32>,
+    pub tids: Option<Vec<u32>>,
+    pub sources: Option<Vec<u8>>,
+    pub ops: Option<Vec<OpCode>>,
+}
+
+impl EventFilter {
+    pub fn window(window: TimeWindow) -> EventFilter {
+        EventFilter { window, ..Default::default() }
+    }
+}
+
+/// An event id as the DB spells it: an integer (native, Ingero v0.8) or `"node:seq"` text (Ingero v0.9+).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum EventId {
+    Int(i64),
+    Text(String),
+}
+
+impl std::fmt::Display for EventId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EventId::Int(i) => write!(f, "{i}"),
+            EventId::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl EventId {
+    /// SQL literal for this id (quoted when text).
+    pub fn sql_literal(&self) -> String {
+        match self {
+            EventId::Int(i) => i.to_string(),
+            EventId::Text(s) => format!("'{}'", s.replace('\'', "''")),
+        }
+    }
+}
+
+/// The columns statistics need, read without touching strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationRow {
+    pub op: OpCode,
+    pub pid: u32,
+    pub ts_ns: i64,
+    pub dur_ns: i64,
+}
+
+/// An event read back from a store, with its id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub id: EventId,
+    pub event: Event,
+}
+
+/// One row of Ingero's `event_aggregates`: the true totals per (bucket, source, op, pid) when
+/// `events` holds only a sample.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct AggregateRow {
+    pub bucket_ns: i64,
+    pub source: u8,
+    pub op: u16,
+    pub pid: u32,
+    pub count: u64,
+    pub stored: u64,
+    pub sum_dur_ns: i64,
+    pub min_dur_ns: i64,
+    pub max_dur_ns: i64,
+    pub sum_arg0: i64,
+}
+
+/// A stored user stack: frames innermost first, as Ingero's compact JSON or ours.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StackRecord {
+    pub hash: i64,
+    /// JSON array of hex instruction pointers.
+    pub ips: String,
+    /// JSON array of frames: `{"s":"sym+0x1f","f":"lib.so"}`, `{"i":"0x7f..","f":"lib"}` or
+    /// `{"pf":"file.py","pfn":"func","pl":12}`.
+    pub frames: String,
+}
+
+/// A table of the live schema, for agents and for `describe_schema`.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct TableDescription {
+    pub name: String,
+    pub rows: u64,
+    pub columns: Vec<ColumnDescription>,
+    /// What the table is for, when this build knows it.
+    pub meaning: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct ColumnDescription {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub sql_type: String,
+    pub meaning: String,
+}
+
+/// The live schema plus the meaning of every code found in it.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct SchemaDescription {
+    pub format: TraceFormat,
+    pub engine: String,
+    pub tables: Vec<TableDescription>,
+    /// `(source, op, name, meaning)` for every code present in `events`, and those the lookup tables define.
+    pub codes: Vec<CodeDescription>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct CodeDescription {
+    pub source: u8,
+    pub source_name: String,
+    pub op: u16,
+    pub name: String,
+    pub meaning: String,
+    /// Rows of this code in `events`.
+    pub events: u64,
+}
+
+/// The read side of every engine. Implementations are `Send + Sync` so a server can share one between
+/// requests; calls are blocking (the server runs them on a blocking thread pool).
+pub trait TraceStore: Send + Sync {
+    /// Engine name, e.g. `sqlite`.
+    fn engine(&self) -> &'static str;
+    fn info(&self) -> &TraceInfo;
+    fn sessions(&self) -> Result<Vec<SessionInfo>>;
+    /// pid -> process name, from `process_names` and from `comm` where the DB has it.
+    fn process_names(&self) -> Result<BTreeMap<u32, String>>;
+    fn loss_counters(&self) -> Result<Vec<LossCounter>>;
+    /// Ingero's `event_aggregates` rows whose bucket lies in the window (empty for native traces).
+    fn aggregates(&self, window: &TimeWindow) -> Result<Vec<AggregateRow>>;
+    /// Calls `f` for every event matching the filter; returns the count. The fast path for
+    /// statistics: no strings are read.
+    fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64>;
+    /// Full events matching the filter, ordered by timestamp.
+    fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>>;
+    /// Events by id (evidence lookups), in the order found.
+    fn events_by_id(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>>;
+    /// Stacks by hash (missing hashes are absent from the map).
+    fn stacks(&self, hashes: &[i64]) -> Result<BTreeMap<i64, StackRecord>>;
+    /// Run user SQL, read-only, with limits.
+    fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
+    /// The live schema, with the meaning of every code.
+    fn describe_schema(&self) -> Result<SchemaDescription>;
+}
+
+/// What a finished trace holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SinkSummary {
+    pub events_written: u64,
+    pub losses: Vec<(u8, String, u64)>,
+}
+
+/// The write side. A tracer owns one sink per trace; batches go to a writer that commits them in
+/// transactions. `write_batch` waits for queue space; `try_write_batch` never waits and counts a
+/// dropped batch as [`LossKind::SinkBackpressure`] against each event's source.
+#[async_trait::async_trait]
+pub trait EventSink: Send {
+    /// Queue a batch, waiting while the writer's queue is full.
+    async fn write_batch(&mut self, events: Vec<Event>) -> Result<()>;
+    /// Queue a batch or, if the writer's queue is full, drop it and count the loss. Returns whether it was queued.
+    fn try_write_batch(&mut self, events: Vec<Event>) -> bool;
+    /// Add stacks (deduplicated by hash).
+    async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> Result<()>;
+    /// Record or update a process name.
+    async fn write_process_name(&mut self, pid: u32, name: String, seen_at_ns: i64) -> Result<()>;
+    /// Count `n` events of `source` lost at `kind`.
+    fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
+    /// Wait until everything queued so far is committed (loss counters included).
+    async fn flush(&mut self) -> Result<()>;
+    /// Flush, close the session (stopped_at), build indexes, and leave a self-contained file.
+    async fn finish(self: Box<Self>, stopped_at_ns: i64) -> Result<SinkSummary>;
+}

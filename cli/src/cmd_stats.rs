@@ -1,0 +1,150 @@
+//! `causeway stats`: exact per-op statistics of a trace, as a table or one JSON object.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use causeway_analysis::stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats};
+use causeway_model::codes::{self, OpCode};
+use causeway_model::time::{fmt_ns, fmt_utc, parse_duration_ns};
+
+use crate::table::{us, Table};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Trace database (native Causeway trace or Ingero DB).
+    #[arg(long)]
+    db: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Only the last DUR of the trace, counted back from its own last event (e.g. 30s, 5m).
+    #[arg(long, value_name = "DUR")]
+    since: Option<String>,
+    /// Window start: unix ns, +DUR after the first event, or -DUR before the last.
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    from: Option<String>,
+    /// Window end: unix ns, +DUR after the first event, or -DUR before the last.
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// Only events of this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Only these ops (by name, e.g. cudaLaunchKernel; repeatable).
+    #[arg(long = "op", value_name = "NAME")]
+    ops: Vec<String>,
+    /// Also give the figures per process, with its name.
+    #[arg(long)]
+    per_process: bool,
+}
+
+pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    names
+        .iter()
+        .map(|n| codes::op_by_name(n).with_context(|| format!("unknown op '{n}' (e.g. cudaLaunchKernel, sched_switch)")))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map(Some)
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let store = causeway_backends::open_store(&args.db)?;
+    let since = args.since.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?;
+    let window = resolve_window(store.info(), since, args.from.as_deref(), args.to.as_deref())?;
+    let req = StatsRequest { window, pid: args.pid, ops: parse_ops(&args.ops)?, per_process: args.per_process };
+    let stats = compute_stats(store.as_ref(), &req)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&stats)?);
+    } else {
+        print!("{}", render(&args.db, store.info(), &stats));
+    }
+    Ok(0)
+}
+
+fn ops_table(ops: &[OpStats]) -> Table {
+    let mut t = Table::new(&[
+        "SOURCE", "OP", ">COUNT", ">SUM us", ">AVG us", ">MIN us", ">P50 us", ">P90 us", ">P95 us", ">P99 us", ">MAX us",
+    ]);
+    for o in ops {
+        t.row(vec![
+            codes::source_name(o.source).into_owned(),
+            o.op.clone(),
+            o.count.to_string(),
+            us(o.sum_us),
+            us(o.avg_us),
+            us(o.min_us),
+            us(o.p50_us),
+            us(o.p90_us),
+            us(o.p95_us),
+            us(o.p99_us),
+            us(o.max_us),
+        ]);
+    }
+    t
+}
+
+fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &TraceStats) -> String {
+    let mut out = String::new();
+    let format = match &info.format {
+        causeway_backends::TraceFormat::Native { schema_version } => format!("Causeway trace, schema v{schema_version}"),
+        causeway_backends::TraceFormat::Ingero { version } => format!("Ingero DB, schema v{version}"),
+    };
+    out.push_str(&format!("{} ({format})\n", path.display()));
+    if s.events == 0 {
+        out.push_str("no events in this window\n");
+    } else {
+        out.push_str(&format!(
+            "{} events from {} to {} UTC ({})\n",
+            s.events,
+            fmt_utc(s.first_ns),
+            fmt_utc(s.last_ns),
+            fmt_ns(s.last_ns - s.first_ns)
+        ));
+    }
+    if !s.window.is_all() {
+        let f = s.window.from_ns.map(fmt_utc).unwrap_or_else(|| "start".into());
+        let t = s.window.to_ns.map(fmt_utc).unwrap_or_else(|| "end".into());
+        out.push_str(&format!("window: {f} .. {t}\n"));
+    }
+    out.push('\n');
+    out.push_str(&ops_table(&s.ops).render());
+    if let Some(procs) = &s.processes {
+        for p in procs {
+            let name = if p.name.is_empty() { "?" } else { &p.name };
+            out.push_str(&format!("\npid {} ({name}): {} events\n", p.pid, p.events));
+            out.push_str(&ops_table(&p.ops).render());
+        }
+    }
+    if let Some(sample) = &s.sampled {
+        out.push_str(&format!("\nnote: {}\n", sample.note));
+        let mut t = Table::new(&["SOURCE", "OP", ">HAPPENED", ">STORED", ">SUM us", ">AVG us", ">MIN us", ">MAX us"]);
+        for tt in &sample.true_totals {
+            t.row(vec![
+                codes::source_name(tt.source).into_owned(),
+                tt.op.clone(),
+                tt.count.to_string(),
+                tt.stored.to_string(),
+                us(tt.sum_us),
+                us(tt.avg_us),
+                us(tt.min_us),
+                us(tt.max_us),
+            ]);
+        }
+        out.push_str(&t.render());
+    }
+    if s.losses.is_empty() {
+        if info.has_table("loss_counters") {
+            out.push_str("\nlost events: none\n");
+        }
+    } else {
+        out.push_str("\nlost events:\n");
+        for l in &s.losses {
+            out.push_str(&format!("  {} {}: {}\n", codes::source_name(l.source), l.kind.as_str(), l.count));
+        }
+    }
+    for m in &s.missing {
+        out.push_str(&format!("not recorded in this DB: {m}\n"));
+    }
+    out
+}

@@ -1,0 +1,332 @@
+//! Source and op codes, compatible with Ingero's (source 1 CUDA runtime, 3 host, 4 driver, 5 block
+//! I/O, ...): Ingero's numbers are kept as they are and Causeway's additions take numbers Ingero does
+//! not use. Every code has a name and a one-line meaning; the backends copy this table into the `sources`
+//! and `ops` lookup tables of every native trace, and readers fall back to it for Ingero DBs whose own
+//! lookup tables are stale.
+
+use std::borrow::Cow;
+
+/// Event sources (the `events.source` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Source {
+    Cuda = 1,
+    Nvidia = 2,
+    Host = 3,
+    Driver = 4,
+    Io = 5,
+    Tcp = 6,
+    Net = 7,
+    CudaGraph = 8,
+    Nccl = 9,
+}
+
+pub const SOURCES: &[(u8, &str, &str)] = &[
+    (1, "CUDA", "CUDA Runtime API (libcudart) calls, uprobes + uretprobes"),
+    (2, "NVIDIA", "NVIDIA kernel driver (nvidia.ko): reserved, not traced"),
+    (3, "HOST", "Host kernel events: scheduler, memory, process lifecycle (tracepoints)"),
+    (4, "DRIVER", "CUDA Driver API (libcuda) calls, uprobes + uretprobes"),
+    (5, "IO", "Block I/O requests, issue to completion (tracepoints)"),
+    (6, "TCP", "TCP events (tracepoints)"),
+    (7, "NET", "Network socket events (syscall tracepoints)"),
+    (8, "CUDA_GRAPH", "CUDA graph capture, instantiation and launch"),
+    (9, "NCCL", "NCCL collective operations"),
+];
+
+/// A (source, op) pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct OpCode {
+    pub source: u8,
+    pub op: u16,
+}
+
+impl OpCode {
+    pub const fn new(source: u8, op: u16) -> OpCode {
+        OpCode { source, op }
+    }
+    pub fn name(self) -> Cow<'static, str> {
+        op_name(self.source, self.op)
+    }
+}
+
+/// Named op codes used across the crates.
+pub mod op {
+    use super::OpCode;
+    // source 1: CUDA runtime (Ingero 1-12, Causeway 13+)
+    pub const CUDA_MALLOC: OpCode = OpCode::new(1, 1);
+    pub const CUDA_FREE: OpCode = OpCode::new(1, 2);
+    pub const CUDA_LAUNCH_KERNEL: OpCode = OpCode::new(1, 3);
+    pub const CUDA_MEMCPY: OpCode = OpCode::new(1, 4);
+    pub const CUDA_STREAM_SYNC: OpCode = OpCode::new(1, 5);
+    pub const CUDA_DEVICE_SYNC: OpCode = OpCode::new(1, 6);
+    pub const CUDA_MEMCPY_ASYNC: OpCode = OpCode::new(1, 7);
+    pub const CUDA_MALLOC_MANAGED: OpCode = OpCode::new(1, 8);
+    pub const CUDA_MEMCPY_2D: OpCode = OpCode::new(1, 9);
+    pub const CUDA_MEMCPY_2D_ASYNC: OpCode = OpCode::new(1, 10);
+    pub const CUDA_MEMCPY_PEER: OpCode = OpCode::new(1, 11);
+    pub const CUDA_MEMCPY_PEER_ASYNC: OpCode = OpCode::new(1, 12);
+    pub const CUDA_EVENT_SYNC: OpCode = OpCode::new(1, 13);
+    // source 3: host
+    pub const SCHED_SWITCH: OpCode = OpCode::new(3, 1);
+    pub const SCHED_WAKEUP: OpCode = OpCode::new(3, 2);
+    pub const MM_PAGE_ALLOC: OpCode = OpCode::new(3, 3);
+    pub const OOM_KILL: OpCode = OpCode::new(3, 4);
+    pub const PROCESS_EXEC: OpCode = OpCode::new(3, 5);
+    pub const PROCESS_EXIT: OpCode = OpCode::new(3, 6);
+    pub const PROCESS_FORK: OpCode = OpCode::new(3, 7);
+    pub const MM_PAGE_ALLOC_SUMMARY: OpCode = OpCode::new(3, 20);
+    pub const SCHED_SWITCH_SUMMARY: OpCode = OpCode::new(3, 21);
+    pub const SCHED_WAKEUP_SUMMARY: OpCode = OpCode::new(3, 22);
+    pub const BLOCK_SUMMARY: OpCode = OpCode::new(3, 23);
+    // source 4: driver (Ingero 1-6, Causeway 7+)
+    pub const CU_LAUNCH_KERNEL: OpCode = OpCode::new(4, 1);
+    pub const CU_MEMCPY: OpCode = OpCode::new(4, 2);
+    pub const CU_MEMCPY_ASYNC: OpCode = OpCode::new(4, 3);
+    pub const CU_CTX_SYNCHRONIZE: OpCode = OpCode::new(4, 4);
+    pub const CU_MEM_ALLOC: OpCode = OpCode::new(4, 5);
+    pub const CU_MEM_ALLOC_MANAGED: OpCode = OpCode::new(4, 6);
+    pub const CU_MEM_FREE: OpCode = OpCode::new(4, 7);
+    pub const CU_STREAM_SYNCHRONIZE: OpCode = OpCode::new(4, 8);
+    // source 5: block I/O
+    pub const BLOCK_READ: OpCode = OpCode::new(5, 1);
+    pub const BLOCK_WRITE: OpCode = OpCode::new(5, 2);
+    pub const BLOCK_DISCARD: OpCode = OpCode::new(5, 3);
+    // source 8: CUDA graphs
+    pub const GRAPH_LAUNCH: OpCode = OpCode::new(8, 4);
+}
+
+/// What kind of thing an op is; drives which analysis applies to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// A host-side API call into the GPU stack (CUDA runtime or driver): candidates for slow-call attribution.
+    GpuCall,
+    /// An off-CPU interval of a traced thread.
+    OffCpu,
+    /// A point event (wake-up, fork, exec, exit, OOM, page allocation).
+    Point,
+    /// A block I/O request with its latency.
+    BlockIo,
+    /// An in-kernel aggregate written periodically.
+    Summary,
+    Other,
+}
+
+/// (source, op, name, kind, meaning). Ingero's names are kept (`cudaStreamSync`, `cuMemAlloc`), so
+/// its users' queries and FACTS figures line up.
+pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
+    (1, 1, "cudaMalloc", OpKind::GpuCall, "device memory allocation; arg0 = bytes, arg2 = returned device pointer"),
+    (1, 2, "cudaFree", OpKind::GpuCall, "device memory free; arg2 = device pointer"),
+    (1, 3, "cudaLaunchKernel", OpKind::GpuCall, "kernel launch; arg0 = kernel function pointer, arg2 = stream"),
+    (1, 4, "cudaMemcpy", OpKind::GpuCall, "synchronous copy; arg0 = bytes, arg1 = cudaMemcpyKind"),
+    (1, 5, "cudaStreamSync", OpKind::GpuCall, "cudaStreamSynchronize: wait for a stream to drain; arg2 = stream"),
+    (1, 6, "cudaDeviceSync", OpKind::GpuCall, "cudaDeviceSynchronize: wait for all work on the device"),
+    (1, 7, "cudaMemcpyAsync", OpKind::GpuCall, "asynchronous copy; arg0 = bytes, arg1 = cudaMemcpyKind, arg2 = stream"),
+    (1, 8, "cudaMallocManaged", OpKind::GpuCall, "unified memory allocation; arg0 = bytes"),
+    (1, 9, "cudaMemcpy2D", OpKind::GpuCall, "synchronous 2D copy; arg0 = width*height bytes, arg1 = kind"),
+    (1, 10, "cudaMemcpy2DAsync", OpKind::GpuCall, "asynchronous 2D copy; arg0 = bytes, arg1 = kind, arg2 = stream"),
+    (1, 11, "cudaMemcpyPeer", OpKind::GpuCall, "device-to-device copy across GPUs; arg0 = bytes"),
+    (1, 12, "cudaMemcpyPeerAsync", OpKind::GpuCall, "asynchronous peer copy; arg0 = bytes, arg2 = stream"),
+    (1, 13, "cudaEventSync", OpKind::GpuCall, "cudaEventSynchronize: wait for an event; arg2 = event handle"),
+    (3, 1, "sched_switch", OpKind::OffCpu, "off-CPU interval of a traced thread; timestamp = switch-in, interval = [timestamp - duration, timestamp]; arg1 = pid"),
+    (3, 2, "sched_wakeup", OpKind::Point, "wake-up; pid/tid = waker, arg1 = woken pid, arg2 = woken tid, cpu = target CPU"),
+    (3, 3, "mm_page_alloc", OpKind::Point, "page allocation; arg0 = bytes (4096 << order)"),
+    (3, 4, "oom_kill", OpKind::Point, "OOM kill; pid = victim"),
+    (3, 5, "process_exec", OpKind::Point, "exec of a new program"),
+    (3, 6, "process_exit", OpKind::Point, "thread or process exit; arg0 = exit code"),
+    (3, 7, "process_fork", OpKind::Point, "fork/clone; arg1 = child pid"),
+    (3, 10, "pod_restart", OpKind::Point, "Kubernetes pod restart (Ingero)"),
+    (3, 11, "pod_eviction", OpKind::Point, "Kubernetes pod eviction (Ingero)"),
+    (3, 12, "pod_oom_kill", OpKind::Point, "Kubernetes pod OOM kill (Ingero)"),
+    (3, 20, "mm_page_alloc_summary", OpKind::Summary, "page allocations aggregated in the kernel; arg0 = bytes, arg1 = count"),
+    (3, 21, "sched_switch_summary", OpKind::Summary, "switches of untraced tasks aggregated in the kernel; arg1 = count, duration = total off-CPU"),
+    (3, 22, "sched_wakeup_summary", OpKind::Summary, "wake-ups of untraced tasks aggregated in the kernel; arg1 = count"),
+    (3, 23, "block_summary", OpKind::Summary, "block requests of untraced processes aggregated in the kernel; arg0 = bytes, arg1 = count"),
+    (4, 1, "cuLaunchKernel", OpKind::GpuCall, "driver kernel launch; arg0 = CUfunction, arg2 = stream"),
+    (4, 2, "cuMemcpy", OpKind::GpuCall, "driver synchronous copy (cuMemcpy, cuMemcpyHtoD/DtoH/DtoD); arg0 = bytes, arg1 = direction"),
+    (4, 3, "cuMemcpyAsync", OpKind::GpuCall, "driver asynchronous copy; arg0 = bytes, arg1 = direction, arg2 = stream"),
+    (4, 4, "cuCtxSynchronize", OpKind::GpuCall, "driver context synchronize"),
+    (4, 5, "cuMemAlloc", OpKind::GpuCall, "cuMemAlloc_v2; arg0 = bytes"),
+    (4, 6, "cuMemAllocManaged", OpKind::GpuCall, "driver managed allocation; arg0 = bytes"),
+    (4, 7, "cuMemFree", OpKind::GpuCall, "cuMemFree_v2; arg2 = device pointer"),
+    (4, 8, "cuStreamSynchronize", OpKind::GpuCall, "driver stream synchronize; arg2 = stream"),
+    (5, 1, "block_read", OpKind::BlockIo, "block read request, issue to completion; arg0 = bytes, arg1 = device (major<<20|minor)"),
+    (5, 2, "block_write", OpKind::BlockIo, "block write request, issue to completion; arg0 = bytes, arg1 = device"),
+    (5, 3, "block_discard", OpKind::BlockIo, "block discard request; arg0 = bytes, arg1 = device"),
+    (6, 1, "tcp_retransmit", OpKind::Point, "TCP retransmission"),
+    (7, 1, "net_send", OpKind::Other, "socket send"),
+    (7, 2, "net_recv", OpKind::Other, "socket receive"),
+    (8, 1, "graph_begin_capture", OpKind::GpuCall, "cudaStreamBeginCapture"),
+    (8, 2, "graph_end_capture", OpKind::GpuCall, "cudaStreamEndCapture"),
+    (8, 3, "graph_instantiate", OpKind::GpuCall, "cudaGraphInstantiate"),
+    (8, 4, "cudaGraphLaunch", OpKind::GpuCall, "cudaGraphLaunch; arg0 = graph exec handle, arg2 = stream"),
+];
+
+fn find(source: u8, op: u16) -> Option<&'static (u8, u16, &'static str, OpKind, &'static str)> {
+    OPS.iter().find(|e| e.0 == source && e.1 == op)
+}
+
+/// The name of an op; unknown codes get a stable synthetic name (`op_5_9`), never an error.
+pub fn op_name(source: u8, op: u16) -> Cow<'static, str> {
+    match find(source, op) {
+        Some(e) => Cow::Borrowed(e.2),
+        None => Cow::Owned(format!("op_{source}_{op}")),
+    }
+}
+
+pub fn op_kind(source: u8, op: u16) -> OpKind {
+    find(source, op).map(|e| e.3).unwrap_or(OpKind::Other)
+}
+
+pub fn op_description(source: u8, op: u16) -> &'static str {
+    find(source, op).map(|e| e.4).unwrap_or("unknown op code")
+}
+
+pub fn source_name(source: u8) -> Cow<'static, str> {
+    match SOURCES.iter().find(|s| s.0 == source) {
+        Some(s) => Cow::Borrowed(s.1),
+        None => Cow::Owned(format!("source_{source}")),
+    }
+}
+
+/// Look an op up by name, case-insensitively; accepts both Ingero's short names and the full CUDA
+/// names (`cudaStreamSynchronize` finds `cudaStreamSync`), and `op_S_O` synthetic names.
+pub fn op_by_name(name: &str) -> Option<OpCode> {
+    let alias = match name.to_ascii_lowercase().as_str() {
+        "cudastreamsynchronize" => "cudaStreamSync",
+        "cudadevicesynchronize" => "cudaDeviceSync",
+        "cudaeventsynchronize" => "cudaEventSync",
+        "cumemalloc_v2" => "cuMemAlloc",
+        "cumemfree_v2" => "cuMemFree",
+        _ => name,
+    };
+    if let Some(e) = OPS.iter().find(|e| e.2.eq_ignore_ascii_case(alias)) {
+        return Some(OpCode::new(e.0, e.1));
+    }
+    let rest = name.strip_prefix("op_")?;
+    let (s, o) = rest.split_once('_')?;
+    Some(OpCode::new(s.parse().ok()?, o.parse().ok()?))
+}
+
+pub fn is_gpu_call(source: u8, op: u16) -> bool {
+    op_kind(source, op) == OpKind::GpuCall || (matches!(source, 1 | 4) && find(source, op).is_none())
+}
+
+/// Why a thread left the CPU, normalized from the kernel's task state at `sched_switch`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PrevState {
+    /// Still runnable: preempted by another task (`R`, or `preempt` set).
+    #[default]
+    Preempted = 0,
+    /// Interruptible sleep (`S`): futex, poll, nanosleep, a pipe ...
+    Sleeping = 1,
+    /// Uninterruptible wait (`D`): usually block I/O or page faults.
+    Uninterruptible = 2,
+    /// Stopped, traced, parked, dead or zombie.
+    Other = 3,
+    /// Not recorded (Ingero DBs).
+    Unknown = 255,
+}
+
+pub const PREV_STATES: &[(u8, &str, &str)] = &[
+    (0, "preempted", "still runnable when it left the CPU: another task took the CPU"),
+    (1, "sleeping", "interruptible sleep (S): futex, poll, nanosleep, pipe, ..."),
+    (2, "uninterruptible", "uninterruptible wait (D): block I/O, page fault, ..."),
+    (3, "other", "stopped, traced, parked, dead or zombie"),
+    (255, "unknown", "not recorded by the tool that wrote this trace"),
+];
+
+impl PrevState {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+    pub fn from_code(code: i64) -> PrevState {
+        match code {
+            0 => PrevState::Preempted,
+            1 => PrevState::Sleeping,
+            2 => PrevState::Uninterruptible,
+            3 => PrevState::Other,
+            _ => PrevState::Unknown,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrevState::Preempted => "preempted",
+            PrevState::Sleeping => "sleeping",
+            PrevState::Uninterruptible => "uninterruptible",
+            PrevState::Other => "other",
+            PrevState::Unknown => "unknown",
+        }
+    }
+}
+
+/// `cudaMemcpyKind` values as stored in `arg1` of copies.
+pub const MEMCPY_KINDS: &[(i64, &str)] = &[
+    (0, "cudaMemcpyHostToHost"),
+    (1, "cudaMemcpyHostToDevice"),
+    (2, "cudaMemcpyDeviceToHost"),
+    (3, "cudaMemcpyDeviceToDevice"),
+    (4, "cudaMemcpyDefault"),
+];
+
+/// The CUDA runtime error codes that traces meet most often (`ret_code`).
+pub const CUDA_ERRORS: &[(i64, &str)] = &[
+    (0, "cudaSuccess"),
+    (1, "cudaErrorInvalidValue"),
+    (2, "cudaErrorMemoryAllocation"),
+    (3, "cudaErrorInitializationError"),
+    (4, "cudaErrorCudartUnloading"),
+    (35, "cudaErrorInsufficientDriver"),
+    (98, "cudaErrorInvalidDeviceFunction"),
+    (100, "cudaErrorNoDevice"),
+    (101, "cudaErrorInvalidDevice"),
+    (200, "cudaErrorInvalidKernelImage"),
+    (201, "cudaErrorDeviceUninitialized"),
+    (209, "cudaErrorNoKernelImageForDevice"),
+    (222, "cudaErrorUnsupportedPtxVersion"),
+    (400, "cudaErrorInvalidResourceHandle"),
+    (600, "cudaErrorNotReady"),
+    (700, "cudaErrorIllegalAddress"),
+    (701, "cudaErrorLaunchOutOfResources"),
+    (702, "cudaErrorLaunchTimeout"),
+    (719, "cudaErrorLaunchFailure"),
+    (999, "cudaErrorUnknown"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingero_codes_keep_their_numbers_and_names() {
+        assert_eq!(op_name(1, 3), "cudaLaunchKernel");
+        assert_eq!(op_name(1, 5), "cudaStreamSync");
+        assert_eq!(op_name(3, 1), "sched_switch");
+        assert_eq!(op_name(4, 5), "cuMemAlloc");
+        assert_eq!(op_name(5, 2), "block_write");
+        assert_eq!(op_name(3, 21), "sched_switch_summary");
+    }
+
+    #[test]
+    fn every_code_is_unique_and_named() {
+        let mut seen = std::collections::HashSet::new();
+        for e in OPS {
+            assert!(seen.insert((e.0, e.1)), "duplicate code {}:{}", e.0, e.1);
+            assert!(!e.2.is_empty() && !e.4.is_empty());
+            assert!(SOURCES.iter().any(|s| s.0 == e.0), "op {} has no source", e.2);
+        }
+    }
+
+    #[test]
+    fn unknown_codes_get_a_round_trippable_name() {
+        assert_eq!(op_name(9, 77), "op_9_77");
+        assert_eq!(op_by_name("op_9_77"), Some(OpCode::new(9, 77)));
+    }
+
+    #[test]
+    fn full_cuda_names_are_aliases() {
+        assert_eq!(op_by_name("cudaStreamSynchronize"), Some(op::CUDA_STREAM_SYNC));
+        assert_eq!(op_by_name("CUDALAUNCHKERNEL"), Some(op::CUDA_LAUNCH_KERNEL));
+        assert_eq!(op_by_name("nope"), None);
+    }
+}

@@ -1,0 +1,143 @@
+//! The event model shared by every Causeway crate.
+//!
+//! One [`Event`] type carries everything the tracer records: CUDA runtime and driver calls, scheduler
+//! switches and wake-ups, block I/O, memory and process lifecycle. Source and op codes are those of
+//! Ingero's trace databases (so their SQL and their DBs carry over), extended where Causeway records
+//! more; [`codes`] names and describes every code, and the backends write those descriptions into
+//! lookup tables so that an agent reading the database sees what each number means.
+
+pub mod codes;
+pub mod time;
+
+pub use codes::{OpCode, PrevState, Source};
+
+/// One recorded event. Times are nanoseconds on one clock for every source (unix epoch in stored
+/// traces). A call spans `[ts_ns, ts_ns + dur_ns]`; a `sched_switch` row is written at switch-IN time
+/// and its off-CPU interval is `[ts_ns - dur_ns, ts_ns]` (Ingero's convention, kept for compatibility).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Event {
+    /// Entry time (calls, I/O issue) or switch-in time (sched_switch), ns.
+    pub ts_ns: i64,
+    /// Call duration, I/O latency, or off-CPU time for sched_switch, ns.
+    pub dur_ns: i64,
+    pub pid: u32,
+    pub tid: u32,
+    /// CPU the event happened on (for sched_switch: the CPU the thread was switched out of); -1 unknown.
+    pub cpu: i32,
+    pub source: u8,
+    pub op: u16,
+    /// Op-specific argument: bytes for alloc/memcpy, kernel function pointer for launches, bytes for block I/O.
+    pub arg0: i64,
+    /// Op-specific argument: memcpy kind, woken pid for sched_wakeup, pid for sched_switch, device for block I/O.
+    pub arg1: i64,
+    /// Op-specific argument: stream handle, device pointer, woken tid for sched_wakeup.
+    pub arg2: i64,
+    /// Return code of the call (CUDA error code; 0 = success). Host events: 0.
+    pub ret_code: i32,
+    /// FNV-64 hash of the user stack (0 = none); key into `stack_traces`.
+    pub stack_hash: i64,
+    pub gpu_id: i32,
+    pub cgroup_id: i64,
+    /// Command name of the thread (`/proc/PID/task/TID/comm`), at most 15 bytes in the kernel.
+    pub comm: String,
+    /// Scheduler detail: only set on sched_switch events of traced threads.
+    pub sched: Option<SchedDetail>,
+}
+
+/// What per-call attribution needs to know about one off-CPU interval of a traced thread.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct SchedDetail {
+    /// Why the thread left the CPU.
+    pub prev_state: PrevState,
+    /// The task that took the CPU when this thread left it.
+    pub next_pid: u32,
+    pub next_tid: u32,
+    pub next_comm: String,
+    /// When the thread was woken (0 when it was preempted: it never slept).
+    pub wake_ts_ns: i64,
+    /// Who woke it (0 when unknown or preempted).
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+}
+
+impl Event {
+    /// End of a call, `ts + dur`. For sched_switch rows use [`Event::off_cpu_interval`].
+    pub fn end_ns(&self) -> i64 {
+        self.ts_ns.saturating_add(self.dur_ns)
+    }
+
+    /// The off-CPU interval `[out, in]` of a sched_switch event.
+    pub fn off_cpu_interval(&self) -> (i64, i64) {
+        (self.ts_ns.saturating_sub(self.dur_ns), self.ts_ns)
+    }
+
+    /// Name of this event's op, e.g. `cudaLaunchKernel`.
+    pub fn op_name(&self) -> std::borrow::Cow<'static, str> {
+        codes::op_name(self.source, self.op)
+    }
+}
+
+/// Counts of events lost on the way to storage, by the place they were lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub enum LossKind {
+    /// The BPF program could not reserve ring-buffer space.
+    RingReserve,
+    /// User space could not decode a record.
+    Decode,
+    /// The sink's queue was full and the batch was dropped.
+    SinkBackpressure,
+    /// The storage engine refused the write.
+    Write,
+}
+
+impl LossKind {
+    pub const ALL: [LossKind; 4] = [LossKind::RingReserve, LossKind::Decode, LossKind::SinkBackpressure, LossKind::Write];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossKind::RingReserve => "ring_reserve",
+            LossKind::Decode => "decode",
+            LossKind::SinkBackpressure => "sink_backpressure",
+            LossKind::Write => "write",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<LossKind> {
+        LossKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            LossKind::RingReserve => "BPF ring buffer full: the kernel could not reserve space for the record",
+            LossKind::Decode => "a ring-buffer record user space could not decode (wrong size or kind)",
+            LossKind::SinkBackpressure => "the storage queue was full and the batch was dropped rather than stall the tracer",
+            LossKind::Write => "the storage engine returned an error for the batch",
+        }
+    }
+}
+
+/// One loss counter: `count` events of `source` lost at `kind`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct LossCounter {
+    pub source: u8,
+    pub kind: LossKind,
+    pub count: u64,
+}
+
+/// One trace run (one `causeway trace` invocation, or one Ingero session).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct SessionInfo {
+    pub id: i64,
+    pub started_at_ns: i64,
+    pub stopped_at_ns: i64,
+    pub tool_version: String,
+    pub kernel: String,
+    pub hostname: String,
+    pub node: String,
+    pub pid_filter: String,
+    pub command: String,
+    pub flags: String,
+    pub gpu_model: String,
+    pub gpu_driver: String,
+    pub cuda_version: String,
+}

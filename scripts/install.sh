@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine of this kind lacks (Debian packages: clang/llvm/libbpf for the BPF
+# programs, bpftool, bpftrace for the baseline benchmark, sqlite3 for the reference benchmark), builds
+# `causeway` with the one release profile into a target directory outside the clone
+# (~/.cache/causeway/target, reused by CI), and puts the binary on PATH (~/.cargo/bin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+
+packages=(clang llvm libbpf-dev bpftool bpftrace sqlite3 make gcc python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install.sh: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+echo "install.sh: building causeway (release; a cold build takes several minutes on 2 cores)" >&2
+cargo build --release --locked -p causeway
+mkdir -p "$HOME/.cargo/bin"
+ln -sf "$CARGO_TARGET_DIR/release/causeway" "$HOME/.cargo/bin/causeway"
+echo "install.sh: causeway is at $HOME/.cargo/bin/causeway" >&2
