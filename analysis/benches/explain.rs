@@ -1,0 +1,66 @@
+//! `explain` over a generated 10,000,000-event trace: wall time and peak memory (VmHWM) of the
+//! analysis alone (the peak is reset after the trace is written), and the time of the top chain's
+//! evidence SQL, whose result must equal the chain's figure.
+//!
+//! `cargo bench -p causeway-analysis --bench explain` (env CAUSEWAY_BENCH_EVENTS overrides 10,000,000;
+//! the trace is kept in the temp dir and reused by later runs of the same size).
+
+use std::time::Instant;
+
+use causeway_analysis::explain::{explain, ExplainRequest};
+use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::{QueryLimits, SqliteStore, SqliteWriter, TraceStore};
+use causeway_model::SessionInfo;
+
+fn vm_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap()))
+        .unwrap_or(0)
+}
+
+fn main() {
+    let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
+    let path = std::env::temp_dir().join(format!("causeway-bench-explain-{n}.db"));
+    if !path.exists() {
+        let t = Instant::now();
+        let tmp = path.with_extension("partial");
+        let _ = std::fs::remove_file(&tmp);
+        let session = SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
+        let mut w = SqliteWriter::create(&tmp, &session).expect("create trace");
+        let mut gen = SyntheticTrace::new(42, session.started_at_ns);
+        let mut left = n;
+        while left > 0 {
+            let batch = gen.take(left.min(200_000));
+            left -= batch.len();
+            w.insert_batches([batch.as_slice()]).expect("write");
+        }
+        w.finish(gen.take(1)[0].ts_ns).expect("finish");
+        std::fs::rename(&tmp, &path).expect("rename");
+        println!("wrote {n} events to {} in {:.1} s", path.display(), t.elapsed().as_secs_f64());
+    }
+    let store = SqliteStore::open(&path).expect("open");
+    println!("trace: {} events, {:.1} MiB", store.info().events, std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0);
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let rss_before = vm_kib("VmRSS:");
+    let t = Instant::now();
+    let e = explain(&store, &ExplainRequest::default()).expect("explain");
+    let secs = t.elapsed().as_secs_f64();
+    let peak = vm_kib("VmHWM:");
+    println!(
+        "explain: {secs:.2} s, peak RSS {:.1} MiB (RSS before {:.1} MiB); {} GPU calls, {} slow, {} chains",
+        peak as f64 / 1024.0,
+        rss_before as f64 / 1024.0,
+        e.gpu_calls,
+        e.slow_calls,
+        e.chains_total
+    );
+    println!("verdict: {}", e.verdict);
+    if let Some(c) = e.chains.first() {
+        let t = Instant::now();
+        let r = store.query(&c.evidence.sql, &QueryLimits { timeout_ms: 600_000, ..Default::default() }).expect("evidence SQL");
+        let v = r.rows[0][0].as_i64();
+        println!("evidence SQL of {}: {:.2} s, value {:?} (chain says {})", c.id, t.elapsed().as_secs_f64(), v, c.evidence.value);
+        assert_eq!(v, Some(c.evidence.value), "evidence SQL disagrees with the chain");
+    }
+}

@@ -1,0 +1,422 @@
+//! Per-call attribution: for every slow CUDA runtime/driver call, what its own thread went through
+//! during `[ts, ts + dur]`.
+//!
+//! The method (DESIGN.md section 5), as pure functions over compact rows so that it can be tested
+//! without a database and run over ten million events:
+//!
+//! 1. **Top-level calls.** A GPU call (source 1 runtime, 4 driver, 8 graphs) that lies inside another
+//!    GPU call of the same thread (the runtime call around its driver call) is *nested*: only the
+//!    outer call is attributed, so no stall is counted twice. Order: `(ts, dur desc, source, id)`; a
+//!    call is nested when an earlier call in that order ends at or after it ends.
+//! 2. **Slow calls.** A top-level call is slow when its duration is at least the nearest-rank p90 of
+//!    its op (all calls of the op in the window, nested ones included), at least twice the op's p50,
+//!    and at least [`SLOW_FLOOR_NS`]. The p50 rule keeps a flat distribution from blaming anyone.
+//! 3. **Off-CPU segments.** Each `sched_switch` row of the thread is an off-CPU interval
+//!    `[ts - dur, ts]` (intervals of one thread never overlap, so nothing is summed twice). With
+//!    scheduler detail it splits into: preempted (runnable, the next task took the CPU), or sleep /
+//!    uninterruptible wait from leaving the CPU until the wake-up, then run-queue wait from the
+//!    wake-up until switch-in (the wake time clamped into the interval). Without detail (Ingero DBs)
+//!    it is one `off_cpu_unrecorded` segment.
+//! 4. **Per call.** The overlap of each segment with the call; the rest of the call is on-CPU or
+//!    waiting on the GPU, or page-allocation pressure when the process allocated at least
+//!    [`PAGE_ALLOC_PRESSURE_BYTES`] of pages during the call. On Ingero DBs, the part of a call
+//!    outside the thread's scheduler coverage (first to last recorded switch) is `no_sched_data`.
+
+use causeway_backends::EventId;
+use causeway_model::codes::OpCode;
+use causeway_model::{PrevState, SchedDetail};
+
+use crate::stats::nearest_rank;
+
+/// Calls shorter than this are never slow (launches take microseconds; only stalls matter).
+pub const SLOW_FLOOR_NS: i64 = 100_000;
+/// The percentile (per mille) a slow call must reach.
+pub const SLOW_PER_MILLE: u32 = 900;
+/// A slow call must also take at least this multiple of its op's p50.
+pub const SLOW_P50_MULTIPLE: i64 = 2;
+/// Page allocations by the call's process during the call that turn the on-CPU remainder into
+/// page-allocation pressure.
+pub const PAGE_ALLOC_PRESSURE_BYTES: i64 = 64 << 20;
+
+/// Sources whose events are host-side GPU API calls.
+pub const GPU_CALL_SOURCES: [u8; 3] = [1, 4, 8];
+
+pub fn is_gpu_call_source(source: u8) -> bool {
+    GPU_CALL_SOURCES.contains(&source)
+}
+
+/// One GPU API call, the columns attribution needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: EventId,
+    pub ts: i64,
+    pub dur: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub op: OpCode,
+    pub arg0: i64,
+    pub arg2: i64,
+    pub stack_hash: i64,
+}
+
+impl Call {
+    pub fn end(&self) -> i64 {
+        self.ts.saturating_add(self.dur)
+    }
+}
+
+/// One off-CPU interval of a thread (a `sched_switch` row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffCpu {
+    pub id: EventId,
+    pub pid: u32,
+    pub tid: u32,
+    pub start: i64,
+    pub end: i64,
+    pub cpu: i32,
+    pub sched: Option<SchedDetail>,
+}
+
+/// Why part of a call (or of a gap between calls) was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// Runnable, but another task had the CPU.
+    Preempted,
+    /// Woken up, waiting in the run queue for a CPU.
+    RunqueueWait,
+    /// Voluntary sleep (futex, poll, a queue): waiting for another thread.
+    Sleep,
+    /// Uninterruptible wait: block I/O, page faults.
+    Uninterruptible,
+    /// Stopped, traced, parked.
+    StoppedOrOther,
+    /// Off-CPU, but the DB does not record why or who took the CPU (Ingero).
+    OffCpuUnrecorded,
+    /// On-CPU while the process allocated many pages.
+    PageAllocPressure,
+    /// The rest of a call: on-CPU in the library or waiting on the GPU.
+    OnCpuOrGpu,
+    /// Between two GPU calls, on-CPU: the feeding thread was busy with host work.
+    HostCompute,
+    /// The DB holds no scheduler events for this thread at that time.
+    NoSchedData,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Preempted => "preempted",
+            Cause::RunqueueWait => "runqueue_wait",
+            Cause::Sleep => "sleep",
+            Cause::Uninterruptible => "uninterruptible",
+            Cause::StoppedOrOther => "stopped_or_other",
+            Cause::OffCpuUnrecorded => "off_cpu_unrecorded",
+            Cause::PageAllocPressure => "page_alloc_pressure",
+            Cause::OnCpuOrGpu => "on_cpu_or_gpu",
+            Cause::HostCompute => "host_compute",
+            Cause::NoSchedData => "no_sched_data",
+        }
+    }
+
+    /// A cause found in what the host did (as opposed to "no host cause found").
+    pub fn is_host_cause(self) -> bool {
+        !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData)
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::Preempted => "preempted while runnable: another task took the CPU",
+            Cause::RunqueueWait => "run-queue wait after a wake-up: woken, but no CPU free",
+            Cause::Sleep => "voluntary sleep: waiting on another thread (futex, queue, poll)",
+            Cause::Uninterruptible => "uninterruptible wait (D state): block I/O or page faults",
+            Cause::StoppedOrOther => "stopped, traced or parked",
+            Cause::OffCpuUnrecorded => "off-CPU; this DB does not record why, nor who took the CPU",
+            Cause::PageAllocPressure => "on-CPU while the process allocated pages (memory pressure)",
+            Cause::OnCpuOrGpu => "no host cause: on-CPU inside the library or waiting on the GPU",
+            Cause::HostCompute => "on-CPU between GPU calls: the feeding thread was busy with host work",
+            Cause::NoSchedData => "no scheduler events recorded for this thread at that time",
+        }
+    }
+}
+
+/// The task a cause names: who took the CPU, or who woke the thread.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Culprit {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// `took_cpu` (ran while the thread was runnable) or `woke_thread` (the thread slept until it woke it).
+    pub role: String,
+}
+
+/// A piece of an off-CPU interval with one cause.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub cause: Cause,
+    pub start: i64,
+    pub end: i64,
+    pub culprit: Option<(u32, u32, String)>,
+    pub cpu: i32,
+}
+
+/// Split one off-CPU interval by cause (see the module doc). Culprit comms for wakers are filled in
+/// later from the names the trace holds (the row records only the waker's ids).
+pub fn segments(off: &OffCpu) -> Vec<Segment> {
+    let seg = |cause, start, end, culprit| Segment { cause, start, end, culprit, cpu: off.cpu };
+    let Some(s) = &off.sched else {
+        return vec![seg(Cause::OffCpuUnrecorded, off.start, off.end, None)];
+    };
+    let sleep_cause = match s.prev_state {
+        PrevState::Preempted => {
+            let culprit = (s.next_pid != 0 || s.next_tid != 0).then(|| (s.next_pid, s.next_tid, s.next_comm.clone()));
+            return vec![seg(Cause::Preempted, off.start, off.end, culprit)];
+        }
+        PrevState::Sleeping => Cause::Sleep,
+        PrevState::Uninterruptible => Cause::Uninterruptible,
+        PrevState::Other => Cause::StoppedOrOther,
+        PrevState::Unknown => return vec![seg(Cause::OffCpuUnrecorded, off.start, off.end, None)],
+    };
+    let wake = wake_point(off.start, off.end, s.wake_ts_ns);
+    let waker = (s.waker_pid != 0 || s.waker_tid != 0).then(|| (s.waker_pid, s.waker_tid, String::new()));
+    let mut out = Vec::with_capacity(2);
+    if wake > off.start {
+        out.push(seg(sleep_cause, off.start, wake, waker));
+    }
+    if off.end > wake {
+        out.push(seg(Cause::RunqueueWait, wake, off.end, None));
+    }
+    out
+}
+
+/// The wake-up clamped into `[start, end]`; no recorded wake-up means it slept until switch-in.
+pub fn wake_point(start: i64, end: i64, wake_ts: i64) -> i64 {
+    if wake_ts > 0 {
+        wake_ts.clamp(start, end)
+    } else {
+        end
+    }
+}
+
+/// Overlap of `[a0, a1]` and `[b0, b1]`, 0 when disjoint.
+pub fn overlap(a0: i64, a1: i64, b0: i64, b1: i64) -> i64 {
+    (a1.min(b1) - a0.max(b0)).max(0)
+}
+
+/// Marks nested calls: `nested[i]` is true when `calls[i]` lies inside another GPU call of the same
+/// thread. `calls` must all come from the same window.
+pub fn nested_flags(calls: &[Call]) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..calls.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&calls[a], &calls[b]);
+        (x.tid, x.ts, std::cmp::Reverse(x.dur), x.op.source, &x.id).cmp(&(y.tid, y.ts, std::cmp::Reverse(y.dur), y.op.source, &y.id))
+    });
+    let mut nested = vec![false; calls.len()];
+    let mut current: Option<(u32, i64)> = None; // (tid, max end so far)
+    for i in order {
+        let c = &calls[i];
+        match current {
+            Some((tid, max_end)) if tid == c.tid => {
+                nested[i] = max_end >= c.end();
+                current = Some((tid, max_end.max(c.end())));
+            }
+            _ => current = Some((c.tid, c.end())),
+        }
+    }
+    nested
+}
+
+/// Exact distribution figures of one op in the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpDistribution {
+    pub count: usize,
+    pub p50: i64,
+    pub p90: i64,
+    pub p99: i64,
+}
+
+impl OpDistribution {
+    pub fn from_durations(durations: &mut [i64]) -> OpDistribution {
+        durations.sort_unstable();
+        let p = |pm| nearest_rank(durations, pm).unwrap_or(0);
+        OpDistribution { count: durations.len(), p50: p(500), p90: p(SLOW_PER_MILLE), p99: p(990) }
+    }
+
+    /// The slow-call threshold: `max(p90, 2 * p50, floor)`.
+    pub fn slow_threshold(&self) -> i64 {
+        self.p90.max(self.p50.saturating_mul(SLOW_P50_MULTIPLE)).max(SLOW_FLOOR_NS)
+    }
+}
+
+/// One piece of a call's attribution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub cause: Cause,
+    pub ns: i64,
+    pub culprit: Option<(u32, u32, String)>,
+    pub cpu: i32,
+    /// The sched_switch row the piece comes from (none for remainders).
+    pub switch_id: Option<EventId>,
+    /// Where the piece lies: `[start, end]` clipped to the call.
+    pub start: i64,
+    pub end: i64,
+}
+
+/// What one call went through.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallAttribution {
+    pub call: Call,
+    pub parts: Vec<Part>,
+    /// Bytes of pages the process allocated during the call.
+    pub page_alloc_bytes: i64,
+}
+
+impl CallAttribution {
+    pub fn off_cpu_ns(&self) -> i64 {
+        self.parts.iter().filter(|p| p.switch_id.is_some()).map(|p| p.ns).sum()
+    }
+}
+
+/// The span of a thread's recorded scheduler events (Ingero DBs start recording switches late).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Coverage {
+    pub start: i64,
+    pub end: i64,
+}
+
+/// Attribute one interval `[a, b]` (a call, or a gap between calls) of a thread: `offs` are that
+/// thread's off-CPU intervals sorted by start; `coverage` is `None` when the trace records the
+/// scheduler for the whole run (native traces), else the thread's recorded span (`Some(None)`
+/// style absence = no switches at all is passed as an empty coverage). `remainder` names the
+/// on-CPU rest.
+pub fn attribute_interval(
+    a: i64,
+    b: i64,
+    offs: &[OffCpu],
+    coverage: Option<Option<Coverage>>,
+    remainder: Cause,
+) -> Vec<Part> {
+    let mut parts = Vec::new();
+    // First interval that can overlap: intervals are disjoint and sorted, so ends are sorted too.
+    let first = offs.partition_point(|o| o.end <= a);
+    for off in &offs[first..] {
+        if off.start >= b {
+            break;
+        }
+        for s in segments(off) {
+            let ns = overlap(a, b, s.start, s.end);
+            if ns > 0 {
+                parts.push(Part {
+                    cause: s.cause,
+                    ns,
+                    culprit: s.culprit,
+                    cpu: s.cpu,
+                    switch_id: Some(off.id.clone()),
+                    start: a.max(s.start),
+                    end: b.min(s.end),
+                });
+            }
+        }
+    }
+    let off_ns: i64 = parts.iter().map(|p| p.ns).sum();
+    let covered = match coverage {
+        None => b - a,
+        Some(None) => 0,
+        Some(Some(c)) => overlap(a, b, c.start, c.end),
+    };
+    let uncovered = (b - a) - covered;
+    if uncovered > 0 {
+        parts.push(Part { cause: Cause::NoSchedData, ns: uncovered, culprit: None, cpu: -1, switch_id: None, start: a, end: b });
+    }
+    let rest = covered - off_ns;
+    if rest > 0 {
+        parts.push(Part { cause: remainder, ns: rest, culprit: None, cpu: -1, switch_id: None, start: a, end: b });
+    }
+    parts
+}
+
+/// Page allocations of a process: `(ts, bytes)` sorted by ts.
+pub type PageAllocs = [(i64, i64)];
+
+/// Bytes allocated in `[a, b]`.
+pub fn page_bytes_between(allocs: &PageAllocs, a: i64, b: i64) -> i64 {
+    let lo = allocs.partition_point(|x| x.0 < a);
+    let hi = allocs.partition_point(|x| x.0 <= b);
+    allocs[lo..hi].iter().map(|x| x.1).sum()
+}
+
+/// Attribute one slow call. `page_allocs` are the call's process's page allocations.
+pub fn attribute_call(call: &Call, offs: &[OffCpu], coverage: Option<Option<Coverage>>, page_allocs: &PageAllocs) -> CallAttribution {
+    let page_alloc_bytes = page_bytes_between(page_allocs, call.ts, call.end());
+    let remainder =
+        if page_alloc_bytes >= PAGE_ALLOC_PRESSURE_BYTES { Cause::PageAllocPressure } else { Cause::OnCpuOrGpu };
+    let parts = attribute_interval(call.ts, call.end(), offs, coverage, remainder);
+    CallAttribution { call: call.clone(), parts, page_alloc_bytes }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: i64, tid: u32, source: u8, op: u16, ts: i64, dur: i64) -> Call {
+        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op: OpCode::new(source, op), arg0: 0, arg2: 0, stack_hash: 0 }
+    }
+
+    fn off(id: i64, start: i64, end: i64, sched: Option<SchedDetail>) -> OffCpu {
+        OffCpu { id: EventId::Int(id), pid: 1, tid: 1, start, end, cpu: 1, sched }
+    }
+
+    #[test]
+    fn runtime_call_contains_its_driver_call() {
+        let calls = vec![
+            call(1, 1, 1, 5, 100, 50),  // cudaStreamSync
+            call(2, 1, 4, 8, 101, 40),  // cuStreamSynchronize inside it
+            call(3, 2, 4, 8, 101, 40),  // same times, other thread: top-level
+            call(4, 1, 1, 3, 200, 10),  // later, top-level
+            call(5, 1, 4, 1, 200, 10),  // identical span, driver: nested (source order)
+        ];
+        assert_eq!(nested_flags(&calls), vec![false, true, false, false, true]);
+    }
+
+    #[test]
+    fn sleep_splits_at_the_wake_up() {
+        let d = SchedDetail { prev_state: PrevState::Sleeping, wake_ts_ns: 130, waker_pid: 7, waker_tid: 8, ..Default::default() };
+        let s = segments(&off(1, 100, 150, Some(d)));
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].cause, s[0].start, s[0].end), (Cause::Sleep, 100, 130));
+        assert_eq!(s[0].culprit, Some((7, 8, String::new())));
+        assert_eq!((s[1].cause, s[1].start, s[1].end), (Cause::RunqueueWait, 130, 150));
+    }
+
+    #[test]
+    fn interval_is_split_and_the_rest_is_the_remainder() {
+        let pre = SchedDetail { prev_state: PrevState::Preempted, next_pid: 9912, next_tid: 9912, next_comm: "backup-rsync".into(), ..Default::default() };
+        let offs = vec![off(10, 90, 120, Some(pre)), off(11, 140, 145, None)];
+        let parts = attribute_interval(100, 200, &offs, None, Cause::OnCpuOrGpu);
+        assert_eq!(parts.len(), 3);
+        assert_eq!((parts[0].cause, parts[0].ns), (Cause::Preempted, 20));
+        assert_eq!((parts[1].cause, parts[1].ns), (Cause::OffCpuUnrecorded, 5));
+        assert_eq!((parts[2].cause, parts[2].ns), (Cause::OnCpuOrGpu, 75));
+        // Coverage starting at 150: 50 ns have no scheduler data.
+        let parts = attribute_interval(100, 200, &offs, Some(Some(Coverage { start: 150, end: 300 })), Cause::OnCpuOrGpu);
+        let nosched: i64 = parts.iter().filter(|p| p.cause == Cause::NoSchedData).map(|p| p.ns).sum();
+        assert_eq!(nosched, 50);
+        assert_eq!(parts.iter().map(|p| p.ns).sum::<i64>(), 100);
+    }
+
+    #[test]
+    fn slow_threshold_needs_p90_twice_p50_and_the_floor() {
+        let mut flat = vec![1_000_000; 20];
+        assert_eq!(OpDistribution::from_durations(&mut flat).slow_threshold(), 2_000_000);
+        let mut tiny = vec![10; 20];
+        assert_eq!(OpDistribution::from_durations(&mut tiny).slow_threshold(), SLOW_FLOOR_NS);
+        let mut tail: Vec<i64> = (1..=10).map(|i| i * 1_000_000).collect();
+        assert_eq!(OpDistribution::from_durations(&mut tail).slow_threshold(), 10_000_000);
+    }
+
+    #[test]
+    fn page_bytes_are_counted_inside_the_call_only() {
+        let allocs = [(5, 100), (10, 1), (20, 2), (21, 1000)];
+        assert_eq!(page_bytes_between(&allocs, 10, 20), 3);
+    }
+}

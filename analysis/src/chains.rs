@@ -1,0 +1,338 @@
+//! Causal chains: the attributed time of many calls (or gaps) aggregated per (op, cause, culprit),
+//! with severity, a timeline of the worst cases, recommendations that follow from the cause, and
+//! evidence (event ids and a SQL query that reproduces the headline figure).
+//!
+//! Severity thresholds (`share` is the chain's fraction of all slow-call time for slow-call chains,
+//! of the thread's GPU-feeding span for gap, sync and allocator chains, of the launch span for a
+//! throughput drop):
+//! - slow calls, host cause: HIGH when share >= 25% and stall >= 10 ms; MEDIUM when share >= 5% and
+//!   stall >= 1 ms; else LOW.
+//! - gaps between GPU calls, host cause: HIGH when share >= 25% and stall >= 100 ms; MEDIUM when share
+//!   >= 5% and stall >= 10 ms; else LOW.
+//! - throughput drop: HIGH when the launch rate fell to 25% or less and >= 1 s was lost; MEDIUM when
+//!   >= 100 ms was lost; else LOW.
+//! - sync storm, allocator latency growth, cudaFree storm: MEDIUM when share >= 10%; else LOW.
+//! - "no host cause" (on-CPU or GPU) and "no scheduler data" chains, and unfreed memory: always LOW.
+//!
+//! Ranking: severity first; at equal severity, chains that name a cause before a throughput drop
+//! (a symptom); then stall time, then the stable key. Ids are `c1`, `c2`, ... in that order
+//! (stable for the same DB and request); `key` names the chain independently of rank.
+
+use std::collections::BTreeMap;
+
+use causeway_backends::EventId;
+use causeway_model::time::fmt_ns;
+
+use crate::attribution::{Cause, Culprit, Part};
+use crate::evidence::CulpritKey;
+
+/// How bad a chain is (see the module doc for the thresholds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Severity {
+    High,
+    Medium,
+    Low,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::High => "HIGH",
+            Severity::Medium => "MEDIUM",
+            Severity::Low => "LOW",
+        }
+    }
+}
+
+/// What kind of finding a chain is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChainKind {
+    /// Slow calls of one op, one cause, one culprit.
+    SlowCalls,
+    /// Long gaps between the GPU calls of a feeding thread (host-side starvation).
+    FeedingGap,
+    /// The launch rate fell.
+    ThroughputDrop,
+    /// A synchronization after nearly every launch.
+    SyncStorm,
+    /// Allocation latency growing over the run.
+    AllocatorLatency,
+    /// Allocations never freed.
+    AllocatorImbalance,
+    /// Many cudaFree calls.
+    FreeStorm,
+}
+
+/// One step of a chain's timeline, with real timestamps.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct TimelineStep {
+    pub ts_ns: i64,
+    pub dur_ns: i64,
+    /// `CUDA`, `DRIVER`, `HOST`, `IO`.
+    pub layer: String,
+    pub what: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<EventId>,
+}
+
+/// How to check a chain's headline figure.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct Evidence {
+    /// The worst calls (or the events bounding the worst gaps), worst first.
+    pub event_ids: Vec<EventId>,
+    /// Read-only SQL over this DB; returns one row with the column `value`.
+    pub sql: String,
+    /// What the SQL returns: the headline figure.
+    pub value: i64,
+    /// Unit of `value`: `ns` or `bytes`.
+    pub unit: String,
+}
+
+/// One causal chain.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct Chain {
+    /// `c1`, `c2`, ... in rank order.
+    pub id: String,
+    /// Stable name of the chain: kind/op/cause/culprit.
+    pub key: String,
+    pub severity: Severity,
+    pub kind: ChainKind,
+    pub op: String,
+    /// An attribution cause (`preempted`, `sleep`, `host_compute`, ...) or a detector's finding
+    /// (`launch_rate_drop`, `sync_after_launch`, `allocation_latency_growth`, `unfreed_allocations`, `free_storm`).
+    pub cause: String,
+    pub cause_text: String,
+    pub culprit: Option<Culprit>,
+    /// The process (and thread) concerned.
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// Slow calls (or gaps, syncs, allocations) this chain covers.
+    pub calls: u64,
+    /// Time explained, ns.
+    pub stall_ns: i64,
+    /// Fraction of `share_of`.
+    pub share: f64,
+    pub share_of: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op_p50_ns: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op_p99_ns: Option<i64>,
+    pub summary: String,
+    /// Further facts: block requests, page allocations, what the DB lacks.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<String>,
+    pub timeline: Vec<TimelineStep>,
+    pub recommendations: Vec<String>,
+    pub evidence: Evidence,
+}
+
+/// Severity of an attributed chain (slow calls or gaps).
+pub fn attributed_severity(kind: ChainKind, cause: Cause, share: f64, stall_ns: i64) -> Severity {
+    if !cause.is_host_cause() {
+        return Severity::Low;
+    }
+    let (high_ns, med_ns) = match kind {
+        ChainKind::FeedingGap => (100_000_000, 10_000_000),
+        _ => (10_000_000, 1_000_000),
+    };
+    if share >= 0.25 && stall_ns >= high_ns {
+        Severity::High
+    } else if share >= 0.05 && stall_ns >= med_ns {
+        Severity::Medium
+    } else {
+        Severity::Low
+    }
+}
+
+/// Accumulates attributed parts into chains for one subject (an op's slow calls, a thread's gaps).
+#[derive(Debug, Default)]
+pub struct ChainAccumulator {
+    groups: BTreeMap<(Cause, CulpritKey), Group>,
+}
+
+/// One (cause, culprit) group under way.
+#[derive(Debug, Default)]
+pub struct Group {
+    pub stall_ns: i64,
+    /// Per covered call or gap: (ns of this cause, the interval's id, interval start, interval duration).
+    pub items: Vec<(i64, EventId, i64, i64)>,
+    pub cpus: BTreeMap<i32, i64>,
+    /// The worst parts, for the timeline: (ns, part).
+    pub worst_parts: Vec<(i64, Part)>,
+}
+
+/// The culprit key of a part, as the evidence SQL groups it.
+pub fn culprit_key(part: &Part) -> CulpritKey {
+    match (&part.culprit, part.cause) {
+        (Some((p, t, c)), Cause::Preempted) => CulpritKey::TookCpu(*p, *t, c.clone()),
+        (None, Cause::Preempted) => CulpritKey::TookCpu(0, 0, String::new()),
+        (Some((p, t, _)), Cause::Sleep | Cause::Uninterruptible | Cause::StoppedOrOther) => CulpritKey::Woke(*p, *t),
+        (None, Cause::Sleep | Cause::Uninterruptible | Cause::StoppedOrOther) => CulpritKey::Woke(0, 0),
+        _ => CulpritKey::None,
+    }
+}
+
+impl ChainAccumulator {
+    /// Add the parts of one interval (`id` names it: the call, or the call ending a gap).
+    pub fn add(&mut self, id: &EventId, start: i64, dur: i64, parts: &[Part]) {
+        let mut per_group: BTreeMap<(Cause, CulpritKey), i64> = BTreeMap::new();
+        for p in parts {
+            let key = (p.cause, culprit_key(p));
+            *per_group.entry(key.clone()).or_default() += p.ns;
+            let g = self.groups.entry(key).or_default();
+            g.stall_ns += p.ns;
+            if p.cpu >= 0 {
+                *g.cpus.entry(p.cpu).or_default() += p.ns;
+            }
+            g.worst_parts.push((p.ns, p.clone()));
+            if g.worst_parts.len() > 64 {
+                g.worst_parts.sort_by_key(|p| std::cmp::Reverse(p.0));
+                g.worst_parts.truncate(16);
+            }
+        }
+        for (key, ns) in per_group {
+            self.groups.get_mut(&key).expect("group exists").items.push((ns, id.clone(), start, dur));
+        }
+    }
+
+    pub fn into_groups(self) -> impl Iterator<Item = ((Cause, CulpritKey), Group)> {
+        self.groups.into_iter().map(|(k, mut g)| {
+            g.items.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            g.worst_parts.sort_by_key(|p| std::cmp::Reverse(p.0));
+            g.worst_parts.truncate(8);
+            (k, g)
+        })
+    }
+}
+
+/// The culprit of a group, with its name.
+pub fn culprit_of(key: &CulpritKey, name_of: &dyn Fn(u32, u32) -> String) -> Option<Culprit> {
+    match key {
+        CulpritKey::TookCpu(0, 0, _) | CulpritKey::Woke(0, 0) | CulpritKey::None => None,
+        CulpritKey::TookCpu(p, t, c) => {
+            let comm = if c.is_empty() { name_of(*p, *t) } else { c.clone() };
+            Some(Culprit { pid: *p, tid: *t, comm, role: "took_cpu".into() })
+        }
+        CulpritKey::Woke(p, t) => Some(Culprit { pid: *p, tid: *t, comm: name_of(*p, *t), role: "woke_thread".into() }),
+    }
+}
+
+/// Stable key text of a chain.
+pub fn chain_key(kind: ChainKind, op: &str, cause: Cause, culprit: &CulpritKey) -> String {
+    let who = match culprit {
+        CulpritKey::None => "-".to_string(),
+        CulpritKey::TookCpu(p, t, c) => format!("{p}:{t}:{c}"),
+        CulpritKey::Woke(p, t) => format!("woke:{p}:{t}"),
+    };
+    let kind = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    format!("{kind}/{op}/{}/{who}", cause.as_str())
+}
+
+/// Sort chains by severity, stall, key; number them `c1`, `c2`, ...
+pub fn rank(chains: &mut [Chain]) {
+    // A throughput drop is a symptom: at equal severity, the chains that name a cause come first.
+    let symptom = |c: &Chain| c.kind == ChainKind::ThroughputDrop;
+    chains.sort_by(|a, b| {
+        a.severity.cmp(&b.severity).then(symptom(a).cmp(&symptom(b))).then(b.stall_ns.cmp(&a.stall_ns)).then(a.key.cmp(&b.key))
+    });
+    for (i, c) in chains.iter_mut().enumerate() {
+        c.id = format!("c{}", i + 1);
+    }
+}
+
+/// Who a culprit is, in words.
+pub fn culprit_words(c: &Option<Culprit>) -> String {
+    match c {
+        Some(c) if c.comm.is_empty() => format!("pid {} tid {}", c.pid, c.tid),
+        Some(c) => format!("{} (pid {}, tid {})", c.comm, c.pid, c.tid),
+        None => "-".into(),
+    }
+}
+
+/// Recommendations that follow from a cause (and the op it slowed).
+pub fn recommendations(kind: ChainKind, cause: Cause, op: &str, culprit: &Option<Culprit>, pid: u32) -> Vec<String> {
+    let who = culprit_words(culprit);
+    let same_process = culprit.as_ref().is_some_and(|c| c.pid == pid);
+    let mut r = Vec::new();
+    match cause {
+        Cause::Preempted => {
+            if let Some(c) = culprit {
+                if same_process {
+                    r.push(format!("{who} is a thread of the same process competing for the CPU: cap intra-op threads (torch.set_num_threads, OMP_NUM_THREADS) or the DataLoader num_workers below the free cores"));
+                } else {
+                    r.push(format!("Move {who} off the feeding thread's CPUs (taskset -cp / a cpuset cgroup) or lower its priority (renice +19 -p {}, or chrt --idle)", c.pid));
+                }
+            }
+            r.push(format!("Pin the thread that calls {op} to a dedicated core (taskset, or isolcpus / a cpuset for the training job)"));
+        }
+        Cause::RunqueueWait => {
+            r.push("The thread was woken but waited for a CPU: the CPUs are oversubscribed; keep runnable threads below the core count (torch.set_num_threads, OMP_NUM_THREADS, DataLoader num_workers)".into());
+            r.push("Give the feeding thread a dedicated core or a higher priority (taskset, renice -n -5)".into());
+        }
+        Cause::Sleep => {
+            if culprit.is_some() {
+                r.push(format!("The thread slept until {who} woke it: if that is a DataLoader worker, raise num_workers and prefetch_factor, use persistent_workers=True and pin_memory=True, and profile the dataset's __getitem__"));
+            } else {
+                r.push("Find what the thread waited on: `causeway timeline --around EVENT_ID` on the listed events".into());
+            }
+        }
+        Cause::Uninterruptible => {
+            r.push("Uninterruptible waits are block I/O or page faults: move the dataset to local NVMe or page cache (warm it), avoid swap, read with larger requests".into());
+        }
+        Cause::StoppedOrOther => r.push("The thread was stopped or traced: check for debuggers, SIGSTOP, or cgroup freezing".into()),
+        Cause::OffCpuUnrecorded => {
+            r.push("This DB records off-CPU intervals but not who took the CPU nor why: re-record with `causeway trace` to name the culprit".into());
+            r.push(format!("Meanwhile pin the thread that calls {op} to a dedicated core (taskset) and renice background jobs"));
+        }
+        Cause::PageAllocPressure => {
+            r.push("The process allocated many pages during the call: allocate pinned host buffers once and reuse them (pin_memory=True, cudaHostAlloc), avoid fresh tensors per batch".into());
+            r.push("Check host memory pressure (free memory, THP compaction, swap)".into());
+        }
+        Cause::OnCpuOrGpu => {
+            let o = op.to_ascii_lowercase();
+            if o.contains("sync") {
+                r.push("The wait was the GPU finishing queued work, not the host: profile the kernels (Nsight Systems / Compute) or overlap with more work".into());
+            } else if o.contains("memcpy") {
+                r.push("Copies from pageable host memory are staged and slow: use pinned memory (pin_memory=True, cudaHostAlloc) with cudaMemcpyAsync on a non-default stream".into());
+            } else if o.contains("alloc") || o.contains("free") {
+                r.push("Avoid device allocation in the loop: let the caching allocator reuse blocks (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)".into());
+            } else {
+                r.push("No host-side cause: the time was spent inside the CUDA library or waiting on the GPU; profile the GPU side".into());
+            }
+        }
+        Cause::HostCompute => {
+            r.push("The feeding thread was busy on the CPU between GPU calls: move data loading and preprocessing off the training thread (DataLoader num_workers > 0, persistent_workers=True, pin_memory=True)".into());
+            r.push("Profile the training loop's Python (py-spy dump / record on the feeding thread) and batch or vectorize the host work; CUDA graphs cut launch overhead".into());
+        }
+        Cause::NoSchedData => r.push("The DB holds no scheduler events for this thread at that time: re-record with `causeway trace` to attribute it".into()),
+    }
+    if kind == ChainKind::FeedingGap && !matches!(cause, Cause::HostCompute) {
+        r.push("The GPU had at most the work queued before each gap: deeper prefetching (prefetch_factor, CUDA streams) hides host stalls".into());
+    }
+    r
+}
+
+/// One-line summary of an attributed chain; `subject` names the thread or process ("tid 2233 (python3)").
+#[allow(clippy::too_many_arguments)]
+pub fn attributed_summary(kind: ChainKind, op: &str, subject: &str, cause: Cause, culprit: &Option<Culprit>, calls: u64, stall_ns: i64, share: f64, cpus: &BTreeMap<i32, i64>) -> String {
+    let on_cpu = match cpus.iter().max_by_key(|(_, ns)| **ns) {
+        Some((cpu, _)) if cause == Cause::Preempted => format!(" on CPU {cpu}"),
+        _ => String::new(),
+    };
+    let what = match (cause, culprit) {
+        (Cause::Preempted, Some(_)) => format!("preempted by {}{on_cpu}", culprit_words(culprit)),
+        (Cause::Sleep | Cause::Uninterruptible, Some(_)) => format!("{} until woken by {}", cause.describe(), culprit_words(culprit)),
+        _ => cause.describe().to_string(),
+    };
+    match kind {
+        ChainKind::FeedingGap => format!(
+            "{subject} made no GPU call during {calls} long gaps; {} of them: {what} ({:.1}% of the span it fed the GPU)",
+            fmt_ns(stall_ns),
+            share * 100.0
+        ),
+        _ => format!("{calls} slow {op} calls of {subject}: {} {what} ({:.1}% of all slow-call time)", fmt_ns(stall_ns), share * 100.0),
+    }
+}

@@ -1,0 +1,242 @@
+//! The detectors' findings as chains: a throughput drop, sync storms, allocator latency growth,
+//! unfreed allocations and cudaFree storms, each with its own figure, severity, recommendations and
+//! evidence SQL (see [`crate::detectors`] for the rules and [`crate::chains`] for the severities).
+
+use std::collections::BTreeMap;
+
+use causeway_backends::EventId;
+use causeway_model::time::fmt_ns;
+
+use crate::attribution::Call;
+use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
+use crate::detectors::{self, ALLOC_OPS, FREE_OPS, LAUNCH_OPS, SYNC_OPS};
+use crate::evidence::{self, SqlScope};
+use crate::trace_data::Names;
+use crate::AnalysisError;
+
+#[allow(clippy::too_many_arguments)]
+fn chain(
+    kind: ChainKind,
+    op: &str,
+    cause: &str,
+    cause_text: &str,
+    pid: u32,
+    tid: Option<u32>,
+    calls: u64,
+    stall_ns: i64,
+    share: f64,
+    share_of: String,
+    severity: Severity,
+    summary: String,
+    timeline: Vec<TimelineStep>,
+    recommendations: Vec<String>,
+    evidence: Evidence,
+) -> Chain {
+    let key = format!("{}/{op}/{cause}/pid:{pid}{}", serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(), tid.map(|t| format!("/tid:{t}")).unwrap_or_default());
+    Chain {
+        id: String::new(),
+        key,
+        severity,
+        kind,
+        op: op.into(),
+        cause: cause.into(),
+        cause_text: cause_text.into(),
+        culprit: None,
+        pid,
+        tid,
+        calls,
+        stall_ns,
+        share,
+        share_of,
+        op_p50_ns: None,
+        op_p99_ns: None,
+        summary,
+        details: Vec::new(),
+        timeline,
+        recommendations,
+        evidence,
+    }
+}
+
+fn step(ts: i64, dur: i64, layer: &str, what: String, id: Option<EventId>) -> TimelineStep {
+    TimelineStep { ts_ns: ts, dur_ns: dur, layer: layer.into(), what, event_id: id }
+}
+
+fn rel(ts: i64, origin: i64) -> String {
+    format!("+{:.3} s", (ts - origin) as f64 / 1e9)
+}
+
+/// All detector chains of the scope. `bounds`: first and last event in scope.
+pub fn detector_chains(
+    scope: &SqlScope,
+    calls: &[Call],
+    nested: &[bool],
+    bounds: Option<(i64, i64)>,
+    spans_by_tid: &BTreeMap<u32, (i64, i64)>,
+    names: &Names,
+    has_ptr: bool,
+) -> Result<Vec<Chain>, AnalysisError> {
+    let mut out = Vec::new();
+    let Some((origin, end)) = bounds else { return Ok(out) };
+    let scope_ns = (end - origin).max(1);
+
+    // Throughput drop over the top-level launches of the scope.
+    let launches: Vec<&Call> = calls.iter().zip(nested).filter(|(c, n)| !**n && LAUNCH_OPS.contains(&c.op)).map(|(c, _)| c).collect();
+    let ts: Vec<i64> = launches.iter().map(|c| c.ts).collect();
+    if let Some(d) = detectors::throughput_drop(&ts, end) {
+        let before_rate = d.before as f64 * 1e9 / (d.split - d.first) as f64;
+        let during_rate = d.during as f64 * 1e9 / (d.end - d.split) as f64;
+        let ratio = during_rate / before_rate;
+        let severity = if ratio <= 0.25 && d.lost_ns >= 1_000_000_000 {
+            Severity::High
+        } else if d.lost_ns >= 100_000_000 {
+            Severity::Medium
+        } else {
+            Severity::Low
+        };
+        let last_before = launches.iter().rfind(|c| c.ts < d.split);
+        let first_after = launches.iter().find(|c| c.ts >= d.split);
+        let pid = last_before.map(|c| c.pid).unwrap_or(0);
+        let mut timeline = vec![step(d.first, d.split - d.first, "CUDA", format!("{} launches at {before_rate:.1}/s", d.before), None)];
+        if let Some(c) = last_before {
+            timeline.push(step(c.ts, c.dur, "CUDA", format!("last launch at the old rate: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone())));
+        }
+        timeline.push(step(d.split, d.end - d.split, "CUDA", format!("{} launch(es) in {} ({during_rate:.2}/s)", d.during, fmt_ns(d.end - d.split)), None));
+        if let Some(c) = first_after {
+            timeline.push(step(c.ts, c.dur, "CUDA", format!("next launch: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone())));
+        }
+        let ids = last_before.iter().chain(first_after.iter()).map(|c| c.id.clone()).collect();
+        out.push(chain(
+            ChainKind::ThroughputDrop,
+            "kernel launches",
+            "launch_rate_drop",
+            "the kernel launch rate fell: the GPU was fed less work",
+            pid,
+            None,
+            d.during,
+            d.lost_ns,
+            d.lost_ns as f64 / (d.end - d.first).max(1) as f64,
+            "the launch span (first launch to the last event in scope)".into(),
+            severity,
+            format!(
+                "kernel launch rate fell from {before_rate:.1}/s to {during_rate:.2}/s at {} ({}): {} of GPU feeding lost over the following {}",
+                rel(d.split, origin),
+                d.split,
+                fmt_ns(d.lost_ns),
+                fmt_ns(d.end - d.split)
+            ),
+            timeline,
+            vec![
+                "The gap and slow-call chains of the feeding thread say why; check them for the same period".into(),
+                format!("Inspect the change point: causeway timeline --from {} --to {}", d.split.saturating_sub(100_000_000), d.split + 1_000_000_000),
+            ],
+            Evidence {
+                event_ids: ids,
+                sql: evidence::throughput_drop_sql(scope, &LAUNCH_OPS, d.first, d.split, d.end),
+                value: d.lost_ns,
+                unit: "ns".into(),
+            },
+        ));
+    }
+
+    // Sync storms per thread.
+    for s in detectors::sync_storms(calls, nested) {
+        let span = spans_by_tid.get(&s.tid).map(|x| x.1 - x.0).unwrap_or(1).max(1);
+        let share = s.sync_ns as f64 / span as f64;
+        let comm = names.of(s.pid, s.tid);
+        out.push(chain(
+            ChainKind::SyncStorm,
+            "synchronize",
+            "sync_after_launch",
+            "a synchronization after nearly every launch: the host waits for the GPU to drain, then the GPU waits for the host",
+            s.pid,
+            Some(s.tid),
+            s.syncs,
+            s.sync_ns,
+            share,
+            format!("the span tid {} fed the GPU ({})", s.tid, fmt_ns(span)),
+            if share >= 0.1 { Severity::Medium } else { Severity::Low },
+            format!("tid {} ({comm}) synchronized {} times for {} launches: {} blocked in sync ({:.1}% of its span)", s.tid, s.syncs, s.launches, fmt_ns(s.sync_ns), share * 100.0),
+            Vec::new(),
+            vec![
+                "Remove per-step synchronization: .item(), .cpu(), printing tensors, torch.cuda.synchronize() in the loop; use non_blocking copies and CUDA events".into(),
+            ],
+            Evidence { event_ids: s.worst.clone(), sql: evidence::call_time_sql(scope, &SYNC_OPS, s.pid, Some(s.tid)), value: s.sync_ns, unit: "ns".into() },
+        ));
+    }
+
+    // Allocator trouble per process.
+    for a in detectors::allocator_findings(calls, nested, has_ptr) {
+        if let Some((early, late, extra)) = a.growth {
+            if late >= 2 * early && extra >= detectors::ALLOC_GROWTH_MIN_EXTRA_NS {
+                let share = extra as f64 / scope_ns as f64;
+                out.push(chain(
+                    ChainKind::AllocatorLatency,
+                    "device allocation",
+                    "allocation_latency_growth",
+                    "device allocations got slower over the run: fragmentation or memory pressure in the allocator",
+                    a.pid,
+                    None,
+                    (a.allocs - a.allocs / 2) as u64,
+                    extra,
+                    share,
+                    "the scope".into(),
+                    if share >= 0.1 { Severity::Medium } else { Severity::Low },
+                    format!("allocation p50 grew from {} (first {} calls) to {} (last {}): {} extra", fmt_ns(early), a.allocs / 2, fmt_ns(late), a.allocs - a.allocs / 2, fmt_ns(extra)),
+                    Vec::new(),
+                    vec!["Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, reuse buffers, avoid torch.cuda.empty_cache() in the loop".into()],
+                    Evidence { event_ids: a.worst_allocs.clone(), sql: evidence::alloc_growth_sql(scope, &ALLOC_OPS, a.pid), value: extra, unit: "ns".into() },
+                ));
+            }
+        }
+        if a.allocs >= detectors::UNFREED_MIN_ALLOCS && a.frees * 2 < a.allocs && a.unfreed_bytes >= detectors::UNFREED_MIN_BYTES {
+            let how = if has_ptr { "matched by device pointer" } else { "this DB cannot match frees to allocations (no pointer column): all allocated bytes" };
+            out.push(chain(
+                ChainKind::AllocatorImbalance,
+                "device allocation",
+                "unfreed_allocations",
+                "device memory allocated and not freed in scope",
+                a.pid,
+                None,
+                a.allocs as u64,
+                a.alloc_ns,
+                a.alloc_ns as f64 / scope_ns as f64,
+                "the scope".into(),
+                Severity::Low,
+                format!(
+                    "pid {} made {} device allocations ({} MiB, {} in the calls) and {} frees: {} MiB not freed in scope ({how})",
+                    a.pid, a.allocs, a.alloc_bytes >> 20, fmt_ns(a.alloc_ns), a.frees, a.unfreed_bytes >> 20
+                ),
+                Vec::new(),
+                vec!["Memory that is never freed: check torch.cuda.memory_summary() for leaks or cache growth; free or reuse large buffers".into()],
+                Evidence {
+                    event_ids: a.worst_allocs.clone(),
+                    sql: evidence::unfreed_bytes_sql(scope, &ALLOC_OPS, &FREE_OPS, a.pid, has_ptr),
+                    value: a.unfreed_bytes,
+                    unit: "bytes".into(),
+                },
+            ));
+        }
+        if a.frees >= detectors::FREE_STORM_MIN_CALLS && a.free_ns >= detectors::FREE_STORM_MIN_NS {
+            let share = a.free_ns as f64 / scope_ns as f64;
+            out.push(chain(
+                ChainKind::FreeStorm,
+                "cudaFree",
+                "free_storm",
+                "many device frees: each cudaFree synchronizes the device",
+                a.pid,
+                None,
+                a.frees as u64,
+                a.free_ns,
+                share,
+                "the scope".into(),
+                if share >= 0.1 { Severity::Medium } else { Severity::Low },
+                format!("pid {} freed device memory {} times, {} in the calls", a.pid, a.frees, fmt_ns(a.free_ns)),
+                Vec::new(),
+                vec!["Avoid freeing in the loop (torch.cuda.empty_cache(), per-step buffers): let the caching allocator reuse blocks".into()],
+                Evidence { event_ids: a.worst_frees.clone(), sql: evidence::call_time_sql(scope, &FREE_OPS, a.pid, None), value: a.free_ns, unit: "ns".into() },
+            ));
+        }
+    }
+    Ok(out)
+}

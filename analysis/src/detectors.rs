@@ -1,0 +1,344 @@
+//! Detectors for what stalls a GPU beyond one slow call: long gaps between the GPU calls of a feeding
+//! thread (host-side starvation), a fall of the launch rate, a synchronization after nearly every
+//! launch, allocation latency growing over the run, allocations never freed, and cudaFree storms.
+//! Each works on the GPU calls of the window (sorted by time, with their nested flags) and states its
+//! rule next to its constant; the evidence SQL in [`crate::evidence`] applies the same rules.
+
+use std::collections::BTreeMap;
+
+use causeway_backends::EventId;
+use causeway_model::codes::{op, OpCode};
+
+use crate::attribution::Call;
+use crate::stats::nearest_rank;
+
+/// A gap between GPU calls of one thread is long when it is at least this...
+pub const GAP_FLOOR_NS: i64 = 10_000_000;
+/// ...and at least this multiple of the thread's p50 gap...
+pub const GAP_P50_MULTIPLE: i64 = 10;
+/// ...and at least this multiple of its p75 gap (so that a loop's normal gap between iterations,
+/// however long, is never "long": only gaps well beyond the thread's own rhythm are).
+pub const GAP_P75_MULTIPLE: i64 = 3;
+/// A throughput drop needs this many launches before the change point...
+pub const DROP_MIN_BEFORE: usize = 10;
+/// ...spread over at least this long (so that one burst of launches is not taken for a rate)...
+pub const DROP_MIN_BEFORE_NS: i64 = 100_000_000;
+/// ...a "during" period of at least this long...
+pub const DROP_MIN_DURING_NS: i64 = 1_000_000_000;
+/// ...and a launch rate during of at most half the rate before.
+pub const DROP_MAX_RATE_RATIO: f64 = 0.5;
+/// A sync storm: at least this many launches on the thread...
+pub const SYNC_STORM_MIN_LAUNCHES: u64 = 20;
+/// ...and at least 8 syncs per 10 launches.
+pub const SYNC_STORM_PER_10_LAUNCHES: u64 = 8;
+/// Allocation latency growth: at least this many allocations, the later half's p50 at least twice the
+/// earlier half's, and at least 1 ms extra in all.
+pub const ALLOC_GROWTH_MIN_CALLS: usize = 8;
+pub const ALLOC_GROWTH_MIN_EXTRA_NS: i64 = 1_000_000;
+/// Unfreed memory: at least this many allocations, fewer than half as many frees, and this many bytes.
+pub const UNFREED_MIN_ALLOCS: usize = 5;
+pub const UNFREED_MIN_BYTES: i64 = 1 << 30;
+/// A cudaFree storm: at least this many frees taking at least 10 ms in all.
+pub const FREE_STORM_MIN_CALLS: usize = 50;
+pub const FREE_STORM_MIN_NS: i64 = 10_000_000;
+
+pub const LAUNCH_OPS: [OpCode; 3] = [op::CUDA_LAUNCH_KERNEL, op::CU_LAUNCH_KERNEL, op::GRAPH_LAUNCH];
+pub const SYNC_OPS: [OpCode; 5] =
+    [op::CUDA_STREAM_SYNC, op::CUDA_DEVICE_SYNC, op::CUDA_EVENT_SYNC, op::CU_CTX_SYNCHRONIZE, op::CU_STREAM_SYNCHRONIZE];
+pub const ALLOC_OPS: [OpCode; 4] = [op::CUDA_MALLOC, op::CUDA_MALLOC_MANAGED, op::CU_MEM_ALLOC, op::CU_MEM_ALLOC_MANAGED];
+pub const FREE_OPS: [OpCode; 2] = [op::CUDA_FREE, op::CU_MEM_FREE];
+
+/// A gap between two GPU calls of a thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gap {
+    pub pid: u32,
+    pub tid: u32,
+    pub start: i64,
+    pub end: i64,
+    /// The call whose end opens the gap, and the call that closes it.
+    pub after: EventId,
+    pub before: EventId,
+}
+
+/// Long gaps per thread (see [`GAP_FLOOR_NS`]): gaps are measured from the latest end of all earlier
+/// GPU calls of the thread (order: ts, dur desc, source, id) to the next call's start.
+pub fn long_gaps(calls: &[Call]) -> Vec<Gap> {
+    let mut by_tid: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
+    for c in calls {
+        by_tid.entry(c.tid).or_default().push(c);
+    }
+    let mut out = Vec::new();
+    for (tid, mut cs) in by_tid {
+        cs.sort_by(|x, y| (x.ts, std::cmp::Reverse(x.dur), x.op.source, &x.id).cmp(&(y.ts, std::cmp::Reverse(y.dur), y.op.source, &y.id)));
+        let mut gaps = Vec::new();
+        let mut prev: Option<(i64, &EventId)> = None;
+        for c in cs {
+            if let Some((pe, pid_)) = prev {
+                if c.ts > pe {
+                    gaps.push(Gap { pid: c.pid, tid, start: pe, end: c.ts, after: pid_.clone(), before: c.id.clone() });
+                }
+                if c.end() > pe {
+                    prev = Some((c.end(), &c.id));
+                }
+            } else {
+                prev = Some((c.end(), &c.id));
+            }
+        }
+        let mut sizes: Vec<i64> = gaps.iter().map(|g| g.end - g.start).collect();
+        sizes.sort_unstable();
+        let Some(p50) = nearest_rank(&sizes, 500) else { continue };
+        let p75 = nearest_rank(&sizes, 750).unwrap_or(0);
+        let threshold = GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
+        out.extend(gaps.into_iter().filter(|g| g.end - g.start >= threshold));
+    }
+    out
+}
+
+/// First call start and last call end of each thread: the span it fed the GPU.
+pub fn thread_spans(calls: &[Call]) -> BTreeMap<u32, (i64, i64)> {
+    let mut spans: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
+    for c in calls {
+        let s = spans.entry(c.tid).or_insert((c.ts, c.end()));
+        s.0 = s.0.min(c.ts);
+        s.1 = s.1.max(c.end());
+    }
+    spans
+}
+
+/// A fall of the launch rate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThroughputDrop {
+    pub first: i64,
+    pub split: i64,
+    pub end: i64,
+    pub before: u64,
+    pub during: u64,
+    /// `(end - split) - during * (split - first) / before`: time lost at the rate before.
+    pub lost_ns: i64,
+}
+
+/// The change point of the launch rate (launch timestamps sorted; `end` = last event in scope): the
+/// split that best fits two constant rates, among those where the rate after is at most half the rate before.
+/// Candidate splits lie just after a launch: `split = t[i-1] + 1`, `i >= DROP_MIN_BEFORE`.
+pub fn throughput_drop(launch_ts: &[i64], end: i64) -> Option<ThroughputDrop> {
+    let n = launch_ts.len();
+    let first = *launch_ts.first()?;
+    let mut best: Option<(ThroughputDrop, f64)> = None;
+    for i in DROP_MIN_BEFORE..=n {
+        if i < n && launch_ts[i] == launch_ts[i - 1] {
+            continue;
+        }
+        let split = launch_ts[i - 1] + 1;
+        let (before, during) = (i as i64, (n - i) as i64);
+        let (before_ns, during_ns) = (split - first, end - split);
+        let mean_gap = before_ns / before;
+        if before_ns < DROP_MIN_BEFORE_NS || during_ns < DROP_MIN_DURING_NS.max(10 * mean_gap) {
+            continue;
+        }
+        if (during as f64) * (before_ns as f64) > DROP_MAX_RATE_RATIO * (before as f64) * (during_ns as f64) {
+            continue;
+        }
+        let lost_ns = during_ns - during * before_ns / before;
+        // The split of the best two-rate Poisson fit: maximize k1 ln(k1/T1) + k2 ln(k2/T2).
+        let fit = |k: i64, t: i64| if k == 0 { 0.0 } else { k as f64 * (k as f64 / t as f64).ln() };
+        let score = fit(before, before_ns) + fit(during, during_ns);
+        if best.as_ref().is_none_or(|b| score > b.1) {
+            best = Some((ThroughputDrop { first, split, end, before: before as u64, during: during as u64, lost_ns }, score));
+        }
+    }
+    best.map(|b| b.0)
+}
+
+/// Per-thread sync storm figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyncStorm {
+    pub pid: u32,
+    pub tid: u32,
+    pub launches: u64,
+    pub syncs: u64,
+    pub sync_ns: i64,
+    pub worst: Vec<EventId>,
+}
+
+/// Threads that synchronize after nearly every launch (top-level calls only).
+pub fn sync_storms(calls: &[Call], nested: &[bool]) -> Vec<SyncStorm> {
+    let mut per: BTreeMap<u32, SyncStorm> = BTreeMap::new();
+    let mut worst: BTreeMap<u32, Vec<(i64, EventId)>> = BTreeMap::new();
+    for (c, &n) in calls.iter().zip(nested) {
+        if n {
+            continue;
+        }
+        let s = per.entry(c.tid).or_insert(SyncStorm { pid: c.pid, tid: c.tid, launches: 0, syncs: 0, sync_ns: 0, worst: vec![] });
+        if LAUNCH_OPS.contains(&c.op) {
+            s.launches += 1;
+        } else if SYNC_OPS.contains(&c.op) {
+            s.syncs += 1;
+            s.sync_ns += c.dur;
+            worst.entry(c.tid).or_default().push((c.dur, c.id.clone()));
+        }
+    }
+    per.into_values()
+        .filter(|s| s.launches >= SYNC_STORM_MIN_LAUNCHES && s.syncs * 10 >= s.launches * SYNC_STORM_PER_10_LAUNCHES)
+        .map(|mut s| {
+            let mut w = worst.remove(&s.tid).unwrap_or_default();
+            w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            s.worst = w.into_iter().take(5).map(|x| x.1).collect();
+            s
+        })
+        .collect()
+}
+
+/// Allocator figures of one process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocatorFindings {
+    pub pid: u32,
+    pub allocs: usize,
+    pub alloc_ns: i64,
+    pub alloc_bytes: i64,
+    pub frees: usize,
+    pub free_ns: i64,
+    /// p50 of the earlier and later half, and the later half's time above the earlier p50.
+    pub growth: Option<(i64, i64, i64)>,
+    /// Bytes never freed (by pointer when known, else all allocated bytes).
+    pub unfreed_bytes: i64,
+    pub worst_allocs: Vec<EventId>,
+    pub worst_frees: Vec<EventId>,
+}
+
+/// Allocator figures per process (top-level calls only). `has_ptr`: frees can be matched to
+/// allocations by device pointer (`arg2`).
+pub fn allocator_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Vec<AllocatorFindings> {
+    let mut allocs: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
+    let mut frees: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
+    for (c, &n) in calls.iter().zip(nested) {
+        if n {
+            continue;
+        }
+        if ALLOC_OPS.contains(&c.op) {
+            allocs.entry(c.pid).or_default().push(c);
+        } else if FREE_OPS.contains(&c.op) {
+            frees.entry(c.pid).or_default().push(c);
+        }
+    }
+    let pids: std::collections::BTreeSet<u32> = allocs.keys().chain(frees.keys()).copied().collect();
+    let mut out = Vec::new();
+    for pid in pids {
+        let mut a = allocs.remove(&pid).unwrap_or_default();
+        let f = frees.remove(&pid).unwrap_or_default();
+        a.sort_by(|x, y| (x.ts, &x.id).cmp(&(y.ts, &y.id)));
+        let half = a.len() / 2;
+        let growth = (a.len() >= ALLOC_GROWTH_MIN_CALLS).then(|| {
+            let mut early: Vec<i64> = a[..half].iter().map(|c| c.dur).collect();
+            let mut late: Vec<i64> = a[half..].iter().map(|c| c.dur).collect();
+            early.sort_unstable();
+            late.sort_unstable();
+            let p_early = nearest_rank(&early, 500).unwrap_or(0);
+            let p_late = nearest_rank(&late, 500).unwrap_or(0);
+            let extra: i64 = late.iter().map(|d| (d - p_early).max(0)).sum();
+            (p_early, p_late, extra)
+        });
+        let mut last_free: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
+        for fr in &f {
+            let t = last_free.entry(fr.arg2).or_insert(fr.ts);
+            *t = (*t).max(fr.ts);
+        }
+        let unfreed_bytes = a
+            .iter()
+            .filter(|c| !has_ptr || last_free.get(&c.arg2).is_none_or(|&t| t < c.ts))
+            .map(|c| c.arg0)
+            .sum();
+        let worst = |v: &[&Call]| {
+            let mut w: Vec<(i64, EventId)> = v.iter().map(|c| (c.dur, c.id.clone())).collect();
+            w.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
+            w.into_iter().take(5).map(|x| x.1).collect()
+        };
+        out.push(AllocatorFindings {
+            pid,
+            allocs: a.len(),
+            alloc_ns: a.iter().map(|c| c.dur).sum(),
+            alloc_bytes: a.iter().map(|c| c.arg0).sum(),
+            frees: f.len(),
+            free_ns: f.iter().map(|c| c.dur).sum(),
+            growth,
+            unfreed_bytes,
+            worst_allocs: worst(&a),
+            worst_frees: worst(&f),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(id: i64, tid: u32, op: OpCode, ts: i64, dur: i64) -> Call {
+        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op, arg0: 0, arg2: 0, stack_hash: 0 }
+    }
+
+    #[test]
+    fn long_gaps_are_measured_from_the_latest_end() {
+        let ms = 1_000_000;
+        let mut calls = Vec::new();
+        for i in 0..20 {
+            calls.push(c(i, 1, op::CUDA_LAUNCH_KERNEL, i * ms, 10_000));
+        }
+        // A long call, then one nested in it, then a 50 ms gap.
+        calls.push(c(100, 1, op::CUDA_STREAM_SYNC, 20 * ms, 5 * ms));
+        calls.push(c(101, 1, op::CU_CTX_SYNCHRONIZE, 20 * ms + 10, ms));
+        calls.push(c(102, 1, op::CUDA_LAUNCH_KERNEL, 75 * ms, 10_000));
+        let gaps = long_gaps(&calls);
+        assert_eq!(gaps.len(), 1);
+        assert_eq!((gaps[0].start, gaps[0].end), (25 * ms, 75 * ms));
+        assert_eq!(gaps[0].after, EventId::Int(100));
+    }
+
+    #[test]
+    fn throughput_drop_finds_the_change_point() {
+        let ms = 1_000_000;
+        let mut ts: Vec<i64> = (0..200).map(|i| i * ms).collect(); // 1 kHz for 200 ms
+        ts.extend((1..=10).map(|i| 200 * ms + i * 500 * ms)); // then 2 Hz for 5 s
+        let d = throughput_drop(&ts, 5_200 * ms).expect("drop");
+        assert_eq!(d.before, 200);
+        assert_eq!(d.split, 199 * ms + 1);
+        assert!(d.lost_ns > 4_900 * ms, "{d:?}");
+        // One burst of launches, then a steady rate: not a drop.
+        let mut bursty: Vec<i64> = (0..20).map(|i| i * 1000).collect();
+        bursty.extend((1..2000).map(|i| i * ms));
+        assert_eq!(throughput_drop(&bursty, 2000 * ms), None);
+        let steady: Vec<i64> = (0..1000).map(|i| i * ms).collect();
+        assert_eq!(throughput_drop(&steady, 1000 * ms), None);
+    }
+
+    #[test]
+    fn sync_after_every_launch_is_a_storm() {
+        let mut calls = Vec::new();
+        for i in 0..30 {
+            calls.push(c(2 * i, 1, op::CUDA_LAUNCH_KERNEL, i * 100, 5));
+            calls.push(c(2 * i + 1, 1, op::CUDA_STREAM_SYNC, i * 100 + 10, 50));
+        }
+        let nested = vec![false; calls.len()];
+        let s = sync_storms(&calls, &nested);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].launches, s[0].syncs, s[0].sync_ns), (30, 30, 1500));
+    }
+
+    #[test]
+    fn allocator_growth_and_unfreed_bytes() {
+        let mut calls = Vec::new();
+        for i in 0..10i64 {
+            let mut a = c(i, 1, op::CUDA_MALLOC, i * 1000, if i < 5 { 100 } else { 100 * (i - 3) });
+            a.arg0 = 1 << 28;
+            a.arg2 = 0x1000 + i;
+            calls.push(a);
+        }
+        let mut f = c(50, 1, op::CUDA_FREE, 99_999, 10);
+        f.arg2 = 0x1000;
+        calls.push(f);
+        let nested = vec![false; calls.len()];
+        let a = &allocator_findings(&calls, &nested, true)[0];
+        assert_eq!((a.allocs, a.frees), (10, 1));
+        assert_eq!(a.growth, Some((100, 400, 200 + 300 + 400 + 500 + 600 - 500)));
+        assert_eq!(a.unfreed_bytes, 9 << 28);
+    }
+}

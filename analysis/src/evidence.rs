@@ -1,0 +1,257 @@
+//! Evidence SQL: for every chain, one read-only query that recomputes the chain's headline figure from
+//! the DB it came from, the same way the Rust code does (interval overlap with MAX/MIN, nearest-rank
+//! percentiles with ROW_NUMBER, the same top-level and gap rules). Run it with
+//! `causeway query --db PATH "SQL"`: it returns one row with one column, `value`.
+//!
+//! Every query is built from a *subject* CTE `c(tid, pid, ts, te)` (the slow calls of an op, or the
+//! long gaps of a thread) and a *measure* over it (an off-CPU segment of one cause and culprit, the
+//! uncovered part, the remainder).
+
+use causeway_model::codes::OpCode;
+use causeway_model::time::TimeWindow;
+
+use crate::attribution::{Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
+use crate::detectors::{GAP_FLOOR_NS, GAP_P50_MULTIPLE, GAP_P75_MULTIPLE};
+use crate::stats::nearest_rank_sql;
+
+/// What the SQL may use: the scope of the analysis and what the DB records.
+#[derive(Debug, Clone)]
+pub struct SqlScope {
+    pub window: TimeWindow,
+    pub pid: Option<u32>,
+    /// The DB has the native scheduler columns (prev_state, next_*, wake_ts, waker_*).
+    pub sched_detail: bool,
+}
+
+impl SqlScope {
+    /// `AND` conditions for the window and pid on table alias `t` (empty alias = bare columns).
+    pub fn filter(&self, t: &str) -> String {
+        let p = if t.is_empty() { String::new() } else { format!("{t}.") };
+        let mut s = String::new();
+        if let Some(f) = self.window.from_ns {
+            s.push_str(&format!(" AND {p}timestamp >= {f}"));
+        }
+        if let Some(to) = self.window.to_ns {
+            s.push_str(&format!(" AND {p}timestamp <= {to}"));
+        }
+        if let Some(pid) = self.pid {
+            s.push_str(&format!(" AND {p}pid = {pid}"));
+        }
+        s
+    }
+}
+
+/// `NOT EXISTS` clause: `alias` (with columns id, tid, source, timestamp, duration) is not inside
+/// another GPU call of its thread in scope. The lower bound on `o.timestamp` (no call lasts longer
+/// than the longest GPU call) changes no result; it lets the timestamp index bound the search.
+pub fn top_level_sql(scope: &SqlScope, alias: &str) -> String {
+    let a = alias;
+    format!(
+        "NOT EXISTS (SELECT 1 FROM events o WHERE o.tid = {a}.tid AND o.source IN (1, 4, 8) AND o.id <> {a}.id \
+         AND o.timestamp <= {a}.timestamp AND o.timestamp + o.duration >= {a}.timestamp + {a}.duration{} \
+         AND o.timestamp >= {a}.timestamp - (SELECT MAX(duration) FROM events WHERE source IN (1, 4, 8)) \
+         AND (o.timestamp < {a}.timestamp OR o.duration > {a}.duration OR o.source < {a}.source \
+         OR (o.source = {a}.source AND o.id < {a}.id)))",
+        scope.filter("o")
+    )
+}
+
+/// Subject CTEs: the slow top-level calls of `op` in scope, as `c(tid, pid, ts, te)`.
+pub fn slow_calls_cte(scope: &SqlScope, op: OpCode) -> String {
+    format!(
+        "d AS (SELECT id, pid, tid, source, timestamp, duration, ROW_NUMBER() OVER (ORDER BY duration) AS rn, \
+         COUNT(*) OVER () AS n FROM events WHERE source = {s} AND op = {o}{f}), \
+         th AS (SELECT MAX(MAX(CASE WHEN rn = {p90} THEN duration END), \
+         {m} * MAX(CASE WHEN rn = {p50} THEN duration END), {floor}) AS t FROM d), \
+         c AS (SELECT d.tid, d.pid, d.timestamp AS ts, d.timestamp + d.duration AS te FROM d, th \
+         WHERE d.duration >= th.t AND {top})",
+        s = op.source,
+        o = op.op,
+        f = scope.filter(""),
+        p90 = nearest_rank_sql(SLOW_PER_MILLE, "n"),
+        p50 = nearest_rank_sql(500, "n"),
+        m = SLOW_P50_MULTIPLE,
+        floor = SLOW_FLOOR_NS,
+        top = top_level_sql(scope, "d"),
+    )
+}
+
+/// Subject CTEs: the long gaps between GPU calls of thread `tid`, as `c(tid, pid, ts, te)`.
+pub fn long_gaps_cte(scope: &SqlScope, tid: u32) -> String {
+    format!(
+        "g0 AS (SELECT tid, pid, timestamp AS ts, MAX(timestamp + duration) OVER (PARTITION BY tid \
+         ORDER BY timestamp, duration DESC, source, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe \
+         FROM events WHERE source IN (1, 4, 8){f}), \
+         g1 AS (SELECT tid, pid, pe AS a, ts AS b, ts - pe AS gap FROM g0 WHERE pe IS NOT NULL AND ts > pe), \
+         gr AS (SELECT tid, gap, ROW_NUMBER() OVER (PARTITION BY tid ORDER BY gap) AS rn, \
+         COUNT(*) OVER (PARTITION BY tid) AS n FROM g1), \
+         gt AS (SELECT tid, MAX({floor}, {m} * MAX(CASE WHEN rn = {p50} THEN gap END), \
+         {m75} * MAX(CASE WHEN rn = {p75} THEN gap END)) AS t FROM gr GROUP BY tid), \
+         c AS (SELECT g1.tid, g1.pid, g1.a AS ts, g1.b AS te FROM g1 JOIN gt ON gt.tid = g1.tid \
+         WHERE g1.tid = {tid} AND g1.gap >= gt.t)",
+        f = scope.filter(""),
+        floor = GAP_FLOOR_NS,
+        m = GAP_P50_MULTIPLE,
+        p50 = nearest_rank_sql(500, "n"),
+        m75 = GAP_P75_MULTIPLE,
+        p75 = nearest_rank_sql(750, "n"),
+    )
+}
+
+/// A culprit as the SQL keys it: who took the CPU `(pid, tid, comm)` or who woke the thread `(pid, tid)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CulpritKey {
+    None,
+    TookCpu(u32, u32, String),
+    Woke(u32, u32),
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The measure over `c`: total ns of `cause` (with `culprit`) inside the subject intervals.
+pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> String {
+    let sw = "FROM c JOIN events e ON e.tid = c.tid AND e.source = 3 AND e.op = 1 \
+              AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te";
+    let so = "(e.timestamp - e.duration)";
+    let wake = format!("(CASE WHEN COALESCE(e.wake_ts, 0) > 0 THEN MIN(MAX(e.wake_ts, {so}), e.timestamp) ELSE e.timestamp END)");
+    let ov = |a: &str, b: &str| format!("SELECT COALESCE(SUM(MAX(0, MIN(c.te, {b}) - MAX(c.ts, {a}))), 0) AS value {sw}");
+    let state_known = "e.prev_state IN (0, 1, 2, 3)";
+    match cause {
+        Cause::OffCpuUnrecorded if !scope.sched_detail => ov(so, "e.timestamp"),
+        Cause::OffCpuUnrecorded => format!("{} WHERE NOT ({state_known}) OR e.prev_state IS NULL", ov(so, "e.timestamp")),
+        Cause::Preempted => {
+            let who = match culprit {
+                CulpritKey::TookCpu(p, t, comm) => {
+                    format!(" AND e.next_pid = {p} AND e.next_tid = {t} AND COALESCE(e.next_comm, '') = {}", quote(comm))
+                }
+                _ => " AND COALESCE(e.next_pid, 0) = 0 AND COALESCE(e.next_tid, 0) = 0".to_string(),
+            };
+            format!("{} WHERE e.prev_state = 0{who}", ov(so, "e.timestamp"))
+        }
+        Cause::Sleep | Cause::Uninterruptible | Cause::StoppedOrOther => {
+            let state = match cause {
+                Cause::Sleep => 1,
+                Cause::Uninterruptible => 2,
+                _ => 3,
+            };
+            let (p, t) = match culprit {
+                CulpritKey::Woke(p, t) => (*p, *t),
+                _ => (0, 0),
+            };
+            format!(
+                "{} WHERE e.prev_state = {state} AND COALESCE(e.waker_pid, 0) = {p} AND COALESCE(e.waker_tid, 0) = {t}",
+                ov(so, &wake)
+            )
+        }
+        Cause::RunqueueWait => format!("{} WHERE e.prev_state IN (1, 2, 3)", ov(&wake, "e.timestamp")),
+        Cause::NoSchedData => format!(
+            "SELECT COALESCE(SUM((c.te - c.ts) - {cov}), 0) AS value FROM c LEFT JOIN cv ON cv.tid = c.tid",
+            cov = coverage_expr()
+        ),
+        Cause::OnCpuOrGpu | Cause::HostCompute | Cause::PageAllocPressure => {
+            let covered = if scope.sched_detail { "(c.te - c.ts)".to_string() } else { coverage_expr() };
+            let pages = match cause {
+                Cause::PageAllocPressure => format!(" WHERE pages >= {PAGE_ALLOC_PRESSURE_BYTES}"),
+                Cause::OnCpuOrGpu => format!(" WHERE pages < {PAGE_ALLOC_PRESSURE_BYTES}"),
+                _ => String::new(),
+            };
+            format!(
+                "SELECT COALESCE(SUM(MAX(0, covered - off)), 0) AS value FROM (SELECT {covered} AS covered, \
+                 COALESCE((SELECT SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, e.timestamp - e.duration))) \
+                 FROM events e WHERE e.tid = c.tid AND e.source = 3 AND e.op = 1 AND e.timestamp > c.ts \
+                 AND e.timestamp - e.duration < c.te), 0) AS off, \
+                 (SELECT COALESCE(SUM(p.arg0), 0) FROM events p WHERE p.pid = c.pid AND p.source = 3 \
+                 AND p.op IN (3, 20) AND p.timestamp BETWEEN c.ts AND c.te) AS pages \
+                 FROM c LEFT JOIN cv ON cv.tid = c.tid){pages}"
+            )
+        }
+    }
+}
+
+/// The covered part of `[c.ts, c.te]` given `cv(tid, cs, ce)`, the thread's recorded switch span.
+fn coverage_expr() -> String {
+    "COALESCE(MAX(0, MIN(c.te, cv.ce) - MAX(c.ts, cv.cs)), 0)".to_string()
+}
+
+/// `cv(tid, cs, ce)`: each thread's recorded scheduler span over the whole DB.
+const COVERAGE_CTE: &str = "cv AS (SELECT tid, MIN(timestamp - duration) AS cs, MAX(timestamp) AS ce \
+                            FROM events WHERE source = 3 AND op = 1 GROUP BY tid)";
+
+/// The full query for a slow-call chain.
+pub fn slow_call_chain_sql(scope: &SqlScope, op: OpCode, cause: Cause, culprit: &CulpritKey) -> String {
+    format!("WITH {}, {COVERAGE_CTE} {}", slow_calls_cte(scope, op), measure_sql(scope, cause, culprit))
+}
+
+/// The full query for a feeding-gap chain of thread `tid`.
+pub fn gap_chain_sql(scope: &SqlScope, tid: u32, cause: Cause, culprit: &CulpritKey) -> String {
+    format!("WITH {}, {COVERAGE_CTE} {}", long_gaps_cte(scope, tid), measure_sql(scope, cause, culprit))
+}
+
+/// SQL condition: `alias` is one of `ops`.
+pub fn ops_condition(alias: &str, ops: &[OpCode]) -> String {
+    let terms: Vec<String> =
+        ops.iter().map(|o| format!("({alias}.source = {} AND {alias}.op = {})", o.source, o.op)).collect();
+    format!("({})", terms.join(" OR "))
+}
+
+/// Throughput-drop figure: time lost in `[split, end]` at the launch rate of `[first, split)`.
+pub fn throughput_drop_sql(scope: &SqlScope, launches: &[OpCode], first: i64, split: i64, end: i64) -> String {
+    format!(
+        "WITH l AS (SELECT d.timestamp AS ts FROM events d WHERE {ops}{f} AND {top}), \
+         k AS (SELECT SUM(ts >= {first} AND ts < {split}) AS before, SUM(ts >= {split} AND ts <= {end}) AS during FROM l) \
+         SELECT ({end} - {split}) - (during * ({split} - {first})) / before AS value FROM k",
+        ops = ops_condition("d", launches),
+        f = scope.filter("d"),
+        top = top_level_sql(scope, "d"),
+    )
+}
+
+/// Sum of durations of the top-level calls of `ops` on thread `tid` (pid-wide when `tid` is None).
+pub fn call_time_sql(scope: &SqlScope, ops: &[OpCode], pid: u32, tid: Option<u32>) -> String {
+    let t = tid.map(|t| format!(" AND d.tid = {t}")).unwrap_or_default();
+    format!(
+        "SELECT COALESCE(SUM(d.duration), 0) AS value FROM events d WHERE {ops}{f} AND d.pid = {pid}{t} AND {top}",
+        ops = ops_condition("d", ops),
+        f = scope.filter("d"),
+        top = top_level_sql(scope, "d"),
+    )
+}
+
+/// Allocation latency growth: extra time of the later half of the top-level allocations of `pid`
+/// over the p50 of the earlier half (half = `n / 2` calls by time, the later half gets the odd one).
+pub fn alloc_growth_sql(scope: &SqlScope, allocs: &[OpCode], pid: u32) -> String {
+    format!(
+        "WITH a AS (SELECT d.duration AS dur, ROW_NUMBER() OVER (ORDER BY d.timestamp, d.id) AS rt, COUNT(*) OVER () AS n \
+         FROM events d WHERE {ops}{f} AND d.pid = {pid} AND {top}), \
+         e AS (SELECT dur, ROW_NUMBER() OVER (ORDER BY dur) AS rd, COUNT(*) OVER () AS m FROM a WHERE rt <= n / 2), \
+         p AS (SELECT MAX(CASE WHEN rd = {p50} THEN dur END) AS p50 FROM e) \
+         SELECT COALESCE(SUM(MAX(0, a.dur - p.p50)), 0) AS value FROM a, p WHERE a.rt > a.n / 2",
+        ops = ops_condition("d", allocs),
+        f = scope.filter("d"),
+        top = top_level_sql(scope, "d"),
+        p50 = nearest_rank_sql(500, "m"),
+    )
+}
+
+/// Bytes of top-level allocations of `pid` never freed in scope: matched by device pointer (`arg2`)
+/// when the DB has it, else all allocated bytes (the DB cannot match frees to allocations).
+pub fn unfreed_bytes_sql(scope: &SqlScope, allocs: &[OpCode], frees: &[OpCode], pid: u32, has_ptr: bool) -> String {
+    let unmatched = if has_ptr {
+        format!(
+            " AND NOT EXISTS (SELECT 1 FROM events fr WHERE {fops} AND fr.pid = d.pid AND fr.arg2 = d.arg2 \
+             AND fr.timestamp >= d.timestamp{ff})",
+            fops = ops_condition("fr", frees),
+            ff = scope.filter("fr"),
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "SELECT COALESCE(SUM(d.arg0), 0) AS value FROM events d WHERE {ops}{f} AND d.pid = {pid} AND {top}{unmatched}",
+        ops = ops_condition("d", allocs),
+        f = scope.filter("d"),
+        top = top_level_sql(scope, "d"),
+    )
+}

@@ -1,0 +1,494 @@
+//! `explain`: the incident report. Loads the GPU calls of the scope, finds the slow calls and the long
+//! gaps between calls, attributes each to what its thread went through ([`crate::attribution`]),
+//! aggregates into chains ([`crate::chains`]), adds the detectors' findings ([`crate::detectors`]),
+//! ranks them, and attaches to every chain a SQL query that reproduces its headline figure.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use causeway_backends::{EventId, TraceFormat, TraceStore};
+use causeway_model::codes::OpCode;
+use causeway_model::time::{fmt_ns, TimeWindow};
+
+use crate::attribution::{self as attr, CallAttribution, Cause, Coverage, OffCpu, OpDistribution, Part};
+use crate::chains::{self, Chain, ChainAccumulator, ChainKind, Evidence, Group, Severity, TimelineStep};
+use crate::detectors::{self, Gap};
+use crate::evidence::{self, CulpritKey, SqlScope};
+use crate::trace_data::{self, Names, Spans};
+use crate::AnalysisError;
+
+/// What to explain.
+#[derive(Debug, Clone)]
+pub struct ExplainRequest {
+    pub window: TimeWindow,
+    pub pid: Option<u32>,
+    /// Chains returned (the rest are counted in `chains_total`).
+    pub top: usize,
+}
+
+impl Default for ExplainRequest {
+    fn default() -> Self {
+        ExplainRequest { window: TimeWindow::ALL, pid: None, top: 10 }
+    }
+}
+
+/// Figures of one GPU op in scope.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct OpFigures {
+    pub op: String,
+    pub source: u8,
+    pub op_code: u16,
+    /// All calls, nested ones included (the distribution).
+    pub calls: u64,
+    pub p50_ns: i64,
+    pub p90_ns: i64,
+    pub p99_ns: i64,
+    /// `max(p90, 2 * p50, 100 us)`.
+    pub slow_threshold_ns: i64,
+    /// Top-level calls at or above the threshold.
+    pub slow_calls: u64,
+    pub slow_ns: i64,
+}
+
+/// The incident report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct Explanation {
+    pub db: String,
+    pub format: TraceFormat,
+    /// The window asked for (`null` = unbounded) and the first/last event in scope.
+    pub window: TimeWindow,
+    pub first_ns: i64,
+    pub last_ns: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// One sentence: the worst finding.
+    pub verdict: String,
+    pub slow_call_rule: String,
+    pub severity_rules: Vec<String>,
+    /// Top-level slow calls and their total duration.
+    pub slow_calls: u64,
+    pub slow_time_ns: i64,
+    pub gpu_calls: u64,
+    pub ops: Vec<OpFigures>,
+    pub chains: Vec<Chain>,
+    /// Chains found (more than `chains` when `truncated`).
+    pub chains_total: usize,
+    pub truncated: bool,
+    /// What this DB does not record.
+    pub missing: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// Find a chain by id (`c3`) or key.
+pub fn find_chain<'a>(e: &'a Explanation, id: &str) -> Option<&'a Chain> {
+    e.chains.iter().find(|c| c.id == id || c.key == id)
+}
+
+/// Everything one attributed subject (an op, or a thread's gaps) needs to become chains.
+struct Subject<'a> {
+    kind: ChainKind,
+    op_name: String,
+    op: Option<OpCode>,
+    tid: Option<u32>,
+    dist: Option<OpDistribution>,
+    /// Denominator of `share`.
+    total_ns: i64,
+    share_of: String,
+    /// Attributions by interval id.
+    items: &'a HashMap<EventId, Item>,
+}
+
+/// One attributed interval: a slow call, or a gap (keyed by the call that ends it).
+struct Item {
+    ts: i64,
+    dur: i64,
+    pid: u32,
+    tid: u32,
+    label: String,
+    parts: Vec<Part>,
+}
+
+pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
+    let info = store.info();
+    let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state") };
+    let mut names = Names { processes: store.process_names()?, ..Default::default() };
+    let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
+    let nested = attr::nested_flags(&calls);
+    let mut dists: BTreeMap<OpCode, Vec<i64>> = BTreeMap::new();
+    for c in &calls {
+        dists.entry(c.op).or_default().push(c.dur);
+    }
+    let dists: BTreeMap<OpCode, OpDistribution> =
+        dists.into_iter().map(|(op, mut d)| (op, OpDistribution::from_durations(&mut d))).collect();
+    let slow: Vec<usize> =
+        (0..calls.len()).filter(|&i| !nested[i] && calls[i].dur >= dists[&calls[i].op].slow_threshold()).collect();
+    let gaps = detectors::long_gaps(&calls);
+
+    let mut spans = Spans::default();
+    for &i in &slow {
+        spans.add(calls[i].tid, calls[i].ts, calls[i].end());
+    }
+    for g in &gaps {
+        spans.add(g.tid, g.start, g.end);
+    }
+    spans.finish();
+    let off = trace_data::load_off_cpu(store, &spans)?;
+    let coverage: Option<HashMap<u32, Coverage>> =
+        if scope.sched_detail { None } else { Some(trace_data::load_coverage(store)?) };
+    let cov_of = |tid: u32| coverage.as_ref().map(|m| m.get(&tid).copied());
+    let slow_pids: BTreeSet<u32> = slow.iter().map(|&i| calls[i].pid).collect();
+    let pages = trace_data::load_page_allocs(store, &slow_pids, spans.earliest().unwrap_or(0))?;
+    let no_off: Vec<OffCpu> = Vec::new();
+
+    // Slow calls, attributed, per op.
+    let mut per_op: BTreeMap<OpCode, (ChainAccumulator, HashMap<EventId, Item>)> = BTreeMap::new();
+    let mut op_slow: BTreeMap<OpCode, (u64, i64)> = BTreeMap::new();
+    let mut page_bytes: BTreeMap<OpCode, i64> = BTreeMap::new();
+    for &i in &slow {
+        let c = &calls[i];
+        let offs = off.get(&c.tid).unwrap_or(&no_off);
+        let a: CallAttribution = attr::attribute_call(c, offs, cov_of(c.tid), pages.get(&c.pid).map(Vec::as_slice).unwrap_or(&[]));
+        let (acc, items) = per_op.entry(c.op).or_default();
+        acc.add(&c.id, c.ts, c.dur, &a.parts);
+        items.insert(c.id.clone(), Item { ts: c.ts, dur: c.dur, pid: c.pid, tid: c.tid, label: c.op.name().into_owned(), parts: a.parts });
+        let s = op_slow.entry(c.op).or_default();
+        s.0 += 1;
+        s.1 += c.dur;
+        if a.page_alloc_bytes >= attr::PAGE_ALLOC_PRESSURE_BYTES {
+            *page_bytes.entry(c.op).or_default() += a.page_alloc_bytes;
+        }
+    }
+    let slow_time_ns: i64 = op_slow.values().map(|s| s.1).sum();
+    let spans_by_tid = detectors::thread_spans(&calls);
+    let mut chains_out = Vec::new();
+    for (op, (acc, items)) in per_op {
+        let subject = Subject {
+            kind: ChainKind::SlowCalls,
+            op_name: op.name().into_owned(),
+            op: Some(op),
+            tid: None,
+            dist: dists.get(&op).copied(),
+            total_ns: slow_time_ns,
+            share_of: "all slow-call time in scope".into(),
+            items: &items,
+        };
+        for (key, group) in acc.into_groups() {
+            let mut chain = attributed_chain(store, &scope, &subject, key, group, &names)?;
+            if chain.cause == Cause::PageAllocPressure.as_str() {
+                let b = page_bytes.get(&op).copied().unwrap_or(0);
+                chain.details.push(format!("the process allocated {} MiB of pages during these calls", b >> 20));
+            }
+            chains_out.push(chain);
+        }
+    }
+
+    // Long gaps between GPU calls, attributed, per thread.
+    let mut per_tid: BTreeMap<u32, Vec<&Gap>> = BTreeMap::new();
+    for g in &gaps {
+        per_tid.entry(g.tid).or_default().push(g);
+    }
+    let sample_note = sampled_note(store, req)?;
+    let bounds = trace_data::scope_bounds(store, req.window, req.pid)?;
+    for (tid, gs) in per_tid {
+        let mut acc = ChainAccumulator::default();
+        let mut items = HashMap::new();
+        for g in gs {
+            let parts = attr::attribute_interval(g.start, g.end, off.get(&tid).unwrap_or(&no_off), cov_of(tid), Cause::HostCompute);
+            acc.add(&g.before, g.start, g.end - g.start, &parts);
+            let label = format!("gap from the end of event {} to event {}", g.after, g.before);
+            items.insert(g.before.clone(), Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts });
+        }
+        let span = spans_by_tid.get(&tid).map(|s| s.1 - s.0).unwrap_or(1).max(1);
+        let subject = Subject {
+            kind: ChainKind::FeedingGap,
+            op_name: "gap between GPU calls".into(),
+            op: None,
+            tid: Some(tid),
+            dist: None,
+            total_ns: span,
+            share_of: format!("the span tid {tid} fed the GPU (first call to last call end, {})", fmt_ns(span)),
+            items: &items,
+        };
+        for (key, group) in acc.into_groups() {
+            let mut chain = attributed_chain(store, &scope, &subject, key, group, &names)?;
+            if chain.cause == Cause::HostCompute.as_str() {
+                let last_gap_end = items.values().map(|it| it.ts + it.dur).max().unwrap_or(0);
+                let first_gap = items.values().map(|it| it.ts).min().unwrap_or(0);
+                chain.details.extend(host_work_facts(store, req, chain.pid, first_gap, last_gap_end, bounds, &names)?);
+            }
+            chain.details.push(format!(
+                "a gap is long when it lasts at least max({}, {} x the thread's p50 gap, {} x its p75 gap)",
+                fmt_ns(detectors::GAP_FLOOR_NS),
+                detectors::GAP_P50_MULTIPLE,
+                detectors::GAP_P75_MULTIPLE
+            ));
+            chains_out.push(chain);
+        }
+    }
+
+    chains_out.extend(crate::detector_chains::detector_chains(&scope, &calls, &nested, bounds, &spans_by_tid, &names, info.has_column("arg2"))?);
+
+    if let Some(n) = &sample_note {
+        for c in &mut chains_out {
+            c.details.push(format!("{n}: figures cover the stored events only"));
+        }
+    }
+    chains::rank(&mut chains_out);
+    let chains_total = chains_out.len();
+    let truncated = chains_total > req.top;
+    chains_out.truncate(req.top);
+    let verdict = verdict(&chains_out, slow.len());
+    let ops = dists
+        .iter()
+        .map(|(op, d)| {
+            let s = op_slow.get(op).copied().unwrap_or((0, 0));
+            OpFigures {
+                op: op.name().into_owned(),
+                source: op.source,
+                op_code: op.op,
+                calls: d.count as u64,
+                p50_ns: d.p50,
+                p90_ns: d.p90,
+                p99_ns: d.p99,
+                slow_threshold_ns: d.slow_threshold(),
+                slow_calls: s.0,
+                slow_ns: s.1,
+            }
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if let Some(n) = sample_note {
+        notes.push(n);
+    }
+    if !scope.sched_detail {
+        notes.push("this DB's sched_switch rows give each thread's off-CPU intervals but not why it left the CPU nor which task took it: such time is reported as off_cpu_unrecorded, with no culprit".into());
+        notes.push("the part of a call or gap outside the thread's recorded sched_switch span is reported as no_sched_data, never as on-CPU time".into());
+    }
+    Ok(Explanation {
+        db: info.path.display().to_string(),
+        format: info.format.clone(),
+        window: req.window,
+        first_ns: bounds.map(|b| b.0).unwrap_or(0),
+        last_ns: bounds.map(|b| b.1).unwrap_or(0),
+        pid: req.pid,
+        verdict,
+        slow_call_rule: format!(
+            "a top-level CUDA runtime/driver call (not inside another GPU call of its thread) whose duration is at least max(p{}, {} x p50, {}) of its op in scope (exact nearest-rank)",
+            attr::SLOW_PER_MILLE / 10,
+            attr::SLOW_P50_MULTIPLE,
+            fmt_ns(attr::SLOW_FLOOR_NS)
+        ),
+        severity_rules: severity_rules(),
+        slow_calls: slow.len() as u64,
+        slow_time_ns,
+        gpu_calls: calls.len() as u64,
+        ops,
+        chains: chains_out,
+        chains_total,
+        truncated,
+        missing: info.missing.clone(),
+        notes,
+    })
+}
+
+fn severity_rules() -> Vec<String> {
+    vec![
+        "slow calls with a host cause: HIGH if share >= 25% of slow-call time and stall >= 10 ms; MEDIUM if share >= 5% and stall >= 1 ms; else LOW".into(),
+        "gaps between GPU calls with a host cause: HIGH if share >= 25% of the thread's feeding span and stall >= 100 ms; MEDIUM if share >= 5% and stall >= 10 ms; else LOW".into(),
+        "throughput drop: HIGH if the launch rate fell to <= 25% and >= 1 s was lost; MEDIUM if >= 100 ms was lost; else LOW".into(),
+        "sync storm, allocator latency growth, cudaFree storm: MEDIUM if share >= 10% of the thread's or process's feeding span; else LOW".into(),
+        "no host cause (on_cpu_or_gpu), no_sched_data, unfreed allocations: always LOW".into(),
+    ]
+}
+
+fn verdict(chains: &[Chain], slow: usize) -> String {
+    match chains.first() {
+        Some(c) if c.severity != Severity::Low => format!("{} [{}]: {}", c.severity.as_str(), c.id, c.summary),
+        Some(c) => format!("no HIGH or MEDIUM finding; the largest is LOW [{}]: {}", c.id, c.summary),
+        None if slow == 0 => "no slow GPU calls and no long gaps between GPU calls in scope".into(),
+        None => "no chain found".into(),
+    }
+}
+
+/// When `events` is a sample, what `event_aggregates` says about the GPU calls in scope.
+fn sampled_note(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Option<String>, AnalysisError> {
+    if !store.info().sampled {
+        return Ok(None);
+    }
+    let (mut count, mut stored) = (0u64, 0u64);
+    for r in store.aggregates(&req.window)? {
+        if attr::is_gpu_call_source(r.source) && req.pid.is_none_or(|p| p == r.pid) {
+            count += r.count;
+            stored += r.stored;
+        }
+    }
+    Ok(Some(format!(
+        "events is a sample (selective storage): event_aggregates counts {count} GPU calls in the minute buckets of this scope, {stored} of them stored"
+    )))
+}
+
+/// What else the trace says about the feeding process while its thread was busy between GPU calls:
+/// whether it had forked worker processes yet, and how many pages it allocated.
+fn host_work_facts(
+    store: &dyn TraceStore,
+    req: &ExplainRequest,
+    pid: u32,
+    first_gap: i64,
+    last_gap_end: i64,
+    bounds: Option<(i64, i64)>,
+    names: &Names,
+) -> Result<Vec<String>, AnalysisError> {
+    let origin = bounds.map(|b| b.0).unwrap_or(0);
+    let rel = |t: i64| format!("+{:.3} s", (t - origin) as f64 / 1e9);
+    let mut out = Vec::new();
+    let filter = causeway_backends::EventFilter {
+        window: req.window,
+        pid: Some(pid),
+        ops: Some(vec![causeway_model::codes::op::PROCESS_FORK]),
+        ..Default::default()
+    };
+    let forks = store.events(&filter)?;
+    let before: Vec<_> = forks.iter().filter(|f| f.event.ts_ns < last_gap_end).collect();
+    if before.is_empty() {
+        let first = forks.first().map(|f| {
+            let child = f.event.arg1 as u32;
+            let name = names.of(child, child);
+            format!("; its first fork, child {child}{}, is at {} (event {})", if name.is_empty() { String::new() } else { format!(" {name}") }, rel(f.event.ts_ns), f.id)
+        });
+        out.push(format!(
+            "pid {pid} forked no process in scope before the last gap ended ({}){}: no DataLoader worker process was started during these gaps, so batches were prepared by the training process itself",
+            rel(last_gap_end),
+            first.unwrap_or_default()
+        ));
+    } else {
+        out.push(format!("pid {pid} forked {} processes before the last gap ended (worker processes existed): the feeding thread was busy on the CPU all the same", before.len()));
+    }
+    let (mut pages, mut bytes) = (0u64, 0i64);
+    for a in store.aggregates(&TimeWindow { from_ns: Some(first_gap), to_ns: Some(last_gap_end) })? {
+        if a.pid == pid && a.source == 3 && a.op == 3 {
+            pages += a.count;
+            bytes += a.sum_arg0;
+        }
+    }
+    if pages > 0 {
+        out.push(format!(
+            "event_aggregates: pid {pid} allocated {pages} pages ({} MiB) in the minute buckets covering these gaps: heavy host memory work",
+            bytes >> 20
+        ));
+    }
+    Ok(out)
+}
+
+fn subject_words(names: &Names, pid: u32, tid: Option<u32>) -> String {
+    let name = names.of(pid, tid.unwrap_or(pid));
+    let name = if name.is_empty() { String::new() } else { format!(" ({})", crate::stacks::clean(&name)) };
+    match tid {
+        Some(t) => format!("tid {t}{name} of pid {pid}"),
+        None => format!("pid {pid}{name}"),
+    }
+}
+
+fn layer(source: u8) -> &'static str {
+    match source {
+        1 => "CUDA",
+        4 => "DRIVER",
+        8 => "CUDA_GRAPH",
+        5 => "IO",
+        _ => "HOST",
+    }
+}
+
+/// Turn one (cause, culprit) group of a subject into a chain.
+fn attributed_chain(
+    store: &dyn TraceStore,
+    scope: &SqlScope,
+    s: &Subject,
+    (cause, ckey): (Cause, CulpritKey),
+    g: Group,
+    names: &Names,
+) -> Result<Chain, AnalysisError> {
+    let culprit = chains::culprit_of(&ckey, &|p, t| names.of(p, t));
+    let calls = g.items.len() as u64;
+    let share = g.stall_ns as f64 / s.total_ns.max(1) as f64;
+    let worst: Vec<&(i64, EventId, i64, i64)> = g.items.iter().take(5).collect();
+    let pid = worst.first().and_then(|w| s.items.get(&w.1)).map(|it| it.pid).unwrap_or(0);
+    let tid = s.tid;
+    let mut timeline = Vec::new();
+    let mut details = Vec::new();
+    let mut io_window: Option<(i64, i64)> = None;
+    for w in worst.iter().take(3) {
+        let Some(Item { ts, dur, tid: itid, label, parts, .. }) = s.items.get(&w.1) else { continue };
+        let what = match (s.kind, s.dist) {
+            (ChainKind::SlowCalls, Some(d)) => format!("{} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50)),
+            _ => format!("{label}: tid {itid} made no GPU call for {}", fmt_ns(*dur)),
+        };
+        let lay = s.op.map(|o| layer(o.source)).unwrap_or("HOST");
+        timeline.push(TimelineStep { ts_ns: *ts, dur_ns: *dur, layer: lay.into(), what, event_id: Some(w.1.clone()) });
+        for p in parts.iter().filter(|p| p.cause == cause && chains::culprit_key(p) == ckey) {
+            let cpu = if p.cpu >= 0 { format!(" on CPU {}", p.cpu) } else { String::new() };
+            let who = match &culprit {
+                Some(c) if c.role == "took_cpu" => format!(", {} ran", chains::culprit_words(&Some(c.clone()))),
+                Some(c) => format!(", woken by {}", chains::culprit_words(&Some(c.clone()))),
+                None => String::new(),
+            };
+            timeline.push(TimelineStep {
+                ts_ns: p.start,
+                dur_ns: p.ns,
+                layer: "HOST".into(),
+                what: format!("{} {}{who}{cpu}", fmt_ns(p.ns), cause.as_str()),
+                event_id: p.switch_id.clone(),
+            });
+            if cause == Cause::Uninterruptible {
+                io_window = Some(io_window.map_or((p.start, p.end), |(a, b)| (a.min(p.start), b.max(p.end))));
+            }
+        }
+    }
+    if cause == Cause::Preempted && g.cpus.len() > 1 {
+        let per: Vec<String> = g.cpus.iter().map(|(c, ns)| format!("CPU {c}: {}", fmt_ns(*ns))).collect();
+        details.push(format!("preempted time by CPU: {}", per.join(", ")));
+    }
+    if cause == Cause::OffCpuUnrecorded {
+        details.push("this DB does not record who took the CPU nor why the thread left it (no prev_state / next task columns)".into());
+    }
+    if let (Some((a, b)), true) = (io_window, pid != 0) {
+        let reqs = trace_data::block_requests(store, pid, a, b)?;
+        for r in reqs.iter().take(5) {
+            let e = &r.event;
+            details.push(format!(
+                "{} of {} KiB on device {}:{} by pid {}, {} (event {})",
+                e.op_name(), e.arg0 >> 10, e.arg1 >> 20, e.arg1 & 0xfffff, e.pid, fmt_ns(e.dur_ns), r.id
+            ));
+        }
+        if reqs.is_empty() {
+            details.push(format!("no block requests of pid {pid} recorded during the worst waits: likely page faults or swap"));
+        }
+    }
+    let sql = match (s.kind, s.op, s.tid) {
+        (ChainKind::FeedingGap, _, Some(t)) => evidence::gap_chain_sql(scope, t, cause, &ckey),
+        (_, Some(op), _) => evidence::slow_call_chain_sql(scope, op, cause, &ckey),
+        _ => return Err(AnalysisError::BadArgument("chain without subject".into())),
+    };
+    let op_label = s.op.map(|o| o.name().into_owned()).unwrap_or_else(|| "gap".into());
+    Ok(Chain {
+        id: String::new(),
+        key: chains::chain_key(s.kind, &op_label, cause, &ckey) + &s.tid.map(|t| format!("/tid:{t}")).unwrap_or_default(),
+        severity: chains::attributed_severity(s.kind, cause, share, g.stall_ns),
+        kind: s.kind,
+        op: s.op_name.clone(),
+        cause: cause.as_str().into(),
+        cause_text: cause.describe().into(),
+        summary: chains::attributed_summary(s.kind, &s.op_name, &subject_words(names, pid, tid), cause, &culprit, calls, g.stall_ns, share, &g.cpus),
+        recommendations: chains::recommendations(s.kind, cause, &s.op_name, &culprit, pid),
+        culprit,
+        pid,
+        tid,
+        calls,
+        stall_ns: g.stall_ns,
+        share,
+        share_of: s.share_of.clone(),
+        op_p50_ns: s.dist.map(|d| d.p50),
+        op_p99_ns: s.dist.map(|d| d.p99),
+        details,
+        timeline,
+        evidence: Evidence { event_ids: worst.iter().map(|w| w.1.clone()).collect(), sql, value: g.stall_ns, unit: "ns".into() },
+    })
+}

@@ -1,0 +1,116 @@
+//! Plain-text rendering of an [`Explanation`]: an incident report a person reads in one screen (the
+//! chain table, then the top chains' timelines and what to do), and the full text of one chain with
+//! its evidence SQL.
+
+use std::fmt::Write;
+
+use causeway_model::time::fmt_ns;
+
+use crate::chains::{culprit_words, Chain};
+use crate::explain::Explanation;
+
+/// Chains shown in detail in the one-screen report.
+const DETAILED: usize = 3;
+
+fn rel(ts: i64, origin: i64) -> String {
+    format!("+{:.3} s", (ts - origin) as f64 / 1e9)
+}
+
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// The one-screen report.
+pub fn render(e: &Explanation, db_arg: &str) -> String {
+    let mut o = String::new();
+    let span = e.last_ns - e.first_ns;
+    let _ = writeln!(
+        o,
+        "causeway explain {db_arg}: {} GPU calls over {}, {} slow ({} in all)",
+        e.gpu_calls,
+        fmt_ns(span),
+        e.slow_calls,
+        fmt_ns(e.slow_time_ns)
+    );
+    let _ = writeln!(o, "\n{}\n", e.verdict);
+    if e.chains.is_empty() {
+        let _ = writeln!(o, "no chains: {}", e.slow_call_rule);
+    } else {
+        let _ = writeln!(o, "{:<4} {:<6} {:>10} {:>6} {:>6}  op · cause · culprit", "id", "sev", "stall", "share", "calls");
+        for c in &e.chains {
+            let _ = writeln!(
+                o,
+                "{:<4} {:<6} {:>10} {:>5.1}% {:>6}  {}",
+                c.id,
+                c.severity.as_str(),
+                fmt_ns(c.stall_ns),
+                c.share * 100.0,
+                c.calls,
+                cut(&format!("{} · {} · {}", c.op, c.cause, culprit_words(&c.culprit)), 70)
+            );
+        }
+        if e.truncated {
+            let _ = writeln!(o, "… {} chains in all (--top N for more)", e.chains_total);
+        }
+    }
+    for c in e.chains.iter().take(DETAILED) {
+        let _ = writeln!(o, "\n[{}] {} {}", c.id, c.severity.as_str(), c.summary);
+        for s in c.timeline.iter().take(4) {
+            let id = s.event_id.as_ref().map(|i| format!(" (event {i})")).unwrap_or_default();
+            let _ = writeln!(o, "   {}  {:<6} {}{id}", rel(s.ts_ns, e.first_ns), s.layer, cut(&s.what, 90));
+        }
+        for d in c.details.iter().take(2) {
+            let _ = writeln!(o, "   note: {}", cut(d, 110));
+        }
+        for r in c.recommendations.iter().take(2) {
+            let _ = writeln!(o, "   do: {}", cut(r, 110));
+        }
+        let _ = writeln!(
+            o,
+            "   evidence: {} {} reproduced by SQL (causeway explain --db {db_arg} --chain {})",
+            c.evidence.value, c.evidence.unit, c.id
+        );
+    }
+    let _ = writeln!(o);
+    for n in &e.notes {
+        let _ = writeln!(o, "note: {}", cut(n, 220));
+    }
+    if !e.missing.is_empty() {
+        let _ = writeln!(o, "this DB lacks: {}", cut(&e.missing.join("; "), 400));
+    }
+    o
+}
+
+/// One chain in full, with its evidence SQL.
+pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "[{}] {} {} ({})", c.id, c.severity.as_str(), c.summary, c.key);
+    let _ = writeln!(o, "cause: {} — {}", c.cause, c.cause_text);
+    let _ = writeln!(o, "culprit: {}", culprit_words(&c.culprit));
+    let _ = writeln!(o, "calls: {}  stall: {} ({} ns)  share: {:.2}% of {}", c.calls, fmt_ns(c.stall_ns), c.stall_ns, c.share * 100.0, c.share_of);
+    if let (Some(p50), Some(p99)) = (c.op_p50_ns, c.op_p99_ns) {
+        let _ = writeln!(o, "{} p50 {}  p99 {} (exact nearest-rank)", c.op, fmt_ns(p50), fmt_ns(p99));
+    }
+    let _ = writeln!(o, "timeline:");
+    for s in &c.timeline {
+        let id = s.event_id.as_ref().map(|i| format!(" (event {i})")).unwrap_or_default();
+        let _ = writeln!(o, "   {} [{}]  {:<6} {}{id}", rel(s.ts_ns, origin), s.ts_ns, s.layer, s.what);
+    }
+    for d in &c.details {
+        let _ = writeln!(o, "note: {d}");
+    }
+    for r in &c.recommendations {
+        let _ = writeln!(o, "do: {r}");
+    }
+    let ids: Vec<String> = c.evidence.event_ids.iter().map(|i| i.to_string()).collect();
+    let _ = writeln!(o, "evidence: events {}", ids.join(", "));
+    let _ = writeln!(o, "value: {} {}; reproduce with:", c.evidence.value, c.evidence.unit);
+    let _ = writeln!(o, "causeway query --db {db_arg} \"{}\"", c.evidence.sql.replace('"', "\\\""));
+    o
+}

@@ -1,0 +1,245 @@
+//! Top call stacks of GPU calls, by count and by time: native frames demangled (C++ and Rust),
+//! Python frames as `file:function:line`, unresolved frames as `lib+ip`. Reads Ingero's compact
+//! frames JSON and ours (the same format): `{"s":"sym+0xoff","f":"lib.so"}`, `{"i":"0x7f..","f":"lib"}`,
+//! `{"pf":"/path.py","pfn":"func","pl":12}`, innermost first.
+
+use std::collections::{BTreeMap, HashMap};
+
+use causeway_backends::{EventFilter, TraceStore};
+use causeway_model::codes::OpCode;
+use causeway_model::time::TimeWindow;
+
+use crate::attribution::GPU_CALL_SOURCES;
+use crate::trace_data::for_each_event;
+use crate::AnalysisError;
+
+/// Longest frame text kept (traced strings are untrusted).
+const MAX_FRAME_CHARS: usize = 300;
+
+/// What to rank.
+#[derive(Debug, Clone)]
+pub struct StacksRequest {
+    pub window: TimeWindow,
+    pub pid: Option<u32>,
+    /// Only calls of this op (any GPU op when `None`).
+    pub op: Option<OpCode>,
+    /// Stacks per ranking.
+    pub top: usize,
+}
+
+impl Default for StacksRequest {
+    fn default() -> Self {
+        StacksRequest { window: TimeWindow::ALL, pid: None, op: None, top: 10 }
+    }
+}
+
+/// One frame, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct Frame {
+    /// `native`, `python` or `unresolved`.
+    pub kind: String,
+    /// Demangled `symbol+0xoff`, `file:function:line`, or `ip`.
+    pub text: String,
+    /// The library (native frames).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lib: Option<String>,
+}
+
+/// One stack with its calls.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct StackSummary {
+    pub stack_hash: i64,
+    pub calls: u64,
+    pub total_ns: i64,
+    pub max_ns: i64,
+    /// `op: calls` for the ops seen with this stack.
+    pub ops: BTreeMap<String, u64>,
+    pub pids: Vec<u32>,
+    /// False when the DB has no `stack_traces` row for the hash.
+    pub resolved: bool,
+    pub frames: Vec<Frame>,
+}
+
+/// Top stacks by count and by time.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct StacksReport {
+    pub window: TimeWindow,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub calls: u64,
+    pub calls_with_stack: u64,
+    pub distinct_stacks: u64,
+    pub by_count: Vec<StackSummary>,
+    pub by_time: Vec<StackSummary>,
+}
+
+/// Strip control and bidi characters and cap the length of a traced string.
+pub fn clean(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .filter(|c| !c.is_control() && !matches!(*c as u32, 0x200E | 0x200F | 0x202A..=0x202E | 0x2066..=0x2069))
+        .take(MAX_FRAME_CHARS)
+        .collect();
+    if s.chars().count() > MAX_FRAME_CHARS {
+        out.push('…');
+    }
+    out
+}
+
+fn is_rust_legacy(sym: &str) -> bool {
+    // Rust legacy mangling ends with a 17h<16 hex>E hash segment.
+    sym.len() > 20 && sym.ends_with('E') && {
+        let tail = &sym[sym.len() - 20..sym.len() - 1];
+        tail.starts_with("17h") && tail[3..].chars().all(|c| c.is_ascii_hexdigit())
+    }
+}
+
+/// Demangle a C++ or Rust symbol; anything else comes back as it is.
+pub fn demangle(sym: &str) -> String {
+    if sym.starts_with("_R") || (sym.starts_with("_ZN") && is_rust_legacy(sym)) {
+        if let Ok(d) = rustc_demangle::try_demangle(sym) {
+            return format!("{d:#}");
+        }
+    }
+    if sym.starts_with("_Z") {
+        if let Ok(s) = cpp_demangle::Symbol::new(sym) {
+            if let Ok(d) = s.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return d;
+            }
+        }
+    }
+    sym.to_string()
+}
+
+/// Parse a frames JSON array; malformed input gives an empty list rather than an error.
+pub fn parse_frames(json: &str) -> Vec<Frame> {
+    let Ok(serde_json::Value::Array(items)) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|f| {
+            let s = |k: &str| f.get(k).and_then(|v| v.as_str());
+            if let Some(file) = s("pf") {
+                let func = s("pfn").unwrap_or("?");
+                let line = f.get("pl").and_then(|v| v.as_i64()).unwrap_or(0);
+                return Some(Frame { kind: "python".into(), text: clean(&format!("{file}:{func}:{line}")), lib: None });
+            }
+            let lib = s("f").map(clean);
+            if let Some(sym) = s("s") {
+                let (name, off) = match sym.rfind("+0x") {
+                    Some(i) => (&sym[..i], &sym[i..]),
+                    None => (sym, ""),
+                };
+                return Some(Frame { kind: "native".into(), text: clean(&format!("{}{off}", demangle(name))), lib });
+            }
+            s("i").map(|ip| Frame { kind: "unresolved".into(), text: clean(ip), lib })
+        })
+        .collect()
+}
+
+#[derive(Default)]
+struct Acc {
+    calls: u64,
+    total: i64,
+    max: i64,
+    ops: BTreeMap<String, u64>,
+    pids: Vec<u32>,
+}
+
+/// Top stacks of the GPU calls in scope (or of `op`'s calls, whatever its source).
+pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksReport, AnalysisError> {
+    let filter = EventFilter {
+        window: req.window,
+        pid: req.pid,
+        sources: if req.op.is_none() { Some(GPU_CALL_SOURCES.to_vec()) } else { None },
+        ops: req.op.map(|o| vec![o]),
+        ..Default::default()
+    };
+    let mut per: HashMap<i64, Acc> = HashMap::new();
+    let (mut calls, mut with_stack) = (0u64, 0u64);
+    for_each_event(store, &filter, &mut |s| {
+        let e = &s.event;
+        calls += 1;
+        if e.stack_hash == 0 {
+            return;
+        }
+        with_stack += 1;
+        let a = per.entry(e.stack_hash).or_default();
+        a.calls += 1;
+        a.total += e.dur_ns;
+        a.max = a.max.max(e.dur_ns);
+        *a.ops.entry(e.op_name().into_owned()).or_default() += 1;
+        if !a.pids.contains(&e.pid) && a.pids.len() < 16 {
+            a.pids.push(e.pid);
+        }
+    })?;
+    let top = req.top.max(1);
+    let mut by_count: Vec<(&i64, &Acc)> = per.iter().collect();
+    by_count.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(b.1.total.cmp(&a.1.total)).then(a.0.cmp(b.0)));
+    let mut by_time: Vec<(&i64, &Acc)> = per.iter().collect();
+    by_time.sort_by(|a, b| b.1.total.cmp(&a.1.total).then(b.1.calls.cmp(&a.1.calls)).then(a.0.cmp(b.0)));
+    by_count.truncate(top);
+    by_time.truncate(top);
+    let mut hashes: Vec<i64> = by_count.iter().chain(by_time.iter()).map(|x| *x.0).collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    let records = store.stacks(&hashes)?;
+    let summarize = |(h, a): &(&i64, &Acc)| {
+        let rec = records.get(h);
+        let mut pids = a.pids.clone();
+        pids.sort_unstable();
+        StackSummary {
+            stack_hash: **h,
+            calls: a.calls,
+            total_ns: a.total,
+            max_ns: a.max,
+            ops: a.ops.clone(),
+            pids,
+            resolved: rec.is_some(),
+            frames: rec.map(|r| parse_frames(&r.frames)).unwrap_or_default(),
+        }
+    };
+    Ok(StacksReport {
+        window: req.window,
+        op: req.op.map(|o| o.name().into_owned()),
+        pid: req.pid,
+        calls,
+        calls_with_stack: with_stack,
+        distinct_stacks: per.len() as u64,
+        by_count: by_count.iter().map(summarize).collect(),
+        by_time: by_time.iter().map(summarize).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_of_every_kind() {
+        let json = r#"[{"pf":"/app/train.py","pfn":"train_step","pl":42},
+            {"s":"_ZN2at6native22gpu_kernel_impl_nocastEv+0x1f","f":"libtorch_cuda.so"},
+            {"s":"_ZN4core3fmt5write17h0123456789abcdefE+0x10","f":"app"},
+            {"s":"cudaMalloc+0x1cb","f":"libcudart.so.12"},
+            {"i":"0x7ac1c9e47f0e","f":"libcudart.so.12"}]"#;
+        let f = parse_frames(json);
+        assert_eq!(f.len(), 5);
+        assert_eq!(f[0].text, "/app/train.py:train_step:42");
+        assert_eq!(f[0].kind, "python");
+        assert_eq!(f[1].text, "at::native::gpu_kernel_impl_nocast()+0x1f");
+        assert_eq!(f[1].lib.as_deref(), Some("libtorch_cuda.so"));
+        assert_eq!(f[2].text, "core::fmt::write+0x10");
+        assert_eq!(f[3].text, "cudaMalloc+0x1cb");
+        assert_eq!((f[4].kind.as_str(), f[4].text.as_str()), ("unresolved", "0x7ac1c9e47f0e"));
+        assert!(parse_frames("not json").is_empty());
+    }
+
+    #[test]
+    fn traced_strings_are_cleaned() {
+        assert_eq!(clean("evil\u{202E}name\n"), "evilname");
+        assert_eq!(clean(&"x".repeat(400)).chars().count(), MAX_FRAME_CHARS + 1);
+    }
+}

@@ -1,0 +1,232 @@
+//! What each thread of a process did, in order, with the off-CPU intervals between: the view an agent
+//! needs to check a chain. Centered on an event (`--around ID`, the process of that event) or over a
+//! window; calls nested in another call of the thread are marked with depth 1.
+
+use std::collections::BTreeMap;
+
+use causeway_backends::{EventFilter, EventId, StoredEvent, TraceStore};
+use causeway_model::codes::{op, OpCode};
+use causeway_model::time::{fmt_ns, TimeWindow};
+use causeway_model::PrevState;
+
+use crate::attribution::{self, is_gpu_call_source, Call};
+use crate::stacks::clean;
+use crate::AnalysisError;
+
+/// Default time shown on each side of `--around` (ns).
+pub const DEFAULT_AROUND_NS: i64 = 50_000_000;
+/// Off-CPU intervals that started this long before the window's end are still looked for.
+const OFF_CPU_LOOKAHEAD_NS: i64 = 60_000_000_000;
+
+#[derive(Debug, Clone)]
+pub struct TimelineRequest {
+    /// Center on this event (and its process).
+    pub around: Option<EventId>,
+    /// Time shown on each side of `around`.
+    pub around_ns: i64,
+    /// Or this window.
+    pub window: TimeWindow,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    /// Entries per thread.
+    pub limit: usize,
+}
+
+impl Default for TimelineRequest {
+    fn default() -> Self {
+        TimelineRequest { around: None, around_ns: DEFAULT_AROUND_NS, window: TimeWindow::ALL, pid: None, tid: None, limit: 500 }
+    }
+}
+
+/// One thing a thread did.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct TimelineEntry {
+    pub ts_ns: i64,
+    pub end_ns: i64,
+    pub dur_ns: i64,
+    /// `call`, `off_cpu`, `wakeup`, `block_io`, `page_alloc`, `process`, `other`.
+    pub kind: String,
+    pub op: String,
+    pub id: EventId,
+    /// 1 for a call inside another GPU call of the thread.
+    pub depth: u8,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct ThreadTimeline {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub entries: Vec<TimelineEntry>,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct TimelineReport {
+    /// The window shown.
+    pub from_ns: i64,
+    pub to_ns: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub around: Option<EventId>,
+    pub threads: Vec<ThreadTimeline>,
+    pub notes: Vec<String>,
+}
+
+fn off_cpu_detail(e: &causeway_model::Event) -> String {
+    let Some(s) = &e.sched else {
+        return format!("off-CPU {} (this DB does not record why, nor who took the CPU)", fmt_ns(e.dur_ns));
+    };
+    let cpu = if e.cpu >= 0 { format!(" on CPU {}", e.cpu) } else { String::new() };
+    match s.prev_state {
+        PrevState::Preempted => format!(
+            "off-CPU {}: preempted, {} (pid {}, tid {}) took the CPU{cpu}",
+            fmt_ns(e.dur_ns),
+            clean(&s.next_comm),
+            s.next_pid,
+            s.next_tid
+        ),
+        state => {
+            let (start, end) = e.off_cpu_interval();
+            let w = attribution::wake_point(start, end, s.wake_ts_ns);
+            let waker = if s.waker_pid != 0 || s.waker_tid != 0 {
+                format!(", woken by pid {} tid {}", s.waker_pid, s.waker_tid)
+            } else {
+                String::new()
+            };
+            format!(
+                "off-CPU {}: {} {}{waker}, then run-queue wait {}{cpu}; next task {} ({})",
+                fmt_ns(e.dur_ns),
+                state.as_str(),
+                fmt_ns(w - start),
+                fmt_ns(end - w),
+                clean(&s.next_comm),
+                s.next_pid
+            )
+        }
+    }
+}
+
+fn entry_of(s: &StoredEvent) -> TimelineEntry {
+    let e = &s.event;
+    let code = OpCode::new(e.source, e.op);
+    let (kind, ts, end, detail) = if code == op::SCHED_SWITCH {
+        let (a, b) = e.off_cpu_interval();
+        ("off_cpu", a, b, off_cpu_detail(e))
+    } else if code == op::SCHED_WAKEUP {
+        ("wakeup", e.ts_ns, e.ts_ns, format!("woke pid {} tid {}", e.arg1, e.arg2))
+    } else if is_gpu_call_source(e.source) {
+        let ret = if e.ret_code != 0 { format!(", returned {}", e.ret_code) } else { String::new() };
+        ("call", e.ts_ns, e.end_ns(), format!("{} {}{ret}", e.op_name(), fmt_ns(e.dur_ns)))
+    } else if e.source == 5 {
+        ("block_io", e.ts_ns, e.end_ns(), format!("{} {} KiB, {}", e.op_name(), e.arg0 >> 10, fmt_ns(e.dur_ns)))
+    } else if code == op::MM_PAGE_ALLOC || code == op::MM_PAGE_ALLOC_SUMMARY {
+        ("page_alloc", e.ts_ns, e.ts_ns, format!("{} {} KiB", e.op_name(), e.arg0 >> 10))
+    } else if matches!(code, op::PROCESS_EXEC | op::PROCESS_EXIT | op::PROCESS_FORK | op::OOM_KILL) {
+        ("process", e.ts_ns, e.end_ns(), format!("{} arg0={} arg1={}", e.op_name(), e.arg0, e.arg1))
+    } else {
+        ("other", e.ts_ns, e.end_ns(), format!("{} {}", e.op_name(), fmt_ns(e.dur_ns)))
+    };
+    TimelineEntry {
+        ts_ns: ts,
+        end_ns: end,
+        dur_ns: end - ts,
+        kind: kind.into(),
+        op: e.op_name().into_owned(),
+        id: s.id.clone(),
+        depth: 0,
+        detail,
+    }
+}
+
+/// The timeline of a process around an event or over a window.
+pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<TimelineReport, AnalysisError> {
+    let info = store.info();
+    let (from, to, pid) = match &req.around {
+        Some(id) => {
+            let ev = store.events_by_id(std::slice::from_ref(id))?;
+            let e = ev.first().ok_or_else(|| AnalysisError::BadArgument(format!("no event with id {id}")))?;
+            let (a, b) = if OpCode::new(e.event.source, e.event.op) == op::SCHED_SWITCH {
+                e.event.off_cpu_interval()
+            } else {
+                (e.event.ts_ns, e.event.end_ns())
+            };
+            (a - req.around_ns, b + req.around_ns, Some(req.pid.unwrap_or(e.event.pid)))
+        }
+        None => {
+            if req.window.from_ns.is_none() || req.window.to_ns.is_none() {
+                return Err(AnalysisError::BadArgument("give --around EVENT_ID, or both --from and --to".into()));
+            }
+            (req.window.from_ns.unwrap_or(info.first_ns), req.window.to_ns.unwrap_or(info.last_ns), req.pid)
+        }
+    };
+    let tids = req.tid.map(|t| vec![t]);
+    let filter = EventFilter { window: TimeWindow { from_ns: Some(from), to_ns: Some(to) }, pid, tids: tids.clone(), ..Default::default() };
+    let mut events = store.events(&filter)?;
+    // Off-CPU intervals that began inside the window but ended after it.
+    let later = EventFilter {
+        window: TimeWindow { from_ns: Some(to + 1), to_ns: Some(to + OFF_CPU_LOOKAHEAD_NS) },
+        pid,
+        tids,
+        ops: Some(vec![op::SCHED_SWITCH]),
+        ..Default::default()
+    };
+    let mut seen_tid = std::collections::HashSet::new();
+    for s in store.events(&later)? {
+        if seen_tid.insert(s.event.tid) && s.event.off_cpu_interval().0 <= to {
+            events.push(s);
+        }
+    }
+    let names = store.process_names()?;
+    let mut threads: BTreeMap<u32, ThreadTimeline> = BTreeMap::new();
+    let mut calls_of: BTreeMap<u32, Vec<(usize, Call)>> = BTreeMap::new();
+    for s in &events {
+        let e = &s.event;
+        let t = threads.entry(e.tid).or_insert_with(|| ThreadTimeline {
+            pid: e.pid,
+            tid: e.tid,
+            comm: String::new(),
+            entries: Vec::new(),
+            truncated: false,
+        });
+        if t.comm.is_empty() && !e.comm.is_empty() {
+            t.comm = clean(&e.comm);
+        }
+        if is_gpu_call_source(e.source) {
+            let call = Call { id: s.id.clone(), ts: e.ts_ns, dur: e.dur_ns, pid: e.pid, tid: e.tid, op: OpCode::new(e.source, e.op), arg0: e.arg0, arg2: e.arg2, stack_hash: e.stack_hash };
+            calls_of.entry(e.tid).or_default().push((t.entries.len(), call));
+        }
+        t.entries.push(entry_of(s));
+    }
+    for (tid, calls) in calls_of {
+        let only: Vec<Call> = calls.iter().map(|c| c.1.clone()).collect();
+        let nested = attribution::nested_flags(&only);
+        let t = threads.get_mut(&tid).expect("thread exists");
+        for ((i, _), n) in calls.iter().zip(nested) {
+            t.entries[*i].depth = u8::from(n);
+        }
+    }
+    let mut out: Vec<ThreadTimeline> = threads.into_values().collect();
+    for t in &mut out {
+        if t.comm.is_empty() {
+            t.comm = names.get(&t.tid).or_else(|| names.get(&t.pid)).map(|s| clean(s)).unwrap_or_default();
+        }
+        t.entries.sort_by(|a, b| (a.ts_ns, a.depth, &a.id).cmp(&(b.ts_ns, b.depth, &b.id)));
+        if t.entries.len() > req.limit {
+            t.entries.truncate(req.limit);
+            t.truncated = true;
+        }
+    }
+    // Threads with GPU calls first, then by tid.
+    out.sort_by_key(|t| (!t.entries.iter().any(|e| e.kind == "call"), t.tid));
+    let mut notes = Vec::new();
+    if !info.has_column("prev_state") {
+        notes.push("this DB does not record why a thread left the CPU nor who took it: off-CPU intervals carry no culprit".into());
+    }
+    if out.iter().any(|t| t.truncated) {
+        notes.push(format!("threads are cut at {} entries: narrow the window or pass --tid", req.limit));
+    }
+    Ok(TimelineReport { from_ns: from, to_ns: to, pid, around: req.around.clone(), threads: out, notes })
+}

@@ -1,0 +1,238 @@
+//! Loading what attribution needs from a [`TraceStore`], in bounded memory: the GPU calls of the
+//! window, then only the scheduler rows, page allocations and block requests that touch a slow call
+//! or a long gap. Reads go in time slices so that a ten-million-event trace never sits in memory as
+//! full events.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use causeway_backends::{EventFilter, QueryLimits, StoredEvent, TraceStore};
+use causeway_model::codes::{op, OpCode};
+use causeway_model::time::TimeWindow;
+
+use crate::attribution::{is_gpu_call_source, Call, Coverage, OffCpu, GPU_CALL_SOURCES};
+use crate::AnalysisError;
+
+/// Events per time slice we aim for when reading.
+const EVENTS_PER_SLICE: u64 = 250_000;
+
+/// Calls `f` for every event matching `filter`, reading the store in time slices.
+pub fn for_each_event(
+    store: &dyn TraceStore,
+    filter: &EventFilter,
+    f: &mut dyn FnMut(StoredEvent),
+) -> Result<(), AnalysisError> {
+    let info = store.info();
+    if info.events == 0 {
+        return Ok(());
+    }
+    let from = filter.window.from_ns.unwrap_or(info.first_ns).max(info.first_ns);
+    let to = filter.window.to_ns.unwrap_or(info.last_ns).min(info.last_ns);
+    if from > to {
+        return Ok(());
+    }
+    let slices = info.events.div_ceil(EVENTS_PER_SLICE).max(1) as i64;
+    let step = ((to - from) / slices).max(1);
+    let mut a = from;
+    while a <= to {
+        let b = if to - a <= step { to } else { a + step - 1 };
+        let mut slice = filter.clone();
+        slice.window = TimeWindow { from_ns: Some(a), to_ns: Some(b) };
+        for e in store.events(&slice)? {
+            f(e);
+        }
+        if b == to {
+            break;
+        }
+        a = b + 1;
+    }
+    Ok(())
+}
+
+/// Names of processes and threads, from `process_names` and the events' `comm`.
+#[derive(Debug, Default, Clone)]
+pub struct Names {
+    pub processes: BTreeMap<u32, String>,
+    pub threads: HashMap<u32, String>,
+}
+
+impl Names {
+    /// The best name for a task: its thread comm, else its process name.
+    pub fn of(&self, pid: u32, tid: u32) -> String {
+        self.threads
+            .get(&tid)
+            .filter(|s| !s.is_empty())
+            .or_else(|| self.processes.get(&pid))
+            .or_else(|| self.processes.get(&tid))
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// The GPU calls of the scope, sorted by (ts, id), and the thread names seen on them.
+pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, names: &mut Names) -> Result<Vec<Call>, AnalysisError> {
+    let filter = EventFilter { window, pid, sources: Some(GPU_CALL_SOURCES.to_vec()), ..Default::default() };
+    let mut calls = Vec::new();
+    for_each_event(store, &filter, &mut |s| {
+        let e = &s.event;
+        if !is_gpu_call_source(e.source) {
+            return;
+        }
+        if !e.comm.is_empty() && !names.threads.contains_key(&e.tid) {
+            names.threads.insert(e.tid, e.comm.clone());
+        }
+        calls.push(Call {
+            id: s.id,
+            ts: e.ts_ns,
+            dur: e.dur_ns,
+            pid: e.pid,
+            tid: e.tid,
+            op: OpCode::new(e.source, e.op),
+            arg0: e.arg0,
+            arg2: e.arg2,
+            stack_hash: e.stack_hash,
+        });
+    })?;
+    calls.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
+    Ok(calls)
+}
+
+/// Sorted, merged intervals per thread: where attribution needs scheduler data.
+#[derive(Debug, Default, Clone)]
+pub struct Spans {
+    pub by_tid: BTreeMap<u32, Vec<(i64, i64)>>,
+}
+
+impl Spans {
+    pub fn add(&mut self, tid: u32, a: i64, b: i64) {
+        self.by_tid.entry(tid).or_default().push((a, b));
+    }
+
+    pub fn finish(&mut self) {
+        for v in self.by_tid.values_mut() {
+            v.sort_unstable();
+            let mut merged: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+            for &(a, b) in v.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            *v = merged;
+        }
+    }
+
+    /// Does `[a, b]` overlap (with positive length) a span of `tid`?
+    pub fn touches(&self, tid: u32, a: i64, b: i64) -> bool {
+        let Some(v) = self.by_tid.get(&tid) else { return false };
+        let i = v.partition_point(|s| s.1 <= a);
+        i < v.len() && v[i].0 < b
+    }
+
+    pub fn earliest(&self) -> Option<i64> {
+        self.by_tid.values().filter_map(|v| v.first().map(|s| s.0)).min()
+    }
+}
+
+/// Off-CPU intervals per thread that touch `spans`, sorted by start.
+pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
+    let mut out: HashMap<u32, Vec<OffCpu>> = HashMap::new();
+    let Some(from) = spans.earliest() else { return Ok(out) };
+    let tids: Vec<u32> = spans.by_tid.keys().copied().collect();
+    for chunk in tids.chunks(500) {
+        let filter = EventFilter {
+            window: TimeWindow { from_ns: Some(from), to_ns: None },
+            tids: Some(chunk.to_vec()),
+            ops: Some(vec![op::SCHED_SWITCH]),
+            ..Default::default()
+        };
+        for_each_event(store, &filter, &mut |s| {
+            let e = s.event;
+            let (start, end) = e.off_cpu_interval();
+            if spans.touches(e.tid, start, end) {
+                out.entry(e.tid).or_default().push(OffCpu { id: s.id, pid: e.pid, tid: e.tid, start, end, cpu: e.cpu, sched: e.sched });
+            }
+        })?;
+    }
+    for v in out.values_mut() {
+        v.sort_by(|a, b| (a.start, &a.id).cmp(&(b.start, &b.id)));
+    }
+    Ok(out)
+}
+
+/// Each thread's recorded scheduler span over the whole DB, `MIN(timestamp - duration)` to
+/// `MAX(timestamp)` (used where the DB did not record the scheduler for the whole run).
+pub fn load_coverage(store: &dyn TraceStore) -> Result<HashMap<u32, Coverage>, AnalysisError> {
+    let r = store.query(
+        "SELECT tid, MIN(timestamp - duration), MAX(timestamp) FROM events WHERE source = 3 AND op = 1 GROUP BY tid",
+        &QueryLimits::with_rows(QueryLimits::MAX_ROWS),
+    )?;
+    let mut out = HashMap::new();
+    for row in r.rows {
+        let v: Vec<i64> = row.iter().map(|c| c.as_i64().unwrap_or(0)).collect();
+        if v.len() == 3 {
+            out.insert(v[0] as u32, Coverage { start: v[1], end: v[2] });
+        }
+    }
+    Ok(out)
+}
+
+/// Page allocations `(ts, bytes)` per process, from `mm_page_alloc` rows and in-kernel summaries.
+pub fn load_page_allocs(store: &dyn TraceStore, pids: &BTreeSet<u32>, from: i64) -> Result<HashMap<u32, Vec<(i64, i64)>>, AnalysisError> {
+    let mut out: HashMap<u32, Vec<(i64, i64)>> = HashMap::new();
+    if pids.is_empty() {
+        return Ok(out);
+    }
+    let filter = EventFilter {
+        window: TimeWindow { from_ns: Some(from), to_ns: None },
+        ops: Some(vec![op::MM_PAGE_ALLOC, op::MM_PAGE_ALLOC_SUMMARY]),
+        ..Default::default()
+    };
+    for_each_event(store, &filter, &mut |s| {
+        if pids.contains(&s.event.pid) {
+            out.entry(s.event.pid).or_default().push((s.event.ts_ns, s.event.arg0));
+        }
+    })?;
+    for v in out.values_mut() {
+        v.sort_unstable();
+    }
+    Ok(out)
+}
+
+/// Block requests of `pid` whose `[ts, ts + dur]` overlaps `[a, b]`.
+pub fn block_requests(store: &dyn TraceStore, pid: u32, a: i64, b: i64) -> Result<Vec<StoredEvent>, AnalysisError> {
+    // A request issued up to 10 s before the interval may still be in flight.
+    let filter = EventFilter {
+        window: TimeWindow { from_ns: Some(a - 10_000_000_000), to_ns: Some(b) },
+        pid: Some(pid),
+        sources: Some(vec![5]),
+        ..Default::default()
+    };
+    Ok(store.events(&filter)?.into_iter().filter(|e| e.event.end_ns() > a && e.event.ts_ns < b).collect())
+}
+
+/// First and last event timestamp in scope (all sources).
+pub fn scope_bounds(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> Result<Option<(i64, i64)>, AnalysisError> {
+    let mut conds = vec!["1 = 1".to_string()];
+    if let Some(f) = window.from_ns {
+        conds.push(format!("timestamp >= {f}"));
+    }
+    if let Some(t) = window.to_ns {
+        conds.push(format!("timestamp <= {t}"));
+    }
+    if let Some(p) = pid {
+        conds.push(format!("pid = {p}"));
+    }
+    let r = store.query(
+        &format!("SELECT MIN(timestamp), MAX(timestamp) FROM events WHERE {}", conds.join(" AND ")),
+        &QueryLimits::with_rows(1),
+    )?;
+    let row = r.rows.first();
+    let get = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_i64());
+    Ok(get(0).zip(get(1)))
+}
+
+/// Op codes present among `calls`, in code order.
+pub fn ops_of(calls: &[Call]) -> Vec<OpCode> {
+    let set: BTreeSet<OpCode> = calls.iter().map(|c| c.op).collect();
+    set.into_iter().collect()
+}

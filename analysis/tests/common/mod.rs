@@ -1,0 +1,119 @@
+//! Builders for native traces with planted GPU calls and off-CPU intervals, written through
+//! `SqliteSink` exactly as the tracer writes them.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use causeway_backends::{EventSink, SqliteSink};
+use causeway_model::codes::{op, OpCode};
+use causeway_model::{Event, PrevState, SchedDetail, SessionInfo};
+
+pub const MS: i64 = 1_000_000;
+pub const US: i64 = 1_000;
+/// An arbitrary epoch origin (2026-03-20), so timestamps look like a real trace's.
+pub const T0: i64 = 1_774_015_573_000_000_000;
+
+#[derive(Default)]
+pub struct Trace {
+    pub events: Vec<Event>,
+    pub names: Vec<(u32, String)>,
+}
+
+impl Trace {
+    pub fn call(&mut self, pid: u32, tid: u32, code: OpCode, ts: i64, dur: i64) -> &mut Event {
+        self.events.push(Event {
+            ts_ns: ts,
+            dur_ns: dur,
+            pid,
+            tid,
+            cpu: 0,
+            source: code.source,
+            op: code.op,
+            comm: "train".into(),
+            ..Default::default()
+        });
+        self.events.last_mut().unwrap()
+    }
+
+    /// A runtime call with its driver call nested inside (entry 1 us later, ending 1 us earlier).
+    pub fn nested_call(&mut self, pid: u32, tid: u32, outer: OpCode, inner: OpCode, ts: i64, dur: i64) {
+        self.call(pid, tid, outer, ts, dur);
+        self.call(pid, tid, inner, ts + US, (dur - 2 * US).max(0));
+    }
+
+    /// An off-CPU interval `[out, inn]` of `tid`, written at switch-in like the tracer does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn off_cpu(&mut self, pid: u32, tid: u32, out: i64, inn: i64, cpu: i32, state: PrevState, next: (u32, u32, &str), wake: i64, waker: (u32, u32)) {
+        self.events.push(Event {
+            ts_ns: inn,
+            dur_ns: inn - out,
+            pid,
+            tid,
+            cpu,
+            source: 3,
+            op: 1,
+            arg1: pid as i64,
+            comm: "train".into(),
+            sched: Some(SchedDetail {
+                prev_state: state,
+                next_pid: next.0,
+                next_tid: next.1,
+                next_comm: next.2.into(),
+                wake_ts_ns: wake,
+                waker_pid: waker.0,
+                waker_tid: waker.1,
+            }),
+            ..Default::default()
+        });
+    }
+
+    pub fn preempted(&mut self, pid: u32, tid: u32, out: i64, inn: i64, cpu: i32, by: (u32, u32, &str)) {
+        self.off_cpu(pid, tid, out, inn, cpu, PrevState::Preempted, by, 0, (0, 0));
+    }
+
+    pub fn block(&mut self, pid: u32, code: OpCode, ts: i64, dur: i64, bytes: i64, dev: i64) {
+        self.events.push(Event { ts_ns: ts, dur_ns: dur, pid, tid: pid, cpu: 0, source: code.source, op: code.op, arg0: bytes, arg1: dev, comm: "train".into(), ..Default::default() });
+    }
+
+    pub fn fork(&mut self, pid: u32, ts: i64, child: u32) {
+        self.events.push(Event { ts_ns: ts, pid, tid: pid, source: 3, op: 7, arg1: child as i64, comm: "train".into(), ..Default::default() });
+    }
+
+    /// Write the trace through `SqliteSink` and finish it.
+    pub fn write(mut self, path: &Path) {
+        self.events.sort_by_key(|e| e.ts_ns);
+        let session = SessionInfo { started_at_ns: T0, tool_version: "test".into(), ..Default::default() };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let mut sink: Box<dyn EventSink> = Box::new(SqliteSink::create(path, session).unwrap());
+            for (pid, name) in &self.names {
+                sink.write_process_name(*pid, name.clone(), T0).await.unwrap();
+            }
+            let last = self.events.iter().map(|e| e.ts_ns).max().unwrap_or(T0);
+            for chunk in self.events.chunks(10_000) {
+                sink.write_batch(chunk.to_vec()).await.unwrap();
+            }
+            sink.finish(last + 1).await.unwrap();
+        });
+    }
+}
+
+/// A training loop on `pid`/`tid`: each iteration is `launches` launches 20 us apart (runtime around
+/// driver), then a stream sync of `sync_dur(i)` (runtime around driver), then `gap` of host work
+/// before the next iteration. Returns the start of each iteration's sync.
+#[allow(clippy::too_many_arguments)]
+pub fn training_loop(t: &mut Trace, pid: u32, tid: u32, start: i64, iterations: usize, gap: i64, launches: usize, sync_dur: &dyn Fn(usize) -> i64) -> Vec<i64> {
+    let mut syncs = Vec::new();
+    let mut ts = start;
+    for i in 0..iterations {
+        for k in 0..launches as i64 {
+            t.nested_call(pid, tid, op::CUDA_LAUNCH_KERNEL, op::CU_LAUNCH_KERNEL, ts + k * 20 * US, 8 * US);
+        }
+        let sync = ts + launches as i64 * 20 * US;
+        syncs.push(sync);
+        t.nested_call(pid, tid, op::CUDA_STREAM_SYNC, op::CU_STREAM_SYNCHRONIZE, sync, sync_dur(i));
+        ts = sync + sync_dur(i) + gap;
+    }
+    syncs
+}

@@ -1,0 +1,136 @@
+//! `explain` on native traces with planted off-CPU intervals and culprits, written through
+//! `SqliteSink`: the attribution must be exact to the nanosecond, every chain's SQL must reproduce
+//! its figure, and a clean trace must blame nobody.
+
+mod common;
+
+use causeway_analysis::attribution::Culprit;
+use causeway_analysis::chains::{ChainKind, Severity};
+use causeway_analysis::explain::{explain, find_chain, ExplainRequest, Explanation};
+use causeway_backends::{QueryLimits, SqliteStore, TraceStore};
+use causeway_model::codes::op;
+use causeway_model::PrevState;
+use common::*;
+
+fn check_evidence(store: &dyn TraceStore, e: &Explanation) {
+    for c in &e.chains {
+        let r = store.query(&c.evidence.sql, &QueryLimits::default()).unwrap_or_else(|err| panic!("{}: {err}\n{}", c.id, c.evidence.sql));
+        assert_eq!(r.rows[0][0].as_i64(), Some(c.evidence.value), "chain {} ({})\n{}", c.id, c.key, c.evidence.sql);
+    }
+}
+
+fn explain_all(path: &std::path::Path) -> (SqliteStore, Explanation) {
+    let store = SqliteStore::open(path).unwrap();
+    let e = explain(&store, &ExplainRequest { top: 100, ..Default::default() }).unwrap();
+    check_evidence(&store, &e);
+    (store, e)
+}
+
+#[test]
+fn planted_preemption_io_and_sleep_are_attributed_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("planted.db");
+    let mut t = Trace { names: vec![(4242, "train".into()), (9912, "backup-rsync".into()), (5001, "pt_data_worker".into())], ..Default::default() };
+    let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| match i {
+        50 => 48 * MS,
+        70 => 20 * MS,
+        _ => 8 * MS,
+    });
+    // The 48 ms sync: 41 ms preempted by backup-rsync on CPU 1, then 2 ms asleep until a DataLoader
+    // worker woke it and 1 ms in the run queue; 4 ms left on-CPU or in the GPU.
+    let s50 = syncs[50];
+    t.preempted(4242, 4242, s50 + 2 * MS, s50 + 43 * MS, 1, (9912, 9912, "backup-rsync"));
+    t.off_cpu(4242, 4242, s50 + 44 * MS, s50 + 47 * MS, 1, PrevState::Sleeping, (0, 0, "swapper/1"), s50 + 46 * MS, (5001, 5001));
+    // The 20 ms sync: 14 ms in D state while a 1 MiB block read of the process was in flight.
+    let s70 = syncs[70];
+    t.off_cpu(4242, 4242, s70 + 2 * MS, s70 + 17 * MS, 2, PrevState::Uninterruptible, (0, 0, "swapper/2"), s70 + 16 * MS, (0, 0));
+    t.block(4242, op::BLOCK_READ, s70 + MS, 15 * MS, 1 << 20, 259 << 20);
+    t.write(&path);
+    let (store, e) = explain_all(&path);
+
+    assert_eq!(e.slow_calls, 2);
+    assert_eq!(e.slow_time_ns, 68 * MS);
+    let c1 = &e.chains[0];
+    assert_eq!((c1.id.as_str(), c1.severity, c1.kind), ("c1", Severity::High, ChainKind::SlowCalls));
+    assert_eq!((c1.op.as_str(), c1.cause.as_str()), ("cudaStreamSync", "preempted"));
+    assert_eq!(c1.culprit, Some(Culprit { pid: 9912, tid: 9912, comm: "backup-rsync".into(), role: "took_cpu".into() }));
+    assert_eq!((c1.calls, c1.stall_ns), (1, 41 * MS));
+    assert!((c1.share - 41.0 / 68.0).abs() < 1e-12);
+    assert!(c1.summary.contains("on CPU 1"), "{}", c1.summary);
+    assert_eq!((c1.op_p50_ns, c1.op_p99_ns), (Some(8 * MS), Some(20 * MS)));
+    // The worst call is the 48 ms sync itself; the timeline has its real timestamps.
+    let worst = store.events_by_id(&c1.evidence.event_ids[..1]).unwrap();
+    assert_eq!((worst[0].event.ts_ns, worst[0].event.dur_ns), (s50, 48 * MS));
+    assert_eq!(c1.timeline[0].ts_ns, s50);
+    assert_eq!((c1.timeline[1].ts_ns, c1.timeline[1].dur_ns), (s50 + 2 * MS, 41 * MS));
+    assert!(c1.recommendations.iter().any(|r| r.contains("renice +19 -p 9912")), "{:?}", c1.recommendations);
+    assert!(find_chain(&e, &c1.key).is_some_and(|c| c.id == "c1"));
+
+    let by = |cause: &str| e.chains.iter().find(|c| c.kind == ChainKind::SlowCalls && c.cause == cause).unwrap_or_else(|| panic!("no {cause} chain"));
+    let io = by("uninterruptible");
+    assert_eq!((io.stall_ns, io.severity, io.culprit.clone()), (14 * MS, Severity::Medium, None));
+    assert!(io.details.iter().any(|d| d.contains("block_read of 1024 KiB on device 259:0 by pid 4242")), "{:?}", io.details);
+    let sleep = by("sleep");
+    assert_eq!(sleep.stall_ns, 2 * MS);
+    assert_eq!(sleep.culprit, Some(Culprit { pid: 5001, tid: 5001, comm: "pt_data_worker".into(), role: "woke_thread".into() }));
+    assert_eq!(by("runqueue_wait").stall_ns, 2 * MS);
+    assert_eq!((by("on_cpu_or_gpu").stall_ns, by("on_cpu_or_gpu").severity), (9 * MS, Severity::Low));
+    // Nested driver calls are part of their runtime call: never attributed on their own.
+    assert!(e.chains.iter().all(|c| c.op != "cuStreamSynchronize"));
+    // The slow-call chains partition the slow time exactly.
+    let total: i64 = e.chains.iter().filter(|c| c.kind == ChainKind::SlowCalls).map(|c| c.stall_ns).sum();
+    assert_eq!(total, e.slow_time_ns);
+}
+
+#[test]
+fn clean_trace_blames_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("clean.db");
+    let mut t = Trace { names: vec![(4242, "train".into())], ..Default::default() };
+    let syncs = training_loop(&mut t, 4242, 4242, T0, 300, MS, 20, &|i| MS + (i as i64 * 37 % 500) * US);
+    for (i, &sync) in syncs.iter().enumerate() {
+        // Every sync sleeps while the GPU drains; every 10th is briefly preempted by a kworker.
+        t.off_cpu(4242, 4242, sync + 100 * US, sync + 900 * US, 0, PrevState::Sleeping, (0, 0, "swapper/0"), sync + 880 * US, (0, 0));
+        if i % 10 == 0 {
+            t.preempted(4242, 4242, sync + 910 * US, sync + 960 * US, 0, (77, 77, "kworker/0:1"));
+        }
+    }
+    // Bursts of launches separated by syncs are not a throughput drop.
+    t.write(&path);
+    let (_, e) = explain_all(&path);
+    assert!(e.chains.iter().all(|c| c.kind != ChainKind::ThroughputDrop), "{:#?}", e.chains);
+    assert_eq!(e.slow_calls, 0);
+    assert!(e.chains.iter().all(|c| c.severity != Severity::High), "{:#?}", e.chains);
+    assert!(e.chains.iter().all(|c| c.culprit.is_none()), "{:#?}", e.chains);
+    assert!(e.verdict.contains("no slow GPU calls") || e.verdict.contains("no HIGH"), "{}", e.verdict);
+}
+
+#[test]
+fn feeding_thread_sleeping_on_a_dataloader_worker_is_starvation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("starved.db");
+    let mut t = Trace { names: vec![(4300, "train".into()), (4301, "pt_data_worker".into())], ..Default::default() };
+    let fast = training_loop(&mut t, 4300, 4300, T0, 50, 9 * MS, 5, &|_| MS);
+    let slow_start = fast[49] + MS + 199 * MS;
+    let slow = training_loop(&mut t, 4300, 4300, slow_start, 20, 199 * MS, 5, &|_| MS);
+    // Between slow iterations the feeding thread sleeps until the worker hands it a batch.
+    let mut expected_sleep = 0;
+    let mut prev_end = fast[49] + MS;
+    for s in &slow {
+        let first_launch = s - 100 * US;
+        let (out, wake, inn) = (prev_end + MS, first_launch - 3 * MS, first_launch - 2 * MS);
+        t.off_cpu(4300, 4300, out, inn, 3, PrevState::Sleeping, (0, 0, "swapper/3"), wake, (4301, 4301));
+        expected_sleep += wake - out;
+        prev_end = s + MS;
+    }
+    t.write(&path);
+    let (_, e) = explain_all(&path);
+    let c1 = &e.chains[0];
+    assert_eq!((c1.kind, c1.cause.as_str(), c1.severity), (ChainKind::FeedingGap, "sleep", Severity::High));
+    assert_eq!(c1.culprit, Some(Culprit { pid: 4301, tid: 4301, comm: "pt_data_worker".into(), role: "woke_thread".into() }));
+    assert_eq!((c1.calls, c1.stall_ns, c1.tid), (20, expected_sleep, Some(4300)));
+    assert!(c1.recommendations.iter().any(|r| r.contains("num_workers")));
+    let drop = e.chains.iter().find(|c| c.kind == ChainKind::ThroughputDrop).expect("throughput drop");
+    assert_eq!(drop.severity, Severity::High);
+    assert_eq!(drop.evidence.event_ids.len(), 2);
+}

@@ -1,0 +1,64 @@
+//! `causeway explain`: the incident report: causal chains of GPU stalls ranked by the time they
+//! explain, each with its evidence SQL; `--chain ID` prints one chain in full, SQL included.
+
+use std::path::PathBuf;
+
+use causeway_analysis::explain::{explain, find_chain, ExplainRequest};
+use causeway_analysis::report;
+use causeway_analysis::stats::resolve_window;
+use causeway_model::time::parse_duration_ns;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Trace database (native Causeway trace or Ingero DB).
+    #[arg(long)]
+    db: PathBuf,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    json: bool,
+    /// Only the last DUR of the trace, counted back from its own last event (e.g. 30s, 5m).
+    #[arg(long, value_name = "DUR")]
+    since: Option<String>,
+    /// Window start: unix ns, +DUR after the first event, or -DUR before the last.
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    from: Option<String>,
+    /// Window end: unix ns, +DUR after the first event, or -DUR before the last.
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// Only this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Chains to show.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print one chain in full (id like c1, or its key), with the SQL that reproduces its figure.
+    #[arg(long, value_name = "ID")]
+    chain: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let store = causeway_backends::open_store(&args.db)?;
+    let since = args.since.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?;
+    let window = resolve_window(store.info(), since, args.from.as_deref(), args.to.as_deref())?;
+    // A chain id is a rank among all chains: look it up in all of them.
+    let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
+    let e = explain(store.as_ref(), &ExplainRequest { window, pid: args.pid, top })?;
+    let db = args.db.display().to_string();
+    if let Some(id) = &args.chain {
+        let Some(c) = find_chain(&e, id) else {
+            anyhow::bail!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total);
+        };
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(c)?);
+        } else {
+            print!("{}", report::render_chain(c, e.first_ns, &db));
+        }
+        return Ok(0);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&e)?);
+    } else {
+        print!("{}", report::render(&e, &db));
+    }
+    Ok(0)
+}

@@ -1,0 +1,91 @@
+//! `causeway stacks`: the call stacks behind GPU calls, ranked by count and by time, with native
+//! frames demangled and Python frames as file:function:line.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use causeway_analysis::stacks::{top_stacks, StackSummary, StacksRequest};
+use causeway_analysis::stats::resolve_window;
+use causeway_model::codes;
+use causeway_model::time::{fmt_ns, parse_duration_ns};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Trace database (native Causeway trace or Ingero DB).
+    #[arg(long)]
+    db: PathBuf,
+    /// Only calls of this op (e.g. cudaLaunchKernel).
+    #[arg(long, value_name = "NAME")]
+    op: Option<String>,
+    /// Only this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Stacks per ranking.
+    #[arg(long, default_value_t = 5)]
+    top: usize,
+    /// Frames printed per stack (JSON has them all).
+    #[arg(long, default_value_t = 12)]
+    frames: usize,
+    /// Only the last DUR of the trace (e.g. 30s).
+    #[arg(long, value_name = "DUR")]
+    since: Option<String>,
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    from: Option<String>,
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    to: Option<String>,
+}
+
+fn print_stack(rank: usize, s: &StackSummary, frames: usize) {
+    let ops: Vec<String> = s.ops.iter().map(|(o, n)| format!("{o} x{n}")).collect();
+    println!(
+        "#{rank} stack {:#018x}: {} calls, {} total, max {} [{}] pids {:?}",
+        s.stack_hash, s.calls, fmt_ns(s.total_ns), fmt_ns(s.max_ns), ops.join(", "), s.pids
+    );
+    if !s.resolved {
+        println!("    (no stack_traces row for this hash)");
+    }
+    for f in s.frames.iter().take(frames) {
+        match &f.lib {
+            Some(lib) => println!("    {}  [{lib}]", f.text),
+            None => println!("    {}", f.text),
+        }
+    }
+    if s.frames.len() > frames {
+        println!("    … {} more frames", s.frames.len() - frames);
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let store = causeway_backends::open_store(&args.db)?;
+    let since = args.since.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?;
+    let window = resolve_window(store.info(), since, args.from.as_deref(), args.to.as_deref())?;
+    let op = args
+        .op
+        .as_deref()
+        .map(|n| codes::op_by_name(n).with_context(|| format!("unknown op '{n}' (e.g. cudaLaunchKernel)")))
+        .transpose()?;
+    let r = top_stacks(store.as_ref(), &StacksRequest { window, pid: args.pid, op, top: args.top })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(0);
+    }
+    println!(
+        "{} calls{}, {} with a stack, {} distinct stacks",
+        r.calls,
+        r.op.as_ref().map(|o| format!(" of {o}")).unwrap_or_default(),
+        r.calls_with_stack,
+        r.distinct_stacks
+    );
+    println!("\nby count:");
+    for (i, s) in r.by_count.iter().enumerate() {
+        print_stack(i + 1, s, args.frames);
+    }
+    println!("\nby time:");
+    for (i, s) in r.by_time.iter().enumerate() {
+        print_stack(i + 1, s, args.frames);
+    }
+    Ok(0)
+}

@@ -1,0 +1,75 @@
+//! `causeway timeline`: what each thread of a process did, in order, with the off-CPU intervals
+//! between, around one event or over a window: the view that checks a chain.
+
+use std::path::PathBuf;
+
+use causeway_analysis::stats::resolve_window;
+use causeway_analysis::timeline::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
+use causeway_backends::EventId;
+use causeway_model::time::{fmt_ns, parse_duration_ns};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Trace database (native Causeway trace or Ingero DB).
+    #[arg(long)]
+    db: PathBuf,
+    /// Center on this event id (an integer, or `node:seq` in Ingero v0.9+ DBs); shows its process.
+    #[arg(long, value_name = "EVENT_ID", conflicts_with_all = ["from", "to"])]
+    around: Option<String>,
+    /// Time shown on each side of --around (e.g. 50ms).
+    #[arg(long, value_name = "DUR")]
+    span: Option<String>,
+    /// Window start: unix ns, +DUR after the first event, or -DUR before the last.
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    from: Option<String>,
+    /// Window end.
+    #[arg(long, value_name = "T", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// Only this thread.
+    #[arg(long)]
+    tid: Option<u32>,
+    /// Only this process (with --from/--to).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Entries per thread.
+    #[arg(long, default_value_t = 200)]
+    limit: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let store = causeway_backends::open_store(&args.db)?;
+    let around = args.around.as_deref().map(|s| match s.parse::<i64>() {
+        Ok(i) => EventId::Int(i),
+        Err(_) => EventId::Text(s.to_string()),
+    });
+    if around.is_none() && (args.from.is_none() || args.to.is_none()) {
+        anyhow::bail!("give --around EVENT_ID, or both --from and --to");
+    }
+    let window = resolve_window(store.info(), None, args.from.as_deref(), args.to.as_deref())?;
+    let around_ns = args.span.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?.unwrap_or(DEFAULT_AROUND_NS);
+    let req = TimelineRequest { around, around_ns, window, pid: args.pid, tid: args.tid, limit: args.limit.max(1) };
+    let r = timeline(store.as_ref(), &req)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(0);
+    }
+    println!("{} .. {} ({})", r.from_ns, r.to_ns, fmt_ns(r.to_ns - r.from_ns));
+    for t in &r.threads {
+        println!("\npid {} tid {} {}", t.pid, t.tid, t.comm);
+        for e in &t.entries {
+            let mark = if r.around.as_ref() == Some(&e.id) { ">" } else { " " };
+            let indent = if e.depth > 0 { "    " } else { "" };
+            println!("{mark} {:+.6} s  {:<8} {indent}{}  (event {})", (e.ts_ns - r.from_ns) as f64 / 1e9, e.kind, e.detail, e.id);
+        }
+        if t.truncated {
+            println!("  … cut at {} entries", args.limit);
+        }
+    }
+    for n in &r.notes {
+        println!("\nnote: {n}");
+    }
+    Ok(0)
+}
