@@ -1,6 +1,8 @@
 //! Synthetic traces for tests and benchmarks: a deterministic stream of events shaped like a
-//! training process (a GPU-feeding thread launching kernels, syncing and copying, with off-CPU
-//! intervals, wake-ups and block I/O). Same seed, same events.
+//! training process (four threads launching kernels, syncing and copying, with off-CPU intervals,
+//! wake-ups and block I/O). Each thread has its own timeline: its calls and off-CPU intervals never
+//! overlap, as in a real trace. Same seed, same events; timestamps are not globally ordered (as
+//! they are not in a real ring buffer), so readers order by timestamp.
 
 use causeway_model::codes::{op, PrevState};
 use causeway_model::{Event, SchedDetail};
@@ -29,23 +31,26 @@ impl Rng {
 /// An endless, time-ordered stream of synthetic events starting at `start_ns`.
 pub struct SyntheticTrace {
     rng: Rng,
-    now: i64,
+    /// Per thread (tid = pid + index): when it is next free.
+    cursors: [i64; 4],
     pid: u32,
 }
 
 impl SyntheticTrace {
     pub fn new(seed: u64, start_ns: i64) -> SyntheticTrace {
-        SyntheticTrace { rng: Rng::new(seed), now: start_ns, pid: 4821 }
+        SyntheticTrace { rng: Rng::new(seed), cursors: [start_ns; 4], pid: 4821 }
     }
 
     /// The next event. Mix: ~55% cudaLaunchKernel, ~12% cuLaunchKernel, ~8% syncs, ~5% copies,
     /// ~1% allocations, ~14% sched_switch (with scheduler detail), ~3% wake-ups, ~2% block I/O.
     pub fn next_event(&mut self) -> Event {
         let r = self.rng.range(0, 1000);
-        self.now += self.rng.range(2_000, 20_000);
-        let tid = self.pid + (self.rng.range(0, 4) as u32);
+        // The thread that is free first acts next.
+        let idx = (0..4).min_by_key(|&i| self.cursors[i]).unwrap_or(0);
+        let start = self.cursors[idx] + self.rng.range(2_000, 20_000);
+        let tid = self.pid + idx as u32;
         let mut e = Event {
-            ts_ns: self.now,
+            ts_ns: start,
             pid: self.pid,
             tid,
             cpu: self.rng.range(0, 8) as i32,
@@ -66,6 +71,15 @@ impl SyntheticTrace {
         e.source = code.source;
         e.op = code.op;
         e.dur_ns = dur;
+        // Calls occupy [start, start + dur]; an off-CPU interval is written at switch-in.
+        self.cursors[idx] = match code {
+            c if c == op::SCHED_SWITCH => {
+                e.ts_ns = start + dur;
+                start + dur
+            }
+            c if c == op::SCHED_WAKEUP || c == op::BLOCK_READ => start,
+            _ => start + dur,
+        };
         match code {
             c if c == op::SCHED_SWITCH => {
                 e.arg1 = i64::from(self.pid);
@@ -111,5 +125,25 @@ fn tail(rng: &mut Rng, max: i64) -> i64 {
         rng.range(0, max)
     } else {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threads_calls_and_off_cpu_intervals_never_overlap() {
+        let mut events = SyntheticTrace::new(11, 0).take(20_000);
+        events.sort_by_key(|e| e.ts_ns);
+        let mut busy_until = std::collections::HashMap::new();
+        for e in &events {
+            let (start, end) = if (e.source, e.op) == (3, 1) { (e.ts_ns - e.dur_ns, e.ts_ns) } else { (e.ts_ns, e.end_ns()) };
+            if matches!((e.source, e.op), (3, 2) | (5, _)) {
+                continue;
+            }
+            let prev = busy_until.insert(e.tid, end).unwrap_or(i64::MIN);
+            assert!(start >= prev, "tid {} overlaps: starts {start} before {prev}", e.tid);
+        }
     }
 }

@@ -21,6 +21,8 @@ fn events_come_back_exactly_as_written() {
     let path = dir.path().join("t.db");
     let mut synth = SyntheticTrace::new(3, 1_000_000_000);
     let events = synth.take(10_000);
+    let mut expected = events.clone();
+    expected.sort_by_key(|e| (e.ts_ns, e.tid, e.source, e.op));
     let summary = rt().block_on(async {
         let mut sink: Box<dyn EventSink> = Box::new(SqliteSink::create(&path, session(1)).unwrap());
         for chunk in events.chunks(777) {
@@ -40,8 +42,10 @@ fn events_come_back_exactly_as_written() {
     assert_eq!(store.info().format, TraceFormat::Native { schema_version: 1 });
     assert_eq!(store.info().events, 10_000);
     assert!(store.info().missing.is_empty(), "{:?}", store.info().missing);
-    let back: Vec<_> = store.events(&EventFilter::default()).unwrap().into_iter().map(|s| s.event).collect();
-    assert_eq!(back, events);
+    let mut back: Vec<_> = store.events(&EventFilter::default()).unwrap().into_iter().map(|s| s.event).collect();
+    assert!(back.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns), "events come back in time order");
+    back.sort_by_key(|e| (e.ts_ns, e.tid, e.source, e.op));
+    assert_eq!(back, expected);
     assert!(back.iter().any(|e| e.sched.is_some()), "scheduler detail round-trips");
     let stacks = store.stacks(&[99, 5]).unwrap();
     assert_eq!(stacks.len(), 1);
@@ -65,20 +69,23 @@ fn filters_select_what_they_say() {
     w.insert_batches([events.as_slice()]).unwrap();
     w.finish(1).unwrap();
     let store = SqliteStore::open(&path).unwrap();
-    let mid = events[2_500].ts_ns;
+    let mut sorted = events.clone();
+    sorted.sort_by_key(|e| (e.ts_ns, e.tid, e.source, e.op));
+    let mid = sorted[2_500].ts_ns;
     let f = EventFilter {
         window: TimeWindow { from_ns: Some(mid), to_ns: None },
         ops: Some(vec![op::CUDA_LAUNCH_KERNEL, op::SCHED_SWITCH]),
         tids: Some(vec![4822]),
         ..Default::default()
     };
-    let want: Vec<_> = events
+    let want: Vec<_> = sorted
         .iter()
         .filter(|e| e.ts_ns >= mid && e.tid == 4822)
         .filter(|e| [op::CUDA_LAUNCH_KERNEL, op::SCHED_SWITCH].contains(&OpCode::new(e.source, e.op)))
         .cloned()
         .collect();
-    let got: Vec<_> = store.events(&f).unwrap().into_iter().map(|s| s.event).collect();
+    let mut got: Vec<_> = store.events(&f).unwrap().into_iter().map(|s| s.event).collect();
+    got.sort_by_key(|e| (e.ts_ns, e.tid, e.source, e.op));
     assert!(!want.is_empty());
     assert_eq!(got, want);
     let mut n = 0;
