@@ -124,9 +124,26 @@ pub struct Chain {
     /// Further facts: block requests, page allocations, what the DB lacks.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<String>,
+    /// For off-CPU causes: on which CPUs the time was lost, most first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<CpuTime>,
     pub timeline: Vec<TimelineStep>,
     pub recommendations: Vec<String>,
     pub evidence: Evidence,
+}
+
+/// Time a chain lost on one CPU.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct CpuTime {
+    pub cpu: i32,
+    pub ns: i64,
+}
+
+/// The CPUs of a group, most time first (unknown CPUs, -1, left out).
+pub fn cpu_times(cpus: &BTreeMap<i32, i64>) -> Vec<CpuTime> {
+    let mut v: Vec<CpuTime> = cpus.iter().filter(|(c, _)| **c >= 0).map(|(&cpu, &ns)| CpuTime { cpu, ns }).collect();
+    v.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.cpu.cmp(&b.cpu)));
+    v
 }
 
 /// Severity of an attributed chain (slow calls or gaps).

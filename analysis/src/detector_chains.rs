@@ -52,6 +52,7 @@ fn chain(
         op_p99_ns: None,
         summary,
         details: Vec::new(),
+        cpus: Vec::new(),
         timeline,
         recommendations,
         evidence,

@@ -488,6 +488,7 @@ fn attributed_chain(
         op_p50_ns: s.dist.map(|d| d.p50),
         op_p99_ns: s.dist.map(|d| d.p99),
         details,
+        cpus: chains::cpu_times(&g.cpus),
         timeline,
         evidence: Evidence { event_ids: worst.iter().map(|w| w.1.clone()).collect(), sql, value: g.stall_ns, unit: "ns".into() },
     })
