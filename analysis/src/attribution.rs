@@ -23,7 +23,7 @@
 //!    outside the thread's scheduler coverage (first to last recorded switch) is `no_sched_data`.
 
 use causeway_backends::EventId;
-use causeway_model::codes::OpCode;
+use causeway_model::codes::{op, OpCode};
 use causeway_model::{PrevState, SchedDetail};
 
 use crate::stats::nearest_rank;
@@ -101,6 +101,9 @@ pub enum Cause {
     HostCompute,
     /// The DB holds no scheduler events for this thread at that time.
     NoSchedData,
+    /// Asleep inside a synchronizing call (a blocking sync or copy) until the GPU finished: GPU
+    /// time, not a host cause. Whoever woke the thread is the driver's completion path.
+    GpuWait,
 }
 
 impl Cause {
@@ -116,12 +119,13 @@ impl Cause {
             Cause::OnCpuOrGpu => "on_cpu_or_gpu",
             Cause::HostCompute => "host_compute",
             Cause::NoSchedData => "no_sched_data",
+            Cause::GpuWait => "gpu_wait",
         }
     }
 
     /// A cause found in what the host did (as opposed to "no host cause found").
     pub fn is_host_cause(self) -> bool {
-        !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData)
+        !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData | Cause::GpuWait)
     }
 
     pub fn describe(self) -> &'static str {
@@ -136,6 +140,7 @@ impl Cause {
             Cause::OnCpuOrGpu => "no host cause: on-CPU inside the library or waiting on the GPU",
             Cause::HostCompute => "on-CPU between GPU calls: the feeding thread was busy with host work",
             Cause::NoSchedData => "no scheduler events recorded for this thread at that time",
+            Cause::GpuWait => "asleep in a synchronizing call until the GPU finished (blocking sync): GPU time, not a host cause",
         }
     }
 }
@@ -146,7 +151,8 @@ pub struct Culprit {
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
-    /// `took_cpu` (ran while the thread was runnable) or `woke_thread` (the thread slept until it woke it).
+    /// `took_cpu` (ran while the thread was runnable), `woke_thread` (the thread slept until it woke
+    /// it) or `issued_io` (its block requests kept the device busy while the thread waited on I/O).
     pub role: String,
 }
 
@@ -345,12 +351,36 @@ pub fn page_bytes_between(allocs: &PageAllocs, a: i64, b: i64) -> i64 {
     allocs[lo..hi].iter().map(|x| x.1).sum()
 }
 
+/// Ops that wait for the GPU by definition: synchronizations and synchronous copies. A voluntary
+/// sleep inside one is the blocking-sync wait for the GPU, not a host cause.
+pub const GPU_WAIT_OPS: [OpCode; 9] = [
+    op::CUDA_STREAM_SYNC,
+    op::CUDA_DEVICE_SYNC,
+    op::CUDA_EVENT_SYNC,
+    op::CUDA_MEMCPY,
+    op::CUDA_MEMCPY_2D,
+    op::CUDA_MEMCPY_PEER,
+    op::CU_CTX_SYNCHRONIZE,
+    op::CU_STREAM_SYNCHRONIZE,
+    op::CU_MEMCPY,
+];
+
+pub fn is_gpu_wait_op(code: OpCode) -> bool {
+    GPU_WAIT_OPS.contains(&code)
+}
+
 /// Attribute one slow call. `page_allocs` are the call's process's page allocations.
 pub fn attribute_call(call: &Call, offs: &[OffCpu], coverage: Option<Option<Coverage>>, page_allocs: &PageAllocs) -> CallAttribution {
     let page_alloc_bytes = page_bytes_between(page_allocs, call.ts, call.end());
     let remainder =
         if page_alloc_bytes >= PAGE_ALLOC_PRESSURE_BYTES { Cause::PageAllocPressure } else { Cause::OnCpuOrGpu };
-    let parts = attribute_interval(call.ts, call.end(), offs, coverage, remainder);
+    let mut parts = attribute_interval(call.ts, call.end(), offs, coverage, remainder);
+    if is_gpu_wait_op(call.op) {
+        for p in parts.iter_mut().filter(|p| p.cause == Cause::Sleep) {
+            p.cause = Cause::GpuWait;
+            p.culprit = None;
+        }
+    }
     CallAttribution { call: call.clone(), parts, page_alloc_bytes }
 }
 

@@ -186,8 +186,11 @@ pub fn culprit_key(part: &Part) -> CulpritKey {
     match (&part.culprit, part.cause) {
         (Some((p, t, c)), Cause::Preempted) => CulpritKey::TookCpu(*p, *t, c.clone()),
         (None, Cause::Preempted) => CulpritKey::TookCpu(0, 0, String::new()),
-        (Some((p, t, _)), Cause::Sleep | Cause::Uninterruptible | Cause::StoppedOrOther) => CulpritKey::Woke(*p, *t),
-        (None, Cause::Sleep | Cause::Uninterruptible | Cause::StoppedOrOther) => CulpritKey::Woke(0, 0),
+        // Who ends a D-state wait is the I/O completion path, not a cause: I/O waits are one group,
+        // whose culprit is the process keeping the device busy (found from the block requests).
+        (_, Cause::Uninterruptible) => CulpritKey::None,
+        (Some((p, t, _)), Cause::Sleep | Cause::StoppedOrOther) => CulpritKey::Woke(*p, *t),
+        (None, Cause::Sleep | Cause::StoppedOrOther) => CulpritKey::Woke(0, 0),
         _ => CulpritKey::None,
     }
 }
@@ -325,6 +328,7 @@ pub fn recommendations(kind: ChainKind, cause: Cause, op: &str, culprit: &Option
             r.push("Profile the training loop's Python (py-spy dump / record on the feeding thread) and batch or vectorize the host work; CUDA graphs cut launch overhead".into());
         }
         Cause::NoSchedData => r.push("The DB holds no scheduler events for this thread at that time: re-record with `causeway trace` to attribute it".into()),
+        Cause::GpuWait => r.push(format!("{op} slept until the GPU finished: the GPU work itself is long; profile the kernels (Nsight Systems) or overlap more host work before synchronizing")),
     }
     if kind == ChainKind::FeedingGap && !matches!(cause, Cause::HostCompute) {
         r.push("The GPU had at most the work queued before each gap: deeper prefetching (prefetch_factor, CUDA streams) hides host stalls".into());
@@ -341,6 +345,9 @@ pub fn attributed_summary(kind: ChainKind, op: &str, subject: &str, cause: Cause
     };
     let what = match (cause, culprit) {
         (Cause::Preempted, Some(_)) => format!("preempted by {}{on_cpu}", culprit_words(culprit)),
+        (Cause::Uninterruptible, Some(c)) if c.role == "issued_io" => {
+            format!("{} while {} kept the disk busy", cause.describe(), culprit_words(culprit))
+        }
         (Cause::Sleep | Cause::Uninterruptible, Some(_)) => format!("{} until woken by {}", cause.describe(), culprit_words(culprit)),
         _ => cause.describe().to_string(),
     };

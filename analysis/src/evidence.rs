@@ -130,12 +130,10 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
             };
             format!("{} WHERE e.prev_state = 0{who}", ov(so, "e.timestamp"))
         }
-        Cause::Sleep | Cause::Uninterruptible | Cause::StoppedOrOther => {
-            let state = match cause {
-                Cause::Sleep => 1,
-                Cause::Uninterruptible => 2,
-                _ => 3,
-            };
+        Cause::GpuWait => format!("{} WHERE e.prev_state = 1", ov(so, &wake)),
+        Cause::Uninterruptible => format!("{} WHERE e.prev_state = 2", ov(so, &wake)),
+        Cause::Sleep | Cause::StoppedOrOther => {
+            let state = if cause == Cause::Sleep { 1 } else { 3 };
             let (p, t) = match culprit {
                 CulpritKey::Woke(p, t) => (*p, *t),
                 _ => (0, 0),

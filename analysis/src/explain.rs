@@ -9,7 +9,7 @@ use causeway_backends::{EventId, TraceFormat, TraceStore};
 use causeway_model::codes::OpCode;
 use causeway_model::time::{fmt_ns, TimeWindow};
 
-use crate::attribution::{self as attr, CallAttribution, Cause, Coverage, OffCpu, OpDistribution, Part};
+use crate::attribution::{self as attr, CallAttribution, Cause, Coverage, Culprit, OffCpu, OpDistribution, Part};
 use crate::chains::{self, Chain, ChainAccumulator, ChainKind, Evidence, Group, Severity, TimelineStep};
 use crate::detectors::{self, Gap};
 use crate::evidence::{self, CulpritKey, SqlScope};
@@ -397,6 +397,55 @@ fn layer(source: u8) -> &'static str {
     }
 }
 
+/// The other processes whose block requests were in flight during a chain's D-state waits, most
+/// overlap first: the top one is the chain's culprit (role `issued_io`), the top three are named.
+fn io_contenders(
+    store: &dyn TraceStore,
+    victim: u32,
+    parts: &[(i64, Part)],
+) -> Result<(Option<Culprit>, Vec<String>), AnalysisError> {
+    let waits: Vec<(i64, i64)> = parts.iter().map(|(_, p)| (p.start, p.end)).collect();
+    let (Some(a), Some(b)) = (waits.iter().map(|w| w.0).min(), waits.iter().map(|w| w.1).max()) else {
+        return Ok((None, Vec::new()));
+    };
+    // (pid, comm) -> (overlap ns, bytes, requests, a tid)
+    let mut by: BTreeMap<(u32, String), (i64, i64, u64, u32)> = BTreeMap::new();
+    for r in trace_data::block_requests_all(store, a, b)? {
+        let e = &r.event;
+        if e.pid == victim || e.pid == 0 {
+            continue;
+        }
+        let ov: i64 = waits.iter().map(|w| crate::attribution::overlap(w.0, w.1, e.ts_ns, e.end_ns())).sum();
+        if ov > 0 {
+            let x = by.entry((e.pid, e.comm.clone())).or_insert((0, 0, 0, e.tid));
+            x.0 += ov;
+            x.1 += e.arg0;
+            x.2 += 1;
+        }
+    }
+    let mut top: Vec<_> = by.into_iter().collect();
+    top.sort_by(|x, y| y.1 .0.cmp(&x.1 .0).then(x.0.cmp(&y.0)));
+    let lines = top
+        .iter()
+        .take(3)
+        .map(|((p, comm), (ov, bytes, n, _))| {
+            format!(
+                "pid {p} ({}) had {n} block requests ({} KiB) in flight during these waits, overlapping them for {}",
+                crate::stacks::clean(comm),
+                bytes >> 10,
+                fmt_ns(*ov)
+            )
+        })
+        .collect();
+    let culprit = top.first().map(|((p, comm), (.., tid))| Culprit {
+        pid: *p,
+        tid: *tid,
+        comm: crate::stacks::clean(comm),
+        role: "issued_io".into(),
+    });
+    Ok((culprit, lines))
+}
+
 /// Turn one (cause, culprit) group of a subject into a chain.
 fn attributed_chain(
     store: &dyn TraceStore,
@@ -406,7 +455,7 @@ fn attributed_chain(
     g: Group,
     names: &Names,
 ) -> Result<Chain, AnalysisError> {
-    let culprit = chains::culprit_of(&ckey, &|p, t| names.of(p, t));
+    let mut culprit = chains::culprit_of(&ckey, &|p, t| names.of(p, t));
     let calls = g.items.len() as u64;
     let share = g.stall_ns as f64 / s.total_ns.max(1) as f64;
     let worst: Vec<&(i64, EventId, i64, i64)> = g.items.iter().take(5).collect();
@@ -461,6 +510,11 @@ fn attributed_chain(
         if reqs.is_empty() {
             details.push(format!("no block requests of pid {pid} recorded during the worst waits: likely page faults or swap"));
         }
+    }
+    if cause == Cause::Uninterruptible {
+        let (who, lines) = io_contenders(store, pid, &g.worst_parts)?;
+        culprit = who;
+        details.extend(lines);
     }
     let sql = match (s.kind, s.op, s.tid) {
         (ChainKind::FeedingGap, _, Some(t)) => evidence::gap_chain_sql(scope, t, cause, &ckey),

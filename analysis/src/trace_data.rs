@@ -210,6 +210,16 @@ pub fn block_requests(store: &dyn TraceStore, pid: u32, a: i64, b: i64) -> Resul
     Ok(store.events(&filter)?.into_iter().filter(|e| e.event.end_ns() > a && e.event.ts_ns < b).collect())
 }
 
+/// Block requests of every process in flight during `[a, b]` (the device's whole load then).
+pub fn block_requests_all(store: &dyn TraceStore, a: i64, b: i64) -> Result<Vec<StoredEvent>, AnalysisError> {
+    let filter = EventFilter {
+        window: TimeWindow { from_ns: Some(a - 10_000_000_000), to_ns: Some(b) },
+        sources: Some(vec![5]),
+        ..Default::default()
+    };
+    Ok(store.events(&filter)?.into_iter().filter(|e| e.event.end_ns() > a && e.event.ts_ns < b).collect())
+}
+
 /// First and last event timestamp in scope (all sources).
 pub fn scope_bounds(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> Result<Option<(i64, i64)>, AnalysisError> {
     let mut conds = vec!["1 = 1".to_string()];

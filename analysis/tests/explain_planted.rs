@@ -30,14 +30,17 @@ fn explain_all(path: &std::path::Path) -> (SqliteStore, Explanation) {
 fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("planted.db");
-    let mut t = Trace { names: vec![(4242, "train".into()), (9912, "backup-rsync".into()), (5001, "pt_data_worker".into())], ..Default::default() };
+    let mut t = Trace {
+        names: vec![(4242, "train".into()), (9912, "backup-rsync".into()), (5001, "pt_data_worker".into()), (7777, "nightly-backup".into())],
+        ..Default::default()
+    };
     let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| match i {
         50 => 48 * MS,
         70 => 20 * MS,
         _ => 8 * MS,
     });
-    // The 48 ms sync: 41 ms preempted by backup-rsync on CPU 1, then 2 ms asleep until a DataLoader
-    // worker woke it and 1 ms in the run queue; 4 ms left on-CPU or in the GPU.
+    // The 48 ms sync: 41 ms preempted by backup-rsync on CPU 1, then 2 ms asleep (a blocking sync:
+    // GPU time, whoever woke it) and 1 ms in the run queue; 4 ms left on-CPU or in the GPU.
     let s50 = syncs[50];
     t.preempted(4242, 4242, s50 + 2 * MS, s50 + 43 * MS, 1, (9912, 9912, "backup-rsync"));
     t.off_cpu(4242, 4242, s50 + 44 * MS, s50 + 47 * MS, 1, PrevState::Sleeping, (0, 0, "swapper/1"), s50 + 46 * MS, (5001, 5001));
@@ -45,6 +48,8 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     let s70 = syncs[70];
     t.off_cpu(4242, 4242, s70 + 2 * MS, s70 + 17 * MS, 2, PrevState::Uninterruptible, (0, 0, "swapper/2"), s70 + 16 * MS, (0, 0));
     t.block(4242, op::BLOCK_READ, s70 + MS, 15 * MS, 1 << 20, 259 << 20);
+    // ... while nightly-backup's write was in flight for 9 ms of those 14 ms (7..16 of the D-state 2..16).
+    t.block(7777, op::BLOCK_WRITE, s70 + 7 * MS, 10 * MS, 4 << 20, 259 << 20);
     t.write(&path);
     let (store, e) = explain_all(&path);
 
@@ -69,11 +74,15 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
 
     let by = |cause: &str| e.chains.iter().find(|c| c.kind == ChainKind::SlowCalls && c.cause == cause).unwrap_or_else(|| panic!("no {cause} chain"));
     let io = by("uninterruptible");
-    assert_eq!((io.stall_ns, io.severity, io.culprit.clone()), (14 * MS, Severity::Medium, None));
+    assert_eq!((io.stall_ns, io.severity), (14 * MS, Severity::Medium));
+    assert_eq!(io.culprit, Some(Culprit { pid: 7777, tid: 7777, comm: "nightly-backup".into(), role: "issued_io".into() }));
+    assert!(io.summary.contains("nightly-backup (pid 7777, tid 7777) kept the disk busy"), "{}", io.summary);
     assert!(io.details.iter().any(|d| d.contains("block_read of 1024 KiB on device 259:0 by pid 4242")), "{:?}", io.details);
-    let sleep = by("sleep");
-    assert_eq!(sleep.stall_ns, 2 * MS);
-    assert_eq!(sleep.culprit, Some(Culprit { pid: 5001, tid: 5001, comm: "pt_data_worker".into(), role: "woke_thread".into() }));
+    assert!(io.details.iter().any(|d| d.contains("pid 7777 (nightly-backup) had 1 block requests (4096 KiB)") && d.contains("9.00 ms")), "{:?}", io.details);
+    // Asleep inside a synchronize is the blocking-sync wait for the GPU: no host cause, no culprit.
+    let gpu = by("gpu_wait");
+    assert_eq!((gpu.stall_ns, gpu.severity, gpu.culprit.clone()), (2 * MS, Severity::Low, None));
+    assert!(e.chains.iter().all(|c| c.cause != "sleep"));
     assert_eq!(by("runqueue_wait").stall_ns, 2 * MS);
     assert_eq!((by("on_cpu_or_gpu").stall_ns, by("on_cpu_or_gpu").severity), (9 * MS, Severity::Low));
     // Nested driver calls are part of their runtime call: never attributed on their own.

@@ -73,7 +73,8 @@ impl Trace {
     }
 
     pub fn block(&mut self, pid: u32, code: OpCode, ts: i64, dur: i64, bytes: i64, dev: i64) {
-        self.events.push(Event { ts_ns: ts, dur_ns: dur, pid, tid: pid, cpu: 0, source: code.source, op: code.op, arg0: bytes, arg1: dev, comm: "train".into(), ..Default::default() });
+        let comm = self.names.iter().find(|n| n.0 == pid).map(|n| n.1.clone()).unwrap_or_else(|| "train".into());
+        self.events.push(Event { ts_ns: ts, dur_ns: dur, pid, tid: pid, cpu: 0, source: code.source, op: code.op, arg0: bytes, arg1: dev, comm, ..Default::default() });
     }
 
     pub fn fork(&mut self, pid: u32, ts: i64, child: u32) {
