@@ -1,0 +1,403 @@
+//! The engine half of the SQL guard for SQLite: a hardened, read-only, per-query connection.
+//!
+//! Each query gets a fresh connection opened `SQLITE_OPEN_READ_ONLY | URI | NO_MUTEX`, then:
+//! `query_only`, defensive mode, untrusted schema, no ATTACH that creates or writes, a 16 MiB page
+//! cache with temp storage in files (big sorts, DISTINCT, window partitions and recursive-CTE queues
+//! spill to unlinked temp files instead of growing the heap), tight `SQLITE_LIMIT_*` (no attached
+//! databases, no bind parameters, 1 MB per string or blob), and an authorizer that allows only
+//! `SELECT`, recursive CTEs, reads of the trace's own tables (plus `sqlite_schema` and allow-listed
+//! table functions) and calls of allow-listed functions. Extension loading is never enabled.
+//! A prepared statement must also be read-only and return columns.
+//!
+//! Memory is bounded per connection by construction (page cache, spilling temp storage, value size,
+//! and the AST check's cap on value-amplifying calls). As a safety net a progress handler stops the
+//! query when SQLite's heap grew more than [`MAX_QUERY_MEMORY`] since it began. That counter is
+//! process-wide, so a concurrent query's growth counts too, and SQLite only calls the handler at
+//! jumps, so straight-line code (a statement's constant prologue) runs to its end first; it is still
+//! better than `sqlite3_hard_heap_limit64`, which would fail the trace writer's allocations.
+//! The progress handler and a watchdog thread enforce the deadline; [`QueryCancel`] interrupts from
+//! another thread; rows and JSON bytes are capped (sized cell by cell) and set `truncated`.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::config::DbConfig;
+use rusqlite::ffi;
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::limits::Limit;
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use super::{allow, ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_TIMEOUT_MS, MAX_VALUE_BYTES};
+use crate::error::StoreError;
+use crate::query::{QueryCancel, QueryLimits, QueryResult};
+
+/// Largest response a caller may ask for, in bytes of JSON rows.
+const MAX_RESPONSE_BYTES: usize = 16 << 20;
+/// Virtual-machine steps between two checks of the deadline, the memory budget and cancellation.
+const PROGRESS_STEPS: i32 = 250;
+/// Page cache of the per-query connection (negative: KiB).
+const CACHE_KIB: i64 = 16 * 1024;
+
+const STOP_NONE: u8 = 0;
+const STOP_TIMEOUT: u8 = 1;
+const STOP_CANCEL: u8 = 2;
+const STOP_MEMORY: u8 = 3;
+
+/// Why the progress handler stopped the query, shared with it.
+type StopReason = Arc<AtomicU8>;
+/// What the authorizer denied last, for the refusal message.
+type Denied = Arc<Mutex<Option<String>>>;
+
+/// Run `sql` (already checked, or deliberately not, in tests) on a hardened connection to `uri`.
+pub(crate) fn execute(uri: &str, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
+    let timeout_ms = limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS);
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let max_rows = limits.max_rows.clamp(1, QueryLimits::MAX_ROWS);
+    let max_bytes = limits.max_bytes.clamp(1, MAX_RESPONSE_BYTES);
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(StoreError::Refused(format!(
+            "a query of {} bytes (at most {MAX_SQL_BYTES} are accepted). {ALLOWED}",
+            sql.len()
+        )));
+    }
+    if sql.contains('\0') {
+        return Err(StoreError::Refused(format!("a query containing a NUL character. {ALLOWED}")));
+    }
+    let cancel = limits.cancel.clone();
+    if cancel.as_ref().is_some_and(QueryCancel::is_cancelled) {
+        return Err(cancelled());
+    }
+
+    let conn = open(uri)?;
+    let denied: Denied = Arc::default();
+    let preparing = Arc::new(AtomicBool::new(true));
+    install_authorizer(&conn, own_tables(&conn)?, denied.clone(), preparing.clone());
+    let stop: StopReason = Arc::new(AtomicU8::new(STOP_NONE));
+    install_progress(&conn, deadline, cancel.clone(), stop.clone());
+    if let Some(c) = &cancel {
+        let handle = conn.get_interrupt_handle();
+        c.set_interrupt(Some(Box::new(move || handle.interrupt())));
+    }
+
+    let watchdog = Watchdog::start(&conn, deadline, stop.clone());
+    let outcome = collect(&conn, sql, max_rows, max_bytes, deadline, &stop, &preparing);
+    drop(watchdog);
+    if let Some(c) = &cancel {
+        c.set_interrupt(None);
+    }
+    outcome.map_err(|e| classify(e, &stop, cancel.as_ref(), &denied, timeout_ms))
+}
+
+/// Open `uri` read-only and harden the connection before any user SQL touches it.
+fn open(uri: &str) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(uri, flags)
+        .map_err(|e| StoreError::Engine(format!("cannot open {uri} read-only: {e}")))?;
+    let harden = || -> rusqlite::Result<()> {
+        for (limit, value) in [
+            (Limit::SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES as i32),
+            (Limit::SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_BYTES as i32),
+            (Limit::SQLITE_LIMIT_COLUMN, 1000),
+            (Limit::SQLITE_LIMIT_EXPR_DEPTH, 1000),
+            (Limit::SQLITE_LIMIT_COMPOUND_SELECT, 64),
+            (Limit::SQLITE_LIMIT_FUNCTION_ARG, 64),
+            (Limit::SQLITE_LIMIT_ATTACHED, 0),
+            (Limit::SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000),
+            (Limit::SQLITE_LIMIT_VARIABLE_NUMBER, 0),
+            (Limit::SQLITE_LIMIT_TRIGGER_DEPTH, 0),
+            (Limit::SQLITE_LIMIT_WORKER_THREADS, 0),
+        ] {
+            conn.set_limit(limit, value)?;
+        }
+        for (config, on) in [
+            (DbConfig::SQLITE_DBCONFIG_DEFENSIVE, true),
+            (DbConfig::SQLITE_DBCONFIG_TRUSTED_SCHEMA, false),
+            (DbConfig::SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER, false),
+            (DbConfig::SQLITE_DBCONFIG_WRITABLE_SCHEMA, false),
+            (DbConfig::SQLITE_DBCONFIG_ENABLE_ATTACH_CREATE, false),
+            (DbConfig::SQLITE_DBCONFIG_ENABLE_ATTACH_WRITE, false),
+            (DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false),
+        ] {
+            conn.set_db_config(config, on)?;
+        }
+        conn.execute_batch(&format!(
+            "PRAGMA query_only = 1; PRAGMA temp_store = FILE; PRAGMA cache_size = -{CACHE_KIB};"
+        ))
+    };
+    harden().map_err(|e| StoreError::Engine(format!("cannot harden the query connection: {e}")))?;
+    Ok(conn)
+}
+
+/// Lower-cased names of the tables and views of `main`, plus what the authorizer reports for
+/// `sqlite_schema` and the allowed table-valued functions.
+fn own_tables(conn: &Connection) -> Result<HashSet<String>, StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT lower(name) FROM main.sqlite_schema WHERE type IN ('table', 'view')")
+        .map_err(|e| StoreError::Engine(format!("cannot read the schema: {e}")))?;
+    let mut names: HashSet<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| StoreError::Engine(format!("cannot read the schema: {e}")))?;
+    names.extend(["sqlite_master", "sqlite_schema"].map(String::from));
+    names.extend(allow::table_functions(super::Engine::Sqlite).iter().map(|s| s.to_string()));
+    Ok(names)
+}
+
+/// Deny every action but reads of `tables` in `main`, SELECT, recursive CTEs, allowed functions and
+/// the read-only pragmas behind allowed `pragma_*` table functions. Those pragmas are prepared by the
+/// table function while the query steps; while the user's statement is being prepared (`preparing`),
+/// every PRAGMA is denied, so a top-level `PRAGMA` never runs.
+fn install_authorizer(conn: &Connection, tables: HashSet<String>, denied: Denied, preparing: Arc<AtomicBool>) {
+    conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+        let in_main = ctx.database_name.is_none_or(|d| d.eq_ignore_ascii_case("main"));
+        let verdict = match ctx.action {
+            AuthAction::Select | AuthAction::Recursive => Ok(()),
+            AuthAction::Read { table_name, .. } if in_main && tables.contains(&table_name.to_ascii_lowercase()) => {
+                Ok(())
+            }
+            // `count(*)` over a CTE or subquery is reported as a column-less read without a schema.
+            AuthAction::Read { table_name, column_name: "" }
+                if ctx.database_name.is_none() && !is_internal(table_name) =>
+            {
+                Ok(())
+            }
+            AuthAction::Read { table_name, .. } => Err(format!("reading the table {table_name}")),
+            AuthAction::Function { function_name } if allow::sqlite_engine_function_allowed(function_name) => Ok(()),
+            AuthAction::Function { function_name } => Err(format!("calling the function {function_name}()")),
+            AuthAction::Pragma { pragma_name, .. }
+                if in_main && !preparing.load(Ordering::SeqCst) && allow::sqlite_pragma_allowed(pragma_name) =>
+            {
+                Ok(())
+            }
+            AuthAction::Pragma { pragma_name, .. } => Err(format!("PRAGMA {pragma_name}")),
+            AuthAction::Attach { filename } => Err(format!("ATTACH of {filename:?}")),
+            AuthAction::Insert { table_name }
+            | AuthAction::Update { table_name, .. }
+            | AuthAction::Delete { table_name } => Err(format!("writing to the table {table_name}")),
+            other => Err(format!("the action {other:?}")),
+        };
+        match verdict {
+            Ok(()) => Authorization::Allow,
+            Err(what) => {
+                *denied.lock().unwrap_or_else(|p| p.into_inner()) = Some(what);
+                Authorization::Deny
+            }
+        }
+    }));
+}
+
+/// Names of SQLite's built-in virtual tables and internal schema tables (never a CTE a user reads).
+fn is_internal(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.starts_with("sqlite_") || n.starts_with("pragma_") || n == "dbstat" || n.starts_with("fts")
+}
+
+/// Stop the query past `deadline`, when cancelled, or when SQLite's heap grew past the budget.
+fn install_progress(conn: &Connection, deadline: Instant, cancel: Option<QueryCancel>, stop: StopReason) {
+    // SAFETY: reading SQLite's global allocation counter has no preconditions.
+    let baseline = unsafe { ffi::sqlite3_memory_used() };
+    conn.progress_handler(
+        PROGRESS_STEPS,
+        Some(move || {
+            let reason = if cancel.as_ref().is_some_and(QueryCancel::is_cancelled) {
+                STOP_CANCEL
+            } else if Instant::now() >= deadline {
+                STOP_TIMEOUT
+            // SAFETY: as above.
+            } else if unsafe { ffi::sqlite3_memory_used() } - baseline > MAX_QUERY_MEMORY {
+                STOP_MEMORY
+            } else {
+                return false;
+            };
+            let _ = stop.compare_exchange(STOP_NONE, reason, Ordering::SeqCst, Ordering::SeqCst);
+            true
+        }),
+    );
+}
+
+/// Interrupts the connection at the deadline even where the progress handler does not run
+/// (planning a huge statement); stopped and joined on drop.
+struct Watchdog {
+    done: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn start(conn: &Connection, deadline: Instant, stop: StopReason) -> Watchdog {
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let handle = conn.get_interrupt_handle();
+        let thread = std::thread::Builder::new()
+            .name("sql-guard-watchdog".into())
+            .spawn(move || {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(left) {
+                    let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
+                    handle.interrupt();
+                }
+            })
+            .ok();
+        Watchdog { done: Some(done), thread }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.done.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Prepare, check and step the statement, converting rows to JSON under the row and byte caps.
+fn collect(
+    conn: &Connection,
+    sql: &str,
+    max_rows: usize,
+    max_bytes: usize,
+    deadline: Instant,
+    stop: &StopReason,
+    preparing: &AtomicBool,
+) -> Result<QueryResult, Failure> {
+    let mut stmt = conn.prepare(sql).map_err(Failure::Sqlite)?;
+    preparing.store(false, Ordering::SeqCst);
+    // Reads return columns; VACUUM, ATTACH, DETACH, BEGIN and friends return none (and some of them
+    // count as "read-only" to SQLite).
+    if !stmt.readonly() || stmt.column_count() == 0 {
+        return Err(Failure::Writes);
+    }
+    let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+    let width = columns.len();
+    let mut bytes = json_len(&columns);
+    let mut out = QueryResult { columns, rows: Vec::new(), truncated: false };
+    let mut rows = stmt.raw_query();
+    'rows: while let Some(row) = rows.next().map_err(Failure::Sqlite)? {
+        if out.rows.len() == max_rows {
+            out.truncated = true;
+            break;
+        }
+        // Sized cell by cell, before converting, so one wide row of big values never gets copied.
+        let mut cells = Vec::with_capacity(width);
+        let mut row_bytes = 2;
+        for i in 0..width {
+            let v = row.get_ref(i).map_err(Failure::Sqlite)?;
+            let at_least = match v {
+                ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => 1,
+                ValueRef::Text(t) => t.len() + 2,
+                ValueRef::Blob(b) => 2 * b.len() + 2,
+            };
+            if bytes + row_bytes + at_least > max_bytes {
+                out.truncated = true;
+                break 'rows;
+            }
+            let c = cell(v);
+            row_bytes += json_len(&c) + 1;
+            cells.push(c);
+        }
+        if bytes + row_bytes > max_bytes {
+            out.truncated = true;
+            break;
+        }
+        bytes += row_bytes;
+        out.rows.push(cells);
+        if Instant::now() >= deadline {
+            let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
+            return Err(Failure::Stopped);
+        }
+    }
+    Ok(out)
+}
+
+/// Length of `v` as compact JSON, without building the text.
+fn json_len<T: serde::Serialize>(v: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    let _ = serde_json::to_writer(&mut n, v);
+    n.0
+}
+
+/// One cell as JSON: integers, finite floats, text, null; blobs as hex; infinities as text.
+fn cell(v: ValueRef<'_>) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        ValueRef::Null => J::Null,
+        ValueRef::Integer(i) => J::from(i),
+        ValueRef::Real(f) => serde_json::Number::from_f64(f).map_or_else(|| J::String(f.to_string()), J::Number),
+        ValueRef::Text(t) => J::String(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => J::String(b.iter().map(|x| format!("{x:02x}")).collect()),
+    }
+}
+
+enum Failure {
+    Sqlite(rusqlite::Error),
+    Writes,
+    Stopped,
+}
+
+fn cancelled() -> StoreError {
+    StoreError::Query("the query was cancelled by the client".into())
+}
+
+/// Turn an engine failure into the error the caller sees, with what to do about it.
+fn classify(
+    f: Failure,
+    stop: &StopReason,
+    cancel: Option<&QueryCancel>,
+    denied: &Denied,
+    timeout_ms: u64,
+) -> StoreError {
+    let stopped = || match stop.load(Ordering::SeqCst) {
+        STOP_MEMORY => StoreError::Query(format!(
+            "the query was stopped after it used more than {} MiB of memory; aggregate in SQL (GROUP BY, \
+             LIMIT) or narrow the time window",
+            MAX_QUERY_MEMORY >> 20
+        )),
+        STOP_CANCEL => cancelled(),
+        _ if cancel.is_some_and(QueryCancel::is_cancelled) => cancelled(),
+        _ => StoreError::Timeout(timeout_ms),
+    };
+    let e = match f {
+        Failure::Writes => {
+            return StoreError::Refused(format!(
+                "a statement that is not a query (it would write, or returns no rows). {ALLOWED}"
+            ))
+        }
+        Failure::Stopped => return stopped(),
+        Failure::Sqlite(e) => e,
+    };
+    if matches!(e, rusqlite::Error::MultipleStatement) {
+        return StoreError::Refused(format!("stacked statements (more than one statement). {ALLOWED}"));
+    }
+    let code = e.sqlite_error_code();
+    let what = denied.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match code {
+        Some(ErrorCode::OperationInterrupted) => stopped(),
+        Some(ErrorCode::AuthorizationForStatementDenied) => StoreError::Refused(format!(
+            "{} (denied by the database engine). {ALLOWED}",
+            what.unwrap_or_else(|| "an action of this query".into())
+        )),
+        Some(ErrorCode::TooBig) => StoreError::Query(format!(
+            "a value grew past {MAX_VALUE_BYTES} bytes (the limit for one string or blob): {e}"
+        )),
+        Some(ErrorCode::OutOfMemory) => StoreError::Query(format!("the query ran out of memory: {e}")),
+        Some(ErrorCode::ReadOnly) | Some(ErrorCode::CannotOpen) | Some(ErrorCode::PermissionDenied) => {
+            StoreError::Refused(format!("a write: the database is read-only here ({e}). {ALLOWED}"))
+        }
+        _ if what.is_some() => {
+            StoreError::Refused(format!("{} (denied by the database engine: {e}). {ALLOWED}", what.unwrap_or_default()))
+        }
+        _ => StoreError::Query(e.to_string()),
+    }
+}
