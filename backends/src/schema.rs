@@ -169,7 +169,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("events", "cpu") => "CPU of the event; for sched_switch the CPU the thread left (-1 unknown)",
         ("events", "prev_state") => "sched_switch: why the thread left the CPU (see prev_states)",
         ("events", "next_pid") | ("events", "next_tid") | ("events", "next_comm") => {
-            "sched_switch: the task that took the CPU when this thread left it"
+            "sched_switch: the task that took the CPU: for a preempted thread, the one that held that CPU the longest single stretch while it waited runnable; otherwise the one that ran when it left"
         }
         ("events", "wake_ts") => "sched_switch: unix ns when the thread was woken (run-queue wait = timestamp - wake_ts)",
         ("events", "waker_pid") | ("events", "waker_tid") => "sched_switch: who woke the thread",

@@ -1,0 +1,187 @@
+//! `causeway trace`: record a trace into a database. Traces running pids (`--pid`) or a command it
+//! launches (`-- CMD ARGS`, with its children; ends when it exits), shows a live per-op table each
+//! second (or JSON lines with `--json`), and stops cleanly on Ctrl-C or after `--duration`, with
+//! every event and loss counter flushed before it exits 0.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use causeway_backends::SqliteSink;
+use causeway_model::time::{fmt_ns, parse_duration_ns};
+use causeway_model::SessionInfo;
+use causeway_probes::{LiveStats, TraceOptions};
+
+use crate::table::Table;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Trace database to write (default: causeway-<unix time>.db in the current directory).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Storage engine.
+    #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "duckdb"])]
+    pub backend: String,
+    /// Process to trace (repeatable); its children are followed.
+    #[arg(long = "pid")]
+    pub pids: Vec<u32>,
+    /// A CUDA library (or a directory of them) to probe besides those found automatically (repeatable).
+    #[arg(long = "cuda-lib")]
+    pub cuda_libs: Vec<PathBuf>,
+    /// Stop after this long (e.g. 30s, 5m, 500ms).
+    #[arg(long)]
+    pub duration: Option<String>,
+    /// Record the user stack of every CUDA call.
+    #[arg(long)]
+    pub stacks: bool,
+    /// Print the live statistics as JSON lines on stdout instead of a table on stderr.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not attach the scheduler, process, block I/O and memory tracepoints.
+    #[arg(long)]
+    pub no_host: bool,
+    /// Command to launch and trace, after `--`.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    anyhow::ensure!(
+        args.backend == "sqlite",
+        "--backend {}: this build writes traces with sqlite only",
+        args.backend
+    );
+    anyhow::ensure!(
+        !args.pids.is_empty() || !args.command.is_empty(),
+        "nothing to trace: give --pid N or -- COMMAND ARGS"
+    );
+    let duration_ns = args
+        .duration
+        .as_deref()
+        .map(parse_duration_ns)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let db = args
+        .db
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("causeway-{}.db", now.as_secs())));
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let session = SessionInfo {
+        started_at_ns: now.as_nanos() as i64,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        kernel: read("/proc/sys/kernel/osrelease"),
+        hostname: read("/proc/sys/kernel/hostname"),
+        node: read("/proc/sys/kernel/hostname"),
+        pid_filter: args
+            .pids
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        command: args.command.join(" "),
+        flags: format!("stacks={} host={}", args.stacks, !args.no_host),
+        ..Default::default()
+    };
+    let sink = SqliteSink::create(&db, session)?;
+    let opts = TraceOptions {
+        pids: args.pids.clone(),
+        command: args.command.clone(),
+        cuda_libs: args.cuda_libs.clone(),
+        duration_ns,
+        stacks: args.stacks,
+        host_probes: !args.no_host,
+        drop_on_backpressure: true,
+        ..Default::default()
+    };
+    let stop = opts.stop.clone();
+    let json = args.json;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = rt.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        causeway_probes::trace(opts, Box::new(sink), move |s| show(s, json)).await
+    })?;
+
+    let lost = report.lost();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"done": true, "db": db, "report": report})
+        );
+    } else {
+        eprintln!(
+            "causeway: {} events written to {} in {}; {} lost{}",
+            report.events_written,
+            db.display(),
+            fmt_ns(report.stopped_at_ns - report.started_at_ns),
+            lost,
+            if lost > 0 {
+                format!(
+                    " ({})",
+                    report
+                        .losses
+                        .iter()
+                        .map(|l| format!("source {} {}: {}", l.source, l.kind, l.count))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                String::new()
+            }
+        );
+        for l in &report.libraries {
+            eprintln!(
+                "causeway: probed {} ({} symbols, found by {})",
+                l.path.display(),
+                l.symbols.len(),
+                l.how
+            );
+        }
+        for n in &report.notes {
+            eprintln!("causeway: note: {n}");
+        }
+    }
+    Ok(0)
+}
+
+fn show(s: &LiveStats, json: bool) {
+    if json {
+        if let Ok(line) = serde_json::to_string(s) {
+            println!("{line}");
+        }
+        return;
+    }
+    let mut t = Table::new(&["op", ">count", ">p50", ">p99", ">off-CPU"]);
+    for o in s.ops.iter().take(20) {
+        t.row(vec![
+            o.op.clone(),
+            o.count.to_string(),
+            fmt_ns(o.p50_ns as i64),
+            fmt_ns(o.p99_ns as i64),
+            fmt_ns(o.off_cpu_ns as i64),
+        ]);
+    }
+    eprintln!(
+        "-- {} | {} events | {} lost | pids {:?}\n{}",
+        fmt_ns(s.elapsed_ns),
+        s.events,
+        s.lost,
+        s.traced_pids,
+        t.render()
+    );
+}

@@ -1,0 +1,125 @@
+/* Maps and helpers shared by every probe family. The families are compiled as one object
+ * (causeway.bpf.c includes them) so that they share the traced-process map, the rings and the
+ * counters. vmlinux.h is generated at build time from the running kernel's BTF (CO-RE). */
+#ifndef CAUSEWAY_COMMON_BPF_H
+#define CAUSEWAY_COMMON_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "causeway.h"
+
+/* set by the loader before load */
+const volatile __u32 cfg_stacks = 0; /* record a user stack id with every call */
+
+/* tgids being traced, as a bitmap (bit tgid of word tgid/64; covers PID_MAX_LIMIT = 4M): the hot
+ * path's filter is one inlined array access instead of a hash lookup. cw_traced (below) holds the
+ * same set as a hash, for user space to list. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, __u64);
+} cw_traced_bits SEC(".maps");
+
+/* tgids being traced: filled by user space, extended by fork following */
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 4096);
+    __type(key, __u32);
+    __type(value, __u8);
+} cw_traced SEC(".maps");
+
+/* One ring per family group; sizes are set by the loader. */
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 16 << 20);
+} cw_rb_cuda SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 8 << 20);
+} cw_rb_sched SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_RINGBUF);
+    __uint(max_entries, 2 << 20);
+} cw_rb_host SEC(".maps");
+
+/* loss counters and in-kernel aggregates, CW_CNT_* */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, CW_CNT_N);
+    __type(key, __u32);
+    __type(value, __u64);
+} cw_counters SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_STACK_TRACE);
+    __uint(max_entries, 16384);
+    __uint(key_size, sizeof(__u32));
+    __uint(value_size, 127 * sizeof(__u64));
+} cw_stacks SEC(".maps");
+
+/* a CUDA call in flight on one thread; ts == 0: slot idle */
+struct cw_stash {
+    __u64 ts;
+    __u64 arg0;
+    __u64 arg1;
+    __u64 arg2;
+    __u64 outptr; /* user address of an out-parameter (device pointer) read at return */
+    __u16 op;
+    __u8 comm_sent; /* the thread's comm went out with an earlier record: later ones carry none */
+};
+
+/* per-thread slots for the calls in flight: [0] runtime, [1] driver (they nest) */
+struct cw_slots {
+    struct cw_stash s[2];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+    __uint(map_flags, BPF_F_NO_PREALLOC);
+    __type(key, int);
+    __type(value, struct cw_slots);
+} cw_inflight SEC(".maps");
+
+static __always_inline void cw_count(__u32 idx, __u64 n) {
+    __u64 *v = bpf_map_lookup_elem(&cw_counters, &idx);
+    if (v) *v += n; /* per-CPU: no atomics needed */
+}
+
+static __always_inline int cw_is_traced(__u32 tgid) {
+    __u32 idx = tgid >> 6;
+    __u64 *w = bpf_map_lookup_elem(&cw_traced_bits, &idx);
+    return tgid != 0 && w && (*w >> (tgid & 63)) & 1;
+}
+
+static __always_inline void cw_set_traced(__u32 tgid, int on) {
+    __u32 idx = tgid >> 6;
+    __u64 *w = bpf_map_lookup_elem(&cw_traced_bits, &idx);
+    if (!w) return;
+    if (on) __sync_fetch_and_or(w, 1ull << (tgid & 63));
+    else __sync_fetch_and_and(w, ~(1ull << (tgid & 63)));
+}
+
+static __always_inline __u8 cw_prev_state(bool preempt, unsigned int state) {
+    if (preempt || state == 0) return 0; /* TASK_RUNNING: preempted while runnable */
+    if (state & 0x1) return 1;           /* TASK_INTERRUPTIBLE */
+    if (state & 0x2) return 2;           /* TASK_UNINTERRUPTIBLE (incl. TASK_IDLE, TASK_KILLABLE) */
+    return 3;
+}
+
+/* Submit without waking the reader unless the ring is a quarter full: the reader polls on a short
+ * timer, so traced threads are not preempted by a reader woken for every record (on a small host
+ * that feedback loop multiplies the scheduler events and slows the target). */
+static __always_inline void cw_submit(void *rec, void *ring) {
+    __u64 avail = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+    __u64 size = bpf_ringbuf_query(ring, BPF_RB_RING_SIZE);
+    bpf_ringbuf_submit(rec, avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#endif

@@ -1,0 +1,50 @@
+/* The uprobe_multi attach path (kernel >= 6.6): one entry program and one return program for every
+ * CUDA symbol of a library, each attached with a single BPF link. The entry program picks the
+ * argument layout by the attach cookie (ids below, mirrored by the tables in probes/src/loader.rs);
+ * the return program's cookie is the source. One link per library and direction instead of one perf
+ * event per symbol makes detaching fast (each perf-event uprobe waits for its own RCU grace period). */
+#include "cuda_common.bpf.h"
+
+SEC("uprobe")
+int cw_entry(struct pt_regs *ctx) {
+    switch (bpf_get_attach_cookie(ctx)) {
+    case 1: return rt_launch_do(ctx);
+    case 2: return rt_memcpy_do(ctx);
+    case 3: return rt_memcpy_async_do(ctx);
+    case 4: return rt_memcpy2d_do(ctx);
+    case 5: return rt_memcpy2d_as_do(ctx);
+    case 6: return rt_peer_do(ctx);
+    case 7: return rt_peer_async_do(ctx);
+    case 8: return rt_malloc_do(ctx);
+    case 9: return rt_malloc_mgd_do(ctx);
+    case 10: return rt_free_do(ctx);
+    case 11: return rt_stream_sync_do(ctx);
+    case 12: return rt_device_sync_do(ctx);
+    case 13: return rt_event_sync_do(ctx);
+    case 14: return rt_graph_launch_do(ctx);
+    case 101: return drv_launch_do(ctx);
+    case 102: return drv_memcpy_do(ctx);
+    case 103: return drv_htod_do(ctx);
+    case 104: return drv_dtoh_do(ctx);
+    case 105: return drv_dtod_do(ctx);
+    case 106: return drv_memcpy_as_do(ctx);
+    case 107: return drv_htod_as_do(ctx);
+    case 108: return drv_dtoh_as_do(ctx);
+    case 109: return drv_memcpy2d_do(ctx);
+    case 110: return drv_memcpy2d_as_do(ctx);
+    case 111: return drv_peer_do(ctx);
+    case 112: return drv_peer_as_do(ctx);
+    case 113: return drv_alloc_do(ctx);
+    case 114: return drv_alloc_mgd_do(ctx);
+    case 115: return drv_free_do(ctx);
+    case 116: return drv_ctx_sync_do(ctx);
+    case 117: return drv_stream_sync_do(ctx);
+    }
+    return 0;
+}
+
+SEC("uretprobe")
+int cw_ret(struct pt_regs *ctx) {
+    if (bpf_get_attach_cookie(ctx) == CW_SRC_DRIVER) return cw_leave(ctx, CW_SRC_DRIVER, &cw_rb_cuda);
+    return cw_leave(ctx, CW_SRC_CUDA, &cw_rb_cuda);
+}

@@ -1,0 +1,214 @@
+/* Scheduler and process lifecycle (tp_btf: no tracefs needed). For every off-CPU interval of a
+ * traced thread: switch-out time, why it left (prev_state), the task that took the CPU, the CPU,
+ * and, for a sleep, when it was woken and by whom; emitted at switch-in. Switches and wake-ups of
+ * other tasks are only counted. Fork following: children of traced processes become traced.
+ *
+ * "The task that took the CPU" of a preempted interval is the task that held that CPU the longest
+ * single stretch while the traced thread waited runnable, not merely the first one to run: a
+ * freshly woken thread often runs for microseconds before a CPU hog takes the rest of the wait. Each
+ * CPU remembers when its current task started and which preempted traced thread waits on it. */
+#include "common.bpf.h"
+
+struct cw_offcpu {
+    __u64 ts_out;
+    __u64 wake_ts;
+    __u32 next_pid;
+    __u32 next_tid;
+    __u32 waker_pid;
+    __u32 waker_tid;
+    __u32 cpu;
+    __u8 state;
+    char next_comm[16];
+    __u64 best_ns; /* longest stretch another task held `cpu` while this thread waited runnable */
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, struct cw_offcpu);
+} cw_offcpu SEC(".maps");
+
+/* Per CPU: when its current task got the CPU, and the preempted traced thread waiting for it. */
+struct cw_cpu_run {
+    __u64 since;
+    __u32 waiter_tid;
+    __u32 pad;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct cw_cpu_run);
+} cw_cpu_run SEC(".maps");
+
+/* `prev` held this CPU from run->since to now: if a preempted traced thread waits here and this is
+ * the longest stretch so far, `prev` is the one that took its CPU. */
+static __always_inline void cw_account_runner(struct cw_cpu_run *run, struct task_struct *prev, __u32 prev_tid,
+                                              __u64 now) {
+    if (run->waiter_tid == 0 || run->waiter_tid == prev_tid) return;
+    __u32 w = run->waiter_tid;
+    struct cw_offcpu *o = bpf_map_lookup_elem(&cw_offcpu, &w);
+    if (!o || o->state != 0) {
+        run->waiter_tid = 0;
+        return;
+    }
+    __u64 start = run->since > o->ts_out ? run->since : o->ts_out;
+    __u64 ran = now > start ? now - start : 0;
+    if (ran > o->best_ns) {
+        o->best_ns = ran;
+        o->next_pid = prev->tgid;
+        o->next_tid = prev_tid;
+        bpf_probe_read_kernel(o->next_comm, sizeof(o->next_comm), prev->comm);
+    }
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+             unsigned int prev_state) {
+    __u64 now = bpf_ktime_get_ns();
+    __u32 prev_tid = prev->pid, next_tid = next->pid;
+    __u32 zero = 0;
+    struct cw_cpu_run *run = bpf_map_lookup_elem(&cw_cpu_run, &zero);
+    if (run) {
+        cw_account_runner(run, prev, prev_tid, now);
+        run->since = now;
+    }
+    if (prev_tid != 0 && cw_is_traced(prev->tgid)) {
+        struct cw_offcpu o = {};
+        o.ts_out = now;
+        o.next_pid = next->tgid;
+        o.next_tid = next_tid;
+        o.cpu = bpf_get_smp_processor_id();
+        o.state = cw_prev_state(preempt, prev_state);
+        bpf_probe_read_kernel(o.next_comm, sizeof(o.next_comm), next->comm);
+        bpf_map_update_elem(&cw_offcpu, &prev_tid, &o, BPF_ANY);
+        if (run && o.state == 0) run->waiter_tid = prev_tid;
+    } else {
+        cw_count(CW_CNT_SWITCH_OTHER, 1);
+    }
+    if (next_tid == 0 || !cw_is_traced(next->tgid)) return 0;
+    if (run && run->waiter_tid == next_tid) run->waiter_tid = 0;
+    struct cw_offcpu *o = bpf_map_lookup_elem(&cw_offcpu, &next_tid);
+    if (!o) return 0; /* went off-CPU before tracing started */
+    struct cw_switch *r = bpf_ringbuf_reserve(&cw_rb_sched, sizeof(*r), 0);
+    if (!r) {
+        cw_count(CW_CNT_LOST_BASE + CW_SRC_HOST, 1);
+        bpf_map_delete_elem(&cw_offcpu, &next_tid);
+        return 0;
+    }
+    r->kind = CW_REC_SWITCH;
+    r->prev_state = o->state;
+    r->pad = 0;
+    r->cpu = o->cpu;
+    r->pid = next->tgid;
+    r->tid = next_tid;
+    r->ts_out = o->ts_out;
+    r->ts_in = now;
+    r->wake_ts = o->wake_ts;
+    r->next_pid = o->next_pid;
+    r->next_tid = o->next_tid;
+    r->waker_pid = o->waker_pid;
+    r->waker_tid = o->waker_tid;
+    bpf_probe_read_kernel(r->comm, sizeof(r->comm), next->comm);
+    __builtin_memcpy(r->next_comm, o->next_comm, sizeof(r->next_comm));
+    cw_submit(r, &cw_rb_sched);
+    bpf_map_delete_elem(&cw_offcpu, &next_tid);
+    return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(cw_sched_wakeup, struct task_struct *p) {
+    __u32 tgid = p->tgid, tid = p->pid;
+    if (!cw_is_traced(tgid)) {
+        cw_count(CW_CNT_WAKEUP_OTHER, 1);
+        return 0;
+    }
+    __u64 now = bpf_ktime_get_ns();
+    __u64 id = bpf_get_current_pid_tgid();
+    struct cw_offcpu *o = bpf_map_lookup_elem(&cw_offcpu, &tid);
+    if (o && o->wake_ts == 0) {
+        o->wake_ts = now;
+        o->waker_pid = id >> 32;
+        o->waker_tid = (__u32)id;
+    }
+    struct cw_wakeup *r = bpf_ringbuf_reserve(&cw_rb_sched, sizeof(*r), 0);
+    if (!r) {
+        cw_count(CW_CNT_LOST_BASE + CW_SRC_HOST, 1);
+        return 0;
+    }
+    r->kind = CW_REC_WAKEUP;
+    r->pad[0] = r->pad[1] = r->pad[2] = 0;
+    r->cpu = p->wake_cpu;
+    r->pid = id >> 32;
+    r->tid = (__u32)id;
+    r->ts = now;
+    r->wakee_pid = tgid;
+    r->wakee_tid = tid;
+    bpf_get_current_comm(r->comm, sizeof(r->comm));
+    cw_submit(r, &cw_rb_sched);
+    return 0;
+}
+
+static __always_inline void cw_emit_proc(__u8 what, struct task_struct *t, __u32 child_pid, __u32 child_tid,
+                                         __s32 code) {
+    struct cw_proc *r = bpf_ringbuf_reserve(&cw_rb_host, sizeof(*r), 0);
+    if (!r) {
+        cw_count(CW_CNT_LOST_BASE + CW_SRC_HOST, 1);
+        return;
+    }
+    r->kind = CW_REC_PROC;
+    r->what = what;
+    r->pad = 0;
+    r->pad2 = 0;
+    r->cpu = bpf_get_smp_processor_id();
+    r->pid = t->tgid;
+    r->tid = t->pid;
+    r->ts = bpf_ktime_get_ns();
+    r->child_pid = child_pid;
+    r->child_tid = child_tid;
+    r->exit_code = code;
+    bpf_probe_read_kernel(r->comm, sizeof(r->comm), t->comm);
+    cw_submit(r, &cw_rb_host);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(cw_proc_fork, struct task_struct *parent, struct task_struct *child) {
+    __u32 ptgid = parent->tgid, ctgid = child->tgid;
+    if (!cw_is_traced(ptgid)) return 0;
+    if (ctgid != ptgid) {
+        __u8 one = 1;
+        bpf_map_update_elem(&cw_traced, &ctgid, &one, BPF_ANY);
+        cw_set_traced(ctgid, 1);
+    }
+    cw_emit_proc(CW_PROC_FORK, parent, ctgid, child->pid, 0);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(cw_proc_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm) {
+    if (!cw_is_traced(p->tgid)) return 0;
+    cw_emit_proc(CW_PROC_EXEC, p, 0, 0, 0);
+    return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(cw_proc_exit, struct task_struct *p, bool group_dead) {
+    __u32 tgid = p->tgid, tid = p->pid;
+    if (!cw_is_traced(tgid)) return 0;
+    bpf_map_delete_elem(&cw_offcpu, &tid);
+    cw_emit_proc(CW_PROC_EXIT, p, 0, 0, p->exit_code);
+    if (group_dead) {
+        bpf_map_delete_elem(&cw_traced, &tgid);
+        cw_set_traced(tgid, 0);
+    }
+    return 0;
+}
+
+/* OOM kills are rare and always recorded, traced or not */
+SEC("tp_btf/mark_victim")
+int BPF_PROG(cw_oom_victim, struct task_struct *task, uid_t uid) {
+    cw_emit_proc(CW_PROC_OOM, task, 0, 0, 0);
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* Shared by the mock workloads: option parsing, exact per-call counters, and the report every
+ * workload prints at exit (`CALLS <op> <n>` lines that tests compare against the trace). */
+#ifndef WORKLOAD_COMMON_H
+#define WORKLOAD_COMMON_H
+#define _GNU_SOURCE
+#include "../src/mock_cuda.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { C_LAUNCH, C_LAUNCH_PTSZ, C_MEMCPY, C_MEMCPY_ASYNC, C_MEMCPY_ASYNC_PTSZ, C_MEMCPY2D, C_MEMCPY2D_ASYNC,
+       C_PEER, C_PEER_ASYNC, C_MALLOC, C_MALLOC_MANAGED, C_FREE, C_STREAM_SYNC, C_STREAM_SYNC_PTSZ,
+       C_DEVICE_SYNC, C_EVENT_SYNC, C_GRAPH_LAUNCH, C_N };
+static const char *C_NAMES[C_N] = {
+    "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz",
+    "cudaMemcpy2D", "cudaMemcpy2DAsync", "cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMalloc",
+    "cudaMallocManaged", "cudaFree", "cudaStreamSynchronize", "cudaStreamSynchronize_ptsz",
+    "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaGraphLaunch"};
+static atomic_ulong g_calls[C_N];
+static atomic_ulong g_errors;
+#define CALL(idx, expr) do { if ((expr) != 0) atomic_fetch_add(&g_errors, 1); atomic_fetch_add(&g_calls[idx], 1); } while (0)
+
+static long opt(int argc, char **argv, const char *name, long dflt) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return strtol(argv[i + 1], NULL, 10);
+    char env[64];
+    snprintf(env, sizeof env, "WL_%s", name + 2); /* --kernel-us -> WL_kernel-us */
+    const char *v = getenv(env);
+    return v ? strtol(v, NULL, 10) : dflt;
+}
+static inline uint64_t wl_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+static inline void wl_sleep_us(long us) {
+    if (us <= 0) return;
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+static inline void wl_spin_ns(uint64_t ns) {
+    uint64_t end = wl_now_ns() + ns;
+    while (wl_now_ns() < end) {}
+}
+static inline void wl_thread(const char *name) {
+    pthread_setname_np(pthread_self(), name);
+    printf("THREAD %s %ld\n", name, (long)syscall(SYS_gettid));
+    fflush(stdout);
+}
+static void wl_report(void) {
+    printf("PID %d\n", getpid());
+    for (int i = 0; i < C_N; i++) printf("CALLS %s %lu\n", C_NAMES[i], (unsigned long)g_calls[i]);
+    printf("ERRORS %lu\n", (unsigned long)g_errors);
+    fflush(stdout);
+}
+#endif

@@ -1,0 +1,203 @@
+//! `causeway check`: what this host can trace and what is missing, each item with its fix. It
+//! really loads the BPF object and attaches the host tracepoints (then detaches), so "ok" means the
+//! tracer will start.
+
+use std::path::Path;
+
+use crate::discovery::{self, DiscoveryOptions, FoundLibrary};
+use crate::loader::{LoadOptions, Probes};
+
+/// One checked capability.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct CheckItem {
+    pub name: String,
+    pub ok: bool,
+    /// Required for `causeway trace` to start (otherwise the trace runs without it).
+    pub required: bool,
+    pub detail: String,
+    /// What to do when not ok.
+    pub fix: Option<String>,
+}
+
+/// Everything `check` found.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct CheckReport {
+    pub kernel: String,
+    /// True when every required item is ok.
+    pub can_trace: bool,
+    pub items: Vec<CheckItem>,
+    pub cuda_libraries: Vec<FoundLibrary>,
+    /// Host tracepoints that attached in the live test.
+    pub host_probes: Vec<String>,
+}
+
+fn item(name: &str, ok: bool, required: bool, detail: String, fix: &str) -> CheckItem {
+    CheckItem {
+        name: name.into(),
+        ok,
+        required,
+        detail,
+        fix: (!ok).then(|| fix.to_string()),
+    }
+}
+
+/// Effective capabilities of this process, from /proc/self/status.
+fn cap_eff() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("CapEff:")
+                    .map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0))
+            })
+        })
+        .unwrap_or(0)
+}
+
+pub fn tracefs_mounted() -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let (_, dir, fs) = (it.next()?, it.next()?, it.next()?);
+        (fs == "tracefs").then(|| dir.to_string())
+    })
+}
+
+/// Mount tracefs at /sys/kernel/tracing if it is not mounted (needs CAP_SYS_ADMIN). Causeway itself
+/// does not need it (perf uprobes and tp_btf work without), but bpftrace and the uprobe listing do.
+pub fn mount_tracefs() -> Result<String, String> {
+    if let Some(d) = tracefs_mounted() {
+        return Ok(d);
+    }
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .status();
+    match st {
+        Ok(s) if s.success() => Ok("/sys/kernel/tracing".into()),
+        Ok(s) => Err(format!("mount exited with {s}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+pub fn host_check() -> CheckReport {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let mut items = Vec::new();
+    let caps = cap_eff();
+    let has = |bit: u32| caps & (1u64 << bit) != 0;
+    let (sys_admin, perfmon, bpf) = (has(21), has(38), has(39));
+    items.push(item(
+        "privileges",
+        sys_admin || (bpf && perfmon),
+        true,
+        format!("uid {} CAP_SYS_ADMIN={sys_admin} CAP_BPF={bpf} CAP_PERFMON={perfmon}", unsafe { libc::geteuid() }),
+        "run as root, or grant CAP_SYS_ADMIN (perf uprobes need it since CVE-2025-38466): sudo setcap cap_sys_admin,cap_bpf,cap_perfmon+ep $(which causeway)",
+    ));
+    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    items.push(item(
+        "kernel BTF",
+        btf,
+        true,
+        "/sys/kernel/btf/vmlinux".into(),
+        "use a kernel built with CONFIG_DEBUG_INFO_BTF=y",
+    ));
+    let uprobe_pmu = Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
+    items.push(item(
+        "uprobe PMU",
+        uprobe_pmu,
+        true,
+        "/sys/bus/event_source/devices/uprobe/type (uprobes without tracefs)".into(),
+        "kernel needs CONFIG_UPROBE_EVENTS=y; or mount tracefs: mount -t tracefs nodev /sys/kernel/tracing",
+    ));
+    let tfs = tracefs_mounted();
+    items.push(item(
+        "tracefs",
+        tfs.is_some(),
+        false,
+        match &tfs {
+            Some(d) => format!("mounted at {d}"),
+            None => "not mounted: Causeway does not need it (perf uprobes, tp_btf); bpftrace and the uprobe_events listing do".into(),
+        },
+        "mount -t tracefs nodev /sys/kernel/tracing",
+    ));
+    let memlock_ok = {
+        let lim = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: valid rlimit struct.
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) == 0 }
+    };
+    items.push(item(
+        "RLIMIT_MEMLOCK",
+        true,
+        false,
+        if memlock_ok { "raised".into() } else { "cannot be raised (no CAP_SYS_RESOURCE); harmless: kernels >= 5.11 charge BPF memory to the cgroup".into() },
+        "",
+    ));
+    let mut host_probes = Vec::new();
+    let load = Probes::load(&LoadOptions {
+        ring_cuda_bytes: 4096,
+        ring_sched_bytes: 4096,
+        ring_host_bytes: 4096,
+        stacks: false,
+        host_probes: true,
+        perf_uprobes: false,
+    });
+    match load {
+        Ok(p) => {
+            host_probes = p.host_attached.clone();
+            items.push(item(
+                "uprobe_multi",
+                p.uses_uprobe_multi(),
+                false,
+                "one BPF link per library (kernel >= 6.6); otherwise one perf-event uprobe per symbol, slow to detach".into(),
+                "a kernel >= 6.6 with CONFIG_UPROBES; the trace works without it",
+            ));
+            items.push(item(
+                "BPF load",
+                true,
+                true,
+                format!(
+                    "programs loaded; tracepoints attached: {}",
+                    host_probes.join(", ")
+                ),
+                "",
+            ));
+            for n in &p.notes {
+                items.push(item(
+                    "tracepoint",
+                    false,
+                    false,
+                    n.clone(),
+                    "this kernel lacks the tracepoint; the trace runs without it",
+                ));
+            }
+        }
+        Err(e) => items.push(item(
+            "BPF load",
+            false,
+            true,
+            format!("{e:#}"),
+            "run as root on a kernel with BTF and BPF ring buffers (>= 5.8)",
+        )),
+    }
+    let libs = discovery::discover(&DiscoveryOptions::default());
+    items.push(item(
+        "CUDA libraries",
+        !libs.is_empty(),
+        false,
+        format!("{} found (ldconfig, /usr/local/cuda*, pip nvidia-* wheels)", libs.len()),
+        "pass --cuda-lib PATH, or trace a process that maps libcudart/libcuda (found through /proc/PID/maps)",
+    ));
+    let can_trace = items.iter().all(|i| i.ok || !i.required);
+    CheckReport {
+        kernel,
+        can_trace,
+        items,
+        cuda_libraries: libs,
+        host_probes,
+    }
+}

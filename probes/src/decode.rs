@@ -1,0 +1,278 @@
+//! Ring records to [`Event`]s: the monotonic BPF clock to the unix epoch, wire fields to the event
+//! model's columns (see `causeway_model::codes` for what each arg means per op).
+
+use causeway_model::codes::op;
+use causeway_model::{Event, PrevState, SchedDetail};
+
+use crate::wire::{self, Record, OP_GRAPH_BIT};
+
+/// Offset from CLOCK_MONOTONIC (what `bpf_ktime_get_ns` reads) to CLOCK_REALTIME, measured once.
+pub fn mono_to_realtime_offset() -> i64 {
+    fn now(clock: libc::clockid_t) -> i64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid pointer to a timespec.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    }
+    // the sample with the tightest bracket wins
+    (0..5)
+        .map(|_| {
+            let a = now(libc::CLOCK_MONOTONIC);
+            let r = now(libc::CLOCK_REALTIME);
+            let b = now(libc::CLOCK_MONOTONIC);
+            (b - a, r - (a + (b - a) / 2))
+        })
+        .min()
+        .map(|(_, off)| off)
+        .unwrap_or(0)
+}
+
+/// Which `causeway_model::Source` a record's loss is charged to.
+pub fn record_source(r: &Record) -> u8 {
+    match r {
+        Record::Call(c) => c.source,
+        Record::Block(_) => 5,
+        _ => 3,
+    }
+}
+
+pub struct Decoder {
+    pub offset_ns: i64,
+    /// tid -> comm: call records carry the comm only on a thread's first call; switch, wake-up and
+    /// process records keep it fresh.
+    comms: std::collections::HashMap<u32, String>,
+}
+
+impl Decoder {
+    pub fn new() -> Decoder {
+        Decoder::with_offset(mono_to_realtime_offset())
+    }
+
+    pub fn with_offset(offset_ns: i64) -> Decoder {
+        Decoder {
+            offset_ns,
+            comms: Default::default(),
+        }
+    }
+
+    fn comm_of(&mut self, tid: u32, comm: String) -> String {
+        if comm.is_empty() {
+            if let Some(c) = self.comms.get(&tid) {
+                return c.clone();
+            }
+            return std::fs::read_to_string(format!("/proc/{tid}/comm"))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default();
+        }
+        if self.comms.get(&tid) != Some(&comm) {
+            if self.comms.len() > 100_000 {
+                self.comms.clear();
+            }
+            self.comms.insert(tid, comm.clone());
+        }
+        comm
+    }
+
+    fn t(&self, mono: u64) -> i64 {
+        (mono as i64).saturating_add(self.offset_ns)
+    }
+
+    pub fn event(&mut self, rec: Record) -> Event {
+        match rec {
+            Record::Call(mut c) => {
+                c.comm = self.comm_of(c.tid, std::mem::take(&mut c.comm));
+                let (source, op) = if c.op & OP_GRAPH_BIT != 0 {
+                    (8, c.op & !OP_GRAPH_BIT)
+                } else {
+                    (c.source, c.op)
+                };
+                Event {
+                    ts_ns: self.t(c.ts),
+                    dur_ns: c.dur as i64,
+                    pid: c.pid,
+                    tid: c.tid,
+                    cpu: c.cpu as i32,
+                    source,
+                    op,
+                    arg0: c.arg0 as i64,
+                    arg1: c.arg1 as i64,
+                    arg2: c.arg2 as i64,
+                    ret_code: c.ret as i32,
+                    comm: c.comm,
+                    ..Default::default()
+                }
+            }
+            Record::Switch(mut s) => {
+                s.comm = self.comm_of(s.tid, std::mem::take(&mut s.comm));
+                Event {
+                    ts_ns: self.t(s.ts_in),
+                    dur_ns: s.ts_in.saturating_sub(s.ts_out) as i64,
+                    pid: s.pid,
+                    tid: s.tid,
+                    cpu: s.cpu as i32,
+                    source: op::SCHED_SWITCH.source,
+                    op: op::SCHED_SWITCH.op,
+                    arg1: s.pid as i64,
+                    comm: s.comm,
+                    sched: Some(SchedDetail {
+                        prev_state: PrevState::from_code(s.prev_state as i64),
+                        next_pid: s.next_pid,
+                        next_tid: s.next_tid,
+                        next_comm: s.next_comm,
+                        wake_ts_ns: if s.wake_ts == 0 { 0 } else { self.t(s.wake_ts) },
+                        waker_pid: s.waker_pid,
+                        waker_tid: s.waker_tid,
+                    }),
+                    ..Default::default()
+                }
+            }
+            Record::Wakeup(w) => Event {
+                ts_ns: self.t(w.ts),
+                pid: w.pid,
+                tid: w.tid,
+                cpu: w.cpu as i32,
+                source: op::SCHED_WAKEUP.source,
+                op: op::SCHED_WAKEUP.op,
+                arg1: w.wakee_pid as i64,
+                arg2: w.wakee_tid as i64,
+                comm: w.comm,
+                ..Default::default()
+            },
+            Record::Proc(mut p) => {
+                if p.what == wire::PROC_EXEC {
+                    p.comm = self.comm_of(p.tid, std::mem::take(&mut p.comm));
+                }
+                let code = match p.what {
+                    wire::PROC_FORK => op::PROCESS_FORK,
+                    wire::PROC_EXEC => op::PROCESS_EXEC,
+                    wire::PROC_EXIT => op::PROCESS_EXIT,
+                    _ => op::OOM_KILL,
+                };
+                Event {
+                    ts_ns: self.t(p.ts),
+                    pid: p.pid,
+                    tid: p.tid,
+                    cpu: p.cpu as i32,
+                    source: code.source,
+                    op: code.op,
+                    arg0: if p.what == wire::PROC_EXIT {
+                        p.exit_code as i64
+                    } else {
+                        0
+                    },
+                    arg1: p.child_pid as i64,
+                    arg2: p.child_tid as i64,
+                    comm: p.comm,
+                    ..Default::default()
+                }
+            }
+            Record::Block(b) => {
+                let code = match b.op {
+                    1 => op::BLOCK_READ,
+                    2 => op::BLOCK_WRITE,
+                    _ => op::BLOCK_DISCARD,
+                };
+                Event {
+                    ts_ns: self.t(b.ts),
+                    dur_ns: b.dur as i64,
+                    pid: b.pid,
+                    tid: b.tid,
+                    cpu: b.cpu as i32,
+                    source: code.source,
+                    op: code.op,
+                    arg0: b.bytes as i64,
+                    arg1: b.dev as i64,
+                    arg2: b.sector as i64,
+                    comm: b.comm,
+                    ..Default::default()
+                }
+            }
+        }
+    }
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder::new()
+    }
+}
+
+/// FNV-1a 64 over the instruction pointers of a stack (the `stack_hash` key).
+pub fn stack_hash(ips: &[u64]) -> i64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for ip in ips {
+        for b in ip.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    ((h & i64::MAX as u64) as i64).max(1) /* positive, never 0 (0 = no stack) */
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{CallRec, SwitchRec};
+
+    #[test]
+    fn graph_launch_goes_to_source_8_and_switch_keeps_its_interval() {
+        let mut d = Decoder::with_offset(1_000);
+        let c = CallRec {
+            source: 1,
+            op: 0x8004,
+            cpu: 0,
+            pid: 1,
+            tid: 2,
+            ts: 10,
+            dur: 5,
+            arg0: 0,
+            arg1: 0,
+            arg2: 0,
+            ret: 0,
+            stack_id: -1,
+            comm: "x".into(),
+        };
+        let e = d.event(Record::Call(c.clone()));
+        assert_eq!((e.source, e.op, e.ts_ns, e.end_ns()), (8, 4, 1_010, 1_015));
+        // later calls of the thread come without a comm: the decoder remembers it
+        let e = d.event(Record::Call(CallRec {
+            comm: String::new(),
+            ..c
+        }));
+        assert_eq!(e.comm, "x");
+        let s = SwitchRec {
+            prev_state: 1,
+            cpu: 3,
+            pid: 7,
+            tid: 8,
+            ts_out: 100,
+            ts_in: 250,
+            wake_ts: 200,
+            next_pid: 9,
+            next_tid: 10,
+            waker_pid: 11,
+            waker_tid: 12,
+            comm: "gpu".into(),
+            next_comm: "hog".into(),
+        };
+        let e = d.event(Record::Switch(s));
+        assert_eq!(e.off_cpu_interval(), (1_100, 1_250));
+        let sd = e.sched.unwrap();
+        assert_eq!(
+            (sd.prev_state, sd.wake_ts_ns, sd.next_comm.as_str()),
+            (PrevState::Sleeping, 1_200, "hog")
+        );
+    }
+
+    #[test]
+    fn realtime_offset_is_plausible() {
+        let off = mono_to_realtime_offset();
+        assert!(
+            off > 1_600_000_000 * 1_000_000_000i64 - 10i64.pow(18),
+            "{off}"
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! The user-space half of Causeway's eBPF probes.
+//!
+//! - [`discovery`]: where the CUDA libraries are (explicit path, `/proc/PID/maps`, ldconfig, CUDA
+//!   install paths, pip `nvidia-*` wheels).
+//! - [`loader`]: loads `ebpf/causeway.bpf.o` (built by build.rs) with aya, attaches uprobe/uretprobe
+//!   pairs by symbol and the host tracepoints.
+//! - [`wire`] and [`decode`]: ring records to [`causeway_model::Event`].
+//! - [`session`]: [`trace`], one complete trace into an [`causeway_backends::EventSink`], with loss
+//!   accounting; [`stats`]: the live per-op table.
+//! - [`check`]: [`host_check`], what this host can trace and how to fix what is missing.
+
+pub mod check;
+pub mod decode;
+pub mod discovery;
+pub mod loader;
+pub mod multi;
+pub mod process;
+pub mod session;
+pub mod stats;
+pub mod symbols;
+pub mod wire;
+
+pub use check::{host_check, CheckReport};
+pub use session::{trace, LossRow, TraceOptions, TraceReport};
+pub use stats::{LiveStats, OpStats};

@@ -1,0 +1,128 @@
+//! Launching the command to trace, gated: the child is forked and waits on a pipe until the tracer
+//! has put its pid in the traced-process map, then execs, so not one of its calls is missed.
+
+use std::ffi::CString;
+use std::os::fd::RawFd;
+use std::path::Path;
+
+pub struct GatedChild {
+    pub pid: u32,
+    gate: RawFd,
+}
+
+impl GatedChild {
+    /// Fork `argv`; stdout goes to `stdout` when given. The child execs after [`GatedChild::release`].
+    pub fn spawn(argv: &[String], stdout: Option<&Path>) -> anyhow::Result<GatedChild> {
+        anyhow::ensure!(!argv.is_empty(), "no command to run");
+        let cargs: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let out_fd = match stdout {
+            Some(p) => {
+                let c = CString::new(p.as_os_str().as_encoded_bytes())?;
+                // SAFETY: valid C string.
+                let fd = unsafe {
+                    libc::open(
+                        c.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+                        0o644,
+                    )
+                };
+                anyhow::ensure!(
+                    fd >= 0,
+                    "cannot open {}: {}",
+                    p.display(),
+                    std::io::Error::last_os_error()
+                );
+                fd
+            }
+            None => -1,
+        };
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: fds has room for two descriptors.
+        anyhow::ensure!(
+            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
+            "pipe2 failed"
+        );
+        // SAFETY: the child only calls async-signal-safe functions before exec.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            anyhow::bail!("fork failed: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: child side: read the gate, redirect, exec, or exit.
+            unsafe {
+                libc::close(fds[1]);
+                let mut b = 0u8;
+                libc::read(fds[0], &mut b as *mut u8 as *mut libc::c_void, 1);
+                if b != b'g' {
+                    libc::_exit(126); // the tracer went away before releasing us
+                }
+                if out_fd >= 0 {
+                    libc::dup2(out_fd, 1);
+                }
+                libc::execvp(ptrs[0], ptrs.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: parent closes the ends it does not use.
+        unsafe {
+            libc::close(fds[0]);
+            if out_fd >= 0 {
+                libc::close(out_fd);
+            }
+        }
+        Ok(GatedChild {
+            pid: pid as u32,
+            gate: fds[1],
+        })
+    }
+
+    /// Let the child exec.
+    pub fn release(&mut self) {
+        if self.gate >= 0 {
+            // SAFETY: our end of the pipe.
+            unsafe {
+                libc::write(self.gate, b"g".as_ptr() as *const libc::c_void, 1);
+                libc::close(self.gate);
+            }
+            self.gate = -1;
+        }
+    }
+
+    /// The exit status if the child has ended (reaped), without blocking.
+    pub fn try_wait(&mut self) -> Option<i32> {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(self.pid as i32, &mut status, libc::WNOHANG) };
+        if r == self.pid as i32 {
+            Some(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            })
+        } else if r < 0 {
+            Some(-1)
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for GatedChild {
+    fn drop(&mut self) {
+        // closing the gate unreleased makes the child exit 126 instead of running untraced
+        if self.gate >= 0 {
+            // SAFETY: our end of the pipe.
+            unsafe { libc::close(self.gate) };
+        }
+    }
+}
+
+/// Whether a process exists.
+pub fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}

@@ -1,0 +1,260 @@
+//! ELF symbol tables: where a symbol lives in a library file (for attaching uprobes by name, versioned
+//! symbols like `cudaMalloc@@libcudart.so.12` included), and which function an address of a running
+//! process falls in (for kernel function pointers and user stacks), through `/proc/PID/maps`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+
+/// The function symbols of one ELF file, sorted by address, with its loadable segments.
+#[derive(Debug, Default)]
+pub struct ElfSymbols {
+    /// (virtual address, size, name), sorted by address.
+    syms: Vec<(u64, u64, String)>,
+    /// name -> file offset, for attaching.
+    offsets: HashMap<String, u64>,
+    /// (file offset, virtual address, file size) of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl ElfSymbols {
+    pub fn load(path: &Path) -> anyhow::Result<ElfSymbols> {
+        let data = std::fs::read(path)?;
+        let file = object::File::parse(&*data)?;
+        let segments: Vec<(u64, u64, u64)> = file
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off, s.address(), size)
+            })
+            .collect();
+        let mut syms = Vec::new();
+        let mut offsets = HashMap::new();
+        for sym in file.dynamic_symbols().chain(file.symbols()) {
+            if sym.kind() != SymbolKind::Text || sym.address() == 0 || !sym.is_definition() {
+                continue;
+            }
+            let Ok(raw) = sym.name() else { continue };
+            // `.symtab` of some toolchains spells versioned names `name@@VERSION`
+            let name = raw.split('@').next().unwrap_or(raw);
+            if name.is_empty() {
+                continue;
+            }
+            let addr = sym.address();
+            if let Some(off) = segments
+                .iter()
+                .find(|(_, va, sz)| addr >= *va && addr < va + sz)
+                .map(|(off, va, _)| addr - va + off)
+            {
+                offsets.entry(name.to_string()).or_insert(off);
+            }
+            syms.push((addr, sym.size(), name.to_string()));
+        }
+        syms.sort();
+        syms.dedup_by(|a, b| a.0 == b.0);
+        Ok(ElfSymbols {
+            syms,
+            offsets,
+            segments,
+        })
+    }
+
+    /// File offset of a function symbol (what a uprobe attaches at).
+    pub fn offset_of(&self, name: &str) -> Option<u64> {
+        self.offsets.get(name).copied()
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.offsets.contains_key(name)
+    }
+
+    /// The function containing virtual address `vaddr`, and the offset into it.
+    pub fn lookup_vaddr(&self, vaddr: u64) -> Option<(&str, u64)> {
+        let i = self.syms.partition_point(|s| s.0 <= vaddr);
+        let (addr, size, name) = self.syms.get(i.checked_sub(1)?)?;
+        if *size == 0 && vaddr != *addr || *size > 0 && vaddr >= addr + size {
+            return None;
+        }
+        Some((name.as_str(), vaddr - addr))
+    }
+
+    /// Virtual address of a file offset (through the segment that maps it).
+    pub fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|(o, _, sz)| off >= *o && off < o + sz)
+            .map(|(o, va, _)| off - o + va)
+    }
+}
+
+/// One executable mapping of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub path: PathBuf,
+}
+
+/// The file-backed executable mappings of a process (`/proc/PID/maps`).
+pub fn read_maps(pid: u32) -> std::io::Result<Vec<Mapping>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(parse_maps(&text))
+}
+
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_inode)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path: String = it.collect::<Vec<_>>().join(" ");
+        if !perms.contains('x') || !path.starts_with('/') {
+            continue;
+        }
+        let Some((s, e)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(offset)) = (
+            u64::from_str_radix(s, 16),
+            u64::from_str_radix(e, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        out.push(Mapping {
+            start,
+            end,
+            offset,
+            path: PathBuf::from(path.trim_end_matches(" (deleted)")),
+        });
+    }
+    out
+}
+
+/// Resolves addresses of traced processes to `function+0xoff` and the file they are in. Keeps the
+/// last maps seen for each pid, so addresses of a process that already exited still resolve.
+#[derive(Default)]
+pub struct Symbolizer {
+    maps: HashMap<u32, Vec<Mapping>>,
+    files: HashMap<PathBuf, Option<Arc<ElfSymbols>>>,
+}
+
+/// One resolved address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub symbol: Option<String>,
+    pub offset: u64,
+    pub file: String,
+}
+
+impl Symbolizer {
+    /// Refresh the maps of `pid` (call while it is alive); returns whether they could be read.
+    pub fn refresh(&mut self, pid: u32) -> bool {
+        match read_maps(pid) {
+            Ok(m) if !m.is_empty() => {
+                self.maps.insert(pid, m);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Use maps read elsewhere (the ring reader snapshots them while the process is alive).
+    pub fn set_maps(&mut self, pid: u32, maps: Vec<Mapping>) {
+        if !maps.is_empty() {
+            self.maps.insert(pid, maps);
+        }
+    }
+
+    pub fn knows(&self, pid: u32) -> bool {
+        self.maps.contains_key(&pid)
+    }
+
+    pub fn resolve(&mut self, pid: u32, addr: u64) -> Option<Resolved> {
+        let find = |maps: &HashMap<u32, Vec<Mapping>>| {
+            maps.get(&pid)?
+                .iter()
+                .find(|m| addr >= m.start && addr < m.end)
+                .cloned()
+        };
+        let m = match find(&self.maps) {
+            Some(m) => m,
+            None => {
+                // maps change (exec, dlopen): re-read once while the process lives
+                self.refresh(pid);
+                find(&self.maps)?
+            }
+        };
+        let file_off = addr - m.start + m.offset;
+        let elf = self
+            .files
+            .entry(m.path.clone())
+            .or_insert_with(|| ElfSymbols::load(&m.path).ok().map(Arc::new))
+            .clone();
+        let file = m
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let hit = elf
+            .as_ref()
+            .and_then(|e| e.vaddr_of_offset(file_off))
+            .and_then(|va| {
+                let e = elf.as_ref()?;
+                e.lookup_vaddr(va).map(|(n, o)| (n.to_string(), o))
+            });
+        Some(match hit {
+            Some((name, off)) => Resolved {
+                symbol: Some(name),
+                offset: off,
+                file,
+            },
+            None => Resolved {
+                symbol: None,
+                offset: file_off,
+                file,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_keep_only_executable_file_mappings() {
+        let text = "55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /usr/bin/x\n\
+                    55d0c0001000-55d0c0002000 r-xp 00001000 08:01 123 /usr/bin/x\n\
+                    7f0000000000-7f0000001000 r-xp 00000000 00:00 0 [vdso]\n\
+                    7f0000002000-7f0000003000 r-xp 00002000 08:01 9 /lib/lib cuda.so (deleted)\n";
+        let m = parse_maps(text);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].start, 0x55d0c0001000);
+        assert_eq!(m[0].offset, 0x1000);
+        assert_eq!(m[1].path, PathBuf::from("/lib/lib cuda.so"));
+    }
+
+    #[test]
+    fn own_executable_symbols_resolve() {
+        let me = std::env::current_exe().unwrap();
+        let syms = ElfSymbols::load(&me).unwrap();
+        assert!(!syms.syms.is_empty());
+        // our own process: resolve the address of a function we can name
+        let mut s = Symbolizer::default();
+        let addr = parse_maps as usize as u64;
+        let r = s
+            .resolve(std::process::id(), addr)
+            .expect("address is mapped");
+        assert!(
+            r.symbol.as_deref().unwrap_or("").contains("parse_maps"),
+            "{r:?}"
+        );
+    }
+}

@@ -1,0 +1,313 @@
+//! The ring-buffer records of `ebpf/causeway.h`, decoded from bytes. Field order and sizes mirror
+//! the C structs exactly; a record of the wrong size or an unknown kind is a decode error (counted
+//! as a loss by the caller, never a panic).
+
+pub const REC_CALL: u8 = 1;
+pub const REC_SWITCH: u8 = 2;
+pub const REC_WAKEUP: u8 = 3;
+pub const REC_PROC: u8 = 4;
+pub const REC_BLOCK: u8 = 5;
+
+pub const PROC_FORK: u8 = 1;
+pub const PROC_EXEC: u8 = 2;
+pub const PROC_EXIT: u8 = 3;
+pub const PROC_OOM: u8 = 4;
+
+/// Indexes into the per-CPU `cw_counters` array (CW_CNT_* in causeway.h).
+pub mod cnt {
+    pub const LOST_BASE: u32 = 0;
+    pub const STASH_FAIL_BASE: u32 = 16;
+    pub const SWITCH_OTHER: u32 = 32;
+    pub const WAKEUP_OTHER: u32 = 33;
+    pub const BLOCK_OTHER: u32 = 34;
+    pub const BLOCK_OTHER_BYTES: u32 = 35;
+    pub const PAGE_OTHER: u32 = 36;
+    pub const PAGE_OTHER_BYTES: u32 = 37;
+    pub const N: u32 = 40;
+}
+
+/// Op codes with this bit set belong to source 8 (CUDA graphs) although they travel in the runtime's
+/// in-flight slot (`cudaGraphLaunch` is stashed as op 0x8004 of source 1).
+pub const OP_GRAPH_BIT: u16 = 0x8000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRec {
+    pub source: u8,
+    pub op: u16,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub ts: u64,
+    pub dur: u64,
+    pub arg0: u64,
+    pub arg1: u64,
+    pub arg2: u64,
+    pub ret: i64,
+    pub stack_id: i32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwitchRec {
+    pub prev_state: u8,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub ts_out: u64,
+    pub ts_in: u64,
+    pub wake_ts: u64,
+    pub next_pid: u32,
+    pub next_tid: u32,
+    pub waker_pid: u32,
+    pub waker_tid: u32,
+    pub comm: String,
+    pub next_comm: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WakeupRec {
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub ts: u64,
+    pub wakee_pid: u32,
+    pub wakee_tid: u32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcRec {
+    pub what: u8,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub ts: u64,
+    pub child_pid: u32,
+    pub child_tid: u32,
+    pub exit_code: i32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlockRec {
+    pub op: u8,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub ts: u64,
+    pub dur: u64,
+    pub sector: u64,
+    pub bytes: u32,
+    pub dev: u32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Call(CallRec),
+    Switch(SwitchRec),
+    Wakeup(WakeupRec),
+    Proc(ProcRec),
+    Block(BlockRec),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum WireError {
+    #[error("empty record")]
+    Empty,
+    #[error("record kind {0} is unknown")]
+    UnknownKind(u8),
+    #[error("record kind {kind}: {len} bytes, expected {want}")]
+    Size { kind: u8, len: usize, want: usize },
+}
+
+pub const CALL_SIZE: usize = 88;
+pub const SWITCH_SIZE: usize = 88;
+pub const WAKEUP_SIZE: usize = 48;
+pub const PROC_SIZE: usize = 56;
+pub const BLOCK_SIZE: usize = 64;
+
+struct Rd<'a>(&'a [u8], usize);
+impl Rd<'_> {
+    fn u8(&mut self) -> u8 {
+        self.1 += 1;
+        self.0[self.1 - 1]
+    }
+    fn u16(&mut self) -> u16 {
+        let v = u16::from_ne_bytes(self.0[self.1..self.1 + 2].try_into().unwrap());
+        self.1 += 2;
+        v
+    }
+    fn u32(&mut self) -> u32 {
+        let v = u32::from_ne_bytes(self.0[self.1..self.1 + 4].try_into().unwrap());
+        self.1 += 4;
+        v
+    }
+    fn u64(&mut self) -> u64 {
+        let v = u64::from_ne_bytes(self.0[self.1..self.1 + 8].try_into().unwrap());
+        self.1 += 8;
+        v
+    }
+    fn skip(&mut self, n: usize) {
+        self.1 += n;
+    }
+    fn comm(&mut self) -> String {
+        let raw = &self.0[self.1..self.1 + 16];
+        self.1 += 16;
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(16);
+        String::from_utf8_lossy(&raw[..end]).into_owned()
+    }
+}
+
+fn need(kind: u8, len: usize, want: usize) -> Result<(), WireError> {
+    if len < want {
+        Err(WireError::Size { kind, len, want })
+    } else {
+        Ok(())
+    }
+}
+
+/// Decode one ring-buffer record.
+pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
+    let kind = *buf.first().ok_or(WireError::Empty)?;
+    let mut r = Rd(buf, 1);
+    match kind {
+        REC_CALL => {
+            need(kind, buf.len(), CALL_SIZE)?;
+            let source = r.u8();
+            let op = r.u16();
+            Ok(Record::Call(CallRec {
+                source,
+                op,
+                cpu: r.u32(),
+                pid: r.u32(),
+                tid: r.u32(),
+                ts: r.u64(),
+                dur: r.u64(),
+                arg0: r.u64(),
+                arg1: r.u64(),
+                arg2: r.u64(),
+                ret: r.u64() as i64,
+                stack_id: r.u32() as i32,
+                comm: {
+                    r.skip(4);
+                    r.comm()
+                },
+            }))
+        }
+        REC_SWITCH => {
+            need(kind, buf.len(), SWITCH_SIZE)?;
+            let prev_state = r.u8();
+            r.skip(2);
+            Ok(Record::Switch(SwitchRec {
+                prev_state,
+                cpu: r.u32(),
+                pid: r.u32(),
+                tid: r.u32(),
+                ts_out: r.u64(),
+                ts_in: r.u64(),
+                wake_ts: r.u64(),
+                next_pid: r.u32(),
+                next_tid: r.u32(),
+                waker_pid: r.u32(),
+                waker_tid: r.u32(),
+                comm: r.comm(),
+                next_comm: r.comm(),
+            }))
+        }
+        REC_WAKEUP => {
+            need(kind, buf.len(), WAKEUP_SIZE)?;
+            r.skip(3);
+            Ok(Record::Wakeup(WakeupRec {
+                cpu: r.u32(),
+                pid: r.u32(),
+                tid: r.u32(),
+                ts: r.u64(),
+                wakee_pid: r.u32(),
+                wakee_tid: r.u32(),
+                comm: r.comm(),
+            }))
+        }
+        REC_PROC => {
+            need(kind, buf.len(), PROC_SIZE)?;
+            let what = r.u8();
+            r.skip(2);
+            let (cpu, pid, tid, ts, child_pid, child_tid) =
+                (r.u32(), r.u32(), r.u32(), r.u64(), r.u32(), r.u32());
+            let exit_code = r.u32() as i32;
+            r.skip(4);
+            Ok(Record::Proc(ProcRec {
+                what,
+                cpu,
+                pid,
+                tid,
+                ts,
+                child_pid,
+                child_tid,
+                exit_code,
+                comm: r.comm(),
+            }))
+        }
+        REC_BLOCK => {
+            need(kind, buf.len(), BLOCK_SIZE)?;
+            let op = r.u8();
+            r.skip(2);
+            Ok(Record::Block(BlockRec {
+                op,
+                cpu: r.u32(),
+                pid: r.u32(),
+                tid: r.u32(),
+                ts: r.u64(),
+                dur: r.u64(),
+                sector: r.u64(),
+                bytes: r.u32(),
+                dev: r.u32(),
+                comm: r.comm(),
+            }))
+        }
+        k => Err(WireError::UnknownKind(k)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_record_round_trips_field_offsets() {
+        let mut b = vec![0u8; CALL_SIZE];
+        b[0] = REC_CALL;
+        b[1] = 4;
+        b[2..4].copy_from_slice(&5u16.to_ne_bytes());
+        b[4..8].copy_from_slice(&3u32.to_ne_bytes());
+        b[8..12].copy_from_slice(&100u32.to_ne_bytes());
+        b[12..16].copy_from_slice(&101u32.to_ne_bytes());
+        b[16..24].copy_from_slice(&7u64.to_ne_bytes());
+        b[24..32].copy_from_slice(&9u64.to_ne_bytes());
+        b[32..40].copy_from_slice(&4096u64.to_ne_bytes());
+        b[56..64].copy_from_slice(&(-35i64).to_ne_bytes());
+        b[64..68].copy_from_slice(&(-1i32).to_ne_bytes());
+        b[72..76].copy_from_slice(b"gpu\0");
+        let Record::Call(c) = parse(&b).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (c.source, c.op, c.cpu, c.pid, c.tid, c.ts, c.dur),
+            (4, 5, 3, 100, 101, 7, 9)
+        );
+        assert_eq!(
+            (c.arg0, c.ret, c.stack_id, c.comm.as_str()),
+            (4096, -35, -1, "gpu")
+        );
+    }
+
+    #[test]
+    fn short_and_unknown_records_are_errors() {
+        assert_eq!(parse(&[]), Err(WireError::Empty));
+        assert!(matches!(
+            parse(&[REC_SWITCH, 0, 0]),
+            Err(WireError::Size { .. })
+        ));
+        assert_eq!(parse(&[77; 100]), Err(WireError::UnknownKind(77)));
+    }
+}

@@ -1,0 +1,292 @@
+//! Shared by the live tests: builds mock-cuda, an in-memory EventSink, running a workload under the
+//! tracer, and parsing the counts the workload prints.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use causeway_backends::{EventSink, SinkSummary, StackRecord};
+use causeway_model::{Event, LossKind};
+use causeway_probes::{TraceOptions, TraceReport};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `make -C mock-cuda`, once per test binary.
+pub fn mock_build() -> PathBuf {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let st = std::process::Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(root().join("mock-cuda"))
+            .status()
+            .expect("make");
+        assert!(st.success(), "make -C mock-cuda failed");
+    });
+    root().join("mock-cuda/build")
+}
+
+/// Refuse to run silently without privileges: these tests trace for real.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        uid, 0,
+        "the live eBPF tests must run as root (they load BPF programs and attach uprobes)"
+    );
+}
+
+#[derive(Default)]
+pub struct Collected {
+    pub events: Vec<Event>,
+    pub losses: BTreeMap<(u8, String), u64>,
+    pub stacks: Vec<StackRecord>,
+    pub names: BTreeMap<u32, String>,
+    pub finished: bool,
+}
+
+/// An EventSink that keeps everything in memory; `capacity_batches` > 0 makes try_write_batch
+/// refuse (and count) once that many batches were taken, to exercise back-pressure.
+#[derive(Clone, Default)]
+pub struct MemSink(pub Arc<Mutex<Collected>>);
+
+#[async_trait::async_trait]
+impl EventSink for MemSink {
+    async fn write_batch(&mut self, events: Vec<Event>) -> causeway_backends::error::Result<()> {
+        self.0.lock().unwrap().events.extend(events);
+        Ok(())
+    }
+    fn try_write_batch(&mut self, events: Vec<Event>) -> bool {
+        self.0.lock().unwrap().events.extend(events);
+        true
+    }
+    async fn write_stacks(
+        &mut self,
+        stacks: Vec<StackRecord>,
+    ) -> causeway_backends::error::Result<()> {
+        self.0.lock().unwrap().stacks.extend(stacks);
+        Ok(())
+    }
+    async fn write_process_name(
+        &mut self,
+        pid: u32,
+        name: String,
+        _seen_at_ns: i64,
+    ) -> causeway_backends::error::Result<()> {
+        self.0.lock().unwrap().names.insert(pid, name);
+        Ok(())
+    }
+    fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
+        *self
+            .0
+            .lock()
+            .unwrap()
+            .losses
+            .entry((source, kind.as_str().to_string()))
+            .or_default() += n;
+    }
+    async fn flush(&mut self) -> causeway_backends::error::Result<()> {
+        Ok(())
+    }
+    async fn finish(
+        self: Box<Self>,
+        _stopped_at_ns: i64,
+    ) -> causeway_backends::error::Result<SinkSummary> {
+        let mut c = self.0.lock().unwrap();
+        c.finished = true;
+        Ok(SinkSummary {
+            events_written: c.events.len() as u64,
+            losses: Vec::new(),
+        })
+    }
+}
+
+/// What a workload printed.
+#[derive(Debug, Default)]
+pub struct Workload {
+    pub pid: u32,
+    pub calls: BTreeMap<String, u64>,
+    pub threads: BTreeMap<String, u32>,
+    pub values: BTreeMap<String, String>,
+}
+
+impl Workload {
+    pub fn parse(text: &str) -> Workload {
+        let mut w = Workload::default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["PID", p] => w.pid = p.parse().unwrap(),
+                ["CALLS", name, n] => {
+                    w.calls.insert(name.to_string(), n.parse().unwrap());
+                }
+                ["THREAD", name, tid] => {
+                    w.threads.insert(name.to_string(), tid.parse().unwrap());
+                }
+                [k, v] => {
+                    w.values.insert(k.to_string(), v.to_string());
+                }
+                _ => {}
+            }
+        }
+        w
+    }
+    pub fn calls(&self, names: &[&str]) -> u64 {
+        names
+            .iter()
+            .map(|n| self.calls.get(*n).copied().unwrap_or(0))
+            .sum()
+    }
+}
+
+/// Run `argv` (a workload in mock-cuda/build) under the tracer with the mock libraries.
+pub fn run_traced(
+    argv: &[&str],
+    tweak: impl FnOnce(&mut TraceOptions),
+) -> (TraceReport, Collected, Workload) {
+    let build = mock_build();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("stdout.txt");
+    let mut cmd = vec![build.join(argv[0]).to_string_lossy().into_owned()];
+    cmd.extend(argv[1..].iter().map(|s| s.to_string()));
+    let mut opts = TraceOptions {
+        command: cmd,
+        command_stdout: Some(out.clone()),
+        cuda_libs: vec![build.join("libcudart.so.12")],
+        explicit_libs_only: true,
+        ..Default::default()
+    };
+    tweak(&mut opts);
+    let sink = MemSink::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let report = rt
+        .block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {}))
+        .expect("trace");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let w = Workload::parse(&text);
+    let c = std::mem::take(&mut *sink.0.lock().unwrap());
+    (report, c, w)
+}
+
+pub fn count(events: &[Event], pid: u32, source: u8, op: u16) -> u64 {
+    events
+        .iter()
+        .filter(|e| e.pid == pid && e.source == source && e.op == op)
+        .count() as u64
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}
+
+use causeway_model::codes::op;
+use causeway_model::OpCode;
+
+/// (runtime op, workload call names, driver op it calls)
+pub const RUNTIME_OPS: &[(OpCode, &[&str], Option<OpCode>)] = &[
+    (
+        op::CUDA_LAUNCH_KERNEL,
+        &["cudaLaunchKernel", "cudaLaunchKernel_ptsz"],
+        Some(op::CU_LAUNCH_KERNEL),
+    ),
+    (op::CUDA_MEMCPY, &["cudaMemcpy"], Some(op::CU_MEMCPY)),
+    (
+        op::CUDA_MEMCPY_ASYNC,
+        &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
+        Some(op::CU_MEMCPY_ASYNC),
+    ),
+    (op::CUDA_MEMCPY_2D, &["cudaMemcpy2D"], Some(op::CU_MEMCPY)),
+    (
+        op::CUDA_MEMCPY_2D_ASYNC,
+        &["cudaMemcpy2DAsync"],
+        Some(op::CU_MEMCPY_ASYNC),
+    ),
+    (
+        op::CUDA_MEMCPY_PEER,
+        &["cudaMemcpyPeer"],
+        Some(op::CU_MEMCPY),
+    ),
+    (
+        op::CUDA_MEMCPY_PEER_ASYNC,
+        &["cudaMemcpyPeerAsync"],
+        Some(op::CU_MEMCPY_ASYNC),
+    ),
+    (op::CUDA_MALLOC, &["cudaMalloc"], Some(op::CU_MEM_ALLOC)),
+    (
+        op::CUDA_MALLOC_MANAGED,
+        &["cudaMallocManaged"],
+        Some(op::CU_MEM_ALLOC_MANAGED),
+    ),
+    (op::CUDA_FREE, &["cudaFree"], Some(op::CU_MEM_FREE)),
+    (
+        op::CUDA_STREAM_SYNC,
+        &["cudaStreamSynchronize", "cudaStreamSynchronize_ptsz"],
+        Some(op::CU_STREAM_SYNCHRONIZE),
+    ),
+    (
+        op::CUDA_DEVICE_SYNC,
+        &["cudaDeviceSynchronize"],
+        Some(op::CU_CTX_SYNCHRONIZE),
+    ),
+    (op::CUDA_EVENT_SYNC, &["cudaEventSynchronize"], None),
+    (op::GRAPH_LAUNCH, &["cudaGraphLaunch"], None),
+];
+
+/// Every runtime op's count equals what the workload made, every driver op's count equals the
+/// runtime calls that forward to it, and every such runtime call contains exactly one driver call
+/// of its kind on the same thread: ts_rt <= ts_drv and end_drv <= end_rt.
+pub fn assert_exact_and_nested(w: &Workload, events: &[Event]) {
+    let pid = w.pid;
+    assert!(pid != 0, "workload printed no PID");
+    let mut driver_expected: BTreeMap<OpCode, u64> = BTreeMap::new();
+    for (rt, names, drv) in RUNTIME_OPS {
+        let want = w.calls(names);
+        let got = count(events, pid, rt.source, rt.op);
+        assert_eq!(
+            got,
+            want,
+            "{}: traced {got}, workload made {want}",
+            rt.name()
+        );
+        if let Some(d) = drv {
+            *driver_expected.entry(*d).or_default() += want;
+        }
+    }
+    for (d, want) in &driver_expected {
+        let got = count(events, pid, d.source, d.op);
+        assert_eq!(got, *want, "{}: traced {got}, expected {want}", d.name());
+    }
+    for (rt, _, drv) in RUNTIME_OPS {
+        let Some(d) = drv else { continue };
+        for r in events
+            .iter()
+            .filter(|e| e.pid == pid && e.source == rt.source && e.op == rt.op)
+        {
+            let inside = events
+                .iter()
+                .filter(|e| {
+                    e.tid == r.tid
+                        && e.source == d.source
+                        && e.op == d.op
+                        && e.ts_ns >= r.ts_ns
+                        && e.end_ns() <= r.end_ns()
+                })
+                .count();
+            assert_eq!(
+                inside,
+                1,
+                "{} at {} ({} ns) contains {inside} {} calls",
+                rt.name(),
+                r.ts_ns,
+                r.dur_ns,
+                d.name()
+            );
+        }
+    }
+}
