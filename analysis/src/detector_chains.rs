@@ -156,7 +156,7 @@ pub fn detector_chains(
             s.sync_ns,
             share,
             format!("the span tid {} fed the GPU ({})", s.tid, fmt_ns(span)),
-            if share >= 0.1 { Severity::Medium } else { Severity::Low },
+            detector_severity(share, s.sync_ns),
             format!("tid {} ({comm}) synchronized {} times for {} launches: {} blocked in sync ({:.1}% of its span)", s.tid, s.syncs, s.launches, fmt_ns(s.sync_ns), share * 100.0),
             Vec::new(),
             vec![
@@ -168,8 +168,8 @@ pub fn detector_chains(
 
     // Allocator trouble per process.
     for a in detectors::allocator_findings(calls, nested, has_ptr) {
-        if let Some((early, late, extra)) = a.growth {
-            if late >= 2 * early && extra >= detectors::ALLOC_GROWTH_MIN_EXTRA_NS {
+        if let (Some((early, late, extra)), Some((mean_early, mean_late))) = (a.growth, a.mean_growth) {
+            if (late >= 2 * early || mean_late >= 2 * mean_early) && extra >= detectors::ALLOC_GROWTH_MIN_EXTRA_NS {
                 let share = extra as f64 / scope_ns as f64;
                 out.push(chain(
                     ChainKind::AllocatorLatency,
@@ -182,15 +182,24 @@ pub fn detector_chains(
                     extra,
                     share,
                     "the scope".into(),
-                    if share >= 0.1 { Severity::Medium } else { Severity::Low },
-                    format!("allocation p50 grew from {} (first {} calls) to {} (last {}): {} extra", fmt_ns(early), a.allocs / 2, fmt_ns(late), a.allocs - a.allocs / 2, fmt_ns(extra)),
+                    detector_severity(share, extra),
+                    format!(
+                        "device allocations slowed down: mean {} over the first {} calls, {} over the last {} (p50 {} -> {}): {} extra; {} allocations ({} MiB), {} frees, {} MiB not freed in scope",
+                        fmt_ns(mean_early), a.allocs / 2, fmt_ns(mean_late), a.allocs - a.allocs / 2, fmt_ns(early), fmt_ns(late), fmt_ns(extra),
+                        a.allocs, a.alloc_bytes >> 20, a.frees, a.unfreed_bytes >> 20
+                    ),
                     Vec::new(),
                     vec!["Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, reuse buffers, avoid torch.cuda.empty_cache() in the loop".into()],
                     Evidence { event_ids: a.worst_allocs.clone(), sql: evidence::alloc_growth_sql(scope, &ALLOC_OPS, a.pid), value: extra, unit: "ns".into() },
                 ));
             }
         }
-        if a.allocs >= detectors::UNFREED_MIN_ALLOCS && a.frees * 2 < a.allocs && a.unfreed_bytes >= detectors::UNFREED_MIN_BYTES {
+        // With device pointers the unfreed bytes are exact; without, only a clear excess of
+        // allocations over frees says memory was kept.
+        if a.allocs >= detectors::UNFREED_MIN_ALLOCS
+            && (has_ptr || a.frees * 2 < a.allocs)
+            && a.unfreed_bytes >= detectors::UNFREED_MIN_BYTES
+        {
             let how = if has_ptr { "matched by device pointer" } else { "this DB cannot match frees to allocations (no pointer column): all allocated bytes" };
             out.push(chain(
                 ChainKind::AllocatorImbalance,
@@ -231,7 +240,7 @@ pub fn detector_chains(
                 a.free_ns,
                 share,
                 "the scope".into(),
-                if share >= 0.1 { Severity::Medium } else { Severity::Low },
+                detector_severity(share, a.free_ns),
                 format!("pid {} freed device memory {} times, {} in the calls", a.pid, a.frees, fmt_ns(a.free_ns)),
                 Vec::new(),
                 vec!["Avoid freeing in the loop (torch.cuda.empty_cache(), per-step buffers): let the caching allocator reuse blocks".into()],
@@ -240,4 +249,16 @@ pub fn detector_chains(
         }
     }
     Ok(out)
+}
+
+/// Severity of a detector's finding: HIGH when it takes at least a quarter of the span it is measured
+/// against and at least 100 ms, MEDIUM from 10%, else LOW.
+pub fn detector_severity(share: f64, ns: i64) -> Severity {
+    if share >= 0.25 && ns >= 100_000_000 {
+        Severity::High
+    } else if share >= 0.10 {
+        Severity::Medium
+    } else {
+        Severity::Low
+    }
 }

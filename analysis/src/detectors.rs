@@ -31,11 +31,13 @@ pub const DROP_MAX_RATE_RATIO: f64 = 0.5;
 pub const SYNC_STORM_MIN_LAUNCHES: u64 = 20;
 /// ...and at least 8 syncs per 10 launches.
 pub const SYNC_STORM_PER_10_LAUNCHES: u64 = 8;
-/// Allocation latency growth: at least this many allocations, the later half's p50 at least twice the
-/// earlier half's, and at least 1 ms extra in all.
+/// Allocation latency growth: at least this many allocations, the later half's p50 or mean at least
+/// twice the earlier half's (fragmentation often slows a minority of calls: the p50 alone misses it),
+/// and at least 1 ms extra in all.
 pub const ALLOC_GROWTH_MIN_CALLS: usize = 8;
 pub const ALLOC_GROWTH_MIN_EXTRA_NS: i64 = 1_000_000;
-/// Unfreed memory: at least this many allocations, fewer than half as many frees, and this many bytes.
+/// Unfreed memory: at least this many allocations and this many bytes never freed (matched by device
+/// pointer; a DB without pointers also needs fewer than half as many frees as allocations).
 pub const UNFREED_MIN_ALLOCS: usize = 5;
 pub const UNFREED_MIN_BYTES: i64 = 1 << 30;
 /// A cudaFree storm: at least this many frees taking at least 10 ms in all.
@@ -199,6 +201,8 @@ pub struct AllocatorFindings {
     pub free_ns: i64,
     /// p50 of the earlier and later half, and the later half's time above the earlier p50.
     pub growth: Option<(i64, i64, i64)>,
+    /// Mean duration of the earlier and later half.
+    pub mean_growth: Option<(i64, i64)>,
     /// Bytes never freed (by pointer when known, else all allocated bytes).
     pub unfreed_bytes: i64,
     pub worst_allocs: Vec<EventId>,
@@ -237,6 +241,8 @@ pub fn allocator_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Vec
             let extra: i64 = late.iter().map(|d| (d - p_early).max(0)).sum();
             (p_early, p_late, extra)
         });
+        let mean = |v: &[&Call]| v.iter().map(|c| c.dur).sum::<i64>() / (v.len().max(1) as i64);
+        let mean_growth = (a.len() >= ALLOC_GROWTH_MIN_CALLS).then(|| (mean(&a[..half]), mean(&a[half..])));
         let mut last_free: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
         for fr in &f {
             let t = last_free.entry(fr.arg2).or_insert(fr.ts);
@@ -260,6 +266,7 @@ pub fn allocator_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Vec
             frees: f.len(),
             free_ns: f.iter().map(|c| c.dur).sum(),
             growth,
+            mean_growth,
             unfreed_bytes,
             worst_allocs: worst(&a),
             worst_frees: worst(&f),
@@ -339,6 +346,7 @@ mod tests {
         let a = &allocator_findings(&calls, &nested, true)[0];
         assert_eq!((a.allocs, a.frees), (10, 1));
         assert_eq!(a.growth, Some((100, 400, 200 + 300 + 400 + 500 + 600 - 500)));
+        assert_eq!(a.mean_growth, Some((100, 400)));
         assert_eq!(a.unfreed_bytes, 9 << 28);
     }
 }

@@ -132,6 +132,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     }
     spans.finish();
     let off = trace_data::load_off_cpu(store, &spans)?;
+    let wakers = off.values().flatten().filter_map(|o| o.sched.as_ref()).map(|s| s.waker_tid);
+    names.resolve_threads(store, wakers)?;
     let coverage: Option<HashMap<u32, Coverage>> =
         if scope.sched_detail { None } else { Some(trace_data::load_coverage(store)?) };
     let cov_of = |tid: u32| coverage.as_ref().map(|m| m.get(&tid).copied());
@@ -295,7 +297,7 @@ fn severity_rules() -> Vec<String> {
         "slow calls with a host cause: HIGH if share >= 25% of slow-call time and stall >= 10 ms; MEDIUM if share >= 5% and stall >= 1 ms; else LOW".into(),
         "gaps between GPU calls with a host cause: HIGH if share >= 25% of the thread's feeding span and stall >= 100 ms; MEDIUM if share >= 5% and stall >= 10 ms; else LOW".into(),
         "throughput drop: HIGH if the launch rate fell to <= 25% and >= 1 s was lost; MEDIUM if >= 100 ms was lost; else LOW".into(),
-        "sync storm, allocator latency growth, cudaFree storm: MEDIUM if share >= 10% of the thread's or process's feeding span; else LOW".into(),
+        "sync storm, allocator latency growth, cudaFree storm: HIGH if share >= 25% of the thread's or process's feeding span and >= 100 ms; MEDIUM if share >= 10%; else LOW".into(),
         "no host cause (on_cpu_or_gpu), no_sched_data, unfreed allocations: always LOW".into(),
     ]
 }
@@ -397,43 +399,70 @@ fn layer(source: u8) -> &'static str {
     }
 }
 
-/// The other processes whose block requests were in flight during a chain's D-state waits, most
-/// overlap first: the top one is the chain's culprit (role `issued_io`), the top three are named.
+/// The other processes whose block requests were in flight during a chain's D-state waits: for each,
+/// the time during the waits when it had at least one request in flight (the union of its requests'
+/// intervals, so a burst of concurrent requests counts once), most first. The top one is the chain's
+/// culprit (role `issued_io`); the top three are named.
 fn io_contenders(
     store: &dyn TraceStore,
     victim: u32,
     parts: &[(i64, Part)],
 ) -> Result<(Option<Culprit>, Vec<String>), AnalysisError> {
-    let waits: Vec<(i64, i64)> = parts.iter().map(|(_, p)| (p.start, p.end)).collect();
-    let (Some(a), Some(b)) = (waits.iter().map(|w| w.0).min(), waits.iter().map(|w| w.1).max()) else {
+    let mut waits: Vec<(i64, i64)> = parts.iter().map(|(_, p)| (p.start, p.end)).collect();
+    waits.sort_unstable();
+    let (Some(a), Some(b)) = (waits.first().map(|w| w.0), waits.iter().map(|w| w.1).max()) else {
         return Ok((None, Vec::new()));
     };
-    // (pid, comm) -> (overlap ns, bytes, requests, a tid)
-    let mut by: BTreeMap<(u32, String), (i64, i64, u64, u32)> = BTreeMap::new();
+    // (pid, comm) -> (in-flight intervals clipped to the waits, bytes, requests, a tid)
+    let mut by: BTreeMap<(u32, String), (Vec<(i64, i64)>, i64, u64, u32)> = BTreeMap::new();
     for r in trace_data::block_requests_all(store, a, b)? {
         let e = &r.event;
         if e.pid == victim || e.pid == 0 {
             continue;
         }
-        let ov: i64 = waits.iter().map(|w| crate::attribution::overlap(w.0, w.1, e.ts_ns, e.end_ns())).sum();
-        if ov > 0 {
-            let x = by.entry((e.pid, e.comm.clone())).or_insert((0, 0, 0, e.tid));
-            x.0 += ov;
+        let clipped: Vec<(i64, i64)> = waits
+            .iter()
+            .filter_map(|w| {
+                let (x, y) = (w.0.max(e.ts_ns), w.1.min(e.end_ns()));
+                (y > x).then_some((x, y))
+            })
+            .collect();
+        if !clipped.is_empty() {
+            let x = by.entry((e.pid, e.comm.clone())).or_insert((Vec::new(), 0, 0, e.tid));
+            x.0.extend(clipped);
             x.1 += e.arg0;
             x.2 += 1;
         }
     }
-    let mut top: Vec<_> = by.into_iter().collect();
-    top.sort_by(|x, y| y.1 .0.cmp(&x.1 .0).then(x.0.cmp(&y.0)));
+    let mut top: Vec<((u32, String), (i64, i64, u64, u32))> = by
+        .into_iter()
+        .map(|(k, (mut iv, bytes, n, tid))| {
+            iv.sort_unstable();
+            let (mut busy, mut cur) = (0i64, None::<(i64, i64)>);
+            for (x, y) in iv {
+                cur = match cur {
+                    Some((cx, cy)) if x <= cy => Some((cx, cy.max(y))),
+                    Some((cx, cy)) => {
+                        busy += cy - cx;
+                        Some((x, y))
+                    }
+                    None => Some((x, y)),
+                };
+            }
+            busy += cur.map_or(0, |(x, y)| y - x);
+            (k, (busy, bytes, n, tid))
+        })
+        .collect();
+    top.sort_by(|x, y| y.1 .0.cmp(&x.1 .0).then(y.1 .1.cmp(&x.1 .1)).then(x.0.cmp(&y.0)));
     let lines = top
         .iter()
         .take(3)
-        .map(|((p, comm), (ov, bytes, n, _))| {
+        .map(|((p, comm), (busy, bytes, n, _))| {
             format!(
-                "pid {p} ({}) had {n} block requests ({} KiB) in flight during these waits, overlapping them for {}",
+                "pid {p} ({}) had block requests in flight for {} of these waits ({n} requests, {} KiB)",
                 crate::stacks::clean(comm),
-                bytes >> 10,
-                fmt_ns(*ov)
+                fmt_ns(*busy),
+                bytes >> 10
             )
         })
         .collect();

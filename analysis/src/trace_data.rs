@@ -68,6 +68,32 @@ impl Names {
     }
 }
 
+impl Names {
+    /// Name the threads in `tids` that have no name yet from what the trace records (`events.comm`
+    /// of the thread's latest event: threads are often renamed right after they start).
+    pub fn resolve_threads(&mut self, store: &dyn TraceStore, tids: impl IntoIterator<Item = u32>) -> Result<(), AnalysisError> {
+        if !store.info().has_column("comm") {
+            return Ok(());
+        }
+        let missing: BTreeSet<u32> = tids.into_iter().filter(|t| *t != 0 && !self.threads.contains_key(t)).collect();
+        let missing: Vec<u32> = missing.into_iter().collect();
+        for chunk in missing.chunks(500) {
+            let list: Vec<String> = chunk.iter().map(u32::to_string).collect();
+            // SQLite returns the bare column of the row holding the MAX.
+            let sql = format!(
+                "SELECT tid, comm, MAX(timestamp) FROM events WHERE comm != '' AND tid IN ({}) GROUP BY tid",
+                list.join(",")
+            );
+            for row in store.query(&sql, &QueryLimits::with_rows(QueryLimits::MAX_ROWS))?.rows {
+                if let (Some(tid), Some(comm)) = (row[0].as_i64(), row[1].as_str()) {
+                    self.threads.insert(tid as u32, comm.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The GPU calls of the scope, sorted by (ts, id), and the thread names seen on them.
 pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, names: &mut Names) -> Result<Vec<Call>, AnalysisError> {
     let filter = EventFilter { window, pid, sources: Some(GPU_CALL_SOURCES.to_vec()), ..Default::default() };

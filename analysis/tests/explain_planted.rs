@@ -78,7 +78,7 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     assert_eq!(io.culprit, Some(Culprit { pid: 7777, tid: 7777, comm: "nightly-backup".into(), role: "issued_io".into() }));
     assert!(io.summary.contains("nightly-backup (pid 7777, tid 7777) kept the disk busy"), "{}", io.summary);
     assert!(io.details.iter().any(|d| d.contains("block_read of 1024 KiB on device 259:0 by pid 4242")), "{:?}", io.details);
-    assert!(io.details.iter().any(|d| d.contains("pid 7777 (nightly-backup) had 1 block requests (4096 KiB)") && d.contains("9.00 ms")), "{:?}", io.details);
+    assert!(io.details.iter().any(|d| d.contains("pid 7777 (nightly-backup) had block requests in flight for 9.00 ms of these waits (1 requests, 4096 KiB)")), "{:?}", io.details);
     // Asleep inside a synchronize is the blocking-sync wait for the GPU: no host cause, no culprit.
     let gpu = by("gpu_wait");
     assert_eq!((gpu.stall_ns, gpu.severity, gpu.culprit.clone()), (2 * MS, Severity::Low, None));

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Planted-fault scenarios, end to end: a mock-CUDA workload, a real interfering process planted
+beside it, real eBPF capturing both with `causeway trace`, and `causeway explain --json` checked for
+the planted cause as the first chain, with the right culprit.
+
+    python3 tests/scenarios/run.py [--runs N] [--variants default,alt] [--keep DIR] [NAME ...]
+
+Scenarios: cpu-contention, io-storm, dataloader-starvation, allocator-churn, sync-storm, clean.
+Variants change process names, intensities and pinning, so a pass is not tuned to one setting.
+Needs root (eBPF). Prints one line per run and ends with 'N passed, M failed'; exits non-zero on
+any failure. Only the standard library is used.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MOCK = os.path.join(ROOT, "mock-cuda", "build")
+BUILD = os.path.join(HERE, "build")
+
+# Per variant: the names, CPUs and intensities a scenario uses. "alt" differs in every knob.
+VARIANTS = {
+    "default": {"cpu": 0, "other_cpu": 1, "hog": "backup-rsync", "hog_threads": 1, "storm": "nightly-backup",
+                "innocent": "log-shipper", "producer_us": 20000, "churn": 60, "iters": 300, "kernel_us": 200, "host_spin_us": 1500,
+                "read_mib": 16, "storm_threads": 2},
+    "alt": {"cpu": 1, "other_cpu": 0, "hog": "spark-executor", "hog_threads": 2, "storm": "pg_dump",
+            "innocent": "metrics-agent", "producer_us": 35000, "churn": 90, "iters": 240, "kernel_us": 350,
+            "host_spin_us": 2500, "read_mib": 24, "storm_threads": 3},
+}
+
+
+def causeway_bin(explicit):
+    for cand in [explicit, os.environ.get("CAUSEWAY_BIN"),
+                 os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/causeway/target")),
+                              "release", "causeway"),
+                 shutil.which("causeway")]:
+        if cand and os.path.exists(cand):
+            return cand
+    sys.exit("run.py: causeway binary not found: build it (scripts/install.sh) or pass --causeway")
+
+
+def build():
+    subprocess.run(["make", "-s", "-C", os.path.join(ROOT, "mock-cuda")], check=True)
+    os.makedirs(BUILD, exist_ok=True)
+    for prog in ("hog", "iostorm"):
+        src, out = os.path.join(HERE, prog + ".c"), os.path.join(BUILD, prog)
+        if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(src):
+            subprocess.run(["cc", "-O2", "-Wall", "-o", out, src, "-lpthread"], check=True)
+
+
+class Planted:
+    """A real process planted beside the workload; its first stdout line is 'TAG PID NAME'."""
+
+    def __init__(self, argv):
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().split()
+        if len(line) < 3:
+            self.stop()
+            raise RuntimeError(f"planted process {argv} did not start")
+        self.pid, self.name = int(line[1]), line[2]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def taskset(cpu, argv):
+    return ["taskset", "-c", str(cpu)] + argv
+
+
+def train(v, *extra):
+    return [os.path.join(MOCK, "train"), "--iters", str(v["iters"]), "--kernel-us", str(v["kernel_us"])] + list(extra)
+
+
+# Each scenario: (planted process argvs, workload argv, workload environment, check).
+
+def first(ex):
+    chains = ex.get("chains") or []
+    return chains[0] if chains else None
+
+
+def check_cpu_contention(ex, planted, v):
+    c = first(ex)
+    hog = planted[0]
+    if not c:
+        return "no chain"
+    if c["cause"] != "preempted":
+        return f"first chain is {c['cause']}, not preempted"
+    cul = c.get("culprit") or {}
+    if cul.get("pid") != hog.pid or cul.get("comm") != hog.name:
+        return f"culprit {cul} is not the hog {hog.pid} {hog.name}"
+    cpus = [x["cpu"] for x in c.get("cpus", [])]
+    if not cpus or cpus[0] != v["cpu"]:
+        return f"chain CPUs {cpus}, hog pinned to {v['cpu']}"
+    if not c.get("op"):
+        return "chain names no op"
+    return None
+
+
+def check_io_storm(ex, planted, v):
+    c = first(ex)
+    storm = planted[0]
+    if not c:
+        return "no chain"
+    if c["cause"] != "uninterruptible":
+        return f"first chain is {c['cause']}, not uninterruptible (I/O wait)"
+    cul = c.get("culprit") or {}
+    if cul.get("pid") != storm.pid or cul.get("comm") != storm.name or cul.get("role") != "issued_io":
+        return f"culprit {cul} is not the storm process {storm.pid} {storm.name}"
+    return None
+
+
+def check_starvation(ex, planted, v):
+    c = first(ex)
+    if not c:
+        return "no chain"
+    if c["kind"] != "feeding_gap" or c["cause"] != "sleep":
+        return f"first chain is {c['kind']}/{c['cause']}, not the feeding thread's sleep between launches"
+    cul = c.get("culprit") or {}
+    if not str(cul.get("comm", "")).startswith("dataloader"):
+        return f"culprit {cul} is not a DataLoader producer thread"
+    return None
+
+
+def check_allocator(ex, planted, v):
+    c = first(ex)
+    if not c:
+        return "no chain"
+    if c["cause"] not in ("allocation_latency_growth", "unfreed_allocations", "free_storm"):
+        return f"first chain is {c['cause']}, not allocator trouble"
+    if not any("unfreed" in json.dumps(x) or "bytes" in json.dumps(x) or "MiB" in json.dumps(x) or "KiB" in json.dumps(x)
+               for x in ex["chains"] if x["cause"] in ("unfreed_allocations", "allocation_latency_growth")):
+        return "no chain reports the malloc/free imbalance in bytes"
+    return None
+
+
+def check_sync_storm(ex, planted, v):
+    c = first(ex)
+    if not c:
+        return "no chain"
+    if c["cause"] != "sync_after_launch":
+        return f"first chain is {c['cause']}, not a sync storm"
+    return None
+
+
+def check_clean(ex, planted, v):
+    innocent = planted[0]
+    high = [c for c in ex.get("chains", []) if c["severity"] == "HIGH"]
+    if high:
+        return f"HIGH chain on a clean run: {high[0]['summary']}"
+    for c in ex.get("chains", []):
+        cul = c.get("culprit") or {}
+        if cul.get("pid") == innocent.pid:
+            return f"innocent {innocent.name} blamed: {c['summary']}"
+    return None
+
+
+def scenarios(v):
+    hog = os.path.join(BUILD, "hog")
+    storm_file = os.path.join(tempfile.gettempdir(), f"causeway-storm-{os.getpid()}.bin")
+    data_file = os.path.join(tempfile.gettempdir(), f"causeway-data-{os.getpid()}.bin")
+    # The feeding thread (train-gpu) alone is pinned; it does host work each iteration and its
+    # synchronize calls spin on the CPU (the real runtime's default with a free core), like a vLLM
+    # engine thread.
+    feeding = ["--pin-cpu", str(v["cpu"]), "--host-spin-us", str(v["host_spin_us"])]
+    spin = {"MOCK_CUDA_SYNC": "spin"}
+    return {
+        "cpu-contention": (
+            [taskset(v["cpu"], [hog, "--name", v["hog"], "--threads", str(v["hog_threads"]), "--secs", "120"])],
+            train(v, *feeding), spin, check_cpu_contention),
+        "io-storm": (
+            [[os.path.join(BUILD, "iostorm"), "--name", v["storm"], "--file", storm_file, "--threads",
+              str(v["storm_threads"]), "--secs", "120"]],
+            train(v, "--data-file", data_file, "--read-every", "8", "--read-bytes", str(v["read_mib"] << 20),
+                  "--producers", "1", "--producer-us", "0"), {}, check_io_storm),
+        "dataloader-starvation": (
+            [], train(v, "--producers", "1", "--producer-us", str(v["producer_us"]), "--iters", "40"), {},
+            check_starvation),
+        "allocator-churn": (
+            [], train(v, "--churn", str(v["churn"])), {"MOCK_CUDA_FRAG": "1"}, check_allocator),
+        "sync-storm": (
+            [], train(v, "--sync-every-launch", "1", "--kernels", "8"), {}, check_sync_storm),
+        "clean": (
+            [taskset(v["other_cpu"], [hog, "--name", v["innocent"], "--secs", "120"])],
+            train(v, *feeding), spin, check_clean),
+    }
+
+
+def run_one(cw, name, variant, keep):
+    v = VARIANTS[variant]
+    planted_argv, workload, env, check = scenarios(v)[name]
+    work = tempfile.mkdtemp(prefix=f"causeway-{name}-")
+    db = os.path.join(work, "trace.db")
+    planted = []
+    try:
+        for argv in planted_argv:
+            planted.append(Planted(argv))
+        time.sleep(0.3)  # let the planted process reach its steady state
+        t = subprocess.run([cw, "trace", "--db", db, "--"] + workload, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, **env))
+        if t.returncode != 0:
+            return f"trace exited {t.returncode}: {t.stderr.strip()[-400:]}", None
+    finally:
+        for p in planted:
+            p.stop()
+    e = subprocess.run([cw, "explain", "--db", db, "--json"], capture_output=True, text=True, timeout=300)
+    if e.returncode != 0:
+        return f"explain exited {e.returncode}: {e.stderr.strip()[-400:]}", None
+    ex = json.loads(e.stdout)
+    err = check(ex, planted, v)
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        shutil.copy(db, os.path.join(keep, f"{name}-{variant}.db"))
+    shutil.rmtree(work, ignore_errors=True)
+    return err, ex
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help="scenarios (default: all)")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--variants", default="default,alt")
+    ap.add_argument("--keep", help="copy each trace here as NAME-VARIANT.db")
+    ap.add_argument("--causeway")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run.py: scenarios trace with eBPF and need root")
+    cw = causeway_bin(args.causeway)
+    build()
+    names = args.names or list(scenarios(VARIANTS["default"]).keys())
+    passed = failed = 0
+    for name in names:
+        for variant in args.variants.split(","):
+            for i in range(args.runs):
+                t0 = time.time()
+                try:
+                    err, ex = run_one(cw, name, variant, args.keep)
+                except Exception as exc:  # a broken run is a failed run, never a crash of the suite
+                    err, ex = f"{type(exc).__name__}: {exc}", None
+                top = first(ex) if ex else None
+                desc = f"{top['severity']} {top['cause']} {top['summary'][:110]}" if top else "-"
+                status = "PASS" if err is None else "FAIL"
+                print(f"{status} {name} [{variant}] run {i + 1}/{args.runs} ({time.time() - t0:.1f} s): "
+                      f"{err or desc}", flush=True)
+                passed += err is None
+                failed += err is not None
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
