@@ -11,11 +11,13 @@
 //!   >= 5% and stall >= 10 ms; else LOW.
 //! - throughput drop: HIGH when the launch rate fell to 25% or less and >= 1 s was lost; MEDIUM when
 //!   >= 100 ms was lost; else LOW.
-//! - sync storm, allocator latency growth, cudaFree storm: MEDIUM when share >= 10%; else LOW.
+//! - sync storm, allocator latency growth, cudaFree storm: HIGH when share >= 25% and >= 100 ms;
+//!   MEDIUM when share >= 10%; else LOW.
 //! - "no host cause" (on-CPU or GPU) and "no scheduler data" chains, and unfreed memory: always LOW.
 //!
-//! Ranking: severity first; at equal severity, chains that name a cause before a throughput drop
-//! (a symptom); then stall time, then the stable key. Ids are `c1`, `c2`, ... in that order
+//! Ranking: a throughput drop is a symptom, never a cause: it comes after every HIGH or MEDIUM chain
+//! that names a cause and before the LOW ones, whatever its own severity. Otherwise severity first,
+//! then stall time, then the stable key. Ids are `c1`, `c2`, ... in that order
 //! (stable for the same DB and request); `key` names the chain independently of rank.
 
 use std::collections::BTreeMap;
@@ -253,10 +255,14 @@ pub fn chain_key(kind: ChainKind, op: &str, cause: Cause, culprit: &CulpritKey) 
 
 /// Sort chains by severity, stall, key; number them `c1`, `c2`, ...
 pub fn rank(chains: &mut [Chain]) {
-    // A throughput drop is a symptom: at equal severity, the chains that name a cause come first.
-    let symptom = |c: &Chain| c.kind == ChainKind::ThroughputDrop;
+    // A throughput drop is a symptom: the chains that name a cause (HIGH or MEDIUM) come first.
+    let group = |c: &Chain| match (c.kind == ChainKind::ThroughputDrop, c.severity) {
+        (true, _) => 1,
+        (false, Severity::Low) => 2,
+        (false, _) => 0,
+    };
     chains.sort_by(|a, b| {
-        a.severity.cmp(&b.severity).then(symptom(a).cmp(&symptom(b))).then(b.stall_ns.cmp(&a.stall_ns)).then(a.key.cmp(&b.key))
+        group(a).cmp(&group(b)).then(a.severity.cmp(&b.severity)).then(b.stall_ns.cmp(&a.stall_ns)).then(a.key.cmp(&b.key))
     });
     for (i, c) in chains.iter_mut().enumerate() {
         c.id = format!("c{}", i + 1);

@@ -80,8 +80,9 @@ def taskset(cpu, argv):
     return ["taskset", "-c", str(cpu)] + argv
 
 
-def train(v, *extra):
-    return [os.path.join(MOCK, "train"), "--iters", str(v["iters"]), "--kernel-us", str(v["kernel_us"])] + list(extra)
+def train(v, *extra, iters=None):
+    iters = v["iters"] if iters is None else iters
+    return [os.path.join(MOCK, "train"), "--iters", str(iters), "--kernel-us", str(v["kernel_us"])] + list(extra)
 
 
 # Each scenario: (planted process argvs, workload argv, workload environment, check).
@@ -167,6 +168,15 @@ def check_clean(ex, planted, v):
     return None
 
 
+def small(v, name):
+    """The same variant at half the iterations, for traces bundled in the repository; allocator
+    churn keeps its length: fragmentation needs the whole run to build up."""
+    v = dict(v)
+    if name != "allocator-churn":
+        v["iters"] //= 2
+    return v
+
+
 def scenarios(v):
     hog = os.path.join(BUILD, "hog")
     storm_file = os.path.join(tempfile.gettempdir(), f"causeway-storm-{os.getpid()}.bin")
@@ -186,7 +196,7 @@ def scenarios(v):
             train(v, "--data-file", data_file, "--read-every", "8", "--read-bytes", str(v["read_mib"] << 20),
                   "--producers", "1", "--producer-us", "0"), {}, check_io_storm),
         "dataloader-starvation": (
-            [], train(v, "--producers", "1", "--producer-us", str(v["producer_us"]), "--iters", "40"), {},
+            [], train(v, "--producers", "1", "--producer-us", str(v["producer_us"]), iters=v["iters"] // 4), {},
             check_starvation),
         "allocator-churn": (
             [], train(v, "--churn", str(v["churn"])), {"MOCK_CUDA_FRAG": "1"}, check_allocator),
@@ -198,8 +208,8 @@ def scenarios(v):
     }
 
 
-def run_one(cw, name, variant, keep):
-    v = VARIANTS[variant]
+def run_one(cw, name, variant, keep, shrink=False):
+    v = small(VARIANTS[variant], name) if shrink else VARIANTS[variant]
     planted_argv, workload, env, check = scenarios(v)[name]
     work = tempfile.mkdtemp(prefix=f"causeway-{name}-")
     db = os.path.join(work, "trace.db")
@@ -234,6 +244,7 @@ def main():
     ap.add_argument("--variants", default="default,alt")
     ap.add_argument("--keep", help="copy each trace here as NAME-VARIANT.db")
     ap.add_argument("--causeway")
+    ap.add_argument("--small", action="store_true", help="half the iterations (for bundled traces)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run.py: scenarios trace with eBPF and need root")
@@ -246,7 +257,7 @@ def main():
             for i in range(args.runs):
                 t0 = time.time()
                 try:
-                    err, ex = run_one(cw, name, variant, args.keep)
+                    err, ex = run_one(cw, name, variant, args.keep, args.small)
                 except Exception as exc:  # a broken run is a failed run, never a crash of the suite
                     err, ex = f"{type(exc).__name__}: {exc}", None
                 top = first(ex) if ex else None
