@@ -13,7 +13,7 @@ use sqlparser::ast::{
     BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, ObjectName, ObjectNamePart, Query, Select,
     SelectFlavor, SetExpr, Statement, TableFactor, UnaryOperator, Value, Visit, Visitor,
 };
-use sqlparser::dialect::{Dialect, DuckDbDialect, SQLiteDialect};
+use sqlparser::dialect::{Dialect, DuckDbDialect, GenericDialect, SQLiteDialect};
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
@@ -42,7 +42,16 @@ pub(crate) fn check(sql: &str, engine: Engine) -> Result<(), Refusal> {
     if engine == Engine::Sqlite {
         refuse_sqlite_match_operators(dialect, sql)?;
     }
-    let statements = Parser::parse_sql(dialect, sql).map_err(|e| parse_refusal(engine, sql, &e.to_string()))?;
+    // sqlparser's SQLite dialect lacks some of SQLite's own syntax (`>>`, `<<`, ...): what it cannot
+    // parse is tried with the generic dialect before being refused. The AST walk below and the
+    // engine's authorizer judge the result either way.
+    let statements = match Parser::parse_sql(dialect, sql) {
+        Ok(s) => s,
+        Err(e) if engine == Engine::Sqlite => {
+            Parser::parse_sql(&GenericDialect {}, sql).map_err(|_| parse_refusal(engine, sql, &e.to_string()))?
+        }
+        Err(e) => return Err(parse_refusal(engine, sql, &e.to_string())),
+    };
     let statement = match statements.as_slice() {
         [] => return Err(Refusal::new("the query has no statement (only comments or semicolons)".into())),
         [one] => one,
