@@ -2,8 +2,15 @@
 //! `Args` struct and a `run` function; this file only parses arguments, dispatches, and turns any
 //! error into one line on stderr and a non-zero exit.
 
+mod cmd_check;
+mod cmd_demo;
+mod cmd_explain;
+mod cmd_mcp;
 mod cmd_query;
+mod cmd_stacks;
 mod cmd_stats;
+mod cmd_timeline;
+mod cmd_trace;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -17,10 +24,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Explain a bundled investigation (a trace recorded on a planted fault): no root, GPU or server needed.
+    Demo(cmd_demo::Args),
     /// Exact per-op statistics of a trace (count, sum, avg, min, max, nearest-rank p50/p90/p95/p99).
     Stats(cmd_stats::Args),
     /// Run read-only SQL on a trace, with a row cap and a timeout.
     Query(cmd_query::Args),
+    /// The incident report: causal chains of GPU stalls, ranked, each with SQL that reproduces its figure.
+    Explain(cmd_explain::Args),
+    /// Top call stacks of GPU calls by count and by time, demangled, Python frames as file:function:line.
+    Stacks(cmd_stacks::Args),
+    /// What each thread of a process did, in order, with the off-CPU intervals between.
+    Timeline(cmd_timeline::Args),
+    /// Record a trace: CUDA runtime/driver calls and what the kernel did to those threads, into a database.
+    Trace(cmd_trace::Args),
+    /// What this host can trace and what is missing, with the fix.
+    Check(cmd_check::Args),
+    /// The MCP server for agents (Claude Code, Cursor, ollmcp): tools, prompts, resources over stdio or HTTP.
+    Mcp(cmd_mcp::Args),
 }
 
 fn main() {
@@ -32,8 +53,15 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(a) => cmd_demo::run(a),
         Command::Stats(a) => cmd_stats::run(a),
         Command::Query(a) => cmd_query::run(a),
+        Command::Explain(a) => cmd_explain::run(a),
+        Command::Stacks(a) => cmd_stacks::run(a),
+        Command::Timeline(a) => cmd_timeline::run(a),
+        Command::Mcp(a) => cmd_mcp::run(a),
+        Command::Trace(a) => cmd_trace::run(a),
+        Command::Check(a) => cmd_check::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,0 +1,413 @@
+//! What each tool does: resolve the trace and the arguments, call the library function that the
+//! CLI calls too (`causeway_analysis`, `causeway_backends`, `causeway_probes`), and bound the answer
+//! (default limits, `truncated`, a `hint` to narrow). No analysis happens here.
+
+use causeway_analysis::chains::Severity;
+use causeway_analysis::stacks::{top_stacks, StacksRequest};
+use causeway_analysis::stats::{compute_stats, resolve_window, StatsRequest};
+use causeway_analysis::timeline::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
+use causeway_backends::query::QueryCancel;
+use causeway_backends::{EventId, QueryLimits, TraceInfo};
+use causeway_model::codes::{self, OpCode};
+use causeway_model::time::{fmt_ns, parse_duration_ns, TimeWindow};
+
+use crate::args::*;
+use crate::compare::{self, CompareOutput};
+use crate::outputs::*;
+use crate::sanitize::{sanitize_json, MAX_CELL_CHARS, UNTRUSTED_NOTE};
+use crate::traces::{TraceEntry, TraceSet};
+
+/// Sessions listed per trace.
+const SESSIONS_SHOWN: usize = 5;
+/// Row bytes of a `run_sql` answer without an explicit `limit` (keeps a default answer small).
+const DEFAULT_SQL_BYTES: usize = 20_000;
+/// Row bytes when the caller raised `limit`.
+const RAISED_SQL_BYTES: usize = 512 * 1024;
+/// Time limit of one query.
+pub const SQL_TIMEOUT_MS: u64 = 30_000;
+
+fn untrusted() -> String {
+    UNTRUSTED_NOTE.to_string()
+}
+
+/// The window of `since`/`from`/`to`, resolved against the trace's own clock.
+pub fn window_of(info: &TraceInfo, since: Option<&str>, from: Option<&str>, to: Option<&str>) -> Result<TimeWindow, String> {
+    let since = since.map(parse_duration_ns).transpose().map_err(|e| format!("invalid since: {e} (e.g. \"30s\", \"5m\")"))?;
+    resolve_window(info, since, from, to).map_err(|e| e.to_string().replace("--", ""))
+}
+
+/// Op names to codes, with an error that shows valid names.
+pub fn parse_op(name: &str) -> Result<OpCode, String> {
+    codes::op_by_name(name.trim()).ok_or_else(|| {
+        format!("unknown op '{name}': use a name as get_trace_stats shows it, e.g. cudaLaunchKernel, cudaStreamSync, sched_switch")
+    })
+}
+
+fn parse_ops(names: &Option<Vec<String>>) -> Result<Option<Vec<OpCode>>, String> {
+    names.as_ref().map(|v| v.iter().map(|n| parse_op(n)).collect()).transpose()
+}
+
+/// The opened store of a trace, or why it cannot be opened.
+pub fn store_of(entry: &TraceEntry) -> Result<std::sync::Arc<dyn causeway_backends::TraceStore>, String> {
+    entry.store().map_err(|e| format!("trace {} cannot be opened: {e}", entry.name))
+}
+
+fn us(v: f64) -> String {
+    format!("{v:.3} us")
+}
+
+pub fn list_traces(set: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<ListTracesOutput, String> {
+    let mut traces = Vec::new();
+    for e in &set.entries {
+        let mut t = TraceListing {
+            index: e.index,
+            name: e.name.clone(),
+            path: e.path.clone(),
+            ok: false,
+            error: None,
+            format: None,
+            events: 0,
+            first_ns: 0,
+            last_ns: 0,
+            span_s: 0.0,
+            sampled: false,
+            sessions: Vec::new(),
+            sessions_total: 0,
+            missing: Vec::new(),
+        };
+        match e.store().and_then(|s| s.sessions().map(|ss| (s, ss)).map_err(|x| x.to_string())) {
+            Ok((store, sessions)) => {
+                let info = store.info();
+                t.ok = true;
+                t.format = Some(info.format.clone());
+                t.events = info.events;
+                t.first_ns = info.first_ns;
+                t.last_ns = info.last_ns;
+                t.span_s = ((info.last_ns - info.first_ns) as f64 / 1e6).round() / 1e3;
+                t.sampled = info.sampled;
+                t.sessions_total = sessions.len();
+                t.sessions = sessions.into_iter().take(SESSIONS_SHOWN).collect();
+                t.missing = info.missing.clone();
+            }
+            Err(err) => t.error = Some(err),
+        }
+        traces.push(t);
+    }
+    let ok = traces.iter().filter(|t| t.ok).count();
+    let summary = format!(
+        "{} trace(s), {ok} readable: {}",
+        traces.len(),
+        traces.iter().map(|t| if t.ok { format!("{} ({} events, {} s)", t.name, t.events, t.span_s) } else { format!("{} (unreadable)", t.name) }).collect::<Vec<_>>().join(", ")
+    );
+    Ok(ListTracesOutput { summary, traces, untrusted: untrusted() })
+}
+
+pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<StatsOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(entry)?;
+    let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
+    let req = StatsRequest { window, pid: a.pid, ops: parse_ops(&a.ops)?, per_process: a.per_process.unwrap_or(false) };
+    let mut stats = compute_stats(store.as_ref(), &req).map_err(|e| e.to_string())?;
+    let limit = a.limit.unwrap_or(10).clamp(1, 200);
+    let mut processes_total = None;
+    let mut truncated = false;
+    if let Some(p) = stats.processes.as_mut() {
+        processes_total = Some(p.len());
+        if p.len() > limit {
+            p.truncate(limit);
+            truncated = true;
+        }
+    }
+    let lost: u64 = stats.losses.iter().map(|l| l.count).sum();
+    let worst = stats.ops.iter().filter(|o| codes::is_gpu_call(o.source, o.op_code)).max_by(|x, y| x.p99_us.total_cmp(&y.p99_us));
+    let mut summary = format!(
+        "{} events over {} in {} ops",
+        stats.events,
+        fmt_ns(stats.last_ns - stats.first_ns),
+        stats.ops.len()
+    );
+    if let Some(w) = worst {
+        summary.push_str(&format!("; highest GPU-call p99: {} {} (p50 {}, {} calls)", w.op, us(w.p99_us), us(w.p50_us), w.count));
+    }
+    summary.push_str(&if lost == 0 { "; no events counted lost".to_string() } else { format!("; {lost} events lost (see losses)") });
+    if stats.sampled.is_some() {
+        summary.push_str("; the events table is a sample: true totals in stats.sampled");
+    }
+    let hint = if truncated {
+        Some(format!("{} of {} processes shown: raise limit or filter with pid", limit, processes_total.unwrap_or(0)))
+    } else if stats.events == 0 {
+        Some("no events in this window: widen it (since/from/to) or drop the pid/ops filters".into())
+    } else {
+        None
+    };
+    Ok(StatsOutput { summary, trace: entry.name.clone(), stats, processes_total, truncated, hint, untrusted: untrusted() })
+}
+
+/// Keep the first `steps` steps of every chain's timeline; true when one was cut.
+pub fn cut_timelines(chains: &mut [causeway_analysis::chains::Chain], steps: usize) -> bool {
+    let mut cut = false;
+    for c in chains {
+        if c.timeline.len() > steps {
+            c.timeline.truncate(steps);
+            cut = true;
+        }
+    }
+    cut
+}
+
+fn parse_severity(s: &str) -> Result<Severity, String> {
+    match s.trim().to_ascii_uppercase().as_str() {
+        "HIGH" => Ok(Severity::High),
+        "MEDIUM" => Ok(Severity::Medium),
+        "LOW" => Ok(Severity::Low),
+        _ => Err(format!("invalid min_severity '{s}': use HIGH, MEDIUM or LOW")),
+    }
+}
+
+pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Result<ChainsOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(entry)?;
+    let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
+    let min = a.min_severity.as_deref().map(parse_severity).transpose()?.unwrap_or(Severity::Low);
+    if let Some(op) = &a.op {
+        parse_op(op)?;
+    }
+    let e = set.explanation(entry, window, a.pid)?;
+    let matching: Vec<&causeway_analysis::chains::Chain> = e
+        .chains
+        .iter()
+        .filter(|c| c.severity <= min)
+        .filter(|c| a.op.as_deref().is_none_or(|op| c.op.eq_ignore_ascii_case(op.trim())))
+        .filter(|c| a.chain_id.as_deref().is_none_or(|id| c.id == id.trim() || c.key == id.trim()))
+        .collect();
+    if let Some(id) = &a.chain_id {
+        if matching.is_empty() {
+            return Err(format!(
+                "no chain '{id}' in this scope ({} chains: c1..c{}); chain ids depend on the window and pid they were listed with",
+                e.chains.len(),
+                e.chains.len()
+            ));
+        }
+    }
+    let top = top(a.top_n);
+    let steps = a.timeline_steps.unwrap_or(12).clamp(1, 2000);
+    let mut chains: Vec<_> = matching.iter().take(top).map(|c| (*c).clone()).collect();
+    let timelines_cut = cut_timelines(&mut chains, steps);
+    let truncated = matching.len() > chains.len() || timelines_cut;
+    let summary = match chains.first() {
+        Some(c) => format!(
+            "{} chain(s) match ({} in scope), {} shown; worst: {} [{}] {}",
+            matching.len(),
+            e.chains.len(),
+            chains.len(),
+            c.id,
+            c.severity.as_str(),
+            c.summary
+        ),
+        None => format!("no chain matches ({} in scope); verdict: {}", e.chains.len(), e.verdict),
+    };
+    let mut hints = Vec::new();
+    if matching.len() > chains.len() {
+        hints.push(format!("{} more chains: raise top_n (max {MAX_TOP}), or filter with min_severity, op, pid or a window", matching.len() - chains.len()));
+    }
+    if timelines_cut {
+        hints.push(format!("timelines cut to {steps} steps: raise timeline_steps for one chain (chain_id), or call get_timeline around an evidence event"));
+    }
+    let hint = (!hints.is_empty()).then(|| hints.join("; "));
+    Ok(ChainsOutput {
+        summary,
+        trace: entry.name.clone(),
+        verdict: e.verdict.clone(),
+        chains,
+        chains_matching: matching.len(),
+        chains_total: e.chains.len(),
+        truncated,
+        hint,
+        slow_call_rule: e.slow_call_rule.clone(),
+        severity_rules: e.severity_rules.clone(),
+        gpu_calls: e.gpu_calls,
+        slow_calls: e.slow_calls,
+        slow_time_ns: e.slow_time_ns,
+        missing: e.missing.clone(),
+        notes: e.notes.clone(),
+        untrusted: untrusted(),
+    })
+}
+
+pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<StacksOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(entry)?;
+    let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
+    let op = a.op.as_deref().map(parse_op).transpose()?;
+    let req = StacksRequest { window, pid: a.pid, op, top: top(a.top_n) };
+    let mut stacks = top_stacks(store.as_ref(), &req).map_err(|e| e.to_string())?;
+    let max_frames = a.max_frames.unwrap_or(12).clamp(1, 128);
+    let mut frames_cut = false;
+    for s in stacks.by_count.iter_mut().chain(stacks.by_time.iter_mut()) {
+        if s.frames.len() > max_frames {
+            s.frames.truncate(max_frames);
+            frames_cut = true;
+        }
+    }
+    let summary = match stacks.by_time.first() {
+        Some(s) => format!(
+            "{} calls, {} with a stack, {} distinct stacks; most time: stack {} with {} calls, {} in total",
+            stacks.calls,
+            stacks.calls_with_stack,
+            stacks.distinct_stacks,
+            s.stack_hash,
+            s.calls,
+            fmt_ns(s.total_ns)
+        ),
+        None => format!("{} calls, none with a recorded stack (trace with stacks enabled to get them)", stacks.calls),
+    };
+    let more = stacks.distinct_stacks as usize > stacks.by_count.len();
+    let hint = (frames_cut || more).then(|| {
+        "stacks are ranked top_n per list and cut to max_frames frames: raise them, or narrow with op, pid or a window".to_string()
+    });
+    Ok(StacksOutput { summary, trace: entry.name.clone(), stacks, frames_cut, hint, untrusted: untrusted() })
+}
+
+pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<TimelineOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(entry)?;
+    let window = window_of(store.info(), None, a.from.as_deref(), a.to.as_deref())?;
+    let mut around = a.around.clone();
+    let mut centered_on = None;
+    if around.is_none() && (window.from_ns.is_none() || window.to_ns.is_none()) {
+        if a.from.is_some() || a.to.is_some() {
+            return Err("give both from and to (or around: an event id)".into());
+        }
+        let e = set.explanation(entry, TimeWindow::ALL, a.pid)?;
+        match e.chains.iter().find(|c| !c.evidence.event_ids.is_empty()) {
+            Some(c) => {
+                around = c.evidence.event_ids.first().cloned();
+                centered_on = Some(format!("the worst event of chain {}", c.id));
+            }
+            None => {
+                around = Some(longest_call(store.as_ref(), a.pid)?);
+                centered_on = Some("the longest GPU call, or event, of the trace (it has no causal chain)".into());
+            }
+        }
+    }
+    let around_ns = a.around_ms.map(|ms| (ms.clamp(0.001, 60_000.0) * 1e6) as i64).unwrap_or(DEFAULT_AROUND_NS);
+    let limit = a.limit.unwrap_or(30).clamp(1, 2000);
+    let req = TimelineRequest { around: around.clone(), around_ns, window, pid: a.pid, tid: a.tid, limit };
+    let mut report = timeline(store.as_ref(), &req).map_err(|e| e.to_string())?;
+    let max_threads = a.max_threads.unwrap_or(6).clamp(1, 64);
+    let threads_total = report.threads.len();
+    let entries_cut = report.threads.iter().any(|t| t.truncated);
+    report.threads.truncate(max_threads);
+    let truncated = entries_cut || threads_total > max_threads;
+    let entries: usize = report.threads.iter().map(|t| t.entries.len()).sum();
+    let mut summary = format!(
+        "{} threads in {} around {}; {} shown with {} entries",
+        threads_total,
+        fmt_ns(report.to_ns - report.from_ns),
+        around.as_ref().map(|i| format!("event {i}")).unwrap_or_else(|| "the window".into()),
+        report.threads.len(),
+        entries
+    );
+    if let Some(what) = centered_on {
+        summary.push_str(&format!(" (centered on {what})"));
+    }
+    let hint = truncated.then(|| {
+        format!("cut to {max_threads} threads and {limit} entries per thread: raise max_threads/limit, pass tid, or shrink around_ms / the window")
+    });
+    Ok(TimelineOutput { summary, trace: entry.name.clone(), timeline: report, threads_total, truncated, hint, untrusted: untrusted() })
+}
+
+/// The id of the longest GPU call of `pid` (the longest event when there is none), where a default
+/// timeline centers when the trace has no chain.
+fn longest_call(store: &dyn causeway_backends::TraceStore, pid: Option<u32>) -> Result<EventId, String> {
+    let filter = pid.map(|p| format!(" WHERE pid = {p}")).unwrap_or_default();
+    let sql = format!("SELECT id FROM events{filter} ORDER BY source IN (1, 4, 8) DESC, duration DESC, timestamp LIMIT 1");
+    let r = store.query(&sql, &QueryLimits::with_rows(1)).map_err(|e| e.to_string())?;
+    let id = r.rows.first().and_then(|row| row.first()).cloned().ok_or("no event in scope: give from and to, or another pid")?;
+    serde_json::from_value(id).map_err(|e| format!("unexpected event id: {e}"))
+}
+
+pub fn run_sql(set: &TraceSet, a: RunSqlArgs, cancel: &QueryCancel) -> Result<RunSqlOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(entry)?;
+    if a.sql.trim().is_empty() {
+        return Err("sql is empty: give one SELECT statement (tables: describe_schema)".into());
+    }
+    let rows = a.limit.unwrap_or(DEFAULT_ROWS).clamp(1, MAX_ROWS);
+    let max_bytes = if a.limit.is_some() { RAISED_SQL_BYTES } else { DEFAULT_SQL_BYTES };
+    let limits = QueryLimits { max_rows: rows, timeout_ms: SQL_TIMEOUT_MS, max_bytes, cancel: Some(cancel.clone()) };
+    let mut result = store.query(&a.sql, &limits).map_err(|e| {
+        let msg = e.to_string();
+        if cancel.is_cancelled() {
+            "the query was cancelled".to_string()
+        } else {
+            format!("{msg} (run_sql takes one read-only SELECT; tables and columns: describe_schema)")
+        }
+    })?;
+    for row in &mut result.rows {
+        for cell in row.iter_mut() {
+            sanitize_json(cell, MAX_CELL_CHARS);
+        }
+    }
+    let n = result.rows.len();
+    let summary = format!(
+        "{n} row(s) of {} column(s){}",
+        result.columns.len(),
+        if result.truncated { ", truncated" } else { "" }
+    );
+    let hint = result.truncated.then(|| {
+        format!("the result was cut at {n} rows (limit {rows}, {} KB of rows): aggregate (COUNT, GROUP BY), add WHERE/LIMIT, or raise limit (max {MAX_ROWS})", max_bytes / 1000)
+    });
+    Ok(RunSqlOutput {
+        summary,
+        trace: entry.name.clone(),
+        columns: result.columns,
+        rows: result.rows,
+        row_count: n,
+        truncated: result.truncated,
+        hint,
+        untrusted: untrusted(),
+    })
+}
+
+pub fn describe_schema(set: &TraceSet, a: SchemaArgs, _: &QueryCancel) -> Result<SchemaOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(entry)?;
+    let mut schema = store.describe_schema().map_err(|e| e.to_string())?;
+    if let Some(t) = &a.table {
+        let names: Vec<String> = schema.tables.iter().map(|x| x.name.clone()).collect();
+        schema.tables.retain(|x| x.name.eq_ignore_ascii_case(t.trim()));
+        if schema.tables.is_empty() {
+            return Err(format!("no table '{t}' in this trace: it has {}", names.join(", ")));
+        }
+        if !["events", "ops", "sources", "event_aggregates"].contains(&schema.tables[0].name.as_str()) {
+            schema.codes.clear();
+        }
+    }
+    let summary = format!(
+        "{} table(s), {} code(s) present, format {}",
+        schema.tables.len(),
+        schema.codes.len(),
+        serde_json::to_string(&schema.format).unwrap_or_default()
+    );
+    Ok(SchemaOutput { summary, trace: entry.name.clone(), schema, untrusted: untrusted() })
+}
+
+pub fn compare_traces(set: &TraceSet, a: CompareArgs, _: &QueryCancel) -> Result<CompareOutput, String> {
+    compare::compare(set, &a)
+}
+
+pub fn get_check(_: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<CheckOutput, String> {
+    let report = causeway_probes::host_check();
+    let failing: Vec<&str> = report.items.iter().filter(|i| !i.ok).map(|i| i.name.as_str()).collect();
+    let summary = format!(
+        "{} on kernel {}; {} of {} checks ok{}; {} CUDA librar(y/ies) found",
+        if report.can_trace { "this host can trace" } else { "this host cannot trace yet" },
+        report.kernel,
+        report.items.len() - failing.len(),
+        report.items.len(),
+        if failing.is_empty() { String::new() } else { format!(" (failing: {})", failing.join(", ")) },
+        report.cuda_libraries.len()
+    );
+    Ok(CheckOutput { summary, report })
+}

@@ -1,0 +1,165 @@
+//! The inputs of every tool, as schemars types: their JSON Schemas are the tools' `inputSchema`s
+//! (and the files in `tool-schemas/`). Unknown fields are refused so that a misspelt argument comes
+//! back as an error the model can fix, not as a silently ignored filter.
+
+use causeway_backends::EventId;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::traces::TraceRef;
+
+/// Default and largest `top_n` of chains and stacks.
+pub const DEFAULT_TOP: usize = 5;
+pub const MAX_TOP: usize = 50;
+/// Default and largest row count of `run_sql`.
+pub const DEFAULT_ROWS: usize = 100;
+pub const MAX_ROWS: usize = 10_000;
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatsArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Only the last DURATION of the trace, counted back from its own last event, e.g. "30s", "5m".
+    pub since: Option<String>,
+    /// Window start: unix ns, "+DUR" after the first event, or "-DUR" before the last (e.g. "+10s").
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+    /// Only events of this process.
+    pub pid: Option<u32>,
+    /// Only these ops, by name (e.g. ["cudaStreamSync", "sched_switch"]).
+    pub ops: Option<Vec<String>>,
+    /// Also give the figures per process (busiest first).
+    pub per_process: Option<bool>,
+    /// Processes shown with per_process (default 10, at most 200).
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChainsArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Only the last DURATION of the trace, e.g. "30s".
+    pub since: Option<String>,
+    /// Window start: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Chains returned, worst first (default 5, at most 50).
+    pub top_n: Option<usize>,
+    /// Only chains at least this severe: "HIGH", "MEDIUM" or "LOW".
+    pub min_severity: Option<String>,
+    /// Only chains about this op (e.g. "cudaStreamSync").
+    pub op: Option<String>,
+    /// Only the chain with this id ("c1") or key.
+    pub chain_id: Option<String>,
+    /// Timeline steps kept per chain (default 12, at most 2000); get_timeline shows the rest.
+    pub timeline_steps: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StacksArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Only the last DURATION of the trace, e.g. "30s".
+    pub since: Option<String>,
+    /// Window start: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only calls of this op (default: every GPU call).
+    pub op: Option<String>,
+    /// Stacks per ranking (by count, by time; default 5, at most 50).
+    pub top_n: Option<usize>,
+    /// Frames kept per stack, innermost first (default 12, at most 128).
+    pub max_frames: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TimelineArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Center on this event id (from a chain's evidence.event_ids) and its process. Default when no
+    /// window is given: the worst event of the top chain.
+    pub around: Option<EventId>,
+    /// Milliseconds shown on each side of `around` (default 50).
+    pub around_ms: Option<f64>,
+    /// Window start (with `to`, instead of `around`): unix ns, "+DUR" or "-DUR".
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only this thread.
+    pub tid: Option<u32>,
+    /// Entries per thread (default 30, at most 2000).
+    pub limit: Option<usize>,
+    /// Threads shown, those with GPU calls first (default 6, at most 64).
+    pub max_threads: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunSqlArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// One read-only SQL statement (SELECT / WITH). Tables and codes: describe_schema.
+    pub sql: String,
+    /// Rows returned (default 100, at most 10000); more sets `truncated`.
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Only this table (its columns in full); without it, every table and the codes.
+    pub table: Option<String>,
+}
+
+/// One side of a comparison: a trace and a window of it.
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompareSide {
+    /// Trace name or 0-based index from list_traces.
+    pub trace: Option<TraceRef>,
+    /// Only the last DURATION of the trace, e.g. "30s".
+    pub since: Option<String>,
+    /// Window start: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompareArgs {
+    /// The reference run (default: trace 0; with a single trace, its first half).
+    pub baseline: Option<CompareSide>,
+    /// The run to compare (default: trace 1; with a single trace, its second half).
+    pub candidate: Option<CompareSide>,
+    /// Only this process (on both sides).
+    pub pid: Option<u32>,
+    /// Only these ops, by name.
+    pub ops: Option<Vec<String>>,
+    /// Chain changes listed (default 5, at most 50).
+    pub top_n: Option<usize>,
+}
+
+/// `top_n` clamped to 1..=MAX_TOP.
+pub fn top(n: Option<usize>) -> usize {
+    n.unwrap_or(DEFAULT_TOP).clamp(1, MAX_TOP)
+}

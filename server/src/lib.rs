@@ -1,0 +1,51 @@
+//! The MCP server of Causeway (rmcp): the tools, prompts and resources an agent uses to find out why
+//! GPU work stalled, over stdio or hardened streamable HTTP. Every figure comes from the library
+//! functions the CLI calls too (`causeway_analysis`, `causeway_backends`, `causeway_probes`); this
+//! crate only resolves arguments, bounds answers and sanitizes traced strings.
+//!
+//! - [`traces`]: the DBs served (`--db`, several allowed), by name or index.
+//! - [`args`], [`outputs`], [`compare`]: the schemars types of tool inputs and outputs.
+//! - [`tools`]: the catalogue and dispatch; [`answers`]: what each tool does.
+//! - [`prompts`], [`resources`]: prompts from `prompts/*.md`, resources under `causeway://`.
+//! - [`handler`]: the rmcp `ServerHandler` (timeouts, cancellation, progress).
+//! - [`stdio`], [`http`]: the transports; [`schemas`]: the generated `tool-schemas/`, in the
+//!   portable style of [`schema_style`].
+//! - [`sanitize`]: untrusted traced strings made safe to show.
+
+pub mod answers;
+pub mod args;
+pub mod compare;
+pub mod handler;
+pub mod http;
+pub mod outputs;
+pub mod prompts;
+pub mod resources;
+pub mod sanitize;
+pub mod schema_style;
+pub mod schemas;
+pub mod stdio;
+pub mod tools;
+pub mod traces;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use handler::CausewayServer;
+pub use http::HttpOptions;
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(2).max_blocking_threads(16).build()?)
+}
+
+/// Serve the given traces over stdin/stdout until stdin closes.
+pub fn run_stdio(dbs: &[PathBuf], request_timeout: Duration) -> anyhow::Result<()> {
+    let server = CausewayServer::new(traces::TraceSet::open(dbs), request_timeout);
+    runtime()?.block_on(stdio::serve(server))
+}
+
+/// Serve the given traces over streamable HTTP until ctrl-c or SIGTERM.
+pub fn run_http(dbs: &[PathBuf], opts: HttpOptions) -> anyhow::Result<()> {
+    http::check_bind(&opts)?;
+    let server = CausewayServer::new(traces::TraceSet::open(dbs), opts.request_timeout);
+    runtime()?.block_on(http::serve(server, opts))
+}

@@ -1,0 +1,158 @@
+//! The outputs of every tool, as schemars types: their JSON Schemas are the tools' `outputSchema`s.
+//! Each answer leads with a one-line `summary`; lists are cut to a default size with `truncated`
+//! and a `hint` on how to see more or narrow; answers with traced strings carry `untrusted`.
+
+use std::path::PathBuf;
+
+use causeway_analysis::chains::Chain;
+use causeway_analysis::stacks::StacksReport;
+use causeway_analysis::stats::TraceStats;
+use causeway_analysis::timeline::TimelineReport;
+use causeway_backends::{SchemaDescription, TraceFormat};
+use causeway_model::SessionInfo;
+use causeway_probes::check::CheckReport;
+use schemars::JsonSchema;
+use serde::Serialize;
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CheckOutput {
+    pub summary: String,
+    pub report: CheckReport,
+}
+
+/// One DB this server was given.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TraceListing {
+    /// 0-based index (a valid `trace` argument).
+    pub index: usize,
+    /// Short name (a valid `trace` argument).
+    pub name: String,
+    pub path: PathBuf,
+    /// False when the DB cannot be opened; `error` says why.
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<TraceFormat>,
+    /// Rows in `events`.
+    pub events: u64,
+    pub first_ns: i64,
+    pub last_ns: i64,
+    /// Seconds from the first to the last event.
+    pub span_s: f64,
+    /// True when `events` is a sample (Ingero selective storage; true totals in get_trace_stats).
+    pub sampled: bool,
+    /// Trace runs recorded in the DB (first 5).
+    pub sessions: Vec<SessionInfo>,
+    pub sessions_total: usize,
+    /// What this DB does not record.
+    pub missing: Vec<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListTracesOutput {
+    pub summary: String,
+    pub traces: Vec<TraceListing>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StatsOutput {
+    pub summary: String,
+    pub trace: String,
+    pub stats: TraceStats,
+    /// Processes found (more than `stats.processes` when truncated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes_total: Option<usize>,
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ChainsOutput {
+    pub summary: String,
+    pub trace: String,
+    /// One sentence: the worst finding of the whole scope.
+    pub verdict: String,
+    /// Worst first; ids (`c1`...) rank every chain of the scope and stay stable across filters.
+    pub chains: Vec<Chain>,
+    /// Chains matching the filters (more than `chains` when truncated).
+    pub chains_matching: usize,
+    /// Chains in the scope before filters.
+    pub chains_total: usize,
+    /// True when chains were left out (top_n) or a chain's timeline was cut (timeline_steps).
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    pub slow_call_rule: String,
+    pub severity_rules: Vec<String>,
+    pub gpu_calls: u64,
+    pub slow_calls: u64,
+    pub slow_time_ns: i64,
+    pub missing: Vec<String>,
+    pub notes: Vec<String>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StacksOutput {
+    pub summary: String,
+    pub trace: String,
+    pub stacks: StacksReport,
+    /// True when some stacks were cut to `max_frames`.
+    pub frames_cut: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TimelineOutput {
+    pub summary: String,
+    pub trace: String,
+    pub timeline: TimelineReport,
+    /// Threads in the window (more than `timeline.threads` when truncated).
+    pub threads_total: usize,
+    /// True when threads or entries were cut.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RunSqlOutput {
+    pub summary: String,
+    pub trace: String,
+    pub columns: Vec<String>,
+    /// Cells: integers, floats, text (sanitized, cut at 512 chars), null; blobs as hex.
+    #[schemars(schema_with = "sql_rows_schema")]
+    pub rows: Vec<Vec<serde_json::Value>>,
+    pub row_count: usize,
+    /// True when the row limit or the size cap cut the result.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SchemaOutput {
+    pub summary: String,
+    pub trace: String,
+    pub schema: SchemaDescription,
+    pub untrusted: String,
+}
+
+/// Rows of SQL cells: each an integer, a number, a string or null.
+fn sql_rows_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "array",
+            "items": {"anyOf": [{"type": "integer"}, {"type": "number"}, {"type": "string"}, {"type": "null"}]}
+        }
+    })
+}

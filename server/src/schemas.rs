@@ -1,0 +1,57 @@
+//! `tool-schemas/`: the JSON Schema of every tool's input and output, generated from the schemars
+//! types of [`crate::tools::catalogue`]. `causeway mcp --write-schemas DIR` writes them;
+//! `server/tests/tool_schemas.rs` fails when the checked-in files differ from the code.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::tools::catalogue;
+
+/// File name -> pretty JSON text (newline-terminated) of every schema.
+pub fn generate() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for spec in catalogue() {
+        let t = &spec.tool;
+        let pretty = |v: serde_json::Value| serde_json::to_string_pretty(&v).expect("json") + "\n";
+        out.insert(format!("{}.input.json", t.name), pretty(serde_json::Value::Object((*t.input_schema).clone())));
+        if let Some(o) = &t.output_schema {
+            out.insert(format!("{}.output.json", t.name), pretty(serde_json::Value::Object((**o).clone())));
+        }
+    }
+    out
+}
+
+/// Write every schema into `dir` and remove stale `*.input.json` / `*.output.json` files.
+pub fn write(dir: &Path) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    let files = generate();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if (name.ends_with(".input.json") || name.ends_with(".output.json")) && !files.contains_key(&name) {
+            std::fs::remove_file(dir.join(&name))?;
+        }
+    }
+    for (name, text) in &files {
+        std::fs::write(dir.join(name), text)?;
+    }
+    Ok(files.len())
+}
+
+/// The files of `dir` that differ from the code (missing, changed or stale), by name.
+pub fn differences(dir: &Path) -> Vec<String> {
+    let files = generate();
+    let mut diff: Vec<String> = files
+        .iter()
+        .filter(|(name, text)| std::fs::read_to_string(dir.join(name)).ok().as_deref() != Some(text.as_str()))
+        .map(|(name, _)| name.clone())
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if (name.ends_with(".input.json") || name.ends_with(".output.json")) && !files.contains_key(&name) {
+                diff.push(format!("{name} (stale)"));
+            }
+        }
+    }
+    diff
+}

@@ -1,0 +1,209 @@
+//! The tool catalogue: name, title, description, annotations, input and output schemas of every
+//! tool, and the dispatch from a `tools/call` to its implementation in [`crate::answers`].
+//! Everything here is independent of the transport, so tests call tools in-process.
+
+use std::sync::Arc;
+
+use causeway_backends::query::QueryCancel;
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::answers;
+use crate::args::*;
+use crate::compare::CompareOutput;
+use crate::outputs::*;
+use crate::sanitize::{sanitize_json, MAX_STRING_CHARS};
+use crate::schema_style;
+use crate::traces::TraceSet;
+
+/// Largest answer a tool may give, in bytes of JSON text (a default call stays far below:
+/// about 32 KB; this bounds calls that raise their limits).
+pub const RESPONSE_CAP_BYTES: usize = 1 << 20;
+
+/// A finished answer: the structured content and the same JSON as text (summary first).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub structured: Value,
+    pub text: String,
+}
+
+/// Why a call produced no answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallError {
+    /// No tool of that name: a protocol error.
+    UnknownTool(String),
+    /// The tool ran and failed (bad arguments, missing DB, bad SQL...): an `isError` result.
+    Failed(String),
+}
+
+type Runner = Box<dyn Fn(&TraceSet, Value, &QueryCancel) -> Result<Answer, String> + Send + Sync>;
+
+/// One tool: its description for `tools/list` and how to run it.
+pub struct ToolSpec {
+    pub tool: Tool,
+    /// Runs long enough on big traces to deserve progress notifications.
+    pub long_running: bool,
+    run: Runner,
+}
+
+fn spec<I, O>(
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+    long_running: bool,
+    run: fn(&TraceSet, I, &QueryCancel) -> Result<O, String>,
+) -> ToolSpec
+where
+    I: DeserializeOwned + JsonSchema + 'static,
+    O: Serialize + JsonSchema + 'static,
+{
+    let annotations = ToolAnnotations::with_title(title).read_only(true).destructive(false).idempotent(true).open_world(false);
+    let mut tool = Tool::new(name, description, Arc::new(JsonObject::new()))
+        .with_title(title)
+        .with_input_schema::<I>()
+        .with_output_schema::<O>()
+        .with_annotations(annotations);
+    tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
+    tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
+    let run: Runner = Box::new(move |set, args, cancel| {
+        let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+        let input: I = serde_json::from_value(args).map_err(|e| format!("invalid arguments for {name}: {e}; see its inputSchema"))?;
+        finish(&run(set, input, cancel)?)
+    });
+    ToolSpec { tool, long_running, run }
+}
+
+/// Every tool, in the order `tools/list` gives them.
+pub fn catalogue() -> Vec<ToolSpec> {
+    vec![
+        spec::<NoArgs, ListTracesOutput>("list_traces", "List the trace databases",
+            "The trace DBs this server was given, with their names (the `trace` argument of every other tool), \
+             format, event counts, time span, sessions, and what each does not record. Start here when several traces are served.",
+            false, answers::list_traces),
+        spec::<StatsArgs, StatsOutput>("get_trace_stats", "Per-op statistics of a trace",
+            "Exact per-op figures of a trace (count, sum, avg, min, max, nearest-rank p50/p90/p95/p99 in microseconds), \
+             with window (since/from/to), pid and op filters, optional per-process figures, loss counters, and the note \
+             when the DB holds only a sample (true totals then in stats.sampled). Call it first.",
+            true, answers::get_trace_stats),
+        spec::<ChainsArgs, ChainsOutput>("get_causal_chains", "Causal chains: why the GPU stalled",
+            "The causal engine's chains, worst first: each names the op, the cause (preempted, sleep, host_compute, ...), \
+             the culprit task, how many calls and how much stall time it explains and its share, a timeline, \
+             recommendations, and evidence (event ids and a SQL query whose `value` reproduces the headline figure: \
+             verify it with run_sql). Filters: window, pid, op, min_severity, chain_id; top_n (default 5).",
+            true, answers::get_causal_chains),
+        spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
+            "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
+             as file:function:line), with window, pid and op filters; top_n (default 5), max_frames (default 12).",
+            true, answers::get_stacks),
+        spec::<TimelineArgs, TimelineOutput>("get_timeline", "What each thread did, in order",
+            "The calls, off-CPU intervals (with who took the CPU when the DB records it), wakeups, I/O and page \
+             allocations of each thread around an event (`around`: an id from a chain's evidence) or in a from/to \
+             window. Without either, centers on the worst event of the top chain. limit entries per thread (default 30).",
+            true, answers::get_timeline),
+        spec::<RunSqlArgs, RunSqlOutput>("run_sql", "Read-only SQL on a trace",
+            "Runs one read-only SQL statement (SELECT/WITH) on a trace through the SQL guard, on a read-only \
+             connection, with a row limit (default 100) and a 30 s time limit. Use it to verify a chain's evidence.sql \
+             and to answer what no other tool does. Tables, columns and codes: describe_schema. Order by timestamp, not id.",
+            true, answers::run_sql),
+        spec::<SchemaArgs, SchemaOutput>("describe_schema", "Tables, columns and codes of a trace",
+            "The live schema of a trace DB: its tables with row counts, columns with types and meaning, and the \
+             meaning of every (source, op) code present with its event count, plus notes on time semantics. \
+             Read it before writing SQL. `table` narrows to one table.",
+            false, answers::describe_schema),
+        spec::<CompareArgs, CompareOutput>("compare_traces", "Compare two runs or two windows",
+            "Two traces, or two windows of one trace, side by side: per-op count, p50, p90, p99 and their change in \
+             percent, and the chains that appeared, disappeared or changed (matched by key). Default: trace 0 vs \
+             trace 1, or with a single trace its first half vs its second half.",
+            true, answers::compare_traces),
+        spec::<NoArgs, CheckOutput>("get_check", "What this host can trace",
+            "What this host can trace with `causeway trace`: kernel, BTF, uprobe support, tracefs, privileges, the BPF \
+             object loading and host tracepoints attaching (tested live), and the CUDA libraries found; each missing \
+             item with its fix.",
+            true, answers::get_check),
+    ]
+}
+
+/// Run tool `name` with JSON arguments.
+pub fn call(tools: &[ToolSpec], set: &TraceSet, name: &str, args: Value, cancel: &QueryCancel) -> Result<Answer, CallError> {
+    let spec = tools.iter().find(|t| t.tool.name == name).ok_or_else(|| CallError::UnknownTool(name.to_string()))?;
+    let answer = (spec.run)(set, args, cancel).map_err(|e| CallError::Failed(crate::sanitize::sanitize_str(&e, MAX_STRING_CHARS)))?;
+    if answer.text.len() > RESPONSE_CAP_BYTES {
+        return Err(CallError::Failed(format!(
+            "the answer is {} KB, over this server's cap of {} KB: lower `limit`/`top_n`, narrow the window (since/from/to) or filter by pid/op",
+            answer.text.len() / 1024,
+            RESPONSE_CAP_BYTES / 1024
+        )));
+    }
+    Ok(answer)
+}
+
+/// Sanitize every string of an output and render its text with `summary` first.
+pub fn finish<T: Serialize>(out: &T) -> Result<Answer, String> {
+    let mut structured = serde_json::to_value(out).map_err(|e| format!("internal error: cannot encode the answer: {e}"))?;
+    sanitize_json(&mut structured, MAX_STRING_CHARS);
+    let text = summary_first_text(&structured);
+    Ok(Answer { structured, text })
+}
+
+/// JSON text of a value whose top-level keys `summary`, `trace`, `verdict`, `truncated` and `hint`
+/// come first (an agent that reads the start of a long answer sees them).
+pub fn summary_first_text(v: &Value) -> String {
+    const FIRST: [&str; 5] = ["summary", "trace", "verdict", "truncated", "hint"];
+    let Value::Object(map) = v else { return v.to_string() };
+    let mut parts: Vec<String> = Vec::with_capacity(map.len());
+    let key_val = |k: &str, v: &Value| format!("{}:{}", Value::String(k.to_string()), v);
+    for k in FIRST {
+        if let Some(val) = map.get(k) {
+            parts.push(key_val(k, val));
+        }
+    }
+    for (k, val) in map {
+        if !FIRST.contains(&k.as_str()) {
+            parts.push(key_val(k, val));
+        }
+    }
+    format!("{{{}}}", parts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_is_annotated_read_only_closed_world_with_both_schemas() {
+        let tools = catalogue();
+        assert_eq!(tools.len(), 9);
+        for t in &tools {
+            let a = t.tool.annotations.as_ref().expect("annotations");
+            assert_eq!(a.read_only_hint, Some(true), "{}", t.tool.name);
+            assert_eq!(a.open_world_hint, Some(false), "{}", t.tool.name);
+            assert!(t.tool.title.is_some());
+            assert_eq!(t.tool.input_schema.get("type"), Some(&Value::from("object")), "{}", t.tool.name);
+            assert!(t.tool.output_schema.is_some(), "{}", t.tool.name);
+        }
+    }
+
+    #[test]
+    fn text_leads_with_the_summary_and_matches_the_structure() {
+        let v = serde_json::json!({"a": 1, "hint": "h", "summary": "s", "z": [1, 2]});
+        let text = summary_first_text(&v);
+        assert!(text.starts_with(r#"{"summary":"s","hint":"h""#), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v);
+    }
+
+    #[test]
+    fn bad_arguments_and_unknown_tools_are_reported() {
+        let tools = catalogue();
+        let set = TraceSet::open(&[]);
+        let cancel = QueryCancel::new();
+        let e = call(&tools, &set, "run_sql", serde_json::json!({"sq": "x"}), &cancel).unwrap_err();
+        let CallError::Failed(msg) = e else { panic!("{e:?}") };
+        assert!(msg.contains("unknown field `sq`"), "{msg}");
+        assert_eq!(call(&tools, &set, "nope", Value::Null, &cancel).unwrap_err(), CallError::UnknownTool("nope".into()));
+        let e = call(&tools, &set, "get_trace_stats", Value::Null, &cancel).unwrap_err();
+        assert!(matches!(e, CallError::Failed(m) if m.contains("--db")));
+    }
+}

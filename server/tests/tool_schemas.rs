@@ -1,0 +1,19 @@
+//! The checked-in `tool-schemas/` must equal the schemas the code generates. To regenerate:
+//! `CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release -p causeway-server --test tool_schemas`, or
+//! `causeway mcp --write-schemas tool-schemas`.
+
+use std::path::Path;
+
+#[test]
+fn checked_in_tool_schemas_match_the_code() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tool-schemas");
+    if std::env::var_os("CAUSEWAY_WRITE_SCHEMAS").is_some() {
+        causeway_server::schemas::write(&dir).unwrap();
+    }
+    let diff = causeway_server::schemas::differences(&dir);
+    assert!(
+        diff.is_empty(),
+        "tool-schemas/ differs from the code in {diff:?}: regenerate with CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release -p causeway-server --test tool_schemas"
+    );
+    assert_eq!(causeway_server::schemas::generate().len(), 18, "an input and an output schema for each of the 9 tools");
+}
