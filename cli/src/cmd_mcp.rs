@@ -1,10 +1,13 @@
 //! `causeway mcp`: the MCP server for agents (Claude Code, Cursor, ollmcp...) over stdio, or over
 //! streamable HTTP at `/mcp` with `--http ADDR`. Logs go to stderr only; stdout is the protocol.
+//! With `--allow-capture` it also offers `capture_trace`: the agent may then record new traces of
+//! running pids, or of the programs listed with `--capture-allow`, into `--capture-dir`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use causeway_server::capture::CaptureConfig;
 use causeway_server::http::{HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_RESPONSE_CAP_BYTES, TOKEN_ENV};
 
 #[derive(clap::Args)]
@@ -28,6 +31,17 @@ pub struct Args {
     /// Largest HTTP request body, in bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, value_name = "BYTES")]
     max_body: usize,
+    /// Offer the capture_trace tool: the agent may record new traces (eBPF, root) of running pids, or
+    /// of the programs listed with --capture-allow, for at most 120 s each.
+    #[arg(long)]
+    allow_capture: bool,
+    /// A program capture_trace may launch (repeatable; with --allow-capture). Run without a shell,
+    /// arguments as a list; never allow a shell or an interpreter, which would allow anything.
+    #[arg(long = "capture-allow", value_name = "PROGRAM")]
+    capture_allow: Vec<PathBuf>,
+    /// Where capture_trace writes new traces (default: a new private directory under the temp dir).
+    #[arg(long, value_name = "DIR")]
+    capture_dir: Option<PathBuf>,
     /// Write the JSON Schemas of every tool's input and output into DIR and exit.
     #[arg(long, value_name = "DIR")]
     write_schemas: Option<PathBuf>,
@@ -39,13 +53,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         eprintln!("causeway mcp: wrote {n} schemas into {}", dir.display());
         return Ok(0);
     }
-    if args.dbs.is_empty() {
-        anyhow::bail!("give at least one --db PATH (a Causeway trace or an Ingero DB)");
+    if !args.allow_capture && (!args.capture_allow.is_empty() || args.capture_dir.is_some()) {
+        anyhow::bail!("--capture-allow and --capture-dir need --allow-capture");
     }
+    if args.dbs.is_empty() && !args.allow_capture {
+        anyhow::bail!("give at least one --db PATH (a Causeway trace or an Ingero DB), or --allow-capture to record one");
+    }
+    let capture = if args.allow_capture { Some(CaptureConfig::new(args.capture_allow, args.capture_dir)?) } else { None };
     let ns = causeway_model::time::parse_duration_ns(&args.timeout).map_err(anyhow::Error::msg)?;
     let request_timeout = Duration::from_nanos(ns.max(1_000_000) as u64);
     match args.http {
-        None => causeway_server::run_stdio(&args.dbs, request_timeout)?,
+        None => causeway_server::run_stdio(&args.dbs, request_timeout, capture)?,
         Some(bind) => {
             let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
             let opts = HttpOptions {
@@ -57,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 response_cap_bytes: DEFAULT_RESPONSE_CAP_BYTES,
                 request_timeout,
             };
-            causeway_server::run_http(&args.dbs, opts)?
+            causeway_server::run_http(&args.dbs, opts, capture)?
         }
     }
     Ok(0)

@@ -11,8 +11,10 @@ pub struct GatedChild {
 }
 
 impl GatedChild {
-    /// Fork `argv`; stdout goes to `stdout` when given. The child execs after [`GatedChild::release`].
-    pub fn spawn(argv: &[String], stdout: Option<&Path>) -> anyhow::Result<GatedChild> {
+    /// Fork `argv`; stdout goes to `stdout` when given, stdin comes from /dev/null when `null_stdin`
+    /// (a server whose stdin is a protocol must not share it). The child execs after
+    /// [`GatedChild::release`].
+    pub fn spawn(argv: &[String], stdout: Option<&Path>, null_stdin: bool) -> anyhow::Result<GatedChild> {
         anyhow::ensure!(!argv.is_empty(), "no command to run");
         let cargs: Vec<CString> = argv
             .iter()
@@ -41,6 +43,14 @@ impl GatedChild {
             }
             None => -1,
         };
+        let in_fd = if null_stdin {
+            // SAFETY: a constant, valid C string.
+            let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+            anyhow::ensure!(fd >= 0, "cannot open /dev/null: {}", std::io::Error::last_os_error());
+            fd
+        } else {
+            -1
+        };
         let mut fds = [0 as RawFd; 2];
         // SAFETY: fds has room for two descriptors.
         anyhow::ensure!(
@@ -64,6 +74,9 @@ impl GatedChild {
                 if out_fd >= 0 {
                     libc::dup2(out_fd, 1);
                 }
+                if in_fd >= 0 {
+                    libc::dup2(in_fd, 0);
+                }
                 libc::execvp(ptrs[0], ptrs.as_ptr());
                 libc::_exit(127);
             }
@@ -73,6 +86,9 @@ impl GatedChild {
             libc::close(fds[0]);
             if out_fd >= 0 {
                 libc::close(out_fd);
+            }
+            if in_fd >= 0 {
+                libc::close(in_fd);
             }
         }
         Ok(GatedChild {

@@ -31,6 +31,8 @@ pub struct TraceOptions {
     pub command: Vec<String>,
     /// Where the command's stdout goes (inherited when None).
     pub command_stdout: Option<PathBuf>,
+    /// Give the command /dev/null as stdin instead of ours (an MCP server over stdio).
+    pub command_stdin_null: bool,
     /// `--cuda-lib`: library files or directories to probe.
     pub cuda_libs: Vec<PathBuf>,
     /// Probe only `cuda_libs` and what the targets map (no ldconfig / CUDA paths / pip wheel search).
@@ -65,6 +67,7 @@ impl Default for TraceOptions {
             pids: Vec::new(),
             command: Vec::new(),
             command_stdout: None,
+            command_stdin_null: false,
             cuda_libs: Vec::new(),
             explicit_libs_only: false,
             no_sibling_libs: false,
@@ -185,7 +188,7 @@ pub async fn trace(
 
     let mut child = None;
     if !opts.command.is_empty() {
-        let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref())?;
+        let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref(), opts.command_stdin_null)?;
         probes.trace_pid(c.pid)?;
         c.release();
         report.command_pid = Some(c.pid);

@@ -58,7 +58,7 @@ fn us(v: f64) -> String {
 
 pub fn list_traces(set: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<ListTracesOutput, String> {
     let mut traces = Vec::new();
-    for e in &set.entries {
+    for e in set.entries() {
         let mut t = TraceListing {
             index: e.index,
             name: e.name.clone(),
@@ -104,7 +104,7 @@ pub fn list_traces(set: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<ListTra
 
 pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<StatsOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
-    let store = store_of(entry)?;
+    let store = store_of(&entry)?;
     let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
     let req = StatsRequest { window, pid: a.pid, ops: parse_ops(&a.ops)?, per_process: a.per_process.unwrap_or(false) };
     let mut stats = compute_stats(store.as_ref(), &req).map_err(|e| e.to_string())?;
@@ -166,13 +166,13 @@ fn parse_severity(s: &str) -> Result<Severity, String> {
 
 pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Result<ChainsOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
-    let store = store_of(entry)?;
+    let store = store_of(&entry)?;
     let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
     let min = a.min_severity.as_deref().map(parse_severity).transpose()?.unwrap_or(Severity::Low);
     if let Some(op) = &a.op {
         parse_op(op)?;
     }
-    let e = set.explanation(entry, window, a.pid)?;
+    let e = set.explanation(&entry, window, a.pid)?;
     let matching: Vec<&causeway_analysis::chains::Chain> = e
         .chains
         .iter()
@@ -236,7 +236,7 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
 
 pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<StacksOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
-    let store = store_of(entry)?;
+    let store = store_of(&entry)?;
     let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
     let op = a.op.as_deref().map(parse_op).transpose()?;
     let req = StacksRequest { window, pid: a.pid, op, top: top(a.top_n) };
@@ -270,7 +270,7 @@ pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<Stac
 
 pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<TimelineOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
-    let store = store_of(entry)?;
+    let store = store_of(&entry)?;
     let window = window_of(store.info(), None, a.from.as_deref(), a.to.as_deref())?;
     let mut around = a.around.clone();
     let mut centered_on = None;
@@ -278,7 +278,7 @@ pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<
         if a.from.is_some() || a.to.is_some() {
             return Err("give both from and to (or around: an event id)".into());
         }
-        let e = set.explanation(entry, TimeWindow::ALL, a.pid)?;
+        let e = set.explanation(&entry, TimeWindow::ALL, a.pid)?;
         match e.chains.iter().find(|c| !c.evidence.event_ids.is_empty()) {
             Some(c) => {
                 around = c.evidence.event_ids.first().cloned();
@@ -329,7 +329,7 @@ fn longest_call(store: &dyn causeway_backends::TraceStore, pid: Option<u32>) -> 
 
 pub fn run_sql(set: &TraceSet, a: RunSqlArgs, cancel: &QueryCancel) -> Result<RunSqlOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
-    let store = store_of(entry)?;
+    let store = store_of(&entry)?;
     if a.sql.trim().is_empty() {
         return Err("sql is empty: give one SELECT statement (tables: describe_schema)".into());
     }
@@ -372,7 +372,7 @@ pub fn run_sql(set: &TraceSet, a: RunSqlArgs, cancel: &QueryCancel) -> Result<Ru
 
 pub fn describe_schema(set: &TraceSet, a: SchemaArgs, _: &QueryCancel) -> Result<SchemaOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
-    let store = store_of(entry)?;
+    let store = store_of(&entry)?;
     let mut schema = store.describe_schema().map_err(|e| e.to_string())?;
     if let Some(t) = &a.table {
         let names: Vec<String> = schema.tables.iter().map(|x| x.name.clone()).collect();

@@ -163,3 +163,19 @@ pub struct CompareArgs {
 pub fn top(n: Option<usize>) -> usize {
     n.unwrap_or(DEFAULT_TOP).clamp(1, MAX_TOP)
 }
+
+/// `capture_trace` (only with `--allow-capture`): what to trace, and for how long.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureArgs {
+    /// Running processes to trace (their children are followed). At most 64.
+    pub pids: Option<Vec<u32>>,
+    /// A program to launch and trace, then its arguments, e.g. ["train", "--iters", "300"]. The program
+    /// must be on this server's allow-list (see the tool description); it runs without a shell, and is
+    /// stopped when the window ends.
+    pub command: Option<Vec<String>>,
+    /// Seconds to record (default 10, 1 to 120). A launched command that exits sooner ends the trace.
+    pub duration_s: Option<f64>,
+    /// Also record the user stack of every CUDA call (default false).
+    pub stacks: Option<bool>,
+}

@@ -175,7 +175,7 @@ fn sides(set: &TraceSet, a: &CompareArgs) -> Result<(CompareSide, CompareSide, b
     let mut c = a.candidate.clone().unwrap_or_default();
     let windowed = |s: &CompareSide| s.since.is_some() || s.from.is_some() || s.to.is_some();
     let mut halves = false;
-    if b.trace.is_none() && c.trace.is_none() && set.entries.len() >= 2 {
+    if b.trace.is_none() && c.trace.is_none() && set.len() >= 2 {
         b.trace = Some(TraceRef::Index(0));
         c.trace = Some(TraceRef::Index(1));
     } else if !windowed(&b) && !windowed(&c) {
@@ -197,7 +197,7 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
     let mut figures = Vec::new();
     for (i, side) in [&b, &c].into_iter().enumerate() {
         let entry = set.resolve(side.trace.as_ref())?;
-        let store = answers::store_of(entry)?;
+        let store = answers::store_of(&entry)?;
         let info = store.info();
         let mut window = window_of(info, side.since.as_deref(), side.from.as_deref(), side.to.as_deref())?;
         if halves {
@@ -206,7 +206,7 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
         }
         let stats = compute_stats(store.as_ref(), &StatsRequest { window, pid: a.pid, ops: ops.clone(), per_process: false })
             .map_err(|e| e.to_string())?;
-        let e = set.explanation(entry, window, a.pid)?;
+        let e = set.explanation(&entry, window, a.pid)?;
         out_sides.push(SideInfo {
             trace: entry.name.clone(),
             window,

@@ -1,7 +1,8 @@
 //! The rmcp [`ServerHandler`]: tools, prompts and resources over any transport. Each tool call runs
 //! on a blocking thread with a per-request time limit; a `notifications/cancelled` from the client
 //! (or the time limit) interrupts a running SQL query through [`QueryCancel`]; when the client sent a
-//! `progressToken`, long tools report elapsed time with `notifications/progress` until they finish.
+//! `progressToken`, long tools report elapsed time with `notifications/progress` until they finish
+//! (a tool that posts its own progress, like `capture_trace`, has its reports forwarded instead).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +15,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::resources::{self, ReadError};
-use crate::tools::{self, CallError, ToolSpec};
+use crate::capture::CaptureConfig;
+use crate::tools::{self, CallCtx, CallError, ToolSpec};
 use crate::traces::TraceSet;
 
 /// Default time limit of one request.
@@ -41,28 +43,38 @@ pub struct CausewayServer(pub Arc<ServerState>);
 
 impl CausewayServer {
     pub fn new(traces: TraceSet, request_timeout: Duration) -> CausewayServer {
-        CausewayServer(Arc::new(ServerState { traces, tools: tools::catalogue(), request_timeout }))
+        Self::with_capture(traces, request_timeout, None)
+    }
+
+    /// A server that also offers `capture_trace` when `capture` is given.
+    pub fn with_capture(traces: TraceSet, request_timeout: Duration, capture: Option<Arc<CaptureConfig>>) -> CausewayServer {
+        CausewayServer(Arc::new(ServerState { traces, tools: tools::catalogue_with(capture), request_timeout }))
     }
 
     fn default_trace_name(&self) -> String {
-        self.0.traces.entries.first().map(|e| e.name.clone()).unwrap_or_else(|| "0".into())
+        self.0.traces.entries().first().map(|e| e.name.clone()).unwrap_or_else(|| "0".into())
     }
 
     async fn run_tool(&self, name: String, args: Value, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
         let Some(spec) = self.0.tools.iter().find(|t| t.tool.name == name) else {
             return Err(McpError::invalid_params(format!("unknown tool '{}': see tools/list", crate::sanitize::sanitize_str(&name, 100)), None));
         };
-        let long_running = spec.long_running;
+        let (long_running, own_progress) = (spec.long_running, spec.own_progress);
+        let timeout = self.0.request_timeout.max(spec.min_timeout);
         let cancel = QueryCancel::new();
-        let (state, job_cancel, job_name) = (self.0.clone(), cancel.clone(), name.clone());
-        let mut job = tokio::task::spawn_blocking(move || tools::call(&state.tools, &state.traces, &job_name, args, &job_cancel));
+        let call_ctx = CallCtx { cancel: cancel.clone(), progress: Default::default() };
+        let reports = call_ctx.progress.clone();
+        let (state, job_name) = (self.0.clone(), name.clone());
+        let mut job = tokio::task::spawn_blocking(move || tools::call_with(&state.tools, &state.traces, &job_name, args, &call_ctx));
         let progress = if long_running { ctx.meta.get_progress_token() } else { None };
         let started = Instant::now();
-        let deadline = tokio::time::sleep(self.0.request_timeout);
+        let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
-        // Progress is the elapsed milliseconds, strictly increasing from one notification to the next.
+        // Progress is the elapsed milliseconds (or the tool's own figure), strictly increasing from
+        // one notification to the next.
         let mut last_progress = -1.0f64;
+        let (mut seen, mut total) = (0u64, None);
         let outcome = loop {
             tokio::select! {
                 r = &mut job => break r.map_err(|e| McpError::internal_error(format!("tool {name} failed: {e}"), None))?,
@@ -75,23 +87,32 @@ impl CausewayServer {
                     cancel.cancel();
                     return Ok(error_result(format!(
                         "{name} ran past this server's limit of {} s and was stopped: narrow the window (since/from/to), filter by pid/op, or lower limit",
-                        self.0.request_timeout.as_secs()
+                        timeout.as_secs()
                     )));
                 }
                 _ = tick.tick(), if progress.is_some() => {
                     let token = progress.clone().expect("guarded");
                     let elapsed = started.elapsed().as_secs_f64();
-                    last_progress = (elapsed * 1000.0).round().max(last_progress + 1.0);
-                    let p = ProgressNotificationParam::new(token, last_progress)
-                        .with_message(format!("{name}: running for {elapsed:.1} s"));
+                    let p = if own_progress {
+                        let Some((n, r)) = reports.newer_than(seen) else { continue };
+                        seen = n;
+                        total = r.total;
+                        last_progress = r.progress.max(last_progress + 1.0);
+                        let p = ProgressNotificationParam::new(token, last_progress).with_message(r.message);
+                        match r.total { Some(t) => p.with_total(t.max(last_progress)), None => p }
+                    } else {
+                        last_progress = (elapsed * 1000.0).round().max(last_progress + 1.0);
+                        ProgressNotificationParam::new(token, last_progress).with_message(format!("{name}: running for {elapsed:.1} s"))
+                    };
                     let _ = ctx.peer.notify_progress(p).await;
                 }
             }
         };
         if let Some(token) = progress {
             let elapsed = started.elapsed().as_secs_f64();
-            let p = ProgressNotificationParam::new(token, (elapsed * 1000.0).round().max(last_progress + 1.0))
-                .with_message(format!("{name}: done in {elapsed:.1} s"));
+            let done = if own_progress { total.unwrap_or(0.0).max(last_progress + 1.0) } else { (elapsed * 1000.0).round().max(last_progress + 1.0) };
+            let p = ProgressNotificationParam::new(token, done).with_message(format!("{name}: done in {elapsed:.1} s"));
+            let p = match total { Some(t) => p.with_total(t.max(done)), None => p };
             let _ = ctx.peer.notify_progress(p).await;
         }
         match outcome {

@@ -165,8 +165,10 @@ pub async fn serve(server: CausewayServer, opts: HttpOptions) -> anyhow::Result<
     let factory = server.clone();
     let config = rmcp_config(&opts, local.port(), ct.child_token());
     let mcp = StreamableHttpService::new(move || Ok(factory.clone()), LocalSessionManager::default().into(), config);
-    eprintln!("causeway mcp: listening on http://{local}/mcp ({} trace(s){})", server.0.traces.entries.len(), if opts.token.is_some() { ", bearer token required" } else { "" });
-    let stream_deadline = opts.request_timeout + Duration::from_secs(5);
+    eprintln!("causeway mcp: listening on http://{local}/mcp ({} trace(s){})", server.0.traces.len(), if opts.token.is_some() { ", bearer token required" } else { "" });
+    // A tool that runs longer by design (capture_trace) raises the deadline of a response stream.
+    let longest = server.0.tools.iter().map(|t| t.min_timeout).max().unwrap_or_default();
+    let stream_deadline = opts.request_timeout.max(longest) + Duration::from_secs(5);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let (tcp, peer) = tokio::select! {

@@ -6,6 +6,7 @@
 //! - [`traces`]: the DBs served (`--db`, several allowed), by name or index.
 //! - [`args`], [`outputs`], [`compare`]: the schemars types of tool inputs and outputs.
 //! - [`tools`]: the catalogue and dispatch; [`answers`]: what each tool does.
+//! - [`capture`]: `capture_trace`, recording a new trace from the agent (opt-in: `--allow-capture`).
 //! - [`prompts`], [`resources`]: prompts from `prompts/*.md`, resources under `causeway://`.
 //! - [`handler`]: the rmcp `ServerHandler` (timeouts, cancellation, progress).
 //! - [`stdio`], [`http`]: the transports; [`schemas`]: the generated `tool-schemas/`, in the
@@ -14,6 +15,7 @@
 
 pub mod answers;
 pub mod args;
+pub mod capture;
 pub mod compare;
 pub mod handler;
 pub mod http;
@@ -28,6 +30,7 @@ pub mod tools;
 pub mod traces;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use handler::CausewayServer;
@@ -37,15 +40,16 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(2).max_blocking_threads(16).build()?)
 }
 
-/// Serve the given traces over stdin/stdout until stdin closes.
-pub fn run_stdio(dbs: &[PathBuf], request_timeout: Duration) -> anyhow::Result<()> {
-    let server = CausewayServer::new(traces::TraceSet::open(dbs), request_timeout);
+/// Serve the given traces over stdin/stdout until stdin closes (with `capture_trace` when `capture`
+/// is given).
+pub fn run_stdio(dbs: &[PathBuf], request_timeout: Duration, capture: Option<capture::CaptureConfig>) -> anyhow::Result<()> {
+    let server = CausewayServer::with_capture(traces::TraceSet::open(dbs), request_timeout, capture.map(Arc::new));
     runtime()?.block_on(stdio::serve(server))
 }
 
 /// Serve the given traces over streamable HTTP until ctrl-c or SIGTERM.
-pub fn run_http(dbs: &[PathBuf], opts: HttpOptions) -> anyhow::Result<()> {
+pub fn run_http(dbs: &[PathBuf], opts: HttpOptions, capture: Option<capture::CaptureConfig>) -> anyhow::Result<()> {
     http::check_bind(&opts)?;
-    let server = CausewayServer::new(traces::TraceSet::open(dbs), opts.request_timeout);
+    let server = CausewayServer::with_capture(traces::TraceSet::open(dbs), opts.request_timeout, capture.map(Arc::new));
     runtime()?.block_on(http::serve(server, opts))
 }

@@ -2,6 +2,7 @@
 //! Each answer leads with a one-line `summary`; lists are cut to a default size with `truncated`
 //! and a `hint` on how to see more or narrow; answers with traced strings carry `untrusted`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use causeway_analysis::chains::Chain;
@@ -11,6 +12,7 @@ use causeway_analysis::timeline::TimelineReport;
 use causeway_backends::{SchemaDescription, TraceFormat};
 use causeway_model::SessionInfo;
 use causeway_probes::check::CheckReport;
+use causeway_probes::LossRow;
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -143,6 +145,57 @@ pub struct SchemaOutput {
     pub summary: String,
     pub trace: String,
     pub schema: SchemaDescription,
+    pub untrusted: String,
+}
+
+/// A CUDA library probed during a capture.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CapturedLibrary {
+    pub path: PathBuf,
+    /// How it was found (explicit, ldconfig, maps:PID...).
+    pub how: String,
+    /// Symbols probed in it.
+    pub symbols: usize,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CaptureOutput {
+    pub summary: String,
+    /// Name of the new trace: the `trace` argument of every other tool.
+    pub trace: String,
+    /// Its 0-based index (also a valid `trace` argument).
+    pub index: usize,
+    /// The new DB file.
+    pub path: PathBuf,
+    /// Seconds the capture took, probe loading and the DB's finish included.
+    pub duration_s: f64,
+    /// Events stored.
+    pub events_written: u64,
+    /// Events counted lost, all places together (details in losses; also stored in the trace).
+    pub lost: u64,
+    pub events_by_op: BTreeMap<String, u64>,
+    pub losses: Vec<LossRow>,
+    /// Processes traced (the pids given, the command, their children).
+    pub traced_pids: Vec<u32>,
+    /// The launched program (canonical path) and its arguments; empty with pids only.
+    pub command: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_pid: Option<u32>,
+    /// Exit status of the command when it ended within the window (128+N: killed by signal N).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_exit: Option<i32>,
+    /// True when the command still ran at the end of the window and was stopped (SIGTERM, then SIGKILL).
+    pub command_stopped: bool,
+    /// Where the command's stdout went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command_stdout: Option<PathBuf>,
+    pub libraries: Vec<CapturedLibrary>,
+    /// Host tracepoints attached.
+    pub host_probes: Vec<String>,
+    /// What was skipped or went wrong without stopping the capture.
+    pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     pub untrusted: String,
 }
 

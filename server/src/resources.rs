@@ -38,7 +38,7 @@ fn resource(uri: String, name: String, title: String, description: String) -> Re
 /// The concrete resources: the trace list, then session, schema and chain index of each trace.
 pub fn list(set: &TraceSet) -> Vec<Resource> {
     let mut out = vec![resource(PREFIX.into(), "traces".into(), "Traces served".into(), "The trace DBs of this server with sessions, spans and event counts.".into())];
-    for e in &set.entries {
+    for e in set.entries() {
         let n = &e.name;
         out.push(resource(format!("{PREFIX}/{n}/session"), format!("{n}-session"), format!("Session info of {n}"), format!("Sessions, format, span and event counts of trace {n}.")));
         out.push(resource(format!("{PREFIX}/{n}/schema"), format!("{n}-schema"), format!("Schema of {n}"), format!("Tables, columns and code meanings of trace {n}, from the live DB.")));
@@ -107,7 +107,7 @@ pub fn read(set: &TraceSet, uri: &str) -> Result<ResourceContents, ReadError> {
             }
             ["schema"] => finish(&answers::describe_schema(set, SchemaArgs { trace, table: None }, &cancel).map_err(ReadError::Failed)?),
             ["chains"] => {
-                let e = set.explanation(entry, TimeWindow::ALL, None).map_err(ReadError::Failed)?;
+                let e = set.explanation(&entry, TimeWindow::ALL, None).map_err(ReadError::Failed)?;
                 let chains = e
                     .chains
                     .iter()
@@ -125,7 +125,7 @@ pub fn read(set: &TraceSet, uri: &str) -> Result<ResourceContents, ReadError> {
                 finish(&ChainIndex { summary, trace: entry.name.clone(), verdict: e.verdict.clone(), chains, untrusted: UNTRUSTED_NOTE.into() })
             }
             ["chains", id] => {
-                let e = set.explanation(entry, TimeWindow::ALL, None).map_err(ReadError::Failed)?;
+                let e = set.explanation(&entry, TimeWindow::ALL, None).map_err(ReadError::Failed)?;
                 let mut chain = find_chain(&e, id).ok_or_else(not_found)?.clone();
                 let mut summary = format!("chain {} of trace {}: {}", chain.id, entry.name, chain.summary);
                 if answers::cut_timelines(std::slice::from_mut(&mut chain), RESOURCE_TIMELINE_STEPS) {

@@ -1,16 +1,20 @@
 //! `tool-schemas/`: the JSON Schema of every tool's input and output, generated from the schemars
 //! types of [`crate::tools::catalogue`]. `causeway mcp --write-schemas DIR` writes them;
-//! `server/tests/tool_schemas.rs` fails when the checked-in files differ from the code.
+//! `server/tests/tool_schemas.rs` fails when the checked-in files differ from the code. Every tool
+//! is written, `capture_trace` included, although a server lists it only with `--allow-capture`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
-use crate::tools::catalogue;
+use crate::capture::CaptureConfig;
+use crate::tools::catalogue_with;
 
 /// File name -> pretty JSON text (newline-terminated) of every schema.
 pub fn generate() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    for spec in catalogue() {
+    let capture = CaptureConfig::new(Vec::new(), None).expect("a capture config without programs or directory");
+    for spec in catalogue_with(Some(Arc::new(capture))) {
         let t = &spec.tool;
         let pretty = |v: serde_json::Value| serde_json::to_string_pretty(&v).expect("json") + "\n";
         out.insert(format!("{}.input.json", t.name), pretty(serde_json::Value::Object((*t.input_schema).clone())));

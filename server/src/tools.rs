@@ -1,8 +1,11 @@
 //! The tool catalogue: name, title, description, annotations, input and output schemas of every
 //! tool, and the dispatch from a `tools/call` to its implementation in [`crate::answers`].
-//! Everything here is independent of the transport, so tests call tools in-process.
+//! Everything here is independent of the transport, so tests call tools in-process. The catalogue
+//! is read-only unless the server was started with `--allow-capture`: then `capture_trace` joins it
+//! ([`catalogue_with`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use causeway_backends::query::QueryCancel;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -13,6 +16,7 @@ use serde_json::Value;
 
 use crate::answers;
 use crate::args::*;
+use crate::capture::{self, CaptureConfig};
 use crate::compare::CompareOutput;
 use crate::outputs::*;
 use crate::sanitize::{sanitize_json, MAX_STRING_CHARS};
@@ -39,13 +43,51 @@ pub enum CallError {
     Failed(String),
 }
 
-type Runner = Box<dyn Fn(&TraceSet, Value, &QueryCancel) -> Result<Answer, String> + Send + Sync>;
+/// One progress report of a tool: `progress` rises from one report to the next.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressReport {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: String,
+}
+
+/// Where a running tool posts its progress; the handler forwards each new report to the client
+/// (when it sent a `progressToken`). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Arc<Mutex<(u64, Option<ProgressReport>)>>);
+
+impl Progress {
+    pub fn report(&self, progress: f64, total: Option<f64>, message: String) {
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        slot.0 += 1;
+        slot.1 = Some(ProgressReport { progress, total, message });
+    }
+
+    /// The latest report when it is newer than `seen` (a sequence number), with its number.
+    pub fn newer_than(&self, seen: u64) -> Option<(u64, ProgressReport)> {
+        let slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (slot.0 > seen).then(|| (slot.0, slot.1.clone().expect("a report comes with its number")))
+    }
+}
+
+/// What a running call may use besides its arguments: cancellation and progress.
+#[derive(Clone, Default)]
+pub struct CallCtx {
+    pub cancel: QueryCancel,
+    pub progress: Progress,
+}
+
+type Runner = Box<dyn Fn(&TraceSet, Value, &CallCtx) -> Result<Answer, String> + Send + Sync>;
 
 /// One tool: its description for `tools/list` and how to run it.
 pub struct ToolSpec {
     pub tool: Tool,
     /// Runs long enough on big traces to deserve progress notifications.
     pub long_running: bool,
+    /// Posts its own [`Progress`] reports (instead of the handler's elapsed-time ticks).
+    pub own_progress: bool,
+    /// Runs at least this long when asked to (the request time limit is raised to it).
+    pub min_timeout: Duration,
     run: Runner,
 }
 
@@ -68,15 +110,41 @@ where
         .with_annotations(annotations);
     tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
     tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
-    let run: Runner = Box::new(move |set, args, cancel| {
-        let args = if args.is_null() { Value::Object(Default::default()) } else { args };
-        let input: I = serde_json::from_value(args).map_err(|e| format!("invalid arguments for {name}: {e}; see its inputSchema"))?;
-        finish(&run(set, input, cancel)?)
-    });
-    ToolSpec { tool, long_running, run }
+    let run: Runner = Box::new(move |set, args, ctx| finish(&run(set, parse_args(name, args)?, &ctx.cancel)?));
+    ToolSpec { tool, long_running, own_progress: false, min_timeout: Duration::ZERO, run }
 }
 
-/// Every tool, in the order `tools/list` gives them.
+fn parse_args<I: DeserializeOwned>(name: &str, args: Value) -> Result<I, String> {
+    let args = if args.is_null() { Value::Object(Default::default()) } else { args };
+    serde_json::from_value(args).map_err(|e| format!("invalid arguments for {name}: {e}; see its inputSchema"))
+}
+
+/// `capture_trace`: writes a new trace file, attaches probes and may launch an allow-listed program,
+/// so it is not read-only; it never changes or deletes existing data (not destructive); every call
+/// records a new trace (not idempotent); it acts on this host only, never the network (closed world).
+fn capture_spec(config: Arc<CaptureConfig>) -> ToolSpec {
+    let annotations = ToolAnnotations::with_title(capture::TITLE).read_only(false).destructive(false).idempotent(false).open_world(false);
+    let mut tool = Tool::new(capture::NAME, config.description(), Arc::new(JsonObject::new()))
+        .with_title(capture::TITLE)
+        .with_input_schema::<CaptureArgs>()
+        .with_output_schema::<CaptureOutput>()
+        .with_annotations(annotations);
+    tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
+    tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
+    let run: Runner = Box::new(move |set, args, ctx| finish(&capture::capture(&config, set, parse_args(capture::NAME, args)?, ctx)?));
+    ToolSpec { tool, long_running: true, own_progress: true, min_timeout: capture::MAX_DURATION + capture::SETUP_MARGIN, run }
+}
+
+/// Every tool of a server: the read-only catalogue, plus `capture_trace` when capture is allowed.
+pub fn catalogue_with(capture: Option<Arc<CaptureConfig>>) -> Vec<ToolSpec> {
+    let mut tools = catalogue();
+    if let Some(config) = capture {
+        tools.push(capture_spec(config));
+    }
+    tools
+}
+
+/// The read-only tools, in the order `tools/list` gives them.
 pub fn catalogue() -> Vec<ToolSpec> {
     vec![
         spec::<NoArgs, ListTracesOutput>("list_traces", "List the trace databases",
@@ -128,8 +196,13 @@ pub fn catalogue() -> Vec<ToolSpec> {
 
 /// Run tool `name` with JSON arguments.
 pub fn call(tools: &[ToolSpec], set: &TraceSet, name: &str, args: Value, cancel: &QueryCancel) -> Result<Answer, CallError> {
+    call_with(tools, set, name, args, &CallCtx { cancel: cancel.clone(), progress: Progress::default() })
+}
+
+/// Run tool `name` with JSON arguments, cancellation and a place for progress reports.
+pub fn call_with(tools: &[ToolSpec], set: &TraceSet, name: &str, args: Value, ctx: &CallCtx) -> Result<Answer, CallError> {
     let spec = tools.iter().find(|t| t.tool.name == name).ok_or_else(|| CallError::UnknownTool(name.to_string()))?;
-    let answer = (spec.run)(set, args, cancel).map_err(|e| CallError::Failed(crate::sanitize::sanitize_str(&e, MAX_STRING_CHARS)))?;
+    let answer = (spec.run)(set, args, ctx).map_err(|e| CallError::Failed(crate::sanitize::sanitize_str(&e, MAX_STRING_CHARS)))?;
     if answer.text.len() > RESPONSE_CAP_BYTES {
         return Err(CallError::Failed(format!(
             "the answer is {} KB, over this server's cap of {} KB: lower `limit`/`top_n`, narrow the window (since/from/to) or filter by pid/op",
@@ -184,6 +257,33 @@ mod tests {
             assert_eq!(t.tool.input_schema.get("type"), Some(&Value::from("object")), "{}", t.tool.name);
             assert!(t.tool.output_schema.is_some(), "{}", t.tool.name);
         }
+    }
+
+    #[test]
+    fn capture_is_listed_only_when_allowed_and_is_not_read_only() {
+        assert!(catalogue_with(None).iter().all(|t| t.tool.name != capture::NAME));
+        let config = Arc::new(CaptureConfig::new(Vec::new(), None).unwrap());
+        let tools = catalogue_with(Some(config));
+        assert_eq!(tools.len(), 10);
+        let t = tools.iter().find(|t| t.tool.name == capture::NAME).expect("capture_trace is listed");
+        let a = t.tool.annotations.as_ref().expect("annotations");
+        assert_eq!((a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint), (Some(false), Some(false), Some(false), Some(false)));
+        assert!(t.own_progress && t.min_timeout > capture::MAX_DURATION);
+        let set = TraceSet::open(&[]);
+        let e = call(&catalogue(), &set, capture::NAME, Value::Null, &QueryCancel::new()).unwrap_err();
+        assert_eq!(e, CallError::UnknownTool(capture::NAME.into()));
+    }
+
+    #[test]
+    fn progress_reports_are_seen_once_each() {
+        let p = Progress::default();
+        assert!(p.newer_than(0).is_none());
+        p.report(1.0, Some(10.0), "a".into());
+        let (seq, r) = p.newer_than(0).unwrap();
+        assert_eq!((r.progress, r.total, r.message.as_str()), (1.0, Some(10.0), "a"));
+        assert!(p.newer_than(seq).is_none());
+        p.report(2.0, None, "b".into());
+        assert_eq!(p.newer_than(seq).unwrap().1.message, "b");
     }
 
     #[test]

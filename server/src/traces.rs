@@ -2,11 +2,12 @@
 //! read-only through [`causeway_backends::open_store`]. A DB that cannot be opened stays in the list
 //! with its error (tools on it answer `isError` with that error, and opening is retried on the next
 //! call, so a file that appears later is picked up). Explanations are cached per request, because
-//! chain resources and tools ask for the same one again and again.
+//! chain resources and tools ask for the same one again and again. The list only grows: a trace
+//! recorded by `capture_trace` joins it with the next index ([`TraceSet::add`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use causeway_analysis::explain::{explain, ExplainRequest, Explanation};
 use causeway_backends::TraceStore;
@@ -53,51 +54,75 @@ type ExplainKey = (usize, Option<i64>, Option<i64>, Option<u32>);
 
 /// Every DB of this server, plus the explanation cache.
 pub struct TraceSet {
-    pub entries: Vec<TraceEntry>,
+    entries: RwLock<Vec<Arc<TraceEntry>>>,
     explanations: Mutex<HashMap<ExplainKey, Arc<Explanation>>>,
 }
 
 impl TraceSet {
     /// Open every path (failures are kept, not fatal: the server still starts).
     pub fn open(paths: &[PathBuf]) -> TraceSet {
-        let mut entries: Vec<TraceEntry> = Vec::new();
-        for (index, path) in paths.iter().enumerate() {
-            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| format!("trace{index}"));
-            let mut name = stem.clone();
-            let mut n = 2;
-            while entries.iter().any(|e| e.name == name) {
-                name = format!("{stem}-{n}");
-                n += 1;
-            }
-            let store = open(path);
-            if let Err(e) = &store {
-                tracing::warn!("trace {name}: {e} (tools on it will answer with this error)");
-            }
-            entries.push(TraceEntry { index, name, path: path.clone(), store: Mutex::new(store) });
+        let set = TraceSet { entries: RwLock::new(Vec::new()), explanations: Mutex::new(HashMap::new()) };
+        for path in paths {
+            set.add(path);
         }
-        TraceSet { entries, explanations: Mutex::new(HashMap::new()) }
+        set
+    }
+
+    /// Append a trace (a unique name derived from its file stem, the next index) and return it.
+    pub fn add(&self, path: &Path) -> Arc<TraceEntry> {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        let index = entries.len();
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| format!("trace{index}"));
+        let mut name = stem.clone();
+        let mut n = 2;
+        while entries.iter().any(|e| e.name == name) {
+            name = format!("{stem}-{n}");
+            n += 1;
+        }
+        let store = open(path);
+        if let Err(e) = &store {
+            tracing::warn!("trace {name}: {e} (tools on it will answer with this error)");
+        }
+        let entry = Arc::new(TraceEntry { index, name, path: path.to_path_buf(), store: Mutex::new(store) });
+        entries.push(entry.clone());
+        entry
+    }
+
+    /// Every trace, in index order (a snapshot: captures may add more).
+    pub fn entries(&self) -> Vec<Arc<TraceEntry>> {
+        self.entries.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How many traces are served.
+    pub fn len(&self) -> usize {
+        self.entries.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The trace a tool call names (the first when `None`), or an error listing the valid names.
-    pub fn resolve(&self, r: Option<&TraceRef>) -> Result<&TraceEntry, String> {
-        if self.entries.is_empty() {
-            return Err("this server was started without any trace: restart it with --db PATH".into());
+    pub fn resolve(&self, r: Option<&TraceRef>) -> Result<Arc<TraceEntry>, String> {
+        let entries = self.entries();
+        if entries.is_empty() {
+            return Err("this server was started without any trace: restart it with --db PATH (or record one with capture_trace)".into());
         }
         let found = match r {
-            None => self.entries.first(),
-            Some(TraceRef::Index(i)) => self.entries.get(*i as usize),
+            None => entries.first(),
+            Some(TraceRef::Index(i)) => entries.get(*i as usize),
             Some(TraceRef::Name(n)) => {
                 let n = n.trim();
-                self.entries
+                entries
                     .iter()
                     .find(|e| e.name == n)
-                    .or_else(|| self.entries.iter().find(|e| e.path.file_name().is_some_and(|f| f.to_string_lossy() == n)))
-                    .or_else(|| self.entries.iter().find(|e| e.path.to_string_lossy() == n))
-                    .or_else(|| n.parse::<usize>().ok().and_then(|i| self.entries.get(i)))
+                    .or_else(|| entries.iter().find(|e| e.path.file_name().is_some_and(|f| f.to_string_lossy() == n)))
+                    .or_else(|| entries.iter().find(|e| e.path.to_string_lossy() == n))
+                    .or_else(|| n.parse::<usize>().ok().and_then(|i| entries.get(i)))
             }
         };
-        found.ok_or_else(|| {
-            let names: Vec<String> = self.entries.iter().map(|e| format!("{} ({})", e.name, e.index)).collect();
+        found.cloned().ok_or_else(|| {
+            let names: Vec<String> = entries.iter().map(|e| format!("{} ({})", e.name, e.index)).collect();
             format!("no trace {}: this server has {} (name or 0-based index; see list_traces)", describe(r), names.join(", "))
         })
     }
@@ -135,9 +160,10 @@ mod tests {
     #[test]
     fn names_are_unique_and_missing_files_are_kept_with_their_error() {
         let set = TraceSet::open(&[PathBuf::from("/nonexistent/a.db"), PathBuf::from("/other/a.db")]);
-        assert_eq!(set.entries[0].name, "a");
-        assert_eq!(set.entries[1].name, "a-2");
-        let err = set.entries[0].store().err().expect("a missing file is an error");
+        let entries = set.entries();
+        assert_eq!(entries[0].name, "a");
+        assert_eq!(entries[1].name, "a-2");
+        let err = entries[0].store().err().expect("a missing file is an error");
         assert!(err.contains("no such file"), "{err}");
         assert_eq!(set.resolve(Some(&TraceRef::Name("a-2".into()))).unwrap().index, 1);
         assert_eq!(set.resolve(Some(&TraceRef::Index(1))).unwrap().index, 1);
@@ -145,5 +171,8 @@ mod tests {
         assert_eq!(set.resolve(None).unwrap().index, 0);
         let e = set.resolve(Some(&TraceRef::Name("zz".into()))).err().unwrap();
         assert!(e.contains("a (0), a-2 (1)"), "{e}");
+        let added = set.add(Path::new("/captures/a.db"));
+        assert_eq!((added.index, added.name.as_str(), set.len()), (2, "a-3", 3));
+        assert_eq!(set.resolve(Some(&TraceRef::Name("a-3".into()))).unwrap().index, 2);
     }
 }

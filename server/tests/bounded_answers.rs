@@ -51,7 +51,7 @@ fn default_answers_are_bounded_on_every_shared_db() {
     let tools = catalogue();
     let cancel = QueryCancel::new();
     let mut report = Vec::new();
-    for e in &set.entries {
+    for e in set.entries() {
         for t in &tools {
             let name = t.tool.name.as_ref();
             let args = match name {

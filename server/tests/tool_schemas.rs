@@ -15,5 +15,7 @@ fn checked_in_tool_schemas_match_the_code() {
         diff.is_empty(),
         "tool-schemas/ differs from the code in {diff:?}: regenerate with CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release -p causeway-server --test tool_schemas"
     );
-    assert_eq!(causeway_server::schemas::generate().len(), 18, "an input and an output schema for each of the 9 tools");
+    let files = causeway_server::schemas::generate();
+    assert_eq!(files.len(), 20, "an input and an output schema for each of the 10 tools (capture_trace included)");
+    assert!(files.contains_key("capture_trace.input.json") && files.contains_key("capture_trace.output.json"));
 }
