@@ -3,7 +3,7 @@
 //! trace. Nearest-rank: sort ascending, take the value at 1-based rank `ceil(p * n)`, computed in
 //! integers so that `0.95 * 20` is 19, not 19.000000000000004.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use causeway_backends::{EventFilter, TraceInfo, TraceStore};
 use causeway_model::codes::{self, OpCode};
@@ -16,21 +16,9 @@ use crate::AnalysisError;
 pub const PERCENTILES: [u32; 4] = [500, 900, 950, 990];
 
 /// Nearest-rank percentile of an ascending slice: the value at 1-based rank `ceil(per_mille * n / 1000)`
-/// (rank at least 1). `None` for an empty slice.
-pub fn nearest_rank(sorted: &[i64], per_mille: u32) -> Option<i64> {
-    let n = sorted.len() as u64;
-    if n == 0 {
-        return None;
-    }
-    let rank = (u64::from(per_mille) * n).div_ceil(1000).clamp(1, n);
-    Some(sorted[(rank - 1) as usize])
-}
-
-/// The SQL expression of the same definition, for evidence queries: the 1-based rank of percentile
-/// `per_mille` among `n_expr` rows, `ceil(per_mille * n / 1000)` in integer arithmetic.
-pub fn nearest_rank_sql(per_mille: u32, n_expr: &str) -> String {
-    format!("MAX(1, ({per_mille} * ({n_expr}) + 999) / 1000)")
-}
+/// (rank at least 1). `None` for an empty slice. The one definition lives in the storage layer, so
+/// engines that compute percentiles themselves (DuckDB) use the same one.
+pub use causeway_backends::summary::{nearest_rank, nearest_rank_sql};
 
 /// Figures for one (source, op) [and pid]. `*_us` are ns / 1000, exact to 0.001.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -69,6 +57,25 @@ impl OpStats {
             p90_us: p(900),
             p95_us: p(950),
             p99_us: p(990),
+        }
+    }
+
+    /// Figures of one op from an engine's summary (percentiles in [`PERCENTILES`] order).
+    pub fn from_summary(s: &causeway_backends::summary::OpSummary) -> OpStats {
+        let p = |i: usize| ns_to_us(s.percentiles.get(i).copied().unwrap_or(0));
+        OpStats {
+            source: s.op.source,
+            op: s.op.name().into_owned(),
+            op_code: s.op.op,
+            count: s.count,
+            sum_us: round_us(s.sum_ns as f64 / 1000.0),
+            avg_us: if s.count == 0 { 0.0 } else { round_us(s.sum_ns as f64 / s.count as f64 / 1000.0) },
+            min_us: ns_to_us(s.min_ns),
+            max_us: ns_to_us(s.max_ns),
+            p50_us: p(0),
+            p90_us: p(1),
+            p95_us: p(2),
+            p99_us: p(3),
         }
     }
 
@@ -175,28 +182,22 @@ pub fn resolve_window(
 pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<TraceStats, AnalysisError> {
     let info = store.info();
     let filter = EventFilter { window: req.window, pid: req.pid, ops: req.ops.clone(), ..Default::default() };
-    let mut by_op: HashMap<OpCode, Vec<i64>> = HashMap::new();
-    let mut by_pid_op: HashMap<(u32, OpCode), Vec<i64>> = HashMap::new();
-    let (mut first, mut last) = (i64::MAX, i64::MIN);
-    let events = store.scan_durations(&filter, &mut |row| {
-        first = first.min(row.ts_ns);
-        last = last.max(row.ts_ns);
-        by_op.entry(row.op).or_default().push(row.dur_ns);
-        if req.per_process {
-            by_pid_op.entry((row.pid, row.op)).or_default().push(row.dur_ns);
-        }
-    })?;
-    let ops = finish_ops(by_op);
+    // Per-op figures come from the store: scanned in Rust by default, pushed down where the engine is faster.
+    let summary = store.duration_summary(&filter, &PERCENTILES, req.per_process)?;
+    let events = summary.events;
+    let (first, last) = (summary.first_ns, summary.last_ns);
+    let mut ops: Vec<OpStats> = summary.ops.iter().map(OpStats::from_summary).collect();
+    ops.sort_by_key(|o| (o.source, o.op_code));
     let processes = req.per_process.then(|| -> Result<Vec<ProcessStats>, AnalysisError> {
         let names = store.process_names()?;
-        let mut per: BTreeMap<u32, HashMap<OpCode, Vec<i64>>> = BTreeMap::new();
-        for ((pid, op), d) in by_pid_op {
-            per.entry(pid).or_default().insert(op, d);
+        let mut per: BTreeMap<u32, Vec<OpStats>> = BTreeMap::new();
+        for s in &summary.per_process {
+            per.entry(s.pid.unwrap_or(0)).or_default().push(OpStats::from_summary(s));
         }
         let mut out: Vec<ProcessStats> = per
             .into_iter()
-            .map(|(pid, m)| {
-                let ops = finish_ops(m);
+            .map(|(pid, mut ops)| {
+                ops.sort_by_key(|o| (o.source, o.op_code));
                 ProcessStats {
                     pid,
                     name: names.get(&pid).cloned().unwrap_or_default(),
@@ -220,12 +221,6 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         losses: store.loss_counters()?,
         missing: info.missing.clone(),
     })
-}
-
-fn finish_ops(map: HashMap<OpCode, Vec<i64>>) -> Vec<OpStats> {
-    let mut ops: Vec<OpStats> = map.into_iter().map(|(op, mut d)| OpStats::from_durations(op, &mut d)).collect();
-    ops.sort_by_key(|o| (o.source, o.op_code));
-    ops
 }
 
 fn sample_note(store: &dyn TraceStore, req: &StatsRequest) -> Result<SampleNote, AnalysisError> {

@@ -112,17 +112,56 @@ pub fn fill_lookup_tables(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()
         st.execute(rusqlite::params![k.as_str(), k.description()])?;
     }
     let mut st = tx.prepare("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?1, ?2)")?;
-    for (k, v) in [
+    for (k, v) in schema_info_rows() {
+        st.execute(rusqlite::params![k, v])?;
+    }
+    Ok(())
+}
+
+/// The `schema_info` rows every native trace carries (all engines).
+pub fn schema_info_rows() -> [(&'static str, String); 5] {
+    [
         ("format", "causeway".to_string()),
         ("schema_version", NATIVE_SCHEMA_VERSION.to_string()),
         ("timestamp_unit", "nanoseconds (Unix epoch)".into()),
         ("duration_unit", "nanoseconds".into()),
         ("sched_switch_note", "timestamp = switch-in; off-CPU interval = [timestamp - duration, timestamp]; next_* = task that took the CPU".into()),
-    ] {
-        st.execute(rusqlite::params![k, v])?;
-    }
-    Ok(())
+    ]
 }
+
+/// `schema_info` key under which `causeway convert` records, as a JSON array of sentences, what the
+/// original trace did not record (so a converted trace reports the same gaps as its original).
+pub const SOURCE_MISSING_KEY: &str = "source_missing";
+
+/// `schema_info` key under which `causeway convert` records, as a JSON array, the `events` columns the
+/// original had: readers report only those (the others hold defaults), so the analysis treats a
+/// converted trace exactly as its original (e.g. no scheduler detail from an Ingero DB).
+pub const SOURCE_COLUMNS_KEY: &str = "source_columns";
+
+/// `columns` restricted to those a converted trace's original had (unchanged when not converted).
+pub fn restrict_columns(mut columns: Vec<String>, recorded: Option<&String>) -> Vec<String> {
+    if let Some(list) = recorded.and_then(|v| serde_json::from_str::<Vec<String>>(v).ok()) {
+        columns.retain(|c| list.contains(c));
+    }
+    columns
+}
+
+/// Add the gaps a converted trace recorded under [`SOURCE_MISSING_KEY`] (a JSON array), once each.
+pub fn extend_missing(missing: &mut Vec<String>, recorded: Option<&String>) {
+    let Some(list) = recorded.and_then(|v| serde_json::from_str::<Vec<String>>(v).ok()) else { return };
+    for m in list {
+        if !missing.contains(&m) {
+            missing.push(m);
+        }
+    }
+}
+
+/// Ingero's `event_aggregates` (true totals when `events` is a sample); `causeway convert` carries
+/// it into native traces so their statistics keep the true totals.
+pub const EVENT_AGGREGATES_DDL: &str = "CREATE TABLE IF NOT EXISTS event_aggregates (bucket INTEGER NOT NULL, \
+source INTEGER NOT NULL, op INTEGER NOT NULL, pid INTEGER NOT NULL DEFAULT 0, count INTEGER NOT NULL DEFAULT 0, \
+stored INTEGER NOT NULL DEFAULT 0, sum_dur INTEGER NOT NULL DEFAULT 0, min_dur INTEGER NOT NULL DEFAULT 0, \
+max_dur INTEGER NOT NULL DEFAULT 0, sum_arg0 INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (bucket, source, op, pid))";
 
 /// What a table is for.
 pub fn table_meaning(table: &str) -> &'static str {

@@ -201,6 +201,17 @@ pub trait TraceStore: Send + Sync {
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
     fn describe_schema(&self) -> Result<SchemaDescription>;
+    /// Exact per-op (and optionally per-pid) duration figures with nearest-rank percentiles
+    /// (`per_mille`). The default scans in Rust; engines that are faster override it with the same
+    /// definition (see [`crate::summary`]).
+    fn duration_summary(
+        &self,
+        filter: &EventFilter,
+        per_mille: &[u32],
+        per_process: bool,
+    ) -> Result<crate::summary::DurationSummary> {
+        crate::summary::summarize_by_scan(self, filter, per_mille, per_process)
+    }
 }
 
 /// What a finished trace holds.

@@ -14,10 +14,15 @@
 //!    values are capped at 1 MB, big sorts and recursive-CTE queues spill to temp files instead of
 //!    growing the heap, and a memory safety net stops what still grows.
 //!
-//! DuckDB execution comes later; [`check`] already knows its dialect and its dangerous functions.
+//! DuckDB traces (feature `duckdb`) go through the same [`check`] with [`Engine::DuckDb`], then
+//! `run_duckdb`: a fresh read-only DuckDB instance per query with external access, extension
+//! autoloading and configuration changes off, a memory limit, streaming results under the same row,
+//! byte and time limits (see `duckdb_engine`).
 
 mod allow;
 mod ast;
+#[cfg(feature = "duckdb")]
+mod duckdb_engine;
 mod sqlite_engine;
 
 use std::fmt;
@@ -154,4 +159,24 @@ pub fn run_sqlite_cancellable(
 #[doc(hidden)]
 pub fn run_sqlite_engine_only(uri: &str, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
     sqlite_engine::execute(uri, sql, limits)
+}
+
+/// Run user SQL against the DuckDB trace at `path` under `limits`: the AST check with the DuckDB
+/// dialect, then the hardened read-only engine. Errors as for [`run_sqlite`].
+#[cfg(feature = "duckdb")]
+pub fn run_duckdb(path: &std::path::Path, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
+    check(sql, Engine::DuckDb)?;
+    duckdb_engine::execute(path, sql, limits)
+}
+
+/// The DuckDB engine layer alone, without the AST check: only for tests that prove the second layer
+/// holds by itself. Never call this with user SQL.
+#[cfg(feature = "duckdb")]
+#[doc(hidden)]
+pub fn run_duckdb_engine_only(
+    path: &std::path::Path,
+    sql: &str,
+    limits: &QueryLimits,
+) -> Result<QueryResult, StoreError> {
+    duckdb_engine::execute(path, sql, limits)
 }

@@ -134,6 +134,7 @@ impl SqliteStore {
             && conn
                 .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))
                 .map_err(corrupt)?;
+        let columns = crate::schema::restrict_columns(columns, schema_info.get(crate::schema::SOURCE_COLUMNS_KEY));
         let has = |c: &str| columns.iter().any(|x| x == c);
         let mut missing = Vec::new();
         if !has("next_tid") {
@@ -154,6 +155,8 @@ impl SqliteStore {
         if !tables.iter().any(|t| t == "loss_counters") {
             missing.push("loss counters (events dropped by the tracer are not counted)".into());
         }
+        // A converted trace reports what its original did not record.
+        crate::schema::extend_missing(&mut missing, schema_info.get(crate::schema::SOURCE_MISSING_KEY));
         let info = TraceInfo {
             path: path.to_path_buf(),
             format,

@@ -1,0 +1,143 @@
+//! Storage engines side by side, in one run, on the same generated traces (1M and 10M events):
+//! write throughput into each backend (the engine's writer: batches of 100,000, generation not
+//! timed), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step)
+//! on each, and the ratio of every figure to SQLite. Prints one table.
+//!
+//! `cargo bench -p causeway-analysis --features duckdb --bench engines` (without the feature only
+//! SQLite runs). `CAUSEWAY_BENCH_SIZES=1000000,10000000` chooses the sizes.
+
+use std::path::Path;
+use std::time::Instant;
+
+use causeway_analysis::explain::{explain, ExplainRequest};
+use causeway_analysis::stats::{compute_stats, StatsRequest};
+use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::{open_store, Backend, SqliteWriter};
+use causeway_model::{Event, SessionInfo};
+
+const BATCH: usize = 100_000;
+
+fn vm_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Writes `n` events with the engine's synchronous writer; returns the seconds spent writing
+/// (generation excluded) and the file size.
+fn write(path: &Path, backend: Backend, n: usize) -> (f64, u64) {
+    let session = SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
+    let mut gen = SyntheticTrace::new(42, session.started_at_ns);
+    let mut timed = 0.0;
+    let mut left = n;
+    let mut step = |w: &mut dyn FnMut(&[Event]), left: &mut usize| {
+        let batch = gen.take((*left).min(BATCH));
+        *left -= batch.len();
+        let t = Instant::now();
+        w(&batch);
+        timed += t.elapsed().as_secs_f64();
+    };
+    match backend {
+        Backend::Sqlite => {
+            let mut w = SqliteWriter::create(path, &session).expect("create");
+            while left > 0 {
+                step(&mut |b| { w.insert_batches([b]).expect("write"); }, &mut left);
+            }
+            let t = Instant::now();
+            w.finish(session.started_at_ns + 1).expect("finish");
+            timed += t.elapsed().as_secs_f64();
+        }
+        #[cfg(feature = "duckdb")]
+        Backend::DuckDb => {
+            let mut w = causeway_backends::duckdb::DuckDbWriter::create(path, &session).expect("create");
+            while left > 0 {
+                step(&mut |b| { w.insert_batches([b]).expect("write"); }, &mut left);
+            }
+            let t = Instant::now();
+            w.finish(session.started_at_ns + 1).expect("finish");
+            timed += t.elapsed().as_secs_f64();
+        }
+        #[cfg(not(feature = "duckdb"))]
+        Backend::DuckDb => unreachable!(),
+    }
+    (timed, std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+}
+
+struct Row {
+    backend: Backend,
+    n: usize,
+    write_s: f64,
+    size: u64,
+    stats_s: f64,
+    stats_mib: f64,
+    explain_s: f64,
+    explain_mib: f64,
+}
+
+fn measure(dir: &Path, backend: Backend, n: usize) -> Row {
+    let ext = if backend == Backend::DuckDb { "duckdb" } else { "db" };
+    let path = dir.join(format!("bench-{n}.{ext}"));
+    let (write_s, size) = write(&path, backend, n);
+    let store = open_store(&path).expect("open");
+    assert_eq!(store.info().events, n as u64);
+    reset_peak();
+    let t = Instant::now();
+    let s = compute_stats(store.as_ref(), &StatsRequest::default()).expect("stats");
+    let stats_s = t.elapsed().as_secs_f64();
+    let stats_mib = vm_kib("VmHWM:") as f64 / 1024.0;
+    assert_eq!(s.events, n as u64);
+    reset_peak();
+    let t = Instant::now();
+    let e = explain(store.as_ref(), &ExplainRequest::default()).expect("explain");
+    let explain_s = t.elapsed().as_secs_f64();
+    let explain_mib = vm_kib("VmHWM:") as f64 / 1024.0;
+    eprintln!("  {} {n}: {} chains; verdict: {}", backend.name(), e.chains_total, e.verdict.chars().take(80).collect::<String>());
+    drop(store);
+    let _ = std::fs::remove_file(&path);
+    Row { backend, n, write_s, size, stats_s, stats_mib, explain_s, explain_mib }
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::var("CAUSEWAY_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
+    let backends: Vec<Backend> = [Backend::Sqlite, Backend::DuckDb].into_iter().filter(|b| b.available()).collect();
+    let dir = tempfile::tempdir_in(std::env::temp_dir()).expect("tempdir");
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        for &b in &backends {
+            eprintln!("{} events into {}...", n, b.name());
+            rows.push(measure(dir.path(), b, n));
+        }
+    }
+    println!();
+    println!(
+        "| engine | events | write s | events/s | file MiB | stats s | stats peak MiB | explain s | explain peak MiB | stats+explain s | vs SQLite (write / stats / explain) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for r in &rows {
+        let base = rows.iter().find(|x| x.n == r.n && x.backend == Backend::Sqlite).expect("sqlite row");
+        println!(
+            "| {} | {} | {:.2} | {:.0} | {:.1} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.2}x / {:.2}x / {:.2}x faster |",
+            r.backend.name(),
+            r.n,
+            r.write_s,
+            r.n as f64 / r.write_s,
+            r.size as f64 / 1048576.0,
+            r.stats_s,
+            r.stats_mib,
+            r.explain_s,
+            r.explain_mib,
+            r.stats_s + r.explain_s,
+            base.write_s / r.write_s,
+            base.stats_s / r.stats_s,
+            base.explain_s / r.explain_s,
+        );
+    }
+}

@@ -1,0 +1,218 @@
+//! `causeway convert`: any readable trace (an Ingero DB, a native SQLite or DuckDB trace) into a
+//! native SQLite or DuckDB trace, losslessly for what the native schema holds.
+//!
+//! What carries over: every event with every native column the original has (`node`, `rank`,
+//! `local_rank`, `world_size`, `stack_ips` included), sessions with their ids, stacks, process
+//! names with `seen_at`, loss counters per session, Ingero's `event_aggregates` (so a sampled
+//! trace keeps its true totals), what the original does not record and which `events` columns it
+//! has (`schema_info.source_missing` / `source_columns`: readers report only those columns, so the
+//! analysis treats the converted trace exactly as its original). Ingero-only tables (`causal_chains`,
+//! `system_snapshots`, `cgroup_*`) and Ingero-only session columns have no place in the native
+//! schema and are not copied.
+//!
+//! Event ids: integer ids (native traces, Ingero v0.8) are kept. Ingero v0.9+ ids are text
+//! (`"node:seq"`, unique only per node) and the native `id` is an integer, so a trace with any text
+//! id gets new ids `1..n` in (timestamp, original insertion) order — the order every reader returns
+//! events in, so ties keep their order; the node stays in the `node` column. Evidence SQL that names
+//! ids is therefore specific to each file; the figures are the same.
+//!
+//! The target is written to `<target>.partial` and renamed when complete, so an interrupted
+//! conversion never leaves a half-written trace under the target name.
+
+use std::path::{Path, PathBuf};
+
+use causeway_model::time::TimeWindow;
+use causeway_model::{Event, LossKind, SessionInfo};
+
+use crate::error::{Result, StoreError};
+use crate::store::{AggregateRow, StackRecord, TraceStore};
+use crate::Backend;
+
+mod sqlite_side;
+
+pub use sqlite_side::{SqliteSource, SqliteTarget};
+
+/// What a native row holds beyond an [`Event`] (the tracer leaves the defaults).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowExtra {
+    pub node: String,
+    pub rank: Option<i64>,
+    pub local_rank: Option<i64>,
+    pub world_size: Option<i64>,
+    pub stack_ips: String,
+}
+
+/// One `events` row of a native trace, whatever the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeRow {
+    pub id: i64,
+    pub session_id: i64,
+    pub extra: RowExtra,
+    pub event: Event,
+}
+
+/// A loss counter row as stored: (session, source, kind, count).
+pub type LossRow = (i64, u8, LossKind, u64);
+
+/// A trace being read for conversion.
+pub trait ConvertSource {
+    fn store(&self) -> &dyn TraceStore;
+    /// Every event in (timestamp, insertion) order, in chunks of about `chunk` rows.
+    fn rows(&self, chunk: usize, f: &mut dyn FnMut(Vec<NativeRow>) -> Result<()>) -> Result<()>;
+    /// Whether the event ids were renumbered (text ids).
+    fn renumbers_ids(&self) -> bool;
+    fn stacks(&self) -> Result<Vec<StackRecord>>;
+    fn loss_rows(&self) -> Result<Vec<LossRow>>;
+    /// (pid, name, seen_at)
+    fn process_rows(&self) -> Result<Vec<(u32, String, i64)>>;
+}
+
+/// A native trace being written by a conversion.
+pub trait ConvertTarget {
+    fn write_sessions(&mut self, sessions: &[SessionInfo]) -> Result<()>;
+    fn write_rows(&mut self, rows: &[NativeRow]) -> Result<()>;
+    fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()>;
+    fn write_process_names(&mut self, names: &[(u32, String, i64)]) -> Result<()>;
+    fn write_losses(&mut self, losses: &[LossRow]) -> Result<()>;
+    fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()>;
+    /// Record what the original does not record and which `events` columns it has
+    /// (`schema_info.source_missing`, `schema_info.source_columns`).
+    fn write_provenance(&mut self, missing: &[String], columns: &[String]) -> Result<()>;
+    /// Indexes, checkpoint, close.
+    fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// Open any readable trace as a conversion source (engine by file magic, like `open_store`).
+pub fn open_source(path: &Path) -> Result<Box<dyn ConvertSource>> {
+    #[cfg(feature = "duckdb")]
+    if crate::duckdb::is_duckdb_file(path) {
+        return Ok(Box::new(crate::duckdb::DuckDbSource::open(path)?));
+    }
+    // Fails with the same one-line errors as open_store (missing, empty, not a DB, DuckDB without the feature).
+    let _ = crate::open_store(path)?;
+    Ok(Box::new(SqliteSource::open(path)?))
+}
+
+fn create_target(path: &Path, backend: Backend) -> Result<Box<dyn ConvertTarget>> {
+    match backend {
+        Backend::Sqlite => Ok(Box::new(SqliteTarget::create(path)?)),
+        #[cfg(feature = "duckdb")]
+        Backend::DuckDb => Ok(Box::new(crate::duckdb::DuckDbTarget::create(path)?)),
+        #[cfg(not(feature = "duckdb"))]
+        Backend::DuckDb => Err(StoreError::InvalidArgument(format!(
+            "{}: writing DuckDB needs a causeway built with the `duckdb` feature",
+            path.display()
+        ))),
+    }
+}
+
+/// What a conversion wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConvertReport {
+    pub from: PathBuf,
+    pub to: PathBuf,
+    pub backend: String,
+    pub events: u64,
+    pub sessions: u64,
+    pub stacks: u64,
+    pub process_names: u64,
+    pub loss_rows: u64,
+    pub aggregate_rows: u64,
+    /// True when text ids were replaced by integers (see the module docs).
+    pub ids_renumbered: bool,
+}
+
+/// Rows per chunk read and written.
+pub const CHUNK_ROWS: usize = 100_000;
+
+fn partial_path(to: &Path) -> PathBuf {
+    let mut p = to.as_os_str().to_owned();
+    p.push(".partial");
+    PathBuf::from(p)
+}
+
+/// Convert `from` into a new native trace at `to` with `backend` (`None`: by `to`'s extension).
+/// `progress(done, total)` is called after every chunk of events. `to` must not exist.
+pub fn convert(
+    from: &Path,
+    to: &Path,
+    backend: Option<Backend>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ConvertReport> {
+    let backend = backend.unwrap_or_else(|| Backend::for_path(to));
+    if to.exists() {
+        return Err(StoreError::InvalidArgument(format!("{} exists; choose a new file name", to.display())));
+    }
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(from), std::fs::canonicalize(to.parent().unwrap_or(Path::new(".")))) {
+        if Some(a.as_path()) == to.file_name().map(|n| b.join(n)).as_deref() {
+            return Err(StoreError::InvalidArgument("--from and --to are the same file".into()));
+        }
+    }
+    let source = open_source(from)?;
+    let partial = partial_path(to);
+    let _ = std::fs::remove_file(&partial);
+    let result = (|| -> Result<ConvertReport> {
+        let mut target = create_target(&partial, backend)?;
+        let store = source.store();
+        let info = store.info();
+        let total = info.events;
+        let sessions = store.sessions()?;
+        target.write_sessions(&sessions)?;
+        let mut done = 0u64;
+        progress(0, total);
+        source.rows(CHUNK_ROWS, &mut |rows| {
+            target.write_rows(&rows)?;
+            done += rows.len() as u64;
+            progress(done, total);
+            Ok(())
+        })?;
+        let stacks = source.stacks()?;
+        target.write_stacks(&stacks)?;
+        let names = source.process_rows()?;
+        target.write_process_names(&names)?;
+        let losses = source.loss_rows()?;
+        target.write_losses(&losses)?;
+        let aggregates = store.aggregates(&TimeWindow::default())?;
+        target.write_aggregates(&aggregates)?;
+        target.write_provenance(&info.missing, &info.event_columns)?;
+        target.finish()?;
+        Ok(ConvertReport {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+            backend: backend.name().into(),
+            events: done,
+            sessions: sessions.len() as u64,
+            stacks: stacks.len() as u64,
+            process_names: names.len() as u64,
+            loss_rows: losses.len() as u64,
+            aggregate_rows: aggregates.len() as u64,
+            ids_renumbered: source.renumbers_ids(),
+        })
+    })();
+    match result {
+        Ok(r) => {
+            std::fs::rename(&partial, to)?;
+            Ok(r)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            let mut wal = partial.as_os_str().to_owned();
+            wal.push(".wal");
+            let _ = std::fs::remove_file(PathBuf::from(wal));
+            Err(e)
+        }
+    }
+}
+
+/// Process names of a source: its `process_names` rows, plus names the store knows from elsewhere
+/// (Ingero v0.10 `comm`) for pids the table lacks (`seen_at` 0).
+pub(crate) fn merge_names(mut rows: Vec<(u32, String, i64)>, store: &dyn TraceStore) -> Result<Vec<(u32, String, i64)>> {
+    let known: std::collections::BTreeSet<u32> = rows.iter().map(|r| r.0).collect();
+    for (pid, name) in store.process_names()? {
+        if !known.contains(&pid) {
+            rows.push((pid, name, 0));
+        }
+    }
+    rows.sort_by_key(|r| r.0);
+    Ok(rows)
+}

@@ -1,0 +1,390 @@
+//! The SQLite side of `convert`: reading native traces and Ingero DBs row by row with every column
+//! they have (immutable, read-only opens), and writing a complete native SQLite trace.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OpenFlags, Row};
+
+use causeway_model::codes::PrevState;
+use causeway_model::{Event, LossKind, SchedDetail, SessionInfo};
+
+use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
+use crate::error::{Result, StoreError};
+use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
+use crate::store::{AggregateRow, StackRecord, TraceStore};
+use crate::SqliteStore;
+
+/// A SQLite trace (native or Ingero) read for conversion.
+pub struct SqliteSource {
+    store: SqliteStore,
+    conn: Connection,
+    renumber: bool,
+}
+
+fn int(r: &Row<'_>, i: usize) -> rusqlite::Result<i64> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Integer(v) => v,
+        ValueRef::Real(f) => f as i64,
+        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0),
+        _ => 0,
+    })
+}
+
+fn opt_int(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<i64>> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => None,
+        _ => Some(int(r, i)?),
+    })
+}
+
+fn text(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+        ValueRef::Integer(v) => v.to_string(),
+        _ => String::new(),
+    })
+}
+
+impl SqliteSource {
+    pub fn open(path: &Path) -> Result<SqliteSource> {
+        let store = SqliteStore::open(path)?;
+        let conn = Connection::open_with_flags(
+            store.uri(),
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.execute_batch("PRAGMA query_only=1;")?;
+        let renumber: bool =
+            conn.query_row("SELECT EXISTS (SELECT 1 FROM events WHERE typeof(id) != 'integer')", [], |r| r.get(0))?;
+        Ok(SqliteSource { store, conn, renumber })
+    }
+
+    fn col(&self, name: &str, default: &str) -> String {
+        if self.store.info().has_column(name) {
+            name.to_string()
+        } else {
+            format!("{default} AS {name}")
+        }
+    }
+}
+
+impl ConvertSource for SqliteSource {
+    fn store(&self) -> &dyn TraceStore {
+        &self.store
+    }
+
+    fn renumbers_ids(&self) -> bool {
+        self.renumber
+    }
+
+    fn rows(&self, chunk: usize, f: &mut dyn FnMut(Vec<NativeRow>) -> Result<()>) -> Result<()> {
+        let cols = [
+            self.col("id", "rowid"),
+            "timestamp".into(),
+            "duration".into(),
+            "pid".into(),
+            "tid".into(),
+            self.col("cpu", "-1"),
+            "source".into(),
+            "op".into(),
+            self.col("arg0", "0"),
+            self.col("arg1", "0"),
+            self.col("arg2", "0"),
+            self.col("ret_code", "0"),
+            self.col("stack_hash", "0"),
+            self.col("gpu_id", "0"),
+            self.col("cgroup_id", "0"),
+            self.col("comm", "''"),
+            self.col("prev_state", "NULL"),
+            self.col("next_pid", "NULL"),
+            self.col("next_tid", "NULL"),
+            self.col("next_comm", "NULL"),
+            self.col("wake_ts", "NULL"),
+            self.col("waker_pid", "NULL"),
+            self.col("waker_tid", "NULL"),
+            self.col("session_id", "0"),
+            self.col("node", "''"),
+            self.col("rank", "NULL"),
+            self.col("local_rank", "NULL"),
+            self.col("world_size", "NULL"),
+            self.col("stack_ips", "''"),
+        ];
+        let sql = format!("SELECT {} FROM events ORDER BY timestamp, rowid", cols.join(", "));
+        let mut st = self.conn.prepare(&sql)?;
+        let mut rows = st.query([])?;
+        let mut buf = Vec::with_capacity(chunk);
+        let mut next_id = 0i64;
+        while let Some(r) = rows.next()? {
+            next_id += 1;
+            let sched = match opt_int(r, 16)? {
+                Some(ps) => Some(SchedDetail {
+                    prev_state: PrevState::from_code(ps),
+                    next_pid: opt_int(r, 17)?.unwrap_or(0) as u32,
+                    next_tid: opt_int(r, 18)?.unwrap_or(0) as u32,
+                    next_comm: text(r, 19)?,
+                    wake_ts_ns: opt_int(r, 20)?.unwrap_or(0),
+                    waker_pid: opt_int(r, 21)?.unwrap_or(0) as u32,
+                    waker_tid: opt_int(r, 22)?.unwrap_or(0) as u32,
+                }),
+                None => None,
+            };
+            buf.push(NativeRow {
+                id: if self.renumber { next_id } else { int(r, 0)? },
+                session_id: int(r, 23)?,
+                extra: RowExtra {
+                    node: text(r, 24)?,
+                    rank: opt_int(r, 25)?,
+                    local_rank: opt_int(r, 26)?,
+                    world_size: opt_int(r, 27)?,
+                    stack_ips: text(r, 28)?,
+                },
+                event: Event {
+                    ts_ns: int(r, 1)?,
+                    dur_ns: int(r, 2)?,
+                    pid: int(r, 3)? as u32,
+                    tid: int(r, 4)? as u32,
+                    cpu: int(r, 5)? as i32,
+                    source: int(r, 6)? as u8,
+                    op: int(r, 7)? as u16,
+                    arg0: int(r, 8)?,
+                    arg1: int(r, 9)?,
+                    arg2: int(r, 10)?,
+                    ret_code: int(r, 11)? as i32,
+                    stack_hash: int(r, 12)?,
+                    gpu_id: int(r, 13)? as i32,
+                    cgroup_id: int(r, 14)?,
+                    comm: text(r, 15)?,
+                    sched,
+                },
+            });
+            if buf.len() >= chunk {
+                f(std::mem::replace(&mut buf, Vec::with_capacity(chunk)))?;
+            }
+        }
+        if !buf.is_empty() {
+            f(buf)?;
+        }
+        Ok(())
+    }
+
+    fn stacks(&self) -> Result<Vec<StackRecord>> {
+        if !self.store.info().has_table("stack_traces") {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .conn
+            .prepare("SELECT hash, ips, frames FROM stack_traces ORDER BY hash")?
+            .query_map([], |r| Ok(StackRecord { hash: int(r, 0)?, ips: text(r, 1)?, frames: text(r, 2)? }))?
+            .collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn loss_rows(&self) -> Result<Vec<LossRow>> {
+        if !self.store.info().has_table("loss_counters") {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, i64, String, i64)> = self
+            .conn
+            .prepare("SELECT session_id, source, kind, count FROM loss_counters ORDER BY session_id, source, kind")?
+            .query_map([], |r| Ok((int(r, 0)?, int(r, 1)?, text(r, 2)?, int(r, 3)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(s, src, k, n)| Some((s, src as u8, LossKind::parse(&k)?, n.max(0) as u64)))
+            .collect())
+    }
+
+    fn process_rows(&self) -> Result<Vec<(u32, String, i64)>> {
+        let rows = if self.store.info().has_table("process_names") {
+            let seen = if self.conn.prepare("SELECT seen_at FROM process_names LIMIT 0").is_ok() { "seen_at" } else { "0" };
+            self.conn
+                .prepare(&format!("SELECT pid, name, {seen} FROM process_names ORDER BY pid"))?
+                .query_map([], |r| Ok((int(r, 0)? as u32, text(r, 1)?, int(r, 2)?)))?
+                .collect::<rusqlite::Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        merge_names(rows, &self.store)
+    }
+}
+
+/// A native SQLite trace written by a conversion (no journal while writing: the file is a
+/// `.partial` renamed only when complete; a rollback-journal file at the end, like the tracer's).
+pub struct SqliteTarget {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl SqliteTarget {
+    pub fn create(path: &Path) -> Result<SqliteTarget> {
+        let mut conn = Connection::open(path).map_err(|e| StoreError::Engine(format!("{}: {e}", path.display())))?;
+        conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;")?;
+        let tx = conn.transaction()?;
+        tx.execute_batch(NATIVE_DDL)?;
+        schema::fill_lookup_tables(&tx)?;
+        tx.commit()?;
+        Ok(SqliteTarget { conn, path: path.to_path_buf() })
+    }
+}
+
+impl ConvertTarget for SqliteTarget {
+    fn write_sessions(&mut self, sessions: &[SessionInfo]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        for s in sessions {
+            tx.execute(
+                "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
+                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
+                 ?9, ?10, ?11, ?12, ?13)",
+                params![
+                    s.id,
+                    s.started_at_ns,
+                    s.stopped_at_ns,
+                    s.tool_version,
+                    s.kernel,
+                    s.hostname,
+                    s.node,
+                    s.pid_filter,
+                    s.command,
+                    s.flags,
+                    s.gpu_model,
+                    s.gpu_driver,
+                    s.cuda_version
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_rows(&mut self, rows: &[NativeRow]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare_cached(
+                "INSERT INTO events (id, timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, ret_code, \
+                 stack_hash, stack_ips, cgroup_id, node, rank, local_rank, world_size, comm, session_id, cpu, arg2, \
+                 prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, \
+                 ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, \
+                 ?26, ?27, ?28, ?29)",
+            )?;
+            for r in rows {
+                let (e, x, s) = (&r.event, &r.extra, r.event.sched.as_ref());
+                st.execute(params![
+                    r.id,
+                    e.ts_ns,
+                    e.pid,
+                    e.tid,
+                    e.source,
+                    e.op,
+                    e.dur_ns,
+                    e.gpu_id,
+                    e.arg0,
+                    e.arg1,
+                    e.ret_code,
+                    e.stack_hash,
+                    x.stack_ips,
+                    e.cgroup_id,
+                    x.node,
+                    x.rank,
+                    x.local_rank,
+                    x.world_size,
+                    e.comm,
+                    r.session_id,
+                    e.cpu,
+                    e.arg2,
+                    s.map(|s| s.prev_state.code()),
+                    s.map(|s| s.next_pid),
+                    s.map(|s| s.next_tid),
+                    s.map(|s| s.next_comm.as_str()),
+                    s.map(|s| s.wake_ts_ns),
+                    s.map(|s| s.waker_pid),
+                    s.map(|s| s.waker_tid),
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare("INSERT OR REPLACE INTO stack_traces (hash, ips, frames) VALUES (?1, ?2, ?3)")?;
+            for s in stacks {
+                st.execute(params![s.hash, s.ips, s.frames])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_process_names(&mut self, names: &[(u32, String, i64)]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare("INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?1, ?2, ?3)")?;
+            for (p, n, at) in names {
+                st.execute(params![p, n, at])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_losses(&mut self, losses: &[LossRow]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare(
+                "INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for (s, src, k, n) in losses {
+                st.execute(params![s, src, k.as_str(), *n as i64])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        tx.execute_batch(EVENT_AGGREGATES_DDL)?;
+        {
+            let mut st = tx.prepare(
+                "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur, min_dur, \
+                 max_dur, sum_arg0) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            for a in rows {
+                st.execute(params![
+                    a.bucket_ns,
+                    a.source,
+                    a.op,
+                    a.pid,
+                    a.count as i64,
+                    a.stored as i64,
+                    a.sum_dur_ns,
+                    a.min_dur_ns,
+                    a.max_dur_ns,
+                    a.sum_arg0
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_provenance(&mut self, missing: &[String], columns: &[String]) -> Result<()> {
+        for (key, list) in [(SOURCE_MISSING_KEY, missing), (SOURCE_COLUMNS_KEY, columns)] {
+            let json = serde_json::to_string(list).map_err(|e| StoreError::Engine(e.to_string()))?;
+            self.conn.execute("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?1, ?2)", params![key, json])?;
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.conn.execute_batch("PRAGMA threads=2;")?;
+        self.conn.execute_batch(INDEXES)?;
+        self.conn.execute_batch("PRAGMA journal_mode=DELETE;")?;
+        self.conn.close().map_err(|(_, e)| StoreError::Engine(format!("{}: {e}", self.path.display())))?;
+        Ok(())
+    }
+}

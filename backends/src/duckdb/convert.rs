@@ -1,0 +1,249 @@
+//! The DuckDB side of `convert`: reading a native DuckDB trace row by row with every column, and
+//! writing a complete native DuckDB trace (events through the Appender).
+
+use std::path::Path;
+
+use duckdb::params;
+
+use causeway_model::codes::PrevState;
+use causeway_model::{Event, LossKind, SchedDetail, SessionInfo};
+
+use super::reader::{ints, texts};
+use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
+use crate::convert::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
+use crate::error::{Result, StoreError};
+use crate::schema::{SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
+use crate::store::{AggregateRow, StackRecord, TraceStore};
+
+/// A native DuckDB trace read for conversion.
+pub struct DuckDbSource {
+    store: DuckDbStore,
+}
+
+impl DuckDbSource {
+    pub fn open(path: &Path) -> Result<DuckDbSource> {
+        Ok(DuckDbSource { store: DuckDbStore::open(path)? })
+    }
+}
+
+const ROW_SQL: &str = "SELECT id, timestamp, duration, pid, tid, cpu, source, op, arg0, arg1, arg2, ret_code, \
+    stack_hash, gpu_id, cgroup_id, comm, prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid, \
+    session_id, node, rank, local_rank, world_size, stack_ips FROM events ORDER BY timestamp, id";
+
+const TEXT_COLS: [usize; 4] = [15, 19, 24, 28];
+
+impl ConvertSource for DuckDbSource {
+    fn store(&self) -> &dyn TraceStore {
+        &self.store
+    }
+
+    fn renumbers_ids(&self) -> bool {
+        false
+    }
+
+    fn rows(&self, chunk: usize, f: &mut dyn FnMut(Vec<NativeRow>) -> Result<()>) -> Result<()> {
+        let mut buf: Vec<NativeRow> = Vec::with_capacity(chunk);
+        self.store.for_batches(ROW_SQL, &[], &mut |b| {
+            let mut i = Vec::with_capacity(29);
+            let mut t = Vec::with_capacity(29);
+            for c in 0..29 {
+                if TEXT_COLS.contains(&c) {
+                    i.push(None);
+                    t.push(Some(texts(b, c)?));
+                } else {
+                    i.push(Some(ints(b, c)?));
+                    t.push(None);
+                }
+            }
+            let n = |c: usize, r: usize| -> Option<i64> {
+                let a = i[c].as_ref().expect("integer column");
+                duckdb::arrow::array::Array::is_valid(a, r).then(|| a.value(r))
+            };
+            let v = |c: usize, r: usize| n(c, r).unwrap_or(0);
+            let s = |c: usize, r: usize| -> Option<String> {
+                let a = t[c].as_ref().expect("text column");
+                duckdb::arrow::array::Array::is_valid(a, r).then(|| a.value(r).to_string())
+            };
+            for r in 0..b.num_rows() {
+                let sched = n(16, r).map(|ps| SchedDetail {
+                    prev_state: PrevState::from_code(ps),
+                    next_pid: v(17, r) as u32,
+                    next_tid: v(18, r) as u32,
+                    next_comm: s(19, r).unwrap_or_default(),
+                    wake_ts_ns: v(20, r),
+                    waker_pid: v(21, r) as u32,
+                    waker_tid: v(22, r) as u32,
+                });
+                buf.push(NativeRow {
+                    id: v(0, r),
+                    session_id: v(23, r),
+                    extra: RowExtra {
+                        node: s(24, r).unwrap_or_default(),
+                        rank: n(25, r),
+                        local_rank: n(26, r),
+                        world_size: n(27, r),
+                        stack_ips: s(28, r).unwrap_or_default(),
+                    },
+                    event: Event {
+                        ts_ns: v(1, r),
+                        dur_ns: v(2, r),
+                        pid: v(3, r) as u32,
+                        tid: v(4, r) as u32,
+                        cpu: n(5, r).unwrap_or(-1) as i32,
+                        source: v(6, r) as u8,
+                        op: v(7, r) as u16,
+                        arg0: v(8, r),
+                        arg1: v(9, r),
+                        arg2: v(10, r),
+                        ret_code: v(11, r) as i32,
+                        stack_hash: v(12, r),
+                        gpu_id: v(13, r) as i32,
+                        cgroup_id: v(14, r),
+                        comm: s(15, r).unwrap_or_default(),
+                        sched,
+                    },
+                });
+                if buf.len() >= chunk {
+                    f(std::mem::replace(&mut buf, Vec::with_capacity(chunk)))?;
+                }
+            }
+            Ok(())
+        })?;
+        if !buf.is_empty() {
+            f(buf)?;
+        }
+        Ok(())
+    }
+
+    fn stacks(&self) -> Result<Vec<StackRecord>> {
+        self.store.with_conn(|c| {
+            c.prepare("SELECT hash, ips, frames FROM stack_traces ORDER BY hash")?
+                .query_map([], |r| Ok(StackRecord { hash: r.get(0)?, ips: r.get(1)?, frames: r.get(2)? }))?
+                .collect()
+        })
+    }
+
+    fn loss_rows(&self) -> Result<Vec<LossRow>> {
+        let rows: Vec<(i64, i64, String, i64)> = self.store.with_conn(|c| {
+            c.prepare("SELECT session_id, source, kind, count FROM loss_counters ORDER BY session_id, source, kind")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                .collect()
+        })?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(s, src, k, n)| Some((s, src as u8, LossKind::parse(&k)?, n.max(0) as u64)))
+            .collect())
+    }
+
+    fn process_rows(&self) -> Result<Vec<(u32, String, i64)>> {
+        let rows: Vec<(i64, String, i64)> = self.store.with_conn(|c| {
+            c.prepare("SELECT pid, name, seen_at FROM process_names ORDER BY pid")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
+        })?;
+        merge_names(rows.into_iter().map(|(p, n, s)| (p as u32, n, s)).collect(), &self.store)
+    }
+}
+
+/// A native DuckDB trace written by a conversion.
+pub struct DuckDbTarget {
+    writer: DuckDbWriter,
+}
+
+impl DuckDbTarget {
+    pub fn create(path: &Path) -> Result<DuckDbTarget> {
+        Ok(DuckDbTarget { writer: DuckDbWriter::create_empty(path)? })
+    }
+
+    fn exec(&self, f: impl FnOnce(&duckdb::Connection) -> duckdb::Result<()>) -> Result<()> {
+        let c = self.writer.connection();
+        let err = engine_err(self.writer.path());
+        c.execute_batch("BEGIN").map_err(&err)?;
+        f(c).map_err(&err)?;
+        c.execute_batch("COMMIT").map_err(&err)
+    }
+}
+
+impl ConvertTarget for DuckDbTarget {
+    fn write_sessions(&mut self, sessions: &[SessionInfo]) -> Result<()> {
+        for s in sessions {
+            self.writer.insert_session(s.id, s)?;
+        }
+        Ok(())
+    }
+
+    fn write_rows(&mut self, rows: &[NativeRow]) -> Result<()> {
+        self.writer.insert_rows(rows).map(|_| ())
+    }
+
+    fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
+        self.writer.insert_stacks(stacks)
+    }
+
+    fn write_process_names(&mut self, names: &[(u32, String, i64)]) -> Result<()> {
+        self.exec(|c| {
+            let mut st = c.prepare("INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?, ?, ?)")?;
+            for (p, n, at) in names {
+                st.execute(params![p, n, at])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_losses(&mut self, losses: &[LossRow]) -> Result<()> {
+        self.exec(|c| {
+            let mut st =
+                c.prepare("INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)")?;
+            for (s, src, k, n) in losses {
+                st.execute(params![s, src, k.as_str(), *n as i64])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.exec(|c| {
+            c.execute_batch(&aggregates_ddl())?;
+            let mut st = c.prepare(
+                "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur, min_dur, \
+                 max_dur, sum_arg0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )?;
+            for a in rows {
+                st.execute(params![
+                    a.bucket_ns,
+                    a.source,
+                    a.op,
+                    a.pid,
+                    a.count as i64,
+                    a.stored as i64,
+                    a.sum_dur_ns,
+                    a.min_dur_ns,
+                    a.max_dur_ns,
+                    a.sum_arg0
+                ])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_provenance(&mut self, missing: &[String], columns: &[String]) -> Result<()> {
+        let rows: Vec<(&str, String)> = [(SOURCE_MISSING_KEY, missing), (SOURCE_COLUMNS_KEY, columns)]
+            .into_iter()
+            .map(|(k, l)| serde_json::to_string(l).map(|j| (k, j)))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| StoreError::Engine(e.to_string()))?;
+        self.exec(|c| {
+            for (k, v) in &rows {
+                c.execute("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?, ?)", params![k, v])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.writer.finish(0).map(|_| ())
+    }
+}

@@ -1,0 +1,94 @@
+//! The DuckDB engine (cargo feature `duckdb`): [`DuckDbSink`] writes native traces through DuckDB's
+//! Appender (Arrow record batches, one transaction per batch group, on a writer thread),
+//! [`DuckDbStore`] reads them, with the typed scans, the guarded SQL (`guard::run_duckdb`) and the
+//! statistics pushed down into DuckDB (same nearest-rank definition as the Rust path).
+//!
+//! The schema is the native one ([`crate::schema::NATIVE_DDL`]) with DuckDB types: every integer
+//! column is `BIGINT`, `sessions.id` is assigned by the writer (DuckDB has no AUTOINCREMENT), and
+//! `events.id` carries no PRIMARY KEY (ids are assigned by the writer; an ART index per row would
+//! halve the write rate). No secondary indexes are built: DuckDB's per-row-group min/max (zone maps)
+//! over the time-ordered `timestamp` column serve the time windows. A DuckDB file holds one writer
+//! at a time: a trace being written cannot be read until its writer finishes.
+
+mod convert;
+mod describe;
+mod reader;
+mod summary;
+mod writer;
+
+pub use convert::{DuckDbSource, DuckDbTarget};
+pub use reader::DuckDbStore;
+pub use writer::{DuckDbSink, DuckDbWriter};
+
+use std::path::Path;
+
+use crate::error::StoreError;
+
+/// The first bytes of a DuckDB database file are a checksum; the magic `DUCK` follows at offset 8.
+pub const MAGIC_OFFSET: usize = 8;
+pub const MAGIC: &[u8; 4] = b"DUCK";
+
+/// Does the file at `path` start like a DuckDB database?
+pub fn is_duckdb_file(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; MAGIC_OFFSET + 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && &head[MAGIC_OFFSET..] == MAGIC
+}
+
+/// The native DDL in DuckDB's types (see the module docs).
+pub fn native_ddl() -> String {
+    crate::schema::NATIVE_DDL
+        .replace("id           INTEGER PRIMARY KEY AUTOINCREMENT", "id           BIGINT PRIMARY KEY")
+        .replace("id          INTEGER PRIMARY KEY,", "id          BIGINT NOT NULL,")
+        .replace("INTEGER", "BIGINT")
+}
+
+/// `event_aggregates` in DuckDB's types.
+pub fn aggregates_ddl() -> String {
+    crate::schema::EVENT_AGGREGATES_DDL.replace("INTEGER", "BIGINT")
+}
+
+/// Columns of `events` in table order (the Appender writes whole rows in this order).
+pub const EVENT_COLUMNS: [&str; 29] = [
+    "id", "timestamp", "pid", "tid", "source", "op", "duration", "gpu_id", "arg0", "arg1", "ret_code", "stack_hash",
+    "stack_ips", "cgroup_id", "node", "rank", "local_rank", "world_size", "comm", "session_id", "cpu", "arg2",
+    "prev_state", "next_pid", "next_tid", "next_comm", "wake_ts", "waker_pid", "waker_tid",
+];
+
+pub(crate) fn engine_err(path: &Path) -> impl Fn(duckdb::Error) -> StoreError + '_ {
+    move |e| StoreError::Engine(format!("{}: {e}", path.display()))
+}
+
+/// Settings every connection this crate opens gets: nothing is fetched or loaded from outside.
+pub(crate) fn base_config(read_only: bool) -> duckdb::Result<duckdb::Config> {
+    let c = duckdb::Config::default()
+        .enable_autoload_extension(false)?
+        .with("autoinstall_known_extensions", "false")?;
+    if read_only {
+        c.access_mode(duckdb::AccessMode::ReadOnly)
+    } else {
+        c.access_mode(duckdb::AccessMode::ReadWrite)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ddl_is_the_native_schema_in_duckdb_types() {
+        let ddl = super::native_ddl();
+        assert!(!ddl.contains("INTEGER"), "{ddl}");
+        assert!(!ddl.contains("AUTOINCREMENT"));
+        assert!(ddl.contains("id          BIGINT NOT NULL,"));
+        assert!(ddl.contains("id           BIGINT PRIMARY KEY"));
+        let conn = duckdb::Connection::open_in_memory().unwrap();
+        conn.execute_batch(&ddl).unwrap();
+        let cols: Vec<String> = conn
+            .prepare("SELECT column_name FROM information_schema.columns WHERE table_name = 'events' ORDER BY ordinal_position")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(cols, super::EVENT_COLUMNS);
+    }
+}

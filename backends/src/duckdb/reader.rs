@@ -1,0 +1,445 @@
+//! Reading native traces from DuckDB files, read-only.
+//!
+//! The file is opened `access_mode=READ_ONLY` with extension autoload and autoinstall off, so it
+//! stays byte-identical. Bulk reads (`scan_durations`, `events`) stream Arrow record batches and read
+//! the columns directly, without a per-value call. Ties in time are ordered by id, as the SQLite
+//! engine's rowid order gives them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use duckdb::arrow::array::{Array, ArrayRef, AsArray, Int64Array, StringArray};
+use duckdb::arrow::compute::cast;
+use duckdb::arrow::datatypes::DataType;
+use duckdb::arrow::record_batch::RecordBatch;
+use duckdb::{params_from_iter, Connection};
+
+use causeway_model::codes::{OpCode, PrevState};
+use causeway_model::time::TimeWindow;
+use causeway_model::{Event, LossCounter, LossKind, SchedDetail, SessionInfo};
+
+use super::{base_config, is_duckdb_file};
+use crate::error::{Result, StoreError};
+use crate::query::{QueryLimits, QueryResult};
+use crate::schema::NATIVE_SCHEMA_VERSION;
+use crate::store::*;
+
+/// A read-only DuckDB trace.
+pub struct DuckDbStore {
+    conn: Mutex<Connection>,
+    info: TraceInfo,
+}
+
+/// Columns of the event rows the store reads, in this order.
+const SELECT_EVENTS: &str = "SELECT id, timestamp, duration, pid, tid, cpu, source, op, arg0, arg1, arg2, ret_code, \
+    stack_hash, gpu_id, cgroup_id, comm, prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid FROM events";
+
+impl DuckDbStore {
+    /// Open a DuckDB trace read-only. Errors say what is wrong with the file in one line.
+    pub fn open(path: &Path) -> Result<DuckDbStore> {
+        let meta = std::fs::metadata(path).map_err(|_| StoreError::NotFound(path.to_path_buf()))?;
+        let not_trace = |reason: &str| StoreError::NotATrace { path: path.to_path_buf(), reason: reason.into() };
+        if meta.is_dir() {
+            return Err(not_trace("it is a directory"));
+        }
+        if meta.len() == 0 {
+            return Err(not_trace("the file is empty"));
+        }
+        if !is_duckdb_file(path) {
+            return Err(not_trace("not a DuckDB database"));
+        }
+        let corrupt = |e: duckdb::Error| StoreError::Corrupt { path: path.to_path_buf(), detail: e.to_string() };
+        let config = base_config(true).map_err(corrupt)?;
+        let conn = Connection::open_with_flags(path, config).map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("lock") {
+                StoreError::Engine(format!(
+                    "{}: the trace is open for writing by another process (DuckDB allows one writer and no \
+                     readers meanwhile); wait until it finishes: {msg}",
+                    path.display()
+                ))
+            } else {
+                corrupt(e)
+            }
+        })?;
+        let strings = |sql: &str| -> Result<Vec<String>> {
+            conn.prepare(sql).and_then(|mut st| st.query_map([], |r| r.get(0))?.collect()).map_err(corrupt)
+        };
+        let tables = strings(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' AND table_catalog = \
+             current_database() ORDER BY table_name",
+        )?;
+        if !tables.iter().any(|t| t == "events") {
+            return Err(not_trace("it has no events table"));
+        }
+        let schema_info: BTreeMap<String, String> = if tables.iter().any(|t| t == "schema_info") {
+            conn.prepare("SELECT key, value FROM schema_info")
+                .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+                .map_err(corrupt)?
+        } else {
+            BTreeMap::new()
+        };
+        if schema_info.get("format").map(String::as_str) != Some("causeway") {
+            return Err(not_trace("a DuckDB file that is not a Causeway trace (no schema_info format=causeway)"));
+        }
+        let v: u32 = schema_info.get("schema_version").and_then(|v| v.parse().ok()).unwrap_or(0);
+        if v > NATIVE_SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                path: path.to_path_buf(),
+                what: format!("native schema v{v}"),
+                supported: format!("up to v{NATIVE_SCHEMA_VERSION}"),
+            });
+        }
+        let columns = strings(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'events' AND table_schema = \
+             'main' AND table_catalog = current_database() ORDER BY ordinal_position",
+        )?;
+        for required in ["timestamp", "pid", "tid", "source", "op", "duration"] {
+            if !columns.iter().any(|c| c == required) {
+                return Err(not_trace(&format!("its events table has no {required} column")));
+            }
+        }
+        let (events, first_ns, last_ns): (i64, Option<i64>, Option<i64>) = conn
+            .query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(corrupt)?;
+        let sampled = tables.iter().any(|t| t == "event_aggregates")
+            && conn
+                .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))
+                .map_err(corrupt)?;
+        let columns = crate::schema::restrict_columns(columns, schema_info.get(crate::schema::SOURCE_COLUMNS_KEY));
+        let mut missing = Vec::new();
+        if !tables.iter().any(|t| t == "loss_counters") {
+            missing.push("loss counters (events dropped by the tracer are not counted)".into());
+        }
+        crate::schema::extend_missing(&mut missing, schema_info.get(crate::schema::SOURCE_MISSING_KEY));
+        let info = TraceInfo {
+            path: path.to_path_buf(),
+            format: TraceFormat::Native { schema_version: v },
+            events: events as u64,
+            first_ns: first_ns.unwrap_or(0),
+            last_ns: last_ns.unwrap_or(0),
+            event_columns: columns,
+            tables,
+            sampled,
+            missing,
+        };
+        Ok(DuckDbStore { conn: Mutex::new(conn), info })
+    }
+
+    pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> duckdb::Result<T>) -> Result<T> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        f(&conn).map_err(|e| StoreError::Engine(format!("{}: {e}", self.info.path.display())))
+    }
+
+    /// Run `sql` with integer parameters and hand every Arrow batch to `f`.
+    pub(super) fn for_batches(
+        &self,
+        sql: &str,
+        params: &[i64],
+        f: &mut dyn FnMut(&RecordBatch) -> Result<()>,
+    ) -> Result<()> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let err = |e: duckdb::Error| StoreError::Engine(format!("{}: {e}", self.info.path.display()));
+        let mut st = conn.prepare(sql).map_err(err)?;
+        for batch in st.stream_arrow(params_from_iter(params.iter())).map_err(err)? {
+            f(&batch.map_err(err)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Column `i` of a batch as BIGINT values (cast when DuckDB chose a narrower type).
+pub(super) fn ints(b: &RecordBatch, i: usize) -> Result<Int64Array> {
+    let col: &ArrayRef = b.column(i);
+    let c = if col.data_type() == &DataType::Int64 { col.clone() } else { cast(col, &DataType::Int64).map_err(arrow_err)? };
+    Ok(c.as_primitive::<duckdb::arrow::datatypes::Int64Type>().clone())
+}
+
+/// Column `i` of a batch as text.
+pub(super) fn texts(b: &RecordBatch, i: usize) -> Result<StringArray> {
+    let col: &ArrayRef = b.column(i);
+    let c = if col.data_type() == &DataType::Utf8 { col.clone() } else { cast(col, &DataType::Utf8).map_err(arrow_err)? };
+    Ok(c.as_string::<i32>().clone())
+}
+
+fn arrow_err(e: duckdb::arrow::error::ArrowError) -> StoreError {
+    StoreError::Engine(format!("reading Arrow results: {e}"))
+}
+
+fn opt(a: &Int64Array, r: usize) -> Option<i64> {
+    (!a.is_null(r)).then(|| a.value(r))
+}
+
+fn val(a: &Int64Array, r: usize) -> i64 {
+    opt(a, r).unwrap_or(0)
+}
+
+fn text(a: &StringArray, r: usize) -> String {
+    if a.is_null(r) {
+        String::new()
+    } else {
+        a.value(r).to_string()
+    }
+}
+
+/// Rows of [`SELECT_EVENTS`] to events.
+fn batch_to_events(b: &RecordBatch, out: &mut Vec<StoredEvent>) -> Result<()> {
+    let i: Vec<Option<Int64Array>> =
+        (0..23).map(|c| if [15, 19].contains(&c) { Ok(None) } else { ints(b, c).map(Some) }).collect::<Result<_>>()?;
+    let c = |k: usize| i[k].as_ref().expect("integer column");
+    let (comm, next_comm) = (texts(b, 15)?, texts(b, 19)?);
+    for r in 0..b.num_rows() {
+        let sched = opt(c(16), r).map(|ps| SchedDetail {
+            prev_state: PrevState::from_code(ps),
+            next_pid: val(c(17), r) as u32,
+            next_tid: val(c(18), r) as u32,
+            next_comm: text(&next_comm, r),
+            wake_ts_ns: val(c(20), r),
+            waker_pid: val(c(21), r) as u32,
+            waker_tid: val(c(22), r) as u32,
+        });
+        out.push(StoredEvent {
+            id: EventId::Int(val(c(0), r)),
+            event: Event {
+                ts_ns: val(c(1), r),
+                dur_ns: val(c(2), r),
+                pid: val(c(3), r) as u32,
+                tid: val(c(4), r) as u32,
+                cpu: opt(c(5), r).unwrap_or(-1) as i32,
+                source: val(c(6), r) as u8,
+                op: val(c(7), r) as u16,
+                arg0: val(c(8), r),
+                arg1: val(c(9), r),
+                arg2: val(c(10), r),
+                ret_code: val(c(11), r) as i32,
+                stack_hash: val(c(12), r),
+                gpu_id: val(c(13), r) as i32,
+                cgroup_id: val(c(14), r),
+                comm: text(&comm, r),
+                sched,
+            },
+        });
+    }
+    Ok(())
+}
+
+/// WHERE clause and integer parameters for a filter.
+pub(super) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
+    let mut conds = Vec::new();
+    let mut params = Vec::new();
+    let TimeWindow { from_ns, to_ns } = f.window;
+    if let Some(from) = from_ns {
+        conds.push("timestamp >= ?".to_string());
+        params.push(from);
+    }
+    if let Some(to) = to_ns {
+        conds.push("timestamp <= ?".to_string());
+        params.push(to);
+    }
+    if let Some(pid) = f.pid {
+        conds.push("pid = ?".into());
+        params.push(pid.into());
+    }
+    if let Some(tids) = &f.tids {
+        conds.push(if tids.is_empty() { "false".into() } else { format!("tid IN ({})", vec!["?"; tids.len()].join(",")) });
+        params.extend(tids.iter().map(|&t| i64::from(t)));
+    }
+    if let Some(sources) = &f.sources {
+        conds.push(if sources.is_empty() {
+            "false".into()
+        } else {
+            format!("source IN ({})", vec!["?"; sources.len()].join(","))
+        });
+        params.extend(sources.iter().map(|&s| i64::from(s)));
+    }
+    if let Some(ops) = &f.ops {
+        let alts: Vec<&str> = ops.iter().map(|_| "(source = ? AND op = ?)").collect();
+        conds.push(format!("({})", if alts.is_empty() { "false".to_string() } else { alts.join(" OR ") }));
+        for o in ops {
+            params.push(o.source.into());
+            params.push(o.op.into());
+        }
+    }
+    let clause = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
+    (clause, params)
+}
+
+impl TraceStore for DuckDbStore {
+    fn engine(&self) -> &'static str {
+        "duckdb"
+    }
+
+    fn info(&self) -> &TraceInfo {
+        &self.info
+    }
+
+    fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        if !self.info.has_table("sessions") {
+            return Ok(Vec::new());
+        }
+        self.with_conn(|c| {
+            c.prepare(
+                "SELECT id, started_at, stopped_at, tool_version, kernel, hostname, node, pid_filter, command, flags, \
+                 gpu_model, gpu_driver, cuda_ver FROM sessions ORDER BY started_at, id",
+            )?
+            .query_map([], |r| {
+                Ok(SessionInfo {
+                    id: r.get(0)?,
+                    started_at_ns: r.get(1)?,
+                    stopped_at_ns: r.get(2)?,
+                    tool_version: r.get(3)?,
+                    kernel: r.get(4)?,
+                    hostname: r.get(5)?,
+                    node: r.get(6)?,
+                    pid_filter: r.get(7)?,
+                    command: r.get(8)?,
+                    flags: r.get(9)?,
+                    gpu_model: r.get(10)?,
+                    gpu_driver: r.get(11)?,
+                    cuda_version: r.get(12)?,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    fn process_names(&self) -> Result<BTreeMap<u32, String>> {
+        if !self.info.has_table("process_names") {
+            return Ok(BTreeMap::new());
+        }
+        let rows: Vec<(i64, String)> = self.with_conn(|c| {
+            c.prepare("SELECT pid, name FROM process_names")?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+        })?;
+        Ok(rows.into_iter().map(|(p, n)| (p as u32, n)).collect())
+    }
+
+    fn loss_counters(&self) -> Result<Vec<LossCounter>> {
+        if !self.info.has_table("loss_counters") {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, String, i64)> = self.with_conn(|c| {
+            c.prepare(
+                "SELECT source, kind, CAST(SUM(count) AS BIGINT) FROM loss_counters GROUP BY source, kind \
+                 ORDER BY source, kind",
+            )?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect()
+        })?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(s, k, n)| {
+                Some(LossCounter { source: s as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 })
+            })
+            .collect())
+    }
+
+    fn aggregates(&self, window: &TimeWindow) -> Result<Vec<AggregateRow>> {
+        if !self.info.has_table("event_aggregates") {
+            return Ok(Vec::new());
+        }
+        let from = window.from_ns.map(|f| f - 60_000_000_000).unwrap_or(i64::MIN);
+        let to = window.to_ns.unwrap_or(i64::MAX);
+        self.with_conn(|c| {
+            c.prepare(
+                "SELECT bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0 FROM event_aggregates \
+                 WHERE bucket > ? AND bucket <= ? ORDER BY bucket, source, op, pid",
+            )?
+            .query_map([from, to], |r| {
+                Ok(AggregateRow {
+                    bucket_ns: r.get(0)?,
+                    source: r.get::<_, i64>(1)? as u8,
+                    op: r.get::<_, i64>(2)? as u16,
+                    pid: r.get::<_, i64>(3)? as u32,
+                    count: r.get::<_, i64>(4)?.max(0) as u64,
+                    stored: r.get::<_, i64>(5)?.max(0) as u64,
+                    sum_dur_ns: r.get(6)?,
+                    min_dur_ns: r.get(7)?,
+                    max_dur_ns: r.get(8)?,
+                    sum_arg0: r.get(9)?,
+                })
+            })?
+            .collect()
+        })
+    }
+
+    fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64> {
+        let (clause, params) = where_clause(filter);
+        let sql = format!("SELECT source, op, pid, timestamp, duration FROM events{clause}");
+        let mut n = 0u64;
+        self.for_batches(&sql, &params, &mut |b| {
+            let (s, o, p, t, d) = (ints(b, 0)?, ints(b, 1)?, ints(b, 2)?, ints(b, 3)?, ints(b, 4)?);
+            for r in 0..b.num_rows() {
+                f(&DurationRow {
+                    op: OpCode::new(val(&s, r) as u8, val(&o, r) as u16),
+                    pid: val(&p, r) as u32,
+                    ts_ns: val(&t, r),
+                    dur_ns: val(&d, r),
+                });
+            }
+            n += b.num_rows() as u64;
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
+    fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>> {
+        let (clause, params) = where_clause(filter);
+        let sql = format!("{SELECT_EVENTS}{clause} ORDER BY timestamp, id");
+        let mut out = Vec::new();
+        self.for_batches(&sql, &params, &mut |b| batch_to_events(b, &mut out))?;
+        Ok(out)
+    }
+
+    fn events_by_id(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
+        // Native ids are integers: a text id names no event here.
+        let ints: Vec<i64> = ids.iter().filter_map(|i| if let EventId::Int(v) = i { Some(*v) } else { None }).collect();
+        let mut out = Vec::new();
+        for chunk in ints.chunks(1000) {
+            let sql = format!("{SELECT_EVENTS} WHERE id IN ({}) ORDER BY id", vec!["?"; chunk.len()].join(","));
+            self.for_batches(&sql, chunk, &mut |b| batch_to_events(b, &mut out))?;
+        }
+        Ok(out)
+    }
+
+    fn stacks(&self, hashes: &[i64]) -> Result<BTreeMap<i64, StackRecord>> {
+        if hashes.is_empty() || !self.info.has_table("stack_traces") {
+            return Ok(BTreeMap::new());
+        }
+        let mut out = BTreeMap::new();
+        for chunk in hashes.chunks(1000) {
+            let sql = format!(
+                "SELECT hash, ips, frames FROM stack_traces WHERE hash IN ({})",
+                vec!["?"; chunk.len()].join(",")
+            );
+            let rows: Vec<StackRecord> = self.with_conn(|c| {
+                c.prepare(&sql)?
+                    .query_map(params_from_iter(chunk.iter()), |r| {
+                        Ok(StackRecord { hash: r.get(0)?, ips: r.get(1)?, frames: r.get(2)? })
+                    })?
+                    .collect()
+            })?;
+            out.extend(rows.into_iter().map(|s| (s.hash, s)));
+        }
+        Ok(out)
+    }
+
+    fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
+        crate::guard::run_duckdb(&self.info.path, sql, limits)
+    }
+
+    fn describe_schema(&self) -> Result<SchemaDescription> {
+        super::describe::describe(self)
+    }
+
+    fn duration_summary(
+        &self,
+        filter: &EventFilter,
+        per_mille: &[u32],
+        per_process: bool,
+    ) -> Result<crate::summary::DurationSummary> {
+        super::summary::summarize(self, filter, per_mille, per_process)
+    }
+}

@@ -1,0 +1,483 @@
+//! Writing native traces to DuckDB.
+//!
+//! [`DuckDbWriter`] is the synchronous core: one read-write connection; events are turned into Arrow
+//! record batches (columnar, no per-value calls) and handed to DuckDB's Appender, one commit per
+//! batch group. [`DuckDbSink`] implements [`EventSink`] by running a writer on its own thread behind a
+//! bounded queue, exactly like the SQLite sink: the tracer never waits on disk, and a full queue
+//! makes `try_write_batch` drop the batch and count it as back-pressure loss.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use duckdb::arrow::array::{ArrayRef, Int64Builder, StringBuilder};
+use duckdb::arrow::datatypes::{DataType, Field, Schema};
+use duckdb::arrow::record_batch::RecordBatch;
+use duckdb::{params, Connection};
+use tokio::sync::{mpsc, oneshot};
+
+use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
+use causeway_model::{Event, LossKind, SessionInfo};
+
+use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
+use crate::convert::{NativeRow, RowExtra};
+use crate::error::{Result, StoreError};
+use crate::store::{EventSink, SinkSummary, StackRecord, TraceStore};
+
+/// Loss counters shared between a sink handle and its writer thread.
+type Losses = Arc<Mutex<BTreeMap<(u8, LossKind), u64>>>;
+
+enum Builder {
+    I(Int64Builder),
+    S(StringBuilder),
+}
+
+/// Columnar buffers for the `events` table, in [`EVENT_COLUMNS`] order.
+struct EventColumns {
+    cols: Vec<Builder>,
+    rows: usize,
+}
+
+const STRING_COLUMNS: [&str; 4] = ["stack_ips", "node", "comm", "next_comm"];
+
+impl EventColumns {
+    fn new(capacity: usize) -> EventColumns {
+        let cols = EVENT_COLUMNS
+            .iter()
+            .map(|c| {
+                if STRING_COLUMNS.contains(c) {
+                    Builder::S(StringBuilder::with_capacity(capacity, capacity * 8))
+                } else {
+                    Builder::I(Int64Builder::with_capacity(capacity))
+                }
+            })
+            .collect();
+        EventColumns { cols, rows: 0 }
+    }
+
+    fn push(&mut self, id: i64, session_id: i64, e: &Event, x: Option<&RowExtra>) {
+        let s = e.sched.as_ref();
+        let int = |v: i64| Some(v);
+        let ints: [Option<i64>; 25] = [
+            int(id),
+            int(e.ts_ns),
+            int(e.pid.into()),
+            int(e.tid.into()),
+            int(e.source.into()),
+            int(e.op.into()),
+            int(e.dur_ns),
+            int(e.gpu_id.into()),
+            int(e.arg0),
+            int(e.arg1),
+            int(e.ret_code.into()),
+            int(e.stack_hash),
+            int(e.cgroup_id),
+            x.and_then(|x| x.rank),
+            x.and_then(|x| x.local_rank),
+            x.and_then(|x| x.world_size),
+            int(session_id),
+            int(e.cpu.into()),
+            int(e.arg2),
+            s.map(|s| i64::from(s.prev_state.code())),
+            s.map(|s| s.next_pid.into()),
+            s.map(|s| s.next_tid.into()),
+            s.map(|s| s.wake_ts_ns),
+            s.map(|s| s.waker_pid.into()),
+            s.map(|s| s.waker_tid.into()),
+        ];
+        let strs: [Option<&str>; 4] = [
+            Some(x.map_or("", |x| x.stack_ips.as_str())),
+            Some(x.map_or("", |x| x.node.as_str())),
+            Some(e.comm.as_str()),
+            s.map(|s| s.next_comm.as_str()),
+        ];
+        let (mut i, mut j) = (0, 0);
+        for b in &mut self.cols {
+            match b {
+                Builder::I(b) => {
+                    b.append_option(ints[i]);
+                    i += 1;
+                }
+                Builder::S(b) => {
+                    b.append_option(strs[j]);
+                    j += 1;
+                }
+            }
+        }
+        self.rows += 1;
+    }
+
+    fn finish(&mut self) -> Result<RecordBatch> {
+        let mut fields = Vec::with_capacity(EVENT_COLUMNS.len());
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(EVENT_COLUMNS.len());
+        for (name, b) in EVENT_COLUMNS.iter().zip(&mut self.cols) {
+            match b {
+                Builder::I(b) => {
+                    fields.push(Field::new(*name, DataType::Int64, true));
+                    arrays.push(Arc::new(b.finish()));
+                }
+                Builder::S(b) => {
+                    fields.push(Field::new(*name, DataType::Utf8, true));
+                    arrays.push(Arc::new(b.finish()));
+                }
+            }
+        }
+        self.rows = 0;
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+            .map_err(|e| StoreError::Engine(format!("building an Arrow batch: {e}")))
+    }
+}
+
+/// The synchronous writer: owns the connection of one trace session.
+pub struct DuckDbWriter {
+    conn: Connection,
+    path: PathBuf,
+    session_id: i64,
+    next_id: i64,
+    written: u64,
+}
+
+impl DuckDbWriter {
+    /// Create a native DuckDB trace at `path`, or append a new session to an existing one.
+    pub fn create(path: &Path, session: &SessionInfo) -> Result<DuckDbWriter> {
+        let mut w = Self::create_empty(path)?;
+        let id = w.next_session_id()?;
+        w.insert_session(id, session)?;
+        w.session_id = id;
+        Ok(w)
+    }
+
+    /// Create (or open) a native DuckDB trace without starting a session (`causeway convert` writes
+    /// the original's sessions itself).
+    pub fn create_empty(path: &Path) -> Result<DuckDbWriter> {
+        if path.exists() {
+            let store = super::DuckDbStore::open(path)?;
+            if !matches!(store.info().format, crate::TraceFormat::Native { .. }) {
+                return Err(StoreError::InvalidArgument(format!(
+                    "{} is not a Causeway trace; convert it or choose another --db",
+                    path.display()
+                )));
+            }
+        }
+        let err = engine_err(path);
+        let config = base_config(false).map_err(&err)?;
+        let conn = Connection::open_with_flags(path, config).map_err(&err)?;
+        conn.execute_batch(&format!("BEGIN; {} COMMIT;", native_ddl())).map_err(&err)?;
+        fill_lookup_tables(&conn).map_err(&err)?;
+        let next_id: i64 =
+            conn.query_row("SELECT coalesce(max(id), 0) + 1 FROM events", [], |r| r.get(0)).map_err(&err)?;
+        Ok(DuckDbWriter { conn, path: path.to_path_buf(), session_id: 0, next_id, written: 0 })
+    }
+
+    fn next_session_id(&self) -> Result<i64> {
+        self.conn
+            .query_row("SELECT coalesce(max(id), 0) + 1 FROM sessions", [], |r| r.get(0))
+            .map_err(engine_err(&self.path))
+    }
+
+    /// Insert a session row with a chosen id.
+    pub fn insert_session(&mut self, id: i64, s: &SessionInfo) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
+                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                params![
+                    id,
+                    s.started_at_ns,
+                    s.stopped_at_ns,
+                    s.tool_version,
+                    s.kernel,
+                    s.hostname,
+                    s.node,
+                    s.pid_filter,
+                    s.command,
+                    s.flags,
+                    s.gpu_model,
+                    s.gpu_driver,
+                    s.cuda_version
+                ],
+            )
+            .map_err(engine_err(&self.path))?;
+        Ok(())
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.session_id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    fn append(&mut self, mut cols: EventColumns) -> Result<u64> {
+        let n = cols.rows as u64;
+        if n == 0 {
+            return Ok(0);
+        }
+        let batch = cols.finish()?;
+        let err = engine_err(&self.path);
+        let mut app = self.conn.appender("events").map_err(&err)?;
+        app.append_record_batch(batch).map_err(&err)?;
+        app.flush().map_err(&err)?;
+        self.written += n;
+        Ok(n)
+    }
+
+    /// Append batches of events (ids assigned in order) in one commit.
+    pub fn insert_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
+        let batches: Vec<&[Event]> = batches.into_iter().collect();
+        let total: usize = batches.iter().map(|b| b.len()).sum();
+        let mut cols = EventColumns::new(total);
+        for e in batches.into_iter().flatten() {
+            cols.push(self.next_id, self.session_id, e, None);
+            self.next_id += 1;
+        }
+        self.append(cols)
+    }
+
+    /// Append full native rows with their own ids and sessions (conversion).
+    pub fn insert_rows(&mut self, rows: &[NativeRow]) -> Result<u64> {
+        let mut cols = EventColumns::new(rows.len());
+        for r in rows {
+            cols.push(r.id, r.session_id, &r.event, Some(&r.extra));
+            self.next_id = self.next_id.max(r.id + 1);
+        }
+        self.append(cols)
+    }
+
+    pub fn insert_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.conn.execute_batch("BEGIN").map_err(&err)?;
+        {
+            let mut st = self
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO stack_traces (hash, ips, frames) VALUES (?, ?, ?)")
+                .map_err(&err)?;
+            for s in stacks {
+                st.execute(params![s.hash, s.ips, s.frames]).map_err(&err)?;
+            }
+        }
+        self.conn.execute_batch("COMMIT").map_err(&err)
+    }
+
+    pub fn set_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()> {
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?, ?, ?)")
+            .and_then(|mut st| st.execute(params![pid, name, seen_at_ns]))
+            .map_err(engine_err(&self.path))?;
+        Ok(())
+    }
+
+    /// Store loss counters of a session (absolute values).
+    pub fn store_losses_of(&mut self, session_id: i64, losses: &BTreeMap<(u8, LossKind), u64>) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.conn.execute_batch("BEGIN").map_err(&err)?;
+        {
+            let mut st = self
+                .conn
+                .prepare_cached("INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)")
+                .map_err(&err)?;
+            for ((source, kind), count) in losses {
+                st.execute(params![session_id, source, kind.as_str(), *count as i64]).map_err(&err)?;
+            }
+        }
+        self.conn.execute_batch("COMMIT").map_err(&err)
+    }
+
+    /// Store this session's loss counters (absolute values).
+    pub fn store_losses(&mut self, losses: &BTreeMap<(u8, LossKind), u64>) -> Result<()> {
+        self.store_losses_of(self.session_id, losses)
+    }
+
+    /// Close the session (stopped_at) and checkpoint, so the file is self-contained (no `.wal`).
+    pub fn finish(self, stopped_at_ns: i64) -> Result<u64> {
+        let err = engine_err(&self.path);
+        if self.session_id > 0 {
+            self.conn
+                .execute("UPDATE sessions SET stopped_at = ? WHERE id = ?", params![stopped_at_ns, self.session_id])
+                .map_err(&err)?;
+        }
+        self.conn.execute_batch("CHECKPOINT").map_err(&err)?;
+        let written = self.written;
+        self.conn.close().map_err(|(_, e)| err(e))?;
+        Ok(written)
+    }
+}
+
+/// Insert the lookup rows and `schema_info` (idempotent).
+fn fill_lookup_tables(conn: &Connection) -> duckdb::Result<()> {
+    conn.execute_batch("BEGIN")?;
+    let mut st = conn.prepare("INSERT OR REPLACE INTO sources (id, name, description) VALUES (?, ?, ?)")?;
+    for (id, name, desc) in SOURCES {
+        st.execute(params![id, name, desc])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?, ?, ?, ?)")?;
+    for (s, o, name, _, desc) in OPS {
+        st.execute(params![s, o, name, desc])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO prev_states (code, name, description) VALUES (?, ?, ?)")?;
+    for (c, name, desc) in PREV_STATES {
+        st.execute(params![c, name, desc])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO memcpy_kinds (code, name) VALUES (?, ?)")?;
+    for (c, name) in MEMCPY_KINDS {
+        st.execute(params![c, name])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO cuda_errors (code, name) VALUES (?, ?)")?;
+    for (c, name) in CUDA_ERRORS {
+        st.execute(params![c, name])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO loss_kinds (name, description) VALUES (?, ?)")?;
+    for k in LossKind::ALL {
+        st.execute(params![k.as_str(), k.description()])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?, ?)")?;
+    for (k, v) in crate::schema::schema_info_rows() {
+        st.execute(params![k, v])?;
+    }
+    conn.execute_batch("COMMIT")
+}
+
+enum Msg {
+    Batch(Vec<Event>),
+    Stacks(Vec<StackRecord>),
+    ProcessName(u32, String, i64),
+    Flush(oneshot::Sender<Result<()>>),
+}
+
+/// [`EventSink`] over DuckDB: a writer thread behind a bounded queue.
+pub struct DuckDbSink {
+    tx: mpsc::Sender<Msg>,
+    losses: Losses,
+    thread: Option<std::thread::JoinHandle<Result<DuckDbWriter>>>,
+    path: PathBuf,
+}
+
+/// Batches the writer queue holds before `try_write_batch` starts dropping.
+const QUEUE_BATCHES: usize = 256;
+/// Most batches grouped into one append (one commit).
+const GROUP_BATCHES: usize = 256;
+
+impl DuckDbSink {
+    pub fn create(path: &Path, session: SessionInfo) -> Result<DuckDbSink> {
+        Self::with_queue(path, session, QUEUE_BATCHES)
+    }
+
+    /// Like [`DuckDbSink::create`] with a chosen queue depth (in batches).
+    pub fn with_queue(path: &Path, session: SessionInfo, batches: usize) -> Result<DuckDbSink> {
+        let mut writer = DuckDbWriter::create(path, &session)?;
+        let (tx, mut rx) = mpsc::channel::<Msg>(batches.max(1));
+        let losses: Losses = Arc::default();
+        let thread_losses = losses.clone();
+        let thread = std::thread::Builder::new().name("causeway-duckdb-writer".into()).spawn(move || {
+            let mut pending: Vec<Vec<Event>> = Vec::new();
+            while let Some(first) = rx.blocking_recv() {
+                let mut flushes = Vec::new();
+                let mut handle = |m: Msg, w: &mut DuckDbWriter, pending: &mut Vec<Vec<Event>>| -> Result<()> {
+                    match m {
+                        Msg::Batch(b) => pending.push(b),
+                        Msg::Stacks(s) => w.insert_stacks(&s)?,
+                        Msg::ProcessName(pid, name, at) => w.set_process_name(pid, &name, at)?,
+                        Msg::Flush(done) => flushes.push(done),
+                    }
+                    Ok(())
+                };
+                let mut result = handle(first, &mut writer, &mut pending);
+                while pending.len() < GROUP_BATCHES {
+                    match rx.try_recv() {
+                        Ok(m) => result = result.and(handle(m, &mut writer, &mut pending)),
+                        Err(_) => break,
+                    }
+                }
+                if !pending.is_empty() {
+                    if let Err(e) = writer.insert_batches(pending.iter().map(|b| b.as_slice())) {
+                        let mut l = thread_losses.lock().unwrap_or_else(|p| p.into_inner());
+                        for ev in pending.iter().flatten() {
+                            *l.entry((ev.source, LossKind::Write)).or_default() += 1;
+                        }
+                        tracing::error!("writing a batch to {} failed: {e}", writer.path().display());
+                        result = result.and(Err(e));
+                    }
+                    pending.clear();
+                }
+                if !flushes.is_empty() {
+                    let snapshot = thread_losses.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    let r = result.and_then(|_| writer.store_losses(&snapshot));
+                    for f in flushes {
+                        let _ = f.send(r.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
+                    }
+                }
+            }
+            Ok(writer)
+        })?;
+        Ok(DuckDbSink { tx, losses, thread: Some(thread), path: path.to_path_buf() })
+    }
+
+    fn gone(&self) -> StoreError {
+        StoreError::WriterGone(format!("writer thread for {} exited", self.path.display()))
+    }
+}
+
+#[async_trait::async_trait]
+impl EventSink for DuckDbSink {
+    async fn write_batch(&mut self, events: Vec<Event>) -> Result<()> {
+        self.tx.send(Msg::Batch(events)).await.map_err(|_| self.gone())
+    }
+
+    fn try_write_batch(&mut self, events: Vec<Event>) -> bool {
+        match self.tx.try_send(Msg::Batch(events)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(Msg::Batch(b)) | mpsc::error::TrySendError::Closed(Msg::Batch(b))) => {
+                let mut l = self.losses.lock().unwrap_or_else(|p| p.into_inner());
+                for e in &b {
+                    *l.entry((e.source, LossKind::SinkBackpressure)).or_default() += 1;
+                }
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> Result<()> {
+        self.tx.send(Msg::Stacks(stacks)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_process_name(&mut self, pid: u32, name: String, seen_at_ns: i64) -> Result<()> {
+        self.tx.send(Msg::ProcessName(pid, name, seen_at_ns)).await.map_err(|_| self.gone())
+    }
+
+    fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
+        if n > 0 {
+            *self.losses.lock().unwrap_or_else(|p| p.into_inner()).entry((source, kind)).or_default() += n;
+        }
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        let (done, wait) = oneshot::channel();
+        self.tx.send(Msg::Flush(done)).await.map_err(|_| self.gone())?;
+        wait.await.map_err(|_| self.gone())?
+    }
+
+    async fn finish(mut self: Box<Self>, stopped_at_ns: i64) -> Result<SinkSummary> {
+        self.flush().await?;
+        let thread = self.thread.take().expect("finish runs once");
+        let losses = self.losses.clone();
+        drop(self); // closes the queue: the writer thread returns its writer
+        tokio::task::spawn_blocking(move || -> Result<SinkSummary> {
+            let mut writer = thread.join().map_err(|_| StoreError::WriterGone("writer thread panicked".into()))??;
+            let snapshot = losses.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            writer.store_losses(&snapshot)?;
+            let events_written = writer.finish(stopped_at_ns)?;
+            Ok(SinkSummary {
+                events_written,
+                losses: snapshot.into_iter().map(|((s, k), n)| (s, k.as_str().to_string(), n)).collect(),
+            })
+        })
+        .await
+        .map_err(|e| StoreError::WriterGone(e.to_string()))?
+    }
+}

@@ -1,0 +1,391 @@
+//! One conformance suite for every storage engine: the same test functions run against SQLite
+//! always and DuckDB under the `duckdb` feature (`conformance!` below makes one module per engine),
+//! so a behaviour that differs fails the suite on that engine.
+//!
+//! Covered: write and read back exactly (ids, order, scheduler detail, stacks, names, losses,
+//! sessions), every typed query and its filters, the pushed-down or scanned duration summary
+//! against the Rust definition, the schema description, appending sessions, guarded SQL with its
+//! limits, and bad input (missing, empty, garbage files, directories, foreign files).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use causeway_backends::summary::{nearest_rank, summarize_by_scan};
+use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::*;
+use causeway_model::codes::{op, OpCode};
+use causeway_model::time::TimeWindow;
+use causeway_model::{Event, LossKind, SessionInfo};
+
+const N: usize = 20_000;
+
+fn session(at: i64) -> SessionInfo {
+    SessionInfo {
+        started_at_ns: at,
+        tool_version: "conformance".into(),
+        kernel: "6.18".into(),
+        hostname: "h".into(),
+        node: "n1".into(),
+        pid_filter: "4821".into(),
+        command: "python3 train.py".into(),
+        flags: "stacks=true".into(),
+        gpu_model: "H100".into(),
+        gpu_driver: "570".into(),
+        cuda_version: "12.8".into(),
+        ..Default::default()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn file(dir: &Path, b: Backend, name: &str) -> PathBuf {
+    dir.join(format!("{name}.{}", if b == Backend::DuckDb { "duckdb" } else { "db" }))
+}
+
+/// A finished trace of `N` synthetic events (written in chunks, not in time order), a stack, two
+/// process names and loss counters; returns the events as the store must give them back.
+fn write_trace(path: &Path, b: Backend, seed: u64) -> Vec<StoredEvent> {
+    let events = SyntheticTrace::new(seed, 1_000_000_000).take(N);
+    let summary = rt().block_on(async {
+        let mut sink = create_sink(path, session(1), Some(b)).unwrap();
+        for chunk in events.chunks(777) {
+            sink.write_batch(chunk.to_vec()).await.unwrap();
+        }
+        let stack = StackRecord { hash: 99, ips: "[\"0x1\"]".into(), frames: "[{\"s\":\"main+0x1\",\"f\":\"a.out\"}]".into() };
+        sink.write_stacks(vec![stack.clone(), stack]).await.unwrap();
+        sink.write_process_name(4821, "python3".into(), 5).await.unwrap();
+        sink.write_process_name(4821, "python3.12".into(), 6).await.unwrap();
+        sink.write_process_name(77, "backup-rsync".into(), 7).await.unwrap();
+        sink.add_loss(3, LossKind::RingReserve, 17);
+        sink.add_loss(1, LossKind::Decode, 2);
+        sink.flush().await.unwrap();
+        sink.add_loss(3, LossKind::RingReserve, 3);
+        sink.finish(2_000_000_000).await.unwrap()
+    });
+    assert_eq!(summary.events_written, N as u64);
+    let mut stored: Vec<StoredEvent> =
+        events.into_iter().enumerate().map(|(i, e)| StoredEvent { id: EventId::Int(i as i64 + 1), event: e }).collect();
+    stored.sort_by_key(|s| (s.event.ts_ns, s.id.clone()));
+    stored
+}
+
+fn filtered(all: &[StoredEvent], keep: impl Fn(&Event) -> bool) -> Vec<StoredEvent> {
+    all.iter().filter(|s| keep(&s.event)).cloned().collect()
+}
+
+pub fn write_read_back_exactly(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "t");
+    let expected = write_trace(&path, b, 3);
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names.len(), 1, "only the trace file is left: {names:?}");
+    let store = open_store(&path).unwrap();
+    assert_eq!(store.engine(), b.name());
+    let info = store.info();
+    assert_eq!(info.format, TraceFormat::Native { schema_version: 1 });
+    assert_eq!(info.events, N as u64);
+    assert_eq!(info.first_ns, expected[0].event.ts_ns);
+    assert_eq!(info.last_ns, expected.iter().map(|s| s.event.ts_ns).max().unwrap());
+    assert!(info.missing.is_empty(), "{:?}", info.missing);
+    assert!(!info.sampled);
+    for t in ["events", "sessions", "stack_traces", "process_names", "loss_counters", "ops", "sources", "loss_kinds"] {
+        assert!(info.has_table(t), "{t} missing");
+    }
+    for c in ["id", "timestamp", "duration", "prev_state", "next_comm", "waker_tid", "session_id", "node"] {
+        assert!(info.has_column(c), "{c} missing");
+    }
+    let back = store.events(&EventFilter::default()).unwrap();
+    assert_eq!(back.len(), expected.len());
+    assert_eq!(back, expected, "events, ids and order");
+    assert!(back.iter().any(|e| e.event.sched.is_some()), "scheduler detail round-trips");
+    let stacks = store.stacks(&[99, 5]).unwrap();
+    assert_eq!(stacks.len(), 1);
+    assert_eq!(stacks[&99].ips, "[\"0x1\"]");
+    assert!(stacks[&99].frames.contains("main+0x1"));
+    let names = store.process_names().unwrap();
+    assert_eq!(names, BTreeMap::from([(77, "backup-rsync".to_string()), (4821, "python3.12".to_string())]));
+    let mut losses = store.loss_counters().unwrap();
+    losses.sort_by_key(|l| (l.source, l.kind.as_str()));
+    let got: Vec<(u8, LossKind, u64)> = losses.iter().map(|l| (l.source, l.kind, l.count)).collect();
+    assert_eq!(got, vec![(1, LossKind::Decode, 2), (3, LossKind::RingReserve, 20)]);
+    let sessions = store.sessions().unwrap();
+    assert_eq!(sessions.len(), 1);
+    let mut want = session(1);
+    want.id = sessions[0].id;
+    want.stopped_at_ns = 2_000_000_000;
+    assert_eq!(sessions[0], want);
+    assert!(store.aggregates(&TimeWindow::default()).unwrap().is_empty(), "native traces have no aggregates");
+}
+
+pub fn typed_queries_and_filters(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "t");
+    let all = write_trace(&path, b, 5);
+    let store = open_store(&path).unwrap();
+    let (first, last) = (store.info().first_ns, store.info().last_ns);
+    let mid = first + (last - first) / 2;
+    let pid = all[N / 2].event.pid;
+    let tids: Vec<u32> = all.iter().map(|s| s.event.tid).take(3).collect();
+    let window = TimeWindow { from_ns: Some(first + (last - first) / 4), to_ns: Some(mid) };
+    let ops = vec![op::CUDA_LAUNCH_KERNEL, op::SCHED_SWITCH];
+    let cases: Vec<(&str, EventFilter, Vec<StoredEvent>)> = vec![
+        ("all", EventFilter::default(), all.clone()),
+        (
+            "window",
+            EventFilter::window(window),
+            filtered(&all, |e| e.ts_ns >= window.from_ns.unwrap() && e.ts_ns <= mid),
+        ),
+        ("from only", EventFilter::window(TimeWindow { from_ns: Some(mid), to_ns: None }), filtered(&all, |e| e.ts_ns >= mid)),
+        ("pid", EventFilter { pid: Some(pid), ..Default::default() }, filtered(&all, |e| e.pid == pid)),
+        (
+            "tids",
+            EventFilter { tids: Some(tids.clone()), ..Default::default() },
+            filtered(&all, |e| tids.contains(&e.tid)),
+        ),
+        ("no tids", EventFilter { tids: Some(vec![]), ..Default::default() }, vec![]),
+        ("sources", EventFilter { sources: Some(vec![3]), ..Default::default() }, filtered(&all, |e| e.source == 3)),
+        (
+            "ops",
+            EventFilter { ops: Some(ops.clone()), ..Default::default() },
+            filtered(&all, |e| ops.contains(&OpCode::new(e.source, e.op))),
+        ),
+        ("no ops", EventFilter { ops: Some(vec![]), ..Default::default() }, vec![]),
+        (
+            "everything",
+            EventFilter { window, pid: Some(pid), tids: None, sources: Some(vec![1, 3, 4]), ops: Some(ops.clone()) },
+            filtered(&all, |e| {
+                e.ts_ns >= window.from_ns.unwrap()
+                    && e.ts_ns <= mid
+                    && e.pid == pid
+                    && [1, 3, 4].contains(&e.source)
+                    && ops.contains(&OpCode::new(e.source, e.op))
+            }),
+        ),
+    ];
+    for (what, f, want) in cases {
+        assert!(what.starts_with("no") || !want.is_empty() || what == "everything", "{what}: empty fixture");
+        assert_eq!(store.events(&f).unwrap(), want, "events: {what}");
+        let mut rows = Vec::new();
+        let n = store.scan_durations(&f, &mut |r| rows.push(*r)).unwrap();
+        assert_eq!(n as usize, want.len(), "scan count: {what}");
+        rows.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
+        let mut w: Vec<DurationRow> = want
+            .iter()
+            .map(|s| DurationRow { op: OpCode::new(s.event.source, s.event.op), pid: s.event.pid, ts_ns: s.event.ts_ns, dur_ns: s.event.dur_ns })
+            .collect();
+        w.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
+        assert_eq!(rows, w, "scan rows: {what}");
+        let pm = [1, 500, 900, 950, 990, 1000];
+        let pushed = store.duration_summary(&f, &pm, true).unwrap();
+        let scanned = summarize_by_scan(store.as_ref(), &f, &pm, true).unwrap();
+        assert_eq!(pushed, scanned, "duration summary: {what}");
+    }
+    // events_by_id: found ones in id order, unknown and text ids absent.
+    let ids = vec![EventId::Int(7), EventId::Int(3), EventId::Int(N as i64 + 50), EventId::Text("n:1".into())];
+    let mut got = store.events_by_id(&ids).unwrap();
+    got.sort_by_key(|s| s.id.clone());
+    let mut want: Vec<StoredEvent> = all.iter().filter(|s| [EventId::Int(3), EventId::Int(7)].contains(&s.id)).cloned().collect();
+    want.sort_by_key(|s| s.id.clone());
+    assert_eq!(got, want);
+    assert!(store.events_by_id(&[]).unwrap().is_empty());
+}
+
+pub fn summary_is_nearest_rank(b: Backend) {
+    // Durations 1..=20 of one op: p95 is rank 19 (integer ceil), which float arithmetic gets wrong.
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "r");
+    let events: Vec<Event> = (1..=20)
+        .map(|i| Event { ts_ns: 1_000 + i, dur_ns: i * 1000, pid: 1, tid: 1, source: 1, op: 1, cpu: 0, ..Default::default() })
+        .collect();
+    rt().block_on(async {
+        let mut sink = create_sink(&path, session(1), Some(b)).unwrap();
+        sink.write_batch(events).await.unwrap();
+        sink.finish(5).await.unwrap();
+    });
+    let store = open_store(&path).unwrap();
+    let s = store.duration_summary(&EventFilter::default(), &[500, 900, 950, 990], false).unwrap();
+    assert_eq!(s.events, 20);
+    assert_eq!((s.first_ns, s.last_ns), (1_001, 1_020));
+    assert_eq!(s.ops.len(), 1);
+    assert_eq!(s.ops[0].percentiles, vec![10_000, 18_000, 19_000, 20_000]);
+    assert_eq!(s.ops[0].sum_ns, 210_000);
+    let sorted: Vec<i64> = (1..=20).map(|i| i * 1000).collect();
+    assert_eq!(nearest_rank(&sorted, 950), Some(19_000));
+    let empty = store
+        .duration_summary(&EventFilter::window(TimeWindow { from_ns: Some(5_000), to_ns: None }), &[500], true)
+        .unwrap();
+    assert_eq!(empty, summary::DurationSummary::default());
+}
+
+pub fn schema_description(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "t");
+    write_trace(&path, b, 7);
+    let store = open_store(&path).unwrap();
+    let d = store.describe_schema().unwrap();
+    assert_eq!(d.engine, b.name());
+    assert_eq!(d.format, TraceFormat::Native { schema_version: 1 });
+    let events = d.tables.iter().find(|t| t.name == "events").expect("events described");
+    assert_eq!(events.rows, N as u64);
+    assert!(!events.meaning.is_empty());
+    let cols: Vec<&str> = events.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(cols.len(), 29, "{cols:?}");
+    assert!(events.columns.iter().find(|c| c.name == "timestamp").is_some_and(|c| !c.meaning.is_empty()));
+    let names: Vec<&str> = d.tables.iter().map(|t| t.name.as_str()).collect();
+    for t in ["loss_counters", "ops", "process_names", "sessions", "stack_traces"] {
+        assert!(names.contains(&t), "{t} not described: {names:?}");
+    }
+    assert_eq!(d.tables.iter().find(|t| t.name == "process_names").unwrap().rows, 2);
+    let launch = d.codes.iter().find(|c| c.source == 1 && c.name == "cudaLaunchKernel").expect("code described");
+    assert!(launch.events > 0);
+    assert_eq!(d.codes.iter().map(|c| c.events).sum::<u64>(), N as u64);
+}
+
+pub fn sessions_append(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "t");
+    for i in 0..3i64 {
+        rt().block_on(async {
+            let mut sink = create_sink(&path, session(10 + i), Some(b)).unwrap();
+            sink.write_batch(SyntheticTrace::new(i as u64, 1_000 + i * 1_000_000_000).take(100)).await.unwrap();
+            sink.add_loss(1, LossKind::SinkBackpressure, 1);
+            sink.finish(20 + i).await.unwrap();
+        });
+    }
+    let store = open_store(&path).unwrap();
+    assert_eq!(store.info().events, 300);
+    let s = store.sessions().unwrap();
+    assert_eq!(s.iter().map(|s| (s.started_at_ns, s.stopped_at_ns)).collect::<Vec<_>>(), vec![(10, 20), (11, 21), (12, 22)]);
+    let ids: std::collections::BTreeSet<i64> = s.iter().map(|s| s.id).collect();
+    assert_eq!(ids.len(), 3, "distinct session ids");
+    let l = store.loss_counters().unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!((l[0].source, l[0].kind, l[0].count), (1, LossKind::SinkBackpressure, 3), "summed over sessions");
+    let all = store.events(&EventFilter::default()).unwrap();
+    let ids: std::collections::BTreeSet<EventId> = all.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids.len(), 300, "ids stay unique across sessions");
+}
+
+pub fn guarded_sql_and_limits(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "t");
+    write_trace(&path, b, 9);
+    let before = std::fs::read(&path).unwrap();
+    let store = open_store(&path).unwrap();
+    let q = |sql: &str, l: &QueryLimits| store.query(sql, l);
+    let r = q("SELECT count(*) AS n FROM events", &QueryLimits::default()).unwrap();
+    assert_eq!(r.columns, vec!["n"]);
+    assert_eq!(r.rows, vec![vec![serde_json::json!(N)]]);
+    let r = q(
+        "SELECT o.name, count(*) AS n, sum(e.duration) AS total FROM events e JOIN ops o ON o.source_id = e.source \
+         AND o.op_id = e.op GROUP BY o.name ORDER BY n DESC, o.name",
+        &QueryLimits::default(),
+    )
+    .unwrap();
+    assert!(!r.truncated && !r.rows.is_empty());
+    assert!(r.rows[0][2].is_i64(), "sums are integers: {:?}", r.rows[0]);
+    let r = q("SELECT id, timestamp, comm FROM events ORDER BY timestamp, id", &QueryLimits::with_rows(10)).unwrap();
+    assert_eq!((r.rows.len(), r.truncated), (10, true));
+    assert_eq!(r.rows[0][0], serde_json::json!(store.events(&EventFilter::default()).unwrap()[0].id.to_string().parse::<i64>().unwrap()));
+    let tiny = QueryLimits { max_bytes: 300, ..Default::default() };
+    let r = q("SELECT * FROM events", &tiny).unwrap();
+    assert!(r.truncated && r.rows.len() < 5, "byte cap");
+    let r = q("SELECT * FROM events WHERE pid = -1", &QueryLimits::default()).unwrap();
+    assert!(r.rows.is_empty() && !r.truncated && r.columns.len() == 29);
+    for bad in ["DELETE FROM events", "DROP TABLE events", "SELECT 1; SELECT 2", "ATTACH 'x.db' AS x", "PRAGMA writable_schema=1"] {
+        match q(bad, &QueryLimits::default()) {
+            Err(StoreError::Refused(_)) => {}
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    assert!(matches!(q("SELECT nosuchcolumn FROM events", &QueryLimits::default()), Err(StoreError::Query(_))));
+    let slow = QueryLimits { timeout_ms: 300, ..Default::default() };
+    let t = std::time::Instant::now();
+    let heavy = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c, events";
+    assert!(q(heavy, &slow).is_err(), "stopped");
+    assert!(t.elapsed().as_secs() < 5, "stopped in time: {:?}", t.elapsed());
+    let cancel = causeway_backends::guard::QueryCancel::new();
+    cancel.cancel();
+    let r = q("SELECT count(*) FROM events", &QueryLimits::default().cancellable(&cancel));
+    assert!(matches!(r, Err(StoreError::Query(ref m)) if m.contains("cancel")), "{r:?}");
+    drop(store);
+    assert_eq!(std::fs::read(&path).unwrap(), before, "queries leave the file byte-identical");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no file appeared beside the trace");
+}
+
+pub fn bad_input(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = file(dir.path(), b, "missing");
+    assert!(matches!(open_store(&missing).err(), Some(StoreError::NotFound(_))));
+    let empty = file(dir.path(), b, "empty");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(open_store(&empty).err(), Some(StoreError::NotATrace { .. })));
+    let garbage = file(dir.path(), b, "garbage");
+    std::fs::write(&garbage, vec![0x5au8; 70_000]).unwrap();
+    assert!(matches!(open_store(&garbage).err(), Some(StoreError::NotATrace { .. })));
+    let sub = dir.path().join(format!("d.{}", if b == Backend::DuckDb { "duckdb" } else { "db" }));
+    std::fs::create_dir(&sub).unwrap();
+    assert!(matches!(open_store(&sub).err(), Some(StoreError::NotATrace { .. })));
+    // Writing into something that is not one of our traces is refused, and the file is untouched.
+    let before = std::fs::read(&garbage).unwrap();
+    assert!(create_sink(&garbage, session(1), Some(b)).is_err());
+    assert_eq!(std::fs::read(&garbage).unwrap(), before);
+    // Every error is one line.
+    for p in [&missing, &empty, &garbage] {
+        let msg = open_store(p).err().unwrap().to_string();
+        assert!(!msg.contains('\n') && msg.contains(&*p.file_name().unwrap().to_string_lossy()), "{msg}");
+    }
+}
+
+macro_rules! conformance {
+    ($engine:ident, $backend:expr) => {
+        mod $engine {
+            use super::*;
+            const B: Backend = $backend;
+            #[test]
+            fn write_read_back_exactly() {
+                super::write_read_back_exactly(B)
+            }
+            #[test]
+            fn typed_queries_and_filters() {
+                super::typed_queries_and_filters(B)
+            }
+            #[test]
+            fn summary_is_nearest_rank() {
+                super::summary_is_nearest_rank(B)
+            }
+            #[test]
+            fn schema_description() {
+                super::schema_description(B)
+            }
+            #[test]
+            fn sessions_append() {
+                super::sessions_append(B)
+            }
+            #[test]
+            fn guarded_sql_and_limits() {
+                super::guarded_sql_and_limits(B)
+            }
+            #[test]
+            fn bad_input() {
+                super::bad_input(B)
+            }
+        }
+    };
+}
+
+conformance!(sqlite, Backend::Sqlite);
+#[cfg(feature = "duckdb")]
+conformance!(duckdb, Backend::DuckDb);
+
+/// Without the feature, DuckDB files are refused with a message that says how to get the engine.
+#[cfg(not(feature = "duckdb"))]
+#[test]
+fn duckdb_needs_the_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.duckdb");
+    let e = create_sink(&p, session(1), None).err().expect("refused").to_string();
+    assert!(e.contains("duckdb` feature"), "{e}");
+}
