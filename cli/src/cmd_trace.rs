@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use causeway_backends::SqliteSink;
+use causeway_backends::Backend;
 use causeway_model::time::{fmt_ns, parse_duration_ns};
 use causeway_model::SessionInfo;
 use causeway_probes::{LiveStats, TraceOptions};
@@ -15,12 +15,12 @@ use crate::table::Table;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Trace database to write (default: causeway-<unix time>.db in the current directory).
+    /// Trace database to write (default: causeway-<unix time>.db, or .duckdb with --backend duckdb).
     #[arg(long)]
     pub db: Option<PathBuf>,
-    /// Storage engine.
-    #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "duckdb"])]
-    pub backend: String,
+    /// Storage engine (default: by the --db extension, `.duckdb` = duckdb, else sqlite).
+    #[arg(long, value_parser = ["sqlite", "duckdb"])]
+    pub backend: Option<String>,
     /// Process to trace (repeatable); its children are followed.
     #[arg(long = "pid")]
     pub pids: Vec<u32>,
@@ -45,10 +45,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    let backend = match (&args.backend, &args.db) {
+        (Some(b), _) => Backend::parse(b)?,
+        (None, Some(db)) => Backend::for_path(db),
+        (None, None) => Backend::Sqlite,
+    };
     anyhow::ensure!(
-        args.backend == "sqlite",
-        "--backend {}: this build writes traces with sqlite only",
-        args.backend
+        backend.available(),
+        "--backend {}: this build has no {} engine (build with --features duckdb)",
+        backend.name(),
+        backend.name()
     );
     anyhow::ensure!(
         !args.pids.is_empty() || !args.command.is_empty(),
@@ -64,7 +70,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let db = args
         .db
         .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("causeway-{}.db", now.as_secs())));
+        .unwrap_or_else(|| {
+            let ext = if backend == Backend::DuckDb { "duckdb" } else { "db" };
+            PathBuf::from(format!("causeway-{}.{ext}", now.as_secs()))
+        });
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .unwrap_or_default()
@@ -87,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         flags: format!("stacks={} host={}", args.stacks, !args.no_host),
         ..Default::default()
     };
-    let sink = SqliteSink::create(&db, session)?;
+    let sink = causeway_backends::create_sink(&db, session, Some(backend))?;
     let opts = TraceOptions {
         pids: args.pids.clone(),
         command: args.command.clone(),
@@ -114,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
             stop.store(true, Ordering::Relaxed);
         });
-        causeway_probes::trace(opts, Box::new(sink), move |s| show(s, json)).await
+        causeway_probes::trace(opts, sink, move |s| show(s, json)).await
     })?;
 
     let lost = report.lost();

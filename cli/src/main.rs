@@ -3,6 +3,7 @@
 //! error into one line on stderr and a non-zero exit.
 
 mod cmd_check;
+mod cmd_convert;
 mod cmd_demo;
 mod cmd_explain;
 mod cmd_mcp;
@@ -42,6 +43,8 @@ enum Command {
     Check(cmd_check::Args),
     /// The MCP server for agents (Claude Code, Cursor, ollmcp): tools, prompts, resources over stdio or HTTP.
     Mcp(cmd_mcp::Args),
+    /// Convert a trace (Ingero DB, native SQLite or DuckDB) into a new native SQLite or DuckDB trace.
+    Convert(cmd_convert::Args),
 }
 
 fn main() {
@@ -62,6 +65,7 @@ fn main() {
         Command::Mcp(a) => cmd_mcp::run(a),
         Command::Trace(a) => cmd_trace::run(a),
         Command::Check(a) => cmd_check::run(a),
+        Command::Convert(a) => cmd_convert::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
