@@ -4,7 +4,8 @@
 //! on each, and the ratio of every figure to SQLite. Prints one table.
 //!
 //! `cargo bench -p causeway-analysis --features duckdb --bench engines` (without the feature only
-//! SQLite runs). `CAUSEWAY_BENCH_SIZES=1000000,10000000` chooses the sizes.
+//! SQLite runs). `CAUSEWAY_BENCH_SIZES=1000000,10000000` chooses the sizes; `CAUSEWAY_BENCH_KEEP=DIR`
+//! writes the traces into DIR and leaves them there (to profile `causeway explain` on them).
 
 use std::path::Path;
 use std::time::Instant;
@@ -98,7 +99,9 @@ fn measure(dir: &Path, backend: Backend, n: usize) -> Row {
     let explain_mib = vm_kib("VmHWM:") as f64 / 1024.0;
     eprintln!("  {} {n}: {} chains; verdict: {}", backend.name(), e.chains_total, e.verdict.chars().take(80).collect::<String>());
     drop(store);
-    let _ = std::fs::remove_file(&path);
+    if std::env::var_os("CAUSEWAY_BENCH_KEEP").is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
     Row { backend, n, write_s, size, stats_s, stats_mib, explain_s, explain_mib }
 }
 
@@ -108,12 +111,23 @@ fn main() {
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
     let backends: Vec<Backend> = [Backend::Sqlite, Backend::DuckDb].into_iter().filter(|b| b.available()).collect();
-    let dir = tempfile::tempdir_in(std::env::temp_dir()).expect("tempdir");
+    let tmp = tempfile::tempdir_in(std::env::temp_dir()).expect("tempdir");
+    let keep = std::env::var_os("CAUSEWAY_BENCH_KEEP").map(std::path::PathBuf::from);
+    if let Some(k) = &keep {
+        std::fs::create_dir_all(k).expect("CAUSEWAY_BENCH_KEEP");
+        for b in &backends {
+            for n in &sizes {
+                let ext = if *b == Backend::DuckDb { "duckdb" } else { "db" };
+                let _ = std::fs::remove_file(k.join(format!("bench-{n}.{ext}")));
+            }
+        }
+    }
+    let dir = keep.as_deref().unwrap_or(tmp.path());
     let mut rows = Vec::new();
     for &n in &sizes {
         for &b in &backends {
             eprintln!("{} events into {}...", n, b.name());
-            rows.push(measure(dir.path(), b, n));
+            rows.push(measure(dir, b, n));
         }
     }
     println!();

@@ -26,7 +26,7 @@ use causeway_backends::EventId;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::{PrevState, SchedDetail};
 
-use crate::stats::nearest_rank;
+use crate::stats::nearest_ranks_unsorted;
 
 /// Calls shorter than this are never slow (launches take microseconds; only stalls matter).
 pub const SLOW_FLOOR_NS: i64 = 100_000;
@@ -209,24 +209,85 @@ pub fn overlap(a0: i64, a1: i64, b0: i64, b1: i64) -> i64 {
     (a1.min(b1) - a0.max(b0)).max(0)
 }
 
-/// Marks nested calls: `nested[i]` is true when `calls[i]` lies inside another GPU call of the same
-/// thread. `calls` must all come from the same window.
-pub fn nested_flags(calls: &[Call]) -> Vec<bool> {
-    let mut order: Vec<usize> = (0..calls.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (x, y) = (&calls[a], &calls[b]);
-        (x.tid, x.ts, std::cmp::Reverse(x.dur), x.op.source, &x.id).cmp(&(y.tid, y.ts, std::cmp::Reverse(y.dur), y.op.source, &y.id))
-    });
-    let mut nested = vec![false; calls.len()];
-    let mut current: Option<(u32, i64)> = None; // (tid, max end so far)
-    for i in order {
-        let c = &calls[i];
-        match current {
-            Some((tid, max_end)) if tid == c.tid => {
-                nested[i] = max_end >= c.end();
-                current = Some((tid, max_end.max(c.end())));
+/// The calls of each thread in the order in which a call's enclosing call comes first: by
+/// timestamp, longest first, runtime before driver, then id. Built once per analysis and shared by
+/// [`nested_flags`] and the gap detector. It holds compact copies of the times, laid out thread
+/// after thread, so that the per-thread passes read memory in sequence; linear on time-sorted input.
+pub struct ThreadOrder {
+    /// Thread after thread (ascending tid), each in order.
+    pub spans: Vec<CallSpan>,
+    /// `(tid, range of spans)` per thread, ascending tid.
+    pub threads: Vec<(u32, std::ops::Range<usize>)>,
+}
+
+/// The times of one call and its index in the calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSpan {
+    pub ts: i64,
+    pub dur: i64,
+    pub idx: u32,
+    pub source: u8,
+}
+
+impl CallSpan {
+    pub fn end(&self) -> i64 {
+        self.ts.saturating_add(self.dur)
+    }
+}
+
+impl ThreadOrder {
+    pub fn of(calls: &[Call]) -> ThreadOrder {
+        // Threads are few: a sorted list and binary searches beat hashing and sorting every call.
+        let mut tids: Vec<u32> = Vec::new();
+        for c in calls {
+            if let Err(at) = tids.binary_search(&c.tid) {
+                tids.insert(at, c.tid);
             }
-            _ => current = Some((c.tid, c.end())),
+        }
+        let slots: Vec<u32> = calls.iter().map(|c| tids.binary_search(&c.tid).unwrap_or(0) as u32).collect();
+        let mut start = vec![0usize; tids.len() + 1];
+        for &s in &slots {
+            start[s as usize + 1] += 1;
+        }
+        for i in 1..start.len() {
+            start[i] += start[i - 1];
+        }
+        // A counting sort by thread keeps each thread's calls in input order...
+        let mut next = start.clone();
+        let mut spans = vec![CallSpan { ts: 0, dur: 0, idx: 0, source: 0 }; calls.len()];
+        for (i, (c, &s)) in calls.iter().zip(&slots).enumerate() {
+            let s = s as usize;
+            spans[next[s]] = CallSpan { ts: c.ts, dur: c.dur, idx: i as u32, source: c.op.source };
+            next[s] += 1;
+        }
+        // ...and a stable sort per thread, nearly free on time-sorted input, puts them in order.
+        let threads: Vec<(u32, std::ops::Range<usize>)> =
+            tids.iter().enumerate().map(|(i, &t)| (t, start[i]..start[i + 1])).collect();
+        for (_, r) in &threads {
+            spans[r.clone()].sort_by(|x, y| {
+                (x.ts, std::cmp::Reverse(x.dur), x.source)
+                    .cmp(&(y.ts, std::cmp::Reverse(y.dur), y.source))
+                    .then_with(|| calls[x.idx as usize].id.cmp(&calls[y.idx as usize].id))
+            });
+        }
+        ThreadOrder { spans, threads }
+    }
+
+    /// Each thread's tid and its calls, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &[CallSpan])> {
+        self.threads.iter().map(|(t, r)| (*t, &self.spans[r.clone()]))
+    }
+}
+
+/// Marks nested calls: `nested[i]` is true when `calls[i]` lies inside another GPU call of the same
+/// thread. `calls` must all come from the same window; `order` is [`ThreadOrder::of`] them.
+pub fn nested_flags(calls: &[Call], order: &ThreadOrder) -> Vec<bool> {
+    let mut nested = vec![false; calls.len()];
+    for (_, spans) in order.iter() {
+        let mut max_end = i64::MIN;
+        for s in spans {
+            nested[s.idx as usize] = max_end >= s.end();
+            max_end = max_end.max(s.end());
         }
     }
     nested
@@ -242,10 +303,10 @@ pub struct OpDistribution {
 }
 
 impl OpDistribution {
+    /// The figures of unsorted durations (reordered in place).
     pub fn from_durations(durations: &mut [i64]) -> OpDistribution {
-        durations.sort_unstable();
-        let p = |pm| nearest_rank(durations, pm).unwrap_or(0);
-        OpDistribution { count: durations.len(), p50: p(500), p90: p(SLOW_PER_MILLE), p99: p(990) }
+        let p = nearest_ranks_unsorted(durations, &[500, SLOW_PER_MILLE, 990]).unwrap_or_else(|| vec![0; 3]);
+        OpDistribution { count: durations.len(), p50: p[0], p90: p[1], p99: p[2] }
     }
 
     /// The slow-call threshold: `max(p90, 2 * p50, floor)`.
@@ -405,7 +466,7 @@ mod tests {
             call(4, 1, 1, 3, 200, 10),  // later, top-level
             call(5, 1, 4, 1, 200, 10),  // identical span, driver: nested (source order)
         ];
-        assert_eq!(nested_flags(&calls), vec![false, true, false, false, true]);
+        assert_eq!(nested_flags(&calls, &ThreadOrder::of(&calls)), vec![false, true, false, false, true]);
     }
 
     #[test]

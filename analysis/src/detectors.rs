@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use causeway_backends::EventId;
 use causeway_model::codes::{op, OpCode};
 
-use crate::attribution::Call;
-use crate::stats::nearest_rank;
+use crate::attribution::{Call, ThreadOrder};
+use crate::stats::{nearest_rank, nearest_ranks_unsorted};
 
 /// A gap between GPU calls of one thread is long when it is at least this...
 pub const GAP_FLOOR_NS: i64 = 10_000_000;
@@ -64,34 +64,41 @@ pub struct Gap {
 
 /// Long gaps per thread (see [`GAP_FLOOR_NS`]): gaps are measured from the latest end of all earlier
 /// GPU calls of the thread (order: ts, dur desc, source, id) to the next call's start.
-pub fn long_gaps(calls: &[Call]) -> Vec<Gap> {
-    let mut by_tid: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
-    for c in calls {
-        by_tid.entry(c.tid).or_default().push(c);
-    }
+pub fn long_gaps(calls: &[Call], order: &ThreadOrder) -> Vec<Gap> {
     let mut out = Vec::new();
-    for (tid, mut cs) in by_tid {
-        cs.sort_by(|x, y| (x.ts, std::cmp::Reverse(x.dur), x.op.source, &x.id).cmp(&(y.ts, std::cmp::Reverse(y.dur), y.op.source, &y.id)));
-        let mut gaps = Vec::new();
-        let mut prev: Option<(i64, &EventId)> = None;
-        for c in cs {
-            if let Some((pe, pid_)) = prev {
-                if c.ts > pe {
-                    gaps.push(Gap { pid: c.pid, tid, start: pe, end: c.ts, after: pid_.clone(), before: c.id.clone() });
+    // (start, end, index of the call that opens it, index of the call that closes it)
+    let mut gaps: Vec<(i64, i64, usize, usize)> = Vec::new();
+    let mut sizes: Vec<i64> = Vec::new();
+    for (tid, spans) in order.iter() {
+        gaps.clear();
+        let mut prev: Option<(i64, usize)> = None;
+        for c in spans {
+            let i = c.idx as usize;
+            match prev {
+                Some((pe, pi)) => {
+                    if c.ts > pe {
+                        gaps.push((pe, c.ts, pi, i));
+                    }
+                    if c.end() > pe {
+                        prev = Some((c.end(), i));
+                    }
                 }
-                if c.end() > pe {
-                    prev = Some((c.end(), &c.id));
-                }
-            } else {
-                prev = Some((c.end(), &c.id));
+                None => prev = Some((c.end(), i)),
             }
         }
-        let mut sizes: Vec<i64> = gaps.iter().map(|g| g.end - g.start).collect();
-        sizes.sort_unstable();
-        let Some(p50) = nearest_rank(&sizes, 500) else { continue };
-        let p75 = nearest_rank(&sizes, 750).unwrap_or(0);
+        sizes.clear();
+        sizes.extend(gaps.iter().map(|g| g.1 - g.0));
+        let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
+        let (p50, p75) = (p[0], p[1]);
         let threshold = GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
-        out.extend(gaps.into_iter().filter(|g| g.end - g.start >= threshold));
+        out.extend(gaps.iter().filter(|g| g.1 - g.0 >= threshold).map(|&(start, end, a, b)| Gap {
+            pid: calls[b].pid,
+            tid,
+            start,
+            end,
+            after: calls[a].id.clone(),
+            before: calls[b].id.clone(),
+        }));
     }
     out
 }
@@ -294,7 +301,7 @@ mod tests {
         calls.push(c(100, 1, op::CUDA_STREAM_SYNC, 20 * ms, 5 * ms));
         calls.push(c(101, 1, op::CU_CTX_SYNCHRONIZE, 20 * ms + 10, ms));
         calls.push(c(102, 1, op::CUDA_LAUNCH_KERNEL, 75 * ms, 10_000));
-        let gaps = long_gaps(&calls);
+        let gaps = long_gaps(&calls, &ThreadOrder::of(&calls));
         assert_eq!(gaps.len(), 1);
         assert_eq!((gaps[0].start, gaps[0].end), (25 * ms, 75 * ms));
         assert_eq!(gaps[0].after, EventId::Int(100));

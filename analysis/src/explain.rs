@@ -112,7 +112,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state") };
     let mut names = Names { processes: store.process_names()?, ..Default::default() };
     let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
-    let nested = attr::nested_flags(&calls);
+    let by_thread = attr::ThreadOrder::of(&calls);
+    let nested = attr::nested_flags(&calls, &by_thread);
     let mut dists: BTreeMap<OpCode, Vec<i64>> = BTreeMap::new();
     for c in &calls {
         dists.entry(c.op).or_default().push(c.dur);
@@ -121,7 +122,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         dists.into_iter().map(|(op, mut d)| (op, OpDistribution::from_durations(&mut d))).collect();
     let slow: Vec<usize> =
         (0..calls.len()).filter(|&i| !nested[i] && calls[i].dur >= dists[&calls[i].op].slow_threshold()).collect();
-    let gaps = detectors::long_gaps(&calls);
+    let gaps = detectors::long_gaps(&calls, &by_thread);
 
     let mut spans = Spans::default();
     for &i in &slow {

@@ -18,7 +18,7 @@ pub const PERCENTILES: [u32; 4] = [500, 900, 950, 990];
 /// Nearest-rank percentile of an ascending slice: the value at 1-based rank `ceil(per_mille * n / 1000)`
 /// (rank at least 1). `None` for an empty slice. The one definition lives in the storage layer, so
 /// engines that compute percentiles themselves (DuckDB) use the same one.
-pub use causeway_backends::summary::{nearest_rank, nearest_rank_sql};
+pub use causeway_backends::summary::{nearest_rank, nearest_rank_sql, nearest_ranks_unsorted};
 
 /// Figures for one (source, op) [and pid]. `*_us` are ns / 1000, exact to 0.001.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]

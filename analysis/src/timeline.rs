@@ -202,7 +202,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
     }
     for (tid, calls) in calls_of {
         let only: Vec<Call> = calls.iter().map(|c| c.1.clone()).collect();
-        let nested = attribution::nested_flags(&only);
+        let nested = attribution::nested_flags(&only, &attribution::ThreadOrder::of(&only));
         let t = threads.get_mut(&tid).expect("thread exists");
         for ((i, _), n) in calls.iter().zip(nested) {
             t.entries[*i].depth = u8::from(n);

@@ -1,7 +1,9 @@
 //! Loading what attribution needs from a [`TraceStore`], in bounded memory: the GPU calls of the
 //! window, then only the scheduler rows, page allocations and block requests that touch a slow call
-//! or a long gap. Reads go in time slices so that a ten-million-event trace never sits in memory as
-//! full events.
+//! or a long gap. GPU calls and page allocations are read as
+//! [`SlimEvent`](causeway_backends::SlimEvent)s (integers only), other
+//! events are streamed from the engine, so a ten-million-event trace never sits in memory as full
+//! events.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -12,39 +14,13 @@ use causeway_model::time::TimeWindow;
 use crate::attribution::{is_gpu_call_source, Call, Coverage, OffCpu, GPU_CALL_SOURCES};
 use crate::AnalysisError;
 
-/// Events per time slice we aim for when reading.
-const EVENTS_PER_SLICE: u64 = 250_000;
-
-/// Calls `f` for every event matching `filter`, reading the store in time slices.
+/// Calls `f` for every event matching `filter`, in time order, streamed from the store.
 pub fn for_each_event(
     store: &dyn TraceStore,
     filter: &EventFilter,
     f: &mut dyn FnMut(StoredEvent),
 ) -> Result<(), AnalysisError> {
-    let info = store.info();
-    if info.events == 0 {
-        return Ok(());
-    }
-    let from = filter.window.from_ns.unwrap_or(info.first_ns).max(info.first_ns);
-    let to = filter.window.to_ns.unwrap_or(info.last_ns).min(info.last_ns);
-    if from > to {
-        return Ok(());
-    }
-    let slices = info.events.div_ceil(EVENTS_PER_SLICE).max(1) as i64;
-    let step = ((to - from) / slices).max(1);
-    let mut a = from;
-    while a <= to {
-        let b = if to - a <= step { to } else { a + step - 1 };
-        let mut slice = filter.clone();
-        slice.window = TimeWindow { from_ns: Some(a), to_ns: Some(b) };
-        for e in store.events(&slice)? {
-            f(e);
-        }
-        if b == to {
-            break;
-        }
-        a = b + 1;
-    }
+    store.scan_events(filter, f)?;
     Ok(())
 }
 
@@ -97,28 +73,29 @@ impl Names {
 /// The GPU calls of the scope, sorted by (ts, id), and the thread names seen on them.
 pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, names: &mut Names) -> Result<Vec<Call>, AnalysisError> {
     let filter = EventFilter { window, pid, sources: Some(GPU_CALL_SOURCES.to_vec()), ..Default::default() };
-    let mut calls = Vec::new();
-    for_each_event(store, &filter, &mut |s| {
-        let e = &s.event;
-        if !is_gpu_call_source(e.source) {
-            return;
+    // Room for every event up front (address space only; pages are touched as calls arrive): growing
+    // a vector of millions of calls by doubling costs more than reading them.
+    let mut calls = Vec::with_capacity(store.info().events as usize);
+    store.scan_slim(&filter, &mut |r| {
+        if is_gpu_call_source(r.op.source) {
+            calls.push(Call {
+                id: r.id,
+                ts: r.ts_ns,
+                dur: r.dur_ns,
+                pid: r.pid,
+                tid: r.tid,
+                op: r.op,
+                arg0: r.arg0,
+                arg2: r.arg2,
+                stack_hash: r.stack_hash,
+            });
         }
-        if !e.comm.is_empty() && !names.threads.contains_key(&e.tid) {
-            names.threads.insert(e.tid, e.comm.clone());
-        }
-        calls.push(Call {
-            id: s.id,
-            ts: e.ts_ns,
-            dur: e.dur_ns,
-            pid: e.pid,
-            tid: e.tid,
-            op: OpCode::new(e.source, e.op),
-            arg0: e.arg0,
-            arg2: e.arg2,
-            stack_hash: e.stack_hash,
-        });
     })?;
-    calls.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
+    // Engines return rows mostly in time order: the stable sort is close to linear on them.
+    calls.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id)));
+    for (tid, comm) in store.first_comms(&filter)? {
+        names.threads.entry(tid).or_insert(comm);
+    }
     Ok(calls)
 }
 
@@ -213,9 +190,9 @@ pub fn load_page_allocs(store: &dyn TraceStore, pids: &BTreeSet<u32>, from: i64)
         ops: Some(vec![op::MM_PAGE_ALLOC, op::MM_PAGE_ALLOC_SUMMARY]),
         ..Default::default()
     };
-    for_each_event(store, &filter, &mut |s| {
-        if pids.contains(&s.event.pid) {
-            out.entry(s.event.pid).or_default().push((s.event.ts_ns, s.event.arg0));
+    store.scan_slim(&filter, &mut |s| {
+        if pids.contains(&s.pid) {
+            out.entry(s.pid).or_default().push((s.ts_ns, s.arg0));
         }
     })?;
     for v in out.values_mut() {

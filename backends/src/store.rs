@@ -1,6 +1,6 @@
 //! The storage traits ([`EventSink`], [`TraceStore`]) and the plain data types that cross them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use causeway_model::codes::OpCode;
@@ -102,6 +102,21 @@ pub struct DurationRow {
     pub dur_ns: i64,
 }
 
+/// The integer columns the analysis passes read (GPU calls, page allocations): no strings, no
+/// scheduler detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlimEvent {
+    pub id: EventId,
+    pub ts_ns: i64,
+    pub dur_ns: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub op: OpCode,
+    pub arg0: i64,
+    pub arg2: i64,
+    pub stack_hash: i64,
+}
+
 /// An event read back from a store, with its id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
@@ -191,6 +206,16 @@ pub trait TraceStore: Send + Sync {
     /// Calls `f` for every event matching the filter; returns the count. The fast path for
     /// statistics: no strings are read.
     fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64>;
+    /// Calls `f` for every event matching the filter as a [`SlimEvent`], in no particular order;
+    /// returns the count. The fast path for attribution: no strings are read (engines may return
+    /// rows in time order; callers sort).
+    fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64>;
+    /// tid -> the `comm` of the thread's earliest event with a non-empty `comm` among the events
+    /// matching the filter (empty when the DB has no `comm` column).
+    fn first_comms(&self, filter: &EventFilter) -> Result<HashMap<u32, String>>;
+    /// Calls `f` for every full event matching the filter, in timestamp order, streaming (never
+    /// holding them all); returns the count.
+    fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64>;
     /// Full events matching the filter, ordered by timestamp.
     fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>>;
     /// Events by id (evidence lookups), in the order found.

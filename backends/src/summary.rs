@@ -26,6 +26,36 @@ pub fn nearest_rank(sorted: &[i64], per_mille: u32) -> Option<i64> {
     Some(sorted[(nearest_rank_index(n, per_mille) - 1) as usize])
 }
 
+/// Nearest-rank values of every percentile in `per_mille` (any order) among unsorted `values`, in
+/// the order asked; `values` is reordered. Linear time: successive selections narrow the slice
+/// instead of a full sort, with the same result as [`nearest_rank`] on the sorted values.
+pub fn nearest_ranks_unsorted(values: &mut [i64], per_mille: &[u32]) -> Option<Vec<i64>> {
+    let n = values.len() as u64;
+    if n == 0 {
+        return None;
+    }
+    let mut asked: Vec<(u64, usize)> =
+        per_mille.iter().enumerate().map(|(i, &p)| (nearest_rank_index(n, p) - 1, i)).collect();
+    asked.sort_unstable();
+    let mut out = vec![0; per_mille.len()];
+    let mut lo = 0usize;
+    let mut last: Option<(u64, i64)> = None;
+    for (k, i) in asked {
+        out[i] = match last {
+            Some((pk, v)) if pk == k => v,
+            _ => {
+                let k = k as usize;
+                let (_, v, _) = values[lo..].select_nth_unstable(k - lo);
+                let v = *v;
+                lo = k + 1;
+                v
+            }
+        };
+        last = Some((k, out[i]));
+    }
+    Some(out)
+}
+
 /// The 1-based nearest rank of percentile `per_mille` among `n > 0` values.
 pub fn nearest_rank_index(n: u64, per_mille: u32) -> u64 {
     (u64::from(per_mille) * n).div_ceil(1000).clamp(1, n.max(1))
@@ -66,15 +96,14 @@ pub struct DurationSummary {
 }
 
 fn summarize(op: OpCode, pid: Option<u32>, d: &mut [i64], per_mille: &[u32]) -> OpSummary {
-    d.sort_unstable();
     OpSummary {
         op,
         pid,
         count: d.len() as u64,
         sum_ns: d.iter().map(|&x| x as i128).sum(),
-        min_ns: d.first().copied().unwrap_or(0),
-        max_ns: d.last().copied().unwrap_or(0),
-        percentiles: per_mille.iter().map(|&p| nearest_rank(d, p).unwrap_or(0)).collect(),
+        min_ns: d.iter().copied().min().unwrap_or(0),
+        max_ns: d.iter().copied().max().unwrap_or(0),
+        percentiles: nearest_ranks_unsorted(d, per_mille).unwrap_or_else(|| vec![0; per_mille.len()]),
     }
 }
 
@@ -125,5 +154,27 @@ mod tests {
         assert_eq!(nearest_rank_index(7, 500), 4);
         assert_eq!(nearest_rank_index(7, 900), 7);
         assert_eq!(nearest_rank_index(3, 0), 1);
+    }
+
+    #[test]
+    fn selection_matches_the_sorted_definition() {
+        // A fixed pseudo-random sequence with many duplicates, at every size up to 300.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for n in 0..300usize {
+            let mut v: Vec<i64> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % 50) as i64
+                })
+                .collect();
+            let asked = [990, 0, 500, 950, 500, 1000, 1, 750];
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            let want: Option<Vec<i64>> =
+                (n > 0).then(|| asked.iter().map(|&p| nearest_rank(&sorted, p).unwrap()).collect());
+            assert_eq!(nearest_ranks_unsorted(&mut v, &asked), want, "n = {n}");
+        }
     }
 }

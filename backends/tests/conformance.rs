@@ -3,7 +3,7 @@
 //! so a behaviour that differs fails the suite on that engine.
 //!
 //! Covered: write and read back exactly (ids, order, scheduler detail, stacks, names, losses,
-//! sessions), every typed query and its filters, the pushed-down or scanned duration summary
+//! sessions), every typed query and its filters (full, streamed, slim and per-thread names), the pushed-down or scanned duration summary
 //! against the Rust definition, the schema description, appending sessions, guarded SQL with its
 //! limits, and bad input (missing, empty, garbage files, directories, foreign files).
 
@@ -177,6 +177,33 @@ pub fn typed_queries_and_filters(b: Backend) {
             .collect();
         w.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
         assert_eq!(rows, w, "scan rows: {what}");
+        let mut streamed = Vec::new();
+        let n = store.scan_events(&f, &mut |e| streamed.push(e)).unwrap();
+        assert_eq!((n as usize, &streamed), (want.len(), &want), "scan_events: {what}");
+        let mut slim = Vec::new();
+        let n = store.scan_slim(&f, &mut |r| slim.push(r)).unwrap();
+        assert_eq!(n as usize, want.len(), "scan_slim count: {what}");
+        slim.sort_by_key(|r| (r.ts_ns, r.id.clone()));
+        let w: Vec<SlimEvent> = want
+            .iter()
+            .map(|s| SlimEvent {
+                id: s.id.clone(),
+                ts_ns: s.event.ts_ns,
+                dur_ns: s.event.dur_ns,
+                pid: s.event.pid,
+                tid: s.event.tid,
+                op: OpCode::new(s.event.source, s.event.op),
+                arg0: s.event.arg0,
+                arg2: s.event.arg2,
+                stack_hash: s.event.stack_hash,
+            })
+            .collect();
+        assert_eq!(slim, w, "scan_slim rows: {what}");
+        let mut comms = std::collections::HashMap::new();
+        for s in want.iter().filter(|s| !s.event.comm.is_empty()) {
+            comms.entry(s.event.tid).or_insert_with(|| s.event.comm.clone());
+        }
+        assert_eq!(store.first_comms(&f).unwrap(), comms, "first_comms: {what}");
         let pm = [1, 500, 900, 950, 990, 1000];
         let pushed = store.duration_summary(&f, &pm, true).unwrap();
         let scanned = summarize_by_scan(store.as_ref(), &f, &pm, true).unwrap();

@@ -5,7 +5,7 @@
 //! the columns directly, without a per-value call. Ties in time are ordered by id, as the SQLite
 //! engine's rowid order gives them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -380,6 +380,60 @@ impl TraceStore for DuckDbStore {
                 });
             }
             n += b.num_rows() as u64;
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
+    fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
+        let (clause, params) = where_clause(filter);
+        let sql = format!("SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2, stack_hash FROM events{clause} ORDER BY timestamp, id");
+        let mut n = 0u64;
+        self.for_batches(&sql, &params, &mut |b| {
+            let c: Vec<Int64Array> = (0..10).map(|i| ints(b, i)).collect::<Result<_>>()?;
+            for r in 0..b.num_rows() {
+                f(SlimEvent {
+                    id: EventId::Int(val(&c[0], r)),
+                    ts_ns: val(&c[1], r),
+                    dur_ns: val(&c[2], r),
+                    pid: val(&c[3], r) as u32,
+                    tid: val(&c[4], r) as u32,
+                    op: OpCode::new(val(&c[5], r) as u8, val(&c[6], r) as u16),
+                    arg0: val(&c[7], r),
+                    arg2: val(&c[8], r),
+                    stack_hash: val(&c[9], r),
+                });
+            }
+            n += b.num_rows() as u64;
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
+    fn first_comms(&self, filter: &EventFilter) -> Result<HashMap<u32, String>> {
+        let (clause, params) = where_clause(filter);
+        let clause = if clause.is_empty() { " WHERE comm != ''".to_string() } else { format!("{clause} AND comm != ''") };
+        let sql = format!("SELECT tid, arg_min(comm, (timestamp, id)) FROM events{clause} GROUP BY tid");
+        let mut out = HashMap::new();
+        self.for_batches(&sql, &params, &mut |b| {
+            let (t, c) = (ints(b, 0)?, texts(b, 1)?);
+            for r in 0..b.num_rows() {
+                out.insert(val(&t, r) as u32, text(&c, r));
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64> {
+        let (clause, params) = where_clause(filter);
+        let sql = format!("{SELECT_EVENTS}{clause} ORDER BY timestamp, id");
+        let mut n = 0u64;
+        let mut batch = Vec::new();
+        self.for_batches(&sql, &params, &mut |b| {
+            batch_to_events(b, &mut batch)?;
+            n += batch.len() as u64;
+            batch.drain(..).for_each(&mut *f);
             Ok(())
         })?;
         Ok(n)

@@ -6,7 +6,7 @@
 //! (its `-wal` exists) is opened `mode=ro` so the reader sees the writer's latest commits.
 //! Columns and tables a DB lacks are read as defaults, never as errors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -489,6 +489,66 @@ impl TraceStore for SqliteStore {
                     ts_ns: int(r, 3)?,
                     dur_ns: int(r, 4)?,
                 });
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
+    fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
+        let (clause, params) = where_clause(filter);
+        let sql = format!(
+            "SELECT id, timestamp, duration, pid, tid, source, op, {}, {}, {} FROM events{clause}",
+            self.col("arg0", "0"),
+            self.col("arg2", "0"),
+            self.col("stack_hash", "0")
+        );
+        self.with_conn(|c| {
+            let mut st = c.prepare(&sql)?;
+            let mut rows = st.query(rusqlite::params_from_iter(params))?;
+            let mut n = 0u64;
+            while let Some(r) = rows.next()? {
+                f(SlimEvent {
+                    id: event_id(r, 0)?,
+                    ts_ns: int(r, 1)?,
+                    dur_ns: int(r, 2)?,
+                    pid: int(r, 3)? as u32,
+                    tid: int(r, 4)? as u32,
+                    op: OpCode::new(int(r, 5)? as u8, int(r, 6)? as u16),
+                    arg0: int(r, 7)?,
+                    arg2: int(r, 8)?,
+                    stack_hash: int(r, 9)?,
+                });
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
+    fn first_comms(&self, filter: &EventFilter) -> Result<HashMap<u32, String>> {
+        if !self.info.has_column("comm") {
+            return Ok(HashMap::new());
+        }
+        let (clause, params) = where_clause(filter);
+        let clause = if clause.is_empty() { " WHERE comm != ''".to_string() } else { format!("{clause} AND comm != ''") };
+        // SQLite gives the bare column of the row holding the MIN.
+        let sql = format!("SELECT tid, comm, MIN(timestamp) FROM events{clause} GROUP BY tid");
+        self.with_conn(|c| {
+            c.prepare(&sql)?
+                .query_map(rusqlite::params_from_iter(params), |r| Ok((int(r, 0)? as u32, text(r, 1)?)))?
+                .collect()
+        })
+    }
+
+    fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64> {
+        let (clause, params) = where_clause(filter);
+        let sql = format!("{}{clause} ORDER BY timestamp", self.select_events_sql());
+        self.with_conn(|c| {
+            let mut st = c.prepare(&sql)?;
+            let mut rows = st.query(rusqlite::params_from_iter(params))?;
+            let mut n = 0u64;
+            while let Some(r) = rows.next()? {
+                f(row_to_event(r)?);
                 n += 1;
             }
             Ok(n)
