@@ -3,7 +3,7 @@
 //! so a behaviour that differs fails the suite on that engine.
 //!
 //! Covered: write and read back exactly (ids, order, scheduler detail, stacks, names, losses,
-//! sessions), every typed query and its filters (full, streamed, slim and per-thread names), the pushed-down or scanned duration summary
+//! sessions), every typed query and its filters (full, streamed, slim and per-thread names), the duration summary (scanned, and computed in DuckDB's SQL)
 //! against the Rust definition, the schema description, appending sessions, guarded SQL with its
 //! limits, and bad input (missing, empty, garbage files, directories, foreign files).
 
@@ -205,9 +205,15 @@ pub fn typed_queries_and_filters(b: Backend) {
         }
         assert_eq!(store.first_comms(&f).unwrap(), comms, "first_comms: {what}");
         let pm = [1, 500, 900, 950, 990, 1000];
-        let pushed = store.duration_summary(&f, &pm, true).unwrap();
+        let summary = store.duration_summary(&f, &pm, true).unwrap();
         let scanned = summarize_by_scan(store.as_ref(), &f, &pm, true).unwrap();
-        assert_eq!(pushed, scanned, "duration summary: {what}");
+        assert_eq!(summary, scanned, "duration summary: {what}");
+        #[cfg(feature = "duckdb")]
+        if b == Backend::DuckDb {
+            let duck = causeway_backends::duckdb::DuckDbStore::open(&path).unwrap();
+            let in_sql = causeway_backends::duckdb::summary::summarize_in_engine(&duck, &f, &pm, true).unwrap();
+            assert_eq!(in_sql, scanned, "duration summary computed in DuckDB: {what}");
+        }
     }
     // events_by_id: found ones in id order, unknown and text ids absent.
     let ids = vec![EventId::Int(7), EventId::Int(3), EventId::Int(N as i64 + 50), EventId::Text("n:1".into())];

@@ -1,7 +1,7 @@
 //! The DuckDB engine (cargo feature `duckdb`): [`DuckDbSink`] writes native traces through DuckDB's
 //! Appender (Arrow record batches, one transaction per batch group, on a writer thread),
 //! [`DuckDbStore`] reads them, with the typed scans, the guarded SQL (`guard::run_duckdb`) and the
-//! statistics pushed down into DuckDB (same nearest-rank definition as the Rust path).
+//! statistics computed in DuckDB's SQL kept for comparison ([`summary`]).
 //!
 //! The schema is the native one ([`crate::schema::NATIVE_DDL`]) with DuckDB types: every integer
 //! column is `BIGINT`, `sessions.id` is assigned by the writer (DuckDB has no AUTOINCREMENT), and
@@ -13,7 +13,7 @@
 mod convert;
 mod describe;
 mod reader;
-mod summary;
+pub mod summary;
 mod writer;
 
 pub use convert::{DuckDbSource, DuckDbTarget};
