@@ -79,7 +79,7 @@ pub(super) fn describe(store: &DuckDbStore) -> Result<SchemaDescription> {
         "timestamps are unix-epoch ns; durations ns; order by timestamp, then id".to_string(),
         "sched_switch rows: timestamp = switch-in, off-CPU interval = [timestamp - duration, timestamp]".into(),
         "join ops with: JOIN ops o ON o.source_id = events.source AND o.op_id = events.op".into(),
-        "engine DuckDB: integer division is //, percentiles: quantile_disc is not nearest-rank; use \
+        "engine DuckDB: integer division is //, percentiles: quantile_disc takes a float fraction and is not guaranteed to be nearest-rank; use \
          list_sort(list(x))[greatest(1, (p * count(*) + 99) // 100)] for nearest-rank p (percent)"
             .into(),
     ];
