@@ -5,7 +5,8 @@
 //!
 //! `cargo bench -p causeway-analysis --features duckdb --bench engines` (without the feature only
 //! SQLite runs). `CAUSEWAY_BENCH_SIZES=1000000,10000000` chooses the sizes; `CAUSEWAY_BENCH_KEEP=DIR`
-//! writes the traces into DIR and leaves them there (to profile `causeway explain` on them).
+//! writes the traces into DIR and leaves them there (to profile `causeway explain` on them);
+//! `CAUSEWAY_BENCH_ENGINE=duckdb` runs one engine only (ratios are then to itself).
 
 use std::path::Path;
 use std::time::Instant;
@@ -123,7 +124,9 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
-    let backends: Vec<Backend> = [Backend::Sqlite, Backend::DuckDb].into_iter().filter(|b| b.available()).collect();
+    let only = std::env::var("CAUSEWAY_BENCH_ENGINE").ok().map(|e| Backend::parse(&e).expect("CAUSEWAY_BENCH_ENGINE"));
+    let backends: Vec<Backend> =
+        [Backend::Sqlite, Backend::DuckDb].into_iter().filter(|b| b.available() && only.is_none_or(|o| o == *b)).collect();
     let tmp = tempfile::tempdir_in(std::env::temp_dir()).expect("tempdir");
     let keep = std::env::var_os("CAUSEWAY_BENCH_KEEP").map(std::path::PathBuf::from);
     if let Some(k) = &keep {
@@ -149,7 +152,7 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     for r in &rows {
-        let base = rows.iter().find(|x| x.n == r.n && x.backend == Backend::Sqlite).expect("sqlite row");
+        let base = rows.iter().find(|x| x.n == r.n && x.backend == Backend::Sqlite).unwrap_or(r);
         println!(
             "| {} | {} | {:.2} | {:.0} | {:.1} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.2}x / {:.2}x / {:.2}x faster | {} |",
             r.backend.name(),
