@@ -140,7 +140,7 @@ int BPF_PROG(cw_block_complete, struct request *rq, blk_status_t error, unsigned
     r->bytes = s->bytes;
     r->dev = s->dev;
     __builtin_memcpy(r->comm, s->comm, sizeof(r->comm));
-    cw_submit(r, &cw_rb_host);
+    cw_submit(r, &cw_rb_host, cfg_wake_host);
     bpf_map_delete_elem(&cw_blk, &key);
     return 0;
 }

@@ -12,6 +12,10 @@
 
 /* set by the loader before load */
 const volatile __u32 cfg_stacks = 0; /* record a user stack id with every call */
+/* bytes waiting in each ring above which a submit wakes the reader: a quarter of the ring */
+const volatile __u64 cfg_wake_cuda = 4 << 20;
+const volatile __u64 cfg_wake_sched = 2 << 20;
+const volatile __u64 cfg_wake_host = 512 << 10;
 
 /* tgids being traced, as a bitmap (bit tgid of word tgid/64; covers PID_MAX_LIMIT = 4M): the hot
  * path's filter is one inlined array access instead of a hash lookup. cw_traced (below) holds the
@@ -111,13 +115,12 @@ static __always_inline __u8 cw_prev_state(bool preempt, unsigned int state) {
     return 3;
 }
 
-/* Submit without waking the reader unless the ring is a quarter full: the reader polls on a short
- * timer, so traced threads are not preempted by a reader woken for every record (on a small host
- * that feedback loop multiplies the scheduler events and slows the target). */
-static __always_inline void cw_submit(void *rec, void *ring) {
-    __u64 avail = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
-    __u64 size = bpf_ringbuf_query(ring, BPF_RB_RING_SIZE);
-    bpf_ringbuf_submit(rec, avail > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+/* Submit without waking the reader unless the ring is a quarter full (`wake_at`, one of the cfg_wake_*
+ * thresholds, so the ring's size need not be asked for): the reader polls on a short timer, so
+ * traced threads are not preempted by a reader woken for every record (on a small host that
+ * feedback loop multiplies the scheduler events and slows the target). */
+static __always_inline void cw_submit(void *rec, void *ring, __u64 wake_at) {
+    bpf_ringbuf_submit(rec, bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) > wake_at ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,15 +1,16 @@
 /* The uprobe/uretprobe pair shared by the CUDA runtime and driver families. The entry program
- * stashes the arguments that matter and the entry time in a hash keyed by (tid, source) (runtime and
- * driver calls nest on one thread); the return program emits one cw_call with the duration and the
- * return code. Entry filters on the traced-process map, so the hot path for other processes is one
- * hash lookup. */
+ * stashes the arguments that matter and the entry time in the thread's task storage (one slot for
+ * the runtime, one for the driver: their calls nest on one thread); the return program emits one
+ * cw_call with the duration and the return code. Entry filters on the traced-process bitmap, so the
+ * hot path for other processes is one array access.
+ *
+ * Every helper call costs ten ns or more on hosts with return-thunk mitigations, and these two programs
+ * run on every CUDA call: pid and tid are read from the task (already needed for task storage)
+ * rather than with bpf_get_current_pid_tgid, the comm goes out once per thread, and a submit asks
+ * the ring one question (see cw_submit). */
 #ifndef CAUSEWAY_CUDA_COMMON_BPF_H
 #define CAUSEWAY_CUDA_COMMON_BPF_H
 #include "common.bpf.h"
-
-
-
-
 
 /* the n-th stack-passed argument (n >= 1) at function entry: [sp] is the return address */
 static __always_inline __u64 cw_stack_arg(struct pt_regs *ctx, int n) {
@@ -19,9 +20,9 @@ static __always_inline __u64 cw_stack_arg(struct pt_regs *ctx, int n) {
 }
 
 static __always_inline int cw_enter(__u8 source, __u16 op, __u64 a0, __u64 a1, __u64 a2, __u64 outptr) {
-    __u64 id = bpf_get_current_pid_tgid();
-    if (!cw_is_traced(id >> 32)) return 0;
-    struct cw_slots *slots = bpf_task_storage_get(&cw_inflight, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    struct task_struct *task = bpf_get_current_task_btf();
+    if (!cw_is_traced(task->tgid)) return 0;
+    struct cw_slots *slots = bpf_task_storage_get(&cw_inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
     if (!slots) {
         cw_count(CW_CNT_STASH_FAIL_BASE + source, 1);
         return 0;
@@ -37,11 +38,11 @@ static __always_inline int cw_enter(__u8 source, __u16 op, __u64 a0, __u64 a1, _
 }
 
 static __always_inline int cw_leave(struct pt_regs *ctx, __u8 source, void *ring) {
-    struct cw_slots *slots = bpf_task_storage_get(&cw_inflight, bpf_get_current_task_btf(), 0, 0);
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct cw_slots *slots = bpf_task_storage_get(&cw_inflight, task, 0, 0);
     if (!slots) return 0;
     struct cw_stash *s = &slots->s[source == CW_SRC_DRIVER];
     if (s->ts == 0) return 0; /* no entry seen (attached mid-call) */
-    __u64 id = bpf_get_current_pid_tgid();
     __u64 now = bpf_ktime_get_ns();
     struct cw_call *r = bpf_ringbuf_reserve(ring, sizeof(*r), 0);
     if (!r) {
@@ -53,8 +54,8 @@ static __always_inline int cw_leave(struct pt_regs *ctx, __u8 source, void *ring
     r->source = source;
     r->op = s->op;
     r->cpu = bpf_get_smp_processor_id();
-    r->pid = id >> 32;
-    r->tid = (__u32)id;
+    r->pid = task->tgid;
+    r->tid = task->pid;
     r->ts = s->ts;
     r->dur = now - s->ts;
     r->arg0 = s->arg0;
@@ -77,7 +78,7 @@ static __always_inline int cw_leave(struct pt_regs *ctx, __u8 source, void *ring
         r->arg2 = v;
     }
     r->stack_id = cfg_stacks ? bpf_get_stackid(ctx, &cw_stacks, BPF_F_USER_STACK) : -1;
-    cw_submit(r, ring);
+    cw_submit(r, ring, cfg_wake_cuda);
     s->ts = 0;
     return 0;
 }

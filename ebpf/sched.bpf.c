@@ -113,7 +113,7 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
     r->waker_tid = o->waker_tid;
     bpf_probe_read_kernel(r->comm, sizeof(r->comm), next->comm);
     __builtin_memcpy(r->next_comm, o->next_comm, sizeof(r->next_comm));
-    cw_submit(r, &cw_rb_sched);
+    cw_submit(r, &cw_rb_sched, cfg_wake_sched);
     bpf_map_delete_elem(&cw_offcpu, &next_tid);
     return 0;
 }
@@ -147,7 +147,7 @@ int BPF_PROG(cw_sched_wakeup, struct task_struct *p) {
     r->wakee_pid = tgid;
     r->wakee_tid = tid;
     bpf_get_current_comm(r->comm, sizeof(r->comm));
-    cw_submit(r, &cw_rb_sched);
+    cw_submit(r, &cw_rb_sched, cfg_wake_sched);
     return 0;
 }
 
@@ -170,7 +170,7 @@ static __always_inline void cw_emit_proc(__u8 what, struct task_struct *t, __u32
     r->child_tid = child_tid;
     r->exit_code = code;
     bpf_probe_read_kernel(r->comm, sizeof(r->comm), t->comm);
-    cw_submit(r, &cw_rb_host);
+    cw_submit(r, &cw_rb_host, cfg_wake_host);
 }
 
 SEC("tp_btf/sched_process_fork")

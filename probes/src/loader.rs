@@ -223,12 +223,20 @@ impl Probes {
     pub fn load(opts: &LoadOptions) -> anyhow::Result<Probes> {
         raise_memlock();
         let stacks: u32 = opts.stacks.into();
+        let ring = |bytes: u32| bytes.next_power_of_two().max(4096);
+        // a submit wakes the reader once a ring is a quarter full (cw_submit in ebpf/common.bpf.h)
+        let wake = |bytes: u32| u64::from(ring(bytes) / 4);
+        let (wake_cuda, wake_sched, wake_host) =
+            (wake(opts.ring_cuda_bytes), wake(opts.ring_sched_bytes), wake(opts.ring_host_bytes));
         let mut ebpf = EbpfLoader::new()
             .allow_unsupported_maps() // cw_inflight is task storage, created but not wrapped by aya 0.13
             .set_global("cfg_stacks", &stacks, true)
-            .set_max_entries("cw_rb_cuda", opts.ring_cuda_bytes.next_power_of_two().max(4096))
-            .set_max_entries("cw_rb_sched", opts.ring_sched_bytes.next_power_of_two().max(4096))
-            .set_max_entries("cw_rb_host", opts.ring_host_bytes.next_power_of_two().max(4096))
+            .set_global("cfg_wake_cuda", &wake_cuda, true)
+            .set_global("cfg_wake_sched", &wake_sched, true)
+            .set_global("cfg_wake_host", &wake_host, true)
+            .set_max_entries("cw_rb_cuda", ring(opts.ring_cuda_bytes))
+            .set_max_entries("cw_rb_sched", ring(opts.ring_sched_bytes))
+            .set_max_entries("cw_rb_host", ring(opts.ring_host_bytes))
             .load(OBJECT)
             .map_err(|e| anyhow::anyhow!("loading the BPF object: {e} (is this root, with BTF at /sys/kernel/btf/vmlinux?)"))?;
         let mut notes = Vec::new();

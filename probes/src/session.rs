@@ -39,6 +39,10 @@ pub struct TraceOptions {
     pub explicit_libs_only: bool,
     /// Probe exactly the `cuda_libs` files, not the CUDA libraries beside them.
     pub no_sibling_libs: bool,
+    /// Also attach the CUDA libraries that show up in the targets' maps (loaded after the start, or
+    /// missed by discovery). Off only where exactly the given libraries must be probed (the
+    /// overhead bench compares one uprobe pair with bpftrace's).
+    pub follow_mapped_libs: bool,
     pub duration_ns: Option<i64>,
     /// Record a user stack with every CUDA call.
     pub stacks: bool,
@@ -71,6 +75,7 @@ impl Default for TraceOptions {
             cuda_libs: Vec::new(),
             explicit_libs_only: false,
             no_sibling_libs: false,
+            follow_mapped_libs: true,
             duration_ns: None,
             stacks: false,
             host_probes: true,
@@ -290,7 +295,7 @@ pub async fn trace(
                 } else if !opts.pids.is_empty() && !opts.pids.iter().any(|&p| alive(p)) {
                     end = true;
                 }
-                for pid in probes.traced_pids() {
+                for pid in probes.traced_pids().into_iter().filter(|_| opts.follow_mapped_libs) {
                     for lib in discovery::libs_in_maps(pid) {
                         if !probes.is_attached(&lib) {
                             if let Some(kind) = discovery::classify(&lib) {
