@@ -6,6 +6,15 @@
 //! 2. events/s sustained with zero loss (runtime + driver probes, tight loop);
 //! 3. the workload's slowdown at 20,000 launches/s.
 //! Each figure is the median of several runs (the host is shared and noisy).
+//!
+//! Fairness: the three modes run the same binary, loop and call count, interleaved, after one
+//! discarded warm-up round; Causeway probes exactly the library bpftrace probes (not the driver
+//! library the mock runtime calls into, so one uprobe pair per call in both), and every Causeway
+//! run must have recorded each call exactly once.
+//!
+//! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 5),
+//! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
+//! comma list of `loop`, `bpf`, `rate`, `paced`; default all).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -15,7 +24,29 @@ use causeway_backends::SqliteSink;
 use causeway_model::SessionInfo;
 use causeway_probes::{TraceOptions, TraceReport};
 
-const RUNS: usize = 5;
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn part(name: &str) -> bool {
+    std::env::var("CAUSEWAY_BENCH_ONLY").map_or(true, |v| v.split(',').any(|p| p.trim() == name))
+}
+
+/// CPU seconds (user + system) of this process (the tracer's threads) and of its waited-for
+/// children (the workloads).
+fn cpu_seconds() -> (f64, f64) {
+    let get = |who| {
+        // SAFETY: getrusage fills a zeroed struct.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut u) };
+        let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        s(u.ru_utime) + s(u.ru_stime)
+    };
+    (get(libc::RUSAGE_SELF), get(libc::RUSAGE_CHILDREN))
+}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -53,6 +84,7 @@ fn wait_unloaded() {
             .unwrap_or_default();
         if !o.contains("name cw_entry")
             && !o.contains("name cw_ret")
+            && !o.contains("name cudaLaunchKerne") // bpftrace's, named after the probe
             && !o.contains("name uprobe")
             && !o.contains("name uretprobe")
         {
@@ -104,6 +136,7 @@ fn with_causeway(lib: &Path, bin: &Path, args: &[&str], both_libs: bool) -> (Str
         cuda_libs: vec![lib.to_path_buf()],
         explicit_libs_only: true,
         no_sibling_libs: !both_libs,
+        follow_mapped_libs: both_libs,
         ..Default::default()
     };
     let sink = SqliteSink::create(&dir.path().join("bench.db"), SessionInfo::default()).unwrap();
@@ -117,44 +150,47 @@ fn with_causeway(lib: &Path, bin: &Path, args: &[&str], both_libs: bool) -> (Str
     (std::fs::read_to_string(&out).unwrap(), report)
 }
 
-/// Mean run time of cw_entry and cw_ret over one traced run, from the kernel's BPF statistics.
-fn bpf_program_ns(lib: &Path, bin: &Path, args: &[&str]) -> Option<(f64, f64)> {
+/// Kernel BPF statistics (run time, run count) of the loaded programs named in `names`, summed
+/// per name, sampled while `run` runs (programs vanish when their tracer exits: the last sample
+/// counts). Needs kernel.bpf_stats_enabled, which costs time itself: compare only figures taken this
+/// way with each other.
+fn bpf_program_ns<T>(names: &[&str], run: impl FnOnce() -> T) -> Option<Vec<(f64, f64)>> {
     let knob = "/proc/sys/kernel/bpf_stats_enabled";
     let before = std::fs::read_to_string(knob).ok()?;
     std::fs::write(knob, "1").ok()?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     let poll = std::thread::spawn(move || {
-        let mut last = (0.0, 0.0);
+        let mut last: Option<Vec<(f64, f64)>> = None;
         while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-            let per = |name: &str| -> Option<f64> {
-                let o = Command::new("bpftool")
-                    .args(["prog", "show", "name", name])
-                    .output()
-                    .ok()?;
-                let t = String::from_utf8_lossy(&o.stdout).into_owned();
-                let f: Vec<&str> = t.split_whitespace().collect();
-                let get = |k: &str| {
-                    f.iter()
-                        .position(|x| *x == k)
-                        .and_then(|i| f.get(i + 1))
-                        .and_then(|v| v.parse::<f64>().ok())
+            let o = Command::new("bpftool")
+                .args(["-j", "prog", "show"])
+                .output();
+            let v: serde_json::Value = o
+                .ok()
+                .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+                .unwrap_or_default();
+            let mut sums = vec![(0.0, 0.0); names.len()];
+            for p in v.as_array().into_iter().flatten() {
+                let Some(i) = names.iter().position(|n| p["name"] == n.as_str()) else {
+                    continue;
                 };
-                let (ns, n) = (get("run_time_ns")?, get("run_cnt")?);
-                (n > 0.0).then(|| ns / n)
-            };
-            if let (Some(a), Some(b)) = (per("cw_entry"), per("cw_ret")) {
-                last = (a, b);
+                sums[i].0 += p["run_time_ns"].as_f64().unwrap_or(0.0);
+                sums[i].1 += p["run_cnt"].as_f64().unwrap_or(0.0);
+            }
+            if sums.iter().all(|s| s.1 > 0.0) {
+                last = Some(sums);
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         last
     });
-    let _ = with_causeway(lib, bin, args, false);
+    run();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let r = poll.join().ok();
+    let r = poll.join().ok().flatten();
     let _ = std::fs::write(knob, before.trim());
-    r.filter(|r| r.0 > 0.0)
+    r
 }
 
 fn main() {
@@ -173,86 +209,127 @@ fn main() {
     let lib = build.join("libcudart.so.12");
     let bin = build.join("launchloop");
     let _ = causeway_probes::check::mount_tracefs(); // bpftrace detaches through tracefs
-    let iters = 200_000u64;
+    let runs = env_num("CAUSEWAY_BENCH_RUNS", 5).max(1) as usize;
+    let iters = env_num("CAUSEWAY_BENCH_ITERS", 200_000);
     let it = iters.to_string();
     let args = ["--iters", it.as_str()];
-
-    // interleaved runs (untraced, bpftrace, Causeway) so that load from other processes hits all
-    // three alike; the minimum is the least disturbed run, the median the typical one
-    let (mut base, mut bt, mut cw) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..RUNS {
-        base.push(parse(&run_plain(&bin, &args), "NS_PER_ITER"));
-        if let Some(o) = with_bpftrace(&lib, &bin, &args) {
-            bt.push(parse(&o, "NS_PER_ITER"));
-        }
+    // one Causeway run of the tight loop: ns per call, and the tracer's CPU ns per event
+    let causeway_loop = || {
+        let (self0, _) = cpu_seconds();
         let (o, r) = with_causeway(&lib, &bin, &args, false);
+        let (self1, _) = cpu_seconds();
+        let by_op = |n: &str| r.events_by_op.get(n).copied().unwrap_or(0);
         assert_eq!(
-            r.events_by_op.get("cudaLaunchKernel").copied().unwrap_or(0),
-            iters + 1,
-            "Causeway missed calls: {:?}",
+            (by_op("cudaLaunchKernel"), by_op("cuLaunchKernel"), r.lost()),
+            (iters + 1, 0, 0),
+            "Causeway must record each call once, probing the runtime only: {:?} {:?}",
+            r.events_by_op,
             r.losses
         );
-        cw.push(parse(&o, "NS_PER_ITER"));
-    }
-    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-    let (base_min, base_med) = (min(&base), median(base.clone()));
-    let (cw_min, cw_med) = (min(&cw), median(cw.clone()));
-    println!("== cudaLaunchKernel in a tight loop ({iters} calls, {RUNS} interleaved runs: min / median) ==");
-    println!("untraced:                      {base_min:8.1} / {base_med:8.1} ns/call");
-    if bt.is_empty() {
+        (
+            parse(&o, "NS_PER_ITER"),
+            (self1 - self0) * 1e9 / r.events_written as f64,
+        )
+    };
+
+    if part("loop") {
+        // a discarded warm-up round, then interleaved runs (untraced, bpftrace, Causeway) so that
+        // load from other processes hits all three alike; the minimum is the least disturbed run,
+        // the median the typical one
+        let _ = run_plain(&bin, &args);
+        let _ = causeway_loop();
+        let (mut base, mut bt, mut cw, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            base.push(parse(&run_plain(&bin, &args), "NS_PER_ITER"));
+            if let Some(o) = with_bpftrace(&lib, &bin, &args) {
+                bt.push(parse(&o, "NS_PER_ITER"));
+            }
+            let (ns, tracer) = causeway_loop();
+            cw.push(ns);
+            cpu.push(tracer);
+        }
+        let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let (base_min, base_med) = (min(&base), median(base.clone()));
+        let (cw_min, cw_med) = (min(&cw), median(cw.clone()));
+        println!("== cudaLaunchKernel in a tight loop ({iters} calls, {runs} interleaved runs: min / median) ==");
+        println!("untraced:                      {base_min:8.1} / {base_med:8.1} ns/call");
+        if bt.is_empty() {
+            println!(
+                "bpftrace:                      unavailable (bpftrace missing or failed to attach)"
+            );
+            println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call");
+        } else {
+            let (bt_min, bt_med) = (min(&bt), median(bt.clone()));
+            println!("bpftrace count (uprobe+uret):  {bt_min:8.1} / {bt_med:8.1} ns/call, +{:.1} / +{:.1} ns", bt_min - base_min, bt_med - base_med);
+            println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call, +{:.1} / +{:.1} ns", cw_min - base_min, cw_med - base_med);
+            println!(
+                "Causeway / bpftrace added cost: {:.2}x (min) / {:.2}x (median) (target <= 1.10x)",
+                (cw_min - base_min) / (bt_min - base_min),
+                (cw_med - base_med) / (bt_med - base_med)
+            );
+        }
         println!(
-            "bpftrace:                      unavailable (bpftrace missing or failed to attach)"
+            "Causeway's own CPU (load, attach, ring reader, decoder, SQLite writer): {:.0} ns per event (median), beside the workload",
+            median(cpu)
         );
-        println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call");
-    } else {
-        let (bt_min, bt_med) = (min(&bt), median(bt.clone()));
-        println!("bpftrace count (uprobe+uret):  {bt_min:8.1} / {bt_med:8.1} ns/call, +{:.1} / +{:.1} ns", bt_min - base_min, bt_med - base_med);
-        println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call, +{:.1} / +{:.1} ns", cw_min - base_min, cw_med - base_med);
+    }
+
+    if part("bpf") {
+        // where the added cost goes: time inside the BPF programs (kernel.bpf_stats_enabled, separate
+        // runs since the statistics cost time themselves)
+        let bt = bpf_program_ns(&["cudaLaunchKerne"], || with_bpftrace(&lib, &bin, &args));
+        let cw = bpf_program_ns(&["cw_entry", "cw_ret"], || causeway_loop());
+        let calls = (iters + 1) as f64;
+        if let Some(b) = bt {
+            println!(
+                "bpftrace BPF programs: {:.0} ns per call (entry + return, with bpf_stats on)",
+                b[0].0 / calls
+            );
+        }
+        if let Some(c) = cw {
+            println!(
+                "Causeway BPF programs: cw_entry {:.0} ns + cw_ret {:.0} ns per call (with bpf_stats on); the rest of the added cost is the uprobe traps and the user-space reader/writer sharing this host's CPUs",
+                c[0].0 / c[0].1,
+                c[1].0 / c[1].1
+            );
+        }
+    }
+
+    if part("rate") {
+        // sustained events/s with zero loss: runtime + driver probes (2 events per launch)
+        let big = 1_000_000u64.to_string();
+        let (o, r) = with_causeway(&lib, &bin, &["--iters", big.as_str()], true);
+        let el = parse(&o, "ELAPSED_NS");
+        let events = r.events_by_op.get("cudaLaunchKernel").copied().unwrap_or(0)
+            + r.events_by_op.get("cuLaunchKernel").copied().unwrap_or(0);
+        println!("== sustained rate ==");
         println!(
-            "Causeway / bpftrace added cost: {:.2}x (min) / {:.2}x (median) (target <= 1.10x)",
-            (cw_min - base_min) / (bt_min - base_min),
-            (cw_med - base_med) / (bt_med - base_med)
+            "{events} call events in {:.2} s: {:.0} events/s, lost {} (runtime + driver uprobes, SQLite sink)",
+            el / 1e9,
+            events as f64 / (el / 1e9),
+            r.lost()
         );
     }
 
-    // where Causeway's added cost goes: time inside its two BPF programs (kernel.bpf_stats_enabled,
-    // a separate run since the statistics cost time themselves)
-    if let Some((entry, ret)) = bpf_program_ns(&lib, &bin, &args) {
-        println!("Causeway BPF programs: cw_entry {entry:.0} ns + cw_ret {ret:.0} ns per call (with bpf_stats on); the rest of the added cost is the uprobe traps and the user-space reader/writer sharing this host's CPUs");
+    if part("paced") {
+        // slowdown at 20,000 launches/s (50 us of host work per launch)
+        let n = 40_000u64.to_string();
+        let paced = ["--iters", n.as_str(), "--work-ns", "50000"];
+        let (mut plain, mut traced) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            plain.push(parse(&run_plain(&bin, &paced), "ELAPSED_NS"));
+            traced.push(parse(
+                &with_causeway(&lib, &bin, &paced, true).0,
+                "ELAPSED_NS",
+            ));
+        }
+        let (plain, traced) = (median(plain), median(traced));
+        println!("== 20,000 launches/s ==");
+        println!(
+            "untraced {:.3} s, traced {:.3} s: slowdown {:.2}%",
+            plain / 1e9,
+            traced / 1e9,
+            (traced / plain - 1.0) * 100.0
+        );
     }
-
-    // sustained events/s with zero loss: runtime + driver probes (2 events per launch)
-    let big = 1_000_000u64.to_string();
-    let (o, r) = with_causeway(&lib, &bin, &["--iters", big.as_str()], true);
-    let el = parse(&o, "ELAPSED_NS");
-    let events = r.events_by_op.get("cudaLaunchKernel").copied().unwrap_or(0)
-        + r.events_by_op.get("cuLaunchKernel").copied().unwrap_or(0);
-    println!("== sustained rate ==");
-    println!(
-        "{events} call events in {:.2} s: {:.0} events/s, lost {} (runtime + driver uprobes, SQLite sink)",
-        el / 1e9,
-        events as f64 / (el / 1e9),
-        r.lost()
-    );
-
-    // slowdown at 20,000 launches/s (50 us of host work per launch)
-    let n = 40_000u64.to_string();
-    let paced = ["--iters", n.as_str(), "--work-ns", "50000"];
-    let plain = median(
-        (0..3)
-            .map(|_| parse(&run_plain(&bin, &paced), "ELAPSED_NS"))
-            .collect(),
-    );
-    let traced = median(
-        (0..3)
-            .map(|_| parse(&with_causeway(&lib, &bin, &paced, true).0, "ELAPSED_NS"))
-            .collect(),
-    );
-    println!("== 20,000 launches/s ==");
-    println!(
-        "untraced {:.3} s, traced {:.3} s: slowdown {:.2}%",
-        plain / 1e9,
-        traced / 1e9,
-        (traced / plain - 1.0) * 100.0
-    );
 }
