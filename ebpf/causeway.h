@@ -31,6 +31,7 @@
 #define CW_CNT_BLOCK_OTHER_BYTES 35
 #define CW_CNT_PAGE_OTHER 36       /* page allocations outside traced processes */
 #define CW_CNT_PAGE_OTHER_BYTES 37
+#define CW_CNT_SWITCH_OTHER_NS 38  /* on-CPU ns of untraced (non-idle) tasks, summed at their switch-out */
 #define CW_CNT_N 40
 
 struct cw_call {

@@ -71,8 +71,10 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
     __u32 prev_tid = prev->pid, next_tid = next->pid;
     __u32 zero = 0;
     struct cw_cpu_run *run = bpf_map_lookup_elem(&cw_cpu_run, &zero);
+    __u64 ran_ns = 0; /* how long `prev` held this CPU (0 for the first switch seen here) */
     if (run) {
         cw_account_runner(run, prev, prev_tid, now);
+        if (run->since && now > run->since) ran_ns = now - run->since;
         run->since = now;
     }
     if (prev_tid != 0 && cw_is_traced(prev->tgid)) {
@@ -87,6 +89,7 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
         if (run && o.state == 0) run->waiter_tid = prev_tid;
     } else {
         cw_count(CW_CNT_SWITCH_OTHER, 1);
+        if (prev_tid != 0) cw_count(CW_CNT_SWITCH_OTHER_NS, ran_ns);
     }
     if (next_tid == 0 || !cw_is_traced(next->tgid)) return 0;
     if (run && run->waiter_tid == next_tid) run->waiter_tid = 0;

@@ -431,7 +431,9 @@ fn summary_events(
         ..Default::default()
     };
     if d(cnt::SWITCH_OTHER) > 0 {
-        out.push(mk(op::SCHED_SWITCH_SUMMARY, 0, 0, d(cnt::SWITCH_OTHER)));
+        let mut e = mk(op::SCHED_SWITCH_SUMMARY, 0, 0, d(cnt::SWITCH_OTHER));
+        e.dur_ns = d(cnt::SWITCH_OTHER_NS);
+        out.push(e);
     }
     if d(cnt::WAKEUP_OTHER) > 0 {
         out.push(mk(op::SCHED_WAKEUP_SUMMARY, 0, 0, d(cnt::WAKEUP_OTHER)));

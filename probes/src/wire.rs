@@ -23,6 +23,7 @@ pub mod cnt {
     pub const BLOCK_OTHER_BYTES: u32 = 35;
     pub const PAGE_OTHER: u32 = 36;
     pub const PAGE_OTHER_BYTES: u32 = 37;
+    pub const SWITCH_OTHER_NS: u32 = 38;
     pub const N: u32 = 40;
 }
 

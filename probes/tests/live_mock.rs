@@ -174,6 +174,7 @@ fn sync_after_every_launch_waits_for_each_simulated_kernel() {
 #[test]
 fn scheduler_intervals_carry_reason_preemptor_and_waker() {
     require_root();
+    let started = std::time::Instant::now();
     let (_r, c, w) = run_traced(
         &[
             "train",
@@ -247,6 +248,17 @@ fn scheduler_intervals_carry_reason_preemptor_and_waker() {
         .events
         .iter()
         .any(|e| (e.source, e.op) == (3, 2) && e.arg1 == w.pid as i64 && e.arg2 == gpu as i64));
+    // other tasks' switches are aggregated in the kernel: how many, and the CPU time they held,
+    // which no more CPUs than this machine has can exceed over the run
+    let wall_ns = started.elapsed().as_nanos() as i64;
+    let (n, ns) = c
+        .events
+        .iter()
+        .filter(|e| (e.source, e.op) == (3, 21))
+        .fold((0i64, 0i64), |a, e| (a.0 + e.arg1, a.1 + e.dur_ns));
+    let cpus = std::thread::available_parallelism().map(|n| n.get() as i64).unwrap_or(1);
+    assert!(n > 0, "no switches of other tasks were summarised");
+    assert!(ns > 0 && ns <= cpus * wall_ns, "other tasks' CPU time {ns} ns over {wall_ns} ns on {cpus} CPUs");
 }
 
 #[test]
