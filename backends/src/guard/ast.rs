@@ -16,9 +16,10 @@ use sqlparser::ast::{
 use sqlparser::dialect::{Dialect, DuckDbDialect, GenericDialect, SQLiteDialect};
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Token, Tokenizer};
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 use super::allow;
+use super::rewrite;
 use super::{Engine, Refusal, MAX_AMPLIFIER_CALLS, MAX_EXPR_DEPTH, MAX_SQL_BYTES};
 
 /// Check one SQL text: `Ok` when it is a single read statement built only from allowed parts.
@@ -39,17 +40,24 @@ pub(crate) fn check(sql: &str, engine: Engine) -> Result<(), Refusal> {
         Engine::Sqlite => &SQLiteDialect {},
         Engine::DuckDb => &DuckDbDialect {},
     };
+    let tokens = Tokenizer::new(dialect, sql)
+        .tokenize_with_location()
+        .map_err(|e| parse_refusal(engine, sql, &format!("could not read the query's tokens: {e}")))?;
     if engine == Engine::Sqlite {
-        refuse_sqlite_match_operators(dialect, sql)?;
+        refuse_sqlite_match_operators(&tokens)?;
     }
-    // sqlparser's SQLite dialect lacks some of SQLite's own syntax (`>>`, `<<`, ...): what it cannot
-    // parse is tried with the generic dialect before being refused. The AST walk below and the
+    // sqlparser lacks some of the engines' own syntax (`x GLOB p`, `a IS b`, `INDEXED BY`, names such
+    // as `top`, ...): `rewrite` maps it onto syntax it parses into the same kinds of nodes, for this
+    // check only (the engine runs `sql` unchanged). What the SQLite dialect still cannot parse (`>>`,
+    // `<<`, ...) is tried with the generic dialect before being refused. The AST walk below and the
     // engine's authorizer judge the result either way.
-    let statements = match Parser::parse_sql(dialect, sql) {
+    let tokens = rewrite::rewrite(engine, tokens);
+    let statements = match Parser::new(dialect).with_tokens_with_locations(tokens.clone()).parse_statements() {
         Ok(s) => s,
-        Err(e) if engine == Engine::Sqlite => {
-            Parser::parse_sql(&GenericDialect {}, sql).map_err(|_| parse_refusal(engine, sql, &e.to_string()))?
-        }
+        Err(e) if engine == Engine::Sqlite => Parser::new(&GenericDialect {})
+            .with_tokens_with_locations(tokens)
+            .parse_statements()
+            .map_err(|_| parse_refusal(engine, sql, &e.to_string()))?,
         Err(e) => return Err(parse_refusal(engine, sql, &e.to_string())),
     };
     let statement = match statements.as_slice() {
@@ -90,15 +98,12 @@ pub(crate) fn check(sql: &str, engine: Engine) -> Result<(), Refusal> {
 /// unwraps). Both operators call functions that are not allowed anyway, so they are refused from the
 /// tokens, before the parser sees them. (A panic would still only refuse: `check` runs the parser on
 /// its own thread.)
-fn refuse_sqlite_match_operators(dialect: &dyn Dialect, sql: &str) -> Result<(), Refusal> {
-    let tokens = Tokenizer::new(dialect, sql)
-        .tokenize()
-        .map_err(|e| Refusal::new(format!("the query could not be read as SQLite SQL ({e})")))?;
+fn refuse_sqlite_match_operators(tokens: &[TokenWithSpan]) -> Result<(), Refusal> {
     for t in tokens {
-        if let Token::Word(w) = t {
+        if let Token::Word(w) = &t.token {
             if w.quote_style.is_none() && matches!(w.keyword, Keyword::MATCH | Keyword::REGEXP) {
                 return Err(Refusal::new(format!(
-                    "the {} operator (it calls a function this server does not allow); use LIKE or glob(pattern, text)",
+                    "the {} operator (it calls a function this server does not allow); use LIKE, GLOB or glob(pattern, text)",
                     w.value.to_ascii_uppercase()
                 )));
             }
@@ -147,6 +152,19 @@ impl Visitor for Checker {
     }
 
     fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<Refusal> {
+        // SQLite has no column lists in table aliases (`t(a, b)`); sqlparser reads one where SQLite
+        // sees an alias followed by a syntax error, e.g. `FROM x readfile('/etc/passwd')`.
+        if let TableFactor::Table { alias: Some(alias), .. }
+        | TableFactor::Derived { alias: Some(alias), .. }
+        | TableFactor::NestedJoin { alias: Some(alias), .. } = factor
+        {
+            if self.engine == Engine::Sqlite && !alias.columns.is_empty() {
+                return refuse(format!(
+                    "the column list in the table alias `{}` (SQLite has none); name columns inside the subquery",
+                    snippet(alias, 60)
+                ));
+            }
+        }
         match factor {
             TableFactor::Table {
                 name, args, with_hints, version, partitions, json_path, sample, index_hints, ..
@@ -507,20 +525,8 @@ fn parse_refusal(engine: Engine, sql: &str, err: &str) -> Refusal {
     if !first.is_empty() && !["SELECT", "WITH", "VALUES", "EXPLAIN", "FROM"].contains(&first.as_str()) {
         msg.push_str(&format!("; it starts with {first}, which is not a query"));
     }
-    let upper = err.to_ascii_uppercase();
-    if engine == Engine::Sqlite {
-        if upper.contains("GLOB") || upper.contains("REGEXP") || upper.contains("MATCH") {
-            msg.push_str("; write `x GLOB p` as glob(p, x), or use LIKE");
-        }
-        if upper.contains("AFTER IS") {
-            msg.push_str("; write `a IS b` as `a IS NOT DISTINCT FROM b` (and `a IS NOT b` as `a IS DISTINCT FROM b`)");
-        }
-        if upper.contains("EXPECTED: LITERAL INT") {
-            msg.push_str("; a name such as `top` is a keyword to the parser: quote it (\"top\") or rename it");
-        }
-        if upper.contains("INDEXED") {
-            msg.push_str("; drop INDEXED BY / NOT INDEXED");
-        }
+    if engine == Engine::Sqlite && err.to_ascii_uppercase().contains("EXPECTED: (, FOUND:") && sql.to_ascii_uppercase().contains(" IN ") {
+        msg.push_str("; write `x IN table` as `x IN (SELECT column FROM table)`");
     }
     Refusal::new(msg)
 }
