@@ -277,20 +277,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nearest_rank_follows_the_definition() {
-        let v: Vec<i64> = (1..=20).collect();
-        // ceil(0.95 * 20) = 19 exactly: float arithmetic would give rank 20.
-        assert_eq!(nearest_rank(&v, 950), Some(19));
-        assert_eq!(nearest_rank(&v, 500), Some(10));
-        assert_eq!(nearest_rank(&v, 990), Some(20));
-        assert_eq!(nearest_rank(&[7], 10), Some(7));
-        assert_eq!(nearest_rank(&[], 500), None);
-        let v: Vec<i64> = (1..=7).collect();
-        assert_eq!(nearest_rank(&v, 500), Some(4)); // ceil(3.5) = 4
-        assert_eq!(nearest_rank(&v, 900), Some(7)); // ceil(6.3) = 7
-    }
-
-    #[test]
     fn op_stats_are_exact_to_the_nanosecond() {
         let mut d = vec![229_638, 765_181, 472_685, 323_784, 600_000, 400_000, 440_685];
         let s = OpStats::from_durations(OpCode::new(1, 1), &mut d);

@@ -12,12 +12,15 @@
 //! chosen by extension and file magic; [`create_sink`] picks the writer the same way.
 
 pub mod convert;
+mod describe;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
 pub mod error;
 pub mod guard;
 pub mod query;
+mod reader_common;
 pub mod schema;
+pub mod sink;
 pub mod sqlite;
 pub mod store;
 pub mod summary;

@@ -147,11 +147,15 @@ mod tests {
     #[test]
     fn nearest_rank_follows_the_definition() {
         let v: Vec<i64> = (1..=20).collect();
+        // ceil(0.95 * 20) = 19 exactly: float arithmetic would give rank 20.
         assert_eq!(nearest_rank(&v, 950), Some(19));
         assert_eq!(nearest_rank(&v, 500), Some(10));
         assert_eq!(nearest_rank(&v, 990), Some(20));
         assert_eq!(nearest_rank(&[7], 10), Some(7));
         assert_eq!(nearest_rank(&[], 500), None);
+        let v: Vec<i64> = (1..=7).collect();
+        assert_eq!(nearest_rank(&v, 500), Some(4)); // ceil(3.5) = 4
+        assert_eq!(nearest_rank(&v, 900), Some(7)); // ceil(6.3) = 7
         assert_eq!(nearest_rank_index(7, 500), 4);
         assert_eq!(nearest_rank_index(7, 900), 7);
         assert_eq!(nearest_rank_index(3, 0), 1);

@@ -13,88 +13,16 @@
 
 mod guard_common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use causeway_backends::guard::{self, Engine};
-use causeway_backends::{QueryLimits, StoreError};
-use guard_common::{corpus, corpus_limits, ingero_dir, DBS, FORBIDDEN_PATHS};
-
-/// A DuckDB copy of one shared trace in its own directory, with an `out/` beside it.
-struct DuckFixture {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    db: PathBuf,
-    out: PathBuf,
-    original: Vec<u8>,
-    listing: BTreeMap<String, u64>,
-}
-
-fn list(dir: &Path) -> BTreeMap<String, u64> {
-    std::fs::read_dir(dir)
-        .map(|rd| rd.flatten().map(|e| (e.file_name().to_string_lossy().into_owned(), e.metadata().map(|m| m.len()).unwrap_or(0))).collect())
-        .unwrap_or_default()
-}
-
-impl DuckFixture {
-    fn new(name: &str) -> DuckFixture {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("trace");
-        let out = tmp.path().join("out");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::create_dir_all(&out).unwrap();
-        let db = dir.join("trace.duckdb");
-        causeway_backends::convert::convert(&ingero_dir().join(name), &db, None, &mut |_, _| {}).unwrap();
-        let original = std::fs::read(&db).unwrap();
-        let listing = list(&dir);
-        DuckFixture { _tmp: tmp, dir, db, out, original, listing }
-    }
-
-    fn expand(&self, sql: &str) -> String {
-        sql.replace("{OUT}", &self.out.display().to_string()).replace("{DB}", &self.db.display().to_string())
-    }
-
-    fn unchanged(&self) -> Result<(), String> {
-        if std::fs::read(&self.db).map_err(|e| e.to_string())? != self.original {
-            return Err("DB bytes changed".into());
-        }
-        let now = list(&self.dir);
-        if now != self.listing {
-            return Err(format!("DB directory changed: {:?} -> {now:?}", self.listing));
-        }
-        let created = list(&self.out);
-        if !created.is_empty() {
-            return Err(format!("files created in out/: {created:?}"));
-        }
-        for p in FORBIDDEN_PATHS {
-            if Path::new(p).exists() {
-                return Err(format!("{p} exists"));
-            }
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    Refused,
-    Limited,
-    Ran,
-}
-
-fn outcome(r: &Result<causeway_backends::QueryResult, StoreError>) -> Outcome {
-    match r {
-        Err(StoreError::Refused(_)) => Outcome::Refused,
-        Err(_) => Outcome::Limited,
-        Ok(q) if q.truncated => Outcome::Limited,
-        Ok(_) => Outcome::Ran,
-    }
-}
+use causeway_backends::QueryLimits;
+use guard_common::{corpus, corpus_limits, outcome, Fixture, Outcome, DBS};
 
 #[test]
 fn hostile_corpus_on_duckdb_is_refused_or_bounded_and_changes_nothing() {
     let entries = corpus("hostile.jsonl");
-    let f = DuckFixture::new(DBS[0]);
+    let f = Fixture::duckdb(DBS[0]);
     let limits = corpus_limits();
     let (mut refused, mut limited, mut ran, mut unchanged, mut engine_stopped) = (0, 0, 0, 0, 0);
     let mut failures = Vec::new();
@@ -154,7 +82,7 @@ fn legit_corpus_passes_on_duckdb() {
     let (mut runs, mut passed, mut skipped, mut adapted, mut sqlite_only) = (0, 0, 0, 0, 0);
     let mut failures = Vec::new();
     for name in DBS {
-        let f = DuckFixture::new(name);
+        let f = Fixture::duckdb(name);
         let tables: Vec<String> = causeway_backends::open_store(&f.db).unwrap().info().tables.clone();
         for (i, e) in entries.iter().enumerate() {
             let sql = match (e.duckdb.as_deref(), &e.duckdb_sql) {

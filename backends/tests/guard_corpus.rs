@@ -11,25 +11,8 @@
 mod guard_common;
 
 use causeway_backends::guard::{self, Engine};
-use causeway_backends::{QueryLimits, StoreError};
-use guard_common::{corpus, corpus_limits, Entry, Fixture, DBS};
-
-/// What one run did, for counting.
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    Refused,
-    Limited,
-    Ran,
-}
-
-fn outcome(r: &Result<causeway_backends::QueryResult, StoreError>) -> Outcome {
-    match r {
-        Err(StoreError::Refused(_)) => Outcome::Refused,
-        Err(_) => Outcome::Limited,
-        Ok(q) if q.truncated => Outcome::Limited,
-        Ok(_) => Outcome::Ran,
-    }
-}
+use causeway_backends::QueryLimits;
+use guard_common::{corpus, corpus_limits, outcome, Entry, Fixture, Outcome, DBS};
 
 /// Hostile entries the engine layer alone may run: the AST check refuses them as policy, and the
 /// engine runs them harmlessly (a string-literal table name SQLite resolves to `events`; bounded

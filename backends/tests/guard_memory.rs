@@ -8,20 +8,9 @@ mod guard_common;
 
 use std::time::Duration;
 
-use causeway_backends::guard::{self, Engine};
+use causeway_backends::guard;
 use causeway_backends::{QueryLimits, StoreError};
-use guard_common::{Fixture, DBS};
-
-fn limits_ms(ms: u64) -> QueryLimits {
-    QueryLimits { timeout_ms: ms, ..QueryLimits::default() }
-}
-
-fn refusal(sql: &str) -> String {
-    match guard::check(sql, Engine::Sqlite) {
-        Err(r) => r.to_string(),
-        Ok(()) => panic!("check let through {sql:?}"),
-    }
-}
+use guard_common::{limits_ms, refusal, Fixture, DBS};
 
 /// SQLite's heap growth while `f` runs, sampled every 2 ms.
 fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, i64) {

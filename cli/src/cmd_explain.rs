@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use causeway_analysis::explain::{explain, find_chain, ExplainRequest};
 use causeway_analysis::report;
-use causeway_analysis::stats::resolve_window;
-use causeway_model::time::parse_duration_ns;
+
+use crate::window::WindowArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,15 +16,8 @@ pub struct Args {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     json: bool,
-    /// Only the last DUR of the trace, counted back from its own last event (e.g. 30s, 5m).
-    #[arg(long, value_name = "DUR")]
-    since: Option<String>,
-    /// Window start: unix ns, +DUR after the first event, or -DUR before the last.
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
-    from: Option<String>,
-    /// Window end: unix ns, +DUR after the first event, or -DUR before the last.
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
-    to: Option<String>,
+    #[command(flatten)]
+    window: WindowArgs,
     /// Only this process.
     #[arg(long)]
     pid: Option<u32>,
@@ -38,8 +31,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let since = args.since.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?;
-    let window = resolve_window(store.info(), since, args.from.as_deref(), args.to.as_deref())?;
+    let window = args.window.resolve(store.info())?;
     // A chain id is a rank among all chains: look it up in all of them.
     let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
     let e = explain(store.as_ref(), &ExplainRequest { window, pid: args.pid, top })?;

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use causeway_analysis::stacks::{top_stacks, StackSummary, StacksRequest};
-use causeway_analysis::stats::resolve_window;
 use causeway_model::codes;
-use causeway_model::time::{fmt_ns, parse_duration_ns};
+use causeway_model::time::fmt_ns;
+
+use crate::window::window_of;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,8 +61,7 @@ fn print_stack(rank: usize, s: &StackSummary, frames: usize) {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let since = args.since.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?;
-    let window = resolve_window(store.info(), since, args.from.as_deref(), args.to.as_deref())?;
+    let window = window_of(store.info(), args.since.as_deref(), args.from.as_deref(), args.to.as_deref())?;
     let op = args
         .op
         .as_deref()

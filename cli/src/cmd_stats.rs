@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use causeway_analysis::stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats};
+use causeway_analysis::stats::{compute_stats, OpStats, StatsRequest, TraceStats};
 use causeway_model::codes::{self, OpCode};
-use causeway_model::time::{fmt_ns, fmt_utc, parse_duration_ns};
+use causeway_model::time::{fmt_ns, fmt_utc};
 
 use crate::table::{us, Table};
+use crate::window::WindowArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,15 +18,8 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// Only the last DUR of the trace, counted back from its own last event (e.g. 30s, 5m).
-    #[arg(long, value_name = "DUR")]
-    since: Option<String>,
-    /// Window start: unix ns, +DUR after the first event, or -DUR before the last.
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
-    from: Option<String>,
-    /// Window end: unix ns, +DUR after the first event, or -DUR before the last.
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
-    to: Option<String>,
+    #[command(flatten)]
+    window: WindowArgs,
     /// Only events of this process.
     #[arg(long)]
     pid: Option<u32>,
@@ -50,8 +44,7 @@ pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let since = args.since.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?;
-    let window = resolve_window(store.info(), since, args.from.as_deref(), args.to.as_deref())?;
+    let window = args.window.resolve(store.info())?;
     let req = StatsRequest { window, pid: args.pid, ops: parse_ops(&args.ops)?, per_process: args.per_process };
     let stats = compute_stats(store.as_ref(), &req)?;
     if args.json {

@@ -13,6 +13,7 @@ mod cmd_stats;
 mod cmd_timeline;
 mod cmd_trace;
 mod table;
+mod window;
 
 use clap::{Parser, Subcommand};
 

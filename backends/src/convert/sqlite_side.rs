@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, Row};
 
-use causeway_model::codes::PrevState;
-use causeway_model::{Event, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{LossKind, SessionInfo};
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::error::{Result, StoreError};
 use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
 use crate::store::{AggregateRow, StackRecord, TraceStore};
+use crate::sqlite::rows::{column_or_default, decode_event, event_select_list, int, opt_int};
 use crate::SqliteStore;
 
 /// A SQLite trace (native or Ingero) read for conversion.
@@ -20,22 +20,6 @@ pub struct SqliteSource {
     store: SqliteStore,
     conn: Connection,
     renumber: bool,
-}
-
-fn int(r: &Row<'_>, i: usize) -> rusqlite::Result<i64> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Integer(v) => v,
-        ValueRef::Real(f) => f as i64,
-        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0),
-        _ => 0,
-    })
-}
-
-fn opt_int(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<i64>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Null => None,
-        _ => Some(int(r, i)?),
-    })
 }
 
 fn text(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
@@ -60,11 +44,7 @@ impl SqliteSource {
     }
 
     fn col(&self, name: &str, default: &str) -> String {
-        if self.store.info().has_column(name) {
-            name.to_string()
-        } else {
-            format!("{default} AS {name}")
-        }
+        column_or_default(self.store.info(), name, default)
     }
 }
 
@@ -78,37 +58,15 @@ impl ConvertSource for SqliteSource {
     }
 
     fn rows(&self, chunk: usize, f: &mut dyn FnMut(Vec<NativeRow>) -> Result<()>) -> Result<()> {
-        let cols = [
-            self.col("id", "rowid"),
-            "timestamp".into(),
-            "duration".into(),
-            "pid".into(),
-            "tid".into(),
-            self.col("cpu", "-1"),
-            "source".into(),
-            "op".into(),
-            self.col("arg0", "0"),
-            self.col("arg1", "0"),
-            self.col("arg2", "0"),
-            self.col("ret_code", "0"),
-            self.col("stack_hash", "0"),
-            self.col("gpu_id", "0"),
-            self.col("cgroup_id", "0"),
-            self.col("comm", "''"),
-            self.col("prev_state", "NULL"),
-            self.col("next_pid", "NULL"),
-            self.col("next_tid", "NULL"),
-            self.col("next_comm", "NULL"),
-            self.col("wake_ts", "NULL"),
-            self.col("waker_pid", "NULL"),
-            self.col("waker_tid", "NULL"),
+        let mut cols = event_select_list(self.store.info(), self.col("id", "rowid"));
+        cols.extend([
             self.col("session_id", "0"),
             self.col("node", "''"),
             self.col("rank", "NULL"),
             self.col("local_rank", "NULL"),
             self.col("world_size", "NULL"),
             self.col("stack_ips", "''"),
-        ];
+        ]);
         let sql = format!("SELECT {} FROM events ORDER BY timestamp, rowid", cols.join(", "));
         let mut st = self.conn.prepare(&sql)?;
         let mut rows = st.query([])?;
@@ -116,18 +74,6 @@ impl ConvertSource for SqliteSource {
         let mut next_id = 0i64;
         while let Some(r) = rows.next()? {
             next_id += 1;
-            let sched = match opt_int(r, 16)? {
-                Some(ps) => Some(SchedDetail {
-                    prev_state: PrevState::from_code(ps),
-                    next_pid: opt_int(r, 17)?.unwrap_or(0) as u32,
-                    next_tid: opt_int(r, 18)?.unwrap_or(0) as u32,
-                    next_comm: text(r, 19)?,
-                    wake_ts_ns: opt_int(r, 20)?.unwrap_or(0),
-                    waker_pid: opt_int(r, 21)?.unwrap_or(0) as u32,
-                    waker_tid: opt_int(r, 22)?.unwrap_or(0) as u32,
-                }),
-                None => None,
-            };
             buf.push(NativeRow {
                 id: if self.renumber { next_id } else { int(r, 0)? },
                 session_id: int(r, 23)?,
@@ -138,24 +84,7 @@ impl ConvertSource for SqliteSource {
                     world_size: opt_int(r, 27)?,
                     stack_ips: text(r, 28)?,
                 },
-                event: Event {
-                    ts_ns: int(r, 1)?,
-                    dur_ns: int(r, 2)?,
-                    pid: int(r, 3)? as u32,
-                    tid: int(r, 4)? as u32,
-                    cpu: int(r, 5)? as i32,
-                    source: int(r, 6)? as u8,
-                    op: int(r, 7)? as u16,
-                    arg0: int(r, 8)?,
-                    arg1: int(r, 9)?,
-                    arg2: int(r, 10)?,
-                    ret_code: int(r, 11)? as i32,
-                    stack_hash: int(r, 12)?,
-                    gpu_id: int(r, 13)? as i32,
-                    cgroup_id: int(r, 14)?,
-                    comm: text(r, 15)?,
-                    sched,
-                },
+                event: decode_event(r, text)?,
             });
             if buf.len() >= chunk {
                 f(std::mem::replace(&mut buf, Vec::with_capacity(chunk)))?;

@@ -17,12 +17,16 @@ use duckdb::{params_from_iter, Connection};
 
 use causeway_model::codes::{OpCode, PrevState};
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, LossCounter, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{Event, LossCounter, SchedDetail, SessionInfo};
 
 use super::{base_config, is_duckdb_file};
 use crate::error::{Result, StoreError};
 use crate::query::{QueryLimits, QueryResult};
-use crate::schema::NATIVE_SCHEMA_VERSION;
+pub(super) use crate::reader_common::where_clause;
+use crate::reader_common::{
+    aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
+    require_event_columns, trace_info,
+};
 use crate::store::*;
 
 /// A read-only DuckDB trace.
@@ -38,14 +42,8 @@ const SELECT_EVENTS: &str = "SELECT id, timestamp, duration, pid, tid, cpu, sour
 impl DuckDbStore {
     /// Open a DuckDB trace read-only. Errors say what is wrong with the file in one line.
     pub fn open(path: &Path) -> Result<DuckDbStore> {
-        let meta = std::fs::metadata(path).map_err(|_| StoreError::NotFound(path.to_path_buf()))?;
-        let not_trace = |reason: &str| StoreError::NotATrace { path: path.to_path_buf(), reason: reason.into() };
-        if meta.is_dir() {
-            return Err(not_trace("it is a directory"));
-        }
-        if meta.len() == 0 {
-            return Err(not_trace("the file is empty"));
-        }
+        check_trace_file(path)?;
+        let not_trace = |reason: &str| not_a_trace(path, reason);
         if !is_duckdb_file(path) {
             return Err(not_trace("not a DuckDB database"));
         }
@@ -83,24 +81,13 @@ impl DuckDbStore {
         if schema_info.get("format").map(String::as_str) != Some("causeway") {
             return Err(not_trace("a DuckDB file that is not a Causeway trace (no schema_info format=causeway)"));
         }
-        let v: u32 = schema_info.get("schema_version").and_then(|v| v.parse().ok()).unwrap_or(0);
-        if v > NATIVE_SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema {
-                path: path.to_path_buf(),
-                what: format!("native schema v{v}"),
-                supported: format!("up to v{NATIVE_SCHEMA_VERSION}"),
-            });
-        }
+        let v = native_schema_version(path, &schema_info)?;
         let columns = strings(
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'events' AND table_schema = \
              'main' AND table_catalog = current_database() ORDER BY ordinal_position",
         )?;
-        for required in ["timestamp", "pid", "tid", "source", "op", "duration"] {
-            if !columns.iter().any(|c| c == required) {
-                return Err(not_trace(&format!("its events table has no {required} column")));
-            }
-        }
-        let (events, first_ns, last_ns): (i64, Option<i64>, Option<i64>) = conn
+        require_event_columns(path, &columns)?;
+        let extent = conn
             .query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
@@ -109,23 +96,8 @@ impl DuckDbStore {
             && conn
                 .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))
                 .map_err(corrupt)?;
-        let columns = crate::schema::restrict_columns(columns, schema_info.get(crate::schema::SOURCE_COLUMNS_KEY));
-        let mut missing = Vec::new();
-        if !tables.iter().any(|t| t == "loss_counters") {
-            missing.push("loss counters (events dropped by the tracer are not counted)".into());
-        }
-        crate::schema::extend_missing(&mut missing, schema_info.get(crate::schema::SOURCE_MISSING_KEY));
-        let info = TraceInfo {
-            path: path.to_path_buf(),
-            format: TraceFormat::Native { schema_version: v },
-            events: events as u64,
-            first_ns: first_ns.unwrap_or(0),
-            last_ns: last_ns.unwrap_or(0),
-            event_columns: columns,
-            tables,
-            sampled,
-            missing,
-        };
+        let format = TraceFormat::Native { schema_version: v };
+        let info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
         Ok(DuckDbStore { conn: Mutex::new(conn), info })
     }
 
@@ -226,47 +198,6 @@ fn batch_to_events(b: &RecordBatch, out: &mut Vec<StoredEvent>) -> Result<()> {
     Ok(())
 }
 
-/// WHERE clause and integer parameters for a filter.
-pub(super) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
-    let mut conds = Vec::new();
-    let mut params = Vec::new();
-    let TimeWindow { from_ns, to_ns } = f.window;
-    if let Some(from) = from_ns {
-        conds.push("timestamp >= ?".to_string());
-        params.push(from);
-    }
-    if let Some(to) = to_ns {
-        conds.push("timestamp <= ?".to_string());
-        params.push(to);
-    }
-    if let Some(pid) = f.pid {
-        conds.push("pid = ?".into());
-        params.push(pid.into());
-    }
-    if let Some(tids) = &f.tids {
-        conds.push(if tids.is_empty() { "false".into() } else { format!("tid IN ({})", vec!["?"; tids.len()].join(",")) });
-        params.extend(tids.iter().map(|&t| i64::from(t)));
-    }
-    if let Some(sources) = &f.sources {
-        conds.push(if sources.is_empty() {
-            "false".into()
-        } else {
-            format!("source IN ({})", vec!["?"; sources.len()].join(","))
-        });
-        params.extend(sources.iter().map(|&s| i64::from(s)));
-    }
-    if let Some(ops) = &f.ops {
-        let alts: Vec<&str> = ops.iter().map(|_| "(source = ? AND op = ?)").collect();
-        conds.push(format!("({})", if alts.is_empty() { "false".to_string() } else { alts.join(" OR ") }));
-        for o in ops {
-            params.push(o.source.into());
-            params.push(o.op.into());
-        }
-    }
-    let clause = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
-    (clause, params)
-}
-
 impl TraceStore for DuckDbStore {
     fn engine(&self) -> &'static str {
         "duckdb"
@@ -328,20 +259,14 @@ impl TraceStore for DuckDbStore {
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect()
         })?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(s, k, n)| {
-                Some(LossCounter { source: s as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 })
-            })
-            .collect())
+        Ok(loss_counters_from(rows))
     }
 
     fn aggregates(&self, window: &TimeWindow) -> Result<Vec<AggregateRow>> {
         if !self.info.has_table("event_aggregates") {
             return Ok(Vec::new());
         }
-        let from = window.from_ns.map(|f| f - 60_000_000_000).unwrap_or(i64::MIN);
-        let to = window.to_ns.unwrap_or(i64::MAX);
+        let (from, to) = aggregate_bucket_bounds(window);
         self.with_conn(|c| {
             c.prepare(
                 "SELECT bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0 FROM event_aggregates \

@@ -2,19 +2,17 @@
 //!
 //! [`DuckDbWriter`] is the synchronous core: one read-write connection; events are turned into Arrow
 //! record batches (columnar, no per-value calls) and handed to DuckDB's Appender, one commit per
-//! batch group. [`DuckDbSink`] implements [`EventSink`] by running a writer on its own thread behind a
-//! bounded queue, exactly like the SQLite sink: the tracer never waits on disk, and a full queue
-//! makes `try_write_batch` drop the batch and count it as back-pressure loss.
+//! batch group. [`DuckDbSink`] is [`crate::sink::QueuedSink`] over it, like the SQLite sink: the
+//! writer on its own thread behind a bounded queue, so the tracer never waits on disk, and a full
+//! queue makes `try_write_batch` drop the batch and count it as back-pressure loss.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use duckdb::arrow::array::{ArrayRef, Int64Builder, StringBuilder};
 use duckdb::arrow::datatypes::{DataType, Field, Schema};
 use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
-use tokio::sync::{mpsc, oneshot};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
 use causeway_model::{Event, LossKind, SessionInfo};
@@ -22,10 +20,8 @@ use causeway_model::{Event, LossKind, SessionInfo};
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
 use crate::convert::{NativeRow, RowExtra};
 use crate::error::{Result, StoreError};
-use crate::store::{EventSink, SinkSummary, StackRecord, TraceStore};
-
-/// Loss counters shared between a sink handle and its writer thread.
-type Losses = Arc<Mutex<BTreeMap<(u8, LossKind), u64>>>;
+use crate::sink::{engine_writer_by_inherent_methods, LossCounts, QueuedSink};
+use crate::store::{StackRecord, TraceStore};
 
 enum Builder {
     I(Int64Builder),
@@ -273,7 +269,7 @@ impl DuckDbWriter {
     }
 
     /// Store loss counters of a session (absolute values).
-    pub fn store_losses_of(&mut self, session_id: i64, losses: &BTreeMap<(u8, LossKind), u64>) -> Result<()> {
+    pub fn store_losses_of(&mut self, session_id: i64, losses: &LossCounts) -> Result<()> {
         let err = engine_err(&self.path);
         self.conn.execute_batch("BEGIN").map_err(&err)?;
         {
@@ -289,7 +285,7 @@ impl DuckDbWriter {
     }
 
     /// Store this session's loss counters (absolute values).
-    pub fn store_losses(&mut self, losses: &BTreeMap<(u8, LossKind), u64>) -> Result<()> {
+    pub fn store_losses(&mut self, losses: &LossCounts) -> Result<()> {
         self.store_losses_of(self.session_id, losses)
     }
 
@@ -342,142 +338,8 @@ fn fill_lookup_tables(conn: &Connection) -> duckdb::Result<()> {
     conn.execute_batch("COMMIT")
 }
 
-enum Msg {
-    Batch(Vec<Event>),
-    Stacks(Vec<StackRecord>),
-    ProcessName(u32, String, i64),
-    Flush(oneshot::Sender<Result<()>>),
-}
+engine_writer_by_inherent_methods!(DuckDbWriter, thread: "causeway-duckdb-writer", group_batches: 256);
 
-/// [`EventSink`] over DuckDB: a writer thread behind a bounded queue.
-pub struct DuckDbSink {
-    tx: mpsc::Sender<Msg>,
-    losses: Losses,
-    thread: Option<std::thread::JoinHandle<Result<DuckDbWriter>>>,
-    path: PathBuf,
-}
-
-/// Batches the writer queue holds before `try_write_batch` starts dropping.
-const QUEUE_BATCHES: usize = 256;
-/// Most batches grouped into one append (one commit).
-const GROUP_BATCHES: usize = 256;
-
-impl DuckDbSink {
-    pub fn create(path: &Path, session: SessionInfo) -> Result<DuckDbSink> {
-        Self::with_queue(path, session, QUEUE_BATCHES)
-    }
-
-    /// Like [`DuckDbSink::create`] with a chosen queue depth (in batches).
-    pub fn with_queue(path: &Path, session: SessionInfo, batches: usize) -> Result<DuckDbSink> {
-        let mut writer = DuckDbWriter::create(path, &session)?;
-        let (tx, mut rx) = mpsc::channel::<Msg>(batches.max(1));
-        let losses: Losses = Arc::default();
-        let thread_losses = losses.clone();
-        let thread = std::thread::Builder::new().name("causeway-duckdb-writer".into()).spawn(move || {
-            let mut pending: Vec<Vec<Event>> = Vec::new();
-            while let Some(first) = rx.blocking_recv() {
-                let mut flushes = Vec::new();
-                let mut handle = |m: Msg, w: &mut DuckDbWriter, pending: &mut Vec<Vec<Event>>| -> Result<()> {
-                    match m {
-                        Msg::Batch(b) => pending.push(b),
-                        Msg::Stacks(s) => w.insert_stacks(&s)?,
-                        Msg::ProcessName(pid, name, at) => w.set_process_name(pid, &name, at)?,
-                        Msg::Flush(done) => flushes.push(done),
-                    }
-                    Ok(())
-                };
-                let mut result = handle(first, &mut writer, &mut pending);
-                while pending.len() < GROUP_BATCHES {
-                    match rx.try_recv() {
-                        Ok(m) => result = result.and(handle(m, &mut writer, &mut pending)),
-                        Err(_) => break,
-                    }
-                }
-                if !pending.is_empty() {
-                    if let Err(e) = writer.insert_batches(pending.iter().map(|b| b.as_slice())) {
-                        let mut l = thread_losses.lock().unwrap_or_else(|p| p.into_inner());
-                        for ev in pending.iter().flatten() {
-                            *l.entry((ev.source, LossKind::Write)).or_default() += 1;
-                        }
-                        tracing::error!("writing a batch to {} failed: {e}", writer.path().display());
-                        result = result.and(Err(e));
-                    }
-                    pending.clear();
-                }
-                if !flushes.is_empty() {
-                    let snapshot = thread_losses.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                    let r = result.and_then(|_| writer.store_losses(&snapshot));
-                    for f in flushes {
-                        let _ = f.send(r.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
-                    }
-                }
-            }
-            Ok(writer)
-        })?;
-        Ok(DuckDbSink { tx, losses, thread: Some(thread), path: path.to_path_buf() })
-    }
-
-    fn gone(&self) -> StoreError {
-        StoreError::WriterGone(format!("writer thread for {} exited", self.path.display()))
-    }
-}
-
-#[async_trait::async_trait]
-impl EventSink for DuckDbSink {
-    async fn write_batch(&mut self, events: Vec<Event>) -> Result<()> {
-        self.tx.send(Msg::Batch(events)).await.map_err(|_| self.gone())
-    }
-
-    fn try_write_batch(&mut self, events: Vec<Event>) -> bool {
-        match self.tx.try_send(Msg::Batch(events)) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(Msg::Batch(b)) | mpsc::error::TrySendError::Closed(Msg::Batch(b))) => {
-                let mut l = self.losses.lock().unwrap_or_else(|p| p.into_inner());
-                for e in &b {
-                    *l.entry((e.source, LossKind::SinkBackpressure)).or_default() += 1;
-                }
-                false
-            }
-            Err(_) => false,
-        }
-    }
-
-    async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> Result<()> {
-        self.tx.send(Msg::Stacks(stacks)).await.map_err(|_| self.gone())
-    }
-
-    async fn write_process_name(&mut self, pid: u32, name: String, seen_at_ns: i64) -> Result<()> {
-        self.tx.send(Msg::ProcessName(pid, name, seen_at_ns)).await.map_err(|_| self.gone())
-    }
-
-    fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
-        if n > 0 {
-            *self.losses.lock().unwrap_or_else(|p| p.into_inner()).entry((source, kind)).or_default() += n;
-        }
-    }
-
-    async fn flush(&mut self) -> Result<()> {
-        let (done, wait) = oneshot::channel();
-        self.tx.send(Msg::Flush(done)).await.map_err(|_| self.gone())?;
-        wait.await.map_err(|_| self.gone())?
-    }
-
-    async fn finish(mut self: Box<Self>, stopped_at_ns: i64) -> Result<SinkSummary> {
-        self.flush().await?;
-        let thread = self.thread.take().expect("finish runs once");
-        let losses = self.losses.clone();
-        drop(self); // closes the queue: the writer thread returns its writer
-        tokio::task::spawn_blocking(move || -> Result<SinkSummary> {
-            let mut writer = thread.join().map_err(|_| StoreError::WriterGone("writer thread panicked".into()))??;
-            let snapshot = losses.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            writer.store_losses(&snapshot)?;
-            let events_written = writer.finish(stopped_at_ns)?;
-            Ok(SinkSummary {
-                events_written,
-                losses: snapshot.into_iter().map(|((s, k), n)| (s, k.as_str().to_string(), n)).collect(),
-            })
-        })
-        .await
-        .map_err(|e| StoreError::WriterGone(e.to_string()))?
-    }
-}
+/// [`EventSink`](crate::EventSink) over DuckDB: a [`DuckDbWriter`] on its own thread behind a
+/// bounded queue.
+pub type DuckDbSink = QueuedSink<DuckDbWriter>;

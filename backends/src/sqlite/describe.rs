@@ -1,96 +1,45 @@
-//! The schema description of a live SQLite trace: tables, columns, types and row counts read from
-//! the database itself, with the meaning of every table, column and code found in it.
-
-use std::collections::BTreeMap;
-
-use causeway_model::codes;
+//! The schema description of a live SQLite trace: tables, columns and types read from the database
+//! itself (`pragma_table_info`); the rest is [`crate::describe`].
 
 use super::reader::SqliteStore;
+use crate::describe::{EngineNotes, LiveCatalog, CODE_COUNTS_SQL, OP_NAMES_SQL};
 use crate::error::Result;
-use crate::schema::{code_name, column_meaning, table_meaning};
 use crate::store::*;
 
-pub(super) fn describe(store: &SqliteStore) -> Result<SchemaDescription> {
-    let info = store.info();
-    let mut tables = Vec::new();
-    for name in &info.tables {
-        if name.starts_with("sqlite_") {
-            continue;
-        }
-        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
-        let columns: Vec<(String, String)> = store.with_conn(|c| {
+impl LiveCatalog for SqliteStore {
+    fn info(&self) -> &TraceInfo {
+        TraceStore::info(self)
+    }
+
+    fn is_internal_table(&self, name: &str) -> bool {
+        name.starts_with("sqlite_")
+    }
+
+    fn table_columns(&self, table: &str) -> Result<Vec<(String, String)>> {
+        self.with_conn(|c| {
             c.prepare("SELECT name, type FROM pragma_table_info(?1)")?
-                .query_map([name], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect()
-        })?;
-        let rows: i64 = if name == "events" {
-            info.events as i64
-        } else {
-            store.with_conn(|c| c.query_row(&format!("SELECT count(*) FROM {quoted}"), [], |r| r.get(0)))?
-        };
-        tables.push(TableDescription {
-            name: name.clone(),
-            rows: rows.max(0) as u64,
-            meaning: table_meaning(name).to_string(),
-            columns: columns
-                .into_iter()
-                .map(|(cname, ty)| ColumnDescription {
-                    meaning: column_meaning(name, &cname).to_string(),
-                    name: cname,
-                    sql_type: ty,
-                })
-                .collect(),
-        });
-    }
-    // Codes present in events, named from the DB's own lookup table when it has the code and from
-    // this build's table otherwise (Ingero's lookup tables miss newer codes).
-    let present: Vec<(i64, i64, i64)> = store.with_conn(|c| {
-        c.prepare("SELECT source, op, count(*) FROM events GROUP BY source, op ORDER BY source, op")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-            .collect()
-    })?;
-    let db_names: BTreeMap<(i64, i64), (String, String)> = if info.has_table("ops") {
-        store
-            .with_conn(|c| {
-                c.prepare("SELECT source_id, op_id, name, description FROM ops")?
-                    .query_map([], |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))))?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })?
-            .into_iter()
-            .collect()
-    } else {
-        BTreeMap::new()
-    };
-    let mut all: BTreeMap<(i64, i64), u64> = present.iter().map(|&(s, o, n)| ((s, o), n as u64)).collect();
-    for (s, o, ..) in codes::OPS {
-        all.entry((i64::from(*s), i64::from(*o))).or_insert(0);
-    }
-    let codes_out = all
-        .into_iter()
-        .map(|((s, o), events)| {
-            let (source, op) = (s as u8, o as u16);
-            let built_in = codes::OPS.iter().any(|e| e.0 == source && e.1 == op);
-            let (name, meaning) = match (built_in, db_names.get(&(s, o))) {
-                (false, Some((n, d))) => (n.clone(), d.clone()),
-                _ => (code_name(source, op), codes::op_description(source, op).to_string()),
-            };
-            CodeDescription { source, source_name: codes::source_name(source).into_owned(), op, name, meaning, events }
         })
-        .collect();
-    let mut notes = vec![
-        "timestamps are unix-epoch ns; durations ns; order by timestamp, not id".to_string(),
-        "sched_switch rows: timestamp = switch-in, off-CPU interval = [timestamp - duration, timestamp]".into(),
-        "join ops with: JOIN ops o ON o.source_id = events.source AND o.op_id = events.op".into(),
-    ];
-    if info.sampled {
-        notes.push("events is a sample (Ingero selective storage): true totals are in event_aggregates".into());
     }
-    notes.extend(info.missing.iter().map(|m| format!("not recorded in this DB: {m}")));
-    Ok(SchemaDescription {
-        format: info.format.clone(),
-        engine: "sqlite".into(),
-        tables,
-        codes: codes_out,
-        notes,
-    })
+
+    fn count_rows(&self, quoted_table: &str) -> Result<i64> {
+        self.with_conn(|c| c.query_row(&format!("SELECT count(*) FROM {quoted_table}"), [], |r| r.get(0)))
+    }
+
+    fn code_counts(&self) -> Result<Vec<(i64, i64, i64)>> {
+        self.with_conn(|c| c.prepare(CODE_COUNTS_SQL)?.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+    }
+
+    fn op_names(&self) -> Result<Vec<((i64, i64), (String, String))>> {
+        self.with_conn(|c| {
+            c.prepare(OP_NAMES_SQL)?.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))))?.collect()
+        })
+    }
+}
+
+const SQLITE_NOTES: EngineNotes = EngineNotes { engine: "sqlite", ordering: "not id", dialect: &[] };
+
+pub(super) fn describe(store: &SqliteStore) -> Result<SchemaDescription> {
+    crate::describe::describe(store, &SQLITE_NOTES)
 }

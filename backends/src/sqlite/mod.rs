@@ -3,6 +3,7 @@
 
 mod describe;
 mod reader;
+pub(crate) mod rows;
 mod writer;
 
 pub use reader::SqliteStore;

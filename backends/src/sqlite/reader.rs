@@ -14,13 +14,17 @@ use std::sync::Mutex;
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags, Row};
 
-use causeway_model::codes::{OpCode, PrevState};
+use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, LossCounter, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{LossCounter, SessionInfo};
 
+use super::rows::{column_or_default, decode_event, event_select_list, int};
 use crate::error::{Result, StoreError};
 use crate::query::{QueryLimits, QueryResult};
-use crate::schema::NATIVE_SCHEMA_VERSION;
+use crate::reader_common::{
+    self, aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
+    require_event_columns, trace_info,
+};
 use crate::store::*;
 
 /// Newest Ingero schema this reader understands.
@@ -58,14 +62,8 @@ fn open_ro(uri: &str) -> rusqlite::Result<Connection> {
 impl SqliteStore {
     /// Open a trace read-only. Errors say what is wrong with the file in one line.
     pub fn open(path: &Path) -> Result<SqliteStore> {
-        let meta = std::fs::metadata(path).map_err(|_| StoreError::NotFound(path.to_path_buf()))?;
-        let not_trace = |reason: &str| StoreError::NotATrace { path: path.to_path_buf(), reason: reason.into() };
-        if meta.is_dir() {
-            return Err(not_trace("it is a directory"));
-        }
-        if meta.len() == 0 {
-            return Err(not_trace("the file is empty"));
-        }
+        check_trace_file(path)?;
+        let not_trace = |reason: &str| not_a_trace(path, reason);
         let mut magic = [0u8; 16];
         let n = std::fs::File::open(path)?.read(&mut magic)?;
         if n < 16 || &magic != b"SQLite format 3\0" {
@@ -89,14 +87,7 @@ impl SqliteStore {
             BTreeMap::new()
         };
         let format = if schema_info.get("format").map(String::as_str) == Some("causeway") {
-            let v: u32 = schema_info.get("schema_version").and_then(|v| v.parse().ok()).unwrap_or(0);
-            if v > NATIVE_SCHEMA_VERSION {
-                return Err(StoreError::NewerSchema {
-                    path: path.to_path_buf(),
-                    what: format!("native schema v{v}"),
-                    supported: format!("up to v{NATIVE_SCHEMA_VERSION}"),
-                });
-            }
+            let v = native_schema_version(path, &schema_info)?;
             // A trace still being written: read through the WAL.
             if wal_path(path).exists() {
                 uri = uri_for(path, "mode=ro");
@@ -120,12 +111,8 @@ impl SqliteStore {
             .prepare("SELECT name FROM pragma_table_info('events')")
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
             .map_err(corrupt)?;
-        for required in ["timestamp", "pid", "tid", "source", "op", "duration"] {
-            if !columns.iter().any(|c| c == required) {
-                return Err(not_trace(&format!("its events table has no {required} column")));
-            }
-        }
-        let (events, first_ns, last_ns): (i64, Option<i64>, Option<i64>) = conn
+        require_event_columns(path, &columns)?;
+        let extent = conn
             .query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
@@ -134,40 +121,7 @@ impl SqliteStore {
             && conn
                 .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))
                 .map_err(corrupt)?;
-        let columns = crate::schema::restrict_columns(columns, schema_info.get(crate::schema::SOURCE_COLUMNS_KEY));
-        let has = |c: &str| columns.iter().any(|x| x == c);
-        let mut missing = Vec::new();
-        if !has("next_tid") {
-            missing.push("who took the CPU at each switch (the preempting task is not recorded)".into());
-        }
-        if !has("prev_state") {
-            missing.push("why a thread left the CPU (preempted vs sleep vs I/O wait)".into());
-        }
-        if !has("wake_ts") {
-            missing.push("wake-up times and wakers (run-queue wait cannot be separated from sleep)".into());
-        }
-        if !has("cpu") {
-            missing.push("CPU numbers".into());
-        }
-        if !has("comm") {
-            missing.push("thread names (only process_names per pid)".into());
-        }
-        if !tables.iter().any(|t| t == "loss_counters") {
-            missing.push("loss counters (events dropped by the tracer are not counted)".into());
-        }
-        // A converted trace reports what its original did not record.
-        crate::schema::extend_missing(&mut missing, schema_info.get(crate::schema::SOURCE_MISSING_KEY));
-        let info = TraceInfo {
-            path: path.to_path_buf(),
-            format,
-            events: events as u64,
-            first_ns: first_ns.unwrap_or(0),
-            last_ns: last_ns.unwrap_or(0),
-            event_columns: columns,
-            tables,
-            sampled,
-            missing,
-        };
+        let info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
         Ok(SqliteStore { conn: Mutex::new(conn), uri, info })
     }
 
@@ -188,40 +142,11 @@ impl SqliteStore {
 
     /// `events` column expression, or a default when this DB lacks the column.
     fn col(&self, name: &str, default: &str) -> String {
-        if self.info.has_column(name) {
-            name.to_string()
-        } else {
-            format!("{default} AS {name}")
-        }
+        column_or_default(&self.info, name, default)
     }
 
     fn select_events_sql(&self) -> String {
-        let cols = [
-            "id".to_string(),
-            "timestamp".into(),
-            "duration".into(),
-            "pid".into(),
-            "tid".into(),
-            self.col("cpu", "-1"),
-            "source".into(),
-            "op".into(),
-            self.col("arg0", "0"),
-            self.col("arg1", "0"),
-            self.col("arg2", "0"),
-            self.col("ret_code", "0"),
-            self.col("stack_hash", "0"),
-            self.col("gpu_id", "0"),
-            self.col("cgroup_id", "0"),
-            self.col("comm", "''"),
-            self.col("prev_state", "NULL"),
-            self.col("next_pid", "NULL"),
-            self.col("next_tid", "NULL"),
-            self.col("next_comm", "NULL"),
-            self.col("wake_ts", "NULL"),
-            self.col("waker_pid", "NULL"),
-            self.col("waker_tid", "NULL"),
-        ];
-        format!("SELECT {} FROM events", cols.join(", "))
+        format!("SELECT {} FROM events", event_select_list(&self.info, "id".into()).join(", "))
     }
 }
 
@@ -234,22 +159,6 @@ fn wal_path(path: &Path) -> PathBuf {
 fn parse_version(v: &str) -> Option<(u32, u32)> {
     let (a, b) = v.trim().trim_start_matches('v').split_once('.')?;
     Some((a.parse().ok()?, b.split('.').next()?.parse().ok()?))
-}
-
-fn int(r: &Row<'_>, i: usize) -> rusqlite::Result<i64> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Integer(v) => v,
-        ValueRef::Real(f) => f as i64,
-        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0),
-        _ => 0,
-    })
-}
-
-fn opt_int(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<i64>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Null => None,
-        _ => Some(int(r, i)?),
-    })
 }
 
 fn text(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
@@ -270,79 +179,13 @@ fn event_id(r: &Row<'_>, i: usize) -> rusqlite::Result<EventId> {
 }
 
 fn row_to_event(r: &Row<'_>) -> rusqlite::Result<StoredEvent> {
-    let source = int(r, 6)? as u8;
-    let op = int(r, 7)? as u16;
-    let prev_state = opt_int(r, 16)?;
-    let sched = match prev_state {
-        Some(ps) => Some(SchedDetail {
-            prev_state: PrevState::from_code(ps),
-            next_pid: opt_int(r, 17)?.unwrap_or(0) as u32,
-            next_tid: opt_int(r, 18)?.unwrap_or(0) as u32,
-            next_comm: text(r, 19)?,
-            wake_ts_ns: opt_int(r, 20)?.unwrap_or(0),
-            waker_pid: opt_int(r, 21)?.unwrap_or(0) as u32,
-            waker_tid: opt_int(r, 22)?.unwrap_or(0) as u32,
-        }),
-        None => None,
-    };
-    Ok(StoredEvent {
-        id: event_id(r, 0)?,
-        event: Event {
-            ts_ns: int(r, 1)?,
-            dur_ns: int(r, 2)?,
-            pid: int(r, 3)? as u32,
-            tid: int(r, 4)? as u32,
-            cpu: int(r, 5)? as i32,
-            source,
-            op,
-            arg0: int(r, 8)?,
-            arg1: int(r, 9)?,
-            arg2: int(r, 10)?,
-            ret_code: int(r, 11)? as i32,
-            stack_hash: int(r, 12)?,
-            gpu_id: int(r, 13)? as i32,
-            cgroup_id: int(r, 14)?,
-            comm: text(r, 15)?,
-            sched,
-        },
-    })
+    Ok(StoredEvent { id: event_id(r, 0)?, event: decode_event(r, text)? })
 }
 
-/// WHERE clause and parameters for a filter.
+/// WHERE clause and parameters for a filter (SQLite values).
 fn where_clause(f: &EventFilter) -> (String, Vec<Value>) {
-    let mut conds = Vec::new();
-    let mut params = Vec::new();
-    let TimeWindow { from_ns, to_ns } = f.window;
-    if let Some(from) = from_ns {
-        conds.push("timestamp >= ?".to_string());
-        params.push(Value::Integer(from));
-    }
-    if let Some(to) = to_ns {
-        conds.push("timestamp <= ?".to_string());
-        params.push(Value::Integer(to));
-    }
-    if let Some(pid) = f.pid {
-        conds.push("pid = ?".into());
-        params.push(Value::Integer(pid.into()));
-    }
-    if let Some(tids) = &f.tids {
-        conds.push(format!("tid IN ({})", vec!["?"; tids.len()].join(",")));
-        params.extend(tids.iter().map(|&t| Value::Integer(t.into())));
-    }
-    if let Some(sources) = &f.sources {
-        conds.push(format!("source IN ({})", vec!["?"; sources.len()].join(",")));
-        params.extend(sources.iter().map(|&s| Value::Integer(s.into())));
-    }
-    if let Some(ops) = &f.ops {
-        let alts: Vec<&str> = ops.iter().map(|_| "(source = ? AND op = ?)").collect();
-        conds.push(format!("({})", if alts.is_empty() { "0".to_string() } else { alts.join(" OR ") }));
-        for o in ops {
-            params.push(Value::Integer(o.source.into()));
-            params.push(Value::Integer(o.op.into()));
-        }
-    }
-    let clause = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
-    (clause, params)
+    let (clause, params) = reader_common::where_clause(f);
+    (clause, params.into_iter().map(Value::Integer).collect())
 }
 
 impl TraceStore for SqliteStore {
@@ -437,21 +280,14 @@ impl TraceStore for SqliteStore {
                 .query_map([], |r| Ok((int(r, 0)?, text(r, 1)?, int(r, 2)?)))?
                 .collect()
         })?;
-        Ok(rows
-            .into_iter()
-            .filter_map(|(s, k, n)| {
-                Some(LossCounter { source: s as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 })
-            })
-            .collect())
+        Ok(loss_counters_from(rows))
     }
 
     fn aggregates(&self, window: &TimeWindow) -> Result<Vec<AggregateRow>> {
         if !self.info.has_table("event_aggregates") {
             return Ok(Vec::new());
         }
-        // A minute bucket overlaps the window when it starts before its end and ends after its start.
-        let from = window.from_ns.map(|f| f - 60_000_000_000).unwrap_or(i64::MIN);
-        let to = window.to_ns.unwrap_or(i64::MAX);
+        let (from, to) = aggregate_bucket_bounds(window);
         self.with_conn(|c| {
             c.prepare(
                 "SELECT bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0 FROM event_aggregates \

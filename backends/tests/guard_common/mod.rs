@@ -62,12 +62,18 @@ impl Fixture {
         Fixture::make(name, true)
     }
 
+    /// A DuckDB copy made by `convert` (`uri` is the file's path: DuckDB opens paths).
+    pub fn duckdb(name: &str) -> Fixture {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (dir, out) = fixture_dirs(tmp.path());
+        let db = dir.join("trace.duckdb");
+        causeway_backends::convert::convert(&ingero_dir().join(name), &db, None, &mut |_, _| {}).unwrap();
+        Fixture::seal(tmp, dir, db, out, None)
+    }
+
     fn make(name: &str, rollback: bool) -> Fixture {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("trace");
-        let out = tmp.path().join("out");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::create_dir_all(&out).unwrap();
+        let (dir, out) = fixture_dirs(tmp.path());
         let db = dir.join("trace.db");
         std::fs::copy(ingero_dir().join(name), &db).expect("copy trace");
         let uri = if rollback {
@@ -79,8 +85,14 @@ impl Fixture {
         } else {
             format!("file:{}?immutable=1", db.display())
         };
+        Fixture::seal(tmp, dir, db, out, Some(uri))
+    }
+
+    /// Record the DB's bytes and its directory's listing, which every query must leave as they are.
+    fn seal(tmp: tempfile::TempDir, dir: PathBuf, db: PathBuf, out: PathBuf, uri: Option<String>) -> Fixture {
         let original = std::fs::read(&db).unwrap();
         let listing = list(&dir);
+        let uri = uri.unwrap_or_else(|| db.display().to_string());
         Fixture { _dir: tmp, dir, db, out, uri, original, listing }
     }
 
@@ -114,6 +126,44 @@ impl Fixture {
 
     pub fn hash(&self) -> u64 {
         fnv(&self.original)
+    }
+}
+
+/// Default limits with a chosen time limit.
+pub fn limits_ms(ms: u64) -> QueryLimits {
+    QueryLimits { timeout_ms: ms, ..QueryLimits::default() }
+}
+
+/// The guard's refusal of `sql` on SQLite, as a user reads it (panics when it passes).
+pub fn refusal(sql: &str) -> String {
+    match causeway_backends::guard::check(sql, causeway_backends::guard::Engine::Sqlite) {
+        Err(r) => r.to_string(),
+        Ok(()) => panic!("check let through {sql:?}"),
+    }
+}
+
+/// `trace/` and its sibling `out/` under a fixture's temporary directory.
+fn fixture_dirs(tmp: &Path) -> (PathBuf, PathBuf) {
+    let (dir, out) = (tmp.join("trace"), tmp.join("out"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    (dir, out)
+}
+
+/// What one guarded run did, for counting.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    Refused,
+    Limited,
+    Ran,
+}
+
+pub fn outcome(r: &Result<causeway_backends::QueryResult, causeway_backends::StoreError>) -> Outcome {
+    match r {
+        Err(causeway_backends::StoreError::Refused(_)) => Outcome::Refused,
+        Err(_) => Outcome::Limited,
+        Ok(q) if q.truncated => Outcome::Limited,
+        Ok(_) => Outcome::Ran,
     }
 }
 

@@ -1,0 +1,229 @@
+//! The [`EventSink`] machinery every engine shares: a synchronous [`EngineWriter`] runs on its own
+//! thread behind a bounded queue ([`QueuedSink`]), so the tracer never waits on disk.
+//!
+//! The writer thread groups whatever is queued into one commit, counts the events of a failed commit
+//! as [`LossKind::Write`], and stores the loss counters at every flush and at the end. When the queue
+//! is full, `try_write_batch` drops the batch and counts its events as
+//! [`LossKind::SinkBackpressure`]. Each engine keeps only its writer (`sqlite::SqliteWriter`,
+//! `duckdb::DuckDbWriter`) and names its sink as `QueuedSink<ItsWriter>`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, oneshot};
+
+use causeway_model::{Event, LossKind, SessionInfo};
+
+use crate::error::{Result, StoreError};
+use crate::store::{EventSink, SinkSummary, StackRecord};
+
+/// Loss counters per (source, kind), absolute values.
+pub type LossCounts = BTreeMap<(u8, LossKind), u64>;
+
+/// The synchronous writer of one engine: owns the connection of one trace session.
+pub trait EngineWriter: Sized + Send + 'static {
+    /// The writer thread's name.
+    const THREAD_NAME: &'static str;
+    /// Most batches grouped into one commit.
+    const GROUP_BATCHES: usize;
+
+    /// Create a native trace at `path`, or append a new session to an existing native trace.
+    fn create_session(path: &Path, session: &SessionInfo) -> Result<Self>;
+    fn trace_path(&self) -> &Path;
+    /// Write batches of events in one commit; returns how many events were written.
+    fn write_batches(&mut self, batches: &[Vec<Event>]) -> Result<u64>;
+    /// Add stacks (deduplicated by hash).
+    fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()>;
+    fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()>;
+    /// Store the session's loss counters (absolute values).
+    fn write_losses(&mut self, losses: &LossCounts) -> Result<()>;
+    /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
+    fn finish_session(self, stopped_at_ns: i64) -> Result<u64>;
+}
+
+/// `impl EngineWriter for $writer` by its inherent methods of the same meaning (`create`, `path`,
+/// `insert_batches`, `insert_stacks`, `set_process_name`, `store_losses`, `finish`), which each
+/// engine keeps as its public API.
+macro_rules! engine_writer_by_inherent_methods {
+    ($writer:ty, thread: $thread:literal, group_batches: $group:expr) => {
+        impl $crate::sink::EngineWriter for $writer {
+            const THREAD_NAME: &'static str = $thread;
+            const GROUP_BATCHES: usize = $group;
+
+            fn create_session(path: &std::path::Path, session: &causeway_model::SessionInfo) -> $crate::error::Result<Self> {
+                <$writer>::create(path, session)
+            }
+            fn trace_path(&self) -> &std::path::Path {
+                self.path()
+            }
+            fn write_batches(&mut self, batches: &[Vec<causeway_model::Event>]) -> $crate::error::Result<u64> {
+                self.insert_batches(batches.iter().map(|b| b.as_slice()))
+            }
+            fn write_stacks(&mut self, stacks: &[$crate::store::StackRecord]) -> $crate::error::Result<()> {
+                self.insert_stacks(stacks)
+            }
+            fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> $crate::error::Result<()> {
+                self.set_process_name(pid, name, seen_at_ns)
+            }
+            fn write_losses(&mut self, losses: &$crate::sink::LossCounts) -> $crate::error::Result<()> {
+                self.store_losses(losses)
+            }
+            fn finish_session(self, stopped_at_ns: i64) -> $crate::error::Result<u64> {
+                self.finish(stopped_at_ns)
+            }
+        }
+    };
+}
+pub(crate) use engine_writer_by_inherent_methods;
+
+/// Batches the writer queue holds before `try_write_batch` starts dropping.
+pub const QUEUE_BATCHES: usize = 256;
+
+/// Loss counters shared between a sink handle and its writer thread.
+type SharedLosses = Arc<Mutex<LossCounts>>;
+
+fn lock(losses: &SharedLosses) -> MutexGuard<'_, LossCounts> {
+    losses.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Msg {
+    Batch(Vec<Event>),
+    Stacks(Vec<StackRecord>),
+    ProcessName(u32, String, i64),
+    Flush(oneshot::Sender<Result<()>>),
+}
+
+/// [`EventSink`] over any [`EngineWriter`]: a writer thread behind a bounded queue.
+pub struct QueuedSink<W: EngineWriter> {
+    tx: mpsc::Sender<Msg>,
+    losses: SharedLosses,
+    thread: Option<std::thread::JoinHandle<Result<W>>>,
+    path: PathBuf,
+}
+
+impl<W: EngineWriter> QueuedSink<W> {
+    pub fn create(path: &Path, session: SessionInfo) -> Result<QueuedSink<W>> {
+        Self::with_queue(path, session, QUEUE_BATCHES)
+    }
+
+    /// Like [`QueuedSink::create`] with a chosen queue depth (in batches); tests use tiny queues to
+    /// provoke back-pressure.
+    pub fn with_queue(path: &Path, session: SessionInfo, batches: usize) -> Result<QueuedSink<W>> {
+        let writer = W::create_session(path, &session)?;
+        let (tx, rx) = mpsc::channel::<Msg>(batches.max(1));
+        let losses = SharedLosses::default();
+        let thread_losses = losses.clone();
+        let thread =
+            std::thread::Builder::new().name(W::THREAD_NAME.into()).spawn(move || run_writer(writer, rx, thread_losses))?;
+        Ok(QueuedSink { tx, losses, thread: Some(thread), path: path.to_path_buf() })
+    }
+
+    fn gone(&self) -> StoreError {
+        StoreError::WriterGone(format!("writer thread for {} exited", self.path.display()))
+    }
+}
+
+/// The writer thread: until the queue closes, take what is queued, commit it, answer flushes.
+fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losses: SharedLosses) -> Result<W> {
+    let mut pending: Vec<Vec<Event>> = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        let mut flushes = Vec::new();
+        let mut handle = |m: Msg, w: &mut W, pending: &mut Vec<Vec<Event>>| -> Result<()> {
+            match m {
+                Msg::Batch(b) => pending.push(b),
+                Msg::Stacks(s) => w.write_stacks(&s)?,
+                Msg::ProcessName(pid, name, at) => w.write_process_name(pid, &name, at)?,
+                Msg::Flush(done) => flushes.push(done),
+            }
+            Ok(())
+        };
+        let mut result = handle(first, &mut writer, &mut pending);
+        // Group whatever else is queued into the same commit.
+        while pending.len() < W::GROUP_BATCHES {
+            match rx.try_recv() {
+                Ok(m) => result = result.and(handle(m, &mut writer, &mut pending)),
+                Err(_) => break,
+            }
+        }
+        if !pending.is_empty() {
+            if let Err(e) = writer.write_batches(&pending) {
+                let mut l = lock(&losses);
+                for ev in pending.iter().flatten() {
+                    *l.entry((ev.source, LossKind::Write)).or_default() += 1;
+                }
+                tracing::error!("writing a batch to {} failed: {e}", writer.trace_path().display());
+                result = result.and(Err(e));
+            }
+            pending.clear();
+        }
+        if !flushes.is_empty() {
+            let snapshot = lock(&losses).clone();
+            let r = result.and_then(|_| writer.write_losses(&snapshot));
+            for f in flushes {
+                let _ = f.send(r.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
+            }
+        }
+    }
+    Ok(writer)
+}
+
+#[async_trait::async_trait]
+impl<W: EngineWriter> EventSink for QueuedSink<W> {
+    async fn write_batch(&mut self, events: Vec<Event>) -> Result<()> {
+        self.tx.send(Msg::Batch(events)).await.map_err(|_| self.gone())
+    }
+
+    fn try_write_batch(&mut self, events: Vec<Event>) -> bool {
+        match self.tx.try_send(Msg::Batch(events)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(Msg::Batch(b)) | mpsc::error::TrySendError::Closed(Msg::Batch(b))) => {
+                let mut l = lock(&self.losses);
+                for e in &b {
+                    *l.entry((e.source, LossKind::SinkBackpressure)).or_default() += 1;
+                }
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> Result<()> {
+        self.tx.send(Msg::Stacks(stacks)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_process_name(&mut self, pid: u32, name: String, seen_at_ns: i64) -> Result<()> {
+        self.tx.send(Msg::ProcessName(pid, name, seen_at_ns)).await.map_err(|_| self.gone())
+    }
+
+    fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
+        if n > 0 {
+            *lock(&self.losses).entry((source, kind)).or_default() += n;
+        }
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        let (done, wait) = oneshot::channel();
+        self.tx.send(Msg::Flush(done)).await.map_err(|_| self.gone())?;
+        wait.await.map_err(|_| self.gone())?
+    }
+
+    async fn finish(mut self: Box<Self>, stopped_at_ns: i64) -> Result<SinkSummary> {
+        self.flush().await?;
+        let thread = self.thread.take().expect("finish runs once");
+        let losses = self.losses.clone();
+        drop(self); // closes the queue: the writer thread returns its writer
+        tokio::task::spawn_blocking(move || -> Result<SinkSummary> {
+            let mut writer = thread.join().map_err(|_| StoreError::WriterGone("writer thread panicked".into()))??;
+            let snapshot = lock(&losses).clone();
+            writer.write_losses(&snapshot)?;
+            let events_written = writer.finish_session(stopped_at_ns)?;
+            Ok(SinkSummary {
+                events_written,
+                losses: snapshot.into_iter().map(|((s, k), n)| (s, k.as_str().to_string(), n)).collect(),
+            })
+        })
+        .await
+        .map_err(|e| StoreError::WriterGone(e.to_string()))?
+    }
+}
