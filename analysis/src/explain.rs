@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_backends::{EventId, TraceFormat, TraceStore};
+use causeway_backends::{EventId, StoredEvent, TraceFormat, TraceStore};
 use causeway_model::codes::OpCode;
 use causeway_model::time::{fmt_ns, TimeWindow};
 
@@ -191,6 +191,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     }
     let sample_note = sampled_note(store, req)?;
     let bounds = trace_data::scope_bounds(store, req.window, req.pid)?;
+    let mut forks: Option<Vec<StoredEvent>> = None; // read once, for every host-work chain
     for (tid, gs) in per_tid {
         let mut acc = ChainAccumulator::default();
         let mut items = HashMap::new();
@@ -216,7 +217,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             if chain.cause == Cause::HostCompute.as_str() {
                 let last_gap_end = items.values().map(|it| it.ts + it.dur).max().unwrap_or(0);
                 let first_gap = items.values().map(|it| it.ts).min().unwrap_or(0);
-                chain.details.extend(host_work_facts(store, req, chain.pid, first_gap, last_gap_end, bounds, &names)?);
+                chain.details.extend(host_work_facts(store, req, &mut forks, chain.pid, first_gap, last_gap_end, bounds, &names)?);
             }
             chain.details.push(format!(
                 "a gap is long when it lasts at least max({}, {} x the thread's p50 gap, {} x its p75 gap)",
@@ -331,9 +332,13 @@ fn sampled_note(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Option<S
 
 /// What else the trace says about the feeding process while its thread was busy between GPU calls:
 /// whether it had forked worker processes yet, and how many pages it allocated.
+/// What the process did around its host-work gaps. `forks` caches the scope's fork events across
+/// calls (on a row store every uncached read would scan the trace).
+#[allow(clippy::too_many_arguments)]
 fn host_work_facts(
     store: &dyn TraceStore,
     req: &ExplainRequest,
+    forks: &mut Option<Vec<StoredEvent>>,
     pid: u32,
     first_gap: i64,
     last_gap_end: i64,
@@ -343,13 +348,16 @@ fn host_work_facts(
     let origin = bounds.map(|b| b.0).unwrap_or(0);
     let rel = |t: i64| format!("+{:.3} s", (t - origin) as f64 / 1e9);
     let mut out = Vec::new();
-    let filter = causeway_backends::EventFilter {
-        window: req.window,
-        pid: Some(pid),
-        ops: Some(vec![causeway_model::codes::op::PROCESS_FORK]),
-        ..Default::default()
-    };
-    let forks = store.events(&filter)?;
+    if forks.is_none() {
+        let filter = causeway_backends::EventFilter {
+            window: req.window,
+            pid: req.pid,
+            ops: Some(vec![causeway_model::codes::op::PROCESS_FORK]),
+            ..Default::default()
+        };
+        *forks = Some(store.events(&filter)?);
+    }
+    let forks: Vec<&StoredEvent> = forks.iter().flatten().filter(|f| f.event.pid == pid).collect();
     let before: Vec<_> = forks.iter().filter(|f| f.event.ts_ns < last_gap_end).collect();
     if before.is_empty() {
         let first = forks.first().map(|f| {

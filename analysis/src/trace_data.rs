@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_backends::{EventFilter, QueryLimits, StoredEvent, TraceStore};
+use causeway_backends::{EventFilter, EventId, QueryLimits, StoredEvent, TraceStore};
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 
@@ -48,23 +48,11 @@ impl Names {
     /// Name the threads in `tids` that have no name yet from what the trace records (`events.comm`
     /// of the thread's latest event: threads are often renamed right after they start).
     pub fn resolve_threads(&mut self, store: &dyn TraceStore, tids: impl IntoIterator<Item = u32>) -> Result<(), AnalysisError> {
-        if !store.info().has_column("comm") {
-            return Ok(());
-        }
         let missing: BTreeSet<u32> = tids.into_iter().filter(|t| *t != 0 && !self.threads.contains_key(t)).collect();
         let missing: Vec<u32> = missing.into_iter().collect();
         for chunk in missing.chunks(500) {
-            let list: Vec<String> = chunk.iter().map(u32::to_string).collect();
-            // SQLite returns the bare column of the row holding the MAX.
-            let sql = format!(
-                "SELECT tid, comm, MAX(timestamp) FROM events WHERE comm != '' AND tid IN ({}) GROUP BY tid",
-                list.join(",")
-            );
-            for row in store.query(&sql, &QueryLimits::with_rows(QueryLimits::MAX_ROWS))?.rows {
-                if let (Some(tid), Some(comm)) = (row[0].as_i64(), row[1].as_str()) {
-                    self.threads.insert(tid as u32, comm.to_string());
-                }
-            }
+            let filter = EventFilter { tids: Some(chunk.to_vec()), ..Default::default() };
+            self.threads.extend(store.thread_comms(&filter, true)?);
         }
         Ok(())
     }
@@ -91,12 +79,54 @@ pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, 
             });
         }
     })?;
-    // Engines return rows mostly in time order: the stable sort is close to linear on them.
-    calls.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id)));
-    for (tid, comm) in store.first_comms(&filter)? {
-        names.threads.entry(tid).or_insert(comm);
+    sort_by_time_and_id(&mut calls);
+    let tids: BTreeSet<u32> = calls.iter().map(|c| c.tid).filter(|t| !names.threads.contains_key(t)).collect();
+    let tids: Vec<u32> = tids.into_iter().collect();
+    for chunk in tids.chunks(500) {
+        let of_chunk = EventFilter { tids: Some(chunk.to_vec()), ..filter.clone() };
+        for (tid, comm) in store.thread_comms(&of_chunk, false)? {
+            names.threads.entry(tid).or_insert(comm);
+        }
     }
     Ok(calls)
+}
+
+/// Sorts calls by (ts, id). Calls are large: with integer ids (native traces, Ingero v0.8) a
+/// permutation is sorted on compact keys and applied once, instead of moving the calls themselves
+/// around in a comparison sort; already ordered input is left as it is.
+fn sort_by_time_and_id(calls: &mut [Call]) {
+    let ordered = |a: &Call, b: &Call| (a.ts, &a.id) <= (b.ts, &b.id);
+    if calls.windows(2).all(|w| ordered(&w[0], &w[1])) {
+        return;
+    }
+    let keys: Option<Vec<(i64, i64, u32)>> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match c.id {
+            EventId::Int(id) => Some((c.ts, id, i as u32)),
+            EventId::Text(_) => None,
+        })
+        .collect();
+    match keys {
+        Some(mut keys) => {
+            keys.sort_unstable();
+            // Position i takes the call at keys[i].2: follow each cycle of the permutation, swapping.
+            let mut placed = vec![false; calls.len()];
+            for start in 0..calls.len() {
+                let mut i = start;
+                while !placed[i] {
+                    placed[i] = true;
+                    let j = keys[i].2 as usize;
+                    if j == start {
+                        break;
+                    }
+                    calls.swap(i, j);
+                    i = j;
+                }
+            }
+        }
+        None => calls.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id))),
+    }
 }
 
 /// Sorted, merged intervals per thread: where attribution needs scheduler data.
@@ -248,4 +278,37 @@ pub fn scope_bounds(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>
 pub fn ops_of(calls: &[Call]) -> Vec<OpCode> {
     let set: BTreeSet<OpCode> = calls.iter().map(|c| c.op).collect();
     set.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use causeway_model::codes::op;
+
+    fn call(id: EventId, ts: i64) -> Call {
+        Call { id, ts, dur: 1, pid: 1, tid: 1, op: op::CUDA_LAUNCH_KERNEL, arg0: 0, arg2: 0, stack_hash: 0 }
+    }
+
+    #[test]
+    fn calls_sort_by_time_then_id_with_integer_and_text_ids() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m) as i64
+        };
+        for n in [0usize, 1, 2, 7, 100, 1000] {
+            // Many equal timestamps, so the id decides often.
+            let ints: Vec<Call> = (0..n).map(|_| call(EventId::Int(next(50)), next(20))).collect();
+            let texts: Vec<Call> = (0..n).map(|_| call(EventId::Text(format!("n:{}", next(50))), next(20))).collect();
+            for mut calls in [ints, texts] {
+                let mut want = calls.clone();
+                want.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
+                sort_by_time_and_id(&mut calls);
+                let key = |v: &[Call]| v.iter().map(|c| (c.ts, c.id.clone())).collect::<Vec<_>>();
+                assert_eq!(key(&calls), key(&want), "n = {n}");
+            }
+        }
+    }
 }

@@ -210,9 +210,11 @@ pub trait TraceStore: Send + Sync {
     /// returns the count. The fast path for attribution: no strings are read (engines may return
     /// rows in time order; callers sort).
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64>;
-    /// tid -> the `comm` of the thread's earliest event with a non-empty `comm` among the events
-    /// matching the filter (empty when the DB has no `comm` column).
-    fn first_comms(&self, filter: &EventFilter) -> Result<HashMap<u32, String>>;
+    /// tid -> the `comm` of the thread's earliest (`latest`: latest) event with a non-empty `comm`
+    /// among the events matching the filter, for the threads in `filter.tids` (all threads when
+    /// `None`). Empty when the DB has no `comm` column. Threads are often renamed right after they
+    /// start, so names of wakers and culprits use the latest, names seen on calls the earliest.
+    fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>>;
     /// Calls `f` for every full event matching the filter, in timestamp order, streaming (never
     /// holding them all); returns the count.
     fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64>;

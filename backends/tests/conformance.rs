@@ -47,7 +47,12 @@ fn file(dir: &Path, b: Backend, name: &str) -> PathBuf {
 /// A finished trace of `N` synthetic events (written in chunks, not in time order), a stack, two
 /// process names and loss counters; returns the events as the store must give them back.
 fn write_trace(path: &Path, b: Backend, seed: u64) -> Vec<StoredEvent> {
-    let events = SyntheticTrace::new(seed, 1_000_000_000).take(N);
+    let mut events = SyntheticTrace::new(seed, 1_000_000_000).take(N);
+    // Threads renamed half-way (as worker threads are right after they start), so a thread's first
+    // and latest names differ.
+    for e in events.iter_mut().skip(N / 2).filter(|e| !e.comm.is_empty()) {
+        e.comm = format!("worker-{}", e.tid % 3);
+    }
     let summary = rt().block_on(async {
         let mut sink = create_sink(path, session(1), Some(b)).unwrap();
         for chunk in events.chunks(777) {
@@ -199,11 +204,13 @@ pub fn typed_queries_and_filters(b: Backend) {
             })
             .collect();
         assert_eq!(slim, w, "scan_slim rows: {what}");
-        let mut comms = std::collections::HashMap::new();
+        let (mut first, mut last) = (std::collections::HashMap::new(), std::collections::HashMap::new());
         for s in want.iter().filter(|s| !s.event.comm.is_empty()) {
-            comms.entry(s.event.tid).or_insert_with(|| s.event.comm.clone());
+            first.entry(s.event.tid).or_insert_with(|| s.event.comm.clone());
+            last.insert(s.event.tid, s.event.comm.clone());
         }
-        assert_eq!(store.first_comms(&f).unwrap(), comms, "first_comms: {what}");
+        assert_eq!(store.thread_comms(&f, false).unwrap(), first, "first comm per thread: {what}");
+        assert_eq!(store.thread_comms(&f, true).unwrap(), last, "latest comm per thread: {what}");
         let pm = [1, 500, 900, 950, 990, 1000];
         let summary = store.duration_summary(&f, &pm, true).unwrap();
         let scanned = summarize_by_scan(store.as_ref(), &f, &pm, true).unwrap();

@@ -335,10 +335,11 @@ impl TraceStore for DuckDbStore {
         Ok(n)
     }
 
-    fn first_comms(&self, filter: &EventFilter) -> Result<HashMap<u32, String>> {
+    fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>> {
         let (clause, params) = where_clause(filter);
         let clause = if clause.is_empty() { " WHERE comm != ''".to_string() } else { format!("{clause} AND comm != ''") };
-        let sql = format!("SELECT tid, arg_min(comm, (timestamp, id)) FROM events{clause} GROUP BY tid");
+        let pick = if latest { "arg_max" } else { "arg_min" };
+        let sql = format!("SELECT tid, {pick}(comm, (timestamp, id)) FROM events{clause} GROUP BY tid");
         let mut out = HashMap::new();
         self.for_batches(&sql, &params, &mut |b| {
             let (t, c) = (ints(b, 0)?, texts(b, 1)?);

@@ -361,19 +361,44 @@ impl TraceStore for SqliteStore {
         })
     }
 
-    fn first_comms(&self, filter: &EventFilter) -> Result<HashMap<u32, String>> {
+    fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>> {
         if !self.info.has_column("comm") {
             return Ok(HashMap::new());
         }
-        let (clause, params) = where_clause(filter);
-        let clause = if clause.is_empty() { " WHERE comm != ''".to_string() } else { format!("{clause} AND comm != ''") };
-        // SQLite gives the bare column of the row holding the MIN.
-        let sql = format!("SELECT tid, comm, MIN(timestamp) FROM events{clause} GROUP BY tid");
-        self.with_conn(|c| {
-            c.prepare(&sql)?
-                .query_map(rusqlite::params_from_iter(params), |r| Ok((int(r, 0)? as u32, text(r, 1)?)))?
-                .collect()
-        })
+        let order = if latest { "DESC" } else { "ASC" };
+        match (&filter.tids, &self.info.format) {
+            // Native traces index (tid, timestamp): one short walk per thread from its first (last)
+            // event, instead of grouping every row of the trace.
+            (Some(tids), TraceFormat::Native { .. }) => {
+                let one = EventFilter { tids: None, ..filter.clone() };
+                let (clause, params) = where_clause(&one);
+                let cond = if clause.is_empty() { " WHERE".to_string() } else { format!("{clause} AND") };
+                let sql = format!("SELECT comm FROM events{cond} tid = ? AND comm != '' ORDER BY timestamp {order} LIMIT 1");
+                self.with_conn(|c| {
+                    let mut st = c.prepare(&sql)?;
+                    let mut out = HashMap::new();
+                    for &tid in tids {
+                        let p = params.iter().cloned().chain([Value::Integer(tid.into())]);
+                        if let Some(r) = st.query(rusqlite::params_from_iter(p))?.next()? {
+                            out.insert(tid, text(r, 0)?);
+                        }
+                    }
+                    Ok(out)
+                })
+            }
+            _ => {
+                let (clause, params) = where_clause(filter);
+                let clause = if clause.is_empty() { " WHERE comm != ''".to_string() } else { format!("{clause} AND comm != ''") };
+                // SQLite gives the bare column of the row holding the MIN (MAX).
+                let agg = if latest { "MAX" } else { "MIN" };
+                let sql = format!("SELECT tid, comm, {agg}(timestamp) FROM events{clause} GROUP BY tid");
+                self.with_conn(|c| {
+                    c.prepare(&sql)?
+                        .query_map(rusqlite::params_from_iter(params), |r| Ok((int(r, 0)? as u32, text(r, 1)?)))?
+                        .collect()
+                })
+            }
+        }
     }
 
     fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64> {
