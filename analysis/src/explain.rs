@@ -110,7 +110,7 @@ struct Item {
 pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
     let info = store.info();
     let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state") };
-    let mut names = Names { processes: store.process_names()?, ..Default::default() };
+    let mut names = Names::of_store(store)?;
     let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
     let by_thread = attr::ThreadOrder::of(&calls);
     let nested = attr::nested_flags(&calls, &by_thread);
@@ -560,6 +560,17 @@ fn attributed_chain(
         _ => return Err(AnalysisError::BadArgument("chain without subject".into())),
     };
     let op_label = s.op.map(|o| o.name().into_owned()).unwrap_or_else(|| "gap".into());
+    let mut recommendations = chains::recommendations(s.kind, cause, &s.op_name, &culprit, pid);
+    if let Some(c) = culprit.as_ref().filter(|c| names.tracers.contains(&c.pid)) {
+        details.push(format!(
+            "pid {} is Causeway itself, the tracer that recorded this trace: its ring reader and writer threads ran on the workload's CPUs",
+            c.pid
+        ));
+        recommendations.insert(
+            0,
+            format!("Keep the tracer off the workload's cores (taskset -c <free cores> causeway trace ...) or record fewer events (no --stacks); this chain is an effect of tracing, not of the workload (pid {})", c.pid),
+        );
+    }
     Ok(Chain {
         id: String::new(),
         key: chains::chain_key(s.kind, &op_label, cause, &ckey) + &s.tid.map(|t| format!("/tid:{t}")).unwrap_or_default(),
@@ -569,7 +580,7 @@ fn attributed_chain(
         cause: cause.as_str().into(),
         cause_text: cause.describe().into(),
         summary: chains::attributed_summary(s.kind, &s.op_name, &subject_words(names, pid, tid), cause, &culprit, calls, g.stall_ns, share, &g.cpus),
-        recommendations: chains::recommendations(s.kind, cause, &s.op_name, &culprit, pid),
+        recommendations,
         culprit,
         pid,
         tid,

@@ -29,9 +29,20 @@ pub fn for_each_event(
 pub struct Names {
     pub processes: BTreeMap<u32, String>,
     pub threads: HashMap<u32, String>,
+    /// pids of the Causeway processes that recorded the trace's sessions.
+    pub tracers: BTreeSet<u32>,
 }
 
 impl Names {
+    /// Process names and tracer pids of a trace; thread names are added as they are needed.
+    pub fn of_store(store: &dyn TraceStore) -> Result<Names, AnalysisError> {
+        Ok(Names {
+            processes: store.process_names()?,
+            threads: HashMap::new(),
+            tracers: store.sessions()?.iter().map(|s| s.tracer_pid).filter(|&p| p != 0).collect(),
+        })
+    }
+
     /// The best name for a task: its thread comm, else its process name.
     pub fn of(&self, pid: u32, tid: u32) -> String {
         self.threads

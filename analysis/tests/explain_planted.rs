@@ -70,6 +70,7 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     assert_eq!(c1.timeline[0].ts_ns, s50);
     assert_eq!((c1.timeline[1].ts_ns, c1.timeline[1].dur_ns), (s50 + 2 * MS, 41 * MS));
     assert!(c1.recommendations.iter().any(|r| r.contains("renice +19 -p 9912")), "{:?}", c1.recommendations);
+    assert!(c1.details.iter().all(|d| !d.contains("Causeway itself")), "{:?}", c1.details);
     assert!(find_chain(&e, &c1.key).is_some_and(|c| c.id == "c1"));
 
     let by = |cause: &str| e.chains.iter().find(|c| c.kind == ChainKind::SlowCalls && c.cause == cause).unwrap_or_else(|| panic!("no {cause} chain"));
@@ -90,6 +91,21 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     // The slow-call chains partition the slow time exactly.
     let total: i64 = e.chains.iter().filter(|c| c.kind == ChainKind::SlowCalls).map(|c| c.stall_ns).sum();
     assert_eq!(total, e.slow_time_ns);
+}
+
+#[test]
+fn the_tracer_taking_the_cpu_is_named_as_the_tracer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tracer.db");
+    let mut t = Trace { names: vec![(4242, "train".into()), (31337, "causeway".into())], tracer_pid: 31337, ..Default::default() };
+    let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| if i == 50 { 48 * MS } else { 8 * MS });
+    t.preempted(4242, 4242, syncs[50] + 2 * MS, syncs[50] + 43 * MS, 1, (31337, 31340, "causeway-sqlite"));
+    t.write(&path);
+    let (_store, e) = explain_all(&path);
+    let c1 = &e.chains[0];
+    assert_eq!((c1.cause.as_str(), c1.culprit.as_ref().map(|c| c.pid)), ("preempted", Some(31337)));
+    assert!(c1.details.iter().any(|d| d.contains("pid 31337 is Causeway itself")), "{:?}", c1.details);
+    assert!(c1.recommendations[0].contains("effect of tracing"), "{:?}", c1.recommendations);
 }
 
 #[test]

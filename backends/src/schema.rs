@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     flags        TEXT NOT NULL DEFAULT '',
     gpu_model    TEXT NOT NULL DEFAULT '',
     gpu_driver   TEXT NOT NULL DEFAULT '',
-    cuda_ver     TEXT NOT NULL DEFAULT ''
+    cuda_ver     TEXT NOT NULL DEFAULT '',
+    tracer_pid   INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS events (
     id          INTEGER PRIMARY KEY,
@@ -86,6 +87,22 @@ CREATE INDEX IF NOT EXISTS idx_events_tid_timestamp ON events(tid, timestamp);
 "#;
 
 /// Insert the lookup rows (idempotent).
+/// Columns added to `sessions` after schema version 1 was first written, with their DDL: a trace
+/// recorded before them gets them when a new session is appended (readers tolerate their absence).
+pub const LATER_SESSION_COLUMNS: [(&str, &str); 1] = [("tracer_pid", "INTEGER NOT NULL DEFAULT 0")];
+
+/// Add the [`LATER_SESSION_COLUMNS`] an existing native SQLite trace lacks.
+pub fn add_missing_session_columns(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    let have: Vec<String> =
+        tx.prepare("SELECT name FROM pragma_table_info('sessions')")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+    for (name, ddl) in LATER_SESSION_COLUMNS {
+        if !have.iter().any(|c| c == name) {
+            tx.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN {name} {ddl}"))?;
+        }
+    }
+    Ok(())
+}
+
 pub fn fill_lookup_tables(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     let mut st = tx.prepare("INSERT OR REPLACE INTO sources (id, name, description) VALUES (?1, ?2, ?3)")?;
     for (id, name, desc) in SOURCES {
@@ -192,6 +209,7 @@ pub fn table_meaning(table: &str) -> &'static str {
 /// What a column means (table-qualified where names repeat).
 pub fn column_meaning(table: &str, column: &str) -> &'static str {
     match (table, column) {
+        ("sessions", "tracer_pid") => "pid of the Causeway process that recorded the session: its threads may appear in the trace",
         ("events", "id") => "event id (integer, or \"node:seq\" text in Ingero v0.9+); not time order",
         ("events", "timestamp") => "unix ns: call entry, I/O issue, or switch-in time for sched_switch",
         ("events", "duration") => "ns: call duration, I/O latency, or off-CPU time for sched_switch",
@@ -200,7 +218,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("events", "source") => "source code, see sources",
         ("events", "op") => "op code within the source, see ops",
         ("events", "arg0") => "op-specific: bytes (alloc, memcpy, block I/O), kernel function pointer (launch)",
-        ("events", "arg1") => "op-specific: memcpy kind, pid (sched_switch), woken pid (sched_wakeup), device (block I/O), child pid (fork)",
+        ("events", "arg1") => "op-specific: memcpy kind, blocks (launch), pid (sched_switch), woken pid (sched_wakeup), device (block I/O), child pid (fork)",
         ("events", "arg2") => "op-specific: stream, device pointer, woken tid (sched_wakeup)",
         ("events", "ret_code") => "CUDA return code (see cuda_errors); 0 for host events",
         ("events", "stack_hash") => "key into stack_traces.hash (0 = no stack)",

@@ -32,6 +32,7 @@ fn session(at: i64) -> SessionInfo {
         gpu_model: "H100".into(),
         gpu_driver: "570".into(),
         cuda_version: "12.8".into(),
+        tracer_pid: 9999,
         ..Default::default()
     }
 }

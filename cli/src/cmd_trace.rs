@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 
 use causeway_backends::Backend;
 use causeway_model::time::{fmt_ns, parse_duration_ns};
-use causeway_model::SessionInfo;
 use causeway_probes::{LiveStats, TraceOptions};
 
 use crate::table::Table;
@@ -74,28 +73,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             let ext = if backend == Backend::DuckDb { "duckdb" } else { "db" };
             PathBuf::from(format!("causeway-{}.{ext}", now.as_secs()))
         });
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .unwrap_or_default()
-            .trim()
-            .to_string()
-    };
-    let session = SessionInfo {
-        started_at_ns: now.as_nanos() as i64,
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        kernel: read("/proc/sys/kernel/osrelease"),
-        hostname: read("/proc/sys/kernel/hostname"),
-        node: read("/proc/sys/kernel/hostname"),
-        pid_filter: args
-            .pids
-            .iter()
-            .map(|p| p.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        command: args.command.join(" "),
-        flags: format!("stacks={} host={}", args.stacks, !args.no_host),
-        ..Default::default()
-    };
+    let session = causeway_probes::new_session_info(
+        &args.pids,
+        &args.command,
+        format!("stacks={} host={}", args.stacks, !args.no_host),
+    );
     let sink = causeway_backends::create_sink(&db, session, Some(backend))?;
     let opts = TraceOptions {
         pids: args.pids.clone(),

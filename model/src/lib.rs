@@ -140,4 +140,7 @@ pub struct SessionInfo {
     pub gpu_model: String,
     pub gpu_driver: String,
     pub cuda_version: String,
+    /// pid of the Causeway process that recorded the session (0: unknown, e.g. Ingero DBs): its
+    /// own reader and writer threads run on the same CPUs and may show up in the trace.
+    pub tracer_pid: u32,
 }

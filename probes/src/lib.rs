@@ -21,5 +21,5 @@ pub mod symbols;
 pub mod wire;
 
 pub use check::{host_check, CheckReport};
-pub use session::{trace, LossRow, TraceOptions, TraceReport};
+pub use session::{new_session_info, trace, LossRow, TraceOptions, TraceReport};
 pub use stats::{LiveStats, OpStats};

@@ -410,6 +410,26 @@ fn stack_record(sym: &mut Symbolizer, hash: i64, pid: u32, ips: &[u64]) -> Stack
     }
 }
 
+/// The session row of a trace this process is about to record on this host: start time, version,
+/// kernel, host name, what is traced, and this process's pid (its own threads run beside the
+/// workload and may appear in the trace; the analysis names them as the tracer).
+pub fn new_session_info(pids: &[u32], command: &[String], flags: String) -> causeway_model::SessionInfo {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    causeway_model::SessionInfo {
+        started_at_ns: now.as_nanos() as i64,
+        tool_version: env!("CARGO_PKG_VERSION").to_string(),
+        kernel: read("/proc/sys/kernel/osrelease"),
+        hostname: read("/proc/sys/kernel/hostname"),
+        node: read("/proc/sys/kernel/hostname"),
+        pid_filter: pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
+        command: command.join(" "),
+        flags,
+        tracer_pid: std::process::id(),
+        ..Default::default()
+    }
+}
+
 /// The in-kernel aggregates since the last call, as summary events.
 fn summary_events(
     probes: &Probes,

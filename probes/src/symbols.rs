@@ -248,7 +248,7 @@ mod tests {
         assert!(!syms.syms.is_empty());
         // our own process: resolve the address of a function we can name
         let mut s = Symbolizer::default();
-        let addr = parse_maps as usize as u64;
+        let addr = parse_maps as *const () as usize as u64;
         let r = s
             .resolve(std::process::id(), addr)
             .expect("address is mapped");

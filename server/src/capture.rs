@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use causeway_backends::SqliteSink;
-use causeway_model::SessionInfo;
 
 use crate::args::CaptureArgs;
 use crate::outputs::{CaptureOutput, CapturedLibrary};
@@ -217,19 +216,7 @@ pub fn capture(config: &CaptureConfig, set: &TraceSet, a: CaptureArgs, ctx: &Cal
     let _one_at_a_time = config.busy.try_lock().map_err(|_| "another capture is running on this server: wait for it to finish, then call again".to_string())?;
     let path = config.new_db_path()?;
     let stdout_log = (!plan.argv.is_empty()).then(|| path.with_extension("stdout.log"));
-    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default().trim().to_string();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let session = SessionInfo {
-        started_at_ns: now.as_nanos() as i64,
-        tool_version: env!("CARGO_PKG_VERSION").to_string(),
-        kernel: read("/proc/sys/kernel/osrelease"),
-        hostname: read("/proc/sys/kernel/hostname"),
-        node: read("/proc/sys/kernel/hostname"),
-        pid_filter: plan.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","),
-        command: plan.argv.join(" "),
-        flags: format!("stacks={} host=true via=mcp", plan.stacks),
-        ..Default::default()
-    };
+    let session = causeway_probes::new_session_info(&plan.pids, &plan.argv, format!("stacks={} host=true via=mcp", plan.stacks));
     let sink = SqliteSink::create(&path, session).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let opts = causeway_probes::TraceOptions {
         pids: plan.pids.clone(),

@@ -18,6 +18,8 @@ pub const T0: i64 = 1_774_015_573_000_000_000;
 pub struct Trace {
     pub events: Vec<Event>,
     pub names: Vec<(u32, String)>,
+    /// The session's tracer pid (0: unknown).
+    pub tracer_pid: u32,
 }
 
 impl Trace {
@@ -84,7 +86,7 @@ impl Trace {
     /// Write the trace through `SqliteSink` and finish it.
     pub fn write(mut self, path: &Path) {
         self.events.sort_by_key(|e| e.ts_ns);
-        let session = SessionInfo { started_at_ns: T0, tool_version: "test".into(), ..Default::default() };
+        let session = SessionInfo { started_at_ns: T0, tool_version: "test".into(), tracer_pid: self.tracer_pid, ..Default::default() };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
             let mut sink: Box<dyn EventSink> = Box::new(SqliteSink::create(path, session).unwrap());

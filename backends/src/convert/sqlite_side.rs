@@ -161,8 +161,8 @@ impl ConvertTarget for SqliteTarget {
         for s in sessions {
             tx.execute(
                 "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
-                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
-                 ?9, ?10, ?11, ?12, ?13)",
+                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) VALUES (?1, ?2, ?3, ?4, ?5, \
+                 ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                 params![
                     s.id,
                     s.started_at_ns,
@@ -176,7 +176,8 @@ impl ConvertTarget for SqliteTarget {
                     s.flags,
                     s.gpu_model,
                     s.gpu_driver,
-                    s.cuda_version
+                    s.cuda_version,
+                    s.tracer_pid
                 ],
             )?;
         }

@@ -212,10 +212,17 @@ impl TraceStore for DuckDbStore {
             return Ok(Vec::new());
         }
         self.with_conn(|c| {
-            c.prepare(
+            // Traces written before the column existed read as 0 (unknown).
+            let has_tracer: bool = c.query_row(
+                "SELECT count(*) > 0 FROM duckdb_columns() WHERE table_name = 'sessions' AND column_name = 'tracer_pid'",
+                [],
+                |r| r.get(0),
+            )?;
+            let tracer = if has_tracer { "coalesce(tracer_pid, 0)" } else { "0" };
+            c.prepare(&format!(
                 "SELECT id, started_at, stopped_at, tool_version, kernel, hostname, node, pid_filter, command, flags, \
-                 gpu_model, gpu_driver, cuda_ver FROM sessions ORDER BY started_at, id",
-            )?
+                 gpu_model, gpu_driver, cuda_ver, {tracer} FROM sessions ORDER BY started_at, id"
+            ))?
             .query_map([], |r| {
                 Ok(SessionInfo {
                     id: r.get(0)?,
@@ -231,6 +238,7 @@ impl TraceStore for DuckDbStore {
                     gpu_model: r.get(10)?,
                     gpu_driver: r.get(11)?,
                     cuda_version: r.get(12)?,
+                    tracer_pid: r.get::<_, i64>(13)? as u32,
                 })
             })?
             .collect()

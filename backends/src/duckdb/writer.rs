@@ -159,6 +159,11 @@ impl DuckDbWriter {
         let config = base_config(false).map_err(&err)?;
         let conn = Connection::open_with_flags(path, config).map_err(&err)?;
         conn.execute_batch(&format!("BEGIN; {} COMMIT;", native_ddl())).map_err(&err)?;
+        // Columns added after the first version of the schema, for traces written before them.
+        for (name, _) in crate::schema::LATER_SESSION_COLUMNS {
+            conn.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {name} BIGINT DEFAULT 0"))
+                .map_err(&err)?;
+        }
         fill_lookup_tables(&conn).map_err(&err)?;
         let next_id: i64 =
             conn.query_row("SELECT coalesce(max(id), 0) + 1 FROM events", [], |r| r.get(0)).map_err(&err)?;
@@ -176,7 +181,8 @@ impl DuckDbWriter {
         self.conn
             .execute(
                 "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
-                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 params![
                     id,
                     s.started_at_ns,
@@ -190,7 +196,8 @@ impl DuckDbWriter {
                     s.flags,
                     s.gpu_model,
                     s.gpu_driver,
-                    s.cuda_version
+                    s.cuda_version,
+                    s.tracer_pid
                 ],
             )
             .map_err(engine_err(&self.path))?;

@@ -212,7 +212,7 @@ impl TraceStore for SqliteStore {
                 .unwrap_or_else(|| "''".into())
         };
         let sql = format!(
-            "SELECT id, started_at, stopped_at, {}, {}, {}, {}, {}, {}, {}, {}, {}, {} FROM sessions ORDER BY started_at",
+            "SELECT id, started_at, stopped_at, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {} FROM sessions ORDER BY started_at",
             pick(&["tool_version", "ingero_ver"]),
             pick(&["kernel"]),
             pick(&["hostname"]),
@@ -223,6 +223,7 @@ impl TraceStore for SqliteStore {
             pick(&["gpu_model"]),
             pick(&["gpu_driver"]),
             pick(&["cuda_ver"]),
+            pick(&["tracer_pid"]),
         );
         self.with_conn(|c| {
             c.prepare(&sql)?
@@ -241,6 +242,7 @@ impl TraceStore for SqliteStore {
                         gpu_model: text(r, 10)?,
                         gpu_driver: text(r, 11)?,
                         cuda_version: text(r, 12)?,
+                        tracer_pid: text(r, 13)?.parse().unwrap_or(0),
                     })
                 })?
                 .collect()

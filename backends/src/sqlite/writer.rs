@@ -53,10 +53,11 @@ impl SqliteWriter {
         )?;
         let tx = conn.transaction()?;
         tx.execute_batch(NATIVE_DDL)?;
+        schema::add_missing_session_columns(&tx)?;
         schema::fill_lookup_tables(&tx)?;
         tx.execute(
             "INSERT INTO sessions (started_at, tool_version, kernel, hostname, node, pid_filter, command, flags, \
-             gpu_model, gpu_driver, cuda_ver) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+             gpu_model, gpu_driver, cuda_ver, tracer_pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 session.started_at_ns,
                 session.tool_version,
@@ -68,7 +69,8 @@ impl SqliteWriter {
                 session.flags,
                 session.gpu_model,
                 session.gpu_driver,
-                session.cuda_version
+                session.cuda_version,
+                session.tracer_pid
             ],
         )?;
         let session_id = tx.last_insert_rowid();
