@@ -142,5 +142,6 @@ pub struct SessionInfo {
     pub cuda_version: String,
     /// pid of the Causeway process that recorded the session (0: unknown, e.g. Ingero DBs): its
     /// own reader and writer threads run on the same CPUs and may show up in the trace.
+    #[serde(default)]
     pub tracer_pid: u32,
 }
