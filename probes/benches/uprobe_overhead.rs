@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use causeway_backends::SqliteSink;
 use causeway_model::SessionInfo;
@@ -75,7 +75,7 @@ fn run_plain(bin: &Path, args: &[&str]) -> String {
 /// BPF links are released asynchronously after their fds close: wait until no Causeway or bpftrace
 /// program is loaded, so the next run is really untraced.
 fn wait_unloaded() {
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {
         let o = Command::new("bpftool")
             .args(["prog", "show"])
@@ -118,8 +118,22 @@ fn with_bpftrace(lib: &Path, bin: &Path, args: &[&str]) -> Option<String> {
     }
     std::thread::sleep(Duration::from_millis(300));
     let out = run_plain(bin, args);
-    // SAFETY: signal our own child.
-    unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+    // bpftrace sometimes misses a SIGINT that lands while it is still setting up (seen here: it then
+    // waits forever): ask again every 2 s, and kill it after 10 s.
+    for attempt in 0..6 {
+        // SAFETY: signal our own child.
+        unsafe { libc::kill(bt.id() as i32, if attempt < 5 { libc::SIGINT } else { libc::SIGKILL }) };
+        let asked = Instant::now();
+        while asked.elapsed() < Duration::from_secs(2) {
+            if matches!(bt.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if matches!(bt.try_wait(), Ok(Some(_))) {
+            break;
+        }
+    }
     let _ = bt.wait();
     wait_unloaded();
     Some(out)
