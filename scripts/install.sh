@@ -19,7 +19,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-echo "install.sh: building causeway (release; a cold build takes several minutes on 2 cores)" >&2
+echo "install.sh: building causeway (release; a cold build takes about half an hour on 2 cores, most of it the bundled DuckDB)" >&2
 cargo build --release --locked -p causeway
 mkdir -p "$HOME/.cargo/bin"
 ln -sf "$CARGO_TARGET_DIR/release/causeway" "$HOME/.cargo/bin/causeway"
