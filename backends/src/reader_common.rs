@@ -85,6 +85,15 @@ fn missing_features(
     missing
 }
 
+/// `clause` (from [`where_clause`]) with `cond` added: ` WHERE cond` or `clause AND cond`.
+pub(crate) fn and_where(clause: &str, cond: &str) -> String {
+    if clause.is_empty() {
+        format!(" WHERE {cond}")
+    } else {
+        format!("{clause} AND {cond}")
+    }
+}
+
 /// WHERE clause (empty, or starting with a space) and its integer parameters for a filter.
 pub(crate) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
     let mut conds = Vec::new();

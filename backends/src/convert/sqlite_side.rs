@@ -159,27 +159,7 @@ impl ConvertTarget for SqliteTarget {
     fn write_sessions(&mut self, sessions: &[SessionInfo]) -> Result<()> {
         let tx = self.conn.transaction()?;
         for s in sessions {
-            tx.execute(
-                "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
-                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) VALUES (?1, ?2, ?3, ?4, ?5, \
-                 ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                params![
-                    s.id,
-                    s.started_at_ns,
-                    s.stopped_at_ns,
-                    s.tool_version,
-                    s.kernel,
-                    s.hostname,
-                    s.node,
-                    s.pid_filter,
-                    s.command,
-                    s.flags,
-                    s.gpu_model,
-                    s.gpu_driver,
-                    s.cuda_version,
-                    s.tracer_pid
-                ],
-            )?;
+            crate::sqlite::insert_session(&tx, Some(s.id), s)?;
         }
         tx.commit()?;
         Ok(())

@@ -345,7 +345,7 @@ impl TraceStore for DuckDbStore {
 
     fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>> {
         let (clause, params) = where_clause(filter);
-        let clause = if clause.is_empty() { " WHERE comm != ''".to_string() } else { format!("{clause} AND comm != ''") };
+        let clause = crate::reader_common::and_where(&clause, "comm != ''");
         let pick = if latest { "arg_max" } else { "arg_min" };
         let sql = format!("SELECT tid, {pick}(comm, (timestamp, id)) FROM events{clause} GROUP BY tid");
         let mut out = HashMap::new();

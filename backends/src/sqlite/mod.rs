@@ -8,3 +8,4 @@ mod writer;
 
 pub use reader::SqliteStore;
 pub use writer::{SqliteSink, SqliteWriter};
+pub(crate) use writer::insert_session;

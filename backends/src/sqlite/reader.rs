@@ -374,8 +374,8 @@ impl TraceStore for SqliteStore {
             (Some(tids), TraceFormat::Native { .. }) => {
                 let one = EventFilter { tids: None, ..filter.clone() };
                 let (clause, params) = where_clause(&one);
-                let cond = if clause.is_empty() { " WHERE".to_string() } else { format!("{clause} AND") };
-                let sql = format!("SELECT comm FROM events{cond} tid = ? AND comm != '' ORDER BY timestamp {order} LIMIT 1");
+                let cond = reader_common::and_where(&clause, "tid = ? AND comm != ''");
+                let sql = format!("SELECT comm FROM events{cond} ORDER BY timestamp {order} LIMIT 1");
                 self.with_conn(|c| {
                     let mut st = c.prepare(&sql)?;
                     let mut out = HashMap::new();
@@ -390,7 +390,7 @@ impl TraceStore for SqliteStore {
             }
             _ => {
                 let (clause, params) = where_clause(filter);
-                let clause = if clause.is_empty() { " WHERE comm != ''".to_string() } else { format!("{clause} AND comm != ''") };
+                let clause = reader_common::and_where(&clause, "comm != ''");
                 // SQLite gives the bare column of the row holding the MIN (MAX).
                 let agg = if latest { "MAX" } else { "MIN" };
                 let sql = format!("SELECT tid, comm, {agg}(timestamp) FROM events{clause} GROUP BY tid");

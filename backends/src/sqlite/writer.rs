@@ -29,6 +29,32 @@ pub struct SqliteWriter {
     written: u64,
 }
 
+/// Write one `sessions` row (native SQLite trace); `id: None` lets SQLite assign it. Returns the id.
+pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo) -> rusqlite::Result<i64> {
+    conn.execute(
+        "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
+         pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) VALUES (?1, ?2, ?3, ?4, ?5, \
+         ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        params![
+            id,
+            s.started_at_ns,
+            s.stopped_at_ns,
+            s.tool_version,
+            s.kernel,
+            s.hostname,
+            s.node,
+            s.pid_filter,
+            s.command,
+            s.flags,
+            s.gpu_model,
+            s.gpu_driver,
+            s.cuda_version,
+            s.tracer_pid
+        ],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
 impl SqliteWriter {
     /// Create a native trace at `path`, or append a new session to an existing native trace.
     pub fn create(path: &Path, session: &SessionInfo) -> Result<SqliteWriter> {
@@ -55,25 +81,8 @@ impl SqliteWriter {
         tx.execute_batch(NATIVE_DDL)?;
         schema::add_missing_session_columns(&tx)?;
         schema::fill_lookup_tables(&tx)?;
-        tx.execute(
-            "INSERT INTO sessions (started_at, tool_version, kernel, hostname, node, pid_filter, command, flags, \
-             gpu_model, gpu_driver, cuda_ver, tracer_pid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                session.started_at_ns,
-                session.tool_version,
-                session.kernel,
-                session.hostname,
-                session.node,
-                session.pid_filter,
-                session.command,
-                session.flags,
-                session.gpu_model,
-                session.gpu_driver,
-                session.cuda_version,
-                session.tracer_pid
-            ],
-        )?;
-        let session_id = tx.last_insert_rowid();
+        // A new session is open: stopped_at is set when it finishes.
+        let session_id = insert_session(&tx, None, &SessionInfo { stopped_at_ns: 0, ..session.clone() })?;
         tx.commit()?;
         Ok(SqliteWriter { conn, path: path.to_path_buf(), session_id, written: 0 })
     }
