@@ -45,25 +45,8 @@ pub fn is_gpu_call_source(source: u8) -> bool {
     GPU_CALL_SOURCES.contains(&source)
 }
 
-/// One GPU API call, the columns attribution needs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Call {
-    pub id: EventId,
-    pub ts: i64,
-    pub dur: i64,
-    pub pid: u32,
-    pub tid: u32,
-    pub op: OpCode,
-    pub arg0: i64,
-    pub arg2: i64,
-    pub stack_hash: i64,
-}
-
-impl Call {
-    pub fn end(&self) -> i64 {
-        self.ts.saturating_add(self.dur)
-    }
-}
+/// One GPU API call, the columns attribution needs: the storage layer's integer-only event row.
+pub use causeway_backends::SlimEvent as Call;
 
 /// One off-CPU interval of a thread (a `sched_switch` row).
 #[derive(Debug, Clone, PartialEq)]

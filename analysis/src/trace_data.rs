@@ -77,17 +77,7 @@ pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, 
     let mut calls = Vec::with_capacity(store.info().events as usize);
     store.scan_slim(&filter, &mut |r| {
         if is_gpu_call_source(r.op.source) {
-            calls.push(Call {
-                id: r.id,
-                ts: r.ts_ns,
-                dur: r.dur_ns,
-                pid: r.pid,
-                tid: r.tid,
-                op: r.op,
-                arg0: r.arg0,
-                arg2: r.arg2,
-                stack_hash: r.stack_hash,
-            });
+            calls.push(r);
         }
     })?;
     sort_by_time_and_id(&mut calls);
@@ -233,7 +223,7 @@ pub fn load_page_allocs(store: &dyn TraceStore, pids: &BTreeSet<u32>, from: i64)
     };
     store.scan_slim(&filter, &mut |s| {
         if pids.contains(&s.pid) {
-            out.entry(s.pid).or_default().push((s.ts_ns, s.arg0));
+            out.entry(s.pid).or_default().push((s.ts, s.arg0));
         }
     })?;
     for v in out.values_mut() {

@@ -103,18 +103,27 @@ pub struct DurationRow {
 }
 
 /// The integer columns the analysis passes read (GPU calls, page allocations): no strings, no
-/// scheduler detail.
+/// scheduler detail. The analysis uses it as its GPU call (`analysis::attribution::Call`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlimEvent {
     pub id: EventId,
-    pub ts_ns: i64,
-    pub dur_ns: i64,
+    /// Unix ns.
+    pub ts: i64,
+    /// ns.
+    pub dur: i64,
     pub pid: u32,
     pub tid: u32,
     pub op: OpCode,
     pub arg0: i64,
     pub arg2: i64,
     pub stack_hash: i64,
+}
+
+impl SlimEvent {
+    /// `ts + dur` (saturating).
+    pub fn end(&self) -> i64 {
+        self.ts.saturating_add(self.dur)
+    }
 }
 
 /// An event read back from a store, with its id.

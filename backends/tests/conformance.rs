@@ -189,13 +189,13 @@ pub fn typed_queries_and_filters(b: Backend) {
         let mut slim = Vec::new();
         let n = store.scan_slim(&f, &mut |r| slim.push(r)).unwrap();
         assert_eq!(n as usize, want.len(), "scan_slim count: {what}");
-        slim.sort_by_key(|r| (r.ts_ns, r.id.clone()));
+        slim.sort_by_key(|r| (r.ts, r.id.clone()));
         let w: Vec<SlimEvent> = want
             .iter()
             .map(|s| SlimEvent {
                 id: s.id.clone(),
-                ts_ns: s.event.ts_ns,
-                dur_ns: s.event.dur_ns,
+                ts: s.event.ts_ns,
+                dur: s.event.dur_ns,
                 pid: s.event.pid,
                 tid: s.event.tid,
                 op: OpCode::new(s.event.source, s.event.op),

@@ -327,8 +327,8 @@ impl TraceStore for DuckDbStore {
             for r in 0..b.num_rows() {
                 f(SlimEvent {
                     id: EventId::Int(val(&c[0], r)),
-                    ts_ns: val(&c[1], r),
-                    dur_ns: val(&c[2], r),
+                    ts: val(&c[1], r),
+                    dur: val(&c[2], r),
                     pid: val(&c[3], r) as u32,
                     tid: val(&c[4], r) as u32,
                     op: OpCode::new(val(&c[5], r) as u8, val(&c[6], r) as u16),

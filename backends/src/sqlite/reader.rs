@@ -348,8 +348,8 @@ impl TraceStore for SqliteStore {
             while let Some(r) = rows.next()? {
                 f(SlimEvent {
                     id: event_id(r, 0)?,
-                    ts_ns: int(r, 1)?,
-                    dur_ns: int(r, 2)?,
+                    ts: int(r, 1)?,
+                    dur: int(r, 2)?,
                     pid: int(r, 3)? as u32,
                     tid: int(r, 4)? as u32,
                     op: OpCode::new(int(r, 5)? as u8, int(r, 6)? as u16),
