@@ -75,6 +75,7 @@ struct cw_stash {
     __u64 outptr; /* user address of an out-parameter (device pointer) read at return */
     __u16 op;
     __u8 comm_sent; /* the thread's comm went out with an earlier record: later ones carry none */
+    __u8 submits;   /* records this thread sent, modulo 256 (the ring's fill level is asked at 0) */
 };
 
 /* per-thread slots for the calls in flight: [0] runtime, [1] driver (they nest) */
