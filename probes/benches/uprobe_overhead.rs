@@ -14,14 +14,15 @@
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 5),
 //! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
-//! comma list of `loop`, `bpf`, `rate`, `paced`; default all).
+//! comma list of `loop`, `bpf`, `rate`, `paced`; default all), `CAUSEWAY_BENCH_SINK=null` (Causeway
+//! counts events instead of storing them: the storing's share of the cost).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use causeway_backends::SqliteSink;
-use causeway_model::SessionInfo;
+use causeway_backends::{EventSink, SinkSummary, SqliteSink, StackRecord};
+use causeway_model::{Event, LossKind, SessionInfo};
 use causeway_probes::{TraceOptions, TraceReport};
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -153,13 +154,17 @@ fn with_causeway(lib: &Path, bin: &Path, args: &[&str], both_libs: bool) -> (Str
         follow_mapped_libs: both_libs,
         ..Default::default()
     };
-    let sink = SqliteSink::create(&dir.path().join("bench.db"), SessionInfo::default()).unwrap();
+    let sink: Box<dyn EventSink> = if std::env::var("CAUSEWAY_BENCH_SINK").is_ok_and(|s| s == "null") {
+        Box::new(CountingSink(0))
+    } else {
+        Box::new(SqliteSink::create(&dir.path().join("bench.db"), SessionInfo::default()).unwrap())
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let report = rt
-        .block_on(causeway_probes::trace(opts, Box::new(sink), |_| {}))
+        .block_on(causeway_probes::trace(opts, sink, |_| {}))
         .expect("trace");
     (std::fs::read_to_string(&out).unwrap(), report)
 }
@@ -345,5 +350,36 @@ fn main() {
             traced / 1e9,
             (traced / plain - 1.0) * 100.0
         );
+    }
+}
+
+/// A sink that only counts (`CAUSEWAY_BENCH_SINK=null`): separates the cost of storing from the cost
+/// of tracing.
+struct CountingSink(u64);
+
+type SinkResult<T> = Result<T, causeway_backends::StoreError>;
+
+#[async_trait::async_trait]
+impl EventSink for CountingSink {
+    async fn write_batch(&mut self, events: Vec<Event>) -> SinkResult<()> {
+        self.0 += events.len() as u64;
+        Ok(())
+    }
+    fn try_write_batch(&mut self, events: Vec<Event>) -> bool {
+        self.0 += events.len() as u64;
+        true
+    }
+    async fn write_stacks(&mut self, _: Vec<StackRecord>) -> SinkResult<()> {
+        Ok(())
+    }
+    async fn write_process_name(&mut self, _: u32, _: String, _: i64) -> SinkResult<()> {
+        Ok(())
+    }
+    fn add_loss(&mut self, _: u8, _: LossKind, _: u64) {}
+    async fn flush(&mut self) -> SinkResult<()> {
+        Ok(())
+    }
+    async fn finish(self: Box<Self>, _: i64) -> SinkResult<SinkSummary> {
+        Ok(SinkSummary { events_written: self.0, losses: vec![] })
     }
 }
