@@ -18,7 +18,7 @@ mod writer;
 
 pub use convert::{DuckDbSource, DuckDbTarget};
 pub use reader::DuckDbStore;
-pub use writer::{DuckDbSink, DuckDbWriter};
+pub use writer::{DuckDbSink, DuckDbWriter, PARALLEL_PART_ROWS};
 
 use std::path::Path;
 

@@ -124,9 +124,23 @@ impl EventColumns {
     }
 }
 
-/// The synchronous writer: owns the connection of one trace session.
+/// Events per part below which a group is appended on one thread (about one DuckDB row group).
+pub const PARALLEL_PART_ROWS: usize = 131_072;
+
+/// Append one Arrow batch to `events` (its own commit when no transaction is open).
+fn append_to(conn: &Connection, batch: RecordBatch) -> duckdb::Result<()> {
+    let mut app = conn.appender("events")?;
+    app.append_record_batch(batch)?;
+    app.flush()
+}
+
+/// The synchronous writer: owns the connections of one trace session.
 pub struct DuckDbWriter {
     conn: Connection,
+    /// More connections to the same database, for groups appended in parallel parts.
+    extra_conns: Vec<Connection>,
+    /// Most parts a group is split into (the host's cores, at most 4).
+    parallelism: usize,
     path: PathBuf,
     session_id: i64,
     next_id: i64,
@@ -167,7 +181,16 @@ impl DuckDbWriter {
         fill_lookup_tables(&conn).map_err(&err)?;
         let next_id: i64 =
             conn.query_row("SELECT coalesce(max(id), 0) + 1 FROM events", [], |r| r.get(0)).map_err(&err)?;
-        Ok(DuckDbWriter { conn, path: path.to_path_buf(), session_id: 0, next_id, written: 0 })
+        let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        Ok(DuckDbWriter {
+            conn,
+            extra_conns: Vec::new(),
+            parallelism,
+            path: path.to_path_buf(),
+            session_id: 0,
+            next_id,
+            written: 0,
+        })
     }
 
     fn next_session_id(&self) -> Result<i64> {
@@ -216,30 +239,116 @@ impl DuckDbWriter {
         &self.conn
     }
 
+    /// Split large groups into at most `parts` parallel parts (default: the host's cores, at most 4;
+    /// 1 appends every group on the writer's own thread).
+    pub fn set_parallelism(&mut self, parts: usize) {
+        self.parallelism = parts.max(1);
+    }
+
     fn append(&mut self, mut cols: EventColumns) -> Result<u64> {
         let n = cols.rows as u64;
         if n == 0 {
             return Ok(0);
         }
-        let batch = cols.finish()?;
-        let err = engine_err(&self.path);
-        let mut app = self.conn.appender("events").map_err(&err)?;
-        app.append_record_batch(batch).map_err(&err)?;
-        app.flush().map_err(&err)?;
+        append_to(&self.conn, cols.finish()?).map_err(engine_err(&self.path))?;
         self.written += n;
         Ok(n)
     }
 
-    /// Append batches of events (ids assigned in order) in one commit.
+    /// Append batches of events (ids assigned in order) in one commit, or, for a large group (a
+    /// writer that has fallen behind), in parallel parts of at least [`PARALLEL_PART_ROWS`] events,
+    /// one connection and one commit each, all or nothing (see [`DuckDbWriter::append_parts`]).
     pub fn insert_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
-        let batches: Vec<&[Event]> = batches.into_iter().collect();
-        let total: usize = batches.iter().map(|b| b.len()).sum();
-        let mut cols = EventColumns::new(total);
-        for e in batches.into_iter().flatten() {
-            cols.push(self.next_id, self.session_id, e, None);
-            self.next_id += 1;
+        let events: Vec<&Event> = batches.into_iter().flatten().collect();
+        let parts = (events.len() / PARALLEL_PART_ROWS).clamp(1, self.parallelism);
+        if parts == 1 {
+            let mut cols = EventColumns::new(events.len());
+            for e in events {
+                cols.push(self.next_id, self.session_id, e, None);
+                self.next_id += 1;
+            }
+            return self.append(cols);
         }
-        self.append(cols)
+        let first_id = self.next_id;
+        self.next_id += events.len() as i64;
+        self.append_parts(first_id, &events, parts)
+    }
+
+    /// Build and append `parts` slices of `events` on as many threads and connections. DuckDB's
+    /// Appender is single-threaded and compresses full row groups as they are appended, so this is
+    /// what lets a writer that fell behind use more than one core. One part failing deletes the
+    /// parts that committed again (by id range), so that a failed group is lost whole and the sink's
+    /// loss count stays exact.
+    fn append_parts(&mut self, first_id: i64, events: &[&Event], parts: usize) -> Result<u64> {
+        let err = engine_err(&self.path);
+        while self.extra_conns.len() < parts - 1 {
+            self.extra_conns.push(self.conn.try_clone().map_err(&err)?);
+        }
+        let per = events.len().div_ceil(parts);
+        let session_id = self.session_id;
+        // part k: ids first_id + k * per .. ; part 0 on this thread and connection, the others on
+        // their own thread with a connection of their own (a Connection is Send, not Sync)
+        let build_and_append = |k: usize, chunk: &[&Event], conn: &Connection| -> std::result::Result<(), String> {
+            let start = first_id + (k * per) as i64;
+            let mut cols = EventColumns::new(chunk.len());
+            for (i, e) in chunk.iter().enumerate() {
+                cols.push(start + i as i64, session_id, e, None);
+            }
+            let batch = cols.finish().map_err(|e| e.to_string())?;
+            append_to(conn, batch).map_err(|e| e.to_string())
+        };
+        let chunks: Vec<&[&Event]> = events.chunks(per).collect();
+        let extra = std::mem::take(&mut self.extra_conns);
+        let (first, others) = std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks[1..]
+                .iter()
+                .zip(extra)
+                .enumerate()
+                .map(|(j, (chunk, conn))| {
+                    let f = &build_and_append;
+                    scope.spawn(move || {
+                        let r = f(j + 1, chunk, &conn);
+                        (conn, r)
+                    })
+                })
+                .collect();
+            let first = build_and_append(0, chunks[0], &self.conn);
+            let others: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+            (first, others)
+        });
+        let mut outcomes = vec![first];
+        for o in others {
+            match o {
+                Ok((conn, r)) => {
+                    self.extra_conns.push(conn);
+                    outcomes.push(r);
+                }
+                Err(_) => outcomes.push(Err("a writer part panicked".into())),
+            }
+        }
+        // (first id, end id, outcome) of each part
+        let results: Vec<(i64, i64, std::result::Result<(), String>)> = outcomes
+            .into_iter()
+            .zip(&chunks)
+            .enumerate()
+            .map(|(k, (r, c))| {
+                let start = first_id + (k * per) as i64;
+                (start, start + c.len() as i64, r)
+            })
+            .collect();
+        if let Some(e) = results.iter().find_map(|r| r.2.as_ref().err()) {
+            let msg = format!("{}: appending part of a group of {} events: {e}", self.path.display(), events.len());
+            for (lo, hi, r) in &results {
+                if r.is_ok() {
+                    self.conn.execute("DELETE FROM events WHERE id >= ? AND id < ?", params![lo, hi]).map_err(|d| {
+                        StoreError::Engine(format!("{msg}; removing the parts that did commit also failed: {d}"))
+                    })?;
+                }
+            }
+            return Err(StoreError::Engine(msg));
+        }
+        self.written += events.len() as u64;
+        Ok(events.len() as u64)
     }
 
     /// Append full native rows with their own ids and sessions (conversion).
