@@ -1,6 +1,6 @@
 //! Storage engines side by side, in one run, on the same generated traces (1M and 10M events):
-//! write throughput into each backend (the engine's writer: batches of 100,000, generation not
-//! timed), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step)
+//! write throughput into each backend (through the engine's sink, as a trace writes: batches of 8,192
+//! events, grouped per commit by the writer thread; generation not timed), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step)
 //! on each, and the ratio of every figure to SQLite. Prints one table.
 //!
 //! `cargo bench -p causeway-analysis --features duckdb --bench engines` (without the feature only
@@ -14,10 +14,8 @@ use std::time::Instant;
 use causeway_analysis::explain::{explain, ExplainRequest};
 use causeway_analysis::stats::{compute_stats, StatsRequest};
 use causeway_backends::synth::SyntheticTrace;
-use causeway_backends::{open_store, Backend, SqliteWriter};
+use causeway_backends::{open_store, Backend, EventSink, SqliteSink};
 use causeway_model::{Event, SessionInfo};
-
-const BATCH: usize = 100_000;
 
 fn vm_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -30,43 +28,41 @@ fn reset_peak() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-/// Writes `n` events with the engine's synchronous writer; returns the seconds spent writing
-/// (generation excluded) and the file size.
+/// Events per batch the tracer hands its sink (the ring reader's batch size).
+const TRACER_BATCH: usize = 8192;
+
+/// Writes `n` events the way a trace does: batches of [`TRACER_BATCH`] into the engine's sink
+/// (writer thread behind a queue, queued batches grouped into one commit), then `finish`. The
+/// events are generated before the clock starts. Returns the seconds from the first batch to the
+/// finished file, and the file size.
 fn write(path: &Path, backend: Backend, n: usize) -> (f64, u64) {
     let session = SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
     let mut gen = SyntheticTrace::new(42, session.started_at_ns);
-    let mut timed = 0.0;
+    let mut batches: Vec<Vec<Event>> = Vec::with_capacity(n / TRACER_BATCH + 1);
     let mut left = n;
-    let mut step = |w: &mut dyn FnMut(&[Event]), left: &mut usize| {
-        let batch = gen.take((*left).min(BATCH));
-        *left -= batch.len();
-        let t = Instant::now();
-        w(&batch);
-        timed += t.elapsed().as_secs_f64();
-    };
-    match backend {
-        Backend::Sqlite => {
-            let mut w = SqliteWriter::create(path, &session).expect("create");
-            while left > 0 {
-                step(&mut |b| { w.insert_batches([b]).expect("write"); }, &mut left);
-            }
-            let t = Instant::now();
-            w.finish(session.started_at_ns + 1).expect("finish");
-            timed += t.elapsed().as_secs_f64();
-        }
+    while left > 0 {
+        let b = gen.take(left.min(TRACER_BATCH));
+        left -= b.len();
+        batches.push(b);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let sink: Box<dyn EventSink> = match backend {
+        Backend::Sqlite => Box::new(SqliteSink::create(path, session.clone()).expect("create")),
         #[cfg(feature = "duckdb")]
-        Backend::DuckDb => {
-            let mut w = causeway_backends::duckdb::DuckDbWriter::create(path, &session).expect("create");
-            while left > 0 {
-                step(&mut |b| { w.insert_batches([b]).expect("write"); }, &mut left);
-            }
-            let t = Instant::now();
-            w.finish(session.started_at_ns + 1).expect("finish");
-            timed += t.elapsed().as_secs_f64();
-        }
+        Backend::DuckDb => Box::new(causeway_backends::duckdb::DuckDbSink::create(path, session.clone()).expect("create")),
         #[cfg(not(feature = "duckdb"))]
         Backend::DuckDb => unreachable!(),
-    }
+    };
+    let t = Instant::now();
+    let summary = rt.block_on(async move {
+        let mut sink = sink;
+        for b in batches {
+            sink.write_batch(b).await.expect("write");
+        }
+        sink.finish(session.started_at_ns + 1).await.expect("finish")
+    });
+    let timed = t.elapsed().as_secs_f64();
+    assert_eq!((summary.events_written, summary.losses.len()), (n as u64, 0), "every event written, none lost");
     (timed, std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }
 
