@@ -134,6 +134,15 @@ fn append_to(conn: &Connection, batch: RecordBatch) -> duckdb::Result<()> {
     app.flush()
 }
 
+/// Columns for `len` events with ids from `first_id` on.
+fn columns_of<'a>(first_id: i64, session_id: i64, len: usize, events: impl IntoIterator<Item = &'a Event>) -> EventColumns {
+    let mut cols = EventColumns::new(len);
+    for (i, e) in events.into_iter().enumerate() {
+        cols.push(first_id + i as i64, session_id, e, None);
+    }
+    cols
+}
+
 /// The synchronous writer: owns the connections of one trace session.
 pub struct DuckDbWriter {
     conn: Connection,
@@ -203,9 +212,7 @@ impl DuckDbWriter {
     pub fn insert_session(&mut self, id: i64, s: &SessionInfo) -> Result<()> {
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
-                 pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                crate::schema::INSERT_SESSION_SQL,
                 params![
                     id,
                     s.started_at_ns,
@@ -259,18 +266,15 @@ impl DuckDbWriter {
     /// writer that has fallen behind), in parallel parts of at least [`PARALLEL_PART_ROWS`] events,
     /// one connection and one commit each, all or nothing (see [`DuckDbWriter::append_parts`]).
     pub fn insert_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
-        let events: Vec<&Event> = batches.into_iter().flatten().collect();
-        let parts = (events.len() / PARALLEL_PART_ROWS).clamp(1, self.parallelism);
-        if parts == 1 {
-            let mut cols = EventColumns::new(events.len());
-            for e in events {
-                cols.push(self.next_id, self.session_id, e, None);
-                self.next_id += 1;
-            }
-            return self.append(cols);
-        }
+        let batches: Vec<&[Event]> = batches.into_iter().collect();
+        let total: usize = batches.iter().map(|b| b.len()).sum();
         let first_id = self.next_id;
-        self.next_id += events.len() as i64;
+        self.next_id += total as i64;
+        let parts = (total / PARALLEL_PART_ROWS).clamp(1, self.parallelism);
+        if parts == 1 {
+            return self.append(columns_of(first_id, self.session_id, total, batches.into_iter().flatten()));
+        }
+        let events: Vec<&Event> = batches.into_iter().flatten().collect();
         self.append_parts(first_id, &events, parts)
     }
 
@@ -285,34 +289,30 @@ impl DuckDbWriter {
             self.extra_conns.push(self.conn.try_clone().map_err(&err)?);
         }
         let per = events.len().div_ceil(parts);
+        // (first id, events) of each part
+        let chunks: Vec<(i64, &[&Event])> =
+            events.chunks(per).enumerate().map(|(k, c)| (first_id + (k * per) as i64, c)).collect();
         let session_id = self.session_id;
-        // part k: ids first_id + k * per .. ; part 0 on this thread and connection, the others on
-        // their own thread with a connection of their own (a Connection is Send, not Sync)
-        let build_and_append = |k: usize, chunk: &[&Event], conn: &Connection| -> std::result::Result<(), String> {
-            let start = first_id + (k * per) as i64;
-            let mut cols = EventColumns::new(chunk.len());
-            for (i, e) in chunk.iter().enumerate() {
-                cols.push(start + i as i64, session_id, e, None);
-            }
-            let batch = cols.finish().map_err(|e| e.to_string())?;
+        // part 0 on this thread and connection, the others on their own thread with a connection of
+        // their own (a Connection is Send, not Sync)
+        let build_and_append = |(start, chunk): (i64, &[&Event]), conn: &Connection| -> std::result::Result<(), String> {
+            let batch = columns_of(start, session_id, chunk.len(), chunk.iter().copied()).finish().map_err(|e| e.to_string())?;
             append_to(conn, batch).map_err(|e| e.to_string())
         };
-        let chunks: Vec<&[&Event]> = events.chunks(per).collect();
         let extra = std::mem::take(&mut self.extra_conns);
         let (first, others) = std::thread::scope(|scope| {
             let handles: Vec<_> = chunks[1..]
                 .iter()
                 .zip(extra)
-                .enumerate()
-                .map(|(j, (chunk, conn))| {
+                .map(|(&part, conn)| {
                     let f = &build_and_append;
                     scope.spawn(move || {
-                        let r = f(j + 1, chunk, &conn);
+                        let r = f(part, &conn);
                         (conn, r)
                     })
                 })
                 .collect();
-            let first = build_and_append(0, chunks[0], &self.conn);
+            let first = build_and_append(chunks[0], &self.conn);
             let others: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
             (first, others)
         });
@@ -327,15 +327,8 @@ impl DuckDbWriter {
             }
         }
         // (first id, end id, outcome) of each part
-        let results: Vec<(i64, i64, std::result::Result<(), String>)> = outcomes
-            .into_iter()
-            .zip(&chunks)
-            .enumerate()
-            .map(|(k, (r, c))| {
-                let start = first_id + (k * per) as i64;
-                (start, start + c.len() as i64, r)
-            })
-            .collect();
+        let results: Vec<(i64, i64, std::result::Result<(), String>)> =
+            chunks.iter().zip(outcomes).map(|(&(start, c), r)| (start, start + c.len() as i64, r)).collect();
         if let Some(e) = results.iter().find_map(|r| r.2.as_ref().err()) {
             let msg = format!("{}: appending part of a group of {} events: {e}", self.path.display(), events.len());
             for (lo, hi, r) in &results {
