@@ -79,6 +79,15 @@ CREATE TABLE IF NOT EXISTS cuda_errors (code INTEGER PRIMARY KEY, name TEXT NOT 
 CREATE TABLE IF NOT EXISTS loss_kinds (name TEXT PRIMARY KEY, description TEXT NOT NULL);
 "#;
 
+/// Writes one `sessions` row, every column, by position (both engines bind the same parameters).
+pub const INSERT_SESSION_SQL: &str = "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, \
+hostname, node, pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) \
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// Writes one `event_aggregates` row, by position (both engines bind the same parameters).
+pub const INSERT_AGGREGATE_SQL: &str = "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, \
+sum_dur, min_dur, max_dur, sum_arg0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
 /// Indexes built when a trace is finished: time windows and per-thread timelines (the access paths
 /// of the analysis; per-op scans read the whole window anyway). Same names as Ingero's where they overlap.
 pub const INDEXES: &str = r#"

@@ -260,8 +260,7 @@ impl ConvertTarget for SqliteTarget {
         tx.execute_batch(EVENT_AGGREGATES_DDL)?;
         {
             let mut st = tx.prepare(
-                "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur, min_dur, \
-                 max_dur, sum_arg0) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                schema::INSERT_AGGREGATE_SQL,
             )?;
             for a in rows {
                 st.execute(params![

@@ -208,8 +208,7 @@ impl ConvertTarget for DuckDbTarget {
         self.exec(|c| {
             c.execute_batch(&aggregates_ddl())?;
             let mut st = c.prepare(
-                "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, sum_dur, min_dur, \
-                 max_dur, sum_arg0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                crate::schema::INSERT_AGGREGATE_SQL,
             )?;
             for a in rows {
                 st.execute(params![

@@ -32,9 +32,7 @@ pub struct SqliteWriter {
 /// Write one `sessions` row (native SQLite trace); `id: None` lets SQLite assign it. Returns the id.
 pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo) -> rusqlite::Result<i64> {
     conn.execute(
-        "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, hostname, node, \
-         pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) VALUES (?1, ?2, ?3, ?4, ?5, \
-         ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        crate::schema::INSERT_SESSION_SQL,
         params![
             id,
             s.started_at_ns,
