@@ -6,9 +6,10 @@
 //!
 //! Nearest-rank: sort ascending, take the value at 1-based rank `ceil(per_mille * n / 1000)` (at
 //! least 1), in integer arithmetic so that `0.95 * 20` is 19, not 19.000000000000004. DuckDB's
-//! `quantile_disc(x, p)` takes a floating-point fraction and its definition is DuckDB's to change;
-//! it agreed with nearest-rank on all 1,575 (n, p) cases `backends/tests/conformance_guard.rs`
-//! compares with this build, but it is never relied on for these figures.
+//! `quantile_disc(x, q)` computes the same rank in integer arithmetic when `q` is a DECIMAL
+//! (the DuckDB engine relies on that, see `duckdb/summary.rs`); with a DOUBLE fraction it would use
+//! floating point, so no query of ours passes one. `backends/tests/conformance_guard.rs` and the
+//! conformance suite compare DuckDB's figures with this definition.
 
 use std::collections::HashMap;
 

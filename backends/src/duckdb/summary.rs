@@ -1,36 +1,44 @@
 //! Statistics computed inside DuckDB: per (source, op) [and pid] count, sum, min, max and
 //! nearest-rank percentiles, with the crate's one definition of the rank (`ceil(per_mille * n /
-//! 1000)`, integer arithmetic, at least 1; see [`crate::summary`]).
+//! 1000)`, at least 1; see [`crate::summary`]). What `causeway stats` uses on DuckDB traces:
+//! measured side by side (`analysis/benches/engines.rs`) it is faster than the Arrow scan with
+//! selections in Rust that SQLite traces use, because the values never leave the engine.
 //!
-//! Not what `causeway stats` uses: measured side by side (`analysis/benches/engines.rs`), an Arrow
-//! scan with selections in Rust (the default `TraceStore::duration_summary`) is 2-2.5x faster on
-//! 10M events and needs a third of the memory, because DuckDB sorts each group's list on one
-//! thread. It stays for that comparison, and the conformance suite holds both to the same figures.
-//!
-//! Each group's durations are collected and sorted by DuckDB (`list_sort(list(duration))`) and the
-//! value at the nearest rank is read with 1-based list indexing. DuckDB's own `quantile_disc` is
-//! not used: it takes a floating-point fraction and its definition is DuckDB's (it agreed with
-//! nearest-rank on every case the tests compare, see `backends/tests/conformance_guard.rs`).
+//! The percentiles are DuckDB's `quantile_disc` with each fraction written as a DECIMAL literal
+//! (`0.990`). For a DECIMAL fraction `q = k / 1000` DuckDB picks the 0-based index
+//! `max(1, n - floor(n - n * q)) - 1` in integer arithmetic (`QuantileInterpolator<true>::Index`,
+//! "integer arithmetic for accuracy"), which is `max(1, ceil(k * n / 1000)) - 1`: exactly
+//! nearest-rank. A DOUBLE fraction would take a floating-point path instead, so the SQL never
+//! passes one. The conformance suite holds this to the Rust definition on every engine.
 
 use causeway_model::codes::OpCode;
+
+use duckdb::arrow::array::AsArray;
+use duckdb::arrow::compute::cast;
+use duckdb::arrow::datatypes::{DataType, Int64Type};
 
 use super::reader::{ints, texts, where_clause, DuckDbStore};
 use crate::error::{Result, StoreError};
 use crate::store::EventFilter;
 use crate::summary::{DurationSummary, OpSummary};
 
-/// The DuckDB expression of the 1-based nearest rank of `per_mille` among `n` rows.
-pub fn nearest_rank_duckdb(per_mille: u32, n: &str) -> String {
-    format!("greatest(1, ({per_mille} * {n} + 999) // 1000)")
+/// `per_mille` as an exact DECIMAL fraction literal (`990` -> `0.990`), the form that makes
+/// `quantile_disc` use integer arithmetic.
+pub fn decimal_fraction(per_mille: u32) -> String {
+    let p = per_mille.min(1000);
+    format!("CAST({}.{:03} AS DECIMAL(4, 3))", p / 1000, p % 1000)
 }
 
 fn groups_sql(clause: &str, keys: &str, per_mille: &[u32]) -> String {
-    let picks: String =
-        per_mille.iter().map(|&p| format!(", l[{}]", nearest_rank_duckdb(p, "n"))).collect::<Vec<_>>().join("");
+    let fractions: Vec<String> = per_mille.iter().map(|&p| decimal_fraction(p)).collect();
+    let picks = if per_mille.is_empty() {
+        String::new()
+    } else {
+        format!(", quantile_disc(duration, [{}])", fractions.join(", "))
+    };
     format!(
-        "WITH g AS (SELECT {keys}, count(*) AS n, CAST(sum(duration) AS VARCHAR) AS s, min(duration) AS mn, \
-         max(duration) AS mx, list_sort(list(duration)) AS l FROM events{clause} GROUP BY {keys}) \
-         SELECT {keys}, n, s, mn, mx{picks} FROM g ORDER BY {keys}"
+        "SELECT {keys}, count(*) AS n, CAST(sum(duration) AS VARCHAR) AS s, min(duration) AS mn, \
+         max(duration) AS mx{picks} FROM events{clause} GROUP BY {keys} ORDER BY {keys}"
     )
 }
 
@@ -42,8 +50,19 @@ fn read_groups(store: &DuckDbStore, sql: &str, params: &[i64], with_pid: bool, k
         let (s, o, n) = (ints(b, off)?, ints(b, off + 1)?, ints(b, off + 2)?);
         let sum = texts(b, off + 3)?;
         let (mn, mx) = (ints(b, off + 4)?, ints(b, off + 5)?);
-        let ps: Vec<_> = (0..k).map(|i| ints(b, off + 6 + i)).collect::<Result<_>>()?;
+        let ps = if k > 0 { Some(b.column(off + 6).as_list::<i32>().clone()) } else { None };
         for r in 0..b.num_rows() {
+            let percentiles = match &ps {
+                Some(l) => {
+                    let v = cast(&l.value(r), &DataType::Int64).map_err(|e| StoreError::Engine(format!("quantiles: {e}")))?;
+                    let v = v.as_primitive::<Int64Type>();
+                    if v.len() != k {
+                        return Err(StoreError::Engine(format!("quantile_disc gave {} values for {k} fractions", v.len())));
+                    }
+                    v.values().to_vec()
+                }
+                None => Vec::new(),
+            };
             out.push(OpSummary {
                 op: OpCode::new(s.value(r) as u8, o.value(r) as u16),
                 pid: pid.as_ref().map(|p| p.value(r) as u32),
@@ -51,7 +70,7 @@ fn read_groups(store: &DuckDbStore, sql: &str, params: &[i64], with_pid: bool, k
                 sum_ns: sum.value(r).parse().map_err(|e| StoreError::Engine(format!("sum {:?}: {e}", sum.value(r))))?,
                 min_ns: mn.value(r),
                 max_ns: mx.value(r),
-                percentiles: ps.iter().map(|p| p.value(r)).collect(),
+                percentiles,
             });
         }
         Ok(())
