@@ -81,15 +81,49 @@ pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, 
         }
     })?;
     sort_by_time_and_id(&mut calls);
-    let tids: BTreeSet<u32> = calls.iter().map(|c| c.tid).filter(|t| !names.threads.contains_key(t)).collect();
-    let tids: Vec<u32> = tids.into_iter().collect();
-    for chunk in tids.chunks(500) {
-        let of_chunk = EventFilter { tids: Some(chunk.to_vec()), ..filter.clone() };
+    name_threads_from_first_calls(store, &filter, &calls, names)?;
+    Ok(calls)
+}
+
+/// Names the threads of `calls` (in (ts, id) order) that have none yet: each thread's first
+/// non-empty `comm` in scope. That is the comm of its first call unless that one is empty, so the
+/// first calls are read by id (a handful of rows) and only threads whose first call has no comm
+/// are looked up over the whole scope.
+fn name_threads_from_first_calls(store: &dyn TraceStore, scope: &EventFilter, calls: &[Call], names: &mut Names) -> Result<(), AnalysisError> {
+    // Threads are few: a sorted list, and the last thread seen, beat hashing every call.
+    let mut first: Vec<(u32, usize)> = Vec::new();
+    let mut last_tid = None;
+    for (i, c) in calls.iter().enumerate() {
+        if last_tid == Some(c.tid) {
+            continue;
+        }
+        last_tid = Some(c.tid);
+        if let Err(at) = first.binary_search_by_key(&c.tid, |f| f.0) {
+            first.insert(at, (c.tid, i));
+        }
+    }
+    first.retain(|(tid, _)| !names.threads.contains_key(tid));
+    let ids: Vec<EventId> = first.iter().map(|&(_, i)| calls[i].id.clone()).collect();
+    let mut comm_of: HashMap<EventId, String> = HashMap::new();
+    for chunk in ids.chunks(500) {
+        comm_of.extend(store.events_by_id(chunk)?.into_iter().map(|s| (s.id, s.event.comm)));
+    }
+    let mut unnamed: Vec<u32> = Vec::new();
+    for &(tid, i) in &first {
+        match comm_of.remove(&calls[i].id) {
+            Some(comm) if !comm.is_empty() => {
+                names.threads.insert(tid, comm);
+            }
+            _ => unnamed.push(tid),
+        }
+    }
+    for chunk in unnamed.chunks(500) {
+        let of_chunk = EventFilter { tids: Some(chunk.to_vec()), ..scope.clone() };
         for (tid, comm) in store.thread_comms(&of_chunk, false)? {
             names.threads.entry(tid).or_insert(comm);
         }
     }
-    Ok(calls)
+    Ok(())
 }
 
 /// Sorts calls by (ts, id). Calls are large: with integer ids (native traces, Ingero v0.8) a
@@ -179,12 +213,13 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
             ops: Some(vec![op::SCHED_SWITCH]),
             ..Default::default()
         };
-        for_each_event(store, &filter, &mut |s| {
+        // A sched_switch row's off-CPU interval is `[ts - dur, ts]` (Event::off_cpu_interval).
+        let keep = |tid: u32, ts: i64, dur: i64| spans.touches(tid, ts.saturating_sub(dur), ts);
+        store.scan_events_kept(&filter, &keep, &mut |s| {
             let e = s.event;
             let (start, end) = e.off_cpu_interval();
-            if spans.touches(e.tid, start, end) {
-                out.entry(e.tid).or_default().push(OffCpu { id: s.id, pid: e.pid, tid: e.tid, start, end, cpu: e.cpu, sched: e.sched });
-            }
+            debug_assert!(spans.touches(e.tid, start, end));
+            out.entry(e.tid).or_default().push(OffCpu { id: s.id, pid: e.pid, tid: e.tid, start, end, cpu: e.cpu, sched: e.sched });
         })?;
     }
     for v in out.values_mut() {

@@ -227,6 +227,24 @@ pub trait TraceStore: Send + Sync {
     /// Calls `f` for every full event matching the filter, in timestamp order, streaming (never
     /// holding them all); returns the count.
     fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64>;
+    /// [`TraceStore::scan_events`] for the rows `keep(tid, timestamp, duration)` accepts: engines
+    /// that read columns ask `keep` before decoding a row (strings included), so a scan that keeps
+    /// few of many rows costs little more than reading three integers. Returns the count kept.
+    fn scan_events_kept(
+        &self,
+        filter: &EventFilter,
+        keep: &dyn Fn(u32, i64, i64) -> bool,
+        f: &mut dyn FnMut(StoredEvent),
+    ) -> Result<u64> {
+        let mut n = 0u64;
+        self.scan_events(filter, &mut |s| {
+            if keep(s.event.tid, s.event.ts_ns, s.event.dur_ns) {
+                n += 1;
+                f(s);
+            }
+        })?;
+        Ok(n)
+    }
     /// Full events matching the filter, ordered by timestamp.
     fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>>;
     /// Events by id (evidence lookups), in the order found.

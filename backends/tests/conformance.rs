@@ -186,6 +186,16 @@ pub fn typed_queries_and_filters(b: Backend) {
         let mut streamed = Vec::new();
         let n = store.scan_events(&f, &mut |e| streamed.push(e)).unwrap();
         assert_eq!((n as usize, &streamed), (want.len(), &want), "scan_events: {what}");
+        // Kept rows only: every other thread, and of those the events ending in an odd microsecond.
+        let keep = |tid: u32, ts: i64, dur: i64| tid % 2 == 1 && ((ts + dur) / 1000) % 2 == 1;
+        let mut kept = Vec::new();
+        let n = store.scan_events_kept(&f, &keep, &mut |e| kept.push(e)).unwrap();
+        let want_kept: Vec<StoredEvent> =
+            want.iter().filter(|s| keep(s.event.tid, s.event.ts_ns, s.event.dur_ns)).cloned().collect();
+        assert_eq!((n as usize, &kept), (want_kept.len(), &want_kept), "scan_events_kept: {what}");
+        if what == "everything" {
+            assert!(!want_kept.is_empty() && want_kept.len() < want.len(), "the keep test must keep some rows, not all");
+        }
         let mut slim = Vec::new();
         let n = store.scan_slim(&f, &mut |r| slim.push(r)).unwrap();
         assert_eq!(n as usize, want.len(), "scan_slim count: {what}");

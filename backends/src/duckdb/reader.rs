@@ -159,11 +159,16 @@ fn text(a: &StringArray, r: usize) -> String {
 
 /// Rows of [`SELECT_EVENTS`] to events.
 fn batch_to_events(b: &RecordBatch, out: &mut Vec<StoredEvent>) -> Result<()> {
+    batch_rows_to_events(b, 0..b.num_rows(), out)
+}
+
+/// The given rows of a [`SELECT_EVENTS`] batch to events.
+fn batch_rows_to_events(b: &RecordBatch, rows: impl Iterator<Item = usize>, out: &mut Vec<StoredEvent>) -> Result<()> {
     let i: Vec<Option<Int64Array>> =
         (0..23).map(|c| if [15, 19].contains(&c) { Ok(None) } else { ints(b, c).map(Some) }).collect::<Result<_>>()?;
     let c = |k: usize| i[k].as_ref().expect("integer column");
     let (comm, next_comm) = (texts(b, 15)?, texts(b, 19)?);
-    for r in 0..b.num_rows() {
+    for r in rows {
         let sched = opt(c(16), r).map(|ps| SchedDetail {
             prev_state: PrevState::from_code(ps),
             next_pid: val(c(17), r) as u32,
@@ -366,6 +371,27 @@ impl TraceStore for DuckDbStore {
         let mut batch = Vec::new();
         self.for_batches(&sql, &params, &mut |b| {
             batch_to_events(b, &mut batch)?;
+            n += batch.len() as u64;
+            batch.drain(..).for_each(&mut *f);
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
+    fn scan_events_kept(
+        &self,
+        filter: &EventFilter,
+        keep: &dyn Fn(u32, i64, i64) -> bool,
+        f: &mut dyn FnMut(StoredEvent),
+    ) -> Result<u64> {
+        let (clause, params) = where_clause(filter);
+        let sql = format!("{SELECT_EVENTS}{clause} ORDER BY timestamp, id");
+        let mut n = 0u64;
+        let mut batch = Vec::new();
+        self.for_batches(&sql, &params, &mut |b| {
+            let (ts, dur, tid) = (ints(b, 1)?, ints(b, 2)?, ints(b, 4)?);
+            let kept = (0..b.num_rows()).filter(|&r| keep(val(&tid, r) as u32, val(&ts, r), val(&dur, r)));
+            batch_rows_to_events(b, kept, &mut batch)?;
             n += batch.len() as u64;
             batch.drain(..).for_each(&mut *f);
             Ok(())
