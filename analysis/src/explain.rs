@@ -112,17 +112,17 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state") };
     let mut names = Names::of_store(store)?;
     let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
-    let by_thread = attr::ThreadOrder::of(&calls);
-    let nested = attr::nested_flags(&calls, &by_thread);
-    let mut dists: BTreeMap<OpCode, Vec<i64>> = BTreeMap::new();
-    for c in &calls {
-        dists.entry(c.op).or_default().push(c.dur);
-    }
-    let dists: BTreeMap<OpCode, OpDistribution> =
-        dists.into_iter().map(|(op, mut d)| (op, OpDistribution::from_durations(&mut d))).collect();
+    // Two independent passes over the calls, one per core: the ops' distributions, and each
+    // thread's order with the nesting and gaps it gives.
+    let (dists, (nested, gaps)) = std::thread::scope(|s| {
+        let dists = s.spawn(|| op_distributions(&calls));
+        let by_thread = attr::ThreadOrder::of(&calls);
+        let nested = attr::nested_flags(&calls, &by_thread);
+        let gaps = detectors::long_gaps(&calls, &by_thread);
+        (dists.join().expect("op distributions"), (nested, gaps))
+    });
     let slow: Vec<usize> =
         (0..calls.len()).filter(|&i| !nested[i] && calls[i].dur >= dists[&calls[i].op].slow_threshold()).collect();
-    let gaps = detectors::long_gaps(&calls, &by_thread);
 
     let mut spans = Spans::default();
     for &i in &slow {
@@ -292,6 +292,26 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         missing: info.missing.clone(),
         notes,
     })
+}
+
+/// Each op's exact distribution over `calls` (nested calls included).
+fn op_distributions(calls: &[attr::Call]) -> BTreeMap<OpCode, OpDistribution> {
+    // Ops are few: a short list and the last op seen beat a map lookup per call.
+    let mut by_op: Vec<(OpCode, Vec<i64>)> = Vec::new();
+    let mut last = usize::MAX;
+    for c in calls {
+        if by_op.get(last).is_none_or(|(op, _)| *op != c.op) {
+            last = match by_op.iter().position(|(op, _)| *op == c.op) {
+                Some(i) => i,
+                None => {
+                    by_op.push((c.op, Vec::new()));
+                    by_op.len() - 1
+                }
+            };
+        }
+        by_op[last].1.push(c.dur);
+    }
+    by_op.into_iter().map(|(op, mut d)| (op, OpDistribution::from_durations(&mut d))).collect()
 }
 
 fn severity_rules() -> Vec<String> {
