@@ -1,7 +1,23 @@
 /* Benchmark driver: `launchloop --iters N [--work-ns W] [--kernel-us K]` calls cudaLaunchKernel N
  * times in a tight loop (zero-length kernels unless --kernel-us), spinning W ns of host work between
- * launches (W = 50000 paces it at 20,000 launches/s), and prints the time per iteration. */
+ * launches (W = 50000 paces it at 20,000 launches/s), and prints the time per iteration: wall
+ * clock (NS_PER_ITER), the calling thread's own CPU time (CPU_NS_PER_ITER: the cost the probes add
+ * to the call itself, without the time the thread waited for a CPU), and how often it was
+ * preempted meanwhile (INVOLUNTARY_SWITCHES). */
 #include "common.h"
+#include <sys/resource.h>
+
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static long involuntary_switches(void) {
+    struct rusage u;
+    getrusage(RUSAGE_THREAD, &u);
+    return u.ru_nivcsw;
+}
 
 __attribute__((noinline)) void bench_kernel(void) { __asm__ volatile("nop"); }
 
@@ -12,14 +28,20 @@ int main(int argc, char **argv) {
     mockcuSetKernelNs((const void *)bench_kernel, (uint64_t)kernel_us * 1000);
     dim3 g = {1, 1, 1}, b = {32, 1, 1};
     CALL(C_LAUNCH, cudaLaunchKernel((const void *)bench_kernel, g, b, NULL, 0, 0)); /* warm-up */
+    long sw0 = involuntary_switches();
+    uint64_t c0 = thread_cpu_ns();
     uint64_t t0 = wl_now_ns();
     for (long i = 0; i < iters; i++) {
         if (work_ns) wl_spin_ns((uint64_t)work_ns);
         CALL(C_LAUNCH, cudaLaunchKernel((const void *)bench_kernel, g, b, NULL, 0, 0));
     }
     uint64_t el = wl_now_ns() - t0;
+    uint64_t cpu = thread_cpu_ns() - c0;
+    long sw = involuntary_switches() - sw0;
     printf("ELAPSED_NS %llu\n", (unsigned long long)el);
     printf("NS_PER_ITER %.1f\n", (double)el / (double)(iters ? iters : 1));
+    printf("CPU_NS_PER_ITER %.1f\n", (double)cpu / (double)(iters ? iters : 1));
+    printf("INVOLUNTARY_SWITCHES %ld\n", sw);
     wl_report();
     return 0;
 }

@@ -62,6 +62,29 @@ fn parse(out: &str, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} missing in:\n{out}"))
 }
 
+/// One tight-loop run as the workload reports it.
+struct LoopRun {
+    wall_ns_per_call: f64,
+    cpu_ns_per_call: f64,
+    involuntary_switches: f64,
+}
+
+impl LoopRun {
+    fn of(out: &str) -> LoopRun {
+        LoopRun {
+            wall_ns_per_call: parse(out, "NS_PER_ITER"),
+            cpu_ns_per_call: parse(out, "CPU_NS_PER_ITER"),
+            involuntary_switches: parse(out, "INVOLUNTARY_SWITCHES"),
+        }
+    }
+    fn wall(&self) -> f64 {
+        self.wall_ns_per_call
+    }
+    fn cpu(&self) -> f64 {
+        self.cpu_ns_per_call
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
@@ -246,7 +269,7 @@ fn main() {
             r.losses
         );
         (
-            parse(&o, "NS_PER_ITER"),
+            LoopRun::of(&o),
             (self1 - self0) * 1e9 / r.events_written as f64,
         )
     };
@@ -259,26 +282,33 @@ fn main() {
         let _ = causeway_loop();
         let (mut base, mut bt, mut cw, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
-            base.push(parse(&run_plain(&bin, &args), "NS_PER_ITER"));
+            base.push(LoopRun::of(&run_plain(&bin, &args)));
             if let Some(o) = with_bpftrace(&lib, &bin, &args) {
-                bt.push(parse(&o, "NS_PER_ITER"));
+                bt.push(LoopRun::of(&o));
             }
-            let (ns, tracer) = causeway_loop();
-            cw.push(ns);
+            let (run, tracer) = causeway_loop();
+            cw.push(run);
             cpu.push(tracer);
         }
-        let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-        let (base_min, base_med) = (min(&base), median(base.clone()));
-        let (cw_min, cw_med) = (min(&cw), median(cw.clone()));
         println!("== cudaLaunchKernel in a tight loop ({iters} calls, {runs} interleaved runs: min / median) ==");
-        println!("untraced:                      {base_min:8.1} / {base_med:8.1} ns/call");
-        if bt.is_empty() {
-            println!(
-                "bpftrace:                      unavailable (bpftrace missing or failed to attach)"
-            );
-            println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call");
-        } else {
-            let (bt_min, bt_med) = (min(&bt), median(bt.clone()));
+        // Wall clock per call, then the calling thread's own CPU time per call: the second leaves
+        // out the time the loop waited while other threads (the tracer's reader and writer, on
+        // this 2-core host) had its CPU, which the involuntary switch counts show.
+        for (what, pick) in [("wall clock", LoopRun::wall as fn(&LoopRun) -> f64), ("calling thread's CPU time", LoopRun::cpu)] {
+            let stats = |v: &[LoopRun]| {
+                let x: Vec<f64> = v.iter().map(pick).collect();
+                (x.iter().copied().fold(f64::INFINITY, f64::min), median(x))
+            };
+            let (base_min, base_med) = stats(&base);
+            let (cw_min, cw_med) = stats(&cw);
+            println!("-- {what} --");
+            println!("untraced:                      {base_min:8.1} / {base_med:8.1} ns/call");
+            if bt.is_empty() {
+                println!("bpftrace:                      unavailable (bpftrace missing or failed to attach)");
+                println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call");
+                continue;
+            }
+            let (bt_min, bt_med) = stats(&bt);
             println!("bpftrace count (uprobe+uret):  {bt_min:8.1} / {bt_med:8.1} ns/call, +{:.1} / +{:.1} ns", bt_min - base_min, bt_med - base_med);
             println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call, +{:.1} / +{:.1} ns", cw_min - base_min, cw_med - base_med);
             println!(
@@ -287,6 +317,13 @@ fn main() {
                 (cw_med - base_med) / (bt_med - base_med)
             );
         }
+        let switches = |v: &[LoopRun]| median(v.iter().map(|r| r.involuntary_switches).collect());
+        println!(
+            "loop preempted (involuntary switches, median): untraced {:.0}, bpftrace {}, Causeway {:.0}",
+            switches(&base),
+            if bt.is_empty() { "-".to_string() } else { format!("{:.0}", switches(&bt)) },
+            switches(&cw)
+        );
         println!(
             "Causeway's own CPU (load, attach, ring reader, decoder, SQLite writer): {:.0} ns per event (median), beside the workload",
             median(cpu)
