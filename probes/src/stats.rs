@@ -107,17 +107,16 @@ impl StatsBuilder {
         }
         for e in events.iter().filter(|e| is_gpu_call(e.source, e.op)) {
             let (start, end) = (e.ts_ns, e.end_ns());
-            let off: i64 = self
-                .off
-                .get(&e.tid)
-                .map(|q| {
-                    q.iter()
-                        .rev()
-                        .take(256)
-                        .map(|&(a, b)| (b.min(end) - a.max(start)).max(0))
-                        .sum()
-                })
-                .unwrap_or(0);
+            // A thread's intervals arrive in time order (one sched ring, and a thread switches in on
+            // one CPU at a time), so walking back from the newest, the first interval that ended
+            // before the call started ends the walk: usually at once.
+            let mut off = 0i64;
+            for &(a, b) in self.off.get(&e.tid).into_iter().flatten().rev() {
+                if b <= start {
+                    break;
+                }
+                off += (b.min(end) - a.max(start)).max(0);
+            }
             let s = self.ops.entry((e.source, e.op)).or_default();
             s.0.add(e.dur_ns.max(0) as u64);
             s.1 += off as u64;
@@ -182,5 +181,18 @@ mod tests {
         let r = s.rows();
         assert_eq!(r[0].op, "cudaStreamSync");
         assert_eq!(r[0].off_cpu_ns, 30);
+    }
+
+    #[test]
+    fn off_cpu_walk_passes_later_intervals_and_stops_at_earlier_ones() {
+        let mut s = StatsBuilder::default();
+        let switch = |end: i64, dur: i64| Event { ts_ns: end, dur_ns: dur, tid: 5, source: 3, op: 1, sched: Some(Default::default()), ..Default::default() };
+        // 1000 intervals long before the call, two inside it (10 + 20 ns), one straddling its
+        // end (5 ns inside), one after it.
+        let mut batch: Vec<Event> = (0..1000).map(|i| switch(i * 10 + 5, 5)).collect();
+        batch.extend([switch(100_120, 10), switch(100_150, 20), switch(100_205, 10), switch(100_400, 50)]);
+        batch.push(Event { ts_ns: 100_100, dur_ns: 100, tid: 5, source: 1, op: 5, ..Default::default() });
+        s.add_batch(&batch);
+        assert_eq!(s.rows()[0].off_cpu_ns, 35);
     }
 }
