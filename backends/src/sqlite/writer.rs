@@ -21,6 +21,11 @@ const INSERT_EVENT: &str = "INSERT INTO events (timestamp, pid, tid, source, op,
      waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
      ?19, ?20, ?21, ?22, ?23)";
 
+/// [`INSERT_EVENT`] for rows without scheduler detail (those columns stay NULL).
+const INSERT_EVENT_NO_SCHED: &str = "INSERT INTO events (timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, \
+     arg2, ret_code, stack_hash, cgroup_id, comm, session_id, cpu) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
+     ?12, ?13, ?14, ?15, ?16)";
+
 /// The synchronous writer: owns the connection of one trace session.
 pub struct SqliteWriter {
     conn: Connection,
@@ -98,35 +103,57 @@ impl SqliteWriter {
         let tx = self.conn.transaction()?;
         let mut n = 0u64;
         {
-            let mut st = tx.prepare_cached(INSERT_EVENT)?;
+            // Rows without scheduler detail (most: GPU calls) go through a statement without
+            // those seven columns, which stay NULL: fewer bindings per row.
+            let mut with_sched = tx.prepare_cached(INSERT_EVENT)?;
+            let mut without = tx.prepare_cached(INSERT_EVENT_NO_SCHED)?;
             for batch in batches {
                 for e in batch {
-                    let s = e.sched.as_ref();
-                    st.execute(params![
-                        e.ts_ns,
-                        e.pid,
-                        e.tid,
-                        e.source,
-                        e.op,
-                        e.dur_ns,
-                        e.gpu_id,
-                        e.arg0,
-                        e.arg1,
-                        e.arg2,
-                        e.ret_code,
-                        e.stack_hash,
-                        e.cgroup_id,
-                        e.comm,
-                        self.session_id,
-                        e.cpu,
-                        s.map(|s| s.prev_state.code()),
-                        s.map(|s| s.next_pid),
-                        s.map(|s| s.next_tid),
-                        s.map(|s| s.next_comm.as_str()),
-                        s.map(|s| s.wake_ts_ns),
-                        s.map(|s| s.waker_pid),
-                        s.map(|s| s.waker_tid),
-                    ])?;
+                    match e.sched.as_ref() {
+                        Some(s) => with_sched.execute(params![
+                            e.ts_ns,
+                            e.pid,
+                            e.tid,
+                            e.source,
+                            e.op,
+                            e.dur_ns,
+                            e.gpu_id,
+                            e.arg0,
+                            e.arg1,
+                            e.arg2,
+                            e.ret_code,
+                            e.stack_hash,
+                            e.cgroup_id,
+                            e.comm,
+                            self.session_id,
+                            e.cpu,
+                            s.prev_state.code(),
+                            s.next_pid,
+                            s.next_tid,
+                            s.next_comm.as_str(),
+                            s.wake_ts_ns,
+                            s.waker_pid,
+                            s.waker_tid,
+                        ])?,
+                        None => without.execute(params![
+                            e.ts_ns,
+                            e.pid,
+                            e.tid,
+                            e.source,
+                            e.op,
+                            e.dur_ns,
+                            e.gpu_id,
+                            e.arg0,
+                            e.arg1,
+                            e.arg2,
+                            e.ret_code,
+                            e.stack_hash,
+                            e.cgroup_id,
+                            e.comm,
+                            self.session_id,
+                            e.cpu,
+                        ])?,
+                    };
                     n += 1;
                 }
             }
