@@ -8,23 +8,17 @@
  * run on every CUDA call: pid and tid are read from the task (already needed for task storage)
  * rather than with bpf_get_current_pid_tgid, the comm goes out once per thread, and only one submit
  * in 256 per thread asks the ring its fill level (see cw_submit). Measured here (bpf_stats): the
- * two bpf_ktime_get_ns calls cost ~45 ns each and the stack read of cudaLaunchKernel's stream ~85 ns
- * with bpf_probe_read_user, 30-45 ns less with bpf_copy_from_user in the sleepable cw_entry;
+ * two bpf_ktime_get_ns calls cost ~45 ns each and the stack read of cudaLaunchKernel's stream ~85 ns;
  * task storage and ring reserve/submit are cheaper than the alternatives tried (an array slot per
  * tid, bpf_ringbuf_output of a stack record). */
 #ifndef CAUSEWAY_CUDA_COMMON_BPF_H
 #define CAUSEWAY_CUDA_COMMON_BPF_H
 #include "common.bpf.h"
 
-/* the n-th stack-passed argument (n >= 1) at function entry: [sp] is the return address. In a
- * sleepable program (`sleepable` is a constant, so only one branch is compiled into each program)
- * bpf_copy_from_user is a plain copy; bpf_probe_read_user must guard against faults it may not take. */
-static __always_inline __u64 cw_stack_arg(struct pt_regs *ctx, int n, int sleepable) {
+/* the n-th stack-passed argument (n >= 1) at function entry: [sp] is the return address */
+static __always_inline __u64 cw_stack_arg(struct pt_regs *ctx, int n) {
     __u64 v = 0;
-    if (sleepable)
-        bpf_copy_from_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
-    else
-        bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
+    bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));
     return v;
 }
 
@@ -103,12 +97,12 @@ static __always_inline int cw_leave(struct pt_regs *ctx, __u8 source, void *ring
 #define P4 PT_REGS_PARM4(ctx)
 #define P5 PT_REGS_PARM5(ctx)
 #define P6 ((__u64)ctx->r9) /* PT_REGS_PARM6 is missing from older libbpf headers */
-#define S(n) cw_stack_arg(ctx, n, sleepable)
+#define S(n) cw_stack_arg(ctx, n)
 
 /* One entry point per API function: NAME##_do extracts its arguments; NAME is a standalone uprobe
  * program (the perf-event fallback attach path), and cw_entry (cuda_multi.bpf.c) dispatches to
  * NAME##_do by the uprobe_multi cookie. See probes/src/loader.rs for the symbol tables. */
 #define CW_ENTRY(name, source, op, a0, a1, a2, outptr) \
-    static __always_inline int name##_do(struct pt_regs *ctx, int sleepable) { return cw_enter(source, op, a0, a1, a2, outptr); } \
-    SEC("uprobe") int name(struct pt_regs *ctx) { return name##_do(ctx, 0); }
+    static __always_inline int name##_do(struct pt_regs *ctx) { return cw_enter(source, op, a0, a1, a2, outptr); } \
+    SEC("uprobe") int name(struct pt_regs *ctx) { return name##_do(ctx); }
 #endif

@@ -5,53 +5,41 @@
  * event per symbol makes detaching fast (each perf-event uprobe waits for its own RCU grace period). */
 #include "cuda_common.bpf.h"
 
-#define CW_DISPATCH(sleepable) \
-    switch (bpf_get_attach_cookie(ctx)) { \
-    case 1: return rt_launch_do(ctx, sleepable); \
-    case 2: return rt_memcpy_do(ctx, sleepable); \
-    case 3: return rt_memcpy_async_do(ctx, sleepable); \
-    case 4: return rt_memcpy2d_do(ctx, sleepable); \
-    case 5: return rt_memcpy2d_as_do(ctx, sleepable); \
-    case 6: return rt_peer_do(ctx, sleepable); \
-    case 7: return rt_peer_async_do(ctx, sleepable); \
-    case 8: return rt_malloc_do(ctx, sleepable); \
-    case 9: return rt_malloc_mgd_do(ctx, sleepable); \
-    case 10: return rt_free_do(ctx, sleepable); \
-    case 11: return rt_stream_sync_do(ctx, sleepable); \
-    case 12: return rt_device_sync_do(ctx, sleepable); \
-    case 13: return rt_event_sync_do(ctx, sleepable); \
-    case 14: return rt_graph_launch_do(ctx, sleepable); \
-    case 101: return drv_launch_do(ctx, sleepable); \
-    case 102: return drv_memcpy_do(ctx, sleepable); \
-    case 103: return drv_htod_do(ctx, sleepable); \
-    case 104: return drv_dtoh_do(ctx, sleepable); \
-    case 105: return drv_dtod_do(ctx, sleepable); \
-    case 106: return drv_memcpy_as_do(ctx, sleepable); \
-    case 107: return drv_htod_as_do(ctx, sleepable); \
-    case 108: return drv_dtoh_as_do(ctx, sleepable); \
-    case 109: return drv_memcpy2d_do(ctx, sleepable); \
-    case 110: return drv_memcpy2d_as_do(ctx, sleepable); \
-    case 111: return drv_peer_do(ctx, sleepable); \
-    case 112: return drv_peer_as_do(ctx, sleepable); \
-    case 113: return drv_alloc_do(ctx, sleepable); \
-    case 114: return drv_alloc_mgd_do(ctx, sleepable); \
-    case 115: return drv_free_do(ctx, sleepable); \
-    case 116: return drv_ctx_sync_do(ctx, sleepable); \
-    case 117: return drv_stream_sync_do(ctx, sleepable); \
-    }
-
-/* Sleepable (kernel support for sleepable uprobe_multi programs): stack-passed arguments are read
- * with bpf_copy_from_user, ~30-40 ns cheaper per call here than bpf_probe_read_user. */
-SEC("uprobe.s")
-int cw_entry(struct pt_regs *ctx) {
-    CW_DISPATCH(1)
-    return 0;
-}
-
-/* The same for kernels that refuse a sleepable uprobe_multi program (the loader falls back to it). */
 SEC("uprobe")
-int cw_entry_plain(struct pt_regs *ctx) {
-    CW_DISPATCH(0)
+int cw_entry(struct pt_regs *ctx) {
+    switch (bpf_get_attach_cookie(ctx)) {
+    case 1: return rt_launch_do(ctx);
+    case 2: return rt_memcpy_do(ctx);
+    case 3: return rt_memcpy_async_do(ctx);
+    case 4: return rt_memcpy2d_do(ctx);
+    case 5: return rt_memcpy2d_as_do(ctx);
+    case 6: return rt_peer_do(ctx);
+    case 7: return rt_peer_async_do(ctx);
+    case 8: return rt_malloc_do(ctx);
+    case 9: return rt_malloc_mgd_do(ctx);
+    case 10: return rt_free_do(ctx);
+    case 11: return rt_stream_sync_do(ctx);
+    case 12: return rt_device_sync_do(ctx);
+    case 13: return rt_event_sync_do(ctx);
+    case 14: return rt_graph_launch_do(ctx);
+    case 101: return drv_launch_do(ctx);
+    case 102: return drv_memcpy_do(ctx);
+    case 103: return drv_htod_do(ctx);
+    case 104: return drv_dtoh_do(ctx);
+    case 105: return drv_dtod_do(ctx);
+    case 106: return drv_memcpy_as_do(ctx);
+    case 107: return drv_htod_as_do(ctx);
+    case 108: return drv_dtoh_as_do(ctx);
+    case 109: return drv_memcpy2d_do(ctx);
+    case 110: return drv_memcpy2d_as_do(ctx);
+    case 111: return drv_peer_do(ctx);
+    case 112: return drv_peer_as_do(ctx);
+    case 113: return drv_alloc_do(ctx);
+    case 114: return drv_alloc_mgd_do(ctx);
+    case 115: return drv_free_do(ctx);
+    case 116: return drv_ctx_sync_do(ctx);
+    case 117: return drv_stream_sync_do(ctx);
+    }
     return 0;
 }
 

@@ -246,14 +246,7 @@ impl Probes {
                 .maps()
                 .filter_map(|(n, m)| map_fd(m).map(|fd| (n.to_string(), fd)))
                 .collect();
-            // The sleepable entry program reads stack arguments more cheaply; kernels that refuse a
-            // sleepable uprobe_multi program get the plain one.
-            let entry = crate::multi::load_program(OBJECT, "cw_entry", &fds, true).or_else(|sleepable| {
-                let plain = crate::multi::load_program(OBJECT, "cw_entry_plain", &fds, false)?;
-                notes.push(format!("sleepable uprobe_multi program refused, using the plain entry program: {sleepable:#}"));
-                Ok::<_, anyhow::Error>(plain)
-            });
-            match entry.and_then(|e| Ok((e, crate::multi::load_program(OBJECT, "cw_ret", &fds, false)?))) {
+            match crate::multi::load_program(OBJECT, "cw_entry", &fds).and_then(|e| Ok((e, crate::multi::load_program(OBJECT, "cw_ret", &fds)?))) {
                 Ok(p) => multi = Some(p),
                 Err(e) => notes.push(format!("uprobe_multi unavailable, using one perf-event uprobe per symbol (slower to detach): {e:#}")),
             }

@@ -16,8 +16,6 @@ const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
-/// `prog_flags` bit of a sleepable program (may take page faults: `bpf_copy_from_user`).
-const BPF_F_SLEEPABLE: u32 = 1 << 4;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_PSEUDO_MAP_VALUE: u8 = 2;
 
@@ -110,7 +108,6 @@ pub fn load_program(
     elf: &[u8],
     name: &str,
     map_fds: &HashMap<String, RawFd>,
-    sleepable: bool,
 ) -> anyhow::Result<OwnedFd> {
     let insns = relocated_insns(elf, name, map_fds)?;
     let license = CString::new("Dual BSD/GPL").unwrap();
@@ -123,9 +120,6 @@ pub fn load_program(
     let short: Vec<u8> = name.bytes().take(15).collect();
     attr[48..48 + short.len()].copy_from_slice(&short);
     put32(&mut attr, 68, BPF_TRACE_UPROBE_MULTI);
-    if sleepable {
-        put32(&mut attr, 44, BPF_F_SLEEPABLE);
-    }
     match sys_bpf(BPF_PROG_LOAD, &mut attr) {
         // SAFETY: a new fd owned by us.
         Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
