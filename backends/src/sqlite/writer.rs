@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OpenFlags};
+use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
 use causeway_model::{Event, SessionInfo};
 
@@ -16,15 +16,28 @@ use crate::schema::{self, INDEXES, NATIVE_DDL};
 use crate::sink::{engine_writer_by_inherent_methods, LossCounts, QueuedSink};
 use crate::store::{StackRecord, TraceStore};
 
-const INSERT_EVENT: &str = "INSERT INTO events (timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, arg2, \
-     ret_code, stack_hash, cgroup_id, comm, session_id, cpu, prev_state, next_pid, next_tid, next_comm, wake_ts, \
-     waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
-     ?19, ?20, ?21, ?22, ?23)";
+/// The columns every event row binds, in binding order (a macro so both INSERTs are literals).
+macro_rules! event_columns {
+    () => {
+        "timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, arg2, ret_code, stack_hash, cgroup_id, comm, \
+         session_id, cpu"
+    };
+}
 
-/// [`INSERT_EVENT`] for rows without scheduler detail (those columns stay NULL).
-const INSERT_EVENT_NO_SCHED: &str = "INSERT INTO events (timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, \
-     arg2, ret_code, stack_hash, cgroup_id, comm, session_id, cpu) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
-     ?12, ?13, ?14, ?15, ?16)";
+/// An event row with scheduler detail: the event columns, then the seven scheduler ones.
+const INSERT_EVENT: &str = concat!(
+    "INSERT INTO events (",
+    event_columns!(),
+    ", prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
+     ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+);
+
+/// An event row without scheduler detail (those columns stay NULL).
+const INSERT_EVENT_NO_SCHED: &str = concat!(
+    "INSERT INTO events (",
+    event_columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+);
 
 /// The synchronous writer: owns the connection of one trace session.
 pub struct SqliteWriter {
@@ -109,50 +122,32 @@ impl SqliteWriter {
             let mut without = tx.prepare_cached(INSERT_EVENT_NO_SCHED)?;
             for batch in batches {
                 for e in batch {
+                    let row: [&dyn ToSql; 16] = [
+                        &e.ts_ns,
+                        &e.pid,
+                        &e.tid,
+                        &e.source,
+                        &e.op,
+                        &e.dur_ns,
+                        &e.gpu_id,
+                        &e.arg0,
+                        &e.arg1,
+                        &e.arg2,
+                        &e.ret_code,
+                        &e.stack_hash,
+                        &e.cgroup_id,
+                        &e.comm,
+                        &self.session_id,
+                        &e.cpu,
+                    ];
                     match e.sched.as_ref() {
-                        Some(s) => with_sched.execute(params![
-                            e.ts_ns,
-                            e.pid,
-                            e.tid,
-                            e.source,
-                            e.op,
-                            e.dur_ns,
-                            e.gpu_id,
-                            e.arg0,
-                            e.arg1,
-                            e.arg2,
-                            e.ret_code,
-                            e.stack_hash,
-                            e.cgroup_id,
-                            e.comm,
-                            self.session_id,
-                            e.cpu,
-                            s.prev_state.code(),
-                            s.next_pid,
-                            s.next_tid,
-                            s.next_comm.as_str(),
-                            s.wake_ts_ns,
-                            s.waker_pid,
-                            s.waker_tid,
-                        ])?,
-                        None => without.execute(params![
-                            e.ts_ns,
-                            e.pid,
-                            e.tid,
-                            e.source,
-                            e.op,
-                            e.dur_ns,
-                            e.gpu_id,
-                            e.arg0,
-                            e.arg1,
-                            e.arg2,
-                            e.ret_code,
-                            e.stack_hash,
-                            e.cgroup_id,
-                            e.comm,
-                            self.session_id,
-                            e.cpu,
-                        ])?,
+                        Some(s) => {
+                            let state = s.prev_state.code();
+                            let sched: [&dyn ToSql; 7] =
+                                [&state, &s.next_pid, &s.next_tid, &s.next_comm, &s.wake_ts_ns, &s.waker_pid, &s.waker_tid];
+                            with_sched.execute(params_from_iter(row.iter().chain(&sched)))?
+                        }
+                        None => without.execute(&row[..])?,
                     };
                     n += 1;
                 }
