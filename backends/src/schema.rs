@@ -6,7 +6,9 @@
 //! `causeway_model::codes` when a trace is created, so a database explains its own numbers.
 
 use causeway_model::codes::{self, CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
-use causeway_model::LossKind;
+use causeway_model::{LossKind, SessionInfo};
+
+use crate::store::AggregateRow;
 
 /// Version of the native schema this build writes and the newest it reads.
 pub const NATIVE_SCHEMA_VERSION: u32 = 1;
@@ -87,6 +89,52 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 /// Writes one `event_aggregates` row, by position (both engines bind the same parameters).
 pub const INSERT_AGGREGATE_SQL: &str = "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, \
 sum_dur, min_dur, max_dur, sum_arg0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// One parameter of the INSERTs both engines run: each engine binds it through its own `ToSql`
+/// (see `sqlite/writer.rs` and `duckdb/writer.rs`), so the parameter lists are written once, here,
+/// beside their SQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlParam<'a> {
+    Null,
+    Int(i64),
+    Text(&'a str),
+}
+
+/// The parameters of [`INSERT_SESSION_SQL`], in order (`id: None` lets the engine assign it).
+pub fn session_params(id: Option<i64>, s: &SessionInfo) -> [SqlParam<'_>; 14] {
+    [
+        id.map_or(SqlParam::Null, SqlParam::Int),
+        SqlParam::Int(s.started_at_ns),
+        SqlParam::Int(s.stopped_at_ns),
+        SqlParam::Text(&s.tool_version),
+        SqlParam::Text(&s.kernel),
+        SqlParam::Text(&s.hostname),
+        SqlParam::Text(&s.node),
+        SqlParam::Text(&s.pid_filter),
+        SqlParam::Text(&s.command),
+        SqlParam::Text(&s.flags),
+        SqlParam::Text(&s.gpu_model),
+        SqlParam::Text(&s.gpu_driver),
+        SqlParam::Text(&s.cuda_version),
+        SqlParam::Int(i64::from(s.tracer_pid)),
+    ]
+}
+
+/// The parameters of [`INSERT_AGGREGATE_SQL`], in order.
+pub fn aggregate_params(a: &AggregateRow) -> [SqlParam<'static>; 10] {
+    [
+        SqlParam::Int(a.bucket_ns),
+        SqlParam::Int(i64::from(a.source)),
+        SqlParam::Int(i64::from(a.op)),
+        SqlParam::Int(i64::from(a.pid)),
+        SqlParam::Int(a.count as i64),
+        SqlParam::Int(a.stored as i64),
+        SqlParam::Int(a.sum_dur_ns),
+        SqlParam::Int(a.min_dur_ns),
+        SqlParam::Int(a.max_dur_ns),
+        SqlParam::Int(a.sum_arg0),
+    ]
+}
 
 /// Indexes built when a trace is finished: time windows and per-thread timelines (the access paths
 /// of the analysis; per-op scans read the whole window anyway). Same names as Ingero's where they overlap.

@@ -211,18 +211,7 @@ impl ConvertTarget for DuckDbTarget {
                 crate::schema::INSERT_AGGREGATE_SQL,
             )?;
             for a in rows {
-                st.execute(params![
-                    a.bucket_ns,
-                    a.source,
-                    a.op,
-                    a.pid,
-                    a.count as i64,
-                    a.stored as i64,
-                    a.sum_dur_ns,
-                    a.min_dur_ns,
-                    a.max_dur_ns,
-                    a.sum_arg0
-                ])?;
+                st.execute(duckdb::params_from_iter(crate::schema::aggregate_params(a)))?;
             }
             Ok(())
         })

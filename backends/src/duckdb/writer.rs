@@ -143,6 +143,17 @@ fn columns_of<'a>(first_id: i64, session_id: i64, len: usize, events: impl IntoI
     cols
 }
 
+impl duckdb::ToSql for crate::schema::SqlParam<'_> {
+    fn to_sql(&self) -> duckdb::Result<duckdb::types::ToSqlOutput<'_>> {
+        use duckdb::types::ValueRef;
+        Ok(duckdb::types::ToSqlOutput::Borrowed(match *self {
+            Self::Null => ValueRef::Null,
+            Self::Int(v) => ValueRef::BigInt(v),
+            Self::Text(t) => ValueRef::Text(t.as_bytes()),
+        }))
+    }
+}
+
 /// The synchronous writer: owns the connections of one trace session.
 pub struct DuckDbWriter {
     conn: Connection,
@@ -213,22 +224,7 @@ impl DuckDbWriter {
         self.conn
             .execute(
                 crate::schema::INSERT_SESSION_SQL,
-                params![
-                    id,
-                    s.started_at_ns,
-                    s.stopped_at_ns,
-                    s.tool_version,
-                    s.kernel,
-                    s.hostname,
-                    s.node,
-                    s.pid_filter,
-                    s.command,
-                    s.flags,
-                    s.gpu_model,
-                    s.gpu_driver,
-                    s.cuda_version,
-                    s.tracer_pid
-                ],
+                duckdb::params_from_iter(crate::schema::session_params(Some(id), s)),
             )
             .map_err(engine_err(&self.path))?;
         Ok(())

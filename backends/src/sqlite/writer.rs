@@ -47,27 +47,20 @@ pub struct SqliteWriter {
     written: u64,
 }
 
+impl ToSql for crate::schema::SqlParam<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::ValueRef;
+        Ok(rusqlite::types::ToSqlOutput::Borrowed(match *self {
+            Self::Null => ValueRef::Null,
+            Self::Int(v) => ValueRef::Integer(v),
+            Self::Text(t) => ValueRef::Text(t.as_bytes()),
+        }))
+    }
+}
+
 /// Write one `sessions` row (native SQLite trace); `id: None` lets SQLite assign it. Returns the id.
 pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo) -> rusqlite::Result<i64> {
-    conn.execute(
-        crate::schema::INSERT_SESSION_SQL,
-        params![
-            id,
-            s.started_at_ns,
-            s.stopped_at_ns,
-            s.tool_version,
-            s.kernel,
-            s.hostname,
-            s.node,
-            s.pid_filter,
-            s.command,
-            s.flags,
-            s.gpu_model,
-            s.gpu_driver,
-            s.cuda_version,
-            s.tracer_pid
-        ],
-    )?;
+    conn.execute(crate::schema::INSERT_SESSION_SQL, params_from_iter(crate::schema::session_params(id, s)))?;
     Ok(conn.last_insert_rowid())
 }
 
