@@ -26,6 +26,7 @@ use causeway_backends::EventId;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::{PrevState, SchedDetail};
 
+use crate::few_keys::FewKeys;
 use crate::stats::nearest_ranks_unsorted;
 
 /// Calls shorter than this are never slow (launches take microseconds; only stalls matter).
@@ -221,12 +222,11 @@ impl CallSpan {
 impl ThreadOrder {
     pub fn of(calls: &[Call]) -> ThreadOrder {
         // Threads are few: a sorted list and binary searches beat hashing and sorting every call.
-        let mut tids: Vec<u32> = Vec::new();
+        let mut seen: FewKeys<u32, ()> = FewKeys::default();
         for c in calls {
-            if let Err(at) = tids.binary_search(&c.tid) {
-                tids.insert(at, c.tid);
-            }
+            seen.entry(c.tid, || ());
         }
+        let tids: Vec<u32> = seen.into_sorted().into_iter().map(|(tid, ())| tid).collect();
         let slots: Vec<u32> = calls.iter().map(|c| tids.binary_search(&c.tid).unwrap_or(0) as u32).collect();
         let mut start = vec![0usize; tids.len() + 1];
         for &s in &slots {

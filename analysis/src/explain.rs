@@ -13,6 +13,7 @@ use crate::attribution::{self as attr, CallAttribution, Cause, Coverage, Culprit
 use crate::chains::{self, Chain, ChainAccumulator, ChainKind, Evidence, Group, Severity, TimelineStep};
 use crate::detectors::{self, Gap};
 use crate::evidence::{self, CulpritKey, SqlScope};
+use crate::few_keys::FewKeys;
 use crate::trace_data::{self, Names, Spans};
 use crate::AnalysisError;
 
@@ -296,22 +297,11 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
 
 /// Each op's exact distribution over `calls` (nested calls included).
 fn op_distributions(calls: &[attr::Call]) -> BTreeMap<OpCode, OpDistribution> {
-    // Ops are few: a short list and the last op seen beat a map lookup per call.
-    let mut by_op: Vec<(OpCode, Vec<i64>)> = Vec::new();
-    let mut last = usize::MAX;
+    let mut by_op: FewKeys<OpCode, Vec<i64>> = FewKeys::default();
     for c in calls {
-        if by_op.get(last).is_none_or(|(op, _)| *op != c.op) {
-            last = match by_op.iter().position(|(op, _)| *op == c.op) {
-                Some(i) => i,
-                None => {
-                    by_op.push((c.op, Vec::new()));
-                    by_op.len() - 1
-                }
-            };
-        }
-        by_op[last].1.push(c.dur);
+        by_op.entry(c.op, Vec::new).push(c.dur);
     }
-    by_op.into_iter().map(|(op, mut d)| (op, OpDistribution::from_durations(&mut d))).collect()
+    by_op.into_sorted().into_iter().map(|(op, mut d)| (op, OpDistribution::from_durations(&mut d))).collect()
 }
 
 fn severity_rules() -> Vec<String> {

@@ -7,6 +7,7 @@ pub mod detector_chains;
 pub mod detectors;
 pub mod evidence;
 pub mod explain;
+pub mod few_keys;
 pub mod report;
 pub mod stacks;
 pub mod stats;

@@ -12,6 +12,7 @@ use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 
 use crate::attribution::{is_gpu_call_source, Call, Coverage, OffCpu, GPU_CALL_SOURCES};
+use crate::few_keys::FewKeys;
 use crate::AnalysisError;
 
 /// Calls `f` for every event matching `filter`, in time order, streamed from the store.
@@ -90,18 +91,11 @@ pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, 
 /// first calls are read by id (a handful of rows) and only threads whose first call has no comm
 /// are looked up over the whole scope.
 fn name_threads_from_first_calls(store: &dyn TraceStore, scope: &EventFilter, calls: &[Call], names: &mut Names) -> Result<(), AnalysisError> {
-    // Threads are few: a sorted list, and the last thread seen, beat hashing every call.
-    let mut first: Vec<(u32, usize)> = Vec::new();
-    let mut last_tid = None;
+    let mut first_call: FewKeys<u32, usize> = FewKeys::default();
     for (i, c) in calls.iter().enumerate() {
-        if last_tid == Some(c.tid) {
-            continue;
-        }
-        last_tid = Some(c.tid);
-        if let Err(at) = first.binary_search_by_key(&c.tid, |f| f.0) {
-            first.insert(at, (c.tid, i));
-        }
+        first_call.entry(c.tid, || i);
     }
+    let mut first = first_call.into_sorted();
     first.retain(|(tid, _)| !names.threads.contains_key(tid));
     let ids: Vec<EventId> = first.iter().map(|&(_, i)| calls[i].id.clone()).collect();
     let mut comm_of: HashMap<EventId, String> = HashMap::new();
