@@ -365,17 +365,7 @@ impl TraceStore for DuckDbStore {
     }
 
     fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64> {
-        let (clause, params) = where_clause(filter);
-        let sql = format!("{SELECT_EVENTS}{clause} ORDER BY timestamp, id");
-        let mut n = 0u64;
-        let mut batch = Vec::new();
-        self.for_batches(&sql, &params, &mut |b| {
-            batch_to_events(b, &mut batch)?;
-            n += batch.len() as u64;
-            batch.drain(..).for_each(&mut *f);
-            Ok(())
-        })?;
-        Ok(n)
+        self.scan_events_kept(filter, &|_, _, _| true, f)
     }
 
     fn scan_events_kept(
