@@ -100,8 +100,9 @@ static __always_inline int cw_leave(struct pt_regs *ctx, __u8 source, void *ring
 #define S(n) cw_stack_arg(ctx, n)
 
 /* One entry point per API function: NAME##_do extracts its arguments; NAME is a standalone uprobe
- * program (the perf-event fallback attach path), and cw_entry (cuda_multi.bpf.c) dispatches to
- * NAME##_do by the uprobe_multi cookie. See probes/src/loader.rs for the symbol tables. */
+ * program (every symbol on the perf-event fallback attach path; only the launches on the
+ * uprobe_multi path), and cw_entry (cuda_multi.bpf.c) dispatches to NAME##_do by the uprobe_multi
+ * cookie. See probes/src/loader.rs for the symbol tables. */
 #define CW_ENTRY(name, source, op, a0, a1, a2, outptr) \
     static __always_inline int name##_do(struct pt_regs *ctx) { return cw_enter(source, op, a0, a1, a2, outptr); } \
     SEC("uprobe") int name(struct pt_regs *ctx) { return name##_do(ctx); }

@@ -1,8 +1,10 @@
-/* The uprobe_multi attach path (kernel >= 6.6): one entry program and one return program for every
- * CUDA symbol of a library, each attached with a single BPF link. The entry program picks the
- * argument layout by the attach cookie (ids below, mirrored by the tables in probes/src/loader.rs);
- * the return program's cookie is the source. One link per library and direction instead of one perf
- * event per symbol makes detaching fast (each perf-event uprobe waits for its own RCU grace period). */
+/* The uprobe_multi attach path (kernel >= 6.6): one entry program for the CUDA symbols of a library,
+ * attached with a single BPF link, picks the argument layout by the attach cookie (ids below,
+ * mirrored by the tables in probes/src/loader.rs). The launches, the calls a workload makes most
+ * often, are attached to their own programs (rt_launch, drv_launch) on a second link, and the
+ * returns to rt_ret or drv_ret: neither asks for the cookie (a helper call) nor dispatches. A few
+ * links per library instead of one perf event per symbol make detaching fast (each perf-event
+ * uprobe waits for its own RCU grace period). */
 #include "cuda_common.bpf.h"
 
 SEC("uprobe")
@@ -41,10 +43,4 @@ int cw_entry(struct pt_regs *ctx) {
     case 117: return drv_stream_sync_do(ctx);
     }
     return 0;
-}
-
-SEC("uretprobe")
-int cw_ret(struct pt_regs *ctx) {
-    if (bpf_get_attach_cookie(ctx) == CW_SRC_DRIVER) return cw_leave(ctx, CW_SRC_DRIVER, &cw_rb_cuda);
-    return cw_leave(ctx, CW_SRC_CUDA, &cw_rb_cuda);
 }

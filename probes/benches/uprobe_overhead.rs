@@ -107,7 +107,8 @@ fn wait_unloaded() {
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
         if !o.contains("name cw_entry")
-            && !o.contains("name cw_ret")
+            && !o.contains("name rt_launch")
+            && !o.contains("name rt_ret")
             && !o.contains("name cudaLaunchKerne") // bpftrace's, named after the probe
             && !o.contains("name uprobe")
             && !o.contains("name uretprobe")
@@ -334,7 +335,7 @@ fn main() {
         // where the added cost goes: time inside the BPF programs (kernel.bpf_stats_enabled, separate
         // runs since the statistics cost time themselves)
         let bt = bpf_program_ns(&["cudaLaunchKerne"], || with_bpftrace(&lib, &bin, &args));
-        let cw = bpf_program_ns(&["cw_entry", "cw_ret"], || causeway_loop());
+        let cw = bpf_program_ns(&["rt_launch", "rt_ret"], || causeway_loop());
         let calls = (iters + 1) as f64;
         if let Some(b) = bt {
             println!(
@@ -344,7 +345,7 @@ fn main() {
         }
         if let Some(c) = cw {
             println!(
-                "Causeway BPF programs: cw_entry {:.0} ns + cw_ret {:.0} ns per call (with bpf_stats on); the rest of the added cost is the uprobe traps and the user-space reader/writer sharing this host's CPUs",
+                "Causeway BPF programs: rt_launch {:.0} ns + rt_ret {:.0} ns per call (with bpf_stats on); the rest of the added cost is the uprobe traps and the user-space reader/writer sharing this host's CPUs",
                 c[0].0 / c[0].1,
                 c[1].0 / c[1].1
             );

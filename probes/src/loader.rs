@@ -153,6 +153,31 @@ pub struct Pages {
 // SAFETY: plain old data, no padding.
 unsafe impl aya::Pod for Pages {}
 
+/// The launch programs of RUNTIME_PROBES and DRIVER_PROBES: on the uprobe_multi path they take
+/// their symbols on a link of their own instead of going through `cw_entry`.
+const LAUNCH_PROGRAMS: [&str; 2] = ["rt_launch", "drv_launch"];
+
+/// The uprobe programs of the uprobe_multi path: `cw_entry` dispatches every symbol by its cookie,
+/// except the launches, whose own programs skip that helper call and switch; the return programs
+/// are one per library kind (`rt_ret`, `drv_ret`), so they need no cookie either. Index 0 runtime,
+/// 1 driver.
+struct MultiPrograms {
+    entry: OwnedFd,
+    launch: [OwnedFd; 2],
+    ret: [OwnedFd; 2],
+}
+
+impl MultiPrograms {
+    fn load(fds: &std::collections::HashMap<String, RawFd>) -> anyhow::Result<MultiPrograms> {
+        let load = |name| crate::multi::load_program(OBJECT, name, fds);
+        Ok(MultiPrograms {
+            entry: load("cw_entry")?,
+            launch: [load(LAUNCH_PROGRAMS[0])?, load(LAUNCH_PROGRAMS[1])?],
+            ret: [load("rt_ret")?, load("drv_ret")?],
+        })
+    }
+}
+
 /// Ring sizes and options fixed at load time.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -211,8 +236,8 @@ pub struct Probes {
     rings: Option<Rings>,
     /// Uprobe links taken out of aya so they can be closed in parallel (see `detach_all`).
     links: Vec<UProbeLink>,
-    /// `cw_entry` and `cw_ret` loaded for uprobe_multi (None: the perf-event path is used).
-    multi: Option<(OwnedFd, OwnedFd)>,
+    /// The programs loaded for uprobe_multi (None: the perf-event path is used).
+    multi: Option<MultiPrograms>,
     multi_links: Vec<OwnedFd>,
     /// Whether aya's per-symbol uprobe programs are loaded (the fallback path).
     perf_loaded: bool,
@@ -246,7 +271,7 @@ impl Probes {
                 .maps()
                 .filter_map(|(n, m)| map_fd(m).map(|fd| (n.to_string(), fd)))
                 .collect();
-            match crate::multi::load_program(OBJECT, "cw_entry", &fds).and_then(|e| Ok((e, crate::multi::load_program(OBJECT, "cw_ret", &fds)?))) {
+            match MultiPrograms::load(&fds) {
                 Ok(p) => multi = Some(p),
                 Err(e) => notes.push(format!("uprobe_multi unavailable, using one perf-event uprobe per symbol (slower to detach): {e:#}")),
             }
@@ -367,14 +392,21 @@ impl Probes {
                 }
             }
         }
-        if let Some((entry, retp)) = &self.multi {
-            let e: Vec<(u64, u64)> = points.iter().map(|p| (p.3, p.1)).collect();
-            let r: Vec<(u64, u64)> = points.iter().map(|p| (p.3, source)).collect();
+        if let Some(progs) = &self.multi {
             if !points.is_empty() {
-                let el = crate::multi::attach(entry, &real, &e, false)?;
-                let rl = crate::multi::attach(retp, &real, &r, true)?;
-                self.multi_links.push(el);
-                self.multi_links.push(rl);
+                let driver = usize::from(lib.kind == LibKind::Driver);
+                // the launch symbols (the hot path of every workload) get their own program: no
+                // cookie to ask, no dispatch
+                let (launch, rest): (Vec<&(&str, u64, &str, u64)>, Vec<_>) =
+                    points.iter().partition(|p| p.0 == LAUNCH_PROGRAMS[driver]);
+                for (prog, set) in [(&progs.launch[driver], &launch), (&progs.entry, &rest)] {
+                    if !set.is_empty() {
+                        let pts: Vec<(u64, u64)> = set.iter().map(|p| (p.3, p.1)).collect();
+                        self.multi_links.push(crate::multi::attach(prog, &real, &pts, false)?);
+                    }
+                }
+                let r: Vec<(u64, u64)> = points.iter().map(|p| (p.3, source)).collect();
+                self.multi_links.push(crate::multi::attach(&progs.ret[driver], &real, &r, true)?);
                 done.symbols.extend(points.iter().map(|p| p.2.to_string()));
             }
         } else {
@@ -460,7 +492,12 @@ impl Probes {
     /// period (tens of ms in a VM), so closing a hundred one by one takes seconds; concurrent
     /// closes share grace periods. Called on drop.
     pub fn detach_all(&mut self) {
-        drop(std::mem::take(&mut self.multi_links));
+        let multi = std::mem::take(&mut self.multi_links);
+        std::thread::scope(|s| {
+            for l in multi {
+                s.spawn(move || drop(l));
+            }
+        });
         let links = std::mem::take(&mut self.links);
         if links.is_empty() {
             return;

@@ -1,8 +1,9 @@
-//! The uprobe_multi attach path (kernel >= 6.6), which aya 0.13 does not offer: `cw_entry` and
-//! `cw_ret` are loaded here with `expected_attach_type = BPF_TRACE_UPROBE_MULTI` from the same ELF
-//! object (their map references relocated to the fds of the maps aya created), and each library gets
-//! two BPF links (entry, return) carrying every symbol's offset and cookie. Closing a link detaches
-//! all its uprobes with one synchronization, where perf-event uprobes cost one RCU grace period each.
+//! The uprobe_multi attach path (kernel >= 6.6), which aya 0.13 does not offer: the uprobe programs
+//! are loaded here with `expected_attach_type = BPF_TRACE_UPROBE_MULTI` from the same ELF object
+//! (their map references relocated to the fds of the maps aya created), and each library gets three
+//! BPF links (launch entry, other entries, returns) carrying the symbols' offsets and cookies.
+//! Closing a link detaches all its uprobes with one synchronization, where perf-event uprobes cost
+//! one RCU grace period each.
 
 use std::collections::HashMap;
 use std::ffi::CString;

@@ -17,9 +17,10 @@ fn loaded_causeway_programs() -> Vec<String> {
         .filter(|l| {
             [
                 "name rt_launch",
+                "name rt_ret",
+                "name drv_launch",
                 "name drv_ret",
                 "name cw_entry",
-                "name cw_ret",
                 "name cw_sched_switch",
             ]
             .iter()
