@@ -67,24 +67,49 @@ fn rel(ts: i64, origin: i64) -> String {
     format!("+{:.3} s", (ts - origin) as f64 / 1e9)
 }
 
-/// All detector chains of the scope. `bounds`: first and last event in scope.
-pub fn detector_chains(
-    scope: &SqlScope,
-    calls: &[Call],
-    nested: &[bool],
+/// What the detectors found over the calls of a scope: the passes over every call, apart from the
+/// wording (which needs the thread names) and free of the store.
+pub struct DetectorFindings {
+    /// `bounds` of the scope: first and last event.
     bounds: Option<(i64, i64)>,
-    spans_by_tid: &BTreeMap<u32, (i64, i64)>,
-    names: &Names,
+    /// The launch rate drop, with the last launch before its change point and the first after.
+    drop: Option<(detectors::ThroughputDrop, Option<Call>, Option<Call>)>,
+    storms: Vec<detectors::SyncStorm>,
+    allocators: Vec<detectors::AllocatorFindings>,
     has_ptr: bool,
-) -> Result<Vec<Chain>, AnalysisError> {
-    let mut out = Vec::new();
-    let Some((origin, end)) = bounds else { return Ok(out) };
-    let scope_ns = (end - origin).max(1);
+}
 
+/// Runs the detectors over `calls` (in (ts, id) order; `nested` flags the calls inside another GPU
+/// call of their thread). `bounds`: first and last event in scope.
+pub fn detector_findings(calls: &[Call], nested: &[bool], bounds: Option<(i64, i64)>, has_ptr: bool) -> DetectorFindings {
+    let mut found = DetectorFindings { bounds, drop: None, storms: Vec::new(), allocators: Vec::new(), has_ptr };
+    let Some((_, end)) = bounds else { return found };
     // Throughput drop over the top-level launches of the scope.
     let launches: Vec<&Call> = calls.iter().zip(nested).filter(|(c, n)| !**n && LAUNCH_OPS.contains(&c.op)).map(|(c, _)| c).collect();
     let ts: Vec<i64> = launches.iter().map(|c| c.ts).collect();
-    if let Some(d) = detectors::throughput_drop(&ts, end) {
+    found.drop = detectors::throughput_drop(&ts, end).map(|d| {
+        let last_before = launches.iter().rfind(|c| c.ts < d.split).map(|c| (*c).clone());
+        let first_after = launches.iter().find(|c| c.ts >= d.split).map(|c| (*c).clone());
+        (d, last_before, first_after)
+    });
+    found.storms = detectors::sync_storms(calls, nested);
+    found.allocators = detectors::allocator_findings(calls, nested, has_ptr);
+    found
+}
+
+/// The detectors' findings as chains, named with `names`.
+pub fn detector_chains(
+    scope: &SqlScope,
+    found: DetectorFindings,
+    spans_by_tid: &BTreeMap<u32, (i64, i64)>,
+    names: &Names,
+) -> Result<Vec<Chain>, AnalysisError> {
+    let mut out = Vec::new();
+    let Some((origin, end)) = found.bounds else { return Ok(out) };
+    let scope_ns = (end - origin).max(1);
+    let has_ptr = found.has_ptr;
+
+    if let Some((d, last_before, first_after)) = found.drop {
         let before_rate = d.before as f64 * 1e9 / (d.split - d.first) as f64;
         let during_rate = d.during as f64 * 1e9 / (d.end - d.split) as f64;
         let ratio = during_rate / before_rate;
@@ -95,15 +120,13 @@ pub fn detector_chains(
         } else {
             Severity::Low
         };
-        let last_before = launches.iter().rfind(|c| c.ts < d.split);
-        let first_after = launches.iter().find(|c| c.ts >= d.split);
-        let pid = last_before.map(|c| c.pid).unwrap_or(0);
+        let pid = last_before.as_ref().map(|c| c.pid).unwrap_or(0);
         let mut timeline = vec![step(d.first, d.split - d.first, "CUDA", format!("{} launches at {before_rate:.1}/s", d.before), None)];
-        if let Some(c) = last_before {
+        if let Some(c) = &last_before {
             timeline.push(step(c.ts, c.dur, "CUDA", format!("last launch at the old rate: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone())));
         }
         timeline.push(step(d.split, d.end - d.split, "CUDA", format!("{} launch(es) in {} ({during_rate:.2}/s)", d.during, fmt_ns(d.end - d.split)), None));
-        if let Some(c) = first_after {
+        if let Some(c) = &first_after {
             timeline.push(step(c.ts, c.dur, "CUDA", format!("next launch: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone())));
         }
         let ids = last_before.iter().chain(first_after.iter()).map(|c| c.id.clone()).collect();
@@ -141,7 +164,7 @@ pub fn detector_chains(
     }
 
     // Sync storms per thread.
-    for s in detectors::sync_storms(calls, nested) {
+    for s in found.storms {
         let span = spans_by_tid.get(&s.tid).map(|x| x.1 - x.0).unwrap_or(1).max(1);
         let share = s.sync_ns as f64 / span as f64;
         let comm = names.of(s.pid, s.tid);
@@ -167,7 +190,7 @@ pub fn detector_chains(
     }
 
     // Allocator trouble per process.
-    for a in detectors::allocator_findings(calls, nested, has_ptr) {
+    for a in found.allocators {
         if let (Some((early, late, extra)), Some((mean_early, mean_late))) = (a.growth, a.mean_growth) {
             if (late >= 2 * early || mean_late >= 2 * mean_early) && extra >= detectors::ALLOC_GROWTH_MIN_EXTRA_NS {
                 let share = extra as f64 / scope_ns as f64;

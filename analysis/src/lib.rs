@@ -13,6 +13,7 @@ pub mod stacks;
 pub mod stats;
 pub mod timeline;
 pub mod trace_data;
+pub mod trace_facts;
 
 /// Why an analysis could not run.
 #[derive(Debug, thiserror::Error)]
