@@ -3,8 +3,8 @@
 //! events, grouped per commit by the writer thread; generation not timed), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step)
 //! on each, and the ratio of every figure to SQLite. Prints one table.
 //!
-//! `cargo bench -p causeway-analysis --features duckdb --bench engines` (without the feature only
-//! SQLite runs). `CAUSEWAY_BENCH_SIZES=1000000,10000000` chooses the sizes; `CAUSEWAY_BENCH_KEEP=DIR`
+//! `cargo bench --workspace --bench engines` (the workspace enables DuckDB and reuses the tests'
+//! build of it; `-p causeway-analysis` without `--features duckdb` runs SQLite only). `CAUSEWAY_BENCH_SIZES=1000000,10000000` chooses the sizes; `CAUSEWAY_BENCH_KEEP=DIR`
 //! writes the traces into DIR and leaves them there (to profile `causeway explain` on them);
 //! `CAUSEWAY_BENCH_ENGINE=duckdb` runs one engine only (ratios are then to itself).
 

@@ -2,7 +2,7 @@
 //! analysis alone (the peak is reset after the trace is written), and the time of the top chain's
 //! evidence SQL, whose result must equal the chain's figure.
 //!
-//! `cargo bench -p causeway-analysis --bench explain` (env CAUSEWAY_BENCH_EVENTS overrides 10,000,000;
+//! `cargo bench --workspace --bench explain` (env CAUSEWAY_BENCH_EVENTS overrides 10,000,000;
 //! the trace is kept in the temp dir and reused by later runs of the same size).
 
 use std::time::Instant;

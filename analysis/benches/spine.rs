@@ -4,7 +4,7 @@
 //!    tool running the plain window-function SQL that computes the same nearest-rank percentiles
 //!    (the figures of both are compared, not just timed).
 //!
-//! `cargo bench -p causeway-analysis --bench spine` (env CAUSEWAY_BENCH_EVENTS overrides 10,000,000).
+//! `cargo bench --workspace --bench spine` (env CAUSEWAY_BENCH_EVENTS overrides 10,000,000).
 
 use std::path::Path;
 use std::time::Instant;

@@ -1,5 +1,4 @@
-//! Uprobe overhead, in one run (root; `cargo bench --release -p causeway-probes` or
-//! `cargo bench -p causeway-probes --bench uprobe_overhead`):
+//! Uprobe overhead, in one run (root; `cargo bench --workspace --bench uprobe_overhead`):
 //! 1. the mock `cudaLaunchKernel` in a tight loop: untraced, with bpftrace counting the same
 //!    uprobe + uretprobe pair, and with Causeway recording full events into SQLite; the added ns per
 //!    call of each and Causeway's ratio to bpftrace (target <= 1.1x);
