@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use causeway_backends::EventId;
-use causeway_model::time::fmt_ns;
+use causeway_model::time::{fmt_ns, fmt_since};
 
 use crate::attribution::Call;
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
@@ -61,10 +61,6 @@ fn chain(
 
 fn step(ts: i64, dur: i64, layer: &str, what: String, id: Option<EventId>) -> TimelineStep {
     TimelineStep { ts_ns: ts, dur_ns: dur, layer: layer.into(), what, event_id: id }
-}
-
-fn rel(ts: i64, origin: i64) -> String {
-    format!("+{:.3} s", (ts - origin) as f64 / 1e9)
 }
 
 /// What the detectors found over the calls of a scope: the passes over every call, apart from the
@@ -144,7 +140,7 @@ pub fn detector_chains(
             severity,
             format!(
                 "kernel launch rate fell from {before_rate:.1}/s to {during_rate:.2}/s at {} ({}): {} of GPU feeding lost over the following {}",
-                rel(d.split, origin),
+                fmt_since(d.split, origin),
                 d.split,
                 fmt_ns(d.lost_ns),
                 fmt_ns(d.end - d.split)

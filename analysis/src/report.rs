@@ -4,17 +4,13 @@
 
 use std::fmt::Write;
 
-use causeway_model::time::fmt_ns;
+use causeway_model::time::{fmt_ns, fmt_since};
 
 use crate::chains::{culprit_words, Chain};
 use crate::explain::Explanation;
 
 /// Chains shown in detail in the one-screen report.
 const DETAILED: usize = 3;
-
-fn rel(ts: i64, origin: i64) -> String {
-    format!("+{:.3} s", (ts - origin) as f64 / 1e9)
-}
 
 fn cut(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
@@ -63,7 +59,7 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
         let _ = writeln!(o, "\n[{}] {} {}", c.id, c.severity.as_str(), c.summary);
         for s in c.timeline.iter().take(4) {
             let id = s.event_id.as_ref().map(|i| format!(" (event {i})")).unwrap_or_default();
-            let _ = writeln!(o, "   {}  {:<6} {}{id}", rel(s.ts_ns, e.first_ns), s.layer, cut(&s.what, 90));
+            let _ = writeln!(o, "   {}  {:<6} {}{id}", fmt_since(s.ts_ns, e.first_ns), s.layer, cut(&s.what, 90));
         }
         for d in c.details.iter().take(2) {
             let _ = writeln!(o, "   note: {}", cut(d, 110));
@@ -100,7 +96,7 @@ pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
     let _ = writeln!(o, "timeline:");
     for s in &c.timeline {
         let id = s.event_id.as_ref().map(|i| format!(" (event {i})")).unwrap_or_default();
-        let _ = writeln!(o, "   {} [{}]  {:<6} {}{id}", rel(s.ts_ns, origin), s.ts_ns, s.layer, s.what);
+        let _ = writeln!(o, "   {} [{}]  {:<6} {}{id}", fmt_since(s.ts_ns, origin), s.ts_ns, s.layer, s.what);
     }
     for d in &c.details {
         let _ = writeln!(o, "note: {d}");

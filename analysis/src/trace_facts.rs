@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use causeway_backends::{StoredEvent, TraceStore};
-use causeway_model::time::{fmt_ns, TimeWindow};
+use causeway_model::time::{fmt_ns, fmt_since, TimeWindow};
 
 use crate::attribution::{Culprit, Part};
 use crate::trace_data::{self, Names};
@@ -28,7 +28,6 @@ pub fn host_work_facts(
     names: &Names,
 ) -> Result<Vec<String>, AnalysisError> {
     let origin = bounds.map(|b| b.0).unwrap_or(0);
-    let rel = |t: i64| format!("+{:.3} s", (t - origin) as f64 / 1e9);
     let mut out = Vec::new();
     if forks.is_none() {
         let filter = causeway_backends::EventFilter {
@@ -45,11 +44,11 @@ pub fn host_work_facts(
         let first = forks.first().map(|f| {
             let child = f.event.arg1 as u32;
             let name = names.of(child, child);
-            format!("; its first fork, child {child}{}, is at {} (event {})", if name.is_empty() { String::new() } else { format!(" {name}") }, rel(f.event.ts_ns), f.id)
+            format!("; its first fork, child {child}{}, is at {} (event {})", if name.is_empty() { String::new() } else { format!(" {name}") }, fmt_since(f.event.ts_ns, origin), f.id)
         });
         out.push(format!(
             "pid {pid} forked no process in scope before the last gap ended ({}){}: no DataLoader worker process was started during these gaps, so batches were prepared by the training process itself",
-            rel(last_gap_end),
+            fmt_since(last_gap_end, origin),
             first.unwrap_or_default()
         ));
     } else {

@@ -77,6 +77,11 @@ pub fn fmt_ns(ns: i64) -> String {
     }
 }
 
+/// A time point relative to `origin` (a trace's first event), in seconds: `+12.345 s`.
+pub fn fmt_since(ts: i64, origin: i64) -> String {
+    format!("+{:.3} s", (ts - origin) as f64 / 1e9)
+}
+
 /// Unix-epoch ns as UTC `2026-03-20 14:06:13.210`.
 pub fn fmt_utc(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
@@ -108,6 +113,12 @@ pub fn round_us(us: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_points_print_relative_to_their_origin() {
+        assert_eq!(fmt_since(1_012_345_678_901, 1_000_000_000_000), "+12.346 s");
+        assert_eq!(fmt_since(5, 5), "+0.000 s");
+    }
 
     #[test]
     fn durations_parse_in_every_unit() {
