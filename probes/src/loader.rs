@@ -378,11 +378,6 @@ impl Probes {
             symbols: Vec::new(),
             missing: Vec::new(),
         };
-        let source = if lib.kind == LibKind::Runtime {
-            1u64
-        } else {
-            4
-        };
         let mut points = Vec::new();
         for (prog, cookie, names) in table {
             for name in *names {
@@ -405,7 +400,8 @@ impl Probes {
                         self.multi_links.push(crate::multi::attach(prog, &real, &pts, false)?);
                     }
                 }
-                let r: Vec<(u64, u64)> = points.iter().map(|p| (p.3, source)).collect();
+                // rt_ret / drv_ret know their source: no cookie
+                let r: Vec<(u64, u64)> = points.iter().map(|p| (p.3, 0)).collect();
                 self.multi_links.push(crate::multi::attach(&progs.ret[driver], &real, &r, true)?);
                 done.symbols.extend(points.iter().map(|p| p.2.to_string()));
             }
