@@ -112,9 +112,11 @@ struct Item {
 
 pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
     let info = store.info();
+    let mut phase = PhaseClock::start();
     let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state") };
     let mut names = Names::of_store(store)?;
     let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
+    phase.lap("load calls");
     // Two independent passes over the calls, one per core: the ops' distributions, and each
     // thread's order with the nesting and gaps it gives.
     let (dists, (nested, gaps)) = std::thread::scope(|s| {
@@ -124,6 +126,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         let gaps = detectors::long_gaps(&calls, &by_thread);
         (dists.join().expect("op distributions"), (nested, gaps))
     });
+    phase.lap("distributions, nesting, gaps");
     let slow: Vec<usize> =
         (0..calls.len()).filter(|&i| !nested[i] && calls[i].dur >= dists[&calls[i].op].slow_threshold()).collect();
 
@@ -136,6 +139,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     }
     spans.finish();
     let off = trace_data::load_off_cpu(store, &spans)?;
+    phase.lap("load off-CPU intervals");
     let wakers = off.values().flatten().filter_map(|o| o.sched.as_ref()).map(|s| s.waker_tid);
     names.resolve_threads(store, wakers)?;
     let coverage: Option<HashMap<u32, Coverage>> =
@@ -144,6 +148,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let slow_pids: BTreeSet<u32> = slow.iter().map(|&i| calls[i].pid).collect();
     let pages = trace_data::load_page_allocs(store, &slow_pids, spans.earliest().unwrap_or(0))?;
     let no_off: Vec<OffCpu> = Vec::new();
+    phase.lap("names, coverage, page allocations");
 
     // Slow calls, attributed, per op.
     let mut per_op: BTreeMap<OpCode, (ChainAccumulator, HashMap<EventId, Item>)> = BTreeMap::new();
@@ -164,6 +169,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         }
     }
     let slow_time_ns: i64 = op_slow.values().map(|s| s.1).sum();
+    phase.lap("attribute slow calls");
     let spans_by_tid = detectors::thread_spans(&calls);
     let mut chains_out = Vec::new();
     for (op, (acc, items)) in per_op {
@@ -232,8 +238,11 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         }
     }
 
+    phase.lap("slow-call and gap chains");
     let found = detector_chains::detector_findings(&calls, &nested, bounds, info.has_column("arg2"));
+    phase.lap("detector passes");
     chains_out.extend(detector_chains::detector_chains(&scope, found, &spans_by_tid, &names)?);
+    phase.lap("detector chains");
 
     if let Some(n) = &sample_note {
         for c in &mut chains_out {
@@ -296,6 +305,20 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         missing: info.missing.clone(),
         notes,
     })
+}
+
+/// Debug-level timings of explain's phases (`CAUSEWAY_LOG=causeway_analysis=debug`).
+struct PhaseClock(std::time::Instant);
+
+impl PhaseClock {
+    fn start() -> Self {
+        PhaseClock(std::time::Instant::now())
+    }
+
+    fn lap(&mut self, phase: &str) {
+        tracing::debug!(ms = self.0.elapsed().as_secs_f64() * 1e3, "explain: {phase}");
+        self.0 = std::time::Instant::now();
+    }
 }
 
 /// Each op's exact distribution over `calls` (nested calls included).
