@@ -80,16 +80,18 @@ pub struct DetectorFindings {
 pub fn detector_findings(calls: &[Call], nested: &[bool], bounds: Option<(i64, i64)>, has_ptr: bool) -> DetectorFindings {
     let mut found = DetectorFindings { bounds, drop: None, storms: Vec::new(), allocators: Vec::new(), has_ptr };
     let Some((_, end)) = bounds else { return found };
+    let top = detectors::top_level_findings(calls, nested, has_ptr);
     // Throughput drop over the top-level launches of the scope.
-    let launches: Vec<&Call> = calls.iter().zip(nested).filter(|(c, n)| !**n && LAUNCH_OPS.contains(&c.op)).map(|(c, _)| c).collect();
-    let ts: Vec<i64> = launches.iter().map(|c| c.ts).collect();
-    found.drop = detectors::throughput_drop(&ts, end).map(|d| {
-        let last_before = launches.iter().rfind(|c| c.ts < d.split).map(|c| (*c).clone());
-        let first_after = launches.iter().find(|c| c.ts >= d.split).map(|c| (*c).clone());
+    found.drop = detectors::throughput_drop(&top.launch_ts, end).map(|d| {
+        // Calls are in time order: the launches on each side of the split are next to it.
+        let at = calls.partition_point(|c| c.ts < d.split);
+        let is_launch = |i: &usize| !nested[*i] && LAUNCH_OPS.contains(&calls[*i].op);
+        let last_before = (0..at).rev().find(is_launch).map(|i| calls[i].clone());
+        let first_after = (at..calls.len()).find(is_launch).map(|i| calls[i].clone());
         (d, last_before, first_after)
     });
-    found.storms = detectors::sync_storms(calls, nested);
-    found.allocators = detectors::allocator_findings(calls, nested, has_ptr);
+    found.storms = top.storms;
+    found.allocators = top.allocators;
     found
 }
 

@@ -10,6 +10,7 @@ use causeway_backends::EventId;
 use causeway_model::codes::{op, OpCode};
 
 use crate::attribution::{Call, ThreadOrder};
+use crate::few_keys::FewKeys;
 use crate::stats::{nearest_rank, nearest_ranks_unsorted};
 
 /// A gap between GPU calls of one thread is long when it is at least this...
@@ -169,32 +170,83 @@ pub struct SyncStorm {
     pub worst: Vec<EventId>,
 }
 
-/// Threads that synchronize after nearly every launch (top-level calls only).
-pub fn sync_storms(calls: &[Call], nested: &[bool]) -> Vec<SyncStorm> {
-    let mut per: BTreeMap<u32, SyncStorm> = BTreeMap::new();
-    let mut worst: BTreeMap<u32, Vec<(i64, EventId)>> = BTreeMap::new();
-    for (c, &n) in calls.iter().zip(nested) {
+/// What the detectors read from the top-level calls of a scope, gathered in one pass over them
+/// (calls are the bulk of a trace: each pass over them costs more than the work it does).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLevelFindings {
+    /// Timestamps of the top-level launches, in call order (for [`throughput_drop`]).
+    pub launch_ts: Vec<i64>,
+    /// Threads that synchronize after nearly every launch.
+    pub storms: Vec<SyncStorm>,
+    /// Allocator figures per process with allocations or frees.
+    pub allocators: Vec<AllocatorFindings>,
+}
+
+/// What a detector makes of a call's op.
+enum Role {
+    Launch,
+    Sync,
+    Alloc,
+    Free,
+    Other,
+}
+
+fn role(op: OpCode) -> Role {
+    if LAUNCH_OPS.contains(&op) {
+        Role::Launch
+    } else if SYNC_OPS.contains(&op) {
+        Role::Sync
+    } else if ALLOC_OPS.contains(&op) {
+        Role::Alloc
+    } else if FREE_OPS.contains(&op) {
+        Role::Free
+    } else {
+        Role::Other
+    }
+}
+
+/// One pass over the top-level calls (`nested[i]` false) for the launch rate, the sync storms and
+/// the allocator. `has_ptr`: frees can be matched to allocations by device pointer (`arg2`).
+pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> TopLevelFindings {
+    // Room for every call up front (address space only): growing by doubling copies it all.
+    let mut launch_ts = Vec::with_capacity(calls.len());
+    // Per thread: the storm figures and the indices of its syncs (the worst are named at the end).
+    let mut per_thread: FewKeys<u32, (SyncStorm, Vec<usize>)> = FewKeys::default();
+    let mut allocs: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
+    let mut frees: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
+    for (i, (c, &n)) in calls.iter().zip(nested).enumerate() {
         if n {
             continue;
         }
-        let s = per.entry(c.tid).or_insert(SyncStorm { pid: c.pid, tid: c.tid, launches: 0, syncs: 0, sync_ns: 0, worst: vec![] });
-        if LAUNCH_OPS.contains(&c.op) {
-            s.launches += 1;
-        } else if SYNC_OPS.contains(&c.op) {
-            s.syncs += 1;
-            s.sync_ns += c.dur;
-            worst.entry(c.tid).or_default().push((c.dur, c.id.clone()));
+        let (s, syncs) = per_thread
+            .entry(c.tid, || (SyncStorm { pid: c.pid, tid: c.tid, launches: 0, syncs: 0, sync_ns: 0, worst: vec![] }, Vec::new()));
+        match role(c.op) {
+            Role::Launch => {
+                s.launches += 1;
+                launch_ts.push(c.ts);
+            }
+            Role::Sync => {
+                s.syncs += 1;
+                s.sync_ns += c.dur;
+                syncs.push(i);
+            }
+            Role::Alloc => allocs.entry(c.pid).or_default().push(c),
+            Role::Free => frees.entry(c.pid).or_default().push(c),
+            Role::Other => {}
         }
     }
-    per.into_values()
-        .filter(|s| s.launches >= SYNC_STORM_MIN_LAUNCHES && s.syncs * 10 >= s.launches * SYNC_STORM_PER_10_LAUNCHES)
-        .map(|mut s| {
-            let mut w = worst.remove(&s.tid).unwrap_or_default();
-            w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            s.worst = w.into_iter().take(5).map(|x| x.1).collect();
+    let storms = per_thread
+        .into_sorted()
+        .into_iter()
+        .filter(|(_, (s, _))| s.launches >= SYNC_STORM_MIN_LAUNCHES && s.syncs * 10 >= s.launches * SYNC_STORM_PER_10_LAUNCHES)
+        .map(|(_, (mut s, syncs))| {
+            let mut w: Vec<(i64, &EventId)> = syncs.iter().map(|&i| (calls[i].dur, &calls[i].id)).collect();
+            w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+            s.worst = w.into_iter().take(5).map(|x| x.1.clone()).collect();
             s
         })
-        .collect()
+        .collect();
+    TopLevelFindings { launch_ts, storms, allocators: allocator_figures(allocs, frees, has_ptr) }
 }
 
 /// Allocator figures of one process.
@@ -216,21 +268,8 @@ pub struct AllocatorFindings {
     pub worst_frees: Vec<EventId>,
 }
 
-/// Allocator figures per process (top-level calls only). `has_ptr`: frees can be matched to
-/// allocations by device pointer (`arg2`).
-pub fn allocator_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Vec<AllocatorFindings> {
-    let mut allocs: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
-    let mut frees: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
-    for (c, &n) in calls.iter().zip(nested) {
-        if n {
-            continue;
-        }
-        if ALLOC_OPS.contains(&c.op) {
-            allocs.entry(c.pid).or_default().push(c);
-        } else if FREE_OPS.contains(&c.op) {
-            frees.entry(c.pid).or_default().push(c);
-        }
-    }
+/// Allocator figures per process from its top-level allocations and frees (in call order).
+fn allocator_figures(mut allocs: BTreeMap<u32, Vec<&Call>>, mut frees: BTreeMap<u32, Vec<&Call>>, has_ptr: bool) -> Vec<AllocatorFindings> {
     let pids: std::collections::BTreeSet<u32> = allocs.keys().chain(frees.keys()).copied().collect();
     let mut out = Vec::new();
     for pid in pids {
@@ -322,6 +361,7 @@ mod tests {
         assert_eq!(throughput_drop(&bursty, 2000 * ms), None);
         let steady: Vec<i64> = (0..1000).map(|i| i * ms).collect();
         assert_eq!(throughput_drop(&steady, 1000 * ms), None);
+        assert_eq!(throughput_drop(&[], 1000 * ms), None);
     }
 
     #[test]
@@ -332,7 +372,9 @@ mod tests {
             calls.push(c(2 * i + 1, 1, op::CUDA_STREAM_SYNC, i * 100 + 10, 50));
         }
         let nested = vec![false; calls.len()];
-        let s = sync_storms(&calls, &nested);
+        let found = top_level_findings(&calls, &nested, false);
+        assert_eq!(found.launch_ts, (0..30).map(|i| i * 100).collect::<Vec<i64>>());
+        let s = found.storms;
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].launches, s[0].syncs, s[0].sync_ns), (30, 30, 1500));
     }
@@ -350,7 +392,9 @@ mod tests {
         f.arg2 = 0x1000;
         calls.push(f);
         let nested = vec![false; calls.len()];
-        let a = &allocator_findings(&calls, &nested, true)[0];
+        let found = top_level_findings(&calls, &nested, true);
+        assert!(found.launch_ts.is_empty() && found.storms.is_empty());
+        let a = &found.allocators[0];
         assert_eq!((a.allocs, a.frees), (10, 1));
         assert_eq!(a.growth, Some((100, 400, 200 + 300 + 400 + 500 + 600 - 500)));
         assert_eq!(a.mean_growth, Some((100, 400)));
