@@ -195,13 +195,11 @@ pub fn overlap(a0: i64, a1: i64, b0: i64, b1: i64) -> i64 {
 
 /// The calls of each thread in the order in which a call's enclosing call comes first: by
 /// timestamp, longest first, runtime before driver, then id. Built once per analysis and shared by
-/// [`nested_flags`] and the gap detector. It holds compact copies of the times, laid out thread
-/// after thread, so that the per-thread passes read memory in sequence; linear on time-sorted input.
+/// [`nested_flags`] and the gap detector. It holds compact copies of the times, one vector per
+/// thread, so that the per-thread passes read memory in sequence; linear on time-sorted input.
 pub struct ThreadOrder {
-    /// Thread after thread (ascending tid), each in order.
-    pub spans: Vec<CallSpan>,
-    /// `(tid, range of spans)` per thread, ascending tid.
-    pub threads: Vec<(u32, std::ops::Range<usize>)>,
+    /// `(tid, its calls in order)`, ascending tid.
+    threads: Vec<(u32, Vec<CallSpan>)>,
 }
 
 /// The times of one call and its index in the calls.
@@ -221,44 +219,27 @@ impl CallSpan {
 
 impl ThreadOrder {
     pub fn of(calls: &[Call]) -> ThreadOrder {
-        // Threads are few: a sorted list and binary searches beat hashing and sorting every call.
-        let mut seen: FewKeys<u32, ()> = FewKeys::default();
-        for c in calls {
-            seen.entry(c.tid, || ());
+        // One walk deals the calls to their threads (few: a sorted list beats hashing every call),
+        // keeping each thread's calls in input order...
+        let mut per_thread: FewKeys<u32, Vec<CallSpan>> = FewKeys::default();
+        for (i, c) in calls.iter().enumerate() {
+            per_thread.entry(c.tid, Vec::new).push(CallSpan { ts: c.ts, dur: c.dur, idx: i as u32, source: c.op.source });
         }
-        let tids: Vec<u32> = seen.into_sorted().into_iter().map(|(tid, ())| tid).collect();
-        let slots: Vec<u32> = calls.iter().map(|c| tids.binary_search(&c.tid).unwrap_or(0) as u32).collect();
-        let mut start = vec![0usize; tids.len() + 1];
-        for &s in &slots {
-            start[s as usize + 1] += 1;
-        }
-        for i in 1..start.len() {
-            start[i] += start[i - 1];
-        }
-        // A counting sort by thread keeps each thread's calls in input order...
-        let mut next = start.clone();
-        let mut spans = vec![CallSpan { ts: 0, dur: 0, idx: 0, source: 0 }; calls.len()];
-        for (i, (c, &s)) in calls.iter().zip(&slots).enumerate() {
-            let s = s as usize;
-            spans[next[s]] = CallSpan { ts: c.ts, dur: c.dur, idx: i as u32, source: c.op.source };
-            next[s] += 1;
-        }
+        let mut threads = per_thread.into_sorted();
         // ...and a stable sort per thread, nearly free on time-sorted input, puts them in order.
-        let threads: Vec<(u32, std::ops::Range<usize>)> =
-            tids.iter().enumerate().map(|(i, &t)| (t, start[i]..start[i + 1])).collect();
-        for (_, r) in &threads {
-            spans[r.clone()].sort_by(|x, y| {
+        for (_, spans) in &mut threads {
+            spans.sort_by(|x, y| {
                 (x.ts, std::cmp::Reverse(x.dur), x.source)
                     .cmp(&(y.ts, std::cmp::Reverse(y.dur), y.source))
                     .then_with(|| calls[x.idx as usize].id.cmp(&calls[y.idx as usize].id))
             });
         }
-        ThreadOrder { spans, threads }
+        ThreadOrder { threads }
     }
 
     /// Each thread's tid and its calls, in order.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &[CallSpan])> {
-        self.threads.iter().map(|(t, r)| (*t, &self.spans[r.clone()]))
+        self.threads.iter().map(|(t, spans)| (*t, spans.as_slice()))
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use causeway_backends::EventId;
 use causeway_model::codes::{op, OpCode};
 
-use crate::attribution::{Call, ThreadOrder};
+use crate::attribution::{Call, CallSpan, ThreadOrder};
 use crate::few_keys::FewKeys;
 use crate::stats::{nearest_rank, nearest_ranks_unsorted};
 
@@ -67,32 +67,16 @@ pub struct Gap {
 /// GPU calls of the thread (order: ts, dur desc, source, id) to the next call's start.
 pub fn long_gaps(calls: &[Call], order: &ThreadOrder) -> Vec<Gap> {
     let mut out = Vec::new();
-    // (start, end, index of the call that opens it, index of the call that closes it)
-    let mut gaps: Vec<(i64, i64, usize, usize)> = Vec::new();
     let mut sizes: Vec<i64> = Vec::new();
     for (tid, spans) in order.iter() {
-        gaps.clear();
-        let mut prev: Option<(i64, usize)> = None;
-        for c in spans {
-            let i = c.idx as usize;
-            match prev {
-                Some((pe, pi)) => {
-                    if c.ts > pe {
-                        gaps.push((pe, c.ts, pi, i));
-                    }
-                    if c.end() > pe {
-                        prev = Some((c.end(), i));
-                    }
-                }
-                None => prev = Some((c.end(), i)),
-            }
-        }
+        // The thread's rhythm first (sizes only: a thread has as many gaps as calls), then a second
+        // walk keeps the long ones.
         sizes.clear();
-        sizes.extend(gaps.iter().map(|g| g.1 - g.0));
+        sizes.extend(gaps_of(spans).map(|(start, end, _, _)| end - start));
         let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
         let (p50, p75) = (p[0], p[1]);
         let threshold = GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
-        out.extend(gaps.iter().filter(|g| g.1 - g.0 >= threshold).map(|&(start, end, a, b)| Gap {
+        out.extend(gaps_of(spans).filter(|g| g.1 - g.0 >= threshold).map(|(start, end, a, b)| Gap {
             pid: calls[b].pid,
             tid,
             start,
@@ -102,6 +86,23 @@ pub fn long_gaps(calls: &[Call], order: &ThreadOrder) -> Vec<Gap> {
         }));
     }
     out
+}
+
+/// The gaps of one thread's calls (in [`ThreadOrder`]): `(start, end, index of the call that opens
+/// it, index of the call that closes it)`.
+fn gaps_of(spans: &[CallSpan]) -> impl Iterator<Item = (i64, i64, usize, usize)> + '_ {
+    let mut prev: Option<(i64, usize)> = None;
+    spans.iter().filter_map(move |c| {
+        let i = c.idx as usize;
+        let Some((pe, pi)) = prev else {
+            prev = Some((c.end(), i));
+            return None;
+        };
+        if c.end() > pe {
+            prev = Some((c.end(), i));
+        }
+        (c.ts > pe).then_some((pe, c.ts, pi, i))
+    })
 }
 
 /// First call start and last call end of each thread: the span it fed the GPU.
