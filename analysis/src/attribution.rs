@@ -414,7 +414,7 @@ mod tests {
     use super::*;
 
     fn call(id: i64, tid: u32, source: u8, op: u16, ts: i64, dur: i64) -> Call {
-        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op: OpCode::new(source, op), arg0: 0, arg2: 0, stack_hash: 0 }
+        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op: OpCode::new(source, op), arg0: 0, arg2: 0 }
     }
 
     fn off(id: i64, start: i64, end: i64, sched: Option<SchedDetail>) -> OffCpu {

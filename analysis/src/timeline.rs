@@ -195,7 +195,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
             t.comm = clean(&e.comm);
         }
         if is_gpu_call_source(e.source) {
-            let call = Call { id: s.id.clone(), ts: e.ts_ns, dur: e.dur_ns, pid: e.pid, tid: e.tid, op: OpCode::new(e.source, e.op), arg0: e.arg0, arg2: e.arg2, stack_hash: e.stack_hash };
+            let call = Call { id: s.id.clone(), ts: e.ts_ns, dur: e.dur_ns, pid: e.pid, tid: e.tid, op: OpCode::new(e.source, e.op), arg0: e.arg0, arg2: e.arg2 };
             calls_of.entry(e.tid).or_default().push((t.entries.len(), call));
         }
         t.entries.push(entry_of(s));

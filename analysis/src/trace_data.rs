@@ -316,7 +316,7 @@ mod tests {
     use causeway_model::codes::op;
 
     fn call(id: EventId, ts: i64) -> Call {
-        Call { id, ts, dur: 1, pid: 1, tid: 1, op: op::CUDA_LAUNCH_KERNEL, arg0: 0, arg2: 0, stack_hash: 0 }
+        Call { id, ts, dur: 1, pid: 1, tid: 1, op: op::CUDA_LAUNCH_KERNEL, arg0: 0, arg2: 0 }
     }
 
     #[test]

@@ -116,7 +116,6 @@ pub struct SlimEvent {
     pub op: OpCode,
     pub arg0: i64,
     pub arg2: i64,
-    pub stack_hash: i64,
 }
 
 impl SlimEvent {

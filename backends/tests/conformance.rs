@@ -211,7 +211,6 @@ pub fn typed_queries_and_filters(b: Backend) {
                 op: OpCode::new(s.event.source, s.event.op),
                 arg0: s.event.arg0,
                 arg2: s.event.arg2,
-                stack_hash: s.event.stack_hash,
             })
             .collect();
         assert_eq!(slim, w, "scan_slim rows: {what}");

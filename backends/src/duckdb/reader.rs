@@ -325,10 +325,10 @@ impl TraceStore for DuckDbStore {
 
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
         let (clause, params) = where_clause(filter);
-        let sql = format!("SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2, stack_hash FROM events{clause} ORDER BY timestamp, id");
+        let sql = format!("SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events{clause} ORDER BY timestamp, id");
         let mut n = 0u64;
         self.for_batches(&sql, &params, &mut |b| {
-            let c: Vec<Int64Array> = (0..10).map(|i| ints(b, i)).collect::<Result<_>>()?;
+            let c: Vec<Int64Array> = (0..9).map(|i| ints(b, i)).collect::<Result<_>>()?;
             for r in 0..b.num_rows() {
                 f(SlimEvent {
                     id: EventId::Int(val(&c[0], r)),
@@ -339,7 +339,6 @@ impl TraceStore for DuckDbStore {
                     op: OpCode::new(val(&c[5], r) as u8, val(&c[6], r) as u16),
                     arg0: val(&c[7], r),
                     arg2: val(&c[8], r),
-                    stack_hash: val(&c[9], r),
                 });
             }
             n += b.num_rows() as u64;

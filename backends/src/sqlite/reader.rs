@@ -336,10 +336,9 @@ impl TraceStore for SqliteStore {
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
         let (clause, params) = where_clause(filter);
         let sql = format!(
-            "SELECT id, timestamp, duration, pid, tid, source, op, {}, {}, {} FROM events{clause}",
+            "SELECT id, timestamp, duration, pid, tid, source, op, {}, {} FROM events{clause}",
             self.col("arg0", "0"),
-            self.col("arg2", "0"),
-            self.col("stack_hash", "0")
+            self.col("arg2", "0")
         );
         self.with_conn(|c| {
             let mut st = c.prepare(&sql)?;
@@ -355,7 +354,6 @@ impl TraceStore for SqliteStore {
                     op: OpCode::new(int(r, 5)? as u8, int(r, 6)? as u16),
                     arg0: int(r, 7)?,
                     arg2: int(r, 8)?,
-                    stack_hash: int(r, 9)?,
                 });
                 n += 1;
             }
