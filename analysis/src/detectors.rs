@@ -106,14 +106,15 @@ fn gaps_of(spans: &[CallSpan]) -> impl Iterator<Item = (i64, i64, usize, usize)>
 }
 
 /// First call start and last call end of each thread: the span it fed the GPU.
-pub fn thread_spans(calls: &[Call]) -> BTreeMap<u32, (i64, i64)> {
-    let mut spans: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
-    for c in calls {
-        let s = spans.entry(c.tid).or_insert((c.ts, c.end()));
-        s.0 = s.0.min(c.ts);
-        s.1 = s.1.max(c.end());
-    }
-    spans
+pub fn thread_spans(order: &ThreadOrder) -> BTreeMap<u32, (i64, i64)> {
+    order
+        .iter()
+        .filter_map(|(tid, spans)| {
+            let first = spans.iter().map(|s| s.ts).min()?;
+            let last = spans.iter().map(CallSpan::end).max()?;
+            Some((tid, (first, last)))
+        })
+        .collect()
 }
 
 /// A fall of the launch rate.
@@ -327,7 +328,7 @@ mod tests {
     use super::*;
 
     fn c(id: i64, tid: u32, op: OpCode, ts: i64, dur: i64) -> Call {
-        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op, arg0: 0, arg2: 0, stack_hash: 0 }
+        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op, arg0: 0, arg2: 0 }
     }
 
     #[test]

@@ -119,12 +119,12 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     phase.lap("load calls");
     // Two independent passes over the calls, one per core: the ops' distributions, and each
     // thread's order with the nesting and gaps it gives.
-    let (dists, (nested, gaps)) = std::thread::scope(|s| {
+    let (dists, (nested, gaps, spans_by_tid)) = std::thread::scope(|s| {
         let dists = s.spawn(|| op_distributions(&calls));
         let by_thread = attr::ThreadOrder::of(&calls);
         let nested = attr::nested_flags(&calls, &by_thread);
         let gaps = detectors::long_gaps(&calls, &by_thread);
-        (dists.join().expect("op distributions"), (nested, gaps))
+        (dists.join().expect("op distributions"), (nested, gaps, detectors::thread_spans(&by_thread)))
     });
     phase.lap("distributions, nesting, gaps");
     let slow: Vec<usize> =
@@ -170,7 +170,6 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     }
     let slow_time_ns: i64 = op_slow.values().map(|s| s.1).sum();
     phase.lap("attribute slow calls");
-    let spans_by_tid = detectors::thread_spans(&calls);
     let mut chains_out = Vec::new();
     for (op, (acc, items)) in per_op {
         let subject = Subject {
