@@ -209,11 +209,10 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
         };
         // A sched_switch row's off-CPU interval is `[ts - dur, ts]` (Event::off_cpu_interval).
         let keep = |tid: u32, ts: i64, dur: i64| spans.touches(tid, ts.saturating_sub(dur), ts);
-        store.scan_events_kept(&filter, &keep, &mut |s| {
-            let e = s.event;
-            let (start, end) = e.off_cpu_interval();
-            debug_assert!(spans.touches(e.tid, start, end));
-            out.entry(e.tid).or_default().push(OffCpu { id: s.id, pid: e.pid, tid: e.tid, start, end, cpu: e.cpu, sched: e.sched });
+        store.scan_switches_kept(&filter, &keep, &mut |s| {
+            let (start, end) = s.off_cpu_interval();
+            debug_assert!(spans.touches(s.tid, start, end));
+            out.entry(s.tid).or_default().push(OffCpu { id: s.id, pid: s.pid, tid: s.tid, start, end, cpu: s.cpu, sched: s.sched });
         })?;
     }
     for v in out.values_mut() {

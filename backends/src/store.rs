@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, LossCounter, LossKind, SessionInfo};
+use causeway_model::{Event, LossCounter, LossKind, SchedDetail, SessionInfo};
 
 use crate::error::Result;
 use crate::query::{QueryLimits, QueryResult};
@@ -100,6 +100,33 @@ pub struct DurationRow {
     pub pid: u32,
     pub ts_ns: i64,
     pub dur_ns: i64,
+}
+
+/// A `sched_switch` row as an off-CPU interval needs it: the times, the thread, the CPU and the
+/// scheduler detail (no `comm`, no arguments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwitchRow {
+    pub id: EventId,
+    /// The switch back in (Unix ns); the thread was off the CPU for `dur` before it.
+    pub ts: i64,
+    pub dur: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: i32,
+    pub sched: Option<SchedDetail>,
+}
+
+impl SwitchRow {
+    /// The row of a full event.
+    pub fn of(s: StoredEvent) -> SwitchRow {
+        let e = s.event;
+        SwitchRow { id: s.id, ts: e.ts_ns, dur: e.dur_ns, pid: e.pid, tid: e.tid, cpu: e.cpu, sched: e.sched }
+    }
+
+    /// `[ts - dur, ts]`, as [`Event::off_cpu_interval`].
+    pub fn off_cpu_interval(&self) -> (i64, i64) {
+        (self.ts.saturating_sub(self.dur), self.ts)
+    }
 }
 
 /// The integer columns the analysis passes read (GPU calls, page allocations): no strings, no
@@ -243,6 +270,16 @@ pub trait TraceStore: Send + Sync {
             }
         })?;
         Ok(n)
+    }
+    /// [`TraceStore::scan_events_kept`] read as [`SwitchRow`]s (for `sched_switch` filters):
+    /// engines that read columns skip the columns an off-CPU interval does not need.
+    fn scan_switches_kept(
+        &self,
+        filter: &EventFilter,
+        keep: &dyn Fn(u32, i64, i64) -> bool,
+        f: &mut dyn FnMut(SwitchRow),
+    ) -> Result<u64> {
+        self.scan_events_kept(filter, keep, &mut |s| f(SwitchRow::of(s)))
     }
     /// Full events matching the filter, ordered by timestamp.
     fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>>;

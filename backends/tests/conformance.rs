@@ -196,6 +196,10 @@ pub fn typed_queries_and_filters(b: Backend) {
         if what == "everything" {
             assert!(!want_kept.is_empty() && want_kept.len() < want.len(), "the keep test must keep some rows, not all");
         }
+        let mut switches = Vec::new();
+        let n = store.scan_switches_kept(&f, &keep, &mut |r| switches.push(r)).unwrap();
+        let want_switches: Vec<SwitchRow> = want_kept.iter().cloned().map(SwitchRow::of).collect();
+        assert_eq!((n as usize, &switches), (want_kept.len(), &want_switches), "scan_switches_kept: {what}");
         let mut slim = Vec::new();
         let n = store.scan_slim(&f, &mut |r| slim.push(r)).unwrap();
         assert_eq!(n as usize, want.len(), "scan_slim count: {what}");

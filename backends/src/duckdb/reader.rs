@@ -388,6 +388,45 @@ impl TraceStore for DuckDbStore {
         Ok(n)
     }
 
+    fn scan_switches_kept(
+        &self,
+        filter: &EventFilter,
+        keep: &dyn Fn(u32, i64, i64) -> bool,
+        f: &mut dyn FnMut(SwitchRow),
+    ) -> Result<u64> {
+        // Half of SELECT_EVENTS' columns: the sort and the Arrow batches carry only these.
+        let (clause, params) = where_clause(filter);
+        let sql = format!(
+            "SELECT id, timestamp, duration, pid, tid, cpu, prev_state, next_pid, next_tid, wake_ts, waker_pid, \
+             waker_tid, next_comm FROM events{clause} ORDER BY timestamp, id"
+        );
+        let mut n = 0u64;
+        self.for_batches(&sql, &params, &mut |b| {
+            let i: Vec<Int64Array> = (0..12).map(|c| ints(b, c)).collect::<Result<_>>()?;
+            let next_comm = texts(b, 12)?;
+            for r in 0..b.num_rows() {
+                let (ts, dur, tid) = (val(&i[1], r), val(&i[2], r), val(&i[4], r) as u32);
+                if !keep(tid, ts, dur) {
+                    continue;
+                }
+                let sched = opt(&i[6], r).map(|ps| SchedDetail {
+                    prev_state: PrevState::from_code(ps),
+                    next_pid: val(&i[7], r) as u32,
+                    next_tid: val(&i[8], r) as u32,
+                    next_comm: text(&next_comm, r),
+                    wake_ts_ns: val(&i[9], r),
+                    waker_pid: val(&i[10], r) as u32,
+                    waker_tid: val(&i[11], r) as u32,
+                });
+                let cpu = opt(&i[5], r).unwrap_or(-1) as i32;
+                f(SwitchRow { id: EventId::Int(val(&i[0], r)), ts, dur, pid: val(&i[3], r) as u32, tid, cpu, sched });
+                n += 1;
+            }
+            Ok(())
+        })?;
+        Ok(n)
+    }
+
     fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>> {
         let (clause, params) = where_clause(filter);
         let sql = format!("{SELECT_EVENTS}{clause} ORDER BY timestamp, id");
