@@ -162,6 +162,20 @@ fn batch_to_events(b: &RecordBatch, out: &mut Vec<StoredEvent>) -> Result<()> {
     batch_rows_to_events(b, 0..b.num_rows(), out)
 }
 
+/// Row `r`'s scheduler detail (`None` when `prev_state` is NULL) from its columns: `prev_state,
+/// next_pid, next_tid, wake_ts, waker_pid, waker_tid`, and `next_comm`.
+fn sched_at(c: [&Int64Array; 6], next_comm: &StringArray, r: usize) -> Option<SchedDetail> {
+    opt(c[0], r).map(|ps| SchedDetail {
+        prev_state: PrevState::from_code(ps),
+        next_pid: val(c[1], r) as u32,
+        next_tid: val(c[2], r) as u32,
+        next_comm: text(next_comm, r),
+        wake_ts_ns: val(c[3], r),
+        waker_pid: val(c[4], r) as u32,
+        waker_tid: val(c[5], r) as u32,
+    })
+}
+
 /// The given rows of a [`SELECT_EVENTS`] batch to events.
 fn batch_rows_to_events(b: &RecordBatch, rows: impl Iterator<Item = usize>, out: &mut Vec<StoredEvent>) -> Result<()> {
     let i: Vec<Option<Int64Array>> =
@@ -169,15 +183,7 @@ fn batch_rows_to_events(b: &RecordBatch, rows: impl Iterator<Item = usize>, out:
     let c = |k: usize| i[k].as_ref().expect("integer column");
     let (comm, next_comm) = (texts(b, 15)?, texts(b, 19)?);
     for r in rows {
-        let sched = opt(c(16), r).map(|ps| SchedDetail {
-            prev_state: PrevState::from_code(ps),
-            next_pid: val(c(17), r) as u32,
-            next_tid: val(c(18), r) as u32,
-            next_comm: text(&next_comm, r),
-            wake_ts_ns: val(c(20), r),
-            waker_pid: val(c(21), r) as u32,
-            waker_tid: val(c(22), r) as u32,
-        });
+        let sched = sched_at([c(16), c(17), c(18), c(20), c(21), c(22)], &next_comm, r);
         out.push(StoredEvent {
             id: EventId::Int(val(c(0), r)),
             event: Event {
@@ -409,15 +415,7 @@ impl TraceStore for DuckDbStore {
                 if !keep(tid, ts, dur) {
                     continue;
                 }
-                let sched = opt(&i[6], r).map(|ps| SchedDetail {
-                    prev_state: PrevState::from_code(ps),
-                    next_pid: val(&i[7], r) as u32,
-                    next_tid: val(&i[8], r) as u32,
-                    next_comm: text(&next_comm, r),
-                    wake_ts_ns: val(&i[9], r),
-                    waker_pid: val(&i[10], r) as u32,
-                    waker_tid: val(&i[11], r) as u32,
-                });
+                let sched = sched_at([&i[6], &i[7], &i[8], &i[9], &i[10], &i[11]], &next_comm, r);
                 let cpu = opt(&i[5], r).unwrap_or(-1) as i32;
                 f(SwitchRow { id: EventId::Int(val(&i[0], r)), ts, dur, pid: val(&i[3], r) as u32, tid, cpu, sched });
                 n += 1;
