@@ -171,15 +171,7 @@ impl Spans {
 
     pub fn finish(&mut self) {
         for v in self.by_tid.values_mut() {
-            v.sort_unstable();
-            let mut merged: Vec<(i64, i64)> = Vec::with_capacity(v.len());
-            for &(a, b) in v.iter() {
-                match merged.last_mut() {
-                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                    _ => merged.push((a, b)),
-                }
-            }
-            *v = merged;
+            *v = merge_intervals(std::mem::take(v));
         }
     }
 
@@ -195,6 +187,19 @@ impl Spans {
     }
 }
 
+/// `[a, b]` intervals as a sorted list of disjoint ones (touching intervals merge).
+pub fn merge_intervals(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    v.sort_unstable();
+    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+}
+
 /// Off-CPU intervals per thread that touch `spans`, sorted by start.
 pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
     let mut out: HashMap<u32, Vec<OffCpu>> = HashMap::new();
@@ -207,8 +212,10 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
             ops: Some(vec![op::SCHED_SWITCH]),
             ..Default::default()
         };
-        // A sched_switch row's off-CPU interval is `[ts - dur, ts]` (Event::off_cpu_interval).
-        let keep = |tid: u32, ts: i64, dur: i64| spans.touches(tid, ts.saturating_sub(dur), ts);
+        let keep = |tid: u32, ts: i64, dur: i64| {
+            let (start, end) = causeway_model::off_cpu_interval(ts, dur);
+            spans.touches(tid, start, end)
+        };
         store.scan_switches_kept(&filter, &keep, &mut |s| {
             let (start, end) = s.off_cpu_interval();
             debug_assert!(spans.touches(s.tid, start, end));
@@ -316,6 +323,12 @@ mod tests {
 
     fn call(id: EventId, ts: i64) -> Call {
         Call { id, ts, dur: 1, pid: 1, tid: 1, op: op::CUDA_LAUNCH_KERNEL, arg0: 0, arg2: 0 }
+    }
+
+    #[test]
+    fn intervals_merge_when_they_overlap_or_touch() {
+        assert_eq!(merge_intervals(vec![(5, 9), (1, 3), (3, 4), (8, 12), (20, 21)]), vec![(1, 4), (5, 12), (20, 21)]);
+        assert_eq!(merge_intervals(Vec::new()), Vec::new());
     }
 
     #[test]

@@ -107,20 +107,8 @@ pub fn io_contenders(
     }
     let mut top: Vec<((u32, String), (i64, i64, u64, u32))> = by
         .into_iter()
-        .map(|(k, (mut iv, bytes, n, tid))| {
-            iv.sort_unstable();
-            let (mut busy, mut cur) = (0i64, None::<(i64, i64)>);
-            for (x, y) in iv {
-                cur = match cur {
-                    Some((cx, cy)) if x <= cy => Some((cx, cy.max(y))),
-                    Some((cx, cy)) => {
-                        busy += cy - cx;
-                        Some((x, y))
-                    }
-                    None => Some((x, y)),
-                };
-            }
-            busy += cur.map_or(0, |(x, y)| y - x);
+        .map(|(k, (iv, bytes, n, tid))| {
+            let busy = trace_data::merge_intervals(iv).iter().map(|(x, y)| y - x).sum();
             (k, (busy, bytes, n, tid))
         })
         .collect();

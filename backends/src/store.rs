@@ -123,9 +123,9 @@ impl SwitchRow {
         SwitchRow { id: s.id, ts: e.ts_ns, dur: e.dur_ns, pid: e.pid, tid: e.tid, cpu: e.cpu, sched: e.sched }
     }
 
-    /// `[ts - dur, ts]`, as [`Event::off_cpu_interval`].
+    /// `[ts - dur, ts]` ([`causeway_model::off_cpu_interval`]).
     pub fn off_cpu_interval(&self) -> (i64, i64) {
-        (self.ts.saturating_sub(self.dur), self.ts)
+        causeway_model::off_cpu_interval(self.ts, self.dur)
     }
 }
 

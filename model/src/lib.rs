@@ -60,6 +60,12 @@ pub struct SchedDetail {
     pub waker_tid: u32,
 }
 
+/// The off-CPU interval `[out, in]` of a sched_switch row: it records the switch back in at `ts`
+/// after `dur` off the CPU.
+pub fn off_cpu_interval(ts: i64, dur: i64) -> (i64, i64) {
+    (ts.saturating_sub(dur), ts)
+}
+
 impl Event {
     /// End of a call, `ts + dur`. For sched_switch rows use [`Event::off_cpu_interval`].
     pub fn end_ns(&self) -> i64 {
@@ -68,7 +74,7 @@ impl Event {
 
     /// The off-CPU interval `[out, in]` of a sched_switch event.
     pub fn off_cpu_interval(&self) -> (i64, i64) {
-        (self.ts_ns.saturating_sub(self.dur_ns), self.ts_ns)
+        off_cpu_interval(self.ts_ns, self.dur_ns)
     }
 
     /// Name of this event's op, e.g. `cudaLaunchKernel`.
