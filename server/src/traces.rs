@@ -2,12 +2,16 @@
 //! read-only through [`causeway_backends::open_store`]. A DB that cannot be opened stays in the list
 //! with its error (tools on it answer `isError` with that error, and opening is retried on the next
 //! call, so a file that appears later is picked up). Explanations are cached per request, because
-//! chain resources and tools ask for the same one again and again. The list only grows: a trace
+//! chain resources and tools ask for the same one again and again, and computed once: a request
+//! that finds its explanation being computed (an agent's parallel tool calls, or a retry after a
+//! cancelled call whose work goes on) waits for it instead of computing it again beside it, which
+//! on a small host would slow both. The list only grows: a trace
 //! recorded by `capture_trace` joins it with the next index ([`TraceSet::add`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use causeway_analysis::explain::{explain, ExplainRequest, Explanation};
 use causeway_backends::TraceStore;
@@ -51,17 +55,21 @@ fn open(path: &Path) -> Result<Arc<dyn TraceStore>, String> {
 }
 
 type ExplainKey = (usize, Option<i64>, Option<i64>, Option<u32>);
+/// One cached explanation: empty while the first request for it computes it (the others block on it).
+type ExplainSlot = Arc<OnceLock<Result<Arc<Explanation>, String>>>;
 
 /// Every DB of this server, plus the explanation cache.
 pub struct TraceSet {
     entries: RwLock<Vec<Arc<TraceEntry>>>,
-    explanations: Mutex<HashMap<ExplainKey, Arc<Explanation>>>,
+    explanations: Mutex<HashMap<ExplainKey, ExplainSlot>>,
+    /// Explanations computed so far (not served from the cache).
+    explained: AtomicU64,
 }
 
 impl TraceSet {
     /// Open every path (failures are kept, not fatal: the server still starts).
     pub fn open(paths: &[PathBuf]) -> TraceSet {
-        let set = TraceSet { entries: RwLock::new(Vec::new()), explanations: Mutex::new(HashMap::new()) };
+        let set = TraceSet { entries: RwLock::new(Vec::new()), explanations: Mutex::new(HashMap::new()), explained: AtomicU64::new(0) };
         for path in paths {
             set.add(path);
         }
@@ -127,21 +135,38 @@ impl TraceSet {
         })
     }
 
-    /// The explanation of a trace for a window and pid (all chains), from the cache when possible.
+    /// The explanation of a trace for a window and pid (all chains), from the cache when possible;
+    /// computed once however many requests ask for it at the same time. A failure is not cached.
     pub fn explanation(&self, entry: &TraceEntry, window: TimeWindow, pid: Option<u32>) -> Result<Arc<Explanation>, String> {
         let key = (entry.index, window.from_ns, window.to_ns, pid);
-        if let Some(e) = self.explanations.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return Ok(e.clone());
+        let slot = {
+            let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());
+            if !cache.contains_key(&key) && cache.len() >= CACHED_EXPLANATIONS {
+                cache.retain(|_, slot| slot.get().is_none()); // keep the ones being computed
+            }
+            cache.entry(key).or_default().clone()
+        };
+        let answer = slot
+            .get_or_init(|| {
+                self.explained.fetch_add(1, Ordering::Relaxed);
+                let store = entry.store()?;
+                let req = ExplainRequest { window, pid, top: ALL_CHAINS };
+                explain(store.as_ref(), &req).map(Arc::new).map_err(|e| e.to_string())
+            })
+            .clone();
+        if answer.is_err() {
+            // the next request tries again (unless the slot was replaced meanwhile)
+            let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                cache.remove(&key);
+            }
         }
-        let store = entry.store()?;
-        let req = ExplainRequest { window, pid, top: ALL_CHAINS };
-        let e = Arc::new(explain(store.as_ref(), &req).map_err(|e| e.to_string())?);
-        let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHED_EXPLANATIONS {
-            cache.clear();
-        }
-        cache.insert(key, e.clone());
-        Ok(e)
+        answer
+    }
+
+    /// How many explanations this set has computed (cache misses), for tests and logs.
+    pub fn explanations_computed(&self) -> u64 {
+        self.explained.load(Ordering::Relaxed)
     }
 }
 
@@ -174,5 +199,45 @@ mod tests {
         let added = set.add(Path::new("/captures/a.db"));
         assert_eq!((added.index, added.name.as_str(), set.len()), (2, "a-3", 3));
         assert_eq!(set.resolve(Some(&TraceRef::Name("a-3".into()))).unwrap().index, 2);
+    }
+
+    fn shared_db(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs").join(name)
+    }
+
+    #[test]
+    fn parallel_requests_for_one_explanation_compute_it_once() {
+        let set = TraceSet::open(&[shared_db("pytorch-dataloader-starvation.db")]);
+        let entry = set.entries()[0].clone();
+        let start = std::sync::Barrier::new(4);
+        let answers: Vec<Arc<Explanation>> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        set.explanation(&entry, TimeWindow::ALL, None).expect("explains")
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert!(answers.iter().all(|a| Arc::ptr_eq(a, &answers[0])), "one shared explanation");
+        assert_eq!(set.explanations_computed(), 1);
+        // another scope is another explanation; asking again is a cache hit
+        let from_first = TimeWindow { from_ns: Some(answers[0].first_ns), to_ns: None };
+        set.explanation(&entry, from_first, None).unwrap();
+        set.explanation(&entry, TimeWindow::ALL, None).unwrap();
+        assert_eq!(set.explanations_computed(), 2);
+    }
+
+    #[test]
+    fn a_failed_explanation_is_not_cached() {
+        let set = TraceSet::open(&[PathBuf::from("/nonexistent/a.db")]);
+        let entry = set.entries()[0].clone();
+        for attempt in 1..=2 {
+            let e = set.explanation(&entry, TimeWindow::ALL, None).unwrap_err();
+            assert!(e.contains("no such file"), "{e}");
+            assert_eq!(set.explanations_computed(), attempt, "tried again");
+        }
     }
 }
