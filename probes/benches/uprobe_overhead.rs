@@ -4,6 +4,7 @@
 //!    call of each and Causeway's ratio to bpftrace (target <= 1.1x);
 //! 2. events/s sustained with zero loss (runtime + driver probes, tight loop);
 //! 3. the workload's slowdown at 20,000 launches/s.
+//!
 //! Each figure is the median of several runs (the host is shared and noisy).
 //!
 //! Fairness: the three modes run the same binary, loop and call count, interleaved, after one
@@ -11,7 +12,7 @@
 //! library the mock runtime calls into, so one uprobe pair per call in both), and every Causeway
 //! run must have recorded each call exactly once.
 //!
-//! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 5),
+//! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 9),
 //! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
 //! comma list of `loop`, `bpf`, `rate`, `paced`; default all), `CAUSEWAY_BENCH_SINK=null` (Causeway
 //! counts events instead of storing them: the storing's share of the cost).
@@ -252,7 +253,7 @@ fn main() {
     let lib = build.join("libcudart.so.12");
     let bin = build.join("launchloop");
     let _ = causeway_probes::check::mount_tracefs(); // bpftrace detaches through tracefs
-    let runs = env_num("CAUSEWAY_BENCH_RUNS", 5).max(1) as usize;
+    let runs = env_num("CAUSEWAY_BENCH_RUNS", 9).max(1) as usize;
     let iters = env_num("CAUSEWAY_BENCH_ITERS", 200_000);
     let it = iters.to_string();
     let args = ["--iters", it.as_str()];
@@ -313,18 +314,32 @@ fn main() {
             println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call, +{:.1} / +{:.1} ns", cw_min - base_min, cw_med - base_med);
             // each round's three runs are adjacent in time, so the host's slow drifts hit them
             // alike: the median of the per-round ratios is the figure least moved by them
-            let paired = median(
-                base.iter()
-                    .zip(&bt_by_round)
-                    .zip(&cw)
-                    .filter_map(|((b, t), c)| Some((pick(c) - pick(b)) / (pick(t.as_ref()?) - pick(b))))
-                    .collect(),
-            );
+            let mut rounds: Vec<f64> = base
+                .iter()
+                .zip(&bt_by_round)
+                .zip(&cw)
+                .filter_map(|((b, t), c)| Some((pick(c) - pick(b)) / (pick(t.as_ref()?) - pick(b))))
+                .collect();
+            rounds.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let paired = median(rounds.clone());
             println!(
                 "Causeway / bpftrace added cost: {:.2}x (min) / {:.2}x (median) / {paired:.2}x (median of per-round ratios) (target <= 1.10x)",
                 (cw_min - base_min) / (bt_min - base_min),
                 (cw_med - base_med) / (bt_med - base_med)
             );
+            // How far one round's ratio strays: a target inside this spread cannot be told from
+            // the host's noise by one run. Nearest-rank quartiles.
+            let rank = |p: f64| rounds[((p * rounds.len() as f64).ceil() as usize).clamp(1, rounds.len()) - 1];
+            if !rounds.is_empty() {
+                println!(
+                    "per-round ratios ({} rounds): min {:.2}x / p25 {:.2}x / p75 {:.2}x / max {:.2}x",
+                    rounds.len(),
+                    rounds[0],
+                    rank(0.25),
+                    rank(0.75),
+                    rounds[rounds.len() - 1]
+                );
+            }
         }
         let switches = |v: &[LoopRun]| median(v.iter().map(|r| r.involuntary_switches).collect());
         println!(
@@ -343,7 +358,7 @@ fn main() {
         // where the added cost goes: time inside the BPF programs (kernel.bpf_stats_enabled, separate
         // runs since the statistics cost time themselves)
         let bt = bpf_program_ns(&["cudaLaunchKerne"], || with_bpftrace(&lib, &bin, &args));
-        let cw = bpf_program_ns(&["rt_launch", "rt_ret"], || causeway_loop());
+        let cw = bpf_program_ns(&["rt_launch", "rt_ret"], causeway_loop);
         let calls = (iters + 1) as f64;
         if let Some(b) = bt {
             println!(
