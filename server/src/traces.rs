@@ -164,7 +164,7 @@ impl TraceSet {
         answer
     }
 
-    /// How many explanations this set has computed (cache misses), for tests and logs.
+    /// How many explanations this set has computed (cache misses); the tests check it.
     pub fn explanations_computed(&self) -> u64 {
         self.explained.load(Ordering::Relaxed)
     }
