@@ -66,6 +66,14 @@ pub mod op {
     pub const CUDA_MEMCPY_PEER: OpCode = OpCode::new(1, 11);
     pub const CUDA_MEMCPY_PEER_ASYNC: OpCode = OpCode::new(1, 12);
     pub const CUDA_EVENT_SYNC: OpCode = OpCode::new(1, 13);
+    pub const CUDA_LAUNCH_KERNEL_EX: OpCode = OpCode::new(1, 14);
+    pub const CUDA_MEMSET_ASYNC: OpCode = OpCode::new(1, 15);
+    pub const CUDA_MALLOC_ASYNC: OpCode = OpCode::new(1, 16);
+    pub const CUDA_FREE_ASYNC: OpCode = OpCode::new(1, 17);
+    pub const CUDA_HOST_ALLOC: OpCode = OpCode::new(1, 18);
+    pub const CUDA_EVENT_QUERY: OpCode = OpCode::new(1, 19);
+    pub const CUDA_STREAM_WAIT_EVENT: OpCode = OpCode::new(1, 20);
+    pub const CUDA_SET_DEVICE_FLAGS: OpCode = OpCode::new(1, 21);
     // source 3: host
     pub const SCHED_SWITCH: OpCode = OpCode::new(3, 1);
     pub const SCHED_WAKEUP: OpCode = OpCode::new(3, 2);
@@ -87,12 +95,27 @@ pub mod op {
     pub const CU_MEM_ALLOC_MANAGED: OpCode = OpCode::new(4, 6);
     pub const CU_MEM_FREE: OpCode = OpCode::new(4, 7);
     pub const CU_STREAM_SYNCHRONIZE: OpCode = OpCode::new(4, 8);
+    pub const CU_LAUNCH_KERNEL_EX: OpCode = OpCode::new(4, 9);
+    pub const CU_MEMSET_ASYNC: OpCode = OpCode::new(4, 10);
+    pub const CU_MEM_CREATE: OpCode = OpCode::new(4, 11);
+    pub const CU_MEM_MAP: OpCode = OpCode::new(4, 12);
+    pub const CU_MEM_UNMAP: OpCode = OpCode::new(4, 13);
+    pub const CU_MEM_RELEASE: OpCode = OpCode::new(4, 14);
+    pub const CU_MEM_ALLOC_ASYNC: OpCode = OpCode::new(4, 15);
+    pub const CU_MEM_FREE_ASYNC: OpCode = OpCode::new(4, 16);
+    pub const CU_CTX_CREATE: OpCode = OpCode::new(4, 17);
+    pub const CU_PRIMARY_CTX_SET_FLAGS: OpCode = OpCode::new(4, 18);
+    pub const CU_CTX_SET_FLAGS: OpCode = OpCode::new(4, 19);
     // source 5: block I/O
     pub const BLOCK_READ: OpCode = OpCode::new(5, 1);
     pub const BLOCK_WRITE: OpCode = OpCode::new(5, 2);
     pub const BLOCK_DISCARD: OpCode = OpCode::new(5, 3);
     // source 8: CUDA graphs
+    pub const GRAPH_BEGIN_CAPTURE: OpCode = OpCode::new(8, 1);
+    pub const GRAPH_END_CAPTURE: OpCode = OpCode::new(8, 2);
+    pub const GRAPH_INSTANTIATE: OpCode = OpCode::new(8, 3);
     pub const GRAPH_LAUNCH: OpCode = OpCode::new(8, 4);
+    pub const CU_GRAPH_LAUNCH: OpCode = OpCode::new(8, 5);
 }
 
 /// What kind of thing an op is; drives which analysis applies to it.
@@ -127,6 +150,14 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (1, 11, "cudaMemcpyPeer", OpKind::GpuCall, "device-to-device copy across GPUs; arg0 = bytes"),
     (1, 12, "cudaMemcpyPeerAsync", OpKind::GpuCall, "asynchronous peer copy; arg0 = bytes, arg2 = stream"),
     (1, 13, "cudaEventSync", OpKind::GpuCall, "cudaEventSynchronize: wait for an event; arg2 = event handle"),
+    (1, 14, "cudaLaunchKernelExC", OpKind::GpuCall, "kernel launch with a launch configuration (cudaLaunchKernelExC, CUTLASS cluster kernels); arg0 = kernel (host stub or cudaKernel_t), arg1 = blocks, arg2 = stream; grid, block, shared memory and cluster in launch_configs"),
+    (1, 15, "cudaMemsetAsync", OpKind::GpuCall, "asynchronous memset; arg0 = bytes, arg1 = value, arg2 = stream"),
+    (1, 16, "cudaMallocAsync", OpKind::GpuCall, "stream-ordered allocation (PyTorch's cudaMallocAsync backend); arg0 = bytes, arg1 = stream, arg2 = returned device pointer"),
+    (1, 17, "cudaFreeAsync", OpKind::GpuCall, "stream-ordered free; arg1 = stream, arg2 = device pointer"),
+    (1, 18, "cudaHostAlloc", OpKind::GpuCall, "pinned host allocation; arg0 = bytes, arg1 = flags, arg2 = returned host pointer"),
+    (1, 19, "cudaEventQuery", OpKind::GpuCall, "non-blocking event poll (600 = cudaErrorNotReady: not yet); arg2 = event handle"),
+    (1, 20, "cudaStreamWaitEvent", OpKind::GpuCall, "make a stream wait for an event on the GPU (returns at once); arg0 = event, arg1 = flags, arg2 = stream"),
+    (1, 21, "cudaSetDeviceFlags", OpKind::GpuCall, "device flags; arg0 = flags (scheduling: 0 auto, 1 spin, 2 yield, 4 blocking sync)"),
     (3, 1, "sched_switch", OpKind::OffCpu, "off-CPU interval of a traced thread; timestamp = switch-in, interval = [timestamp - duration, timestamp]; arg1 = pid"),
     (3, 2, "sched_wakeup", OpKind::Point, "wake-up; pid/tid = waker, arg1 = woken pid, arg2 = woken tid, cpu = target CPU"),
     (3, 3, "mm_page_alloc", OpKind::Point, "page allocation; arg0 = bytes (4096 << order)"),
@@ -149,6 +180,17 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (4, 6, "cuMemAllocManaged", OpKind::GpuCall, "driver managed allocation; arg0 = bytes"),
     (4, 7, "cuMemFree", OpKind::GpuCall, "cuMemFree_v2; arg2 = device pointer"),
     (4, 8, "cuStreamSynchronize", OpKind::GpuCall, "driver stream synchronize; arg2 = stream"),
+    (4, 9, "cuLaunchKernelEx", OpKind::GpuCall, "driver kernel launch with a launch configuration (cuBLAS/CUTLASS on sm90, NCCL, Triton); arg0 = CUfunction, arg1 = blocks, arg2 = stream; grid, block, shared memory and cluster in launch_configs"),
+    (4, 10, "cuMemsetAsync", OpKind::GpuCall, "driver asynchronous memset (cuMemsetD8/D16/D32Async); arg0 = bytes, arg1 = value, arg2 = stream"),
+    (4, 11, "cuMemCreate", OpKind::GpuCall, "physical allocation of the virtual memory API (PyTorch expandable segments); arg0 = bytes, arg2 = returned allocation handle"),
+    (4, 12, "cuMemMap", OpKind::GpuCall, "map a physical allocation into a virtual range; arg0 = bytes, arg1 = allocation handle, arg2 = device pointer"),
+    (4, 13, "cuMemUnmap", OpKind::GpuCall, "unmap a virtual range; arg0 = bytes, arg2 = device pointer"),
+    (4, 14, "cuMemRelease", OpKind::GpuCall, "release a physical allocation; arg2 = allocation handle"),
+    (4, 15, "cuMemAllocAsync", OpKind::GpuCall, "driver stream-ordered allocation; arg0 = bytes, arg1 = stream, arg2 = returned device pointer"),
+    (4, 16, "cuMemFreeAsync", OpKind::GpuCall, "driver stream-ordered free; arg1 = stream, arg2 = device pointer"),
+    (4, 17, "cuCtxCreate", OpKind::GpuCall, "context creation; arg0 = flags (scheduling: 0 auto, 1 spin, 2 yield, 4 blocking sync), arg1 = device, arg2 = returned context"),
+    (4, 18, "cuDevicePrimaryCtxSetFlags", OpKind::GpuCall, "primary context flags; arg0 = flags (scheduling: 0 auto, 1 spin, 2 yield, 4 blocking sync), arg1 = device"),
+    (4, 19, "cuCtxSetFlags", OpKind::GpuCall, "current context flags; arg0 = flags"),
     (5, 1, "block_read", OpKind::BlockIo, "block read request, issue to completion; arg0 = bytes, arg1 = device (major<<20|minor)"),
     (5, 2, "block_write", OpKind::BlockIo, "block write request, issue to completion; arg0 = bytes, arg1 = device"),
     (5, 3, "block_discard", OpKind::BlockIo, "block discard request; arg0 = bytes, arg1 = device"),
@@ -159,6 +201,7 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (8, 2, "graph_end_capture", OpKind::GpuCall, "cudaStreamEndCapture"),
     (8, 3, "graph_instantiate", OpKind::GpuCall, "cudaGraphInstantiate"),
     (8, 4, "cudaGraphLaunch", OpKind::GpuCall, "cudaGraphLaunch; arg0 = graph exec handle, arg2 = stream"),
+    (8, 5, "cuGraphLaunch", OpKind::GpuCall, "driver graph launch; arg0 = graph exec handle, arg2 = stream"),
 ];
 
 fn find(source: u8, op: u16) -> Option<&'static (u8, u16, &'static str, OpKind, &'static str)> {
@@ -197,6 +240,9 @@ pub fn op_by_name(name: &str) -> Option<OpCode> {
         "cudaeventsynchronize" => "cudaEventSync",
         "cumemalloc_v2" => "cuMemAlloc",
         "cumemfree_v2" => "cuMemFree",
+        "cuctxsynchronize_v2" => "cuCtxSynchronize",
+        "culaunchkernelex_ptsz" => "cuLaunchKernelEx",
+        "cudalaunchkernelexc_ptsz" => "cudaLaunchKernelExC",
         _ => name,
     };
     if let Some(e) = OPS.iter().find(|e| e.2.eq_ignore_ascii_case(alias)) {
@@ -205,6 +251,94 @@ pub fn op_by_name(name: &str) -> Option<OpCode> {
     let rest = name.strip_prefix("op_")?;
     let (s, o) = rest.split_once('_')?;
     Some(OpCode::new(s.parse().ok()?, o.parse().ok()?))
+}
+
+/// What a GPU API call does, for the analyses that treat calls by what they do (launch rates, sync
+/// storms, the allocator, GPU waits). The one definition: analysis never lists op codes for a role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GpuRole {
+    /// Queues GPU work: a kernel launch (runtime, driver, Ex) or a graph launch.
+    Launch,
+    /// Waits until the GPU finished something (stream, device, context or event synchronize).
+    Sync,
+    /// A synchronous copy: returns when the data has moved, so it waits for the GPU too.
+    SyncCopy,
+    /// Obtains device or pinned memory.
+    Alloc,
+    /// Gives memory back.
+    Free,
+    /// Everything else (async copies and memsets, event polls, flags, mapping).
+    Other,
+}
+
+/// The role of an op; non-GPU ops and unknown codes are `Other`.
+pub fn gpu_role(code: OpCode) -> GpuRole {
+    use op::*;
+    match code {
+        CUDA_LAUNCH_KERNEL | CUDA_LAUNCH_KERNEL_EX | CU_LAUNCH_KERNEL | CU_LAUNCH_KERNEL_EX | GRAPH_LAUNCH | CU_GRAPH_LAUNCH => GpuRole::Launch,
+        CUDA_STREAM_SYNC | CUDA_DEVICE_SYNC | CUDA_EVENT_SYNC | CU_CTX_SYNCHRONIZE | CU_STREAM_SYNCHRONIZE => GpuRole::Sync,
+        CUDA_MEMCPY | CUDA_MEMCPY_2D | CUDA_MEMCPY_PEER | CU_MEMCPY => GpuRole::SyncCopy,
+        CUDA_MALLOC | CUDA_MALLOC_MANAGED | CUDA_MALLOC_ASYNC | CUDA_HOST_ALLOC | CU_MEM_ALLOC | CU_MEM_ALLOC_MANAGED
+        | CU_MEM_ALLOC_ASYNC | CU_MEM_CREATE => GpuRole::Alloc,
+        CUDA_FREE | CUDA_FREE_ASYNC | CU_MEM_FREE | CU_MEM_FREE_ASYNC | CU_MEM_RELEASE => GpuRole::Free,
+        _ => GpuRole::Other,
+    }
+}
+
+/// Whether this op launches kernels (their `arg0` names the kernel: see `kernel_names`).
+pub fn is_kernel_launch(code: OpCode) -> bool {
+    use op::*;
+    matches!(code, CUDA_LAUNCH_KERNEL | CUDA_LAUNCH_KERNEL_EX | CU_LAUNCH_KERNEL | CU_LAUNCH_KERNEL_EX)
+}
+
+/// Ops that set a context's host scheduling policy while the GPU works (spin / yield / blocking
+/// sync); their `arg0` holds the flags.
+pub fn sets_sched_flags(code: OpCode) -> bool {
+    use op::*;
+    matches!(code, CUDA_SET_DEVICE_FLAGS | CU_CTX_CREATE | CU_PRIMARY_CTX_SET_FLAGS | CU_CTX_SET_FLAGS)
+}
+
+/// The host scheduling policy of a context while it waits for the GPU (`cudaDeviceSchedule*` /
+/// `CU_CTX_SCHED_*`, the low three bits of the flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SchedPolicy {
+    /// 0: spin when there are no more active contexts than logical CPUs, else yield.
+    Auto,
+    /// 1: spin on the CPU while waiting.
+    Spin,
+    /// 2: yield the CPU while waiting.
+    Yield,
+    /// 4: sleep on an interrupt while waiting.
+    BlockingSync,
+}
+
+impl SchedPolicy {
+    pub fn from_flags(flags: i64) -> SchedPolicy {
+        match flags & 0x7 {
+            1 => SchedPolicy::Spin,
+            2 => SchedPolicy::Yield,
+            4 => SchedPolicy::BlockingSync,
+            _ => SchedPolicy::Auto,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SchedPolicy::Auto => "auto",
+            SchedPolicy::Spin => "spin",
+            SchedPolicy::Yield => "yield",
+            SchedPolicy::BlockingSync => "blocking_sync",
+        }
+    }
+    /// Whether a waiting thread stays on the CPU (spins) under this policy on a host with
+    /// `cpus` logical CPUs and `contexts` active contexts (`Auto` spins while contexts <= cpus).
+    pub fn spins(self, cpus: usize, contexts: usize) -> bool {
+        match self {
+            SchedPolicy::Spin => true,
+            SchedPolicy::Auto => contexts <= cpus,
+            SchedPolicy::Yield | SchedPolicy::BlockingSync => false,
+        }
+    }
 }
 
 pub fn is_gpu_call(source: u8, op: u16) -> bool {
@@ -321,6 +455,20 @@ mod tests {
     fn unknown_codes_get_a_round_trippable_name() {
         assert_eq!(op_name(9, 77), "op_9_77");
         assert_eq!(op_by_name("op_9_77"), Some(OpCode::new(9, 77)));
+    }
+
+    #[test]
+    fn every_role_names_a_gpu_call() {
+        for e in OPS {
+            let code = OpCode::new(e.0, e.1);
+            if gpu_role(code) != GpuRole::Other || is_kernel_launch(code) || sets_sched_flags(code) {
+                assert_eq!(e.3, OpKind::GpuCall, "{} has a GPU role but is not a GPU call", e.2);
+            }
+        }
+        assert_eq!(gpu_role(op::CU_LAUNCH_KERNEL_EX), GpuRole::Launch);
+        assert_eq!(gpu_role(op::CUDA_EVENT_QUERY), GpuRole::Other, "a poll is not a wait");
+        assert_eq!(SchedPolicy::from_flags(0x4 | 0x8), SchedPolicy::BlockingSync);
+        assert!(SchedPolicy::Auto.spins(2, 1) && !SchedPolicy::Auto.spins(2, 3));
     }
 
     #[test]

@@ -42,6 +42,81 @@ pub struct Event {
     pub comm: String,
     /// Scheduler detail: only set on sched_switch events of traced threads.
     pub sched: Option<SchedDetail>,
+    /// Kernel launches: key of the launch configuration in `launch_configs` ([`LaunchConfig::key`]);
+    /// 0 for every other event (stored as NULL).
+    #[serde(default)]
+    pub launch_config: i64,
+}
+
+/// How a kernel was launched: grid and block dimensions, dynamic shared memory and the thread-block
+/// cluster (1,1,1 when the launch set none). Stored once per distinct configuration in
+/// `launch_configs`, keyed by [`LaunchConfig::key`]; launches carry the key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+    pub cluster: [u32; 3],
+}
+
+impl LaunchConfig {
+    /// FNV-1a 64 over the ten fields (little-endian), never 0 (0 means "no configuration").
+    pub fn key(&self) -> i64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let fields = self.grid.iter().chain(&self.block).chain(std::iter::once(&self.shared_mem_bytes)).chain(&self.cluster);
+        for v in fields {
+            for b in v.to_le_bytes() {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        if h == 0 { 1 } else { h as i64 }
+    }
+
+    /// Thread blocks in the grid (the `arg1` of a launch).
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&d| u64::from(d)).product()
+    }
+}
+
+/// A kernel's name as one traced process knows it: `handle` is what that process's launches carry
+/// in `arg0` (a host stub address or `cudaKernel_t` for runtime launches, a `CUfunction` or
+/// `CUkernel` for driver launches). Stored in `kernel_names`, keyed by (pid, handle).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct KernelName {
+    pub pid: u32,
+    pub handle: i64,
+    /// Demangled (`vector_add(float*, float*, int)`); the mangled name when it does not demangle.
+    pub name: String,
+    /// As the binary spells it (`_Z10vector_addPfS_i`); equal to `name` for C names.
+    pub mangled: String,
+    /// Where the name came from: `register` (`__cudaRegisterFunction`), `module` (`cuModuleGetFunction`),
+    /// `library` (`cuLibraryGetKernel`), `elf` (the host stub's symbol).
+    pub how: String,
+}
+
+/// One CUDA library as attached for one traced process, or the note that a process's runtime cannot
+/// be attached (statically linked without symbols). Stored in `attachments`: what a trace covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct LibraryAttach {
+    pub pid: u32,
+    /// The file as the process maps it (empty for a note about a library that could not be found).
+    pub path: String,
+    /// `runtime`, `driver`, `runtime_static` (the runtime linked into an executable or library).
+    pub kind: String,
+    /// How it was found: `explicit`, `maps`, `loaded` (attached when the process mapped it), ...
+    pub how: String,
+    /// When the probes were in place (unix ns).
+    pub attached_at_ns: i64,
+    /// The probes were in place before the process could make a call through this library: no call
+    /// is missing. False: calls before `attached_at_ns` are unknown (not zero).
+    pub complete: bool,
+    /// Symbols with a probe.
+    pub symbols: Vec<String>,
+    /// Symbols this library does not export.
+    pub missing: Vec<String>,
+    /// What a reader must know (e.g. "runtime statically linked without symbols: only driver calls are visible").
+    pub note: String,
 }
 
 /// What per-call attribution needs to know about one off-CPU interval of a traced thread.

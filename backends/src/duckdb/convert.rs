@@ -101,6 +101,7 @@ impl ConvertSource for DuckDbSource {
                         cgroup_id: v(14, r),
                         comm: s(15, r).unwrap_or_default(),
                         sched,
+                        launch_config: 0,
                     },
                 });
                 if buf.len() >= chunk {

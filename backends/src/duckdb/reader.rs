@@ -203,6 +203,7 @@ fn batch_rows_to_events(b: &RecordBatch, rows: impl Iterator<Item = usize>, out:
                 cgroup_id: val(c(14), r),
                 comm: text(&comm, r),
                 sched,
+                launch_config: 0,
             },
         });
     }

@@ -109,5 +109,6 @@ pub(crate) fn decode_event(
         cgroup_id: int(r, 14)?,
         comm: text(r, 15)?,
         sched,
+        launch_config: 0,
     })
 }
