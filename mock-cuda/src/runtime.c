@@ -1,19 +1,109 @@
 /* Mock CUDA runtime (soname libcudart.so.12, symbols versioned `@@libcudart.so.12` like the real
- * one). Each runtime call forwards to its driver call the way the real runtime does
- * (cudaLaunchKernel -> cuLaunchKernel, cudaMalloc -> cuMemAlloc_v2, cudaDeviceSynchronize ->
- * cuCtxSynchronize, ...), so a tracer sees realistic nesting. The `_ptsz` twins use the per-thread
- * default stream when given the null stream. */
+ * one; built with -DMOCK_CUDA13 it is the CUDA 13 runtime, libcudart.so.13). Each runtime call
+ * forwards to its driver call the way the real runtime does (cudaLaunchKernel -> cuLaunchKernel,
+ * cudaLaunchKernelExC -> cuLaunchKernelEx, cudaMalloc -> cuMemAlloc_v2, cudaMallocAsync ->
+ * cuMemAllocAsync, cudaDeviceSynchronize -> cuCtxSynchronize, or cuCtxSynchronize_v2 in CUDA 13,
+ * ...), so a tracer sees realistic nesting. The `_ptsz` twins use the per-thread default stream
+ * when given the null stream (and forward to the plain driver call with that stream).
+ *
+ * Kernels: nvcc's generated constructor registers each kernel's host stub with its device name
+ * (__cudaRegisterFatBinary, __cudaRegisterFunction); __cudaGetKernel gives a registered stub's
+ * opaque cudaKernel_t handle (a heap object, never the stub's address), which nvcc 13's launch
+ * stubs pass to cudaLaunchKernel instead of the stub. The launch calls accept either and hand the
+ * driver the host stub, as this mock's driver keys simulated kernel durations by it. */
 #define _GNU_SOURCE
 #include "mock_cuda.h"
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define API __attribute__((visibility("default")))
+
+_Static_assert(sizeof(cudaLaunchAttribute) == 72, "cudaLaunchAttribute is 72 bytes");
+_Static_assert(offsetof(cudaLaunchAttribute, val) == 8, "cudaLaunchAttribute.val at 8");
+_Static_assert(offsetof(cudaLaunchConfig_t, blockDim) == 12, "cudaLaunchConfig_t.blockDim at 12");
+_Static_assert(offsetof(cudaLaunchConfig_t, dynamicSmemBytes) == 24, "dynamicSmemBytes at 24");
+_Static_assert(offsetof(cudaLaunchConfig_t, stream) == 32, "cudaLaunchConfig_t.stream at 32");
+_Static_assert(offsetof(cudaLaunchConfig_t, attrs) == 40, "cudaLaunchConfig_t.attrs at 40");
+_Static_assert(offsetof(cudaLaunchConfig_t, numAttrs) == 48, "cudaLaunchConfig_t.numAttrs at 48");
+_Static_assert(sizeof(cudaLaunchConfig_t) == 56, "cudaLaunchConfig_t is 56 bytes");
+_Static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute), "runtime and driver attributes agree");
 
 static __thread cudaError_t t_last;
 static cudaError_t ret(CUresult r) { if (r) t_last = r; return r; }
 static CUstream ptsz(cudaStream_t s) { return s ? s : mockcuPerThreadStream(); }
 
+/* ---- registered kernels: host stub, device name, the handle __cudaGetKernel gives ---- */
+#define RCAP 1024
+struct rt_kernel { const void *stub; const char *name; };
+static struct { const void *stub; const char *name; struct rt_kernel *handle; } g_reg[RCAP];
+static int g_nreg; /* published with release: entries below it are complete */
+static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+
+API void **__cudaRegisterFatBinary(void *fatCubin) {
+    void **h = calloc(1, sizeof(void *));
+    *h = fatCubin;
+    return h;
+}
+API void __cudaRegisterFatBinaryEnd(void **fatCubinHandle) { (void)fatCubinHandle; }
+API void __cudaUnregisterFatBinary(void **fatCubinHandle) { (void)fatCubinHandle; }
+API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
+                                int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize) {
+    (void)fatCubinHandle; (void)deviceFun; (void)thread_limit; (void)tid; (void)bid; (void)bDim; (void)gDim;
+    (void)wSize;
+    if (!hostFun) return;
+    pthread_mutex_lock(&g_reg_mu);
+    int n = g_nreg;
+    for (int i = 0; i < n; i++)
+        if (g_reg[i].stub == hostFun) { pthread_mutex_unlock(&g_reg_mu); return; }
+    if (n < RCAP) {
+        struct rt_kernel *k = malloc(sizeof(*k));
+        k->stub = hostFun;
+        k->name = deviceName;
+        g_reg[n].stub = hostFun;
+        g_reg[n].name = deviceName;
+        g_reg[n].handle = k;
+        __atomic_store_n(&g_nreg, n + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g_reg_mu);
+}
+API cudaError_t __cudaGetKernel(cudaKernel_t *kernelPtr, const void *entryFuncAddr) {
+    if (!kernelPtr) return ret(cudaErrorInvalidValue);
+    int n = __atomic_load_n(&g_nreg, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (g_reg[i].stub == entryFuncAddr) { *kernelPtr = (cudaKernel_t)g_reg[i].handle; return cudaSuccess; }
+    return ret(cudaErrorInvalidDeviceFunction);
+}
+/* The host stub a launch means: `func` is a cudaKernel_t from __cudaGetKernel or a host stub. */
+static const void *stub_of(const void *func) {
+    int n = __atomic_load_n(&g_nreg, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if ((const void *)g_reg[i].handle == func) return g_reg[i].stub;
+    return func; /* a stub (registered or not: the mock launches unregistered stubs too) */
+}
+
 static cudaError_t launch(const void *func, dim3 g, dim3 b, void **args, size_t shmem, CUstream s) {
-    return ret(cuLaunchKernel((CUfunction)func, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned int)shmem, s, args, 0));
+    return ret(cuLaunchKernel((CUfunction)stub_of(func), g.x, g.y, g.z, b.x, b.y, b.z, (unsigned int)shmem, s,
+                              args, 0));
+}
+/* cudaLaunchKernelExC -> cuLaunchKernelEx with the same configuration (the attribute layouts agree) */
+static cudaError_t launch_ex(const cudaLaunchConfig_t *c, const void *func, void **args, int per_thread) {
+    if (!c) return ret(cudaErrorInvalidValue);
+    CUlaunchConfig d = {
+        .gridDimX = c->gridDim.x, .gridDimY = c->gridDim.y, .gridDimZ = c->gridDim.z,
+        .blockDimX = c->blockDim.x, .blockDimY = c->blockDim.y, .blockDimZ = c->blockDim.z,
+        .sharedMemBytes = (unsigned int)c->dynamicSmemBytes,
+        .hStream = per_thread ? ptsz(c->stream) : c->stream,
+        .attrs = (CUlaunchAttribute *)c->attrs,
+        .numAttrs = c->numAttrs,
+    };
+    return ret(cuLaunchKernelEx(&d, (CUfunction)stub_of(func), args, NULL));
+}
+API cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args) {
+    return launch_ex(config, func, args, 0);
+}
+API cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *config, const void *func, void **args) {
+    return launch_ex(config, func, args, 1);
 }
 API cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t shmem, cudaStream_t s) {
     return launch(func, g, b, args, shmem, s);
@@ -81,9 +171,49 @@ API cudaError_t cudaStreamCreate(cudaStream_t *s) { return ret(cuStreamCreate(s,
 API cudaError_t cudaStreamDestroy(cudaStream_t s) { return ret(cuStreamDestroy_v2(s)); }
 API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return ret(cuStreamSynchronize(s)); }
 API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) { return ret(cuStreamSynchronize(ptsz(s))); }
+#ifdef MOCK_CUDA13
+API cudaError_t cudaDeviceSynchronize(void) { return ret(cuCtxSynchronize_v2(NULL)); }
+#else
 API cudaError_t cudaDeviceSynchronize(void) { return ret(cuCtxSynchronize()); }
+#endif
 API cudaError_t cudaEventCreate(cudaEvent_t *e) { return ret(cuEventCreate(e, 0)); }
 API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return ret(cuEventRecord(e, s)); }
 API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return ret(cuEventSynchronize(e)); }
 API cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) { return ret(cuGraphLaunch(g, s)); }
+API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t g, cudaStream_t s) { return ret(cuGraphLaunch(g, ptsz(s))); }
+API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    return ret(cuMemsetD8Async((CUdeviceptr)p, (unsigned char)v, n, s));
+}
+API cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s) {
+    return ret(cuMemsetD8Async((CUdeviceptr)p, (unsigned char)v, n, ptsz(s)));
+}
+API cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
+    return ret(cuMemAllocAsync((CUdeviceptr *)p, n, s));
+}
+API cudaError_t cudaMallocAsync_ptsz(void **p, size_t n, cudaStream_t s) {
+    return ret(cuMemAllocAsync((CUdeviceptr *)p, n, ptsz(s)));
+}
+API cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return ret(cuMemFreeAsync((CUdeviceptr)p, s)); }
+API cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return ret(cuMemFreeAsync((CUdeviceptr)p, ptsz(s))); }
+API cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) { return ret(cuMemHostAlloc(p, n, flags)); }
+/* not ready is an answer, not an error: it does not become the last error */
+API cudaError_t cudaEventQuery(cudaEvent_t e) {
+    CUresult r = cuEventQuery(e);
+    return r == cudaErrorNotReady ? r : ret(r);
+}
+API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    return ret(cuStreamWaitEvent(s, e, flags));
+}
+API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    return ret(cuStreamWaitEvent(ptsz(s), e, flags));
+}
+/* the scheduling flags belong to the device's primary context */
+API cudaError_t cudaSetDeviceFlags(unsigned int flags) { return ret(cuDevicePrimaryCtxSetFlags_v2(0, flags)); }
+API cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+    return ret(cuStreamBeginCapture_v2(s, (CUstreamCaptureMode)mode));
+}
+API cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { return ret(cuStreamEndCapture(s, g)); }
+API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
+    return ret(cuGraphInstantiateWithFlags(e, g, flags));
+}
 API cudaError_t cudaGetLastError(void) { cudaError_t e = t_last; t_last = 0; return e; }
