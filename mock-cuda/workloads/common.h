@@ -1,5 +1,8 @@
 /* Shared by the mock workloads: option parsing, exact per-call counters, and the report every
- * workload prints at exit (`CALLS <op> <n>` lines that tests compare against the trace). */
+ * workload prints at exit (`CALLS <op> <n>` lines that tests compare against the trace).
+ * Counters: the fixed table (CALL(C_LAUNCH, ...)) of the first workloads, and counters by symbol
+ * name (CALLN("cudaLaunchKernelExC", ...)) for everything else; a workload defined with
+ * WL_NAMED_ONLY prints only the named ones (the calls it made, in the order it first made them). */
 #ifndef WORKLOAD_COMMON_H
 #define WORKLOAD_COMMON_H
 #define _GNU_SOURCE
@@ -16,14 +19,41 @@
 enum { C_LAUNCH, C_LAUNCH_PTSZ, C_MEMCPY, C_MEMCPY_ASYNC, C_MEMCPY_ASYNC_PTSZ, C_MEMCPY2D, C_MEMCPY2D_ASYNC,
        C_PEER, C_PEER_ASYNC, C_MALLOC, C_MALLOC_MANAGED, C_FREE, C_STREAM_SYNC, C_STREAM_SYNC_PTSZ,
        C_DEVICE_SYNC, C_EVENT_SYNC, C_GRAPH_LAUNCH, C_N };
+#ifndef WL_NAMED_ONLY
 static const char *C_NAMES[C_N] = {
     "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz",
     "cudaMemcpy2D", "cudaMemcpy2DAsync", "cudaMemcpyPeer", "cudaMemcpyPeerAsync", "cudaMalloc",
     "cudaMallocManaged", "cudaFree", "cudaStreamSynchronize", "cudaStreamSynchronize_ptsz",
     "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaGraphLaunch"};
 static atomic_ulong g_calls[C_N];
-static atomic_ulong g_errors;
 #define CALL(idx, expr) do { if ((expr) != 0) atomic_fetch_add(&g_errors, 1); atomic_fetch_add(&g_calls[idx], 1); } while (0)
+#endif
+static atomic_ulong g_errors;
+
+/* counters by the name of the symbol called */
+#define WL_NAMED_CAP 96
+static struct { const char *name; atomic_ulong n; } g_named[WL_NAMED_CAP];
+static int g_nnamed;
+static pthread_mutex_t g_named_mu = PTHREAD_MUTEX_INITIALIZER;
+static inline void wl_count(const char *name) {
+    int n = __atomic_load_n(&g_nnamed, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (strcmp(g_named[i].name, name) == 0) { atomic_fetch_add(&g_named[i].n, 1); return; }
+    pthread_mutex_lock(&g_named_mu);
+    n = g_nnamed;
+    int i = 0;
+    while (i < n && strcmp(g_named[i].name, name) != 0) i++;
+    if (i == n && n < WL_NAMED_CAP) {
+        g_named[n].name = name;
+        __atomic_store_n(&g_nnamed, n + 1, __ATOMIC_RELEASE);
+    }
+    if (i < WL_NAMED_CAP) atomic_fetch_add(&g_named[i].n, 1);
+    pthread_mutex_unlock(&g_named_mu);
+}
+/* one call of `name`; a nonzero result counts as an error */
+#define CALLN(name, expr) do { if ((expr) != 0) atomic_fetch_add(&g_errors, 1); wl_count(name); } while (0)
+/* one call of `name` whose result the caller judges (expected failures, polls): stored in `var` */
+#define CALLR(name, var, expr) do { (var) = (expr); wl_count(name); } while (0)
 
 static long opt(int argc, char **argv, const char *name, long dflt) {
     for (int i = 1; i + 1 < argc; i++)
@@ -52,9 +82,21 @@ static inline void wl_thread(const char *name) {
     printf("THREAD %s %ld\n", name, (long)syscall(SYS_gettid));
     fflush(stdout);
 }
+/* `--name value` or WL_name, as a string */
+static inline const char *opt_str(int argc, char **argv, const char *name, const char *dflt) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return argv[i + 1];
+    char env[64];
+    snprintf(env, sizeof env, "WL_%s", name + 2);
+    const char *v = getenv(env);
+    return v ? v : dflt;
+}
 static void wl_report(void) {
     printf("PID %d\n", getpid());
+#ifndef WL_NAMED_ONLY
     for (int i = 0; i < C_N; i++) printf("CALLS %s %lu\n", C_NAMES[i], (unsigned long)g_calls[i]);
+#endif
+    for (int i = 0; i < g_nnamed; i++) printf("CALLS %s %lu\n", g_named[i].name, (unsigned long)g_named[i].n);
     printf("ERRORS %lu\n", (unsigned long)g_errors);
     fflush(stdout);
 }

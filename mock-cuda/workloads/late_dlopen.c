@@ -1,6 +1,8 @@
 /* A process that loads the CUDA runtime late, like a Python program importing torch minutes in:
- * it starts without libcudart, sleeps `--delay-us`, dlopens libcudart.so.12 from its own directory,
- * waits `--settle-us`, then makes `--iters` cudaMalloc/cudaFree pairs and one cudaDeviceSynchronize.
+ * it starts without libcudart, sleeps `--delay-us`, dlopens libcudart.so.12 from its own directory
+ * and makes its first call (the first cudaMalloc, of 4096 bytes) the moment dlopen returns, so a
+ * tracer sees it only if it attached to the library by then; it then waits `--settle-us` and makes
+ * the rest of `--iters` cudaMalloc/cudaFree pairs and one cudaDeviceSynchronize.
  * Not linked against the mock libraries. Prints its exact call counts. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -19,15 +21,19 @@ int main(int argc, char **argv) {
     void *h = dlopen(lib, RTLD_NOW);
     if (!h) { fprintf(stderr, "dlopen %s: %s\n", lib, dlerror()); return 3; }
     cudaError_t (*m)(void **, size_t) = (cudaError_t (*)(void **, size_t))dlsym(h, "cudaMalloc");
+    if (!m) return 4;
+    void *first = NULL;
+    if (iters > 0) CALL(C_MALLOC, m(&first, 4096)); /* the first call, right after dlopen */
     cudaError_t (*f)(void *) = (cudaError_t (*)(void *))dlsym(h, "cudaFree");
     cudaError_t (*ds)(void) = (cudaError_t (*)(void))dlsym(h, "cudaDeviceSynchronize");
-    if (!m || !f || !ds) return 4;
+    if (!f || !ds) return 4;
     printf("LOADED 1\n");
+    if (iters > 0) printf("FIRST cudaMalloc 4096\n");
     fflush(stdout);
     wl_sleep_us(settle_us);
     for (long i = 0; i < iters; i++) {
-        void *p = NULL;
-        CALL(C_MALLOC, m(&p, 4096 * (size_t)(i + 1)));
+        void *p = first;
+        if (i > 0) CALL(C_MALLOC, m(&p, 4096 * (size_t)(i + 1)));
         CALL(C_FREE, f(p));
     }
     CALL(C_DEVICE_SYNC, ds());
