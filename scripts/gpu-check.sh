@@ -483,7 +483,9 @@ diag() {
     fi
     timeout -k 5 "$t" "$CW" explain --db "$TRACES/$name.db" --json >"$LOGS/$name.explain.json" 2>"$LOGS/$name.explain.err"
     rc=$?
-    timeout -k 5 60 "$CW" explain --db "$TRACES/$name.db" >"$LOGS/$name.explain.txt" 2>&1
+    if (($(left) > 200)); then # the report as people read it, when time allows a second explain
+        timeout -k 5 60 "$CW" explain --db "$TRACES/$name.db" >"$LOGS/$name.explain.txt" 2>&1
+    fi
     if ((rc != 0)); then
         row "$name: causeway explain --json" "exit 0" "exit $rc: $(tail -n1 "$LOGS/$name.explain.err")" $sev
         return
