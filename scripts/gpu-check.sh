@@ -1,0 +1,597 @@
+#!/usr/bin/env bash
+# Causeway's acceptance run on a machine with a real NVIDIA GPU (root, eBPF, nvcc, PyTorch).
+#
+#   scripts/gpu-check.sh [CAUSEWAY_BINARY [OUTPUT_DIR]]
+#
+# CAUSEWAY_BINARY: argument, else $CAUSEWAY, else `causeway` on PATH (bring a stripped SQLite-only
+# build: `cargo build --release --no-default-features -p causeway`, then strip).
+# OUTPUT_DIR: argument, else $OUT, else a new temp dir. Everything lands there: summary.txt (the
+# table), summary.tsv (check, expected, got, PASS|FAIL|INFO), logs/ (every step's output, the nesting
+# map, the profiler's JSON), traces/ (the trace databases).
+#
+# Steps (REAL-GPU.md sections 7 and 8), each independent: a failure is a FAIL row and the run goes on.
+#   1  environment: kernel, BTF, GPU, torch/CUDA, the CUDA libraries torch maps, libcuda's exports,
+#      `causeway check`
+#   2  counts.cu built with -cudart=shared and static, traced: exact runtime counts, driver events,
+#      kernel names, cluster launch configuration, the nesting map, loss counters, attachments
+#   3  train.py (eager, torch.compile, CUDA graphs) traced: launch counts per API in the profiled
+#      windows vs torch.profiler (CUPTI), the kernel gap by name family; overhead vs an untraced run
+#   4  a CPU hog (backup-rsync) pinned to the training thread's CPU: `causeway explain` must rank it
+#      first; again under cudaSetDeviceFlags(blocking sync); late attach
+#   5  one summary table; exit 1 when any row is FAIL
+#
+# Environment knobs: GPU_CHECK_BUDGET (seconds for the whole run, default 480), GPU_CHECK_DIAG_SECS
+# (length of each diagnosis run, default 40), GPU_CHECK_HOG_CPU (default 2), PYTHON (default
+# python3), NVCC, GPU_CHECK_TRAIN_ARGS (extra train.py arguments), GPU_CHECK_PACK=1 (at the end,
+# pack logs/ and traces/ into logs.tar.gz and traces.tar so that only a few files remain: for
+# machines that hand back a limited number of files).
+set -u
+set -o pipefail
+
+case "${1:-}" in
+-h | --help)
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    exit 0
+    ;;
+esac
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$HERE/gpu-check
+REPO=$(cd "$HERE/.." && pwd)
+PY=${PYTHON:-python3}
+
+CW=${1:-${CAUSEWAY:-causeway}}
+if [[ $CW != */* ]]; then
+    CW=$(command -v "$CW" 2>/dev/null || echo "$CW")
+fi
+if [[ -e $CW && $CW != /* ]]; then
+    CW=$(cd "$(dirname "$CW")" && pwd)/$(basename "$CW")
+fi
+
+OUTDIR=${2:-${OUT:-}}
+if [[ -z $OUTDIR ]]; then
+    OUTDIR=$(mktemp -d /tmp/causeway-gpu-check.XXXXXX)
+fi
+mkdir -p "$OUTDIR/logs" "$OUTDIR/traces" || {
+    echo "gpu-check: cannot create $OUTDIR" >&2
+    exit 2
+}
+OUTDIR=$(cd "$OUTDIR" && pwd)
+LOGS=$OUTDIR/logs
+TRACES=$OUTDIR/traces
+ROWS=$OUTDIR/summary.tsv
+: >"$ROWS"
+WORK=$(mktemp -d /tmp/causeway-gpu-check-work.XXXXXX)
+
+BUDGET=${GPU_CHECK_BUDGET:-480}
+RESERVE=15 # seconds kept for the summary and packing
+START=$(date +%s)
+DEADLINE=$((START + BUDGET))
+DIAG_SECS=${GPU_CHECK_DIAG_SECS:-40}
+HOG_CPU=${GPU_CHECK_HOG_CPU:-2}
+HOG_NAME=backup-rsync
+if ((HOG_CPU >= $(nproc))); then
+    HOG_CPU=$(($(nproc) - 1)) # a smaller machine than the one this run was written for
+fi
+read -r -a TRAIN_EXTRA <<<"${GPU_CHECK_TRAIN_ARGS:-}"
+
+BG_PIDS=()
+HAVE_CW=0
+HAVE_GPU=0
+HAVE_TORCH=0
+NVCC=""
+ARCH=sm_90
+
+# ------------------------------------------------------------------------------------------ helpers
+
+say() { printf '\n=== %s (t+%ss)\n' "$*" "$(($(date +%s) - START))"; }
+
+clean() { printf '%s' "$1" | tr '\t\r\n' '   '; }
+
+# row CHECK EXPECTED GOT STATUS: one line of the summary (STATUS: PASS, FAIL or INFO).
+row() {
+    printf '%s\t%s\t%s\t%s\n' "$(clean "$1")" "$(clean "$2")" "$(clean "$3")" "$4" >>"$ROWS"
+    printf '  [%s] %s: expected %s, got %s\n' "$4" "$1" "$2" "$3"
+}
+
+left() { echo $((DEADLINE - $(date +%s))); }
+
+# budget WANT [MIN]: print the seconds a step may take (WANT, or less when the deadline is near);
+# fail when less than MIN (default 10) would be left.
+budget() {
+    local want=$1 min=${2:-10} l
+    l=$(($(left) - RESERVE))
+    ((l < want)) && want=$l
+    ((want >= min)) || return 1
+    echo "$want"
+}
+
+# jget FILE PYTHON_EXPR: evaluate an expression over the JSON object `d` in FILE; empty on any error.
+jget() {
+    "$PY" - "$1" "$2" 2>/dev/null <<'EOF' || true
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    v = eval(sys.argv[2])
+    print("" if v is None else v)
+except Exception:
+    pass
+EOF
+}
+
+# analyze ARGS...: scripts/gpu-check/analyze.py, which appends its rows to the summary (and a FAIL
+# row of its own when a check breaks); killed by its time limit, it gets a FAIL row here.
+analyze() {
+    local t rc
+    t=$(budget 120 5) || t=5
+    timeout -k 5 "$t" "$PY" "$SRC/analyze.py" --rows "$ROWS" --causeway "$CW" "$@"
+    rc=$?
+    if ((rc == 124 || rc == 137)); then
+        row "analyze $1" "done within ${t}s" "stopped by its time limit" FAIL
+    fi
+}
+
+# cw_trace NAME SECONDS CMD...: trace CMD into traces/NAME.db; the command's stdout goes to
+# logs/NAME.out, the tracer's report and live table to logs/NAME.err. Returns the tracer's status
+# (124: the time limit stopped it, which stops the command too and leaves a flushed trace).
+cw_trace() {
+    local name=$1 secs=$2 rc
+    shift 2
+    rm -f "$TRACES/$name.db" "$TRACES/$name.db-wal" "$TRACES/$name.db-shm"
+    echo "+ $CW trace --db $TRACES/$name.db -- $* (limit ${secs}s)" >"$LOGS/$name.err"
+    timeout -k 30 "$secs" "$CW" trace --db "$TRACES/$name.db" -- "$@" >"$LOGS/$name.out" 2>>"$LOGS/$name.err"
+    rc=$?
+    ((rc == 124)) && echo "gpu-check: stopped after ${secs}s" >>"$LOGS/$name.err"
+    return $rc
+}
+
+# The tracer's closing lines (events written, libraries probed, notes) for the log.
+trace_report() { grep -E '^causeway: ' "$LOGS/$1.err" | tail -n 20; }
+
+cleanup() {
+    local p
+    for p in ${BG_PIDS[@]+"${BG_PIDS[@]}"}; do
+        kill "$p" 2>/dev/null
+    done
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+
+# --------------------------------------------------------------------------------- builds (background)
+
+find_nvcc() {
+    local c
+    for c in "${NVCC:-}" "$(command -v nvcc 2>/dev/null)" /usr/local/cuda/bin/nvcc /usr/local/cuda-13.0/bin/nvcc; do
+        if [[ -n $c && -x $c ]]; then
+            NVCC=$c
+            return 0
+        fi
+    done
+    NVCC=""
+    return 1
+}
+
+# build_counts VARIANT FLAGS...: nvcc counts.cu into $WORK/counts_VARIANT. The toolkit's library
+# directory is named to the linker and as rpath (the loader may not know it); a toolkit laid out
+# as pip wheels (nvidia/cu13/lib, libcudart.so.13 without libcudart.so) gets the link name in
+# $WORK/lib.
+build_counts() {
+    local variant=$1 real d so libflags=()
+    shift
+    real=$(readlink -f "$NVCC")
+    for d in "$(dirname "$real")/../lib64" "$(dirname "$real")/../targets/x86_64-linux/lib" "$(dirname "$real")/../lib"; do
+        compgen -G "$d/libcudart*" >/dev/null || continue
+        d=$(cd "$d" && pwd)
+        libflags+=(-L"$d" -Xlinker "-rpath=$d")
+        if [[ ! -e $d/libcudart.so ]]; then
+            so=$(compgen -G "$d/libcudart.so.*" | head -n1)
+            if [[ -n $so ]]; then
+                mkdir -p "$WORK/lib"
+                ln -sf "$so" "$WORK/lib/libcudart.so"
+                libflags+=(-L"$WORK/lib")
+            fi
+        fi
+        break
+    done
+    echo "+ $NVCC -O2 -arch=$ARCH $* ${libflags[*]} -o $WORK/counts_$variant $SRC/counts.cu"
+    timeout -k 5 240 "$NVCC" -O2 -arch="$ARCH" "$@" ${libflags[@]+"${libflags[@]}"} -o "$WORK/counts_$variant" "$SRC/counts.cu" || return
+    ldd "$WORK/counts_$variant" | grep -Ei 'cuda|not found' || true
+}
+
+# Builds run in the background while the environment step runs.
+start_builds() {
+    local cap
+    cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+    [[ $cap =~ ^[0-9]+$ ]] && ARCH=sm_$cap
+    if find_nvcc; then
+        (build_counts shared -cudart=shared) >"$LOGS/build-counts_shared.log" 2>&1 &
+        BUILD_SHARED=$!
+        (build_counts static) >"$LOGS/build-counts_static.log" 2>&1 &
+        BUILD_STATIC=$!
+        BG_PIDS+=("$BUILD_SHARED" "$BUILD_STATIC")
+    fi
+    (timeout -k 5 120 cc -O2 -Wall -o "$WORK/hog" "$REPO/tests/scenarios/hog.c" -lpthread) >"$LOGS/build-hog.log" 2>&1 &
+    BUILD_HOG=$!
+    BG_PIDS+=("$BUILD_HOG")
+}
+BUILD_SHARED=""
+BUILD_STATIC=""
+BUILD_HOG=""
+
+# ------------------------------------------------------------------------------------ 1. environment
+
+step_env() {
+    say "1. environment"
+    local k t f sym present=() missing=() libcuda libcudart
+    k=$(uname -r)
+    row "kernel" "Linux with eBPF (6.x)" "$k" INFO
+    if [[ -e /sys/kernel/btf/vmlinux ]]; then
+        row "BTF" "/sys/kernel/btf/vmlinux" "present" PASS
+    else
+        row "BTF" "/sys/kernel/btf/vmlinux" "missing" FAIL
+    fi
+    if ((EUID == 0)); then row "root" "uid 0" "uid 0" PASS; else row "root" "uid 0" "uid $EUID" FAIL; fi
+    if ! command -v nvidia-smi >/dev/null; then
+        echo "nvidia-smi: not on PATH" >"$LOGS/1-nvidia-smi.log"
+        row "GPU (nvidia-smi -L)" "a GPU" "no nvidia-smi on PATH" FAIL
+    elif nvidia-smi -L >"$LOGS/1-nvidia-smi.log" 2>&1 && grep -q '^GPU' "$LOGS/1-nvidia-smi.log"; then
+        HAVE_GPU=1
+        nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader >>"$LOGS/1-nvidia-smi.log" 2>&1
+        row "GPU (nvidia-smi -L)" "a GPU" "$(head -n1 "$LOGS/1-nvidia-smi.log"); $(tail -n1 "$LOGS/1-nvidia-smi.log")" PASS
+    else
+        row "GPU (nvidia-smi -L)" "a GPU" "$(head -c 200 "$LOGS/1-nvidia-smi.log")" FAIL
+    fi
+    cat "$LOGS/1-nvidia-smi.log"
+    row "CPUs" "16 (the hog is pinned to CPU $HOG_CPU)" "$(nproc)" INFO
+
+    if t=$(budget 90 20); then
+        timeout -k 5 "$t" "$PY" "$SRC/env_probe.py" >"$LOGS/1-env.json" 2>"$LOGS/1-env.err"
+        f=$LOGS/1-env.json
+        cat "$f"
+        if [[ $(jget "$f" 'd.get("cuda_available")') == True ]]; then
+            HAVE_TORCH=1
+            row "python / torch / CUDA" "torch with CUDA" "$(jget "$f" '"python %s, torch %s, CUDA %s, triton %s, cudnn %s, nccl %s, pynvml %s" % (d["python"], d["torch"], d["torch_cuda"], d.get("triton"), d.get("cudnn"), d.get("nccl"), d.get("pynvml"))')" PASS
+        else
+            row "python / torch / CUDA" "torch with CUDA" "$(jget "$f" 'd.get("error") or d.get("torch")') $(tail -n1 "$LOGS/1-env.err")" FAIL
+        fi
+        row "CUDA libraries torch maps" "libcudart, libcuda, ..." "$(jget "$f" '"; ".join(l["path"] for l in d.get("libs", []))')" INFO
+        libcuda=$(jget "$f" 'd.get("libcuda")')
+        libcudart=$(jget "$f" 'd.get("libcudart")')
+        row "driver CUDA version" "13000 or later" "$(jget "$f" 'd.get("driver_cuda_version")')" INFO
+    else
+        row "python / torch / CUDA" "torch with CUDA" "skipped: no time left" FAIL
+        libcuda=""
+        libcudart=""
+    fi
+    if [[ -n $libcuda && -r $libcuda ]]; then
+        if command -v readelf >/dev/null; then
+            readelf --dyn-syms -W "$libcuda" >"$LOGS/1-libcuda-dynsyms.txt" 2>&1
+            for sym in cuLaunchKernelEx cuLaunchKernelEx_ptsz cuCtxSynchronize_v2 cuMemcpyDtoDAsync_v2 cuMemcpyDtoDAsync_v2_ptsz cuLaunchKernel_ptsz cuGraphLaunch cuGraphLaunch_ptsz; do
+                if awk '{print $8}' "$LOGS/1-libcuda-dynsyms.txt" | sed 's/@.*//' | grep -qx "$sym"; then present+=("$sym"); else missing+=("$sym"); fi
+            done
+            row "libcuda exports (readelf --dyn-syms)" "the Hopper/CUDA 13 entry points" "present: ${present[*]:-none}; missing: ${missing[*]:-none} ($libcuda)" INFO
+        else
+            row "libcuda exports" "readelf" "no readelf; dlsym: $(jget "$LOGS/1-env.json" 'd.get("libcuda_symbols")')" INFO
+        fi
+    elif [[ -n $libcuda ]]; then
+        row "libcuda exports" "the mapped libcuda" "cannot read $libcuda" INFO
+    else
+        row "libcuda exports" "the mapped libcuda" "no libcuda mapped" INFO
+    fi
+    [[ -n $libcudart ]] && readelf --dyn-syms -W "$libcudart" 2>/dev/null | grep -E ' (cudaLaunchKernel|cudaLaunchKernelExC|__cudaGetKernel|__cudaRegisterFunction|cudaGraphLaunch)(@|$| )' >"$LOGS/1-libcudart-dynsyms.txt"
+
+    if [[ -x $CW ]]; then
+        HAVE_CW=1
+        row "causeway binary" "executable" "$CW ($("$CW" --version 2>&1 | head -n1); $(du -h "$CW" | cut -f1))" PASS
+        if t=$(budget 60 10); then
+            timeout -k 5 "$t" "$CW" check >"$LOGS/1-causeway-check.txt" 2>&1
+            local rc=$?
+            timeout -k 5 30 "$CW" check --json >"$LOGS/1-causeway-check.json" 2>&1
+            cat "$LOGS/1-causeway-check.txt"
+            if ((rc == 0)); then
+                row "causeway check" "can trace (exit 0)" "$(head -n1 "$LOGS/1-causeway-check.txt")" PASS
+            else
+                row "causeway check" "can trace (exit 0)" "exit $rc: $(grep -E ' NO ' "$LOGS/1-causeway-check.txt" | head -n3 | tr -s ' ')" FAIL
+            fi
+        fi
+    else
+        row "causeway binary" "executable" "not found: '$CW' (give its path as the first argument or CAUSEWAY=)" FAIL
+    fi
+}
+
+# ---------------------------------------------------------------------------------------- 2. counts
+
+wait_build() {
+    local pid=$1 what=$2
+    [[ -n $pid ]] || return 1
+    wait "$pid"
+    local rc=$?
+    ((rc == 0)) || echo "gpu-check: build of $what failed (exit $rc)"
+    return $rc
+}
+
+step_counts() {
+    say "2. counts.cu: exact runtime counts, shared and static cudart"
+    if [[ -z $NVCC ]]; then
+        row "nvcc" "nvcc on PATH or /usr/local/cuda/bin" "not found" FAIL
+        return
+    fi
+    ((HAVE_GPU)) || echo "gpu-check: nvidia-smi saw no GPU; running the counts anyway"
+    "$NVCC" --version | tail -n2 >"$LOGS/2-nvcc-version.txt" 2>&1
+    local variant pid bin t rc
+    for variant in shared static; do
+        bin=$WORK/counts_$variant
+        if [[ $variant == shared ]]; then pid=$BUILD_SHARED; else pid=$BUILD_STATIC; fi
+        wait_build "$pid" "counts_$variant"
+        cat "$LOGS/build-counts_$variant.log"
+        if [[ ! -x $bin ]]; then
+            row "counts_$variant: build (nvcc $ARCH)" "built" "failed: $(grep -m1 -iE 'error' "$LOGS/build-counts_$variant.log")" FAIL
+            continue
+        fi
+        row "counts_$variant: build (nvcc $ARCH)" "built" "$(tail -n1 "$LOGS/2-nvcc-version.txt")" PASS
+        if [[ $variant == static ]] && command -v readelf >/dev/null; then
+            # Whether the runtime linked into the executable can be found by symbol (.symtab).
+            row "counts_static: runtime symbols in the executable" "cudaLaunchKernel, cudaMalloc in .symtab" \
+                "$(readelf -sW "$bin" 2>/dev/null | awk '$8 ~ /^(cudaLaunchKernel|cudaLaunchKernelExC|cudaMalloc|cudaMemcpyAsync)$/ { print $8 " (" $5 ")" }' | sort -u | paste -sd ' ' -)" INFO
+        fi
+        # Untraced first: the program's own reference output, and proof it runs without the tracer.
+        timeout -k 5 60 "$bin" --delay-ms 0 >"$LOGS/counts_$variant.untraced.out" 2>&1
+        rc=$?
+        if ((rc == 0)) && grep -q '^DONE' "$LOGS/counts_$variant.untraced.out"; then
+            row "counts_$variant: runs untraced" "exit 0" "exit 0" PASS
+        else
+            row "counts_$variant: runs untraced" "exit 0" "exit $rc: $(grep -m1 FAILED "$LOGS/counts_$variant.untraced.out")" FAIL
+        fi
+        ((HAVE_CW)) || continue
+        if ! t=$(budget 90 20); then
+            row "counts_$variant: traced" "run" "skipped: no time left" FAIL
+            continue
+        fi
+        cw_trace "counts_$variant" "$t" "$bin" --delay-ms 500
+        rc=$?
+        trace_report "counts_$variant"
+        row "counts_$variant: libraries probed (tracer's report)" "libcudart and libcuda" \
+            "$(grep -E '^causeway: (probed|note)' "$LOGS/counts_$variant.err" | sed 's/^causeway: //' | paste -sd ';' -)" INFO
+        if ((rc != 0)); then
+            row "counts_$variant: causeway trace" "exit 0" "exit $rc: $(grep -m1 -E 'error' "$LOGS/counts_$variant.err")" FAIL
+        fi
+        [[ -s $TRACES/counts_$variant.db ]] || {
+            row "counts_$variant: trace written" "a trace" "none" FAIL
+            continue
+        }
+        timeout 60 "$CW" stats --db "$TRACES/counts_$variant.db" >"$LOGS/counts_$variant.stats.txt" 2>&1
+        timeout 60 "$CW" stats --db "$TRACES/counts_$variant.db" --json >"$LOGS/counts_$variant.stats.json" 2>&1
+        timeout 60 "$CW" query --db "$TRACES/counts_$variant.db" \
+            "SELECT e.source, e.op, o.name, count(*) AS n FROM events e LEFT JOIN ops o ON o.source_id = e.source AND o.op_id = e.op WHERE e.source IN (1, 4, 8) GROUP BY e.source, e.op ORDER BY e.source, e.op" \
+            >"$LOGS/counts_$variant.query.txt" 2>&1
+        cat "$LOGS/counts_$variant.query.txt"
+        local args=(counts --db "$TRACES/counts_$variant.db" --program-log "$LOGS/counts_$variant.out" --label "counts_$variant"
+            --stats-json "$LOGS/counts_$variant.stats.json" --nesting-out "$LOGS/nesting-$variant.txt")
+        [[ $variant == static ]] && args+=(--static)
+        analyze "${args[@]}" 2>&1 | tee "$LOGS/counts_$variant.analyze.log"
+    done
+}
+
+# ----------------------------------------------------------------------------------------- 3. train
+
+step_train() {
+    say "3. train.py traced: launch counts per API vs torch.profiler (CUPTI)"
+    ((HAVE_CW && HAVE_TORCH)) || {
+        row "train: traced" "run" "skipped: no causeway or no torch with CUDA" FAIL
+        return
+    }
+    local t rc
+    if ! t=$(budget 240 90); then
+        row "train: traced" "run" "skipped: no time left" FAIL
+        return
+    fi
+    cw_trace train "$t" "$PY" "$SRC/train.py" --json "$LOGS/train-traced.json" --trace-dir "$LOGS/profiles" ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"}
+    rc=$?
+    trace_report train
+    grep -E '^(PHASE|STEPS_PER_S|PROFILE|PHASE_ERROR)' "$LOGS/train.out"
+    if ((rc != 0)); then
+        row "train: causeway trace" "exit 0" "exit $rc (see logs/train.err)" FAIL
+    fi
+    if [[ ! -s $LOGS/train-traced.json ]]; then
+        row "train: results" "train-traced.json" "none: $(tail -n1 "$LOGS/train.out")" FAIL
+        return
+    fi
+    analyze train --db "$TRACES/train.db" --json "$LOGS/train-traced.json" --label train 2>&1 | tee "$LOGS/train.analyze.log"
+}
+
+step_overhead() {
+    say "3b. overhead: the same training untraced"
+    if ! ((HAVE_TORCH)) || [[ ! -s $LOGS/train-traced.json ]]; then
+        row "overhead" "an untraced run to compare with" "skipped: no traced results" INFO
+        return
+    fi
+    local t
+    if ! t=$(budget 150 60); then
+        row "overhead" "an untraced run (eager, compile)" "skipped: no time left" INFO
+        return
+    fi
+    timeout -k 10 "$t" "$PY" "$SRC/train.py" --phases eager,compile --no-profile --json "$LOGS/train-untraced.json" \
+        ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"} >"$LOGS/train-untraced.out" 2>&1
+    grep -E '^(STEPS_PER_S|PHASE_ERROR)' "$LOGS/train-untraced.out"
+    if [[ -s $LOGS/train-untraced.json ]]; then
+        analyze overhead --traced "$LOGS/train-traced.json" --untraced "$LOGS/train-untraced.json" 2>&1 | tee "$LOGS/overhead.analyze.log"
+    else
+        row "overhead" "an untraced run" "no results: $(tail -n1 "$LOGS/train-untraced.out")" INFO
+    fi
+}
+
+# ------------------------------------------------------------------------------------- 4. diagnosis
+
+# diag LABEL REQUIRED [train.py args...]: eager training pinned to HOG_CPU for DIAG_SECS, traced;
+# the hog runs on the same CPU from DIAG_SECS/4 to 3*DIAG_SECS/4 after the loop is warm.
+diag() {
+    local label=$1 required=$2
+    shift 2
+    local name=diag-$label t tp hp i started=0 hog_at=$((DIAG_SECS / 4)) hog_secs=$((DIAG_SECS / 2)) h0=0 h1=0 rc
+    say "4. diagnosis ($label): $HOG_NAME pinned to CPU $HOG_CPU from +${hog_at}s for ${hog_secs}s"
+    local sev=INFO
+    ((required)) && sev=FAIL
+    ((HAVE_CW && HAVE_TORCH)) || {
+        row "$name: run" "traced training with a hog" "skipped: no causeway or no torch with CUDA" $sev
+        return
+    }
+    wait_build "$BUILD_HOG" hog >/dev/null
+    BUILD_HOG=""
+    [[ -x $WORK/hog ]] || {
+        row "$name: hog built (cc tests/scenarios/hog.c)" "built" "failed: $(head -c 200 "$LOGS/build-hog.log")" $sev
+        return
+    }
+    if ! t=$(budget $((DIAG_SECS + 60)) $((DIAG_SECS + 25))); then
+        row "$name: run" "traced training with a hog" "skipped: no time left" $sev
+        return
+    fi
+    cw_trace "$name" "$t" taskset -c "$HOG_CPU" "$PY" "$SRC/train.py" --secs "$DIAG_SECS" --json "$LOGS/$name.json" "$@" &
+    tp=$!
+    BG_PIDS+=("$tp")
+    for ((i = 0; i < 600; i++)); do
+        grep -q '^TRAIN_START' "$LOGS/$name.out" 2>/dev/null && {
+            started=1
+            break
+        }
+        kill -0 "$tp" 2>/dev/null || break
+        sleep 0.2
+    done
+    if ((started)); then
+        sleep "$hog_at"
+        h0=$(date +%s%N)
+        taskset -c "$HOG_CPU" "$WORK/hog" --name "$HOG_NAME" --secs "$hog_secs" >"$LOGS/$name.hog.log" 2>&1 &
+        hp=$!
+        BG_PIDS+=("$hp")
+        wait "$hp"
+        h1=$(date +%s%N)
+    else
+        echo "gpu-check: training never reported TRAIN_START" >>"$LOGS/$name.err"
+    fi
+    wait "$tp"
+    rc=$?
+    trace_report "$name"
+    grep -E '^(SETFLAGS|FLAGS|TRAIN_START|TRAIN_END)' "$LOGS/$name.out"
+    cat "$LOGS/$name.hog.log" 2>/dev/null
+    ((rc == 0)) || row "$name: causeway trace" "exit 0" "exit $rc (see logs/$name.err)" $sev
+    if ((!started)); then
+        row "$name: training started" "TRAIN_START" "no: $(tail -n1 "$LOGS/$name.out") $(grep -v '^[-+ |]' "$LOGS/$name.err" | tail -n2)" $sev
+        return
+    fi
+    if ! t=$(budget 150 20); then
+        row "$name: causeway explain" "ran" "skipped: no time left" $sev
+        return
+    fi
+    timeout -k 5 "$t" "$CW" explain --db "$TRACES/$name.db" --json >"$LOGS/$name.explain.json" 2>"$LOGS/$name.explain.err"
+    rc=$?
+    if (($(left) > 200)); then # the report as people read it, when time allows a second explain
+        timeout -k 5 60 "$CW" explain --db "$TRACES/$name.db" >"$LOGS/$name.explain.txt" 2>&1
+    fi
+    if ((rc != 0)); then
+        row "$name: causeway explain --json" "exit 0" "exit $rc: $(tail -n1 "$LOGS/$name.explain.err")" $sev
+        return
+    fi
+    local args=(diag --db "$TRACES/$name.db" --explain "$LOGS/$name.explain.json" --hog-log "$LOGS/$name.hog.log"
+        --hog-start-ns "$h0" --hog-end-ns "$h1" --train-json "$LOGS/$name.json" --label "$name" --cpu "$HOG_CPU")
+    ((required)) && args+=(--required)
+    analyze "${args[@]}" 2>&1 | tee "$LOGS/$name.analyze.log"
+}
+
+step_late() {
+    say "4b. late attach: CUDA libraries mapped 3 s after the process started"
+    ((HAVE_CW && HAVE_TORCH)) || {
+        row "late attach" "run" "skipped: no causeway or no torch with CUDA" FAIL
+        return
+    }
+    local t rc
+    if ! t=$(budget 90 30); then
+        row "late attach" "run" "skipped: no time left" FAIL
+        return
+    fi
+    cw_trace late "$t" "$PY" "$SRC/late.py" 3
+    rc=$?
+    trace_report late
+    cat "$LOGS/late.out"
+    ((rc == 0)) || row "late attach: causeway trace" "exit 0" "exit $rc (see logs/late.err)" FAIL
+    analyze late --db "$TRACES/late.db" --program-log "$LOGS/late.out" 2>&1 | tee "$LOGS/late.analyze.log"
+}
+
+step_compare() {
+    local f
+    for f in diag-spin.explain.json diag-blocking.explain.json diag-spin.json diag-blocking.json; do
+        [[ -s $LOGS/$f ]] || return 0
+    done
+    analyze compare --spin-db "$TRACES/diag-spin.db" --spin-explain "$LOGS/diag-spin.explain.json" --spin-json "$LOGS/diag-spin.json" \
+        --blocking-db "$TRACES/diag-blocking.db" --blocking-explain "$LOGS/diag-blocking.explain.json" \
+        --blocking-json "$LOGS/diag-blocking.json" 2>&1 | tee "$LOGS/diag-compare.log"
+}
+
+# ------------------------------------------------------------------------------------------ summary
+
+summary() {
+    local pass fail info
+    pass=$(awk -F'\t' '$4 == "PASS"' "$ROWS" | wc -l)
+    fail=$(awk -F'\t' '$4 == "FAIL"' "$ROWS" | wc -l)
+    info=$(awk -F'\t' '$4 == "INFO"' "$ROWS" | wc -l)
+    {
+        echo "Causeway GPU acceptance run: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(uname -r), $(head -n1 "$LOGS/1-nvidia-smi.log" 2>/dev/null)"
+        echo "causeway: $CW; output: $OUTDIR; took $(($(date +%s) - START)) s of a ${BUDGET} s budget"
+        echo
+        awk -F'\t' '
+            function cut(s, n) { return length(s) > n ? substr(s, 1, n - 1) "~" : s }
+            BEGIN { printf "%-48s %-34s %-86s %s\n", "CHECK", "EXPECTED", "GOT", "RESULT"
+                    printf "%-48s %-34s %-86s %s\n", "-----", "--------", "---", "------" }
+            { printf "%-48s %-34s %-86s %s\n", cut($1, 48), cut($2, 34), cut($3, 86), $4 }' "$ROWS"
+        echo
+        echo "$pass PASS, $fail FAIL, $info INFO (full rows: summary.tsv; logs: logs/; traces: traces/)"
+    } | tee "$OUTDIR/summary.txt"
+    [[ $fail -eq 0 ]]
+}
+
+# pack: logs/ into logs.tar.gz and the traces that fit into traces.tar (each trace gzipped, smallest
+# first, 15 MiB in all), leaving summary.txt, summary.tsv, logs.tar.gz and traces.tar.
+pack() {
+    local f size total=0 limit=$((15 * 1024 * 1024)) keep=()
+    tar -czf "$OUTDIR/logs.tar.gz" -C "$OUTDIR" logs 2>/dev/null
+    if (($(stat -c %s "$OUTDIR/logs.tar.gz") > limit)); then
+        tar -czf "$OUTDIR/logs.tar.gz" -C "$OUTDIR" --exclude=logs/profiles logs 2>/dev/null
+    fi
+    mkdir -p "$WORK/packed"
+    for f in "$TRACES"/*.db; do
+        [[ -e $f ]] && gzip -c "$f" >"$WORK/packed/$(basename "$f").gz"
+    done
+    while read -r size f; do
+        ((total + size <= limit)) || continue
+        total=$((total + size))
+        keep+=("$f")
+    done < <(find "$WORK/packed" -name '*.gz' -printf '%s %f\n' 2>/dev/null | sort -n)
+    if ((${#keep[@]})); then
+        tar -cf "$OUTDIR/traces.tar" -C "$WORK/packed" "${keep[@]}"
+    fi
+    echo "packed: logs.tar.gz, traces.tar (${keep[*]:-no trace fits})" >>"$OUTDIR/summary.txt"
+    rm -rf "$LOGS" "$TRACES"
+}
+
+main() {
+    echo "gpu-check: causeway=$CW output=$OUTDIR budget=${BUDGET}s work=$WORK"
+    start_builds
+    step_env
+    step_counts
+    step_train
+    diag spin 1
+    step_late
+    diag blocking 0 --blocking-sync
+    step_compare
+    step_overhead
+    say "5. summary"
+    local ok=0
+    summary || ok=1
+    cleanup
+    if [[ ${GPU_CHECK_PACK:-0} == 1 ]]; then
+        pack
+    fi
+    rm -rf "$WORK"
+    return $ok
+}
+
+main
+exit $?
