@@ -2,6 +2,9 @@
 //! ldconfig cache, the standard CUDA install paths, and pip `nvidia-*` wheels in site-packages
 //! (`nvidia/cuda_runtime/lib/libcudart.so.12`). Sonames `.so`, `.so.11`, `.so.12`, `.so.13`.
 
+#[cfg(test)]
+pub(crate) mod testutil;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
