@@ -1,12 +1,19 @@
 //! Finding the CUDA libraries to probe: an explicit path, the `/proc/PID/maps` of the targets, the
-//! ldconfig cache, the standard CUDA install paths, and pip `nvidia-*` wheels in site-packages
-//! (`nvidia/cuda_runtime/lib/libcudart.so.12`). Sonames `.so`, `.so.11`, `.so.12`, `.so.13`.
+//! ldconfig cache, the standard CUDA install paths (and `/usr/local/nvidia`, the driver mount of GPU
+//! container images), pip `nvidia-*` wheels in site-packages (`nvidia/cuda_runtime/lib/libcudart.so.12`,
+//! `nvidia/cu13/lib/libcudart.so.13`) and the copies torch wheels carry in `torch/lib`.
+//!
+//! Names: sonames `.so`, `.so.11`, `.so.12`, `.so.13`, and auditwheel's hashed copies
+//! (`libcudart-8774224f.so.12`). A file whose name says nothing is classified by the functions it
+//! defines ([`classify_file`]).
 
 #[cfg(test)]
 pub(crate) mod testutil;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 /// Which API a library implements.
 #[derive(
@@ -30,20 +37,72 @@ pub struct FoundLibrary {
     pub how: String,
 }
 
-/// The kind of a CUDA library, from its file name (`libcudart.so.12.4.127`, `libcuda.so.1`, ...).
+/// The kind of a CUDA library, from its file name: `libcudart.so.12.4.127`, `libcuda.so.1`, and the
+/// auditwheel-renamed copies `libcudart-<8 hex>.so[.N...]` / `libcuda-<8 hex>.so[.N...]` that
+/// LibTorch and older torch wheels ship (`libcudart-8774224f.so.12`, `libcudart-d0da41ae.so.11.0`).
 pub fn classify(path: &Path) -> Option<LibKind> {
     let name = path.file_name()?.to_str()?;
-    let ok_suffix = |rest: &str| {
-        rest.is_empty()
-            || rest.starts_with('.') && rest[1..].chars().all(|c| c.is_ascii_digit() || c == '.')
-    };
-    if let Some(rest) = name.strip_prefix("libcudart.so") {
-        return ok_suffix(rest).then_some(LibKind::Runtime);
-    }
-    if let Some(rest) = name.strip_prefix("libcuda.so") {
-        return ok_suffix(rest).then_some(LibKind::Driver);
+    for (stem, kind) in [
+        ("libcudart", LibKind::Runtime),
+        ("libcuda", LibKind::Driver),
+    ] {
+        let Some(rest) = name.strip_prefix(stem) else {
+            continue;
+        };
+        // auditwheel: `-` and the first 8 hex digits of the file's sha256
+        let rest = match rest.strip_prefix('-') {
+            Some(h) if h.len() >= 8 && h.as_bytes()[..8].iter().all(u8::is_ascii_hexdigit) => {
+                &h[8..]
+            }
+            Some(_) => return None,
+            None => rest,
+        };
+        let Some(version) = rest.strip_prefix(".so") else {
+            continue;
+        };
+        let numeric = |v: &str| {
+            !v.is_empty()
+                && v.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
+        };
+        if version.is_empty() || version.strip_prefix('.').is_some_and(numeric) {
+            return Some(kind);
+        }
     }
     None
+}
+
+/// Functions whose definition makes a file the CUDA runtime, or the CUDA driver.
+const RUNTIME_MARKS: [&str; 2] = ["cudaLaunchKernel", "cudaMalloc"];
+const DRIVER_MARKS: [&str; 2] = ["cuLaunchKernel", "cuInit"];
+
+/// The kind of any file: by its name when that says (see [`classify`]), else by the functions the
+/// ELF file defines (`.dynsym` or `.symtab`, local ones included): `cudaLaunchKernel` or
+/// `cudaMalloc` make it the runtime, `cuLaunchKernel` or `cuInit` the driver. For `--cuda-lib`
+/// pointing at a renamed copy, a shim, or an executable that links the runtime statically. An error
+/// (with the path) for a missing, non-ELF or malformed file, and for one that defines neither API.
+pub fn classify_file(path: &Path) -> anyhow::Result<LibKind> {
+    let meta = std::fs::metadata(path).with_context(|| path.display().to_string())?;
+    anyhow::ensure!(meta.is_file(), "{} is not a regular file", path.display());
+    if let Some(kind) = classify(path) {
+        return Ok(kind);
+    }
+    let wanted: Vec<&str> = RUNTIME_MARKS.iter().chain(&DRIVER_MARKS).copied().collect();
+    let defined = crate::symbols::defined_functions(path, &wanted)
+        .with_context(|| format!("{}: not a readable ELF file", path.display()))?;
+    let defines = |marks: &[&str]| marks.iter().any(|m| defined.iter().any(|d| d == m));
+    if defines(&RUNTIME_MARKS) {
+        Ok(LibKind::Runtime)
+    } else if defines(&DRIVER_MARKS) {
+        Ok(LibKind::Driver)
+    } else {
+        anyhow::bail!(
+            "{} defines neither the CUDA runtime's symbols ({}) nor the driver's ({})",
+            path.display(),
+            RUNTIME_MARKS.join(", "),
+            DRIVER_MARKS.join(", ")
+        )
+    }
 }
 
 /// Accumulates found libraries, one entry per real file.
@@ -203,6 +262,9 @@ fn cuda_dirs() -> Vec<PathBuf> {
         "/usr/lib",
         "/usr/lib/wsl/lib",
         "/usr/lib/x86_64-linux-gnu/nvidia/current",
+        // the driver mount of NVIDIA's container images and of the GPU machines
+        "/usr/local/nvidia/lib64",
+        "/usr/local/nvidia/lib",
     ] {
         v.push(PathBuf::from(d));
     }
@@ -254,21 +316,29 @@ pub fn site_packages_of_program(program: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `nvidia/*/lib/libcud*.so*` inside one site-packages directory.
+/// The CUDA libraries of one site-packages directory: `nvidia/*/lib/libcud*` (CUDA 12 wheels'
+/// `nvidia/cuda_runtime/lib/libcudart.so.12`, CUDA 13 wheels' `nvidia/cu13/lib/libcudart.so.13`)
+/// and the copies a torch wheel carries in `torch/lib` (`libcudart-8774224f.so.12`).
 pub fn wheel_libs(site: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = children(&site.join("nvidia"), "")
+        .into_iter()
+        .map(|pkg| pkg.join("lib"))
+        .collect();
+    dirs.push(site.join("torch/lib"));
     let mut v = Vec::new();
-    for pkg in children(&site.join("nvidia"), "") {
-        for f in children(&pkg.join("lib"), "libcud") {
-            if classify(&f).is_some() {
-                v.push(f);
-            }
-        }
+    for dir in dirs {
+        v.extend(
+            children(&dir, "libcud")
+                .into_iter()
+                .filter(|f| classify(f).is_some()),
+        );
     }
     v
 }
 
 #[cfg(test)]
 mod tests {
+    use super::testutil::compile;
     use super::*;
 
     #[test]
@@ -280,11 +350,79 @@ mod tests {
             ("libcudart.so", Some(LibKind::Runtime)),
             ("libcuda.so.1", Some(LibKind::Driver)),
             ("libcuda.so.580.65.06", Some(LibKind::Driver)),
+            // auditwheel copies (libtorch 2.5.1+cu124, older torch wheels, CUDA 13)
+            ("libcudart-8774224f.so.12", Some(LibKind::Runtime)),
+            ("libcudart-d0da41ae.so.11.0", Some(LibKind::Runtime)),
+            ("libcudart-5e1c0ffe.so.13", Some(LibKind::Runtime)),
+            ("libcudart-5e1c0ffe.so", Some(LibKind::Runtime)),
+            ("libcuda-0123abcd.so.1", Some(LibKind::Driver)),
             ("libcudart_static.a", None),
+            ("libcudart-xyz.so.12", None),
+            ("libcudart-8774224g.so.12", None),
+            ("libcudart-8774224.so.12", None),
+            ("libcudart-8774224fa.so.12", None),
+            ("libcudart-8774224f.a", None),
+            ("libcudart.so.12.bak", None),
+            ("libcudart.so.", None),
+            ("libcudart.so.12..1", None),
             ("libcudadebugger.so.1", None),
             ("libcudnn.so.9", None),
+            ("libcuda_stub.so", None),
+            ("libcudart.a", None),
         ] {
             assert_eq!(classify(Path::new(n)), k, "{n}");
+        }
+    }
+
+    #[test]
+    fn files_are_classified_by_name_then_by_their_symbols() {
+        let d = tempfile::tempdir().unwrap();
+        let p = |n: &str| d.path().join(n);
+        // the name is enough: the content is not read
+        std::fs::write(p("libcudart-8774224f.so.12"), b"x").unwrap();
+        assert_eq!(
+            classify_file(&p("libcudart-8774224f.so.12")).unwrap(),
+            LibKind::Runtime
+        );
+        compile(
+            "int cudaLaunchKernel(const void *f) { return f != 0; }\n",
+            &p("shim.so"),
+            &["-shared", "-fPIC"],
+        );
+        assert_eq!(classify_file(&p("shim.so")).unwrap(), LibKind::Runtime);
+        compile(
+            "int cuInit(unsigned f) { return (int)f; }\n",
+            &p("drv.so"),
+            &["-shared", "-fPIC"],
+        );
+        assert_eq!(classify_file(&p("drv.so")).unwrap(), LibKind::Driver);
+        compile(
+            "int cublasCreate_v2(void *h) { return h != 0; }\n",
+            &p("other.so"),
+            &["-shared", "-fPIC"],
+        );
+        let e = format!("{:#}", classify_file(&p("other.so")).unwrap_err());
+        assert!(
+            e.contains("defines neither") && e.contains("other.so"),
+            "{e}"
+        );
+        // not ELF, cut short, missing, a directory: errors naming the file, no panic
+        std::fs::write(p("notes.txt"), b"cudaLaunchKernel cuInit").unwrap();
+        let bytes = std::fs::read(p("drv.so")).unwrap();
+        std::fs::write(p("cut.so"), &bytes[..bytes.len().min(200)]).unwrap();
+        std::fs::write(p("empty.so"), b"").unwrap();
+        for bad in ["notes.txt", "cut.so", "empty.so", "missing.so"] {
+            let e = format!("{:#}", classify_file(&p(bad)).unwrap_err());
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        assert!(classify_file(d.path()).is_err());
+    }
+
+    #[test]
+    fn the_gpu_images_driver_mount_is_searched() {
+        let dirs = cuda_dirs();
+        for d in ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"] {
+            assert!(dirs.contains(&PathBuf::from(d)), "{d}: {dirs:?}");
         }
     }
 
@@ -305,23 +443,61 @@ mod tests {
     }
 
     #[test]
-    fn pip_wheel_layout_is_found() {
+    fn wheel_layouts_of_cuda_12_cuda_13_and_torch_are_found() {
         let d = tempfile::tempdir().unwrap();
-        let lib = d.path().join("nvidia/cuda_runtime/lib");
-        std::fs::create_dir_all(&lib).unwrap();
-        std::fs::write(lib.join("libcudart.so.12"), b"x").unwrap();
-        std::fs::write(lib.join("libnvrtc.so.12"), b"x").unwrap();
+        let site = d.path();
+        for (dir, files) in [
+            (
+                "nvidia/cuda_runtime/lib",
+                &["libcudart.so.12", "libnvrtc.so.12"][..],
+            ),
+            (
+                "nvidia/cu13/lib",
+                &["libcudart.so.13", "libcublas.so.13", "libcudadevrt.a"][..],
+            ),
+            (
+                "torch/lib",
+                &[
+                    "libcudart-8774224f.so.12",
+                    "libtorch_cuda.so",
+                    "libc10_cuda.so",
+                ][..],
+            ),
+        ] {
+            std::fs::create_dir_all(site.join(dir)).unwrap();
+            for f in files {
+                std::fs::write(site.join(dir).join(f), b"x").unwrap();
+            }
+        }
+        let mut got: Vec<String> = wheel_libs(site)
+            .iter()
+            .map(|p| p.strip_prefix(site).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "nvidia/cu13/lib/libcudart.so.13",
+                "nvidia/cuda_runtime/lib/libcudart.so.12",
+                "torch/lib/libcudart-8774224f.so.12"
+            ]
+        );
         let found = discover(&DiscoveryOptions {
             explicit_only: false,
-            site_packages: vec![d.path().into()],
+            site_packages: vec![site.into()],
             ..Default::default()
         });
-        assert!(
-            found.iter().any(
-                |f| f.path.ends_with("nvidia/cuda_runtime/lib/libcudart.so.12")
+        for want in [
+            "nvidia/cuda_runtime/lib/libcudart.so.12",
+            "nvidia/cu13/lib/libcudart.so.13",
+            "torch/lib/libcudart-8774224f.so.12",
+        ] {
+            assert!(
+                found.iter().any(|f| f.path.ends_with(want)
                     && f.how == "pip-wheel"
-            ),
-            "{found:?}"
-        );
+                    && f.kind == LibKind::Runtime),
+                "{want}: {found:?}"
+            );
+        }
     }
 }
