@@ -6,10 +6,18 @@
 //! Names: sonames `.so`, `.so.11`, `.so.12`, `.so.13`, and auditwheel's hashed copies
 //! (`libcudart-8774224f.so.12`). A file whose name says nothing is classified by the functions it
 //! defines ([`classify_file`]).
+//!
+//! Submodules: [`mapped`] reads what a running process has mapped, checked by (dev, inode) so that
+//! a file replaced after it was mapped, or a same-path file of another mount namespace, is never
+//! taken for it.
 
+pub mod mapped;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+pub use mapped::{file_id, mapped_cuda_libs, MappedLib};
+
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +38,9 @@ pub enum LibKind {
 /// A library found on this host.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct FoundLibrary {
-    /// The file (symlinks resolved).
+    /// The file: symlinks resolved for a host path; for a library of a process's maps that this
+    /// path does not reach (another mount namespace), `/proc/PID/root/...` (do not canonicalize
+    /// that: it would turn into the host's path).
     pub path: PathBuf,
     pub kind: LibKind,
     /// Where it was found: `explicit`, `maps:PID`, `ldconfig`, `cuda-path`, `pip-wheel`.
@@ -105,25 +115,49 @@ pub fn classify_file(path: &Path) -> anyhow::Result<LibKind> {
     }
 }
 
-/// Accumulates found libraries, one entry per real file.
+/// Accumulates found libraries, one entry per file: keyed by (dev, inode), so that one file reached
+/// through two paths (a symlinked CUDA directory; the host path and `/proc/PID/root/...`) is one
+/// entry. The first way it was found is kept; a path through `/proc` gives way to a plain one.
 #[derive(Default)]
-struct Found(BTreeMap<PathBuf, FoundLibrary>);
+struct Found {
+    libs: BTreeMap<(u64, u64), FoundLibrary>,
+    notes: Vec<String>,
+}
 
 impl Found {
+    /// A host path: classified by name, symlinks resolved.
     fn add(&mut self, path: &Path, how: &str) {
         let Some(kind) = classify(path) else { return };
         let Ok(real) = std::fs::canonicalize(path) else {
             return;
         };
-        if !real.is_file() {
+        self.insert(real, kind, how);
+    }
+
+    /// `path` is taken as given: a `/proc/PID/root/...` path must not be canonicalized (readlink of
+    /// another mount namespace's root gives `/`, which would land on the host's file of that name).
+    fn insert(&mut self, path: PathBuf, kind: LibKind, how: &str) {
+        if !path.is_file() {
             return;
         }
-        self.0.entry(real.clone()).or_insert(FoundLibrary {
-            path: real,
-            kind,
-            how: how.to_string(),
-        });
+        let Ok(id) = file_id(&path) else { return };
+        match self.libs.entry(id) {
+            Entry::Vacant(e) => {
+                e.insert(FoundLibrary {
+                    path,
+                    kind,
+                    how: how.to_string(),
+                });
+            }
+            Entry::Occupied(mut e) => {
+                let f = e.get_mut();
+                if f.path.starts_with("/proc") && !path.starts_with("/proc") {
+                    f.path = path;
+                }
+            }
+        }
     }
+
     fn scan_dir(&mut self, dir: &Path, how: &str) {
         let Ok(rd) = std::fs::read_dir(dir) else {
             return;
@@ -150,22 +184,45 @@ pub struct DiscoveryOptions {
     pub no_siblings: bool,
 }
 
+/// Every CUDA library the options point at, one per file, sorted by path.
 pub fn discover(opts: &DiscoveryOptions) -> Vec<FoundLibrary> {
+    discover_with_notes(opts).0
+}
+
+/// [`discover`], with what was passed over and why: an explicit file that is not a CUDA library, a
+/// mapped library deleted or replaced after the process mapped it.
+pub fn discover_with_notes(opts: &DiscoveryOptions) -> (Vec<FoundLibrary>, Vec<String>) {
     let mut f = Found::default();
     for p in &opts.explicit {
         if p.is_dir() {
             f.scan_dir(p, "explicit");
-        } else {
-            f.add(p, "explicit");
-            if let Some(dir) = p.parent().filter(|_| !opts.no_siblings) {
-                f.scan_dir(dir, "explicit");
-            }
+            continue;
+        }
+        let real = |kind| -> anyhow::Result<(LibKind, PathBuf)> {
+            Ok((
+                kind,
+                std::fs::canonicalize(p).with_context(|| p.display().to_string())?,
+            ))
+        };
+        match classify_file(p).and_then(real) {
+            Ok((kind, real)) => f.insert(real, kind, "explicit"),
+            Err(e) => f.notes.push(format!("{e:#}")),
+        }
+        if let Some(dir) = p.parent().filter(|_| !opts.no_siblings) {
+            f.scan_dir(dir, "explicit");
         }
     }
     for &pid in &opts.pids {
-        for lib in libs_in_maps(pid) {
-            f.add(&lib, &format!("maps:{pid}"));
+        let (libs, notes) = mapped_cuda_libs(pid);
+        for lib in libs {
+            // the plain path when it is the same file: it outlives the process
+            let path = match file_id(&lib.path_in_process) {
+                Ok(id) if id == (lib.dev, lib.ino) => lib.path_in_process,
+                _ => lib.open_path,
+            };
+            f.insert(path, lib.kind, &format!("maps:{pid}"));
         }
+        f.notes.extend(notes);
     }
     if !opts.explicit_only {
         for p in ldconfig_libs() {
@@ -182,31 +239,19 @@ pub fn discover(opts: &DiscoveryOptions) -> Vec<FoundLibrary> {
             }
         }
     }
-    f.0.into_values().collect()
+    let mut v: Vec<FoundLibrary> = f.libs.into_values().collect();
+    v.sort_by(|a, b| a.path.cmp(&b.path));
+    (v, f.notes)
 }
 
-/// CUDA libraries mapped into a process.
+/// CUDA libraries mapped into a process, as paths to open (`/proc/PID/root/...`, checked to be the
+/// mapped file). Superseded by [`mapped_cuda_libs`], which also gives each file's (dev, inode), its
+/// kind and notes on what was skipped; kept while the session's maps poll still calls it.
 pub fn libs_in_maps(pid: u32) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    let mut v: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5).map(PathBuf::from))
-        .filter(|p| classify(p).is_some())
-        .collect();
-    v.sort();
-    v.dedup();
-    // the file as seen by the process (it may live in another mount namespace)
-    v.into_iter()
-        .map(|p| {
-            let via_root = PathBuf::from(format!("/proc/{pid}/root{}", p.display()));
-            if p.exists() {
-                p
-            } else {
-                via_root
-            }
-        })
+    mapped_cuda_libs(pid)
+        .0
+        .into_iter()
+        .map(|m| m.open_path)
         .collect()
 }
 
@@ -416,6 +461,36 @@ mod tests {
             assert!(e.contains(bad), "{bad}: {e}");
         }
         assert!(classify_file(d.path()).is_err());
+    }
+
+    #[test]
+    fn explicit_files_are_one_entry_per_file_with_notes_for_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(a.join("libcudart.so.12"), b"x").unwrap();
+        // the same file under another name and directory: a hard link
+        std::fs::hard_link(
+            a.join("libcudart.so.12"),
+            b.join("libcudart-8774224f.so.12"),
+        )
+        .unwrap();
+        std::fs::write(b.join("README"), b"not a library").unwrap();
+        let (found, notes) = discover_with_notes(&DiscoveryOptions {
+            explicit: vec![
+                a.join("libcudart.so.12"),
+                b.join("libcudart-8774224f.so.12"),
+                b.join("README"),
+            ],
+            explicit_only: true,
+            ..Default::default()
+        });
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, LibKind::Runtime);
+        assert_eq!(found[0].how, "explicit");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("README"), "{notes:?}");
     }
 
     #[test]
