@@ -9,13 +9,15 @@
 //!
 //! Submodules: [`mapped`] reads what a running process has mapped, checked by (dev, inode) so that
 //! a file replaced after it was mapped, or a same-path file of another mount namespace, is never
-//! taken for it.
+//! taken for it; [`static_runtime`] finds a CUDA runtime linked into an executable.
 
 pub mod mapped;
+pub mod static_runtime;
 #[cfg(test)]
 pub(crate) mod testutil;
 
 pub use mapped::{file_id, mapped_cuda_libs, MappedLib};
+pub use static_runtime::{static_runtime_in_file, static_runtime_of, StaticRuntime};
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
