@@ -1,9 +1,29 @@
 //! Finding the CUDA libraries to probe: an explicit path, the `/proc/PID/maps` of the targets, the
-//! ldconfig cache, the standard CUDA install paths, and pip `nvidia-*` wheels in site-packages
-//! (`nvidia/cuda_runtime/lib/libcudart.so.12`). Sonames `.so`, `.so.11`, `.so.12`, `.so.13`.
+//! ldconfig cache, the standard CUDA install paths (and `/usr/local/nvidia`, the driver mount of GPU
+//! container images), pip `nvidia-*` wheels in site-packages (`nvidia/cuda_runtime/lib/libcudart.so.12`,
+//! `nvidia/cu13/lib/libcudart.so.13`) and the copies torch wheels carry in `torch/lib`.
+//!
+//! Names: sonames `.so`, `.so.11`, `.so.12`, `.so.13`, and auditwheel's hashed copies
+//! (`libcudart-8774224f.so.12`). A file whose name says nothing is classified by the functions it
+//! defines ([`classify_file`]).
+//!
+//! Submodules: [`mapped`] reads what a running process has mapped, checked by (dev, inode) so that
+//! a file replaced after it was mapped, or a same-path file of another mount namespace, is never
+//! taken for it; [`static_runtime`] finds a CUDA runtime linked into an executable.
 
+pub mod mapped;
+pub mod static_runtime;
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use mapped::{file_id, mapped_cuda_libs, MappedLib};
+pub use static_runtime::{static_runtime_in_file, static_runtime_of, StaticRuntime};
+
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 /// Which API a library implements.
 #[derive(
@@ -20,48 +40,126 @@ pub enum LibKind {
 /// A library found on this host.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct FoundLibrary {
-    /// The file (symlinks resolved).
+    /// The file: symlinks resolved for a host path; for a library of a process's maps that this
+    /// path does not reach (another mount namespace), `/proc/PID/root/...` (do not canonicalize
+    /// that: it would turn into the host's path).
     pub path: PathBuf,
     pub kind: LibKind,
     /// Where it was found: `explicit`, `maps:PID`, `ldconfig`, `cuda-path`, `pip-wheel`.
     pub how: String,
 }
 
-/// The kind of a CUDA library, from its file name (`libcudart.so.12.4.127`, `libcuda.so.1`, ...).
+/// The kind of a CUDA library, from its file name: `libcudart.so.12.4.127`, `libcuda.so.1`, and the
+/// auditwheel-renamed copies `libcudart-<8 hex>.so[.N...]` / `libcuda-<8 hex>.so[.N...]` that
+/// LibTorch and older torch wheels ship (`libcudart-8774224f.so.12`, `libcudart-d0da41ae.so.11.0`).
 pub fn classify(path: &Path) -> Option<LibKind> {
     let name = path.file_name()?.to_str()?;
-    let ok_suffix = |rest: &str| {
-        rest.is_empty()
-            || rest.starts_with('.') && rest[1..].chars().all(|c| c.is_ascii_digit() || c == '.')
-    };
-    if let Some(rest) = name.strip_prefix("libcudart.so") {
-        return ok_suffix(rest).then_some(LibKind::Runtime);
-    }
-    if let Some(rest) = name.strip_prefix("libcuda.so") {
-        return ok_suffix(rest).then_some(LibKind::Driver);
+    for (stem, kind) in [
+        ("libcudart", LibKind::Runtime),
+        ("libcuda", LibKind::Driver),
+    ] {
+        let Some(rest) = name.strip_prefix(stem) else {
+            continue;
+        };
+        // auditwheel: `-` and the first 8 hex digits of the file's sha256
+        let rest = match rest.strip_prefix('-') {
+            Some(h) if h.len() >= 8 && h.as_bytes()[..8].iter().all(u8::is_ascii_hexdigit) => {
+                &h[8..]
+            }
+            Some(_) => return None,
+            None => rest,
+        };
+        let Some(version) = rest.strip_prefix(".so") else {
+            continue;
+        };
+        let numeric = |v: &str| {
+            !v.is_empty()
+                && v.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
+        };
+        if version.is_empty() || version.strip_prefix('.').is_some_and(numeric) {
+            return Some(kind);
+        }
     }
     None
 }
 
-/// Accumulates found libraries, one entry per real file.
+/// Functions whose definition makes a file the CUDA runtime, or the CUDA driver.
+const RUNTIME_MARKS: [&str; 2] = ["cudaLaunchKernel", "cudaMalloc"];
+const DRIVER_MARKS: [&str; 2] = ["cuLaunchKernel", "cuInit"];
+
+/// The kind of any file: by its name when that says (see [`classify`]), else by the functions the
+/// ELF file defines (`.dynsym` or `.symtab`, local ones included): `cudaLaunchKernel` or
+/// `cudaMalloc` make it the runtime, `cuLaunchKernel` or `cuInit` the driver. For `--cuda-lib`
+/// pointing at a renamed copy, a shim, or an executable that links the runtime statically. An error
+/// (with the path) for a missing, non-ELF or malformed file, and for one that defines neither API.
+pub fn classify_file(path: &Path) -> anyhow::Result<LibKind> {
+    let meta = std::fs::metadata(path).with_context(|| path.display().to_string())?;
+    anyhow::ensure!(meta.is_file(), "{} is not a regular file", path.display());
+    if let Some(kind) = classify(path) {
+        return Ok(kind);
+    }
+    let wanted: Vec<&str> = RUNTIME_MARKS.iter().chain(&DRIVER_MARKS).copied().collect();
+    let defined = crate::symbols::defined_functions(path, &wanted)
+        .with_context(|| format!("{}: not a readable ELF file", path.display()))?;
+    let defines = |marks: &[&str]| marks.iter().any(|m| defined.iter().any(|d| d == m));
+    if defines(&RUNTIME_MARKS) {
+        Ok(LibKind::Runtime)
+    } else if defines(&DRIVER_MARKS) {
+        Ok(LibKind::Driver)
+    } else {
+        anyhow::bail!(
+            "{} defines neither the CUDA runtime's symbols ({}) nor the driver's ({})",
+            path.display(),
+            RUNTIME_MARKS.join(", "),
+            DRIVER_MARKS.join(", ")
+        )
+    }
+}
+
+/// Accumulates found libraries, one entry per file: keyed by (dev, inode), so that one file reached
+/// through two paths (a symlinked CUDA directory; the host path and `/proc/PID/root/...`) is one
+/// entry. The first way it was found is kept; a path through `/proc` gives way to a plain one.
 #[derive(Default)]
-struct Found(BTreeMap<PathBuf, FoundLibrary>);
+struct Found {
+    libs: BTreeMap<(u64, u64), FoundLibrary>,
+    notes: Vec<String>,
+}
 
 impl Found {
+    /// A host path: classified by name, symlinks resolved.
     fn add(&mut self, path: &Path, how: &str) {
         let Some(kind) = classify(path) else { return };
         let Ok(real) = std::fs::canonicalize(path) else {
             return;
         };
-        if !real.is_file() {
+        self.insert(real, kind, how);
+    }
+
+    /// `path` is taken as given: a `/proc/PID/root/...` path must not be canonicalized (readlink of
+    /// another mount namespace's root gives `/`, which would land on the host's file of that name).
+    fn insert(&mut self, path: PathBuf, kind: LibKind, how: &str) {
+        if !path.is_file() {
             return;
         }
-        self.0.entry(real.clone()).or_insert(FoundLibrary {
-            path: real,
-            kind,
-            how: how.to_string(),
-        });
+        let Ok(id) = file_id(&path) else { return };
+        match self.libs.entry(id) {
+            Entry::Vacant(e) => {
+                e.insert(FoundLibrary {
+                    path,
+                    kind,
+                    how: how.to_string(),
+                });
+            }
+            Entry::Occupied(mut e) => {
+                let f = e.get_mut();
+                if f.path.starts_with("/proc") && !path.starts_with("/proc") {
+                    f.path = path;
+                }
+            }
+        }
     }
+
     fn scan_dir(&mut self, dir: &Path, how: &str) {
         let Ok(rd) = std::fs::read_dir(dir) else {
             return;
@@ -88,22 +186,45 @@ pub struct DiscoveryOptions {
     pub no_siblings: bool,
 }
 
+/// Every CUDA library the options point at, one per file, sorted by path.
 pub fn discover(opts: &DiscoveryOptions) -> Vec<FoundLibrary> {
+    discover_with_notes(opts).0
+}
+
+/// [`discover`], with what was passed over and why: an explicit file that is not a CUDA library, a
+/// mapped library deleted or replaced after the process mapped it.
+pub fn discover_with_notes(opts: &DiscoveryOptions) -> (Vec<FoundLibrary>, Vec<String>) {
     let mut f = Found::default();
     for p in &opts.explicit {
         if p.is_dir() {
             f.scan_dir(p, "explicit");
-        } else {
-            f.add(p, "explicit");
-            if let Some(dir) = p.parent().filter(|_| !opts.no_siblings) {
-                f.scan_dir(dir, "explicit");
-            }
+            continue;
+        }
+        let real = |kind| -> anyhow::Result<(LibKind, PathBuf)> {
+            Ok((
+                kind,
+                std::fs::canonicalize(p).with_context(|| p.display().to_string())?,
+            ))
+        };
+        match classify_file(p).and_then(real) {
+            Ok((kind, real)) => f.insert(real, kind, "explicit"),
+            Err(e) => f.notes.push(format!("{e:#}")),
+        }
+        if let Some(dir) = p.parent().filter(|_| !opts.no_siblings) {
+            f.scan_dir(dir, "explicit");
         }
     }
     for &pid in &opts.pids {
-        for lib in libs_in_maps(pid) {
-            f.add(&lib, &format!("maps:{pid}"));
+        let (libs, notes) = mapped_cuda_libs(pid);
+        for lib in libs {
+            // the plain path when it is the same file: it outlives the process
+            let path = match file_id(&lib.path_in_process) {
+                Ok(id) if id == (lib.dev, lib.ino) => lib.path_in_process,
+                _ => lib.open_path,
+            };
+            f.insert(path, lib.kind, &format!("maps:{pid}"));
         }
+        f.notes.extend(notes);
     }
     if !opts.explicit_only {
         for p in ldconfig_libs() {
@@ -120,31 +241,19 @@ pub fn discover(opts: &DiscoveryOptions) -> Vec<FoundLibrary> {
             }
         }
     }
-    f.0.into_values().collect()
+    let mut v: Vec<FoundLibrary> = f.libs.into_values().collect();
+    v.sort_by(|a, b| a.path.cmp(&b.path));
+    (v, f.notes)
 }
 
-/// CUDA libraries mapped into a process.
+/// CUDA libraries mapped into a process, as paths to open (`/proc/PID/root/...`, checked to be the
+/// mapped file). Superseded by [`mapped_cuda_libs`], which also gives each file's (dev, inode), its
+/// kind and notes on what was skipped; kept while the session's maps poll still calls it.
 pub fn libs_in_maps(pid: u32) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return Vec::new();
-    };
-    let mut v: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5).map(PathBuf::from))
-        .filter(|p| classify(p).is_some())
-        .collect();
-    v.sort();
-    v.dedup();
-    // the file as seen by the process (it may live in another mount namespace)
-    v.into_iter()
-        .map(|p| {
-            let via_root = PathBuf::from(format!("/proc/{pid}/root{}", p.display()));
-            if p.exists() {
-                p
-            } else {
-                via_root
-            }
-        })
+    mapped_cuda_libs(pid)
+        .0
+        .into_iter()
+        .map(|m| m.open_path)
         .collect()
 }
 
@@ -200,6 +309,9 @@ fn cuda_dirs() -> Vec<PathBuf> {
         "/usr/lib",
         "/usr/lib/wsl/lib",
         "/usr/lib/x86_64-linux-gnu/nvidia/current",
+        // the driver mount of NVIDIA's container images and of the GPU machines
+        "/usr/local/nvidia/lib64",
+        "/usr/local/nvidia/lib",
     ] {
         v.push(PathBuf::from(d));
     }
@@ -251,21 +363,29 @@ pub fn site_packages_of_program(program: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `nvidia/*/lib/libcud*.so*` inside one site-packages directory.
+/// The CUDA libraries of one site-packages directory: `nvidia/*/lib/libcud*` (CUDA 12 wheels'
+/// `nvidia/cuda_runtime/lib/libcudart.so.12`, CUDA 13 wheels' `nvidia/cu13/lib/libcudart.so.13`)
+/// and the copies a torch wheel carries in `torch/lib` (`libcudart-8774224f.so.12`).
 pub fn wheel_libs(site: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = children(&site.join("nvidia"), "")
+        .into_iter()
+        .map(|pkg| pkg.join("lib"))
+        .collect();
+    dirs.push(site.join("torch/lib"));
     let mut v = Vec::new();
-    for pkg in children(&site.join("nvidia"), "") {
-        for f in children(&pkg.join("lib"), "libcud") {
-            if classify(&f).is_some() {
-                v.push(f);
-            }
-        }
+    for dir in dirs {
+        v.extend(
+            children(&dir, "libcud")
+                .into_iter()
+                .filter(|f| classify(f).is_some()),
+        );
     }
     v
 }
 
 #[cfg(test)]
 mod tests {
+    use super::testutil::compile;
     use super::*;
 
     #[test]
@@ -277,11 +397,109 @@ mod tests {
             ("libcudart.so", Some(LibKind::Runtime)),
             ("libcuda.so.1", Some(LibKind::Driver)),
             ("libcuda.so.580.65.06", Some(LibKind::Driver)),
+            // auditwheel copies (libtorch 2.5.1+cu124, older torch wheels, CUDA 13)
+            ("libcudart-8774224f.so.12", Some(LibKind::Runtime)),
+            ("libcudart-d0da41ae.so.11.0", Some(LibKind::Runtime)),
+            ("libcudart-5e1c0ffe.so.13", Some(LibKind::Runtime)),
+            ("libcudart-5e1c0ffe.so", Some(LibKind::Runtime)),
+            ("libcuda-0123abcd.so.1", Some(LibKind::Driver)),
             ("libcudart_static.a", None),
+            ("libcudart-xyz.so.12", None),
+            ("libcudart-8774224g.so.12", None),
+            ("libcudart-8774224.so.12", None),
+            ("libcudart-8774224fa.so.12", None),
+            ("libcudart-8774224f.a", None),
+            ("libcudart.so.12.bak", None),
+            ("libcudart.so.", None),
+            ("libcudart.so.12..1", None),
             ("libcudadebugger.so.1", None),
             ("libcudnn.so.9", None),
+            ("libcuda_stub.so", None),
+            ("libcudart.a", None),
         ] {
             assert_eq!(classify(Path::new(n)), k, "{n}");
+        }
+    }
+
+    #[test]
+    fn files_are_classified_by_name_then_by_their_symbols() {
+        let d = tempfile::tempdir().unwrap();
+        let p = |n: &str| d.path().join(n);
+        // the name is enough: the content is not read
+        std::fs::write(p("libcudart-8774224f.so.12"), b"x").unwrap();
+        assert_eq!(
+            classify_file(&p("libcudart-8774224f.so.12")).unwrap(),
+            LibKind::Runtime
+        );
+        compile(
+            "int cudaLaunchKernel(const void *f) { return f != 0; }\n",
+            &p("shim.so"),
+            &["-shared", "-fPIC"],
+        );
+        assert_eq!(classify_file(&p("shim.so")).unwrap(), LibKind::Runtime);
+        compile(
+            "int cuInit(unsigned f) { return (int)f; }\n",
+            &p("drv.so"),
+            &["-shared", "-fPIC"],
+        );
+        assert_eq!(classify_file(&p("drv.so")).unwrap(), LibKind::Driver);
+        compile(
+            "int cublasCreate_v2(void *h) { return h != 0; }\n",
+            &p("other.so"),
+            &["-shared", "-fPIC"],
+        );
+        let e = format!("{:#}", classify_file(&p("other.so")).unwrap_err());
+        assert!(
+            e.contains("defines neither") && e.contains("other.so"),
+            "{e}"
+        );
+        // not ELF, cut short, missing, a directory: errors naming the file, no panic
+        std::fs::write(p("notes.txt"), b"cudaLaunchKernel cuInit").unwrap();
+        let bytes = std::fs::read(p("drv.so")).unwrap();
+        std::fs::write(p("cut.so"), &bytes[..bytes.len().min(200)]).unwrap();
+        std::fs::write(p("empty.so"), b"").unwrap();
+        for bad in ["notes.txt", "cut.so", "empty.so", "missing.so"] {
+            let e = format!("{:#}", classify_file(&p(bad)).unwrap_err());
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        assert!(classify_file(d.path()).is_err());
+    }
+
+    #[test]
+    fn explicit_files_are_one_entry_per_file_with_notes_for_the_rest() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(a.join("libcudart.so.12"), b"x").unwrap();
+        // the same file under another name and directory: a hard link
+        std::fs::hard_link(
+            a.join("libcudart.so.12"),
+            b.join("libcudart-8774224f.so.12"),
+        )
+        .unwrap();
+        std::fs::write(b.join("README"), b"not a library").unwrap();
+        let (found, notes) = discover_with_notes(&DiscoveryOptions {
+            explicit: vec![
+                a.join("libcudart.so.12"),
+                b.join("libcudart-8774224f.so.12"),
+                b.join("README"),
+            ],
+            explicit_only: true,
+            ..Default::default()
+        });
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, LibKind::Runtime);
+        assert_eq!(found[0].how, "explicit");
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("README"), "{notes:?}");
+    }
+
+    #[test]
+    fn the_gpu_images_driver_mount_is_searched() {
+        let dirs = cuda_dirs();
+        for d in ["/usr/local/nvidia/lib64", "/usr/local/nvidia/lib"] {
+            assert!(dirs.contains(&PathBuf::from(d)), "{d}: {dirs:?}");
         }
     }
 
@@ -302,23 +520,61 @@ mod tests {
     }
 
     #[test]
-    fn pip_wheel_layout_is_found() {
+    fn wheel_layouts_of_cuda_12_cuda_13_and_torch_are_found() {
         let d = tempfile::tempdir().unwrap();
-        let lib = d.path().join("nvidia/cuda_runtime/lib");
-        std::fs::create_dir_all(&lib).unwrap();
-        std::fs::write(lib.join("libcudart.so.12"), b"x").unwrap();
-        std::fs::write(lib.join("libnvrtc.so.12"), b"x").unwrap();
+        let site = d.path();
+        for (dir, files) in [
+            (
+                "nvidia/cuda_runtime/lib",
+                &["libcudart.so.12", "libnvrtc.so.12"][..],
+            ),
+            (
+                "nvidia/cu13/lib",
+                &["libcudart.so.13", "libcublas.so.13", "libcudadevrt.a"][..],
+            ),
+            (
+                "torch/lib",
+                &[
+                    "libcudart-8774224f.so.12",
+                    "libtorch_cuda.so",
+                    "libc10_cuda.so",
+                ][..],
+            ),
+        ] {
+            std::fs::create_dir_all(site.join(dir)).unwrap();
+            for f in files {
+                std::fs::write(site.join(dir).join(f), b"x").unwrap();
+            }
+        }
+        let mut got: Vec<String> = wheel_libs(site)
+            .iter()
+            .map(|p| p.strip_prefix(site).unwrap().display().to_string())
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                "nvidia/cu13/lib/libcudart.so.13",
+                "nvidia/cuda_runtime/lib/libcudart.so.12",
+                "torch/lib/libcudart-8774224f.so.12"
+            ]
+        );
         let found = discover(&DiscoveryOptions {
             explicit_only: false,
-            site_packages: vec![d.path().into()],
+            site_packages: vec![site.into()],
             ..Default::default()
         });
-        assert!(
-            found.iter().any(
-                |f| f.path.ends_with("nvidia/cuda_runtime/lib/libcudart.so.12")
+        for want in [
+            "nvidia/cuda_runtime/lib/libcudart.so.12",
+            "nvidia/cu13/lib/libcudart.so.13",
+            "torch/lib/libcudart-8774224f.so.12",
+        ] {
+            assert!(
+                found.iter().any(|f| f.path.ends_with(want)
                     && f.how == "pip-wheel"
-            ),
-            "{found:?}"
-        );
+                    && f.kind == LibKind::Runtime),
+                "{want}: {found:?}"
+            );
+        }
     }
 }

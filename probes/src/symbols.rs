@@ -1,12 +1,18 @@
 //! ELF symbol tables: where a symbol lives in a library file (for attaching uprobes by name, versioned
 //! symbols like `cudaMalloc@@libcudart.so.12` included), and which function an address of a running
 //! process falls in (for kernel function pointers and user stacks), through `/proc/PID/maps`.
+//!
+//! Files are read through a cache of the byte ranges parsed (headers, symbol and string tables), not
+//! whole: an executable that links the CUDA runtime statically also carries its GPU code, often
+//! hundreds of MB, that symbol lookups never need. `.symtab` counts as much as `.dynsym`: a runtime
+//! linked statically (nvcc's default) has `cudaLaunchKernel` only as a LOCAL `.symtab` symbol.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::read::ReadCache;
+use object::{Object, ObjectSegment, ObjectSymbol, ReadRef, SymbolKind};
 
 /// The function symbols of one ELF file, sorted by address, with its loadable segments.
 #[derive(Debug, Default)]
@@ -21,8 +27,8 @@ pub struct ElfSymbols {
 
 impl ElfSymbols {
     pub fn load(path: &Path) -> anyhow::Result<ElfSymbols> {
-        let data = std::fs::read(path)?;
-        let file = object::File::parse(&*data)?;
+        let cache = ReadCache::new(std::fs::File::open(path)?);
+        let file = object::File::parse(&cache)?;
         let segments: Vec<(u64, u64, u64)> = file
             .segments()
             .map(|s| {
@@ -31,9 +37,10 @@ impl ElfSymbols {
             })
             .collect();
         let mut syms = Vec::new();
-        let mut offsets = HashMap::new();
+        // name -> (file offset, from a LOCAL symbol)
+        let mut offsets: HashMap<String, (u64, bool)> = HashMap::new();
         for sym in file.dynamic_symbols().chain(file.symbols()) {
-            if sym.kind() != SymbolKind::Text || sym.address() == 0 || !sym.is_definition() {
+            if !is_function_definition(&sym) {
                 continue;
             }
             let Ok(raw) = sym.name() else { continue };
@@ -48,7 +55,16 @@ impl ElfSymbols {
                 .find(|(_, va, sz)| addr >= *va && addr < va + sz)
                 .map(|(off, va, _)| addr - va + off)
             {
-                offsets.entry(name.to_string()).or_insert(off);
+                // the first definition wins, except that a global one beats a local one: `.symtab`
+                // lists the locals first, and a `static` helper of one file may share a name with
+                // the exported function
+                let local = !sym.is_global();
+                match offsets.get(name) {
+                    Some(&(_, was_local)) if !(was_local && !local) => {}
+                    _ => {
+                        offsets.insert(name.to_string(), (off, local));
+                    }
+                }
             }
             syms.push((addr, sym.size(), name.to_string()));
         }
@@ -56,7 +72,7 @@ impl ElfSymbols {
         syms.dedup_by(|a, b| a.0 == b.0);
         Ok(ElfSymbols {
             syms,
-            offsets,
+            offsets: offsets.into_iter().map(|(k, (off, _))| (k, off)).collect(),
             segments,
         })
     }
@@ -87,6 +103,39 @@ impl ElfSymbols {
             .find(|(o, _, sz)| off >= *o && off < o + sz)
             .map(|(o, va, _)| off - o + va)
     }
+}
+
+/// A function defined in the file itself (not an import), at a real address.
+fn is_function_definition<'d, S: ObjectSymbol<'d>>(sym: &S) -> bool {
+    sym.kind() == SymbolKind::Text && sym.address() != 0 && sym.is_definition()
+}
+
+/// Which of `wanted` the file defines as functions, in `.dynsym` or `.symtab`, LOCAL ones included.
+pub(crate) fn defined_in<'d, R: ReadRef<'d>>(
+    file: &object::File<'d, R>,
+    wanted: &[&str],
+) -> Vec<String> {
+    let mut found: Vec<String> = file
+        .dynamic_symbols()
+        .chain(file.symbols())
+        .filter(|s| is_function_definition(s))
+        .filter_map(|s| {
+            let raw = s.name().ok()?;
+            let name = raw.split('@').next().unwrap_or(raw);
+            wanted.contains(&name).then(|| name.to_string())
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Which of the functions `wanted` the ELF file at `path` defines (`.dynsym` or `.symtab`, LOCAL
+/// ones included), sorted. Errors for a file that cannot be read or is not an object file.
+pub fn defined_functions(path: &Path, wanted: &[&str]) -> anyhow::Result<Vec<String>> {
+    let cache = ReadCache::new(std::fs::File::open(path)?);
+    let file = object::File::parse(&cache)?;
+    Ok(defined_in(&file, wanted))
 }
 
 /// One executable mapping of a process.
@@ -255,6 +304,76 @@ mod tests {
         assert!(
             r.symbol.as_deref().unwrap_or("").contains("parse_maps"),
             "{r:?}"
+        );
+    }
+
+    /// A runtime linked statically has its API functions as LOCAL `.symtab` symbols. The program
+    /// prints the run-time addresses of its functions; through its maps they give the file offsets
+    /// a uprobe needs, which `offset_of` must match.
+    #[test]
+    fn local_symbols_of_an_executable_resolve_to_the_right_offsets() {
+        use crate::discovery::testutil::{compile_many, LoadedChild};
+        let main = r#"
+#include <stdio.h>
+#include <unistd.h>
+static __attribute__((noinline, used)) int cudaLaunchKernel(const void *f) { return f != 0; }
+int __attribute__((noinline)) cudaMalloc(void **p, unsigned long n) { *p = 0; return (int)n; }
+void *local_malloc_addr(void);
+int main(int argc, char **argv) {
+    printf("ok %d %lx %lx %lx\n", (int)getpid(), (unsigned long)&cudaLaunchKernel,
+           (unsigned long)&cudaMalloc, (unsigned long)local_malloc_addr());
+    fflush(stdout);
+    if (argc > 1) sleep(30);
+    return cudaLaunchKernel(argv);
+}
+"#;
+        // a `static` function of another file with the exported function's name
+        let other = "static __attribute__((noinline, used)) int cudaMalloc(void **p) { *p = 0; return 1; }\n\
+                     void *local_malloc_addr(void) { return (void *)&cudaMalloc; }\n";
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("static-runtime-like");
+        compile_many(&[main, other], &exe, &["-O0"]);
+        let stripped = d.path().join("static-runtime-like-stripped");
+        compile_many(&[main, other], &stripped, &["-O0", "-s"]);
+
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("wait");
+        let child = LoadedChild::spawn(cmd);
+        let maps = read_maps(child.pid()).unwrap();
+        let file_off = |hex: &str| {
+            let addr = u64::from_str_radix(hex, 16).unwrap();
+            let m = maps
+                .iter()
+                .find(|m| addr >= m.start && addr < m.end)
+                .expect("mapped");
+            assert!(m.path.ends_with("static-runtime-like"), "{m:?}");
+            addr - m.start + m.offset
+        };
+        let [launch, malloc, local_malloc] = [0, 1, 2].map(|i| file_off(&child.extra[i]));
+        let syms = ElfSymbols::load(&exe).unwrap();
+        assert_eq!(
+            syms.offset_of("cudaLaunchKernel"),
+            Some(launch),
+            "the local function"
+        );
+        assert_eq!(
+            syms.offset_of("cudaMalloc"),
+            Some(malloc),
+            "the global one, not the local one"
+        );
+        assert_ne!(malloc, local_malloc);
+        assert_eq!(
+            defined_functions(&exe, &["cudaLaunchKernel", "cudaMalloc", "cuInit"]).unwrap(),
+            vec!["cudaLaunchKernel".to_string(), "cudaMalloc".to_string()]
+        );
+
+        let s = ElfSymbols::load(&stripped).unwrap();
+        assert_eq!(s.offset_of("cudaLaunchKernel"), None);
+        assert_eq!(s.offset_of("cudaMalloc"), None);
+        assert!(
+            defined_functions(&stripped, &["cudaLaunchKernel", "cudaMalloc"])
+                .unwrap()
+                .is_empty()
         );
     }
 }
