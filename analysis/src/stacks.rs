@@ -88,30 +88,7 @@ pub fn clean(s: &str) -> String {
     out
 }
 
-fn is_rust_legacy(sym: &str) -> bool {
-    // Rust legacy mangling ends with a 17h<16 hex>E hash segment.
-    sym.len() > 20 && sym.ends_with('E') && {
-        let tail = &sym[sym.len() - 20..sym.len() - 1];
-        tail.starts_with("17h") && tail[3..].chars().all(|c| c.is_ascii_hexdigit())
-    }
-}
-
-/// Demangle a C++ or Rust symbol; anything else comes back as it is.
-pub fn demangle(sym: &str) -> String {
-    if sym.starts_with("_R") || (sym.starts_with("_ZN") && is_rust_legacy(sym)) {
-        if let Ok(d) = rustc_demangle::try_demangle(sym) {
-            return format!("{d:#}");
-        }
-    }
-    if sym.starts_with("_Z") {
-        if let Ok(s) = cpp_demangle::Symbol::new(sym) {
-            if let Ok(d) = s.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return d;
-            }
-        }
-    }
-    sym.to_string()
-}
+pub use causeway_model::demangle::demangle;
 
 /// Parse a frames JSON array; malformed input gives an empty list rather than an error.
 pub fn parse_frames(json: &str) -> Vec<Frame> {

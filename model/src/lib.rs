@@ -7,6 +7,7 @@
 //! lookup tables so that an agent reading the database sees what each number means.
 
 pub mod codes;
+pub mod demangle;
 pub mod time;
 
 pub use codes::{OpCode, PrevState, Source};

@@ -1,0 +1,209 @@
+//! The tracer's two loops besides the session itself: the ring reader thread (poll the three BPF
+//! rings, decode, batch, send; the loader's notifications at once on their own channel) and the
+//! in-kernel aggregates turned into summary events once a second.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use causeway_model::codes::op;
+use causeway_model::Event;
+
+use crate::decode::{loss_source, stack_hash, Decoder};
+use crate::loader::{Probes, Rings};
+use crate::wire::{self, cnt};
+
+#[derive(Default)]
+pub(crate) struct Msg {
+    pub events: Vec<Event>,
+    pub stacks: Vec<(i64, u32, Vec<u64>)>,
+    /// maps of processes, read by the reader when it first saw their calls (they may be gone now)
+    pub maps: Vec<(u32, Vec<crate::symbols::Mapping>)>,
+    /// launch configurations not sent before
+    pub launch_configs: Vec<causeway_model::LaunchConfig>,
+    /// kernel-name facts
+    pub names: Vec<wire::NameRec>,
+}
+
+impl Msg {
+    fn with_capacity() -> Msg {
+        Msg { events: Vec::with_capacity(8192), ..Default::default() }
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// The in-kernel aggregates since the last call, as summary events.
+pub(crate) fn summary_events(
+    probes: &Probes,
+    prev: &mut [u64],
+    prev_pages: &mut HashMap<u32, (u64, u64)>,
+) -> Vec<Event> {
+    let now = now_ns();
+    let c = probes.counters();
+    let d = |i: u32| c[i as usize].saturating_sub(prev[i as usize]) as i64;
+    let mut out = Vec::new();
+    let mk = |code: causeway_model::OpCode, pid: u32, arg0: i64, arg1: i64| Event {
+        ts_ns: now,
+        pid,
+        cpu: -1,
+        source: code.source,
+        op: code.op,
+        arg0,
+        arg1,
+        ..Default::default()
+    };
+    if d(cnt::SWITCH_OTHER) > 0 {
+        let mut e = mk(op::SCHED_SWITCH_SUMMARY, 0, 0, d(cnt::SWITCH_OTHER));
+        e.dur_ns = d(cnt::SWITCH_OTHER_NS);
+        out.push(e);
+    }
+    if d(cnt::WAKEUP_OTHER) > 0 {
+        out.push(mk(op::SCHED_WAKEUP_SUMMARY, 0, 0, d(cnt::WAKEUP_OTHER)));
+    }
+    if d(cnt::BLOCK_OTHER) > 0 {
+        out.push(mk(
+            op::BLOCK_SUMMARY,
+            0,
+            d(cnt::BLOCK_OTHER_BYTES),
+            d(cnt::BLOCK_OTHER),
+        ));
+    }
+    if d(cnt::PAGE_OTHER) > 0 {
+        out.push(mk(
+            op::MM_PAGE_ALLOC_SUMMARY,
+            0,
+            d(cnt::PAGE_OTHER_BYTES),
+            d(cnt::PAGE_OTHER),
+        ));
+    }
+    for (pid, p) in probes.pages() {
+        let (pc, pb) = prev_pages.get(&pid).copied().unwrap_or((0, 0));
+        if p.count > pc {
+            out.push(mk(
+                op::MM_PAGE_ALLOC_SUMMARY,
+                pid,
+                (p.bytes - pb) as i64,
+                (p.count - pc) as i64,
+            ));
+            prev_pages.insert(pid, (p.count, p.bytes));
+        }
+    }
+    prev.copy_from_slice(&c);
+    out
+}
+
+/// The ring reader thread: poll the three rings, decode, batch, send. Launch configurations go out
+/// once each, name facts with the batch, the loader's notifications at once on their own channel
+/// (a stopped process waits for them). After `stop` it drains the rings once more completely and
+/// ends (closing the channels).
+pub(crate) fn read_rings(
+    mut rings: Rings,
+    tx: tokio::sync::mpsc::Sender<Msg>,
+    dl_tx: tokio::sync::mpsc::UnboundedSender<wire::DlRec>,
+    stop: Arc<AtomicBool>,
+    errors: Arc<std::sync::Mutex<[u64; 16]>>,
+    delay: Duration,
+) {
+    use std::os::fd::AsRawFd;
+    let mut decoder = Decoder::new();
+    let mut seen_stacks: HashSet<i64> = HashSet::new();
+    let mut seen_configs: HashSet<i64> = HashSet::new();
+    let mut mapped: HashSet<u32> = HashSet::new();
+    let mut batch = Msg::with_capacity();
+    let mut last_send = Instant::now();
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        let mut fds = [rings.sched.as_raw_fd(), rings.cuda.as_raw_fd(), rings.host.as_raw_fd()]
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        if !stopping && !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        if !stopping {
+            // SAFETY: three valid pollfds.
+            unsafe { libc::poll(fds.as_mut_ptr(), 3, 10) };
+        }
+        // sched first: a call's off-CPU intervals are read before the call itself
+        for which in 0..3 {
+            let ring = match which {
+                0 => &mut rings.sched,
+                1 => &mut rings.cuda,
+                _ => &mut rings.host,
+            };
+            while let Some(item) = ring.next() {
+                let rec = match wire::parse(&item) {
+                    Ok(rec) => rec,
+                    Err(_) => {
+                        errors.lock().unwrap()[loss_source(&item) as usize] += 1;
+                        continue;
+                    }
+                };
+                let call = match &rec {
+                    wire::Record::Dl(d) => {
+                        let _ = dl_tx.send(d.clone());
+                        continue;
+                    }
+                    wire::Record::Name(n) => {
+                        batch.names.push(n.clone());
+                        continue;
+                    }
+                    wire::Record::Launch(c, cfg) => {
+                        let cfg = cfg.to_model();
+                        if seen_configs.insert(cfg.key()) {
+                            batch.launch_configs.push(cfg);
+                        }
+                        Some(c)
+                    }
+                    wire::Record::Call(c) => Some(c),
+                    _ => None,
+                };
+                let mut stack = None;
+                if let Some(c) = call {
+                    if mapped.insert(c.pid) {
+                        if let Ok(m) = crate::symbols::read_maps(c.pid) {
+                            batch.maps.push((c.pid, m));
+                        }
+                    }
+                    if let (Some(st), true) = (rings.stacks.as_ref(), c.stack_id >= 0) {
+                        if let Ok(trace) = st.get(&(c.stack_id as u32), 0) {
+                            let ips: Vec<u64> = trace.frames().iter().map(|f| f.ip).collect();
+                            let h = stack_hash(&ips);
+                            if seen_stacks.insert(h) {
+                                batch.stacks.push((h, c.pid, ips));
+                            }
+                            stack = Some(h);
+                        }
+                    }
+                }
+                if let Some(mut e) = decoder.event(rec) {
+                    if let Some(h) = stack {
+                        e.stack_hash = h;
+                    }
+                    batch.events.push(e);
+                }
+                if batch.events.len() >= 8192 {
+                    if tx.blocking_send(std::mem::replace(&mut batch, Msg::with_capacity())).is_err() {
+                        return;
+                    }
+                    last_send = Instant::now();
+                }
+            }
+        }
+        let pending = !batch.events.is_empty() || !batch.names.is_empty() || !batch.launch_configs.is_empty();
+        if pending && (stopping || last_send.elapsed() >= Duration::from_millis(50)) {
+            if tx.blocking_send(std::mem::replace(&mut batch, Msg::with_capacity())).is_err() {
+                return;
+            }
+            last_send = Instant::now();
+        }
+        if stopping {
+            return;
+        }
+    }
+}
