@@ -174,8 +174,6 @@ fn with_causeway(lib: &Path, bin: &Path, args: &[&str], both_libs: bool) -> (Str
         command: cmd,
         command_stdout: Some(out.clone()),
         cuda_libs: vec![lib.to_path_buf()],
-        explicit_libs_only: true,
-        no_sibling_libs: !both_libs,
         follow_mapped_libs: both_libs,
         ..Default::default()
     };
