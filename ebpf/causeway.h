@@ -9,6 +9,17 @@
 #define CW_REC_WAKEUP 3 /* a traced thread was woken */
 #define CW_REC_PROC 4   /* fork / exec / exit / OOM kill */
 #define CW_REC_BLOCK 5  /* a block request of a traced process, emitted at completion */
+#define CW_REC_LAUNCH 6 /* a kernel launch: a cw_call followed by its launch configuration */
+#define CW_REC_NAME 7   /* a fact about a kernel's name (cw_name) */
+#define CW_REC_DL 8     /* a traced process finished a dlopen/dlclose (the loader's debugger hook) */
+
+/* what a cw_name says (probes/src/cuda_table.rs NameAbi) */
+#define CW_NAME_REGISTER 1   /* handle = host stub, name = device function (__cudaRegisterFunction) */
+#define CW_NAME_GET_KERNEL 2 /* handle = cudaKernel_t, other = host stub (__cudaGetKernel) */
+#define CW_NAME_MODULE_FN 3  /* handle = CUfunction, name (cuModuleGetFunction) */
+#define CW_NAME_LIB_KERNEL 4 /* handle = CUkernel, name (cuLibraryGetKernel) */
+#define CW_NAME_KERNEL_FN 5  /* handle = CUfunction, other = CUkernel (cuKernelGetFunction) */
+#define CW_NAME_MAX 1024
 
 #define CW_PROC_FORK 1
 #define CW_PROC_EXEC 2
@@ -32,6 +43,7 @@
 #define CW_CNT_PAGE_OTHER 36       /* page allocations outside traced processes */
 #define CW_CNT_PAGE_OTHER_BYTES 37
 #define CW_CNT_SWITCH_OTHER_NS 38  /* on-CPU ns of untraced (non-idle) tasks, summed at their switch-out */
+#define CW_CNT_NAME_LOST 39        /* kernel-name facts lost (ring full) */
 #define CW_CNT_N 40
 
 struct cw_call {
@@ -51,6 +63,41 @@ struct cw_call {
     __u32 pad;
     char comm[16];   /* empty after the thread's first call: user space keeps it by tid */
 }; /* 88 bytes */
+
+/* grid, block, dynamic shared memory and cluster of a launch (cluster 0: none set) */
+struct cw_launch_cfg {
+    __u32 grid[3];
+    __u32 block[3];
+    __u32 shmem;
+    __u32 cluster[3];
+}; /* 40 bytes */
+
+struct cw_launch {
+    struct cw_call call; /* call.kind == CW_REC_LAUNCH */
+    struct cw_launch_cfg cfg;
+}; /* 128 bytes */
+
+struct cw_name {
+    __u8 kind;
+    __u8 what;       /* CW_NAME_* */
+    __u16 pad;
+    __u32 pid;
+    __u64 handle;
+    __u64 other;
+    __s32 len;       /* bytes of name incl. the NUL (bpf_probe_read_user_str); <= 0: none */
+    __u32 pad2;
+    char name[CW_NAME_MAX];
+}; /* 1056 bytes */
+
+struct cw_dl {
+    __u8 kind;
+    __u8 stopped;    /* the process was sent SIGSTOP: user space attaches, then continues it */
+    __u16 pad;
+    __u32 pid;
+    __u32 tid;
+    __u32 pad2;
+    __u64 ts;
+}; /* 24 bytes */
 
 struct cw_switch {
     __u8 kind;

@@ -74,13 +74,20 @@ struct cw_stash {
     __u64 arg2;
     __u64 outptr; /* user address of an out-parameter (device pointer) read at return */
     __u16 op;
-    __u8 comm_sent; /* the thread's comm went out with an earlier record: later ones carry none */
-    __u8 submits;   /* records this thread sent, modulo 256 (the ring's fill level is asked at 0) */
+    __u8 source;
+    __u8 comm_sent; /* [0] only: the thread's comm went out with an earlier record */
+    __u8 submits;   /* [0] only: records this thread sent, modulo 256 (the ring's fill level is asked at 0) */
+    __u8 pad[3];
+    struct cw_launch_cfg cfg; /* launches only */
 };
 
-/* per-thread slots for the calls in flight: [0] runtime, [1] driver (they nest) */
+#define CW_SLOT_RUNTIME 0
+#define CW_SLOT_DRIVER 1
+#define CW_SLOT_NAME 2
+
+/* per-thread slots for the calls in flight: runtime, driver (they nest) and a name-giving call */
 struct cw_slots {
-    struct cw_stash s[2];
+    struct cw_stash s[3];
 };
 
 struct {

@@ -4,7 +4,7 @@
 use causeway_model::codes::op;
 use causeway_model::{Event, PrevState, SchedDetail};
 
-use crate::wire::{self, Record, OP_GRAPH_BIT};
+use crate::wire::{self, CallRec, Record};
 
 /// Offset from CLOCK_MONOTONIC (what `bpf_ktime_get_ns` reads) to CLOCK_REALTIME, measured once.
 pub fn mono_to_realtime_offset() -> i64 {
@@ -30,11 +30,15 @@ pub fn mono_to_realtime_offset() -> i64 {
         .unwrap_or(0)
 }
 
-/// Which `causeway_model::Source` a record's loss is charged to.
-pub fn record_source(r: &Record) -> u8 {
-    match r {
-        Record::Call(c) => c.source,
-        Record::Block(_) => 5,
+/// Which `causeway_model::Source` a record's loss is charged to, from its raw bytes (a record that
+/// does not decode still says its kind, and a call its source, in its first two bytes): calls and
+/// launches to their own source (runtime, driver, graphs), block requests to 5, name facts to 1
+/// (they come from the CUDA libraries), the scheduler and process records to 3.
+pub fn loss_source(buf: &[u8]) -> u8 {
+    match buf.first() {
+        Some(&wire::REC_CALL) | Some(&wire::REC_LAUNCH) => buf.get(1).copied().filter(|s| *s < 16).unwrap_or(1),
+        Some(&wire::REC_BLOCK) => 5,
+        Some(&wire::REC_NAME) => 1,
         _ => 3,
     }
 }
@@ -80,31 +84,33 @@ impl Decoder {
         (mono as i64).saturating_add(self.offset_ns)
     }
 
-    pub fn event(&mut self, rec: Record) -> Event {
-        match rec {
-            Record::Call(mut c) => {
-                c.comm = self.comm_of(c.tid, std::mem::take(&mut c.comm));
-                let (source, op) = if c.op & OP_GRAPH_BIT != 0 {
-                    (8, c.op & !OP_GRAPH_BIT)
-                } else {
-                    (c.source, c.op)
-                };
-                Event {
-                    ts_ns: self.t(c.ts),
-                    dur_ns: c.dur as i64,
-                    pid: c.pid,
-                    tid: c.tid,
-                    cpu: c.cpu as i32,
-                    source,
-                    op,
-                    arg0: c.arg0 as i64,
-                    arg1: c.arg1 as i64,
-                    arg2: c.arg2 as i64,
-                    ret_code: c.ret as i32,
-                    comm: c.comm,
-                    ..Default::default()
-                }
-            }
+    fn call(&mut self, mut c: CallRec, launch_config: i64) -> Event {
+        c.comm = self.comm_of(c.tid, std::mem::take(&mut c.comm));
+        Event {
+            ts_ns: self.t(c.ts),
+            dur_ns: c.dur as i64,
+            pid: c.pid,
+            tid: c.tid,
+            cpu: c.cpu as i32,
+            source: c.source,
+            op: c.op,
+            arg0: c.arg0 as i64,
+            arg1: c.arg1 as i64,
+            arg2: c.arg2 as i64,
+            ret_code: c.ret as i32,
+            comm: c.comm,
+            launch_config,
+            ..Default::default()
+        }
+    }
+
+    /// The event a record stands for; None for the records that are not events (kernel-name facts
+    /// and the loader's notifications, which the session handles itself).
+    pub fn event(&mut self, rec: Record) -> Option<Event> {
+        let event = match rec {
+            Record::Call(c) => self.call(c, 0),
+            Record::Launch(c, cfg) => self.call(c, cfg.to_model().key()),
+            Record::Name(_) | Record::Dl(_) => return None,
             Record::Switch(mut s) => {
                 s.comm = self.comm_of(s.tid, std::mem::take(&mut s.comm));
                 Event {
@@ -190,7 +196,8 @@ impl Decoder {
                     ..Default::default()
                 }
             }
-        }
+        };
+        Some(event)
     }
 }
 
@@ -218,11 +225,11 @@ mod tests {
     use crate::wire::{CallRec, SwitchRec};
 
     #[test]
-    fn graph_launch_goes_to_source_8_and_switch_keeps_its_interval() {
+    fn graph_launch_keeps_source_8_and_switch_keeps_its_interval() {
         let mut d = Decoder::with_offset(1_000);
         let c = CallRec {
-            source: 1,
-            op: 0x8004,
+            source: 8,
+            op: 4,
             cpu: 0,
             pid: 1,
             tid: 2,
@@ -235,13 +242,16 @@ mod tests {
             stack_id: -1,
             comm: "x".into(),
         };
-        let e = d.event(Record::Call(c.clone()));
+        let e = d.event(Record::Call(c.clone())).unwrap();
         assert_eq!((e.source, e.op, e.ts_ns, e.end_ns()), (8, 4, 1_010, 1_015));
+        assert_eq!(e.launch_config, 0);
         // later calls of the thread come without a comm: the decoder remembers it
-        let e = d.event(Record::Call(CallRec {
-            comm: String::new(),
-            ..c
-        }));
+        let e = d
+            .event(Record::Call(CallRec {
+                comm: String::new(),
+                ..c
+            }))
+            .unwrap();
         assert_eq!(e.comm, "x");
         let s = SwitchRec {
             prev_state: 1,
@@ -258,13 +268,22 @@ mod tests {
             comm: "gpu".into(),
             next_comm: "hog".into(),
         };
-        let e = d.event(Record::Switch(s));
+        let e = d.event(Record::Switch(s)).unwrap();
         assert_eq!(e.off_cpu_interval(), (1_100, 1_250));
         let sd = e.sched.unwrap();
         assert_eq!(
             (sd.prev_state, sd.wake_ts_ns, sd.next_comm.as_str()),
             (PrevState::Sleeping, 1_200, "hog")
         );
+    }
+
+    #[test]
+    fn losses_of_undecodable_records_go_to_their_source() {
+        assert_eq!(loss_source(&[wire::REC_CALL, 4, 0]), 4, "a driver call");
+        assert_eq!(loss_source(&[wire::REC_LAUNCH, 8]), 8, "a graph launch");
+        assert_eq!(loss_source(&[wire::REC_BLOCK]), 5);
+        assert_eq!(loss_source(&[wire::REC_SWITCH]), 3);
+        assert_eq!(loss_source(&[]), 3);
     }
 
     #[test]

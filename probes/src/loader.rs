@@ -3,7 +3,8 @@
 //! twins resolve; a missing symbol is a note, never an error), and the host tracepoints (tp_btf).
 //! Dropping [`Probes`] detaches every link and unloads the programs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{
@@ -17,116 +18,13 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use aya::maps::Map;
 
+use crate::cuda_table::{ProbeLib, CUDA_PROBES};
 use crate::discovery::{FoundLibrary, LibKind};
 use crate::symbols::ElfSymbols;
 use crate::wire::cnt;
 
 /// The compiled BPF object (built by build.rs from `ebpf/`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/causeway.bpf.o"));
-
-/// (entry program, uprobe_multi cookie of `cw_entry` in ebpf/cuda_multi.bpf.c, symbols it attaches
-/// to). The first symbol of each row is the primary one; the others are the per-thread-default-stream
-/// twins that only some builds export.
-pub const RUNTIME_PROBES: &[(&str, u64, &[&str])] = &[
-    (
-        "rt_launch",
-        1,
-        &["cudaLaunchKernel", "cudaLaunchKernel_ptsz"],
-    ),
-    ("rt_memcpy", 2, &["cudaMemcpy", "cudaMemcpy_ptds"]),
-    (
-        "rt_memcpy_async",
-        3,
-        &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
-    ),
-    ("rt_memcpy2d", 4, &["cudaMemcpy2D", "cudaMemcpy2D_ptds"]),
-    (
-        "rt_memcpy2d_as",
-        5,
-        &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"],
-    ),
-    ("rt_peer", 6, &["cudaMemcpyPeer"]),
-    ("rt_peer_async", 7, &["cudaMemcpyPeerAsync"]),
-    ("rt_malloc", 8, &["cudaMalloc"]),
-    ("rt_malloc_mgd", 9, &["cudaMallocManaged"]),
-    ("rt_free", 10, &["cudaFree"]),
-    (
-        "rt_stream_sync",
-        11,
-        &["cudaStreamSynchronize", "cudaStreamSynchronize_ptsz"],
-    ),
-    ("rt_device_sync", 12, &["cudaDeviceSynchronize"]),
-    ("rt_event_sync", 13, &["cudaEventSynchronize"]),
-    (
-        "rt_graph_launch",
-        14,
-        &["cudaGraphLaunch", "cudaGraphLaunch_ptsz"],
-    ),
-];
-
-pub const DRIVER_PROBES: &[(&str, u64, &[&str])] = &[
-    (
-        "drv_launch",
-        101,
-        &["cuLaunchKernel", "cuLaunchKernel_ptsz"],
-    ),
-    ("drv_memcpy", 102, &["cuMemcpy", "cuMemcpy_ptds"]),
-    (
-        "drv_htod",
-        103,
-        &["cuMemcpyHtoD_v2", "cuMemcpyHtoD_v2_ptds"],
-    ),
-    (
-        "drv_dtoh",
-        104,
-        &["cuMemcpyDtoH_v2", "cuMemcpyDtoH_v2_ptds"],
-    ),
-    (
-        "drv_dtod",
-        105,
-        &["cuMemcpyDtoD_v2", "cuMemcpyDtoD_v2_ptds"],
-    ),
-    (
-        "drv_memcpy_as",
-        106,
-        &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"],
-    ),
-    (
-        "drv_htod_as",
-        107,
-        &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"],
-    ),
-    (
-        "drv_dtoh_as",
-        108,
-        &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"],
-    ),
-    (
-        "drv_memcpy2d",
-        109,
-        &["cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds"],
-    ),
-    (
-        "drv_memcpy2d_as",
-        110,
-        &["cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz"],
-    ),
-    ("drv_peer", 111, &["cuMemcpyPeer", "cuMemcpyPeer_ptds"]),
-    (
-        "drv_peer_as",
-        112,
-        &["cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"],
-    ),
-    ("drv_alloc", 113, &["cuMemAlloc_v2"]),
-    ("drv_alloc_mgd", 114, &["cuMemAllocManaged"]),
-    ("drv_free", 115, &["cuMemFree_v2"]),
-    ("drv_ctx_sync", 116, &["cuCtxSynchronize"]),
-    (
-        "drv_stream_sync",
-        117,
-        &["cuStreamSynchronize", "cuStreamSynchronize_ptsz"],
-    ),
-];
 
 /// (program, tp_btf tracepoint, required for per-call attribution)
 pub const HOST_PROBES: &[(&str, &str, bool)] = &[
@@ -153,29 +51,52 @@ pub struct Pages {
 // SAFETY: plain old data, no padding.
 unsafe impl aya::Pod for Pages {}
 
-/// The launch programs of RUNTIME_PROBES and DRIVER_PROBES: on the uprobe_multi path they take
-/// their symbols on a link of their own instead of going through `cw_entry`.
-const LAUNCH_PROGRAMS: [&str; 2] = ["rt_launch", "drv_launch"];
+/// The return programs of `ebpf/cuda_probes.bpf.c` (see `CudaProbe::return_program`).
+const RETURN_PROGRAMS: [&str; 5] = ["rt_ret", "drv_ret", "rt_launch_ret", "drv_launch_ret", "nm_ret"];
 
-/// The uprobe programs of the uprobe_multi path: `cw_entry` dispatches every symbol by its cookie,
-/// except the launches, whose own programs skip that helper call and switch; the return programs
-/// are one per library kind (`rt_ret`, `drv_ret`), so they need no cookie either. Index 0 runtime,
-/// 1 driver.
+/// The programs of the uprobe_multi path: `cw_entry` dispatches most symbols by their cookie; the
+/// rows with a link of their own (the launches) skip that helper call and switch; the return
+/// programs know their record kind and slot, so they need no cookie either; `cw_dl_state` is the
+/// dynamic loader's hook (its cookie is the distance to `_r_debug`).
 struct MultiPrograms {
     entry: OwnedFd,
-    launch: [OwnedFd; 2],
-    ret: [OwnedFd; 2],
+    own: HashMap<&'static str, OwnedFd>,
+    ret: HashMap<&'static str, OwnedFd>,
+    dl: OwnedFd,
 }
 
 impl MultiPrograms {
-    fn load(fds: &std::collections::HashMap<String, RawFd>) -> anyhow::Result<MultiPrograms> {
+    fn load(fds: &HashMap<String, RawFd>) -> anyhow::Result<MultiPrograms> {
         let load = |name| crate::multi::load_program(OBJECT, name, fds);
-        Ok(MultiPrograms {
-            entry: load("cw_entry")?,
-            launch: [load(LAUNCH_PROGRAMS[0])?, load(LAUNCH_PROGRAMS[1])?],
-            ret: [load("rt_ret")?, load("drv_ret")?],
-        })
+        let mut own = HashMap::new();
+        for p in CUDA_PROBES.iter().filter(|p| p.own_link) {
+            own.insert(p.program, load(p.program)?);
+        }
+        let mut ret = HashMap::new();
+        for r in RETURN_PROGRAMS {
+            ret.insert(r, load(r)?);
+        }
+        Ok(MultiPrograms { entry: load("cw_entry")?, own, ret, dl: load("cw_dl_state")? })
     }
+}
+
+/// The programs of the uprobe_multi path are loaded from the object as it is, without CO-RE
+/// relocation (aya relocates only the programs it loads itself): their `task_struct` field offsets
+/// are the build host's. They are used only when the running kernel's BTF is the one they were
+/// built against; elsewhere every uprobe goes through aya (relocated), one perf event per symbol.
+fn multi_path_matches_kernel() -> bool {
+    let built = env!("CAUSEWAY_BUILD_BTF_HASH");
+    std::fs::read("/sys/kernel/btf/vmlinux").map(|b| format!("{:016x}", fnv64(&b)) == built).unwrap_or(false)
+}
+
+/// FNV-1a 64 (the same function build.rs hashes the build host's BTF with).
+fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// Ring sizes and options fixed at load time.
@@ -189,6 +110,9 @@ pub struct LoadOptions {
     /// Use one perf-event uprobe per symbol even where uprobe_multi links are available (also set by
     /// the environment variable CAUSEWAY_NO_UPROBE_MULTI).
     pub perf_uprobes: bool,
+    /// Stop a traced process (SIGSTOP) when it finishes a dlopen until its new CUDA libraries are
+    /// attached (only for processes Causeway launched: a stop is visible to the parent).
+    pub stop_on_load: bool,
 }
 
 impl Default for LoadOptions {
@@ -200,14 +124,19 @@ impl Default for LoadOptions {
             stacks: false,
             host_probes: true,
             perf_uprobes: false,
+            stop_on_load: false,
         }
     }
 }
 
-/// What got attached to one library.
+/// What got attached to one library file.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct AttachedLib {
+    /// The file as it was opened (under `/proc/PID/root` for a library of another mount namespace).
     pub path: PathBuf,
+    /// (device, inode) of the file: what a uprobe is attached to.
+    #[serde(skip)]
+    pub file_id: (u64, u64),
     pub kind: LibKind,
     pub how: String,
     /// Symbols with a uprobe + uretprobe.
@@ -230,7 +159,12 @@ pub struct Probes {
     traced_bits: Array<MapData, u64>,
     counters: PerCpuArray<MapData, u64>,
     pages: PerCpuHashMap<MapData, u32, Pages>,
-    pub attached: BTreeMap<PathBuf, AttachedLib>,
+    /// Attached files by (device, inode): the same file under two paths is attached once, and a
+    /// different file at a known path is never taken for it.
+    pub attached: BTreeMap<(u64, u64), AttachedLib>,
+    /// Dynamic loaders (ld.so files) whose `_dl_debug_state` is probed.
+    loaders: BTreeMap<(u64, u64), PathBuf>,
+    dl_quiet: BpfHashMap<MapData, u32, u8>,
     pub host_attached: Vec<String>,
     pub notes: Vec<String>,
     rings: Option<Rings>,
@@ -241,6 +175,8 @@ pub struct Probes {
     multi_links: Vec<OwnedFd>,
     /// Whether aya's per-symbol uprobe programs are loaded (the fallback path).
     perf_loaded: bool,
+    /// Whether aya's `cw_dl_state` is loaded (the fallback path).
+    dl_loaded: bool,
 }
 
 impl Probes {
@@ -248,6 +184,7 @@ impl Probes {
     pub fn load(opts: &LoadOptions) -> anyhow::Result<Probes> {
         raise_memlock();
         let stacks: u32 = opts.stacks.into();
+        let stop_on_load: u32 = opts.stop_on_load.into();
         let ring = |bytes: u32| bytes.next_power_of_two().max(4096);
         // a submit wakes the reader once a ring is a quarter full (cw_submit in ebpf/common.bpf.h)
         let wake = |bytes: u32| u64::from(ring(bytes) / 4);
@@ -256,6 +193,7 @@ impl Probes {
         let mut ebpf = EbpfLoader::new()
             .allow_unsupported_maps() // cw_inflight is task storage, created but not wrapped by aya 0.13
             .set_global("cfg_stacks", &stacks, true)
+            .set_global("cfg_stop_on_load", &stop_on_load, true)
             .set_global("cfg_wake_cuda", &wake_cuda, true)
             .set_global("cfg_wake_sched", &wake_sched, true)
             .set_global("cfg_wake_host", &wake_host, true)
@@ -266,7 +204,11 @@ impl Probes {
             .map_err(|e| anyhow::anyhow!("loading the BPF object: {e} (is this root, with BTF at /sys/kernel/btf/vmlinux?)"))?;
         let mut notes = Vec::new();
         let mut multi = None;
-        if !opts.perf_uprobes && std::env::var_os("CAUSEWAY_NO_UPROBE_MULTI").is_none() {
+        let kernel_matches = multi_path_matches_kernel();
+        if !kernel_matches && !opts.perf_uprobes {
+            notes.push("this kernel's BTF differs from the build host's: uprobes go through aya's relocated programs, one perf event per symbol (slower to detach)".into());
+        }
+        if kernel_matches && !opts.perf_uprobes && std::env::var_os("CAUSEWAY_NO_UPROBE_MULTI").is_none() {
             let fds: std::collections::HashMap<String, RawFd> = ebpf
                 .maps()
                 .filter_map(|(n, m)| map_fd(m).map(|fd| (n.to_string(), fd)))
@@ -309,6 +251,7 @@ impl Probes {
         let traced = BpfHashMap::try_from(take(&mut ebpf, "cw_traced")?)?;
         let traced_bits = Array::try_from(take(&mut ebpf, "cw_traced_bits")?)?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "cw_counters")?)?;
+        let dl_quiet = BpfHashMap::try_from(take(&mut ebpf, "cw_dl_quiet")?)?;
         let pages = PerCpuHashMap::try_from(take(&mut ebpf, "cw_pages")?)?;
         let rings = Rings {
             cuda: RingBuf::try_from(take(&mut ebpf, "cw_rb_cuda")?)?,
@@ -327,6 +270,8 @@ impl Probes {
             counters,
             pages,
             attached: BTreeMap::new(),
+            loaders: BTreeMap::new(),
+            dl_quiet,
             host_attached,
             notes,
             rings: Some(rings),
@@ -334,6 +279,7 @@ impl Probes {
             multi,
             multi_links: Vec::new(),
             perf_loaded: false,
+            dl_loaded: false,
         })
     }
 
@@ -354,87 +300,123 @@ impl Probes {
         self.traced.keys().filter_map(|k| k.ok()).collect()
     }
 
-    pub fn is_attached(&self, lib: &Path) -> bool {
-        std::fs::canonicalize(lib)
-            .map(|p| self.attached.contains_key(&p))
-            .unwrap_or(false)
+    /// Whether the file at `path` (any path to it) is attached.
+    pub fn is_attached(&self, path: &Path) -> bool {
+        file_id(path).is_some_and(|id| self.attached.contains_key(&id))
     }
 
-    /// Attach every probe of the library's kind. Returns the number of symbols attached.
+    /// Stop stopping `pid` at its dlopens (its CUDA libraries are all attached): the loader hook
+    /// only tells user space from now on.
+    pub fn quiet_loads(&mut self, pid: u32) {
+        let _ = self.dl_quiet.insert(pid, 1u8, 0);
+    }
+
+    /// Attach every probe of the library's kind (a runtime linked into an executable is of kind
+    /// Runtime too). Returns the number of symbols attached; 0 when the file was attached already.
     pub fn attach_library(&mut self, lib: &FoundLibrary) -> anyhow::Result<usize> {
-        let real = std::fs::canonicalize(&lib.path).unwrap_or_else(|_| lib.path.clone());
-        if self.attached.contains_key(&real) {
+        let id = file_id(&lib.path).ok_or_else(|| anyhow::anyhow!("{}: cannot stat the file", lib.path.display()))?;
+        if self.attached.contains_key(&id) {
             return Ok(0);
         }
-        let syms = ElfSymbols::load(&real)?;
-        let (table, ret) = match lib.kind {
-            LibKind::Runtime => (RUNTIME_PROBES, "rt_ret"),
-            LibKind::Driver => (DRIVER_PROBES, "drv_ret"),
+        let syms = ElfSymbols::load(&lib.path)?;
+        let want = match lib.kind {
+            LibKind::Runtime => ProbeLib::Runtime,
+            LibKind::Driver => ProbeLib::Driver,
         };
         let mut done = AttachedLib {
-            path: real.clone(),
+            path: lib.path.clone(),
+            file_id: id,
             kind: lib.kind,
             how: lib.how.clone(),
             symbols: Vec::new(),
             missing: Vec::new(),
         };
+        // (row, symbol, file offset)
         let mut points = Vec::new();
-        for (prog, cookie, names) in table {
-            for name in *names {
+        for p in CUDA_PROBES.iter().filter(|p| p.lib == want) {
+            for name in p.symbols {
                 match syms.offset_of(name) {
-                    Some(off) => points.push((*prog, *cookie, *name, off)),
+                    Some(off) => points.push((p, *name, off)),
                     None => done.missing.push(name.to_string()),
                 }
             }
         }
         if let Some(progs) = &self.multi {
-            if !points.is_empty() {
-                let driver = usize::from(lib.kind == LibKind::Driver);
-                // the launch symbols (the hot path of every workload) get their own program: no
-                // cookie to ask, no dispatch
-                let (launch, rest): (Vec<&(&str, u64, &str, u64)>, Vec<_>) =
-                    points.iter().partition(|p| p.0 == LAUNCH_PROGRAMS[driver]);
-                for (prog, set) in [(&progs.launch[driver], &launch), (&progs.entry, &rest)] {
-                    if !set.is_empty() {
-                        let pts: Vec<(u64, u64)> = set.iter().map(|p| (p.3, p.1)).collect();
-                        self.multi_links.push(crate::multi::attach(prog, &real, &pts, false)?);
-                    }
-                }
-                // rt_ret / drv_ret know their source: no cookie
-                let r: Vec<(u64, u64)> = points.iter().map(|p| (p.3, 0)).collect();
-                self.multi_links.push(crate::multi::attach(&progs.ret[driver], &real, &r, true)?);
-                done.symbols.extend(points.iter().map(|p| p.2.to_string()));
+            // one link per entry program (cw_entry with cookies, or a row's own program) and one
+            // per return program
+            let mut entries: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+            let mut returns: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+            for (p, _, off) in &points {
+                let prog = if p.own_link { p.program } else { "cw_entry" };
+                entries.entry(prog).or_default().push((*off, p.cookie()));
+                returns.entry(p.return_program()).or_default().push((*off, 0));
             }
+            for (prog, pts) in &entries {
+                let fd = if *prog == "cw_entry" { &progs.entry } else { &progs.own[prog] };
+                self.multi_links.push(crate::multi::attach(fd, &lib.path, pts, false)?);
+            }
+            for (prog, pts) in &returns {
+                self.multi_links.push(crate::multi::attach(&progs.ret[prog], &lib.path, pts, true)?);
+            }
+            done.symbols.extend(points.iter().map(|p| p.1.to_string()));
         } else {
             self.load_perf_programs()?;
-            for (prog, _, name, off) in &points {
+            for (p, name, off) in &points {
                 let ebpf = &mut self.ebpf;
                 let links = &mut self.links;
                 let r = (|| -> anyhow::Result<()> {
-                    for p in [*prog, ret] {
-                        let up = uprobe(ebpf, p)?;
-                        let id = up.attach(None, *off, &real, None)?;
-                        links.push(up.take_link(id)?);
+                    for prog in [p.program, p.return_program()] {
+                        let up = uprobe(ebpf, prog)?;
+                        let link = up.attach(None, *off, &lib.path, None)?;
+                        links.push(up.take_link(link)?);
                     }
                     Ok(())
                 })();
                 match r {
                     Ok(()) => done.symbols.push(name.to_string()),
-                    Err(e) => self
-                        .notes
-                        .push(format!("{}: {name} not attached: {e:#}", real.display())),
+                    Err(e) => self.notes.push(format!("{}: {name} not attached: {e:#}", lib.path.display())),
                 }
             }
         }
         let n = done.symbols.len();
         if n == 0 {
-            self.notes.push(format!(
-                "{}: no CUDA symbol found, nothing attached",
-                real.display()
-            ));
+            self.notes.push(format!("{}: no CUDA symbol found, nothing attached", lib.path.display()));
         }
-        self.attached.insert(real, done);
+        self.attached.insert(id, done);
         Ok(n)
+    }
+
+    /// Probe the debugger hook `_dl_debug_state` of a dynamic loader (ld.so) file, once per file:
+    /// every dlopen of a traced process is then reported (and, with `stop_on_load`, waited for).
+    /// Returns false when the file was probed already.
+    pub fn attach_loader(&mut self, ld_so: &Path) -> anyhow::Result<bool> {
+        let id = file_id(ld_so).ok_or_else(|| anyhow::anyhow!("{}: cannot stat the file", ld_so.display()))?;
+        if self.loaders.contains_key(&id) {
+            return Ok(false);
+        }
+        let data = std::fs::read(ld_so)?;
+        let (hook, r_debug) = loader_symbols(&data)
+            .ok_or_else(|| anyhow::anyhow!("{}: no _dl_debug_state symbol", ld_so.display()))?;
+        let syms = ElfSymbols::load(ld_so)?;
+        let off = syms.offset_of("_dl_debug_state").ok_or_else(|| anyhow::anyhow!("{}: _dl_debug_state has no file offset", ld_so.display()))?;
+        // the distance from the hook to _r_debug (0: unknown, the program then acts on every call)
+        let delta = r_debug.map_or(0, |r| r.wrapping_sub(hook));
+        match &self.multi {
+            Some(progs) => {
+                self.multi_links.push(crate::multi::attach(&progs.dl, ld_so, &[(off, delta)], false)?);
+            }
+            None => {
+                let up = uprobe(&mut self.ebpf, "cw_dl_state")?;
+                if !self.dl_loaded {
+                    up.load()?;
+                    self.dl_loaded = true;
+                }
+                let link = up.attach(None, off, ld_so, None)?;
+                self.links.push(up.take_link(link)?);
+            }
+        }
+        self.loaders.insert(id, ld_so.to_path_buf());
+        Ok(true)
     }
 
     /// Sum over CPUs of counter `idx`.
@@ -475,11 +457,12 @@ impl Probes {
         if self.perf_loaded {
             return Ok(());
         }
-        for (prog, _, _) in RUNTIME_PROBES.iter().chain(DRIVER_PROBES) {
-            uprobe(&mut self.ebpf, prog)?.load()?;
+        for p in CUDA_PROBES {
+            uprobe(&mut self.ebpf, p.program)?.load()?;
         }
-        uprobe(&mut self.ebpf, "rt_ret")?.load()?;
-        uprobe(&mut self.ebpf, "drv_ret")?.load()?;
+        for r in RETURN_PROGRAMS {
+            uprobe(&mut self.ebpf, r)?.load()?;
+        }
         self.perf_loaded = true;
         Ok(())
     }
@@ -516,6 +499,25 @@ impl Drop for Probes {
     fn drop(&mut self) {
         self.detach_all();
     }
+}
+
+/// (device, inode) of a file: what a uprobe attaches to.
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The link-time addresses of `_dl_debug_state` and `_r_debug` in an ld.so (`_r_debug` is a data
+/// symbol, which [`ElfSymbols`] does not keep).
+fn loader_symbols(elf: &[u8]) -> Option<(u64, Option<u64>)> {
+    use object::{Object, ObjectSymbol};
+    let file = object::File::parse(elf).ok()?;
+    let find = |want: &str| {
+        file.dynamic_symbols()
+            .chain(file.symbols())
+            .find(|s| s.name().is_ok_and(|n| n.split('@').next() == Some(want)) && s.address() != 0)
+            .map(|s| s.address())
+    };
+    Some((find("_dl_debug_state")?, find("_r_debug")))
 }
 
 /// The fd of any map aya created.

@@ -7,6 +7,9 @@ pub const REC_SWITCH: u8 = 2;
 pub const REC_WAKEUP: u8 = 3;
 pub const REC_PROC: u8 = 4;
 pub const REC_BLOCK: u8 = 5;
+pub const REC_LAUNCH: u8 = 6;
+pub const REC_NAME: u8 = 7;
+pub const REC_DL: u8 = 8;
 
 pub const PROC_FORK: u8 = 1;
 pub const PROC_EXEC: u8 = 2;
@@ -24,12 +27,9 @@ pub mod cnt {
     pub const PAGE_OTHER: u32 = 36;
     pub const PAGE_OTHER_BYTES: u32 = 37;
     pub const SWITCH_OTHER_NS: u32 = 38;
+    pub const NAME_LOST: u32 = 39;
     pub const N: u32 = 40;
 }
-
-/// Op codes with this bit set belong to source 8 (CUDA graphs) although they travel in the runtime's
-/// in-flight slot (`cudaGraphLaunch` is stashed as op 0x8004 of source 1).
-pub const OP_GRAPH_BIT: u16 = 0x8000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallRec {
@@ -46,6 +46,67 @@ pub struct CallRec {
     pub ret: i64,
     pub stack_id: i32,
     pub comm: String,
+}
+
+/// `struct cw_launch_cfg`: grid, block, dynamic shared memory, cluster (0: none set at the launch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LaunchCfg {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shmem: u32,
+    pub cluster: [u32; 3],
+}
+
+impl LaunchCfg {
+    /// The stored form: a launch that set no cluster runs in clusters of one block.
+    pub fn to_model(self) -> causeway_model::LaunchConfig {
+        let cluster = if self.cluster == [0; 3] { [1; 3] } else { self.cluster.map(|d| d.max(1)) };
+        causeway_model::LaunchConfig { grid: self.grid, block: self.block, shared_mem_bytes: self.shmem, cluster }
+    }
+}
+
+/// What a `cw_name` record says (CW_NAME_* in causeway.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameFact {
+    /// `__cudaRegisterFunction`: host stub `handle` is the device function `name`.
+    Register,
+    /// `__cudaGetKernel`: the `cudaKernel_t` `handle` stands for host stub `other`.
+    GetKernel,
+    /// `cuModuleGetFunction`: CUfunction `handle` is `name`.
+    ModuleFunction,
+    /// `cuLibraryGetKernel`: CUkernel `handle` is `name`.
+    LibraryKernel,
+    /// `cuKernelGetFunction`: CUfunction `handle` is CUkernel `other`.
+    KernelFunction,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NameRec {
+    pub what: NameFact,
+    pub pid: u32,
+    pub handle: u64,
+    pub other: u64,
+    /// Empty when the call carries no name (GetKernel, KernelFunction) or it could not be read.
+    pub name: String,
+    /// The name filled the whole buffer: it may be cut short.
+    pub truncated: bool,
+}
+
+impl NameRec {
+    /// Whether this fact names something (the string's address is in `other` for these).
+    pub fn carries_name(&self) -> bool {
+        matches!(self.what, NameFact::Register | NameFact::ModuleFunction | NameFact::LibraryKernel)
+    }
+}
+
+/// A traced process finished changing its list of loaded objects (a dlopen or dlclose).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DlRec {
+    pub pid: u32,
+    pub tid: u32,
+    pub ts: u64,
+    /// The BPF program stopped the process (SIGSTOP): it waits for user space to continue it.
+    pub stopped: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +167,10 @@ pub struct BlockRec {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     Call(CallRec),
+    /// A kernel launch: the call and its configuration.
+    Launch(CallRec, LaunchCfg),
+    Name(NameRec),
+    Dl(DlRec),
     Switch(SwitchRec),
     Wakeup(WakeupRec),
     Proc(ProcRec),
@@ -118,6 +183,8 @@ pub enum WireError {
     Empty,
     #[error("record kind {0} is unknown")]
     UnknownKind(u8),
+    #[error("name record of unknown kind {0}")]
+    UnknownName(u8),
     #[error("record kind {kind}: {len} bytes, expected {want}")]
     Size { kind: u8, len: usize, want: usize },
 }
@@ -127,6 +194,11 @@ pub const SWITCH_SIZE: usize = 88;
 pub const WAKEUP_SIZE: usize = 48;
 pub const PROC_SIZE: usize = 56;
 pub const BLOCK_SIZE: usize = 64;
+pub const LAUNCH_SIZE: usize = 128;
+/// CW_NAME_MAX in causeway.h.
+pub const NAME_MAX: usize = 1024;
+pub const NAME_SIZE: usize = 32 + NAME_MAX;
+pub const DL_SIZE: usize = 24;
 
 struct Rd<'a>(&'a [u8], usize);
 impl Rd<'_> {
@@ -168,6 +240,30 @@ fn need(kind: u8, len: usize, want: usize) -> Result<(), WireError> {
     }
 }
 
+/// The `struct cw_call` part of a call or launch record (after its kind byte).
+fn call_rec(r: &mut Rd<'_>) -> CallRec {
+    let source = r.u8();
+    let op = r.u16();
+    CallRec {
+        source,
+        op,
+        cpu: r.u32(),
+        pid: r.u32(),
+        tid: r.u32(),
+        ts: r.u64(),
+        dur: r.u64(),
+        arg0: r.u64(),
+        arg1: r.u64(),
+        arg2: r.u64(),
+        ret: r.u64() as i64,
+        stack_id: r.u32() as i32,
+        comm: {
+            r.skip(4);
+            r.comm()
+        },
+    }
+}
+
 /// Decode one ring-buffer record.
 pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
     let kind = *buf.first().ok_or(WireError::Empty)?;
@@ -175,26 +271,60 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
     match kind {
         REC_CALL => {
             need(kind, buf.len(), CALL_SIZE)?;
-            let source = r.u8();
-            let op = r.u16();
-            Ok(Record::Call(CallRec {
-                source,
-                op,
-                cpu: r.u32(),
-                pid: r.u32(),
-                tid: r.u32(),
-                ts: r.u64(),
-                dur: r.u64(),
-                arg0: r.u64(),
-                arg1: r.u64(),
-                arg2: r.u64(),
-                ret: r.u64() as i64,
-                stack_id: r.u32() as i32,
-                comm: {
-                    r.skip(4);
-                    r.comm()
-                },
+            Ok(Record::Call(call_rec(&mut r)))
+        }
+        REC_LAUNCH => {
+            need(kind, buf.len(), LAUNCH_SIZE)?;
+            let call = call_rec(&mut r);
+            let mut dims = [0u32; 10];
+            for d in &mut dims {
+                *d = r.u32();
+            }
+            let cfg = LaunchCfg {
+                grid: [dims[0], dims[1], dims[2]],
+                block: [dims[3], dims[4], dims[5]],
+                shmem: dims[6],
+                cluster: [dims[7], dims[8], dims[9]],
+            };
+            Ok(Record::Launch(call, cfg))
+        }
+        REC_NAME => {
+            need(kind, buf.len(), NAME_SIZE)?;
+            let what = match r.u8() {
+                1 => NameFact::Register,
+                2 => NameFact::GetKernel,
+                3 => NameFact::ModuleFunction,
+                4 => NameFact::LibraryKernel,
+                5 => NameFact::KernelFunction,
+                w => return Err(WireError::UnknownName(w)),
+            };
+            r.skip(2);
+            let pid = r.u32();
+            let handle = r.u64();
+            let other = r.u64();
+            let len = r.u32() as i32;
+            r.skip(4);
+            let raw = &buf[32..32 + NAME_MAX];
+            let n = usize::try_from(len).unwrap_or(0).min(NAME_MAX);
+            let bytes = &raw[..n];
+            let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+            Ok(Record::Name(NameRec {
+                what,
+                pid,
+                handle,
+                other,
+                name: String::from_utf8_lossy(bytes).into_owned(),
+                truncated: n == NAME_MAX,
             }))
+        }
+        REC_DL => {
+            need(kind, buf.len(), DL_SIZE)?;
+            let stopped = r.u8() != 0;
+            r.skip(2);
+            let pid = r.u32();
+            let tid = r.u32();
+            r.skip(4);
+            Ok(Record::Dl(DlRec { pid, tid, ts: r.u64(), stopped }))
         }
         REC_SWITCH => {
             need(kind, buf.len(), SWITCH_SIZE)?;
@@ -300,6 +430,48 @@ mod tests {
             (c.arg0, c.ret, c.stack_id, c.comm.as_str()),
             (4096, -35, -1, "gpu")
         );
+    }
+
+    #[test]
+    fn launch_record_carries_its_configuration() {
+        let mut b = vec![0u8; LAUNCH_SIZE];
+        b[0] = REC_LAUNCH;
+        b[1] = 1;
+        b[2..4].copy_from_slice(&14u16.to_ne_bytes());
+        b[8..12].copy_from_slice(&42u32.to_ne_bytes());
+        for (i, d) in [4u32, 2, 1, 128, 1, 1, 49152, 2, 1, 1].iter().enumerate() {
+            b[88 + 4 * i..92 + 4 * i].copy_from_slice(&d.to_ne_bytes());
+        }
+        let Record::Launch(c, cfg) = parse(&b).unwrap() else { panic!("not a launch") };
+        assert_eq!((c.source, c.op, c.pid), (1, 14, 42));
+        assert_eq!(cfg.grid, [4, 2, 1]);
+        assert_eq!(cfg.block, [128, 1, 1]);
+        assert_eq!(cfg.shmem, 49152);
+        assert_eq!(cfg.cluster, [2, 1, 1]);
+        let none = LaunchCfg { cluster: [0; 3], ..cfg }.to_model();
+        assert_eq!(none.cluster, [1, 1, 1], "no cluster attribute: clusters of one block");
+        assert!(parse(&b[..LAUNCH_SIZE - 1]).is_err());
+    }
+
+    #[test]
+    fn name_record_reads_its_string_and_marks_truncation() {
+        let mut b = vec![0u8; NAME_SIZE];
+        b[0] = REC_NAME;
+        b[1] = 3;
+        b[4..8].copy_from_slice(&7u32.to_ne_bytes());
+        b[8..16].copy_from_slice(&0xabcdu64.to_ne_bytes());
+        let name = b"triton_poi_fused_add_0\0";
+        b[24..28].copy_from_slice(&(name.len() as i32).to_ne_bytes());
+        b[32..32 + name.len()].copy_from_slice(name);
+        let Record::Name(n) = parse(&b).unwrap() else { panic!("not a name") };
+        assert_eq!((n.what, n.pid, n.handle), (NameFact::ModuleFunction, 7, 0xabcd));
+        assert_eq!(n.name, "triton_poi_fused_add_0");
+        assert!(!n.truncated);
+        b[24..28].copy_from_slice(&(NAME_MAX as i32).to_ne_bytes());
+        let Record::Name(n) = parse(&b).unwrap() else { panic!() };
+        assert!(n.truncated);
+        b[1] = 9;
+        assert_eq!(parse(&b), Err(WireError::UnknownName(9)));
     }
 
     #[test]
