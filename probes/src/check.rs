@@ -4,8 +4,59 @@
 
 use std::path::Path;
 
-use crate::discovery::{self, DiscoveryOptions, FoundLibrary};
+use crate::cuda_table::{ProbeLib, Reads, CUDA_PROBES};
+use crate::discovery::{self, DiscoveryOptions, FoundLibrary, LibKind};
 use crate::loader::{LoadOptions, Probes};
+use crate::symbols::ElfSymbols;
+
+/// What Causeway would record from one library: the probed symbols it exports and those it lacks.
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct LibraryCoverage {
+    pub path: String,
+    /// The kernel launch paths this library exports (`cudaLaunchKernel`, `cuLaunchKernelEx`, ...).
+    pub launch_symbols: Vec<String>,
+    /// Every probed symbol it exports.
+    pub probed: Vec<String>,
+    /// Probed symbols it does not export (twins of other builds, functions of newer versions).
+    pub missing: Vec<String>,
+    /// The file could not be read as an ELF library.
+    pub error: Option<String>,
+}
+
+/// The probe table against one library file.
+pub fn library_coverage(lib: &FoundLibrary) -> LibraryCoverage {
+    let want = match lib.kind {
+        LibKind::Runtime => ProbeLib::Runtime,
+        LibKind::Driver => ProbeLib::Driver,
+    };
+    let mut c = LibraryCoverage {
+        path: lib.path.display().to_string(),
+        launch_symbols: Vec::new(),
+        probed: Vec::new(),
+        missing: Vec::new(),
+        error: None,
+    };
+    let syms = match ElfSymbols::load(&lib.path) {
+        Ok(s) => s,
+        Err(e) => {
+            c.error = Some(format!("{e:#}"));
+            return c;
+        }
+    };
+    for p in CUDA_PROBES.iter().filter(|p| p.lib == want) {
+        for name in p.symbols {
+            if syms.has(name) {
+                c.probed.push(name.to_string());
+                if matches!(p.reads, Reads::Launch { .. }) {
+                    c.launch_symbols.push(name.to_string());
+                }
+            } else {
+                c.missing.push(name.to_string());
+            }
+        }
+    }
+    c
+}
 
 /// One checked capability.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
@@ -27,6 +78,8 @@ pub struct CheckReport {
     pub can_trace: bool,
     pub items: Vec<CheckItem>,
     pub cuda_libraries: Vec<FoundLibrary>,
+    /// For each library found on this host, which of the probed functions it exports.
+    pub coverage: Vec<LibraryCoverage>,
     /// Host tracepoints that attached in the live test.
     pub host_probes: Vec<String>,
 }
@@ -145,9 +198,22 @@ pub fn host_check() -> CheckReport {
         stacks: false,
         host_probes: true,
         perf_uprobes: false,
+        stop_on_load: false,
     });
     match load {
-        Ok(p) => {
+        Ok(mut p) => {
+            let ld = Path::new("/lib64/ld-linux-x86-64.so.2");
+            let hook = p.attach_loader(ld);
+            items.push(item(
+                "dynamic loader hook",
+                hook.is_ok(),
+                false,
+                match &hook {
+                    Ok(_) => format!("{}: _dl_debug_state probed: libraries a traced process loads later are attached as they are mapped", ld.display()),
+                    Err(e) => format!("{e:#}"),
+                },
+                "libraries loaded late are then found by polling /proc/PID/maps, and their first calls may be missed",
+            ));
             host_probes = p.host_attached.clone();
             items.push(item(
                 "uprobe_multi",
@@ -189,15 +255,30 @@ pub fn host_check() -> CheckReport {
         "CUDA libraries",
         !libs.is_empty(),
         false,
-        format!("{} found (ldconfig, /usr/local/cuda*, pip nvidia-* wheels)", libs.len()),
-        "pass --cuda-lib PATH, or trace a process that maps libcudart/libcuda (found through /proc/PID/maps)",
+        format!(
+            "{} found on this host (ldconfig, CUDA install paths, pip nvidia-* wheels); a trace probes what each traced process maps, wherever it comes from",
+            libs.len()
+        ),
+        "trace a process that maps libcudart/libcuda (found through /proc/PID/maps), or pass --cuda-lib PATH",
     ));
+    let probes = CUDA_PROBES.iter().filter(|p| !matches!(p.reads, Reads::Name(_))).count();
+    items.push(item(
+        "what is recorded",
+        true,
+        false,
+        format!(
+            "{probes} CUDA functions (runtime and driver, with their _v2/_ptsz twins): launches through cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel, cuLaunchKernelEx (grid, block, shared memory, cluster) and graph launches; copies, memsets, allocations (incl. cudaMallocAsync, cuMemCreate/Map), synchronizations, event polls, context scheduling flags; kernel names from __cudaRegisterFunction, __cudaGetKernel, cuModuleGetFunction, cuLibraryGetKernel. A runtime linked into a program is probed by symbol; one linked without symbols leaves only driver calls visible (said per process)."
+        ),
+        "",
+    ));
+    let coverage = libs.iter().map(library_coverage).collect();
     let can_trace = items.iter().all(|i| i.ok || !i.required);
     CheckReport {
         kernel,
         can_trace,
         items,
         cuda_libraries: libs,
+        coverage,
         host_probes,
     }
 }

@@ -52,8 +52,11 @@ pub struct KernelNamer {
     facts: HashMap<u32, ProcessFacts>,
     /// launched handles not named yet
     pending: BTreeSet<(u32, u64, Api)>,
-    /// launched handles already handled (named or pending)
-    seen: HashSet<(u32, u64)>,
+    /// launched handles already handled (named or pending), per API: a runtime launch and the
+    /// driver launch nested in it may carry the same value (and the inner one returns first)
+    seen: HashSet<(u32, u64, Api)>,
+    /// handles already named (by whichever API's facts)
+    named: HashSet<(u32, u64)>,
     /// launched handles nothing named at the last chance
     never_named: usize,
     /// names cut at the probe's buffer size
@@ -91,7 +94,7 @@ impl KernelNamer {
     pub fn launches(&mut self, events: &[Event]) {
         for e in events {
             let Some(api) = launch_api(OpCode::new(e.source, e.op)) else { continue };
-            if self.seen.insert((e.pid, e.arg0 as u64)) {
+            if self.seen.insert((e.pid, e.arg0 as u64, api)) {
                 self.pending.insert((e.pid, e.arg0 as u64, api));
             }
         }
@@ -105,6 +108,9 @@ impl KernelNamer {
         let mut out = Vec::new();
         let pending = std::mem::take(&mut self.pending);
         for (pid, handle, api) in pending {
+            if self.named.contains(&(pid, handle)) {
+                continue;
+            }
             let named = self.from_facts(pid, handle, api).or_else(|| {
                 // a runtime handle that is a host address: the stub's symbol is the kernel's name
                 (api == Api::Runtime && (last_chance || !self.facts.contains_key(&pid)))
@@ -113,14 +119,22 @@ impl KernelNamer {
                     .map(|m| (m, "elf"))
             });
             match named {
-                Some((mangled, how)) => out.push(KernelName {
+                Some((mangled, how)) => {
+                    self.named.insert((pid, handle));
+                    out.push(KernelName {
                     pid,
                     handle: handle as i64,
                     name: demangle(&mangled),
                     mangled,
                     how: how.to_string(),
-                }),
-                None if last_chance => self.never_named += 1,
+                    })
+                }
+                // another API's launch of the same handle may be named: count each handle once
+                None if last_chance => {
+                    if !self.named.contains(&(pid, handle)) && !self.pending.iter().any(|p| p.0 == pid && p.1 == handle) {
+                        self.never_named += 1;
+                    }
+                }
                 None => {
                     self.pending.insert((pid, handle, api));
                 }

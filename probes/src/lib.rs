@@ -10,11 +10,15 @@
 //! - [`check`]: [`host_check`], what this host can trace and how to fix what is missing.
 
 pub mod check;
+pub mod cuda_table;
 pub mod decode;
 pub mod discovery;
+pub mod kernels;
+pub mod libraries;
 pub mod loader;
 pub mod multi;
 pub mod process;
+mod rings;
 pub mod session;
 pub mod stats;
 pub mod symbols;

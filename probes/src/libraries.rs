@@ -143,9 +143,11 @@ impl LibraryTracker {
         self.quiet_if_done(probes, pid);
     }
 
-    /// A traced process exec'd a new program: what it maps and links is new.
+    /// A traced process exec'd a new program: its program may carry a runtime of its own. (What
+    /// it knew before is kept: the exec notice can arrive after the new program's loader already
+    /// reported its libraries.)
     pub fn exec(&mut self, probes: &mut Probes, pid: u32) {
-        self.procs.remove(&pid);
+        self.procs.entry(pid).or_default().program_checked = false;
         self.scan(probes, pid, "exec", false);
     }
 
@@ -206,14 +208,17 @@ impl LibraryTracker {
         std::mem::take(&mut self.rows)
     }
 
-    /// At the end of the trace: the rows and notes about what the trace could not see.
-    pub fn finish(&mut self, traced: &[u32]) -> Vec<LibraryAttach> {
+    /// At the end of the trace: the rows and notes about what the trace could not see, for every
+    /// process the trace met (exited ones included: they leave the traced map when they exit).
+    pub fn finish(&mut self) -> Vec<LibraryAttach> {
         for (path, mapped) in self.explicit.values() {
             if !*mapped {
                 self.notes.push(format!("{}: named with --cuda-lib and probed, but no traced process mapped it", path.display()));
             }
         }
-        for pid in traced {
+        let mut pids: Vec<u32> = self.procs.keys().copied().collect();
+        pids.sort_unstable();
+        for pid in &pids {
             let Some(p) = self.procs.get(pid) else { continue };
             if p.driver && !p.runtime {
                 let (path, note) = match &p.stripped_runtime {

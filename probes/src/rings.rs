@@ -150,7 +150,13 @@ pub(crate) fn read_rings(
                         continue;
                     }
                     wire::Record::Name(n) => {
-                        batch.names.push(n.clone());
+                        let mut n = n.clone();
+                        if n.name.is_empty() && n.carries_name() && n.other != 0 {
+                            // BPF could not read the string (its page was not resident yet): the
+                            // process is alive and paused in or just after the call; read it here
+                            n.name = read_process_string(n.pid, n.other, wire::NAME_MAX).unwrap_or_default();
+                        }
+                        batch.names.push(n);
                         continue;
                     }
                     wire::Record::Launch(c, cfg) => {
@@ -206,4 +212,28 @@ pub(crate) fn read_rings(
             return;
         }
     }
+}
+
+/// A NUL-terminated string of at most `max` bytes from another process's memory (page faults are
+/// taken by the kernel on our behalf, unlike in a BPF program).
+fn read_process_string(pid: u32, addr: u64, max: usize) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut buf = vec![0u8; max];
+    let mut got = 0;
+    // read page by page: the string may end right before an unmapped page
+    while got < max {
+        let page_left = 4096 - ((addr as usize + got) % 4096);
+        let want = page_left.min(max - got);
+        let n = mem.read_at(&mut buf[got..got + want], addr + got as u64).ok()?;
+        if n == 0 {
+            break;
+        }
+        if let Some(end) = buf[got..got + n].iter().position(|&b| b == 0) {
+            buf.truncate(got + end);
+            return String::from_utf8(buf).ok().filter(|s| !s.is_empty());
+        }
+        got += n;
+    }
+    None
 }

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use causeway_backends::{EventSink, StackRecord};
 use causeway_model::codes::op;
-use causeway_model::{Event, LossKind};
+use causeway_model::LossKind;
 
-use crate::decode::{stack_hash, Decoder};
-use crate::discovery::{self, DiscoveryOptions};
-use crate::loader::{AttachedLib, LoadOptions, Probes, Rings};
+use crate::kernels::KernelNamer;
+use crate::libraries::LibraryTracker;
+use crate::loader::{AttachedLib, LoadOptions, Probes};
+use crate::rings::{read_rings, summary_events, Msg};
 use crate::process::{alive, GatedChild};
 use crate::stats::{LiveStats, StatsBuilder};
 use crate::symbols::Symbolizer;
@@ -33,16 +34,17 @@ pub struct TraceOptions {
     pub command_stdout: Option<PathBuf>,
     /// Give the command /dev/null as stdin instead of ours (an MCP server over stdio).
     pub command_stdin_null: bool,
-    /// `--cuda-lib`: library files or directories to probe.
+    /// `--cuda-lib`: library files (or directories of them) to probe whether or not a traced
+    /// process maps them; never dropped (a file that is not a CUDA library is an error).
     pub cuda_libs: Vec<PathBuf>,
-    /// Probe only `cuda_libs` and what the targets map (no ldconfig / CUDA paths / pip wheel search).
-    pub explicit_libs_only: bool,
-    /// Probe exactly the `cuda_libs` files, not the CUDA libraries beside them.
-    pub no_sibling_libs: bool,
-    /// Also attach the CUDA libraries that show up in the targets' maps (loaded after the start, or
-    /// missed by discovery). Off only where exactly the given libraries must be probed (the
-    /// overhead bench compares one uprobe pair with bpftrace's).
+    /// Attach the CUDA libraries the traced processes map (at the start, at each dlopen, on the
+    /// poll). Off only where exactly the given libraries must be probed (the overhead bench
+    /// compares one uprobe pair with bpftrace's).
     pub follow_mapped_libs: bool,
+    /// Hold a launched command at each dlopen until its new CUDA libraries are attached (SIGSTOP /
+    /// SIGCONT), so its first call through them is recorded. Never applied to `pids` (a stop is
+    /// visible to the process's parent, e.g. an interactive shell).
+    pub stop_on_load: bool,
     pub duration_ns: Option<i64>,
     /// Record a user stack with every CUDA call.
     pub stacks: bool,
@@ -55,7 +57,7 @@ pub struct TraceOptions {
     pub drop_on_backpressure: bool,
     /// Raise to end the trace (Ctrl-C, an MCP cancel).
     pub stop: Arc<AtomicBool>,
-    /// How often the targets' maps are checked for libraries loaded after the start.
+    /// How often the targets' maps are checked for libraries the loader hook did not report.
     pub lib_poll_ms: u64,
     /// Pause the ring reader this long between reads: a deliberately slow consumer, for overload
     /// tests that check every lost event is counted. 0 in normal use.
@@ -73,9 +75,8 @@ impl Default for TraceOptions {
             command_stdout: None,
             command_stdin_null: false,
             cuda_libs: Vec::new(),
-            explicit_libs_only: false,
-            no_sibling_libs: false,
             follow_mapped_libs: true,
+            stop_on_load: true,
             duration_ns: None,
             stacks: false,
             host_probes: true,
@@ -84,7 +85,7 @@ impl Default for TraceOptions {
             ring_host_bytes: l.ring_host_bytes,
             drop_on_backpressure: false,
             stop: Arc::new(AtomicBool::new(false)),
-            lib_poll_ms: 100,
+            lib_poll_ms: 250,
             reader_delay_us: 0,
             perf_uprobes: false,
         }
@@ -115,8 +116,11 @@ pub struct TraceReport {
     pub host_probes: Vec<String>,
     /// What was skipped or went wrong without stopping the trace.
     pub notes: Vec<String>,
-    /// Kernel function pointers (`cudaLaunchKernel` arg0, `cuLaunchKernel` arg0, hex) resolved to symbols.
+    /// Kernel handles (a launch's arg0, hex) and their demangled names (also stored in
+    /// `kernel_names`).
     pub kernel_symbols: BTreeMap<String, String>,
+    /// What the trace covers, per process and library (also stored in `attachments`).
+    pub attachments: Vec<causeway_model::LibraryAttach>,
     pub traced_pids: Vec<u32>,
     pub command_pid: Option<u32>,
     pub command_exit: Option<i32>,
@@ -128,18 +132,79 @@ impl TraceReport {
     }
 }
 
-struct Msg {
-    events: Vec<Event>,
-    stacks: Vec<(i64, u32, Vec<u64>)>,
-    /// maps of processes, read by the reader when it first saw their calls (they may be gone now)
-    maps: Vec<(u32, Vec<crate::symbols::Mapping>)>,
-}
-
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
+}
+
+fn load_options(opts: &TraceOptions) -> LoadOptions {
+    LoadOptions {
+        ring_cuda_bytes: opts.ring_cuda_bytes,
+        ring_sched_bytes: opts.ring_sched_bytes,
+        ring_host_bytes: opts.ring_host_bytes,
+        stacks: opts.stacks,
+        host_probes: opts.host_probes,
+        perf_uprobes: opts.perf_uprobes,
+        stop_on_load: opts.stop_on_load && opts.follow_mapped_libs && opts.pids.is_empty() && !opts.command.is_empty(),
+    }
+}
+
+/// Put the targets in the traced map with their libraries probed: the pids as they are now, the
+/// command gated until its program's runtime (if linked in) and its dynamic loader are probed.
+fn start_targets(
+    opts: &TraceOptions,
+    probes: &mut Probes,
+    libs: &mut LibraryTracker,
+    report: &mut TraceReport,
+) -> anyhow::Result<Option<GatedChild>> {
+    for &p in &opts.pids {
+        if opts.follow_mapped_libs {
+            libs.scan(probes, p, "maps", true);
+        }
+        probes.trace_pid(p)?;
+    }
+    if opts.command.is_empty() {
+        return Ok(None);
+    }
+    let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref(), opts.command_stdin_null)?;
+    if opts.follow_mapped_libs {
+        if let Some(prog) = opts.command.first().and_then(|p| which(p)) {
+            libs.attach_loader_of_program(probes, &prog);
+            libs.attach_program(probes, c.pid, &prog);
+        }
+    }
+    probes.trace_pid(c.pid)?;
+    c.release();
+    report.command_pid = Some(c.pid);
+    Ok(Some(c))
+}
+
+/// Write the attachment rows the tracker has collected (and keep them for the report).
+async fn write_attachments(libs: &mut LibraryTracker, sink: &mut Box<dyn EventSink>, report: &mut TraceReport) {
+    let rows = libs.take_rows();
+    if !rows.is_empty() {
+        report.attachments.extend(rows.iter().cloned());
+        let _ = sink.write_attachments(rows).await;
+    }
+}
+
+/// Write the kernel names that can be given now (all that are left, at the last chance).
+async fn write_kernel_names(
+    namer: &mut KernelNamer,
+    symbolizer: &mut Symbolizer,
+    last_chance: bool,
+    sink: &mut Box<dyn EventSink>,
+    report: &mut TraceReport,
+) {
+    let names = namer.resolve(symbolizer, last_chance);
+    if !names.is_empty() {
+        for k in &names {
+            report.kernel_symbols.insert(format!("{:#x}", k.handle), k.name.clone());
+        }
+        let _ = sink.write_kernel_names(names).await;
+    }
 }
 
 /// Run one trace to its end. `progress` is called about once a second.
@@ -152,15 +217,6 @@ pub async fn trace(
         started_at_ns: now_ns(),
         ..Default::default()
     };
-    let load = LoadOptions {
-        ring_cuda_bytes: opts.ring_cuda_bytes,
-        ring_sched_bytes: opts.ring_sched_bytes,
-        ring_host_bytes: opts.ring_host_bytes,
-        stacks: opts.stacks,
-        host_probes: opts.host_probes,
-        perf_uprobes: opts.perf_uprobes,
-    };
-    let mut probes = Probes::load(&load)?;
     anyhow::ensure!(
         !opts.pids.is_empty() || !opts.command.is_empty(),
         "nothing to trace: give --pid or a command"
@@ -168,46 +224,18 @@ pub async fn trace(
     for &p in &opts.pids {
         anyhow::ensure!(alive(p), "no process {p}");
     }
-
-    // libraries: explicit, the targets' maps, the host, the command's own virtualenv
-    let mut dopts = DiscoveryOptions {
-        explicit: opts.cuda_libs.clone(),
-        pids: opts.pids.clone(),
-        explicit_only: opts.explicit_libs_only,
-        no_siblings: opts.no_sibling_libs,
-        ..Default::default()
-    };
-    if let Some(prog) = opts.command.first().and_then(|p| which(p)) {
-        dopts.site_packages = discovery::site_packages_of_program(&prog);
-    }
-    for lib in discovery::discover(&dopts) {
-        if let Err(e) = probes.attach_library(&lib) {
-            probes.notes.push(format!("{}: {e:#}", lib.path.display()));
-        }
-    }
-    if probes.attached.is_empty() {
-        probes.notes.push(
-            "no CUDA library found yet: watching the targets' maps for one loaded later".into(),
-        );
-    }
-
-    let mut child = None;
-    if !opts.command.is_empty() {
-        let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref(), opts.command_stdin_null)?;
-        probes.trace_pid(c.pid)?;
-        c.release();
-        report.command_pid = Some(c.pid);
-        child = Some(c);
-    }
-    for &p in &opts.pids {
-        probes.trace_pid(p)?;
-    }
+    let mut probes = Probes::load(&load_options(&opts))?;
+    let mut libs = LibraryTracker::with_explicit(&mut probes, &opts.cuda_libs)?;
+    let mut child = start_targets(&opts, &mut probes, &mut libs, &mut report)?;
+    write_attachments(&mut libs, &mut sink, &mut report).await;
 
     let rings = probes
         .take_rings()
         .ok_or_else(|| anyhow::anyhow!("rings already taken"))?;
     let reader_stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Msg>(64);
+    // the loader's notifications skip the batches: a process may be waiting for them
+    let (dl_tx, mut dl_rx) = tokio::sync::mpsc::unbounded_channel::<wire::DlRec>();
     let decode_errors = Arc::new(std::sync::Mutex::new([0u64; 16]));
     let reader = {
         let stop = reader_stop.clone();
@@ -215,7 +243,7 @@ pub async fn trace(
         let delay = Duration::from_micros(opts.reader_delay_us);
         std::thread::Builder::new()
             .name("causeway-rings".into())
-            .spawn(move || read_rings(rings, tx, stop, errs, delay))?
+            .spawn(move || read_rings(rings, tx, dl_tx, stop, errs, delay))?
     };
 
     let started = Instant::now();
@@ -224,7 +252,7 @@ pub async fn trace(
         .map(|d| started + Duration::from_nanos(d.max(0) as u64));
     let mut stats = StatsBuilder::default();
     let mut symbolizer = Symbolizer::default();
-    let mut seen_kernels: HashSet<(u32, i64)> = HashSet::new();
+    let mut namer = KernelNamer::default();
     let mut named: HashSet<u32> = HashSet::new();
     let mut prev_counters = vec![0u64; cnt::N as usize];
     let mut prev_pages: HashMap<u32, (u64, u64)> = HashMap::new();
@@ -234,17 +262,37 @@ pub async fn trace(
     let mut backpressure: HashMap<u8, u64> = HashMap::new();
 
     loop {
+        // no `biased;`: under a constant stream of batches the poll (deadline, exit) must still run
         tokio::select! {
+            Some(dl) = dl_rx.recv() => {
+                if opts.follow_mapped_libs {
+                    libs.scan(&mut probes, dl.pid, "loaded", dl.stopped);
+                }
+                if dl.stopped {
+                    // SAFETY: kill(2) with a pid and a signal number.
+                    unsafe { libc::kill(dl.pid as i32, libc::SIGCONT) };
+                }
+                write_attachments(&mut libs, &mut sink, &mut report).await;
+            }
             msg = rx.recv() => {
                 let Some(mut msg) = msg else { break };
                 for (pid, maps) in std::mem::take(&mut msg.maps) {
                     symbolizer.set_maps(pid, maps);
+                }
+                for n in &msg.names {
+                    namer.fact(n);
+                }
+                if !msg.launch_configs.is_empty() {
+                    let _ = sink.write_launch_configs(std::mem::take(&mut msg.launch_configs)).await;
                 }
                 stats.add_batch(&msg.events);
                 for e in &msg.events {
                     if (e.source, e.op) == (op::PROCESS_EXEC.source, op::PROCESS_EXEC.op) {
                         symbolizer.refresh(e.pid);
                         named.remove(&e.pid);
+                        if opts.follow_mapped_libs && e.pid == e.tid {
+                            libs.exec(&mut probes, e.pid);
+                        }
                     }
                     if !named.contains(&e.pid) && e.pid != 0 && (e.source == 1 || e.source == 4 || e.sched.is_some()) {
                         named.insert(e.pid);
@@ -252,18 +300,10 @@ pub async fn trace(
                         let name = std::fs::read_to_string(format!("/proc/{}/comm", e.pid)).map(|s| s.trim().to_string()).unwrap_or_else(|_| e.comm.clone());
                         let _ = sink.write_process_name(e.pid, name, e.ts_ns).await;
                     }
-                    if (e.source, e.op) == (op::CUDA_LAUNCH_KERNEL.source, op::CUDA_LAUNCH_KERNEL.op)
-                        || (e.source, e.op) == (op::CU_LAUNCH_KERNEL.source, op::CU_LAUNCH_KERNEL.op)
-                    {
-                        if seen_kernels.insert((e.pid, e.arg0)) {
-                            if let Some(r) = symbolizer.resolve(e.pid, e.arg0 as u64) {
-                                if let Some(s) = r.symbol {
-                                    report.kernel_symbols.insert(format!("{:#x}", e.arg0), s);
-                                }
-                            }
-                        }
-                    }
                 }
+                namer.launches(&msg.events);
+                write_kernel_names(&mut namer, &mut symbolizer, false, &mut sink, &mut report).await;
+                write_attachments(&mut libs, &mut sink, &mut report).await;
                 if !msg.stacks.is_empty() {
                     let recs = msg.stacks.iter().map(|(h, pid, ips)| stack_record(&mut symbolizer, *h, *pid, ips)).collect();
                     let _ = sink.write_stacks(recs).await;
@@ -295,17 +335,13 @@ pub async fn trace(
                 } else if !opts.pids.is_empty() && !opts.pids.iter().any(|&p| alive(p)) {
                     end = true;
                 }
-                for pid in probes.traced_pids().into_iter().filter(|_| opts.follow_mapped_libs) {
-                    for lib in discovery::libs_in_maps(pid) {
-                        if !probes.is_attached(&lib) {
-                            if let Some(kind) = discovery::classify(&lib) {
-                                let f = discovery::FoundLibrary { path: lib.clone(), kind, how: format!("maps:{pid} (loaded after start)") };
-                                if let Err(e) = probes.attach_library(&f) {
-                                    probes.notes.push(format!("{}: {e:#}", lib.display()));
-                                }
-                            }
+                if opts.follow_mapped_libs {
+                    for pid in probes.traced_pids() {
+                        if libs.needs_poll(pid) {
+                            libs.scan(&mut probes, pid, "poll", false);
                         }
                     }
+                    write_attachments(&mut libs, &mut sink, &mut report).await;
                 }
                 if end {
                     stopping = true;
@@ -333,8 +369,15 @@ pub async fn trace(
         }
     }
     let _ = reader.join();
+    // a process the loader hook stopped after the reader's last read waits for nobody now
+    while let Ok(dl) = dl_rx.try_recv() {
+        if dl.stopped {
+            // SAFETY: kill(2) with a pid and a signal number.
+            unsafe { libc::kill(dl.pid as i32, libc::SIGCONT) };
+        }
+    }
 
-    // final aggregates and every loss counter
+    // final aggregates, names, coverage and every loss counter
     let summaries = summary_events(&probes, &mut prev_counters, &mut prev_pages);
     if !summaries.is_empty() {
         let n = summaries.len() as u64;
@@ -342,7 +385,24 @@ pub async fn trace(
             report.events_written += n;
         }
     }
+    write_kernel_names(&mut namer, &mut symbolizer, true, &mut sink, &mut report).await;
+    let traced = probes.traced_pids();
+    let last_rows = libs.finish();
+    if !last_rows.is_empty() {
+        report.attachments.extend(last_rows.iter().cloned());
+        let _ = sink.write_attachments(last_rows).await;
+    }
     let counters = probes.counters();
+    if namer.unnamed() > 0 {
+        probes.notes.push(format!("{} launched kernel handle(s) could not be named (no registration, module or symbol seen for them)", namer.unnamed()));
+    }
+    let names_lost = counters[cnt::NAME_LOST as usize];
+    if names_lost > 0 {
+        probes.notes.push(format!("{names_lost} kernel-name record(s) lost (ring full): some launches may be unnamed"));
+    }
+    if namer.truncated > 0 {
+        probes.notes.push(format!("{} kernel name(s) longer than {} bytes were cut short", namer.truncated, wire::NAME_MAX - 1));
+    }
     let decode = *decode_errors.lock().unwrap();
     for src in 0..16u8 {
         let ring = counters[(cnt::LOST_BASE + src as u32) as usize]
@@ -369,10 +429,11 @@ pub async fn trace(
             }
         }
     }
-    report.traced_pids = probes.traced_pids();
+    report.traced_pids = traced;
     report.libraries = probes.attached.values().cloned().collect();
     report.host_probes = probes.host_attached.clone();
     report.notes = std::mem::take(&mut probes.notes);
+    report.notes.append(&mut libs.notes);
     drop(probes); // detach every uprobe and tracepoint before the sink's final work
     report.stopped_at_ns = now_ns();
     sink.flush().await?;
@@ -430,184 +491,3 @@ pub fn new_session_info(pids: &[u32], command: &[String], flags: String) -> caus
     }
 }
 
-/// The in-kernel aggregates since the last call, as summary events.
-fn summary_events(
-    probes: &Probes,
-    prev: &mut [u64],
-    prev_pages: &mut HashMap<u32, (u64, u64)>,
-) -> Vec<Event> {
-    let now = now_ns();
-    let c = probes.counters();
-    let d = |i: u32| c[i as usize].saturating_sub(prev[i as usize]) as i64;
-    let mut out = Vec::new();
-    let mk = |code: causeway_model::OpCode, pid: u32, arg0: i64, arg1: i64| Event {
-        ts_ns: now,
-        pid,
-        cpu: -1,
-        source: code.source,
-        op: code.op,
-        arg0,
-        arg1,
-        ..Default::default()
-    };
-    if d(cnt::SWITCH_OTHER) > 0 {
-        let mut e = mk(op::SCHED_SWITCH_SUMMARY, 0, 0, d(cnt::SWITCH_OTHER));
-        e.dur_ns = d(cnt::SWITCH_OTHER_NS);
-        out.push(e);
-    }
-    if d(cnt::WAKEUP_OTHER) > 0 {
-        out.push(mk(op::SCHED_WAKEUP_SUMMARY, 0, 0, d(cnt::WAKEUP_OTHER)));
-    }
-    if d(cnt::BLOCK_OTHER) > 0 {
-        out.push(mk(
-            op::BLOCK_SUMMARY,
-            0,
-            d(cnt::BLOCK_OTHER_BYTES),
-            d(cnt::BLOCK_OTHER),
-        ));
-    }
-    if d(cnt::PAGE_OTHER) > 0 {
-        out.push(mk(
-            op::MM_PAGE_ALLOC_SUMMARY,
-            0,
-            d(cnt::PAGE_OTHER_BYTES),
-            d(cnt::PAGE_OTHER),
-        ));
-    }
-    for (pid, p) in probes.pages() {
-        let (pc, pb) = prev_pages.get(&pid).copied().unwrap_or((0, 0));
-        if p.count > pc {
-            out.push(mk(
-                op::MM_PAGE_ALLOC_SUMMARY,
-                pid,
-                (p.bytes - pb) as i64,
-                (p.count - pc) as i64,
-            ));
-            prev_pages.insert(pid, (p.count, p.bytes));
-        }
-    }
-    prev.copy_from_slice(&c);
-    out
-}
-
-/// The ring reader thread: poll the three rings, decode, batch, send. After `stop` it drains the
-/// rings once more completely and ends (closing the channel).
-fn read_rings(
-    mut rings: Rings,
-    tx: tokio::sync::mpsc::Sender<Msg>,
-    stop: Arc<AtomicBool>,
-    errors: Arc<std::sync::Mutex<[u64; 16]>>,
-    delay: Duration,
-) {
-    use std::os::fd::AsRawFd;
-    let mut decoder = Decoder::new();
-    let mut seen_stacks: HashSet<i64> = HashSet::new();
-    let mut mapped: HashSet<u32> = HashSet::new();
-    let mut batch = Msg {
-        events: Vec::with_capacity(8192),
-        stacks: Vec::new(),
-        maps: Vec::new(),
-    };
-    let mut last_send = Instant::now();
-    loop {
-        let stopping = stop.load(Ordering::Relaxed);
-        let mut fds = [
-            libc::pollfd {
-                fd: rings.sched.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: rings.cuda.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: rings.host.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        if !stopping && !delay.is_zero() {
-            std::thread::sleep(delay);
-        }
-        if !stopping {
-            // SAFETY: three valid pollfds.
-            unsafe { libc::poll(fds.as_mut_ptr(), 3, 10) };
-        }
-        // sched first: a call's off-CPU intervals are read before the call itself
-        for (ring_src, which) in [(3u8, 0), (1u8, 1), (3u8, 2)] {
-            let ring = match which {
-                0 => &mut rings.sched,
-                1 => &mut rings.cuda,
-                _ => &mut rings.host,
-            };
-            while let Some(item) = ring.next() {
-                match wire::parse(&item) {
-                    Ok(rec) => {
-                        if let wire::Record::Call(c) = &rec {
-                            if mapped.insert(c.pid) {
-                                if let Ok(m) = crate::symbols::read_maps(c.pid) {
-                                    batch.maps.push((c.pid, m));
-                                }
-                            }
-                        }
-                        let mut stack = None;
-                        if let (wire::Record::Call(c), Some(st)) = (&rec, rings.stacks.as_ref()) {
-                            if c.stack_id >= 0 {
-                                if let Ok(trace) = st.get(&(c.stack_id as u32), 0) {
-                                    let ips: Vec<u64> =
-                                        trace.frames().iter().map(|f| f.ip).collect();
-                                    let h = stack_hash(&ips);
-                                    if seen_stacks.insert(h) {
-                                        batch.stacks.push((h, c.pid, ips));
-                                    }
-                                    stack = Some(h);
-                                }
-                            }
-                        }
-                        let mut e = decoder.event(rec);
-                        if let Some(h) = stack {
-                            e.stack_hash = h;
-                        }
-                        batch.events.push(e);
-                    }
-                    Err(_) => errors.lock().unwrap()[ring_src as usize] += 1,
-                }
-                if batch.events.len() >= 8192 {
-                    let full = std::mem::replace(
-                        &mut batch,
-                        Msg {
-                            events: Vec::with_capacity(8192),
-                            stacks: Vec::new(),
-                            maps: Vec::new(),
-                        },
-                    );
-                    if tx.blocking_send(full).is_err() {
-                        return;
-                    }
-                    last_send = Instant::now();
-                }
-            }
-        }
-        if !batch.events.is_empty()
-            && (stopping || last_send.elapsed() >= Duration::from_millis(50))
-        {
-            let full = std::mem::replace(
-                &mut batch,
-                Msg {
-                    events: Vec::with_capacity(8192),
-                    stacks: Vec::new(),
-                    maps: Vec::new(),
-                },
-            );
-            if tx.blocking_send(full).is_err() {
-                return;
-            }
-            last_send = Instant::now();
-        }
-        if stopping {
-            return;
-        }
-    }
-}

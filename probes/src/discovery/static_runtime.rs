@@ -220,14 +220,21 @@ int main(int argc, char **argv) {
         );
     }
 
-    /// The real thing, when a `libcudart_static.a` is at hand (the `nvidia-cuda-runtime` 13 wheel
-    /// has one in `nvidia/cu13/lib`): `CAUSEWAY_CUDART_STATIC=/path/libcudart_static.a`.
+    /// The real thing: NVIDIA's `libcudart_static.a` from the `nvidia-cuda-runtime` 13 wheel
+    /// (`nvidia/cu13/lib`), which scripts/install-test-deps.sh installs into the test venv
+    /// (`CAUSEWAY_CUDART_STATIC` names another archive).
     #[test]
     fn a_program_linked_with_the_real_static_runtime() {
-        let Some(archive) = std::env::var_os("CAUSEWAY_CUDART_STATIC") else {
-            eprintln!("CAUSEWAY_CUDART_STATIC not set: the real static runtime is not tested");
-            return;
-        };
+        let archive = std::env::var_os("CAUSEWAY_CUDART_STATIC").map(std::path::PathBuf::from).unwrap_or_else(|| {
+            let venv = std::env::var_os("CAUSEWAY_VENV")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/causeway/venv"));
+            let pattern = venv.join("lib");
+            std::fs::read_dir(&pattern)
+                .ok()
+                .and_then(|rd| rd.flatten().map(|e| e.path().join("site-packages/nvidia/cu13/lib/libcudart_static.a")).find(|p| p.exists()))
+                .unwrap_or_else(|| panic!("no libcudart_static.a under {}: run scripts/install-test-deps.sh", pattern.display()))
+        });
         let archive = archive.to_string_lossy().into_owned();
         let src = "#include <stddef.h>\nint cudaMalloc(void **, size_t);\n\
                    int main(int argc, char **argv) { void *p; (void)argv; return argc > 5 ? cudaMalloc(&p, 16) : 0; }\n";
