@@ -52,13 +52,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             ]);
         }
         println!("{}", t.render());
-        for l in &r.cuda_libraries {
-            println!(
-                "CUDA library: {} ({:?}, {})",
-                l.path.display(),
-                l.kind,
-                l.how
-            );
+        for (l, c) in r.cuda_libraries.iter().zip(&r.coverage) {
+            println!("CUDA library: {} ({:?}, {})", l.path.display(), l.kind, l.how);
+            match &c.error {
+                Some(e) => println!("  not readable: {e}"),
+                None => println!(
+                    "  probes {} symbols; launch paths: {}; not exported: {}",
+                    c.probed.len(),
+                    if c.launch_symbols.is_empty() { "none".to_string() } else { c.launch_symbols.join(", ") },
+                    if c.missing.is_empty() { "none".to_string() } else { c.missing.join(", ") }
+                ),
+            }
         }
     }
     Ok(if r.can_trace { 0 } else { 1 })

@@ -23,9 +23,17 @@ pub struct Args {
     /// Process to trace (repeatable); its children are followed.
     #[arg(long = "pid")]
     pub pids: Vec<u32>,
-    /// A CUDA library (or a directory of them) to probe besides those found automatically (repeatable).
+    /// A CUDA library (or a directory of them) to probe whether or not a traced process maps it,
+    /// besides every CUDA library the traced processes map (repeatable). Any file name works
+    /// (`libcudart-5e1c0ffe.so.13`): the file's own symbols say whether it is a runtime or a driver.
     #[arg(long = "cuda-lib")]
     pub cuda_libs: Vec<PathBuf>,
+    /// Do not hold a launched command at its dlopens while its new CUDA libraries are attached (by
+    /// default it is stopped for the attach, well under a millisecond each, so its first call through
+    /// a library it loads late is recorded; without, calls between the load and the attach are lost
+    /// and the trace says so).
+    #[arg(long)]
+    pub no_stop_on_load: bool,
     /// Stop after this long (e.g. 30s, 5m, 500ms).
     #[arg(long)]
     pub duration: Option<String>,
@@ -83,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         pids: args.pids.clone(),
         command: args.command.clone(),
         cuda_libs: args.cuda_libs.clone(),
+        stop_on_load: !args.no_stop_on_load,
         duration_ns,
         stacks: args.stacks,
         host_probes: !args.no_host,
@@ -141,6 +150,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 l.path.display(),
                 l.symbols.len(),
                 l.how
+            );
+        }
+        for a in report.attachments.iter().filter(|a| !a.complete && a.note.is_empty()) {
+            eprintln!(
+                "causeway: note: pid {}: {} was probed only after the process had mapped it: its calls before then are unknown",
+                a.pid, a.path
             );
         }
         for n in &report.notes {

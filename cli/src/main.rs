@@ -48,11 +48,18 @@ enum Command {
     Convert(cmd_convert::Args),
 }
 
+/// The log filter when CAUSEWAY_LOG is not set: warnings, except aya's loader, whose one warning on
+/// a working setup says that the task-storage map `cw_inflight` (used only by the BPF programs, and
+/// loaded on purpose with `allow_unsupported_maps`) is "unsupported in Aya": true of aya's Rust
+/// wrappers, harmless here, and read by users as a fault. Real load failures are errors, not
+/// warnings, and are reported by `trace` and `check` themselves.
+const DEFAULT_LOG_FILTER: &str = "warn,aya::bpf=error";
+
 fn main() {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CAUSEWAY_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("CAUSEWAY_LOG").unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
         )
         .init();
     let cli = Cli::parse();

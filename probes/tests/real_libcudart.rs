@@ -1,12 +1,15 @@
-//! The real `libcudart.so.12` from the PyPI wheel `nvidia-cuda-runtime-cu12`, called through Python
-//! ctypes (scripts/install-test-deps.sh installs it into $HOME/.cache/causeway/venv): discovery finds
-//! it as a pip wheel, the probes attach by symbol (versioned `@@libcudart.so.12`, `_ptsz` twins), and
-//! every call is recorded with its error return code (35 without a driver).
+//! The real CUDA runtimes of the PyPI wheels, `libcudart.so.12` (`nvidia-cuda-runtime-cu12`,
+//! nvidia/cuda_runtime/lib) and `libcudart.so.13` (`nvidia-cuda-runtime` 13, nvidia/cu13/lib, what
+//! PyTorch >= 2.11 loads), called through Python ctypes (scripts/install-test-deps.sh installs both
+//! into $HOME/.cache/causeway/venv). The trace is not told where the library is: it is attached
+//! when Python's ctypes dlopens it (the loader hook), every probed symbol is either attached or
+//! reported missing, and every call is recorded with its error return code (35 without a driver).
 
 mod common;
 
 use std::path::PathBuf;
 
+use causeway_probes::cuda_table::{ProbeLib, CUDA_PROBES};
 use causeway_probes::discovery::{self, DiscoveryOptions};
 use causeway_probes::TraceOptions;
 
@@ -19,40 +22,47 @@ fn venv_python() -> PathBuf {
     let py = venv.join("bin/python");
     assert!(
         py.exists(),
-        "{} missing: run scripts/install-test-deps.sh (installs nvidia-cuda-runtime-cu12 into a venv)",
+        "{} missing: run scripts/install-test-deps.sh (installs the CUDA runtime wheels into a venv)",
         py.display()
     );
     py
 }
 
 #[test]
-fn real_libcudart_from_the_pip_wheel_is_found_attached_and_traced() {
+fn real_libcudart_12_from_the_pip_wheel_is_found_attached_and_traced() {
+    real_runtime("cu12", "nvidia/cuda_runtime/lib/libcudart.so.12");
+}
+
+#[test]
+fn real_libcudart_13_from_the_cu13_wheel_is_found_attached_and_traced() {
+    real_runtime("cu13", "nvidia/cu13/lib/libcudart.so.13");
+}
+
+fn real_runtime(flavour: &str, suffix: &str) {
     common::require_root();
     let py = venv_python();
-    // discovery on its own finds the wheel's library
+    // `check`'s host-wide discovery finds the wheel's library too
     let found = discovery::discover(&DiscoveryOptions {
         site_packages: discovery::site_packages_of_program(&py),
         ..Default::default()
     });
     let wheel = found
         .iter()
-        .find(|f| {
-            f.path
-                .to_string_lossy()
-                .ends_with("nvidia/cuda_runtime/lib/libcudart.so.12")
-        })
-        .unwrap_or_else(|| panic!("pip wheel libcudart not discovered: {found:?}"));
+        .find(|f| f.path.to_string_lossy().ends_with(suffix))
+        .unwrap_or_else(|| panic!("pip wheel {suffix} not discovered: {found:?}"));
     assert_eq!(wheel.how, "pip-wheel");
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.txt");
     let script = common::root().join("probes/tests/py/call_libcudart.py");
     let n = 7u64;
+    // no --cuda-lib: the library is found when the process maps it
     let opts = TraceOptions {
         command: vec![
             py.to_string_lossy().into(),
             script.to_string_lossy().into(),
             n.to_string(),
+            flavour.to_string(),
         ],
         command_stdout: Some(out.clone()),
         ..Default::default()
@@ -83,18 +93,34 @@ fn real_libcudart_from_the_pip_wheel_is_found_attached_and_traced() {
     let lib = report
         .libraries
         .iter()
-        .find(|l| l.path == wheel.path)
-        .unwrap_or_else(|| panic!("wheel libcudart not attached: {:?}", report.libraries));
+        .find(|l| l.path.to_string_lossy().ends_with(suffix))
+        .unwrap_or_else(|| panic!("{suffix} not attached: {:?}", report.libraries));
+    assert!(lib.how.starts_with("loaded:"), "attached when python mapped it: {}", lib.how);
+    // every probed runtime symbol is either attached or reported missing, never dropped silently
+    let mut table: Vec<&str> = CUDA_PROBES.iter().filter(|p| p.lib == ProbeLib::Runtime).flat_map(|p| p.symbols.iter().copied()).collect();
+    let mut seen: Vec<&str> = lib.symbols.iter().chain(&lib.missing).map(String::as_str).collect();
+    table.sort();
+    seen.sort();
+    assert_eq!(seen, table, "attached + missing = every runtime symbol of the probe table");
     for s in [
         "cudaLaunchKernel",
         "cudaLaunchKernel_ptsz",
+        "cudaLaunchKernelExC",
+        "cudaLaunchKernelExC_ptsz",
         "cudaMalloc",
+        "cudaMallocAsync",
+        "cudaFreeAsync",
+        "cudaMemsetAsync",
+        "cudaHostAlloc",
+        "cudaEventQuery",
+        "cudaStreamWaitEvent",
         "cudaFree",
         "cudaMemcpy",
         "cudaMemcpyAsync_ptsz",
         "cudaStreamSynchronize_ptsz",
         "cudaDeviceSynchronize",
         "cudaGraphLaunch",
+        "__cudaRegisterFunction",
     ] {
         assert!(
             lib.symbols.iter().any(|x| x == s),
@@ -104,6 +130,13 @@ fn real_libcudart_from_the_pip_wheel_is_found_attached_and_traced() {
     }
 
     let c = sink.0.lock().unwrap();
+    // the attach happened while the process was held at its dlopen: nothing before it is missing
+    let row = c
+        .attachments
+        .iter()
+        .find(|a| a.pid == pid && a.path.ends_with(suffix))
+        .unwrap_or_else(|| panic!("no attachment row for {suffix}: {:?}", c.attachments));
+    assert!(row.complete, "{row:?}");
     // (op, python name) -> every traced call carries the return code Python saw
     for (code, name) in [
         (1u16, "cudaMalloc"),
@@ -112,6 +145,10 @@ fn real_libcudart_from_the_pip_wheel_is_found_attached_and_traced() {
         (5, "cudaStreamSynchronize"),
         (6, "cudaDeviceSynchronize"),
         (3, "cudaLaunchKernel"),
+        (14, "cudaLaunchKernelExC"),
+        (16, "cudaMallocAsync"),
+        (15, "cudaMemsetAsync"),
+        (19, "cudaEventQuery"),
     ] {
         let line = text
             .lines()
@@ -150,4 +187,9 @@ fn real_libcudart_from_the_pip_wheel_is_found_attached_and_traced() {
         .iter()
         .filter(|e| e.pid == pid && e.source == 1 && e.op == 1)
         .all(|e| e.arg0 == 4096));
+    // the Ex launch's configuration is read from the cudaLaunchConfig_t the caller passed
+    let ex = c.events.iter().find(|e| e.pid == pid && e.source == 1 && e.op == 14).expect("an Ex launch");
+    let cfg = c.launch_configs.get(&ex.launch_config).unwrap_or_else(|| panic!("no launch config {} stored", ex.launch_config));
+    assert_eq!((cfg.grid, cfg.block, cfg.shared_mem_bytes, cfg.cluster), ([2, 3, 1], [64, 1, 1], 256, [1, 1, 1]));
+    assert_eq!(ex.arg1, 6, "blocks = grid.x * grid.y * grid.z");
 }

@@ -74,7 +74,6 @@ fn helper_tracer_process() {
     let opts = causeway_probes::TraceOptions {
         pids: vec![pid.parse().unwrap()],
         cuda_libs: vec![build.join("libcudart.so.12")],
-        explicit_libs_only: true,
         duration_ns: Some(60_000_000_000),
         ..Default::default()
     };

@@ -27,7 +27,6 @@ fn trace_to_db(
         command: cmd.clone(),
         command_stdout: Some(out.clone()),
         cuda_libs: vec![build.join("libcudart.so.12")],
-        explicit_libs_only: true,
         ..Default::default()
     };
     tweak(&mut opts);

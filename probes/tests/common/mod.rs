@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use causeway_backends::{EventSink, SinkSummary, StackRecord};
-use causeway_model::{Event, LossKind};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind};
 use causeway_probes::{TraceOptions, TraceReport};
 
 pub fn root() -> PathBuf {
@@ -45,6 +45,9 @@ pub struct Collected {
     pub losses: BTreeMap<(u8, String), u64>,
     pub stacks: Vec<StackRecord>,
     pub names: BTreeMap<u32, String>,
+    pub launch_configs: BTreeMap<i64, LaunchConfig>,
+    pub kernel_names: BTreeMap<(u32, i64), KernelName>,
+    pub attachments: Vec<LibraryAttach>,
     pub finished: bool,
 }
 
@@ -77,6 +80,24 @@ impl EventSink for MemSink {
         _seen_at_ns: i64,
     ) -> causeway_backends::error::Result<()> {
         self.0.lock().unwrap().names.insert(pid, name);
+        Ok(())
+    }
+    async fn write_launch_configs(&mut self, configs: Vec<LaunchConfig>) -> causeway_backends::error::Result<()> {
+        let mut c = self.0.lock().unwrap();
+        for cfg in configs {
+            c.launch_configs.insert(cfg.key(), cfg);
+        }
+        Ok(())
+    }
+    async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> causeway_backends::error::Result<()> {
+        let mut c = self.0.lock().unwrap();
+        for k in names {
+            c.kernel_names.insert((k.pid, k.handle), k);
+        }
+        Ok(())
+    }
+    async fn write_attachments(&mut self, rows: Vec<LibraryAttach>) -> causeway_backends::error::Result<()> {
+        self.0.lock().unwrap().attachments.extend(rows);
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
@@ -156,7 +177,6 @@ pub fn run_traced(
         command: cmd,
         command_stdout: Some(out.clone()),
         cuda_libs: vec![build.join("libcudart.so.12")],
-        explicit_libs_only: true,
         ..Default::default()
     };
     tweak(&mut opts);
@@ -289,4 +309,56 @@ pub fn assert_exact_and_nested(w: &Workload, events: &[Event]) {
             );
         }
     }
+}
+
+/// The op a probed symbol's calls are stored under, and its library (from the one probe table).
+pub fn symbol_op(symbol: &str) -> Option<(OpCode, causeway_probes::cuda_table::ProbeLib)> {
+    causeway_probes::cuda_table::CUDA_PROBES
+        .iter()
+        .find(|p| p.symbols.contains(&symbol))
+        .and_then(|p| p.op().map(|o| (o, p.lib)))
+}
+
+/// The library of an op's probes.
+fn op_lib(code: OpCode) -> Option<causeway_probes::cuda_table::ProbeLib> {
+    causeway_probes::cuda_table::CUDA_PROBES.iter().find(|p| p.op() == Some(code)).map(|p| p.lib)
+}
+
+/// Events of `pid` that are not a driver call inside a runtime call of the same thread: what the
+/// program itself called.
+pub fn top_level(events: &[Event], pid: u32) -> Vec<&Event> {
+    use causeway_probes::cuda_table::ProbeLib;
+    let runtime: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.pid == pid && op_lib(OpCode::new(e.source, e.op)) == Some(ProbeLib::Runtime))
+        .collect();
+    events
+        .iter()
+        .filter(|e| e.pid == pid)
+        .filter(|e| match op_lib(OpCode::new(e.source, e.op)) {
+            Some(ProbeLib::Runtime) => true,
+            Some(ProbeLib::Driver) => !runtime.iter().any(|r| r.tid == e.tid && r.ts_ns <= e.ts_ns && e.end_ns() <= r.end_ns()),
+            None => false,
+        })
+        .collect()
+}
+
+/// Every probed CUDA function the workload says it called (CALLS lines, by symbol) was recorded
+/// exactly that many times at the top level, under the op of the table row that probes the symbol.
+pub fn assert_calls_exact(w: &Workload, events: &[Event]) {
+    let mut want: BTreeMap<OpCode, u64> = BTreeMap::new();
+    for (sym, n) in &w.calls {
+        // calls no probe records as an event (stream/event creation, module loads, the name
+        // calls) are left out
+        if let Some((code, _)) = symbol_op(sym).filter(|_| *n > 0) {
+            *want.entry(code).or_default() += n;
+        }
+    }
+    let mut got: BTreeMap<OpCode, u64> = BTreeMap::new();
+    for e in top_level(events, w.pid) {
+        *got.entry(OpCode::new(e.source, e.op)).or_default() += 1;
+    }
+    got.retain(|c, _| want.contains_key(c));
+    let named = |m: &BTreeMap<OpCode, u64>| m.iter().map(|(c, n)| (c.name().into_owned(), *n)).collect::<BTreeMap<_, _>>();
+    assert_eq!(named(&got), named(&want), "top-level calls per op: traced (left) vs made by the workload (right)");
 }
