@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Test dependencies, all under $HOME/.cache/causeway (reused by CI and later runs):
-# - venv/: the real libcudart.so.12 (PyPI wheel nvidia-cuda-runtime-cu12), used by
-#   probes/tests/real_libcudart.rs through ctypes; the Python MCP SDK (`mcp`) and pytest, used by
+# - venv/: the real CUDA runtimes of the PyPI wheels nvidia-cuda-runtime-cu12 (libcudart.so.12 in
+#   nvidia/cuda_runtime/lib) and nvidia-cuda-runtime 13 (libcudart.so.13 in nvidia/cu13/lib, the
+#   layout of CUDA 13 wheels and PyTorch >= 2.11), used by probes/tests/real_libcudart.rs through ctypes; the Python MCP SDK (`mcp`) and pytest, used by
 #   tests/mcp (run from cli/tests/mcp_clients.rs).
 # - venv-sqlite-ref/: the Python reference SQLite MCP server (`mcp-server-sqlite`), the baseline of
 #   the MCP latency bench (its own venv: it pins its own `mcp`).
@@ -14,12 +15,15 @@ VENV="${CAUSEWAY_VENV:-$CACHE/venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet "nvidia-cuda-runtime-cu12>=12,<13" "mcp>=2.3,<3" "pytest>=8" "anyio>=4"
+"$VENV/bin/python" -m pip install --quiet "nvidia-cuda-runtime-cu12>=12,<13" "nvidia-cuda-runtime==13.0.96" "mcp>=2.3,<3" "pytest>=8" "anyio>=4"
 "$VENV/bin/python" - <<'PY'
 import glob, os, sys
 libs = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cuda_runtime", "lib", "libcudart.so.12"))
 assert libs, "libcudart.so.12 not found in the venv"
 print("libcudart:", libs[0])
+libs13 = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu13", "lib", "libcudart.so.13"))
+assert libs13, "libcudart.so.13 (nvidia/cu13/lib) not found in the venv"
+print("libcudart:", libs13[0])
 import mcp.client.stdio, mcp.client.streamable_http  # noqa: F401  (the MCP client tests need both)
 PY
 
