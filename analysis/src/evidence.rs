@@ -10,7 +10,7 @@
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 
-use crate::attribution::{Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
+use crate::attribution::{gpu_call_sources, Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
 use crate::detectors::{GAP_FLOOR_NS, GAP_P50_MULTIPLE, GAP_P75_MULTIPLE};
 use crate::stats::nearest_rank_sql;
 
@@ -46,14 +46,20 @@ impl SqlScope {
 /// than the longest GPU call) changes no result; it lets the timestamp index bound the search.
 pub fn top_level_sql(scope: &SqlScope, alias: &str) -> String {
     let a = alias;
+    let gpu = gpu_sources_sql();
     format!(
-        "NOT EXISTS (SELECT 1 FROM events o WHERE o.tid = {a}.tid AND o.source IN (1, 4, 8) AND o.id <> {a}.id \
+        "NOT EXISTS (SELECT 1 FROM events o WHERE o.tid = {a}.tid AND o.source IN ({gpu}) AND o.id <> {a}.id \
          AND o.timestamp <= {a}.timestamp AND o.timestamp + o.duration >= {a}.timestamp + {a}.duration{} \
-         AND o.timestamp >= {a}.timestamp - (SELECT MAX(duration) FROM events WHERE source IN (1, 4, 8)) \
+         AND o.timestamp >= {a}.timestamp - (SELECT MAX(duration) FROM events WHERE source IN ({gpu})) \
          AND (o.timestamp < {a}.timestamp OR o.duration > {a}.duration OR o.source < {a}.source \
          OR (o.source = {a}.source AND o.id < {a}.id)))",
         scope.filter("o")
     )
+}
+
+/// The GPU-call sources as a SQL list (`1, 4, 8`): [`crate::attribution::gpu_call_sources`].
+fn gpu_sources_sql() -> String {
+    gpu_call_sources().iter().map(u8::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// Subject CTEs: the slow top-level calls of `op` in scope, as `c(tid, pid, ts, te)`.
@@ -81,7 +87,7 @@ pub fn long_gaps_cte(scope: &SqlScope, tid: u32) -> String {
     format!(
         "g0 AS (SELECT tid, pid, timestamp AS ts, MAX(timestamp + duration) OVER (PARTITION BY tid \
          ORDER BY timestamp, duration DESC, source, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe \
-         FROM events WHERE source IN (1, 4, 8){f}), \
+         FROM events WHERE source IN ({gpu}){f}), \
          g1 AS (SELECT tid, pid, pe AS a, ts AS b, ts - pe AS gap FROM g0 WHERE pe IS NOT NULL AND ts > pe), \
          gr AS (SELECT tid, gap, ROW_NUMBER() OVER (PARTITION BY tid ORDER BY gap) AS rn, \
          COUNT(*) OVER (PARTITION BY tid) AS n FROM g1), \
@@ -90,6 +96,7 @@ pub fn long_gaps_cte(scope: &SqlScope, tid: u32) -> String {
          c AS (SELECT g1.tid, g1.pid, g1.a AS ts, g1.b AS te FROM g1 JOIN gt ON gt.tid = g1.tid \
          WHERE g1.tid = {tid} AND g1.gap >= gt.t)",
         f = scope.filter(""),
+        gpu = gpu_sources_sql(),
         floor = GAP_FLOOR_NS,
         m = GAP_P50_MULTIPLE,
         p50 = nearest_rank_sql(500, "n"),

@@ -160,3 +160,41 @@ fn feeding_thread_sleeping_on_a_dataloader_worker_is_starvation() {
     assert_eq!(drop.severity, Severity::High);
     assert_eq!(drop.evidence.event_ids.len(), 2);
 }
+
+#[test]
+fn launches_syncs_and_allocations_of_every_api_count_in_the_detectors() {
+    // A thread that launches through cuLaunchKernelEx and cuGraphLaunch and synchronizes after each
+    // launch with cuStreamSynchronize (the driver API alone: no runtime call around them), and
+    // allocates through the stream-ordered allocator, never freeing.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("every_api.db");
+    let mut t = Trace { names: vec![(4400, "vllm".into())], ..Default::default() };
+    let mut ts = T0;
+    let mut sync_ns = 0;
+    for i in 0..40i64 {
+        let launch = if i % 2 == 0 { op::CU_LAUNCH_KERNEL_EX } else { op::CU_GRAPH_LAUNCH };
+        t.call(4400, 4400, launch, ts, 10 * US);
+        let d = 2 * MS + (i % 3) * 100 * US;
+        t.call(4400, 4400, op::CU_STREAM_SYNCHRONIZE, ts + 20 * US, d);
+        sync_ns += d;
+        ts += 20 * US + d + 500 * US;
+    }
+    for i in 0..12i64 {
+        // cudaMallocAsync around its driver call; later allocations take 10x longer.
+        let d = if i < 6 { 20 * US } else { 200 * US };
+        let a = t.call(4400, 4400, op::CUDA_MALLOC_ASYNC, ts, d);
+        (a.arg0, a.arg2) = (256 << 20, 0x7000_0000 + i);
+        t.call(4400, 4400, op::CU_MEM_ALLOC_ASYNC, ts + US, d - 2 * US);
+        ts += MS;
+    }
+    t.write(&path);
+    let (_, e) = explain_all(&path);
+    let storm = e.chains.iter().find(|c| c.kind == ChainKind::SyncStorm).expect("sync storm");
+    assert_eq!((storm.calls, storm.stall_ns, storm.tid), (40, sync_ns, Some(4400)));
+    assert!(storm.summary.contains("synchronized 40 times for 40 launches"), "{}", storm.summary);
+    let growth = e.chains.iter().find(|c| c.kind == ChainKind::AllocatorLatency).expect("allocation latency growth");
+    assert_eq!(growth.stall_ns, 6 * 180 * US);
+    assert!(growth.details.iter().any(|d| d.contains("allocations by cudaMallocAsync; frees by none")), "{:?}", growth.details);
+    let unfreed = e.chains.iter().find(|c| c.kind == ChainKind::AllocatorImbalance).expect("unfreed allocations");
+    assert_eq!(unfreed.evidence.value, 12 * (256 << 20));
+}
