@@ -96,6 +96,9 @@ pub enum Cause {
     /// Asleep inside a synchronizing call (a blocking sync or copy) until the GPU finished: GPU
     /// time, not a host cause. Whoever woke the thread is the driver's completion path.
     GpuWait,
+    /// Preempted while spinning in a synchronizing call, before the GPU finished: the GPU was still
+    /// busy, so the preemption did not delay the return (see [`crate::spin`]). Not a host cause.
+    SpinGpuBusy,
 }
 
 impl Cause {
@@ -112,12 +115,13 @@ impl Cause {
             Cause::HostCompute => "host_compute",
             Cause::NoSchedData => "no_sched_data",
             Cause::GpuWait => "gpu_wait",
+            Cause::SpinGpuBusy => "spin_gpu_busy",
         }
     }
 
     /// A cause found in what the host did (as opposed to "no host cause found").
     pub fn is_host_cause(self) -> bool {
-        !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData | Cause::GpuWait)
+        !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData | Cause::GpuWait | Cause::SpinGpuBusy)
     }
 
     pub fn describe(self) -> &'static str {
@@ -133,6 +137,7 @@ impl Cause {
             Cause::HostCompute => "on-CPU between GPU calls: the feeding thread was busy with host work",
             Cause::NoSchedData => "no scheduler events recorded for this thread at that time",
             Cause::GpuWait => "asleep in a synchronizing call until the GPU finished (blocking sync): GPU time, not a host cause",
+            Cause::SpinGpuBusy => "spinning: the GPU was still busy; preempted while spinning in a synchronizing call before the GPU finished, so the preemption did not delay the return",
         }
     }
 }

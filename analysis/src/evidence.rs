@@ -12,6 +12,7 @@ use causeway_model::time::TimeWindow;
 
 use crate::attribution::{gpu_call_sources, Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
 use crate::detectors::{GAP_FLOOR_NS, GAP_P50_MULTIPLE, GAP_P75_MULTIPLE};
+use crate::spin;
 use crate::stats::nearest_rank_sql;
 
 /// What the SQL may use: the scope of the analysis and what the DB records.
@@ -21,6 +22,8 @@ pub struct SqlScope {
     pub pid: Option<u32>,
     /// The DB has the native scheduler columns (prev_state, next_*, wake_ts, waker_*).
     pub sched_detail: bool,
+    /// The DB has the `cpu` column (the host's CPUs are counted from it: [`crate::spin`]).
+    pub has_cpu: bool,
 }
 
 impl SqlScope {
@@ -128,15 +131,9 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
     match cause {
         Cause::OffCpuUnrecorded if !scope.sched_detail => ov(so, "e.timestamp"),
         Cause::OffCpuUnrecorded => format!("{} WHERE NOT ({state_known}) OR e.prev_state IS NULL", ov(so, "e.timestamp")),
-        Cause::Preempted => {
-            let who = match culprit {
-                CulpritKey::TookCpu(p, t, comm) => {
-                    format!(" AND e.next_pid = {p} AND e.next_tid = {t} AND COALESCE(e.next_comm, '') = {}", quote(comm))
-                }
-                _ => " AND COALESCE(e.next_pid, 0) = 0 AND COALESCE(e.next_tid, 0) = 0".to_string(),
-            };
-            format!("{} WHERE e.prev_state = 0{who}", ov(so, "e.timestamp"))
-        }
+        Cause::Preempted => format!("{} WHERE e.prev_state = 0{}", ov(so, "e.timestamp"), preempted_by(culprit)),
+        // Only slow calls of a synchronizing op spin; their query is built by `slow_call_chain_sql`.
+        Cause::SpinGpuBusy => format!("{} WHERE e.prev_state = 0", ov(so, "e.timestamp")),
         Cause::GpuWait => format!("{} WHERE e.prev_state = 1", ov(so, &wake)),
         Cause::Uninterruptible => format!("{} WHERE e.prev_state = 2", ov(so, &wake)),
         Cause::Sleep | Cause::StoppedOrOther => {
@@ -184,9 +181,64 @@ fn coverage_expr() -> String {
 const COVERAGE_CTE: &str = "cv AS (SELECT tid, MIN(timestamp - duration) AS cs, MAX(timestamp) AS ce \
                             FROM events WHERE source = 3 AND op = 1 GROUP BY tid)";
 
-/// The full query for a slow-call chain.
+/// The full query for a slow-call chain. The preempted time of a synchronizing op is measured call
+/// by call with the spin decision of [`crate::spin`] ([`spin_wait_cte`]).
 pub fn slow_call_chain_sql(scope: &SqlScope, op: OpCode, cause: Cause, culprit: &CulpritKey) -> String {
+    if scope.sched_detail && spin::is_spin_bounded_op(op) && matches!(cause, Cause::Preempted | Cause::SpinGpuBusy) {
+        return format!("WITH {}, {} {}", slow_calls_cte(scope, op), spin_wait_cte(scope), spin_measure_sql(cause, culprit));
+    }
     format!("WITH {}, {COVERAGE_CTE} {}", slow_calls_cte(scope, op), measure_sql(scope, cause, culprit))
+}
+
+/// CTEs `fl` (the flag-setting calls, over the whole trace), `nc(n)` (the host's CPUs) and
+/// `w(tid, pid, ts, te, spin)`: the subject calls `c` with `spin` = 1 when the call spun, decided as
+/// [`crate::spin::SchedPolicies::wait_mode`] decides it: no sleep (state S) inside the call, and the
+/// latest flags before it (by timestamp, then id) spin (1), or are auto (0, 3, 5, 6, 7 or none) with
+/// at most as many contexts (`cuCtxCreate` calls before it, at least 1) as CPUs.
+pub fn spin_wait_cte(scope: &SqlScope) -> String {
+    let cpus = if scope.has_cpu { spin::host_cpus_sql() } else { "SELECT 0".to_string() };
+    let ctx = causeway_model::codes::op::CU_CTX_CREATE;
+    format!(
+        "fl AS MATERIALIZED (SELECT f0.pid, f0.source, f0.op, f0.timestamp, f0.id, f0.arg0 FROM events f0 WHERE {flags}), \
+         nc(n) AS ({cpus}), \
+         w AS (SELECT c.tid, c.pid, c.ts, c.te, CASE WHEN EXISTS (SELECT 1 FROM events s WHERE s.tid = c.tid \
+         AND s.source = 3 AND s.op = 1 AND s.prev_state = 1 AND s.timestamp > c.ts AND s.timestamp - s.duration < c.te) THEN 0 \
+         ELSE CASE COALESCE((SELECT f.arg0 & 7 FROM fl f WHERE f.pid = c.pid AND f.timestamp < c.ts \
+         ORDER BY f.timestamp DESC, f.id DESC LIMIT 1), 0) WHEN 1 THEN 1 WHEN 2 THEN 0 WHEN 4 THEN 0 \
+         ELSE MAX(1, (SELECT COUNT(*) FROM fl x WHERE x.pid = c.pid AND x.source = {cs} AND x.op = {co} \
+         AND x.timestamp < c.ts)) <= (SELECT n FROM nc) END END AS spin FROM c)",
+        flags = ops_condition("f0", &spin::sched_flag_ops()),
+        cs = ctx.source,
+        co = ctx.op,
+    )
+}
+
+/// The preempted time of the calls in `w`: all of it in calls that did not spin; in calls that
+/// spun, the last preempted interval when it ends within [`spin::SPIN_RETURN_EPSILON_NS`] of the
+/// return ([`Cause::Preempted`], for `culprit`), or every other one ([`Cause::SpinGpuBusy`]).
+fn spin_measure_sql(cause: Cause, culprit: &CulpritKey) -> String {
+    let last = format!(
+        "(e.timestamp >= c.te - {eps} AND NOT EXISTS (SELECT 1 FROM events l WHERE l.tid = c.tid AND l.source = 3 \
+         AND l.op = 1 AND l.prev_state = 0 AND l.duration > 0 AND l.timestamp > e.timestamp AND l.timestamp - l.duration < c.te))",
+        eps = spin::SPIN_RETURN_EPSILON_NS
+    );
+    let head = "SELECT COALESCE(SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, (e.timestamp - e.duration)))), 0) AS value \
+                FROM w c JOIN events e ON e.tid = c.tid AND e.source = 3 AND e.op = 1 \
+                AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te";
+    match cause {
+        Cause::SpinGpuBusy => format!("{head} WHERE e.prev_state = 0 AND c.spin = 1 AND NOT {last}"),
+        _ => format!("{head} WHERE e.prev_state = 0{} AND (c.spin = 0 OR {last})", preempted_by(culprit)),
+    }
+}
+
+/// The condition on `e` naming who took the CPU.
+fn preempted_by(culprit: &CulpritKey) -> String {
+    match culprit {
+        CulpritKey::TookCpu(p, t, comm) => {
+            format!(" AND e.next_pid = {p} AND e.next_tid = {t} AND COALESCE(e.next_comm, '') = {}", quote(comm))
+        }
+        _ => " AND COALESCE(e.next_pid, 0) = 0 AND COALESCE(e.next_tid, 0) = 0".to_string(),
+    }
 }
 
 /// The full query for a feeding-gap chain of thread `tid`.
