@@ -295,18 +295,23 @@ pub fn alloc_growth_sql(scope: &SqlScope, allocs: &[OpCode], pid: u32) -> String
 /// Bytes of top-level allocations of `pid` never freed in scope: matched by device pointer (`arg2`)
 /// when the DB has it, else all allocated bytes (the DB cannot match frees to allocations).
 pub fn unfreed_bytes_sql(scope: &SqlScope, allocs: &[OpCode], frees: &[OpCode], pid: u32, has_ptr: bool) -> String {
-    let unmatched = if has_ptr {
-        format!(
-            " AND NOT EXISTS (SELECT 1 FROM events fr WHERE {fops} AND fr.pid = d.pid AND fr.arg2 = d.arg2 \
-             AND fr.timestamp >= d.timestamp{ff})",
-            fops = ops_condition("fr", frees),
-            ff = scope.filter("fr"),
+    // The last free of each (pid, pointer), computed once: a lookup per allocation into the whole
+    // events table (no index on pointers) took longer than the query time limit on 60k events.
+    let (with, unmatched) = if has_ptr {
+        (
+            format!(
+                "WITH fr AS MATERIALIZED (SELECT fr.pid, fr.arg2, MAX(fr.timestamp) AS last FROM events fr WHERE {fops}{ff} \
+                 GROUP BY fr.pid, fr.arg2) ",
+                fops = ops_condition("fr", frees),
+                ff = scope.filter("fr"),
+            ),
+            " AND NOT EXISTS (SELECT 1 FROM fr WHERE fr.pid = d.pid AND fr.arg2 = d.arg2 AND fr.last >= d.timestamp)".to_string(),
         )
     } else {
-        String::new()
+        (String::new(), String::new())
     };
     format!(
-        "SELECT COALESCE(SUM(d.arg0), 0) AS value FROM events d WHERE {ops}{f} AND d.pid = {pid} AND {top}{unmatched}",
+        "{with}SELECT COALESCE(SUM(d.arg0), 0) AS value FROM events d WHERE {ops}{f} AND d.pid = {pid} AND {top}{unmatched}",
         ops = ops_condition("d", allocs),
         f = scope.filter("d"),
         top = top_level_sql(scope, "d"),
