@@ -2,8 +2,9 @@
 //! native SQLite or DuckDB trace, losslessly for what the native schema holds.
 //!
 //! What carries over: every event with every native column the original has (`node`, `rank`,
-//! `local_rank`, `world_size`, `stack_ips` included), sessions with their ids, stacks, process
-//! names with `seen_at`, loss counters per session, Ingero's `event_aggregates` (so a sampled
+//! `local_rank`, `world_size`, `stack_ips`, `launch_config` included), sessions with their ids,
+//! stacks, process names with `seen_at`, launch configurations, kernel names, library attachments
+//! with their sessions, loss counters per session, Ingero's `event_aggregates` (so a sampled
 //! trace keeps its true totals), what the original does not record and which `events` columns it
 //! has (`schema_info.source_missing` / `source_columns`: readers report only those columns, so the
 //! analysis treats the converted trace exactly as its original). Ingero-only tables (`causal_chains`,
@@ -22,7 +23,7 @@
 use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
 
 use crate::error::{Result, StoreError};
 use crate::store::{AggregateRow, StackRecord, TraceStore};
@@ -65,6 +66,8 @@ pub trait ConvertSource {
     fn loss_rows(&self) -> Result<Vec<LossRow>>;
     /// (pid, name, seen_at)
     fn process_rows(&self) -> Result<Vec<(u32, String, i64)>>;
+    /// Every library attachment with the id of its session (empty when the original has none).
+    fn attachment_rows(&self) -> Result<Vec<(i64, LibraryAttach)>>;
 }
 
 /// A native trace being written by a conversion.
@@ -74,6 +77,10 @@ pub trait ConvertTarget {
     fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()>;
     fn write_process_names(&mut self, names: &[(u32, String, i64)]) -> Result<()>;
     fn write_losses(&mut self, losses: &[LossRow]) -> Result<()>;
+    fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()>;
+    fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
+    /// Attachments with their own session ids.
+    fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()>;
     fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()>;
     /// Record what the original does not record and which `events` columns it has
     /// (`schema_info.source_missing`, `schema_info.source_columns`).
@@ -118,6 +125,9 @@ pub struct ConvertReport {
     pub process_names: u64,
     pub loss_rows: u64,
     pub aggregate_rows: u64,
+    pub launch_configs: u64,
+    pub kernel_names: u64,
+    pub attachments: u64,
     /// True when text ids were replaced by integers (see the module docs).
     pub ids_renumbered: bool,
 }
@@ -172,6 +182,12 @@ pub fn convert(
         target.write_process_names(&names)?;
         let losses = source.loss_rows()?;
         target.write_losses(&losses)?;
+        let configs = store.launch_configs()?;
+        target.write_launch_configs(&configs)?;
+        let kernels = store.kernel_names()?;
+        target.write_kernel_names(&kernels)?;
+        let attachments = source.attachment_rows()?;
+        target.write_attachments(&attachments)?;
         let aggregates = store.aggregates(&TimeWindow::default())?;
         target.write_aggregates(&aggregates)?;
         target.write_provenance(&info.missing, &info.event_columns)?;
@@ -186,6 +202,9 @@ pub fn convert(
             process_names: names.len() as u64,
             loss_rows: losses.len() as u64,
             aggregate_rows: aggregates.len() as u64,
+            launch_configs: configs.len() as u64,
+            kernel_names: kernels.len() as u64,
+            attachments: attachments.len() as u64,
             ids_renumbered: source.renumbers_ids(),
         })
     })();

@@ -1,7 +1,8 @@
 //! Storage for Causeway traces: the two traits every engine implements, and the engines.
 //!
-//! - [`EventSink`] is the write side: the tracer hands it batches of [`Event`]s, loss counters and
-//!   stacks; it never blocks the tracer for long and counts what it had to drop.
+//! - [`EventSink`] is the write side: the tracer hands it batches of [`Event`]s, loss counters,
+//!   stacks, launch configurations, kernel names and library attachments; it never blocks the
+//!   tracer for long and counts what it had to drop.
 //! - [`TraceStore`] is the read side: trace metadata, the typed scans the analysis needs, guarded SQL
 //!   with limits, and a schema description generated from the live database.
 //!
@@ -12,6 +13,7 @@
 //! chosen by extension and file magic; [`create_sink`] picks the writer the same way.
 
 pub mod convert;
+mod cuda_tables;
 mod describe;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;

@@ -85,6 +85,11 @@ fn missing_features(
     missing
 }
 
+/// Whether a native trace has the table (an Ingero DB never has ours, whatever its tables are named).
+pub(crate) fn has_native_table(info: &TraceInfo, table: &str) -> bool {
+    matches!(info.format, TraceFormat::Native { .. }) && info.has_table(table)
+}
+
 /// `clause` (from [`where_clause`]) with `cond` added: ` WHERE cond` or `clause AND cond`.
 pub(crate) fn and_where(clause: &str, cond: &str) -> String {
     if clause.is_empty() {

@@ -62,10 +62,44 @@ CREATE TABLE IF NOT EXISTS events (
     next_comm   TEXT,
     wake_ts     INTEGER,
     waker_pid   INTEGER,
-    waker_tid   INTEGER
+    waker_tid   INTEGER,
+    launch_config INTEGER
 );
 CREATE TABLE IF NOT EXISTS stack_traces (hash INTEGER PRIMARY KEY, ips TEXT NOT NULL, frames TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS process_names (pid INTEGER PRIMARY KEY, name TEXT NOT NULL, seen_at INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS launch_configs (
+    key              INTEGER PRIMARY KEY,
+    grid_x           INTEGER NOT NULL,
+    grid_y           INTEGER NOT NULL,
+    grid_z           INTEGER NOT NULL,
+    block_x          INTEGER NOT NULL,
+    block_y          INTEGER NOT NULL,
+    block_z          INTEGER NOT NULL,
+    shared_mem_bytes INTEGER NOT NULL,
+    cluster_x        INTEGER NOT NULL,
+    cluster_y        INTEGER NOT NULL,
+    cluster_z        INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kernel_names (
+    pid     INTEGER NOT NULL,
+    handle  INTEGER NOT NULL,
+    name    TEXT NOT NULL,
+    mangled TEXT NOT NULL DEFAULT '',
+    how     TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (pid, handle)
+);
+CREATE TABLE IF NOT EXISTS attachments (
+    session_id  INTEGER NOT NULL,
+    pid         INTEGER NOT NULL,
+    path        TEXT NOT NULL,
+    kind        TEXT NOT NULL,
+    how         TEXT NOT NULL,
+    attached_at INTEGER NOT NULL,
+    complete    INTEGER NOT NULL,
+    symbols     TEXT NOT NULL,
+    missing     TEXT NOT NULL,
+    note        TEXT NOT NULL DEFAULT ''
+);
 CREATE TABLE IF NOT EXISTS loss_counters (
     session_id INTEGER NOT NULL,
     source     INTEGER NOT NULL,
@@ -143,23 +177,33 @@ CREATE INDEX IF NOT EXISTS idx_events_timestamp ON events(timestamp);
 CREATE INDEX IF NOT EXISTS idx_events_tid_timestamp ON events(tid, timestamp);
 "#;
 
-/// Insert the lookup rows (idempotent).
 /// Columns added to `sessions` after schema version 1 was first written, with their DDL: a trace
 /// recorded before them gets them when a new session is appended (readers tolerate their absence).
 pub const LATER_SESSION_COLUMNS: [(&str, &str); 1] = [("tracer_pid", "INTEGER NOT NULL DEFAULT 0")];
 
-/// Add the [`LATER_SESSION_COLUMNS`] an existing native SQLite trace lacks.
-pub fn add_missing_session_columns(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
-    let have: Vec<String> =
-        tx.prepare("SELECT name FROM pragma_table_info('sessions')")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
-    for (name, ddl) in LATER_SESSION_COLUMNS {
-        if !have.iter().any(|c| c == name) {
-            tx.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN {name} {ddl}"))?;
+/// Columns added to `events` after schema version 1 was first written (always last, so DuckDB's
+/// Appender, which writes whole rows in table order, sees the same order in old and new traces),
+/// with their DDL: added when a new session is appended to an older trace; readers read their
+/// absence as the default (`launch_config` NULL, i.e. 0).
+pub const LATER_EVENT_COLUMNS: [(&str, &str); 1] = [("launch_config", "INTEGER")];
+
+/// Add the [`LATER_SESSION_COLUMNS`] and [`LATER_EVENT_COLUMNS`] an existing native SQLite trace lacks.
+pub fn add_missing_columns(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    for (table, later) in [("sessions", &LATER_SESSION_COLUMNS[..]), ("events", &LATER_EVENT_COLUMNS[..])] {
+        let have: Vec<String> = tx
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (name, ddl) in later {
+            if !have.iter().any(|c| c == name) {
+                tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {name} {ddl}"))?;
+            }
         }
     }
     Ok(())
 }
 
+/// Insert the lookup rows (idempotent).
 pub fn fill_lookup_tables(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     let mut st = tx.prepare("INSERT OR REPLACE INTO sources (id, name, description) VALUES (?1, ?2, ?3)")?;
     for (id, name, desc) in SOURCES {
@@ -244,6 +288,9 @@ pub fn table_meaning(table: &str) -> &'static str {
         "sessions" => "one row per trace run",
         "stack_traces" => "user stacks by hash; frames JSON innermost first",
         "process_names" => "process name per pid",
+        "launch_configs" => "kernel launch configurations (grid, block, dynamic shared memory, cluster), one row per distinct configuration; events.launch_config names one",
+        "kernel_names" => "kernel names per (pid, handle): the handle is what that process's launches carry in events.arg0",
+        "attachments" => "the CUDA libraries attached per traced process and session, with the symbols probed and missing: what the trace covers",
         "loss_counters" => "events lost before storage, per session, source and place (kind); see loss_kinds",
         "sources" => "lookup: events.source code -> name",
         "ops" => "lookup: (events.source, events.op) -> op name",
@@ -292,6 +339,28 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("events", "cgroup_id") => "cgroup id of the thread",
         ("events", "node") => "node name (multi-node traces)",
         ("events", "stack_ips") => "legacy (Ingero): raw instruction pointers",
+        ("events", "launch_config") => "kernel launches: key into launch_configs.key (NULL for other events and launches without a known configuration)",
+        ("launch_configs", "key") => "FNV-1a 64 of the ten other columns (never 0); events.launch_config refers to it",
+        ("launch_configs", "grid_x") | ("launch_configs", "grid_y") | ("launch_configs", "grid_z") => "grid dimensions in thread blocks",
+        ("launch_configs", "block_x") | ("launch_configs", "block_y") | ("launch_configs", "block_z") => "block dimensions in threads",
+        ("launch_configs", "shared_mem_bytes") => "dynamic shared memory per block, bytes",
+        ("launch_configs", "cluster_x") | ("launch_configs", "cluster_y") | ("launch_configs", "cluster_z") => {
+            "thread-block cluster dimensions in blocks (1,1,1 when the launch set none)"
+        }
+        ("kernel_names", "pid") | ("attachments", "pid") => "process id (tgid)",
+        ("kernel_names", "handle") => "what the process's launches carry in events.arg0: host stub or cudaKernel_t (runtime), CUfunction or CUkernel (driver)",
+        ("kernel_names", "name") => "demangled kernel name (the mangled one when it does not demangle)",
+        ("kernel_names", "mangled") => "the name as the binary spells it",
+        ("kernel_names", "how") => "where the name came from: register, module, library, elf",
+        ("attachments", "session_id") => "sessions.id of the trace run",
+        ("attachments", "path") => "the library file as the process maps it (empty for a note about a library that could not be found)",
+        ("attachments", "kind") => "runtime, driver, runtime_static (the runtime linked into an executable or library)",
+        ("attachments", "how") => "how the library was found: explicit, maps, loaded, ...",
+        ("attachments", "attached_at") => "unix ns when the probes were in place",
+        ("attachments", "complete") => "1: probes were in place before the process could call through the library; 0: calls before attached_at are unknown (not zero)",
+        ("attachments", "symbols") => "JSON array of the symbols probed",
+        ("attachments", "missing") => "JSON array of the symbols this library does not export",
+        ("attachments", "note") => "what a reader must know about this attachment",
         ("stack_traces", "frames") => "JSON frames innermost first: {s: symbol+off, f: lib} | {i: ip, f: lib} | {pf: file.py, pfn: func, pl: line}",
         ("loss_counters", "kind") => "where the events were lost, see loss_kinds",
         ("loss_counters", "count") => "events lost",

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot};
 
-use causeway_model::{Event, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
 
 use crate::error::{Result, StoreError};
 use crate::store::{EventSink, SinkSummary, StackRecord};
@@ -36,6 +36,12 @@ pub trait EngineWriter: Sized + Send + 'static {
     /// Add stacks (deduplicated by hash).
     fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()>;
     fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()>;
+    /// Add launch configurations (deduplicated by key).
+    fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()>;
+    /// Record kernel names; a later name for the same (pid, handle) replaces the earlier one.
+    fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
+    /// Append library attachments, tagged with this session's id.
+    fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &LossCounts) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -43,8 +49,9 @@ pub trait EngineWriter: Sized + Send + 'static {
 }
 
 /// `impl EngineWriter for $writer` by its inherent methods of the same meaning (`create`, `path`,
-/// `insert_batches`, `insert_stacks`, `set_process_name`, `store_losses`, `finish`), which each
-/// engine keeps as its public API.
+/// `insert_batches`, `insert_stacks`, `set_process_name`, `insert_launch_configs`,
+/// `insert_kernel_names`, `insert_attachments`, `store_losses`, `finish`), which each engine keeps
+/// as its public API.
 macro_rules! engine_writer_by_inherent_methods {
     ($writer:ty, thread: $thread:literal, group_batches: $group:expr) => {
         impl $crate::sink::EngineWriter for $writer {
@@ -65,6 +72,15 @@ macro_rules! engine_writer_by_inherent_methods {
             }
             fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> $crate::error::Result<()> {
                 self.set_process_name(pid, name, seen_at_ns)
+            }
+            fn write_launch_configs(&mut self, configs: &[causeway_model::LaunchConfig]) -> $crate::error::Result<()> {
+                self.insert_launch_configs(configs)
+            }
+            fn write_kernel_names(&mut self, names: &[causeway_model::KernelName]) -> $crate::error::Result<()> {
+                self.insert_kernel_names(names)
+            }
+            fn write_attachments(&mut self, attachments: &[causeway_model::LibraryAttach]) -> $crate::error::Result<()> {
+                self.insert_attachments(attachments)
             }
             fn write_losses(&mut self, losses: &$crate::sink::LossCounts) -> $crate::error::Result<()> {
                 self.store_losses(losses)
@@ -91,6 +107,9 @@ enum Msg {
     Batch(Vec<Event>),
     Stacks(Vec<StackRecord>),
     ProcessName(u32, String, i64),
+    LaunchConfigs(Vec<LaunchConfig>),
+    KernelNames(Vec<KernelName>),
+    Attachments(Vec<LibraryAttach>),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -134,6 +153,9 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::Batch(b) => pending.push(b),
                 Msg::Stacks(s) => w.write_stacks(&s)?,
                 Msg::ProcessName(pid, name, at) => w.write_process_name(pid, &name, at)?,
+                Msg::LaunchConfigs(c) => w.write_launch_configs(&c)?,
+                Msg::KernelNames(k) => w.write_kernel_names(&k)?,
+                Msg::Attachments(a) => w.write_attachments(&a)?,
                 Msg::Flush(done) => flushes.push(done),
             }
             Ok(())
@@ -194,6 +216,18 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_process_name(&mut self, pid: u32, name: String, seen_at_ns: i64) -> Result<()> {
         self.tx.send(Msg::ProcessName(pid, name, seen_at_ns)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_launch_configs(&mut self, configs: Vec<LaunchConfig>) -> Result<()> {
+        self.tx.send(Msg::LaunchConfigs(configs)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> Result<()> {
+        self.tx.send(Msg::KernelNames(names)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()> {
+        self.tx.send(Msg::Attachments(attachments)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, LossCounter, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SchedDetail, SessionInfo};
 
 use crate::error::Result;
 use crate::query::{QueryLimits, QueryResult};
@@ -287,6 +287,15 @@ pub trait TraceStore: Send + Sync {
     fn events_by_id(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>>;
     /// Stacks by hash (missing hashes are absent from the map).
     fn stacks(&self, hashes: &[i64]) -> Result<BTreeMap<i64, StackRecord>>;
+    /// Every launch configuration (`launch_configs`), by key: launches name theirs by
+    /// [`LaunchConfig::key`] in `Event::launch_config`. Empty for traces without the table (Ingero
+    /// DBs, native traces recorded before it).
+    fn launch_configs(&self) -> Result<Vec<LaunchConfig>>;
+    /// Every kernel name (`kernel_names`), by (pid, handle); empty for traces without the table.
+    fn kernel_names(&self) -> Result<Vec<KernelName>>;
+    /// Every library attachment (`attachments`), by session and then by `attached_at`: what the
+    /// trace covers. Empty for traces without the table.
+    fn attachments(&self) -> Result<Vec<LibraryAttach>>;
     /// Run user SQL, read-only, with limits.
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
@@ -324,6 +333,13 @@ pub trait EventSink: Send {
     async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> Result<()>;
     /// Record or update a process name.
     async fn write_process_name(&mut self, pid: u32, name: String, seen_at_ns: i64) -> Result<()>;
+    /// Add launch configurations (deduplicated by [`LaunchConfig::key`]; the launches that use one
+    /// carry its key in `Event::launch_config`).
+    async fn write_launch_configs(&mut self, configs: Vec<LaunchConfig>) -> Result<()>;
+    /// Record kernel names; a later name for the same (pid, handle) replaces the earlier one.
+    async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> Result<()>;
+    /// Record library attachments of this session (appended, tagged with the session's id).
+    async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).

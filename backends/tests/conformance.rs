@@ -3,7 +3,7 @@
 //! so a behaviour that differs fails the suite on that engine.
 //!
 //! Covered: write and read back exactly (ids, order, scheduler detail, stacks, names, losses,
-//! sessions), every typed query and its filters (full, streamed, slim and per-thread names), the duration summary (scanned, and computed in DuckDB's SQL)
+//! sessions, launch configurations, kernel names, attachments: see `launch_tables/`), every typed query and its filters (full, streamed, slim and per-thread names), the duration summary (scanned, and computed in DuckDB's SQL)
 //! against the Rust definition, the schema description, appending sessions, guarded SQL with its
 //! limits, and bad input (missing, empty, garbage files, directories, foreign files).
 
@@ -16,6 +16,9 @@ use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 use causeway_model::{Event, LossKind, SessionInfo};
+
+mod guard_common;
+mod launch_tables;
 
 const N: usize = 20_000;
 
@@ -46,9 +49,12 @@ fn file(dir: &Path, b: Backend, name: &str) -> PathBuf {
 }
 
 /// A finished trace of `N` synthetic events (written in chunks, not in time order), a stack, two
-/// process names and loss counters; returns the events as the store must give them back.
+/// process names, loss counters and [`launch_tables::Fixture`] (most launches with a launch
+/// configuration); returns the events as the store must give them back.
 fn write_trace(path: &Path, b: Backend, seed: u64) -> Vec<StoredEvent> {
     let mut events = SyntheticTrace::new(seed, 1_000_000_000).take(N);
+    let fixture = launch_tables::Fixture::new();
+    fixture.tag_launches(&mut events);
     // Threads renamed half-way (as worker threads are right after they start), so a thread's first
     // and latest names differ.
     for e in events.iter_mut().skip(N / 2).filter(|e| !e.comm.is_empty()) {
@@ -64,6 +70,7 @@ fn write_trace(path: &Path, b: Backend, seed: u64) -> Vec<StoredEvent> {
         sink.write_process_name(4821, "python3".into(), 5).await.unwrap();
         sink.write_process_name(4821, "python3.12".into(), 6).await.unwrap();
         sink.write_process_name(77, "backup-rsync".into(), 7).await.unwrap();
+        fixture.write(&mut sink).await;
         sink.add_loss(3, LossKind::RingReserve, 17);
         sink.add_loss(1, LossKind::Decode, 2);
         sink.flush().await.unwrap();
@@ -96,16 +103,29 @@ pub fn write_read_back_exactly(b: Backend) {
     assert_eq!(info.last_ns, expected.iter().map(|s| s.event.ts_ns).max().unwrap());
     assert!(info.missing.is_empty(), "{:?}", info.missing);
     assert!(!info.sampled);
-    for t in ["events", "sessions", "stack_traces", "process_names", "loss_counters", "ops", "sources", "loss_kinds"] {
+    for t in [
+        "events",
+        "sessions",
+        "stack_traces",
+        "process_names",
+        "loss_counters",
+        "ops",
+        "sources",
+        "loss_kinds",
+        "launch_configs",
+        "kernel_names",
+        "attachments",
+    ] {
         assert!(info.has_table(t), "{t} missing");
     }
-    for c in ["id", "timestamp", "duration", "prev_state", "next_comm", "waker_tid", "session_id", "node"] {
+    for c in ["id", "timestamp", "duration", "prev_state", "next_comm", "waker_tid", "session_id", "node", "launch_config"] {
         assert!(info.has_column(c), "{c} missing");
     }
     let back = store.events(&EventFilter::default()).unwrap();
     assert_eq!(back.len(), expected.len());
     assert_eq!(back, expected, "events, ids and order");
     assert!(back.iter().any(|e| e.event.sched.is_some()), "scheduler detail round-trips");
+    launch_tables::assert_reads_back(store.as_ref(), &back);
     let stacks = store.stacks(&[99, 5]).unwrap();
     assert_eq!(stacks.len(), 1);
     assert_eq!(stacks[&99].ips, "[\"0x1\"]");
@@ -285,7 +305,8 @@ pub fn schema_description(b: Backend) {
     assert_eq!(events.rows, N as u64);
     assert!(!events.meaning.is_empty());
     let cols: Vec<&str> = events.columns.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(cols.len(), 29, "{cols:?}");
+    assert_eq!(cols.len(), 30, "{cols:?}");
+    assert_eq!(cols.last(), Some(&"launch_config"), "added at the end");
     assert!(events.columns.iter().find(|c| c.name == "timestamp").is_some_and(|c| !c.meaning.is_empty()));
     let names: Vec<&str> = d.tables.iter().map(|t| t.name.as_str()).collect();
     for t in ["loss_counters", "ops", "process_names", "sessions", "stack_traces"] {
@@ -347,7 +368,7 @@ pub fn guarded_sql_and_limits(b: Backend) {
     let r = q("SELECT * FROM events", &tiny).unwrap();
     assert!(r.truncated && r.rows.len() < 5, "byte cap");
     let r = q("SELECT * FROM events WHERE pid = -1", &QueryLimits::default()).unwrap();
-    assert!(r.rows.is_empty() && !r.truncated && r.columns.len() == 29);
+    assert!(r.rows.is_empty() && !r.truncated && r.columns.len() == 30);
     for bad in ["DELETE FROM events", "DROP TABLE events", "SELECT 1; SELECT 2", "ATTACH 'x.db' AS x", "PRAGMA writable_schema=1"] {
         match q(bad, &QueryLimits::default()) {
             Err(StoreError::Refused(_)) => {}
@@ -425,6 +446,14 @@ macro_rules! conformance {
             #[test]
             fn bad_input() {
                 super::bad_input(B)
+            }
+            #[test]
+            fn older_trace_reads_empty_then_gains_launch_tables() {
+                launch_tables::older_trace_reads_empty_then_gains_them(B)
+            }
+            #[test]
+            fn convert_keeps_launch_tables() {
+                launch_tables::convert_keeps_them(B)
             }
         }
     };

@@ -77,7 +77,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         println!("{v}");
     } else {
         println!(
-            "{} -> {} ({}): {} events, {} sessions, {} stacks, {} process names, {} loss counters, {} aggregate rows in {:.2} s{}",
+            "{} -> {} ({}): {} events, {} sessions, {} stacks, {} process names, {} launch configurations, {} kernel names, \
+             {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
             report.from.display(),
             report.to.display(),
             report.backend,
@@ -85,6 +86,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             report.sessions,
             report.stacks,
             report.process_names,
+            report.launch_configs,
+            report.kernel_names,
+            report.attachments,
             report.loss_rows,
             report.aggregate_rows,
             secs,

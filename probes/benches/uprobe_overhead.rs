@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use causeway_backends::{EventSink, SinkSummary, SqliteSink, StackRecord};
-use causeway_model::{Event, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
 use causeway_probes::{TraceOptions, TraceReport};
 
 fn env_num(name: &str, default: u64) -> u64 {
@@ -433,6 +433,15 @@ impl EventSink for CountingSink {
         Ok(())
     }
     async fn write_process_name(&mut self, _: u32, _: String, _: i64) -> SinkResult<()> {
+        Ok(())
+    }
+    async fn write_launch_configs(&mut self, _: Vec<LaunchConfig>) -> SinkResult<()> {
+        Ok(())
+    }
+    async fn write_kernel_names(&mut self, _: Vec<KernelName>) -> SinkResult<()> {
+        Ok(())
+    }
+    async fn write_attachments(&mut self, _: Vec<LibraryAttach>) -> SinkResult<()> {
         Ok(())
     }
     fn add_loss(&mut self, _: u8, _: LossKind, _: u64) {}

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, Row};
 
-use causeway_model::{LossKind, SessionInfo};
+use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::error::{Result, StoreError};
 use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
 use crate::store::{AggregateRow, StackRecord, TraceStore};
-use crate::sqlite::rows::{column_or_default, decode_event, event_select_list, int, opt_int};
+use crate::sqlite::rows::{column_or_default, decode_event, event_select_list, int, opt_int, EVENT_SELECT_WIDTH};
 use crate::SqliteStore;
 
 /// A SQLite trace (native or Ingero) read for conversion.
@@ -72,17 +72,19 @@ impl ConvertSource for SqliteSource {
         let mut rows = st.query([])?;
         let mut buf = Vec::with_capacity(chunk);
         let mut next_id = 0i64;
+        // The columns after the event's.
+        let x = EVENT_SELECT_WIDTH;
         while let Some(r) = rows.next()? {
             next_id += 1;
             buf.push(NativeRow {
                 id: if self.renumber { next_id } else { int(r, 0)? },
-                session_id: int(r, 23)?,
+                session_id: int(r, x)?,
                 extra: RowExtra {
-                    node: text(r, 24)?,
-                    rank: opt_int(r, 25)?,
-                    local_rank: opt_int(r, 26)?,
-                    world_size: opt_int(r, 27)?,
-                    stack_ips: text(r, 28)?,
+                    node: text(r, x + 1)?,
+                    rank: opt_int(r, x + 2)?,
+                    local_rank: opt_int(r, x + 3)?,
+                    world_size: opt_int(r, x + 4)?,
+                    stack_ips: text(r, x + 5)?,
                 },
                 event: decode_event(r, text)?,
             });
@@ -134,6 +136,10 @@ impl ConvertSource for SqliteSource {
         };
         merge_names(rows, &self.store)
     }
+
+    fn attachment_rows(&self) -> Result<Vec<(i64, LibraryAttach)>> {
+        self.store.attachment_rows()
+    }
 }
 
 /// A native SQLite trace written by a conversion (no journal while writing: the file is a
@@ -171,9 +177,9 @@ impl ConvertTarget for SqliteTarget {
             let mut st = tx.prepare_cached(
                 "INSERT INTO events (id, timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, ret_code, \
                  stack_hash, stack_ips, cgroup_id, node, rank, local_rank, world_size, comm, session_id, cpu, arg2, \
-                 prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, \
-                 ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, \
-                 ?26, ?27, ?28, ?29)",
+                 prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid, launch_config) VALUES (?1, \
+                 ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, \
+                 ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
             )?;
             for r in rows {
                 let (e, x, s) = (&r.event, &r.extra, r.event.sched.as_ref());
@@ -207,6 +213,7 @@ impl ConvertTarget for SqliteTarget {
                     s.map(|s| s.wake_ts_ns),
                     s.map(|s| s.waker_pid),
                     s.map(|s| s.waker_tid),
+                    (e.launch_config != 0).then_some(e.launch_config),
                 ])?;
             }
         }
@@ -248,6 +255,27 @@ impl ConvertTarget for SqliteTarget {
                 st.execute(params![s, src, k.as_str(), *n as i64])?;
             }
         }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_launch_configs(&tx, configs)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_kernel_names(&tx, names)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_attachments(&tx, rows.iter().map(|(s, a)| (*s, a)))?;
         tx.commit()?;
         Ok(())
     }

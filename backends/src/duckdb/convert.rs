@@ -6,9 +6,9 @@ use std::path::Path;
 use duckdb::params;
 
 use causeway_model::codes::PrevState;
-use causeway_model::{Event, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SchedDetail, SessionInfo};
 
-use super::reader::{ints, texts};
+use super::reader::{ints, launch_config_column, texts};
 use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
 use crate::convert::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::error::{Result, StoreError};
@@ -26,10 +26,19 @@ impl DuckDbSource {
     }
 }
 
-const ROW_SQL: &str = "SELECT id, timestamp, duration, pid, tid, cpu, source, op, arg0, arg1, arg2, ret_code, \
-    stack_hash, gpu_id, cgroup_id, comm, prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid, \
-    session_id, node, rank, local_rank, world_size, stack_ips FROM events ORDER BY timestamp, id";
+/// Every column of an `events` row, in the order `rows` reads them (`launch_config` last, NULL for
+/// a trace recorded before it existed).
+fn row_sql(store: &DuckDbStore) -> String {
+    format!(
+        "SELECT id, timestamp, duration, pid, tid, cpu, source, op, arg0, arg1, arg2, ret_code, stack_hash, gpu_id, \
+         cgroup_id, comm, prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid, session_id, node, \
+         rank, local_rank, world_size, stack_ips, {} FROM events ORDER BY timestamp, id",
+        launch_config_column(store.info())
+    )
+}
 
+/// Columns of [`row_sql`].
+const ROW_COLS: usize = 30;
 const TEXT_COLS: [usize; 4] = [15, 19, 24, 28];
 
 impl ConvertSource for DuckDbSource {
@@ -43,10 +52,10 @@ impl ConvertSource for DuckDbSource {
 
     fn rows(&self, chunk: usize, f: &mut dyn FnMut(Vec<NativeRow>) -> Result<()>) -> Result<()> {
         let mut buf: Vec<NativeRow> = Vec::with_capacity(chunk);
-        self.store.for_batches(ROW_SQL, &[], &mut |b| {
-            let mut i = Vec::with_capacity(29);
-            let mut t = Vec::with_capacity(29);
-            for c in 0..29 {
+        self.store.for_batches(&row_sql(&self.store), &[], &mut |b| {
+            let mut i = Vec::with_capacity(ROW_COLS);
+            let mut t = Vec::with_capacity(ROW_COLS);
+            for c in 0..ROW_COLS {
                 if TEXT_COLS.contains(&c) {
                     i.push(None);
                     t.push(Some(texts(b, c)?));
@@ -101,7 +110,7 @@ impl ConvertSource for DuckDbSource {
                         cgroup_id: v(14, r),
                         comm: s(15, r).unwrap_or_default(),
                         sched,
-                        launch_config: 0,
+                        launch_config: v(29, r),
                     },
                 });
                 if buf.len() >= chunk {
@@ -143,6 +152,10 @@ impl ConvertSource for DuckDbSource {
                 .collect()
         })?;
         merge_names(rows.into_iter().map(|(p, n, s)| (p as u32, n, s)).collect(), &self.store)
+    }
+
+    fn attachment_rows(&self) -> Result<Vec<(i64, LibraryAttach)>> {
+        self.store.attachment_rows()
     }
 }
 
@@ -200,6 +213,18 @@ impl ConvertTarget for DuckDbTarget {
             }
             Ok(())
         })
+    }
+
+    fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
+        self.writer.insert_launch_configs(configs)
+    }
+
+    fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
+        self.writer.insert_kernel_names(names)
+    }
+
+    fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {
+        self.writer.insert_attachments_of(rows.iter().map(|(s, a)| (*s, a)))
     }
 
     fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()> {

@@ -11,6 +11,7 @@
 //! at a time: a trace being written cannot be read until its writer finishes.
 
 mod convert;
+mod cuda_tables;
 mod describe;
 mod reader;
 pub mod summary;
@@ -49,10 +50,10 @@ pub fn aggregates_ddl() -> String {
 }
 
 /// Columns of `events` in table order (the Appender writes whole rows in this order).
-pub const EVENT_COLUMNS: [&str; 29] = [
+pub const EVENT_COLUMNS: [&str; 30] = [
     "id", "timestamp", "pid", "tid", "source", "op", "duration", "gpu_id", "arg0", "arg1", "ret_code", "stack_hash",
     "stack_ips", "cgroup_id", "node", "rank", "local_rank", "world_size", "comm", "session_id", "cpu", "arg2",
-    "prev_state", "next_pid", "next_tid", "next_comm", "wake_ts", "waker_pid", "waker_tid",
+    "prev_state", "next_pid", "next_tid", "next_comm", "wake_ts", "waker_pid", "waker_tid", "launch_config",
 ];
 
 pub(crate) fn engine_err(path: &Path) -> impl Fn(duckdb::Error) -> StoreError + '_ {

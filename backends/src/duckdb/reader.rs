@@ -17,7 +17,7 @@ use duckdb::{params_from_iter, Connection};
 
 use causeway_model::codes::{OpCode, PrevState};
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, LossCounter, SchedDetail, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, SchedDetail, SessionInfo};
 
 use super::{base_config, is_duckdb_file};
 use crate::error::{Result, StoreError};
@@ -33,11 +33,27 @@ use crate::store::*;
 pub struct DuckDbStore {
     conn: Mutex<Connection>,
     info: TraceInfo,
+    /// [`select_events`] for this trace's columns.
+    select_events: String,
 }
 
-/// Columns of the event rows the store reads, in this order.
-const SELECT_EVENTS: &str = "SELECT id, timestamp, duration, pid, tid, cpu, source, op, arg0, arg1, arg2, ret_code, \
-    stack_hash, gpu_id, cgroup_id, comm, prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid FROM events";
+/// The event columns the store reads, in this order, then `launch_config` (see [`select_events`]).
+const EVENT_SELECT_LIST: &str = "id, timestamp, duration, pid, tid, cpu, source, op, arg0, arg1, arg2, ret_code, \
+    stack_hash, gpu_id, cgroup_id, comm, prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid";
+
+/// `launch_config`, or NULL for a trace recorded before the column existed (read as 0).
+pub(super) fn launch_config_column(info: &TraceInfo) -> &'static str {
+    if info.has_column("launch_config") {
+        "launch_config"
+    } else {
+        "CAST(NULL AS BIGINT) AS launch_config"
+    }
+}
+
+/// `SELECT` of the columns [`batch_rows_to_events`] reads, `FROM events`.
+fn select_events(info: &TraceInfo) -> String {
+    format!("SELECT {EVENT_SELECT_LIST}, {} FROM events", launch_config_column(info))
+}
 
 impl DuckDbStore {
     /// Open a DuckDB trace read-only. Errors say what is wrong with the file in one line.
@@ -98,7 +114,8 @@ impl DuckDbStore {
                 .map_err(corrupt)?;
         let format = TraceFormat::Native { schema_version: v };
         let info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
-        Ok(DuckDbStore { conn: Mutex::new(conn), info })
+        let select_events = select_events(&info);
+        Ok(DuckDbStore { conn: Mutex::new(conn), info, select_events })
     }
 
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> duckdb::Result<T>) -> Result<T> {
@@ -157,7 +174,7 @@ fn text(a: &StringArray, r: usize) -> String {
     }
 }
 
-/// Rows of [`SELECT_EVENTS`] to events.
+/// Rows of [`select_events`] to events.
 fn batch_to_events(b: &RecordBatch, out: &mut Vec<StoredEvent>) -> Result<()> {
     batch_rows_to_events(b, 0..b.num_rows(), out)
 }
@@ -176,10 +193,10 @@ fn sched_at(c: [&Int64Array; 6], next_comm: &StringArray, r: usize) -> Option<Sc
     })
 }
 
-/// The given rows of a [`SELECT_EVENTS`] batch to events.
+/// The given rows of a [`select_events`] batch to events.
 fn batch_rows_to_events(b: &RecordBatch, rows: impl Iterator<Item = usize>, out: &mut Vec<StoredEvent>) -> Result<()> {
     let i: Vec<Option<Int64Array>> =
-        (0..23).map(|c| if [15, 19].contains(&c) { Ok(None) } else { ints(b, c).map(Some) }).collect::<Result<_>>()?;
+        (0..24).map(|c| if [15, 19].contains(&c) { Ok(None) } else { ints(b, c).map(Some) }).collect::<Result<_>>()?;
     let c = |k: usize| i[k].as_ref().expect("integer column");
     let (comm, next_comm) = (texts(b, 15)?, texts(b, 19)?);
     for r in rows {
@@ -203,7 +220,8 @@ fn batch_rows_to_events(b: &RecordBatch, rows: impl Iterator<Item = usize>, out:
                 cgroup_id: val(c(14), r),
                 comm: text(&comm, r),
                 sched,
-                launch_config: 0,
+                // NULL (no configuration, or a trace without the column) is 0.
+                launch_config: val(c(23), r),
             },
         });
     }
@@ -381,7 +399,7 @@ impl TraceStore for DuckDbStore {
         f: &mut dyn FnMut(StoredEvent),
     ) -> Result<u64> {
         let (clause, params) = where_clause(filter);
-        let sql = format!("{SELECT_EVENTS}{clause} ORDER BY timestamp, id");
+        let sql = format!("{}{clause} ORDER BY timestamp, id", self.select_events);
         let mut n = 0u64;
         let mut batch = Vec::new();
         self.for_batches(&sql, &params, &mut |b| {
@@ -401,7 +419,7 @@ impl TraceStore for DuckDbStore {
         keep: &dyn Fn(u32, i64, i64) -> bool,
         f: &mut dyn FnMut(SwitchRow),
     ) -> Result<u64> {
-        // Half of SELECT_EVENTS' columns: the sort and the Arrow batches carry only these.
+        // Half of select_events' columns: the sort and the Arrow batches carry only these.
         let (clause, params) = where_clause(filter);
         let sql = format!(
             "SELECT id, timestamp, duration, pid, tid, cpu, prev_state, next_pid, next_tid, wake_ts, waker_pid, \
@@ -428,7 +446,7 @@ impl TraceStore for DuckDbStore {
 
     fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>> {
         let (clause, params) = where_clause(filter);
-        let sql = format!("{SELECT_EVENTS}{clause} ORDER BY timestamp, id");
+        let sql = format!("{}{clause} ORDER BY timestamp, id", self.select_events);
         let mut out = Vec::new();
         self.for_batches(&sql, &params, &mut |b| batch_to_events(b, &mut out))?;
         Ok(out)
@@ -439,7 +457,7 @@ impl TraceStore for DuckDbStore {
         let ints: Vec<i64> = ids.iter().filter_map(|i| if let EventId::Int(v) = i { Some(*v) } else { None }).collect();
         let mut out = Vec::new();
         for chunk in ints.chunks(1000) {
-            let sql = format!("{SELECT_EVENTS} WHERE id IN ({}) ORDER BY id", vec!["?"; chunk.len()].join(","));
+            let sql = format!("{} WHERE id IN ({}) ORDER BY id", self.select_events, vec!["?"; chunk.len()].join(","));
             self.for_batches(&sql, chunk, &mut |b| batch_to_events(b, &mut out))?;
         }
         Ok(out)
@@ -465,6 +483,18 @@ impl TraceStore for DuckDbStore {
             out.extend(rows.into_iter().map(|s| (s.hash, s)));
         }
         Ok(out)
+    }
+
+    fn launch_configs(&self) -> Result<Vec<LaunchConfig>> {
+        self.read_launch_configs()
+    }
+
+    fn kernel_names(&self) -> Result<Vec<KernelName>> {
+        self.read_kernel_names()
+    }
+
+    fn attachments(&self) -> Result<Vec<LibraryAttach>> {
+        Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
     }
 
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {

@@ -15,10 +15,11 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
-use causeway_model::{Event, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
 use crate::convert::{NativeRow, RowExtra};
+use crate::cuda_tables::{self, AttachmentJson};
 use crate::error::{Result, StoreError};
 use crate::sink::{engine_writer_by_inherent_methods, LossCounts, QueuedSink};
 use crate::store::{StackRecord, TraceStore};
@@ -54,7 +55,7 @@ impl EventColumns {
     fn push(&mut self, id: i64, session_id: i64, e: &Event, x: Option<&RowExtra>) {
         let s = e.sched.as_ref();
         let int = |v: i64| Some(v);
-        let ints: [Option<i64>; 25] = [
+        let ints: [Option<i64>; 26] = [
             int(id),
             int(e.ts_ns),
             int(e.pid.into()),
@@ -80,6 +81,8 @@ impl EventColumns {
             s.map(|s| s.wake_ts_ns),
             s.map(|s| s.waker_pid.into()),
             s.map(|s| s.waker_tid.into()),
+            // 0 (no configuration) is stored as NULL.
+            (e.launch_config != 0).then_some(e.launch_config),
         ];
         let strs: [Option<&str>; 4] = [
             Some(x.map_or("", |x| x.stack_ips.as_str())),
@@ -197,6 +200,11 @@ impl DuckDbWriter {
         for (name, _) in crate::schema::LATER_SESSION_COLUMNS {
             conn.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {name} BIGINT DEFAULT 0"))
                 .map_err(&err)?;
+        }
+        // Added at the end of the table, where EVENT_COLUMNS (the Appender's row order) has them.
+        for (name, ddl) in crate::schema::LATER_EVENT_COLUMNS {
+            let ddl = ddl.replace("INTEGER", "BIGINT");
+            conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {ddl}")).map_err(&err)?;
         }
         fill_lookup_tables(&conn).map_err(&err)?;
         let next_id: i64 =
@@ -371,6 +379,63 @@ impl DuckDbWriter {
             .and_then(|mut st| st.execute(params![pid, name, seen_at_ns]))
             .map_err(engine_err(&self.path))?;
         Ok(())
+    }
+
+    /// Run `f` in one transaction: committed when it succeeds, rolled back when it fails.
+    fn in_transaction(&self, f: impl FnOnce(&Connection) -> Result<()>) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.conn.execute_batch("BEGIN").map_err(&err)?;
+        match f(&self.conn) {
+            Ok(()) => self.conn.execute_batch("COMMIT").map_err(&err),
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
+    }
+
+    /// Add launch configurations (`INSERT OR IGNORE`: a key is stored once), in one transaction.
+    pub fn insert_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_LAUNCH_CONFIG_SQL).map_err(&err)?;
+            for cfg in configs {
+                st.execute(duckdb::params_from_iter(cuda_tables::launch_config_params(cfg))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Record kernel names (a later name for the same (pid, handle) replaces the earlier one), in
+    /// one transaction.
+    pub fn insert_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL).map_err(&err)?;
+            for k in cuda_tables::last_name_per_key(names) {
+                st.execute(duckdb::params_from_iter(cuda_tables::kernel_name_params(k))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Append library attachments of this session, in one transaction.
+    pub fn insert_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {
+        let rows: Vec<(i64, &LibraryAttach)> = attachments.iter().map(|a| (self.session_id, a)).collect();
+        self.insert_attachments_of(rows)
+    }
+
+    /// Append library attachments, each with its own session id (conversion), in one transaction.
+    pub fn insert_attachments_of<'a>(&mut self, rows: impl IntoIterator<Item = (i64, &'a LibraryAttach)>) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_ATTACHMENT_SQL).map_err(&err)?;
+            for (session_id, a) in rows {
+                let json = AttachmentJson::of(a)?;
+                st.execute(duckdb::params_from_iter(cuda_tables::attachment_params(session_id, a, &json))).map_err(&err)?;
+            }
+            Ok(())
+        })
     }
 
     /// Store loss counters of a session (absolute values).

@@ -1,6 +1,7 @@
 //! The SQLite engine: [`SqliteSink`] writes native traces (WAL, prepared statements, batched
 //! transactions on a writer thread), [`SqliteStore`] reads native traces and Ingero DBs, read-only.
 
+mod cuda_tables;
 mod describe;
 mod reader;
 pub(crate) mod rows;
@@ -8,4 +9,4 @@ mod writer;
 
 pub use reader::SqliteStore;
 pub use writer::{SqliteSink, SqliteWriter};
-pub(crate) use writer::insert_session;
+pub(crate) use writer::{insert_attachments, insert_kernel_names, insert_launch_configs, insert_session};

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OpenFlags, Row};
 
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
-use causeway_model::{LossCounter, SessionInfo};
+use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
 
 use super::rows::{column_or_default, decode_event, event_select_list, int};
 use crate::error::{Result, StoreError};
@@ -457,6 +457,18 @@ impl TraceStore for SqliteStore {
             out.extend(rows.into_iter().map(|s| (s.hash, s)));
         }
         Ok(out)
+    }
+
+    fn launch_configs(&self) -> Result<Vec<LaunchConfig>> {
+        self.read_launch_configs()
+    }
+
+    fn kernel_names(&self) -> Result<Vec<KernelName>> {
+        self.read_kernel_names()
+    }
+
+    fn attachments(&self) -> Result<Vec<LibraryAttach>> {
+        Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
     }
 
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {

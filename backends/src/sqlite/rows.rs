@@ -39,7 +39,7 @@ pub(crate) fn column_or_default(info: &TraceInfo, name: &str, default: &str) -> 
 
 /// The columns [`decode_event`] reads after the id, in order, each with the value read when a DB
 /// lacks it (`None`: every trace has it).
-const EVENT_COLUMNS: [(&str, Option<&str>); 22] = [
+const EVENT_COLUMNS: [(&str, Option<&str>); 23] = [
     ("timestamp", None),
     ("duration", None),
     ("pid", None),
@@ -62,7 +62,11 @@ const EVENT_COLUMNS: [(&str, Option<&str>); 22] = [
     ("wake_ts", Some("NULL")),
     ("waker_pid", Some("NULL")),
     ("waker_tid", Some("NULL")),
+    ("launch_config", Some("NULL")),
 ];
+
+/// Columns of [`event_select_list`] (the id and the event): what a caller selects after them starts here.
+pub(crate) const EVENT_SELECT_WIDTH: usize = 1 + EVENT_COLUMNS.len();
 
 /// The select list of a full event: the id column first (`id_expr`), then what [`decode_event`] reads.
 pub(crate) fn event_select_list(info: &TraceInfo, id_expr: String) -> Vec<String> {
@@ -74,7 +78,7 @@ pub(crate) fn event_select_list(info: &TraceInfo, id_expr: String) -> Vec<String
     cols
 }
 
-/// The event in columns 1 to 22 of a row selected with [`event_select_list`]; `text` reads the
+/// The event in columns 1 to 23 of a row selected with [`event_select_list`]; `text` reads the
 /// string columns.
 pub(crate) fn decode_event(
     r: &Row<'_>,
@@ -109,6 +113,7 @@ pub(crate) fn decode_event(
         cgroup_id: int(r, 14)?,
         comm: text(r, 15)?,
         sched,
-        launch_config: 0,
+        // NULL (no configuration, or a trace without the column) is 0.
+        launch_config: opt_int(r, 23)?.unwrap_or(0),
     })
 }

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
-use causeway_model::{Event, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, SessionInfo};
 
+use crate::cuda_tables::{self, AttachmentJson};
 use crate::error::{Result, StoreError};
 use crate::schema::{self, INDEXES, NATIVE_DDL};
 use crate::sink::{engine_writer_by_inherent_methods, LossCounts, QueuedSink};
@@ -20,7 +21,7 @@ use crate::store::{StackRecord, TraceStore};
 macro_rules! event_columns {
     () => {
         "timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, arg2, ret_code, stack_hash, cgroup_id, comm, \
-         session_id, cpu"
+         session_id, cpu, launch_config"
     };
 }
 
@@ -29,14 +30,14 @@ const INSERT_EVENT: &str = concat!(
     "INSERT INTO events (",
     event_columns!(),
     ", prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
-     ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+     ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)"
 );
 
 /// An event row without scheduler detail (those columns stay NULL).
 const INSERT_EVENT_NO_SCHED: &str = concat!(
     "INSERT INTO events (",
     event_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
 );
 
 /// The synchronous writer: owns the connection of one trace session.
@@ -56,6 +57,38 @@ impl ToSql for crate::schema::SqlParam<'_> {
             Self::Text(t) => ValueRef::Text(t.as_bytes()),
         }))
     }
+}
+
+/// Add launch configurations (`INSERT OR IGNORE`: a key is stored once), in the caller's transaction.
+pub(crate) fn insert_launch_configs(conn: &Connection, configs: &[LaunchConfig]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_LAUNCH_CONFIG_SQL)?;
+    for c in configs {
+        st.execute(params_from_iter(cuda_tables::launch_config_params(c)))?;
+    }
+    Ok(())
+}
+
+/// Record kernel names (a later name for the same (pid, handle) replaces the earlier one), in the
+/// caller's transaction.
+pub(crate) fn insert_kernel_names(conn: &Connection, names: &[KernelName]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL)?;
+    for k in cuda_tables::last_name_per_key(names) {
+        st.execute(params_from_iter(cuda_tables::kernel_name_params(k)))?;
+    }
+    Ok(())
+}
+
+/// Append attachments, each with its session id, in the caller's transaction.
+pub(crate) fn insert_attachments<'a>(
+    conn: &Connection,
+    rows: impl IntoIterator<Item = (i64, &'a LibraryAttach)>,
+) -> Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_ATTACHMENT_SQL)?;
+    for (session_id, a) in rows {
+        let json = AttachmentJson::of(a)?;
+        st.execute(params_from_iter(cuda_tables::attachment_params(session_id, a, &json)))?;
+    }
+    Ok(())
 }
 
 /// Write one `sessions` row (native SQLite trace); `id: None` lets SQLite assign it. Returns the id.
@@ -88,7 +121,7 @@ impl SqliteWriter {
         )?;
         let tx = conn.transaction()?;
         tx.execute_batch(NATIVE_DDL)?;
-        schema::add_missing_session_columns(&tx)?;
+        schema::add_missing_columns(&tx)?;
         schema::fill_lookup_tables(&tx)?;
         // A new session is open: stopped_at is set when it finishes.
         let session_id = insert_session(&tx, None, &SessionInfo { stopped_at_ns: 0, ..session.clone() })?;
@@ -115,7 +148,9 @@ impl SqliteWriter {
             let mut without = tx.prepare_cached(INSERT_EVENT_NO_SCHED)?;
             for batch in batches {
                 for e in batch {
-                    let row: [&dyn ToSql; 16] = [
+                    // 0 (no configuration) is stored as NULL.
+                    let launch_config = (e.launch_config != 0).then_some(e.launch_config);
+                    let row: [&dyn ToSql; 17] = [
                         &e.ts_ns,
                         &e.pid,
                         &e.tid,
@@ -132,6 +167,7 @@ impl SqliteWriter {
                         &e.comm,
                         &self.session_id,
                         &e.cpu,
+                        &launch_config,
                     ];
                     match e.sched.as_ref() {
                         Some(s) => {
@@ -167,6 +203,30 @@ impl SqliteWriter {
         self.conn
             .prepare_cached("INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?1, ?2, ?3)")?
             .execute(params![pid, name, seen_at_ns])?;
+        Ok(())
+    }
+
+    /// Add launch configurations (deduplicated by key), in one transaction.
+    pub fn insert_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_launch_configs(&tx, configs)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Record kernel names (a later one for the same (pid, handle) replaces it), in one transaction.
+    pub fn insert_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_kernel_names(&tx, names)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Append library attachments of this session, in one transaction.
+    pub fn insert_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_attachments(&tx, attachments.iter().map(|a| (self.session_id, a)))?;
+        tx.commit()?;
         Ok(())
     }
 

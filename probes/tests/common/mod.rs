@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use causeway_backends::{EventSink, SinkSummary, StackRecord};
-use causeway_model::{Event, LossKind};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind};
 use causeway_probes::{TraceOptions, TraceReport};
 
 pub fn root() -> PathBuf {
@@ -45,6 +45,9 @@ pub struct Collected {
     pub losses: BTreeMap<(u8, String), u64>,
     pub stacks: Vec<StackRecord>,
     pub names: BTreeMap<u32, String>,
+    pub launch_configs: Vec<LaunchConfig>,
+    pub kernel_names: Vec<KernelName>,
+    pub attachments: Vec<LibraryAttach>,
     pub finished: bool,
 }
 
@@ -77,6 +80,27 @@ impl EventSink for MemSink {
         _seen_at_ns: i64,
     ) -> causeway_backends::error::Result<()> {
         self.0.lock().unwrap().names.insert(pid, name);
+        Ok(())
+    }
+    async fn write_launch_configs(
+        &mut self,
+        configs: Vec<LaunchConfig>,
+    ) -> causeway_backends::error::Result<()> {
+        self.0.lock().unwrap().launch_configs.extend(configs);
+        Ok(())
+    }
+    async fn write_kernel_names(
+        &mut self,
+        names: Vec<KernelName>,
+    ) -> causeway_backends::error::Result<()> {
+        self.0.lock().unwrap().kernel_names.extend(names);
+        Ok(())
+    }
+    async fn write_attachments(
+        &mut self,
+        attachments: Vec<LibraryAttach>,
+    ) -> causeway_backends::error::Result<()> {
+        self.0.lock().unwrap().attachments.extend(attachments);
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

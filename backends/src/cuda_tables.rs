@@ -1,0 +1,220 @@
+//! The three tables that say how kernels were launched and what a trace covers: `launch_configs`
+//! (one row per distinct [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
+//! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)) and `attachments`
+//! ([`LibraryAttach`] per session). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
+//! what every engine shares: the INSERTs with their parameters as [`SqlParam`]s (each engine binds
+//! them), the SELECTs, and the checked decoding of their rows (a value that does not fit its field
+//! is an error naming the table, never a wrapped number).
+
+use std::path::Path;
+
+use causeway_model::{KernelName, LaunchConfig, LibraryAttach};
+
+use crate::error::{Result, StoreError};
+use crate::schema::SqlParam;
+
+/// Adds a launch configuration unless its key is stored already (configurations never change).
+pub(crate) const INSERT_LAUNCH_CONFIG_SQL: &str = "INSERT OR IGNORE INTO launch_configs (key, grid_x, grid_y, grid_z, \
+block_x, block_y, block_z, shared_mem_bytes, cluster_x, cluster_y, cluster_z) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// Every stored launch configuration, by key.
+pub(crate) const SELECT_LAUNCH_CONFIGS_SQL: &str = "SELECT key, grid_x, grid_y, grid_z, block_x, block_y, block_z, \
+shared_mem_bytes, cluster_x, cluster_y, cluster_z FROM launch_configs ORDER BY key";
+
+/// Adds a kernel name; a later name for the same (pid, handle) replaces the earlier one.
+pub(crate) const INSERT_KERNEL_NAME_SQL: &str =
+    "INSERT OR REPLACE INTO kernel_names (pid, handle, name, mangled, how) VALUES (?, ?, ?, ?, ?)";
+
+/// Every kernel name, by (pid, handle).
+pub(crate) const SELECT_KERNEL_NAMES_SQL: &str =
+    "SELECT pid, handle, name, mangled, how FROM kernel_names ORDER BY pid, handle";
+
+/// Appends one attachment of a session.
+pub(crate) const INSERT_ATTACHMENT_SQL: &str = "INSERT INTO attachments (session_id, pid, path, kind, how, attached_at, \
+complete, symbols, missing, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// Every attachment, by session and then in the order the probes were placed.
+pub(crate) const SELECT_ATTACHMENTS_SQL: &str = "SELECT session_id, pid, path, kind, how, attached_at, complete, \
+symbols, missing, note FROM attachments ORDER BY session_id, attached_at, pid, path, kind, how";
+
+/// The parameters of [`INSERT_LAUNCH_CONFIG_SQL`], in order.
+pub(crate) fn launch_config_params(c: &LaunchConfig) -> [SqlParam<'static>; 11] {
+    let d = |v: u32| SqlParam::Int(i64::from(v));
+    [
+        SqlParam::Int(c.key()),
+        d(c.grid[0]),
+        d(c.grid[1]),
+        d(c.grid[2]),
+        d(c.block[0]),
+        d(c.block[1]),
+        d(c.block[2]),
+        d(c.shared_mem_bytes),
+        d(c.cluster[0]),
+        d(c.cluster[1]),
+        d(c.cluster[2]),
+    ]
+}
+
+/// The parameters of [`INSERT_KERNEL_NAME_SQL`], in order.
+pub(crate) fn kernel_name_params(k: &KernelName) -> [SqlParam<'_>; 5] {
+    [
+        SqlParam::Int(i64::from(k.pid)),
+        SqlParam::Int(k.handle),
+        SqlParam::Text(&k.name),
+        SqlParam::Text(&k.mangled),
+        SqlParam::Text(&k.how),
+    ]
+}
+
+/// The names of a batch with each (pid, handle) once, holding its last name, in the order the keys
+/// first appear: what the table must hold after the batch, with each row written once per
+/// transaction (no engine has to replace a row that the same transaction wrote).
+pub(crate) fn last_name_per_key(names: &[KernelName]) -> Vec<&KernelName> {
+    let mut slot: std::collections::HashMap<(u32, i64), usize> = std::collections::HashMap::new();
+    let mut out: Vec<&KernelName> = Vec::with_capacity(names.len());
+    for k in names {
+        match slot.get(&(k.pid, k.handle)) {
+            Some(&i) => out[i] = k,
+            None => {
+                slot.insert((k.pid, k.handle), out.len());
+                out.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// An attachment's `symbols` and `missing` as the JSON arrays the table stores.
+pub(crate) struct AttachmentJson {
+    symbols: String,
+    missing: String,
+}
+
+impl AttachmentJson {
+    pub(crate) fn of(a: &LibraryAttach) -> Result<AttachmentJson> {
+        let json = |v: &Vec<String>| serde_json::to_string(v).map_err(|e| StoreError::Engine(format!("attachment symbols: {e}")));
+        Ok(AttachmentJson { symbols: json(&a.symbols)?, missing: json(&a.missing)? })
+    }
+}
+
+/// The parameters of [`INSERT_ATTACHMENT_SQL`], in order.
+pub(crate) fn attachment_params<'a>(session_id: i64, a: &'a LibraryAttach, json: &'a AttachmentJson) -> [SqlParam<'a>; 10] {
+    [
+        SqlParam::Int(session_id),
+        SqlParam::Int(i64::from(a.pid)),
+        SqlParam::Text(&a.path),
+        SqlParam::Text(&a.kind),
+        SqlParam::Text(&a.how),
+        SqlParam::Int(a.attached_at_ns),
+        SqlParam::Int(i64::from(a.complete)),
+        SqlParam::Text(&json.symbols),
+        SqlParam::Text(&json.missing),
+        SqlParam::Text(&a.note),
+    ]
+}
+
+fn damaged(db: &Path, detail: String) -> StoreError {
+    StoreError::Corrupt { path: db.to_path_buf(), detail }
+}
+
+fn fits_u32(db: &Path, table: &str, column: &str, v: i64) -> Result<u32> {
+    u32::try_from(v).map_err(|_| damaged(db, format!("{table}.{column} holds {v}, not a 32-bit unsigned value")))
+}
+
+/// A row of [`SELECT_LAUNCH_CONFIGS_SQL`]: every dimension must fit in 32 bits and the key must be
+/// the configuration's own (launches find their configuration by it).
+pub(crate) fn launch_config_from(db: &Path, row: [i64; 11]) -> Result<LaunchConfig> {
+    const NAMES: [&str; 10] =
+        ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_mem_bytes", "cluster_x", "cluster_y", "cluster_z"];
+    let mut v = [0u32; 10];
+    for (i, name) in NAMES.iter().enumerate() {
+        v[i] = fits_u32(db, "launch_configs", name, row[i + 1])?;
+    }
+    let c = LaunchConfig { grid: [v[0], v[1], v[2]], block: [v[3], v[4], v[5]], shared_mem_bytes: v[6], cluster: [v[7], v[8], v[9]] };
+    if c.key() != row[0] {
+        return Err(damaged(db, format!("launch_configs row with key {} holds a configuration whose key is {}", row[0], c.key())));
+    }
+    Ok(c)
+}
+
+/// A row of [`SELECT_KERNEL_NAMES_SQL`].
+pub(crate) fn kernel_name_from(db: &Path, pid: i64, handle: i64, name: String, mangled: String, how: String) -> Result<KernelName> {
+    Ok(KernelName { pid: fits_u32(db, "kernel_names", "pid", pid)?, handle, name, mangled, how })
+}
+
+/// A row of [`SELECT_ATTACHMENTS_SQL`] as read, before its checks.
+pub(crate) struct AttachmentRow {
+    pub session_id: i64,
+    pub pid: i64,
+    pub path: String,
+    pub kind: String,
+    pub how: String,
+    pub attached_at: i64,
+    pub complete: i64,
+    pub symbols: String,
+    pub missing: String,
+    pub note: String,
+}
+
+impl AttachmentRow {
+    /// The session id and the attachment; the symbol lists must be JSON arrays of strings.
+    pub(crate) fn decode(self, db: &Path) -> Result<(i64, LibraryAttach)> {
+        let list = |column: &str, json: &str| -> Result<Vec<String>> {
+            serde_json::from_str(json)
+                .map_err(|e| damaged(db, format!("attachments.{column} is not a JSON array of strings ({e}): {json:.80}")))
+        };
+        let attach = LibraryAttach {
+            pid: fits_u32(db, "attachments", "pid", self.pid)?,
+            symbols: list("symbols", &self.symbols)?,
+            missing: list("missing", &self.missing)?,
+            path: self.path,
+            kind: self.kind,
+            how: self.how,
+            attached_at_ns: self.attached_at,
+            complete: self.complete != 0,
+            note: self.note,
+        };
+        Ok((self.session_id, attach))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_name_for_the_same_key_wins_in_first_seen_order() {
+        let k = |pid, handle, name: &str| KernelName { pid, handle, name: name.into(), ..Default::default() };
+        let names = vec![k(1, 10, "a"), k(2, 10, "b"), k(1, 10, "c"), k(1, 11, "d")];
+        let got: Vec<&str> = last_name_per_key(&names).iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(got, ["c", "b", "d"]);
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_are_errors() {
+        let db = Path::new("t.db");
+        let c = LaunchConfig { grid: [4, 2, 1], block: [256, 1, 1], shared_mem_bytes: 1024, cluster: [1, 1, 1] };
+        let mut row = [c.key(), 4, 2, 1, 256, 1, 1, 1024, 1, 1, 1];
+        assert_eq!(launch_config_from(db, row).unwrap(), c);
+        row[0] += 1;
+        assert!(matches!(launch_config_from(db, row), Err(StoreError::Corrupt { .. })), "key that is not the row's");
+        row[0] -= 1;
+        row[4] = -1;
+        assert!(matches!(launch_config_from(db, row), Err(StoreError::Corrupt { .. })), "negative dimension");
+        assert!(kernel_name_from(db, 1 << 40, 1, "k".into(), String::new(), String::new()).is_err());
+        let bad = AttachmentRow {
+            session_id: 1,
+            pid: 5,
+            path: "/lib/libcudart.so.12".into(),
+            kind: "runtime".into(),
+            how: "maps".into(),
+            attached_at: 7,
+            complete: 1,
+            symbols: "not json".into(),
+            missing: "[]".into(),
+            note: String::new(),
+        };
+        let e = bad.decode(db).unwrap_err().to_string();
+        assert!(e.contains("attachments.symbols") && !e.contains('\n'), "{e}");
+    }
+}

@@ -1,0 +1,321 @@
+//! The conformance tests of `events.launch_config` and the `launch_configs`, `kernel_names` and
+//! `attachments` tables, for every engine (listed in `conformance!`): what a sink writes reads back
+//! exactly (configurations stored once per key, a later kernel name replacing an earlier one, 0 as
+//! NULL), a trace recorded before them reads as empty and gains them when a session is appended,
+//! `convert` carries them across engines with their sessions, and Ingero DBs have none.
+
+use std::path::Path;
+
+use causeway_backends::convert::convert;
+use causeway_backends::*;
+use causeway_model::codes::{op, OpCode};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach};
+
+use super::{file, rt, session, write_trace, N};
+
+/// What `write_trace` writes besides events, and what a store must read back.
+pub struct Fixture {
+    pub configs: Vec<LaunchConfig>,
+    /// The kernel names, call by call: the same (pid, handle) is renamed across calls and twice in one call.
+    pub name_calls: Vec<Vec<KernelName>>,
+    /// What `kernel_names()` must return, by (pid, handle).
+    pub names: Vec<KernelName>,
+    pub attachments: Vec<LibraryAttach>,
+}
+
+fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
+    LaunchConfig { grid, block, shared_mem_bytes, cluster }
+}
+
+fn kernel(pid: u32, handle: i64, name: &str, mangled: &str, how: &str) -> KernelName {
+    KernelName { pid, handle, name: name.into(), mangled: mangled.into(), how: how.into() }
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        let configs = vec![
+            cfg([4096, 1, 1], [256, 1, 1], 0, [1, 1, 1]),
+            cfg([132, 8, 2], [128, 2, 1], 49_152, [2, 1, 1]),
+            // Values past i32: stored as 64-bit integers, read back unchanged.
+            cfg([u32::MAX, 65_535, 65_535], [1024, 1, 1], u32::MAX, [8, 1, 1]),
+        ];
+        let handle = 0x7f00_0000_1000i64;
+        let name_calls = vec![
+            vec![
+                kernel(4821, handle, "old_name", "old_name", "elf"),
+                kernel(4821, handle + 0x100, "vector_add(float*, float*, int)", "_Z10vector_addPfS_i", "register"),
+                kernel(77, handle, "same handle, other process", "other", "module"),
+            ],
+            vec![
+                kernel(4821, handle, "interim", "interim", "elf"),
+                kernel(4821, handle, "gemm<float>(float const*, int)", "_Z4gemmIfEvPKfi", "register"),
+                kernel(4821, -5, "negative handle", "neg", "library"),
+            ],
+        ];
+        let names = vec![
+            kernel(77, handle, "same handle, other process", "other", "module"),
+            kernel(4821, -5, "negative handle", "neg", "library"),
+            kernel(4821, handle, "gemm<float>(float const*, int)", "_Z4gemmIfEvPKfi", "register"),
+            kernel(4821, handle + 0x100, "vector_add(float*, float*, int)", "_Z10vector_addPfS_i", "register"),
+        ];
+        let attachments = vec![
+            LibraryAttach {
+                pid: 4821,
+                path: "/usr/lib/x86_64-linux-gnu/libcudart.so.12".into(),
+                kind: "runtime".into(),
+                how: "maps".into(),
+                attached_at_ns: 1_000_000_100,
+                complete: true,
+                symbols: vec!["cudaLaunchKernel".into(), "cudaMemcpyAsync".into()],
+                missing: vec![],
+                note: String::new(),
+            },
+            LibraryAttach {
+                pid: 4821,
+                path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                kind: "driver".into(),
+                how: "loaded".into(),
+                attached_at_ns: 1_000_000_200,
+                complete: false,
+                symbols: vec!["cuLaunchKernel".into()],
+                missing: vec!["cuLaunchKernelEx".into(), "sym \"quoted\", with, commas".into()],
+                note: "attached after the process started: calls before it are unknown".into(),
+            },
+            LibraryAttach {
+                pid: 77,
+                path: String::new(),
+                kind: "runtime_static".into(),
+                how: "explicit".into(),
+                attached_at_ns: 1_000_000_300,
+                complete: false,
+                symbols: vec![],
+                missing: vec![],
+                note: "runtime statically linked without symbols: only driver calls are visible".into(),
+            },
+        ];
+        Fixture { configs, name_calls, names, attachments }
+    }
+
+    /// Give three launches in four a configuration (so launches without one stay 0).
+    pub fn tag_launches(&self, events: &mut [Event]) {
+        for (i, e) in events.iter_mut().enumerate() {
+            if OpCode::new(e.source, e.op) == op::CUDA_LAUNCH_KERNEL && i % 4 != 0 {
+                e.launch_config = self.configs[i % self.configs.len()].key();
+            }
+        }
+    }
+
+    /// Write everything through a sink: the configurations twice (in two calls and repeated in one),
+    /// the names call by call, the attachments in two calls.
+    pub async fn write(&self, sink: &mut Box<dyn EventSink>) {
+        let c = &self.configs;
+        sink.write_launch_configs(vec![c[0], c[1], c[0]]).await.unwrap();
+        sink.write_launch_configs(vec![c[2], c[1]]).await.unwrap();
+        for call in &self.name_calls {
+            sink.write_kernel_names(call.clone()).await.unwrap();
+        }
+        sink.write_attachments(self.attachments[..1].to_vec()).await.unwrap();
+        sink.write_attachments(self.attachments[1..].to_vec()).await.unwrap();
+    }
+
+    /// The configurations as `launch_configs()` returns them (by key).
+    pub fn configs_by_key(&self) -> Vec<LaunchConfig> {
+        let mut c = self.configs.clone();
+        c.sort_by_key(|c| c.key());
+        c
+    }
+}
+
+fn count(store: &dyn TraceStore, sql: &str) -> i64 {
+    let r = store.query(sql, &QueryLimits::default()).unwrap();
+    r.rows[0][0].as_i64().unwrap_or_else(|| panic!("{sql}: {:?}", r.rows))
+}
+
+/// A store holding `write_trace`'s data reads back the fixture exactly, with 0 stored as NULL.
+pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
+    let fx = Fixture::new();
+    assert_eq!(store.launch_configs().unwrap(), fx.configs_by_key(), "launch configurations, once per key");
+    assert_eq!(store.kernel_names().unwrap(), fx.names, "kernel names, the last per (pid, handle)");
+    assert_eq!(store.attachments().unwrap(), fx.attachments, "attachments");
+    let tagged = all.iter().filter(|s| s.event.launch_config != 0).count();
+    assert!(tagged > 100 && tagged < N / 2, "fixture: some launches carry a configuration ({tagged})");
+    let null = count(store, "SELECT count(*) FROM events WHERE launch_config IS NULL");
+    assert_eq!(null as usize, N - tagged, "0 is stored as NULL");
+    let keys: std::collections::BTreeSet<i64> = fx.configs.iter().map(|c| c.key()).collect();
+    assert!(all.iter().all(|s| s.event.launch_config == 0 || keys.contains(&s.event.launch_config)));
+    let joined = count(store, "SELECT count(*) FROM events e JOIN launch_configs c ON c.key = e.launch_config");
+    assert_eq!(joined as usize, tagged, "every launch finds its configuration by key");
+}
+
+/// Make a trace look recorded before the tables and the column existed.
+fn make_older(path: &Path, b: Backend) {
+    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; \
+               ALTER TABLE events DROP COLUMN launch_config;";
+    match b {
+        Backend::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
+        Backend::DuckDb => {
+            #[cfg(feature = "duckdb")]
+            {
+                let c = ::duckdb::Connection::open(path).unwrap();
+                c.execute_batch(sql).unwrap();
+                c.execute_batch("CHECKPOINT").unwrap();
+            }
+            #[cfg(not(feature = "duckdb"))]
+            panic!("DuckDB traces need the duckdb feature");
+        }
+    }
+}
+
+fn zeroed(all: &[StoredEvent]) -> Vec<StoredEvent> {
+    let mut v = all.to_vec();
+    for s in &mut v {
+        s.event.launch_config = 0;
+    }
+    v
+}
+
+pub fn older_trace_reads_empty_then_gains_them(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "old");
+    let all = write_trace(&path, b, 11);
+    make_older(&path, b);
+    let store = open_store(&path).unwrap();
+    assert!(!store.info().has_column("launch_config"));
+    for t in ["launch_configs", "kernel_names", "attachments"] {
+        assert!(!store.info().has_table(t), "{t} was dropped");
+    }
+    assert!(store.launch_configs().unwrap().is_empty());
+    assert!(store.kernel_names().unwrap().is_empty());
+    assert!(store.attachments().unwrap().is_empty());
+    assert_eq!(store.events(&EventFilter::default()).unwrap(), zeroed(&all), "launch_config reads as 0");
+    let d = store.describe_schema().unwrap();
+    assert_eq!(d.tables.iter().find(|t| t.name == "events").unwrap().columns.len(), 29);
+    drop(store);
+    // A new session appended to the older trace adds the column and the tables.
+    let fx = Fixture::new();
+    let key = fx.configs[1].key();
+    let after = all.iter().map(|s| s.event.ts_ns).max().unwrap() + 1_000;
+    let launches: Vec<Event> = (0..10)
+        .map(|i| Event {
+            ts_ns: after + i,
+            dur_ns: 1_000,
+            pid: 4821,
+            tid: 4821,
+            source: 1,
+            op: op::CUDA_LAUNCH_KERNEL.op,
+            launch_config: if i % 2 == 0 { key } else { 0 },
+            ..Default::default()
+        })
+        .collect();
+    rt().block_on(async {
+        let mut sink = create_sink(&path, session(2), Some(b)).unwrap();
+        sink.write_batch(launches.clone()).await.unwrap();
+        fx.write(&mut sink).await;
+        sink.finish(6_000_000_000).await.unwrap();
+    });
+    let store = open_store(&path).unwrap();
+    assert!(store.info().has_column("launch_config"));
+    assert_eq!(store.launch_configs().unwrap(), fx.configs_by_key());
+    assert_eq!(store.kernel_names().unwrap(), fx.names);
+    assert_eq!(store.attachments().unwrap(), fx.attachments);
+    let back = store.events(&EventFilter::default()).unwrap();
+    assert_eq!(back.len(), N + 10);
+    assert_eq!(back[..N], zeroed(&all)[..], "the older session's events still read as 0");
+    let new: Vec<Event> = back[N..].iter().map(|s| s.event.clone()).collect();
+    assert_eq!(new, launches, "the new session's launches carry their configuration");
+    let sessions = store.sessions().unwrap();
+    assert_eq!(sessions.len(), 2);
+    let tagged = count(store.as_ref(), &format!("SELECT count(*) FROM attachments WHERE session_id = {}", sessions[1].id));
+    assert_eq!(tagged, 3, "attachments carry the id of the session that wrote them");
+    let d = store.describe_schema().unwrap();
+    let events = d.tables.iter().find(|t| t.name == "events").unwrap();
+    assert_eq!(events.columns.last().map(|c| c.name.as_str()), Some("launch_config"), "added last");
+    for t in ["launch_configs", "kernel_names", "attachments"] {
+        let table = d.tables.iter().find(|x| x.name == t).unwrap_or_else(|| panic!("{t} not described"));
+        assert!(!table.meaning.is_empty(), "{t} has a meaning");
+        assert!(table.columns.iter().all(|c| !c.meaning.is_empty()), "{t}: every column has a meaning: {:?}", table.columns);
+    }
+}
+
+fn backends() -> Vec<Backend> {
+    [Backend::Sqlite, Backend::DuckDb].into_iter().filter(|b| b.available()).collect()
+}
+
+/// `(session_id, pid, attached_at)` of every attachment, as stored.
+fn attachment_sessions(store: &dyn TraceStore) -> Vec<Vec<serde_json::Value>> {
+    store
+        .query("SELECT session_id, pid, attached_at FROM attachments ORDER BY session_id, attached_at", &QueryLimits::default())
+        .unwrap()
+        .rows
+}
+
+pub fn convert_keeps_them(b: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), b, "src");
+    write_trace(&path, b, 13);
+    // A second session with attachments of its own: conversion keeps whose they are.
+    let fx = Fixture::new();
+    rt().block_on(async {
+        let mut sink = create_sink(&path, session(3), Some(b)).unwrap();
+        sink.write_attachments(fx.attachments[1..].to_vec()).await.unwrap();
+        sink.finish(7).await.unwrap();
+    });
+    let src = open_store(&path).unwrap();
+    let events = src.events(&EventFilter::default()).unwrap();
+    let stored = attachment_sessions(src.as_ref());
+    assert_eq!(stored.len(), 5);
+    assert_ne!(stored[0][0], stored[4][0], "fixture: two sessions have attachments");
+    for to in backends() {
+        let out = file(dir.path(), to, &format!("converted-{}", b.name()));
+        let report = convert(&path, &out, Some(to), &mut |_, _| {}).unwrap();
+        assert_eq!((report.launch_configs, report.kernel_names, report.attachments), (3, 4, 5), "{} -> {}", b.name(), to.name());
+        let conv = open_store(&out).unwrap();
+        assert_eq!(conv.events(&EventFilter::default()).unwrap(), events, "{} -> {}: events", b.name(), to.name());
+        assert_eq!(conv.launch_configs().unwrap(), src.launch_configs().unwrap());
+        assert_eq!(conv.kernel_names().unwrap(), fx.names);
+        assert_eq!(conv.attachments().unwrap(), src.attachments().unwrap());
+        assert_eq!(attachment_sessions(conv.as_ref()), stored, "{} -> {}: attachment sessions", b.name(), to.name());
+    }
+    // A trace recorded before the tables converts into one where they are empty.
+    let old = file(dir.path(), b, "old");
+    write_trace(&old, b, 17);
+    make_older(&old, b);
+    for to in backends() {
+        let out = file(dir.path(), to, &format!("old-converted-{}", b.name()));
+        let report = convert(&old, &out, Some(to), &mut |_, _| {}).unwrap();
+        assert_eq!((report.launch_configs, report.kernel_names, report.attachments), (0, 0, 0));
+        let conv = open_store(&out).unwrap();
+        assert!(conv.launch_configs().unwrap().is_empty() && conv.kernel_names().unwrap().is_empty());
+        assert!(conv.attachments().unwrap().is_empty());
+        assert!(!conv.info().has_column("launch_config"), "reports only the original's columns");
+        assert!(conv.events(&EventFilter::default()).unwrap().iter().all(|s| s.event.launch_config == 0));
+    }
+}
+
+/// Every shared Ingero DB: no launch tables, every launch_config 0, and a conversion writes none.
+#[test]
+fn ingero_dbs_have_no_launch_tables() {
+    let dir = crate::guard_common::ingero_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    for name in crate::guard_common::DBS {
+        let db = dir.join(name);
+        let store = open_store(&db).unwrap();
+        assert!(matches!(store.info().format, TraceFormat::Ingero { .. }), "{name}");
+        assert!(store.launch_configs().unwrap().is_empty(), "{name}");
+        assert!(store.kernel_names().unwrap().is_empty(), "{name}");
+        assert!(store.attachments().unwrap().is_empty(), "{name}");
+        let events = store.events(&EventFilter::default()).unwrap();
+        assert!(!events.is_empty() && events.iter().all(|s| s.event.launch_config == 0), "{name}");
+        if *name == "sample-cluster.db" {
+            for to in backends() {
+                let out = file(tmp.path(), to, "ingero");
+                let report = convert(&db, &out, Some(to), &mut |_, _| {}).unwrap();
+                assert_eq!((report.launch_configs, report.kernel_names, report.attachments), (0, 0, 0));
+                let conv = open_store(&out).unwrap();
+                assert!(conv.info().has_table("launch_configs"), "a native trace has the tables");
+                assert!(conv.launch_configs().unwrap().is_empty() && conv.attachments().unwrap().is_empty());
+                assert_eq!(conv.events(&EventFilter::default()).unwrap().len(), events.len());
+            }
+        }
+    }
+}
