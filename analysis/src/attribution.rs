@@ -23,7 +23,7 @@
 //!    outside the thread's scheduler coverage (first to last recorded switch) is `no_sched_data`.
 
 use causeway_backends::EventId;
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::{self, gpu_role, GpuRole, OpCode, OpKind};
 use causeway_model::{PrevState, SchedDetail};
 
 use crate::few_keys::FewKeys;
@@ -39,11 +39,19 @@ pub const SLOW_P50_MULTIPLE: i64 = 2;
 /// page-allocation pressure.
 pub const PAGE_ALLOC_PRESSURE_BYTES: i64 = 64 << 20;
 
-/// Sources whose events are host-side GPU API calls.
-pub const GPU_CALL_SOURCES: [u8; 3] = [1, 4, 8];
+/// Sources whose events are host-side GPU API calls: the sources of the ops that
+/// `causeway_model::codes` names [`OpKind::GpuCall`] (CUDA runtime, driver, graphs), in order.
+/// Every event of these sources is a GPU call, unknown op codes included.
+pub fn gpu_call_sources() -> &'static [u8] {
+    static SOURCES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SOURCES.get_or_init(|| {
+        let set: std::collections::BTreeSet<u8> = codes::OPS.iter().filter(|e| e.3 == OpKind::GpuCall).map(|e| e.0).collect();
+        set.into_iter().collect()
+    })
+}
 
 pub fn is_gpu_call_source(source: u8) -> bool {
-    GPU_CALL_SOURCES.contains(&source)
+    gpu_call_sources().contains(&source)
 }
 
 /// One GPU API call, the columns attribution needs: the storage layer's integer-only event row.
@@ -88,6 +96,9 @@ pub enum Cause {
     /// Asleep inside a synchronizing call (a blocking sync or copy) until the GPU finished: GPU
     /// time, not a host cause. Whoever woke the thread is the driver's completion path.
     GpuWait,
+    /// Preempted while spinning in a synchronizing call, before the GPU finished: the GPU was still
+    /// busy, so the preemption did not delay the return (see [`crate::spin`]). Not a host cause.
+    SpinGpuBusy,
 }
 
 impl Cause {
@@ -104,12 +115,13 @@ impl Cause {
             Cause::HostCompute => "host_compute",
             Cause::NoSchedData => "no_sched_data",
             Cause::GpuWait => "gpu_wait",
+            Cause::SpinGpuBusy => "spin_gpu_busy",
         }
     }
 
     /// A cause found in what the host did (as opposed to "no host cause found").
     pub fn is_host_cause(self) -> bool {
-        !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData | Cause::GpuWait)
+        !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData | Cause::GpuWait | Cause::SpinGpuBusy)
     }
 
     pub fn describe(self) -> &'static str {
@@ -125,6 +137,7 @@ impl Cause {
             Cause::HostCompute => "on-CPU between GPU calls: the feeding thread was busy with host work",
             Cause::NoSchedData => "no scheduler events recorded for this thread at that time",
             Cause::GpuWait => "asleep in a synchronizing call until the GPU finished (blocking sync): GPU time, not a host cause",
+            Cause::SpinGpuBusy => "spinning: the GPU was still busy; preempted while spinning in a synchronizing call before the GPU finished, so the preemption did not delay the return",
         }
     }
 }
@@ -376,22 +389,11 @@ pub fn page_bytes_between(allocs: &PageAllocs, a: i64, b: i64) -> i64 {
     allocs[lo..hi].iter().map(|x| x.1).sum()
 }
 
-/// Ops that wait for the GPU by definition: synchronizations and synchronous copies. A voluntary
+/// Ops that wait for the GPU by definition: synchronizations and synchronous copies
+/// ([`GpuRole::Sync`] and [`GpuRole::SyncCopy`] of `causeway_model::codes::gpu_role`). A voluntary
 /// sleep inside one is the blocking-sync wait for the GPU, not a host cause.
-pub const GPU_WAIT_OPS: [OpCode; 9] = [
-    op::CUDA_STREAM_SYNC,
-    op::CUDA_DEVICE_SYNC,
-    op::CUDA_EVENT_SYNC,
-    op::CUDA_MEMCPY,
-    op::CUDA_MEMCPY_2D,
-    op::CUDA_MEMCPY_PEER,
-    op::CU_CTX_SYNCHRONIZE,
-    op::CU_STREAM_SYNCHRONIZE,
-    op::CU_MEMCPY,
-];
-
 pub fn is_gpu_wait_op(code: OpCode) -> bool {
-    GPU_WAIT_OPS.contains(&code)
+    matches!(gpu_role(code), GpuRole::Sync | GpuRole::SyncCopy)
 }
 
 /// Attribute one slow call. `page_allocs` are the call's process's page allocations.
@@ -467,6 +469,22 @@ mod tests {
         assert_eq!(OpDistribution::from_durations(&mut tiny).slow_threshold(), SLOW_FLOOR_NS);
         let mut tail: Vec<i64> = (1..=10).map(|i| i * 1_000_000).collect();
         assert_eq!(OpDistribution::from_durations(&mut tail).slow_threshold(), 10_000_000);
+    }
+
+    #[test]
+    fn gpu_calls_and_gpu_waits_come_from_the_model() {
+        use causeway_model::codes::op;
+        assert_eq!(gpu_call_sources(), &[1, 4, 8]);
+        // The ops that wait for the GPU: every sync and synchronous copy, and nothing that returns at once.
+        let waits: Vec<OpCode> = codes::OPS.iter().map(|e| OpCode::new(e.0, e.1)).filter(|&c| is_gpu_wait_op(c)).collect();
+        assert_eq!(
+            waits,
+            vec![
+                op::CUDA_MEMCPY, op::CUDA_STREAM_SYNC, op::CUDA_DEVICE_SYNC, op::CUDA_MEMCPY_2D, op::CUDA_MEMCPY_PEER,
+                op::CUDA_EVENT_SYNC, op::CU_MEMCPY, op::CU_CTX_SYNCHRONIZE, op::CU_STREAM_SYNCHRONIZE,
+            ]
+        );
+        assert!(!is_gpu_wait_op(op::CUDA_EVENT_QUERY) && !is_gpu_wait_op(op::CUDA_STREAM_WAIT_EVENT));
     }
 
     #[test]

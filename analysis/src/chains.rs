@@ -13,7 +13,8 @@
 //!   >= 100 ms was lost; else LOW.
 //! - sync storm, allocator latency growth, cudaFree storm: HIGH when share >= 25% and >= 100 ms;
 //!   MEDIUM when share >= 10%; else LOW.
-//! - "no host cause" (on-CPU or GPU) and "no scheduler data" chains, and unfreed memory: always LOW.
+//! - "no host cause" (on-CPU or GPU), GPU waits, preemptions of spinning waits while the GPU was
+//!   still busy (`spin_gpu_busy`), "no scheduler data" chains, and unfreed memory: always LOW.
 //!
 //! Ranking: a throughput drop is a symptom, never a cause: it comes after every HIGH or MEDIUM chain
 //! that names a cause and before the LOW ones, whatever its own severity. Otherwise severity first,
@@ -335,6 +336,10 @@ pub fn recommendations(kind: ChainKind, cause: Cause, op: &str, culprit: &Option
         }
         Cause::NoSchedData => r.push("The DB holds no scheduler events for this thread at that time: re-record with `causeway trace` to attribute it".into()),
         Cause::GpuWait => r.push(format!("{op} slept until the GPU finished: the GPU work itself is long; profile the kernels (Nsight Systems) or overlap more host work before synchronizing")),
+        Cause::SpinGpuBusy => {
+            r.push(format!("{op} spun while the GPU was still busy: the GPU work set the pace, not the task that took the CPU; profile the kernels (Nsight Systems) or overlap more host work before synchronizing"));
+            r.push("If other work needs that CPU, cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync) (or CU_CTX_SCHED_BLOCKING_SYNC) makes the wait sleep instead of spin".into());
+        }
     }
     if kind == ChainKind::FeedingGap && !matches!(cause, Cause::HostCompute) {
         r.push("The GPU had at most the work queued before each gap: deeper prefetching (prefetch_factor, CUDA streams) hides host stalls".into());

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use causeway_backends::EventId;
+use causeway_model::codes::{gpu_role, op, GpuRole, OpCode};
 use causeway_model::time::{fmt_ns, fmt_since};
 
 use crate::attribution::Call;
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
-use crate::detectors::{self, ALLOC_OPS, FREE_OPS, LAUNCH_OPS, SYNC_OPS};
+use crate::detectors::{self, ops_with_role};
 use crate::evidence::{self, SqlScope};
 use crate::trace_data::Names;
 use crate::AnalysisError;
@@ -85,7 +86,7 @@ pub fn detector_findings(calls: &[Call], nested: &[bool], bounds: Option<(i64, i
     found.drop = detectors::throughput_drop(&top.launch_ts, end).map(|d| {
         // Calls are in time order: the launches on each side of the split are next to it.
         let at = calls.partition_point(|c| c.ts < d.split);
-        let is_launch = |i: &usize| !nested[*i] && LAUNCH_OPS.contains(&calls[*i].op);
+        let is_launch = |i: &usize| !nested[*i] && gpu_role(calls[*i].op) == GpuRole::Launch;
         let last_before = (0..at).rev().find(is_launch).map(|i| calls[i].clone());
         let first_after = (at..calls.len()).find(is_launch).map(|i| calls[i].clone());
         (d, last_before, first_after)
@@ -106,6 +107,8 @@ pub fn detector_chains(
     let Some((origin, end)) = found.bounds else { return Ok(out) };
     let scope_ns = (end - origin).max(1);
     let has_ptr = found.has_ptr;
+    let (launch_ops, sync_ops) = (ops_with_role(GpuRole::Launch), ops_with_role(GpuRole::Sync));
+    let (alloc_ops, free_ops) = (ops_with_role(GpuRole::Alloc), ops_with_role(GpuRole::Free));
 
     if let Some((d, last_before, first_after)) = found.drop {
         let before_rate = d.before as f64 * 1e9 / (d.split - d.first) as f64;
@@ -154,7 +157,7 @@ pub fn detector_chains(
             ],
             Evidence {
                 event_ids: ids,
-                sql: evidence::throughput_drop_sql(scope, &LAUNCH_OPS, d.first, d.split, d.end),
+                sql: evidence::throughput_drop_sql(scope, &launch_ops, d.first, d.split, d.end),
                 value: d.lost_ns,
                 unit: "ns".into(),
             },
@@ -183,7 +186,7 @@ pub fn detector_chains(
             vec![
                 "Remove per-step synchronization: .item(), .cpu(), printing tensors, torch.cuda.synchronize() in the loop; use non_blocking copies and CUDA events".into(),
             ],
-            Evidence { event_ids: s.worst.clone(), sql: evidence::call_time_sql(scope, &SYNC_OPS, s.pid, Some(s.tid)), value: s.sync_ns, unit: "ns".into() },
+            Evidence { event_ids: s.worst.clone(), sql: evidence::call_time_sql(scope, &sync_ops, s.pid, Some(s.tid)), value: s.sync_ns, unit: "ns".into() },
         ));
     }
 
@@ -192,7 +195,7 @@ pub fn detector_chains(
         if let (Some((early, late, extra)), Some((mean_early, mean_late))) = (a.growth, a.mean_growth) {
             if (late >= 2 * early || mean_late >= 2 * mean_early) && extra >= detectors::ALLOC_GROWTH_MIN_EXTRA_NS {
                 let share = extra as f64 / scope_ns as f64;
-                out.push(chain(
+                let mut growth = chain(
                     ChainKind::AllocatorLatency,
                     "device allocation",
                     "allocation_latency_growth",
@@ -211,8 +214,10 @@ pub fn detector_chains(
                     ),
                     Vec::new(),
                     vec!["Fragmentation: set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, reuse buffers, avoid torch.cuda.empty_cache() in the loop".into()],
-                    Evidence { event_ids: a.worst_allocs.clone(), sql: evidence::alloc_growth_sql(scope, &ALLOC_OPS, a.pid), value: extra, unit: "ns".into() },
-                ));
+                    Evidence { event_ids: a.worst_allocs.clone(), sql: evidence::alloc_growth_sql(scope, &alloc_ops, a.pid), value: extra, unit: "ns".into() },
+                );
+                growth.details.extend(allocation_op_facts(&a));
+                out.push(growth);
             }
         }
         // With device pointers the unfreed bytes are exact; without, only a clear excess of
@@ -222,7 +227,7 @@ pub fn detector_chains(
             && a.unfreed_bytes >= detectors::UNFREED_MIN_BYTES
         {
             let how = if has_ptr { "matched by device pointer" } else { "this DB cannot match frees to allocations (no pointer column): all allocated bytes" };
-            out.push(chain(
+            let mut imbalance = chain(
                 ChainKind::AllocatorImbalance,
                 "device allocation",
                 "unfreed_allocations",
@@ -242,11 +247,13 @@ pub fn detector_chains(
                 vec!["Memory that is never freed: check torch.cuda.memory_summary() for leaks or cache growth; free or reuse large buffers".into()],
                 Evidence {
                     event_ids: a.worst_allocs.clone(),
-                    sql: evidence::unfreed_bytes_sql(scope, &ALLOC_OPS, &FREE_OPS, a.pid, has_ptr),
+                    sql: evidence::unfreed_bytes_sql(scope, &alloc_ops, &free_ops, a.pid, has_ptr),
                     value: a.unfreed_bytes,
                     unit: "bytes".into(),
                 },
-            ));
+            );
+            imbalance.details.extend(allocation_op_facts(&a));
+            out.push(imbalance);
         }
         if a.frees >= detectors::FREE_STORM_MIN_CALLS && a.free_ns >= detectors::FREE_STORM_MIN_NS {
             let share = a.free_ns as f64 / scope_ns as f64;
@@ -254,7 +261,7 @@ pub fn detector_chains(
                 ChainKind::FreeStorm,
                 "cudaFree",
                 "free_storm",
-                "many device frees: each cudaFree synchronizes the device",
+                free_storm_text(&a.free_ops),
                 a.pid,
                 None,
                 a.frees as u64,
@@ -265,11 +272,40 @@ pub fn detector_chains(
                 format!("pid {} freed device memory {} times, {} in the calls", a.pid, a.frees, fmt_ns(a.free_ns)),
                 Vec::new(),
                 vec!["Avoid freeing in the loop (torch.cuda.empty_cache(), per-step buffers): let the caching allocator reuse blocks".into()],
-                Evidence { event_ids: a.worst_frees.clone(), sql: evidence::call_time_sql(scope, &FREE_OPS, a.pid, None), value: a.free_ns, unit: "ns".into() },
+                Evidence { event_ids: a.worst_frees.clone(), sql: evidence::call_time_sql(scope, &free_ops, a.pid, None), value: a.free_ns, unit: "ns".into() },
             ));
         }
     }
     Ok(out)
+}
+
+/// What a free storm costs, by the frees it is made of: cudaFree and cuMemFree synchronize the
+/// device; stream-ordered and VMM frees do not, but each is still a call into the allocator.
+fn free_storm_text(ops: &[OpCode]) -> &'static str {
+    if ops.iter().all(|o| matches!(*o, op::CUDA_FREE | op::CU_MEM_FREE)) {
+        "many device frees: each cudaFree synchronizes the device"
+    } else {
+        "many device frees: cudaFree and cuMemFree synchronize the device, and every free (stream-ordered or VMM too) is a call into the allocator"
+    }
+}
+
+/// The ops an allocator finding is made of, when they are more than the classic device allocator
+/// (cudaMalloc[Managed], cuMemAlloc[Managed], cudaFree, cuMemFree), and what the trace cannot match
+/// (pinned host memory is freed by cudaFreeHost, which is not traced).
+fn allocation_op_facts(a: &detectors::AllocatorFindings) -> Vec<String> {
+    let plain = [op::CUDA_MALLOC, op::CUDA_MALLOC_MANAGED, op::CU_MEM_ALLOC, op::CU_MEM_ALLOC_MANAGED, op::CUDA_FREE, op::CU_MEM_FREE];
+    let mut out = Vec::new();
+    if a.alloc_ops.iter().chain(&a.free_ops).any(|o| !plain.contains(o)) {
+        let names = |v: &[OpCode]| v.iter().map(|o| o.name().into_owned()).collect::<Vec<_>>().join(", ");
+        out.push(format!("allocations by {}; frees by {}", names(&a.alloc_ops), if a.free_ops.is_empty() { "none".into() } else { names(&a.free_ops) }));
+    }
+    if a.unfreed_pinned_bytes > 0 {
+        out.push(format!(
+            "{} MiB of the unfreed bytes are pinned host memory (cudaHostAlloc): its free, cudaFreeHost, is not traced, so they may have been freed",
+            a.unfreed_pinned_bytes >> 20
+        ));
+    }
+    out
 }
 
 /// Severity of a detector's finding: HIGH when it takes at least a quarter of the span it is measured

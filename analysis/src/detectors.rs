@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use causeway_backends::EventId;
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::{self, gpu_role, op, GpuRole, OpCode};
 
 use crate::attribution::{Call, CallSpan, ThreadOrder};
 use crate::few_keys::FewKeys;
@@ -45,11 +45,13 @@ pub const UNFREED_MIN_BYTES: i64 = 1 << 30;
 pub const FREE_STORM_MIN_CALLS: usize = 50;
 pub const FREE_STORM_MIN_NS: i64 = 10_000_000;
 
-pub const LAUNCH_OPS: [OpCode; 3] = [op::CUDA_LAUNCH_KERNEL, op::CU_LAUNCH_KERNEL, op::GRAPH_LAUNCH];
-pub const SYNC_OPS: [OpCode; 5] =
-    [op::CUDA_STREAM_SYNC, op::CUDA_DEVICE_SYNC, op::CUDA_EVENT_SYNC, op::CU_CTX_SYNCHRONIZE, op::CU_STREAM_SYNCHRONIZE];
-pub const ALLOC_OPS: [OpCode; 4] = [op::CUDA_MALLOC, op::CUDA_MALLOC_MANAGED, op::CU_MEM_ALLOC, op::CU_MEM_ALLOC_MANAGED];
-pub const FREE_OPS: [OpCode; 2] = [op::CUDA_FREE, op::CU_MEM_FREE];
+/// Every known op whose [`gpu_role`] is `role`, in code order. What a detector reads is decided by
+/// `causeway_model::codes::gpu_role`, the one definition; the evidence SQL lists these ops, so it
+/// counts exactly the calls the detector counted. A sync storm counts [`GpuRole::Sync`] only (a
+/// synchronous copy moves data the step needs: it is not the habit the storm names).
+pub fn ops_with_role(role: GpuRole) -> Vec<OpCode> {
+    codes::OPS.iter().map(|e| OpCode::new(e.0, e.1)).filter(|&c| gpu_role(c) == role).collect()
+}
 
 /// A gap between two GPU calls of a thread.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,29 +186,6 @@ pub struct TopLevelFindings {
     pub allocators: Vec<AllocatorFindings>,
 }
 
-/// What a detector makes of a call's op.
-enum Role {
-    Launch,
-    Sync,
-    Alloc,
-    Free,
-    Other,
-}
-
-fn role(op: OpCode) -> Role {
-    if LAUNCH_OPS.contains(&op) {
-        Role::Launch
-    } else if SYNC_OPS.contains(&op) {
-        Role::Sync
-    } else if ALLOC_OPS.contains(&op) {
-        Role::Alloc
-    } else if FREE_OPS.contains(&op) {
-        Role::Free
-    } else {
-        Role::Other
-    }
-}
-
 /// One pass over the top-level calls (`nested[i]` false) for the launch rate, the sync storms and
 /// the allocator. `has_ptr`: frees can be matched to allocations by device pointer (`arg2`).
 pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> TopLevelFindings {
@@ -222,19 +201,19 @@ pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Top
         }
         let (s, syncs) = per_thread
             .entry(c.tid, || (SyncStorm { pid: c.pid, tid: c.tid, launches: 0, syncs: 0, sync_ns: 0, worst: vec![] }, Vec::new()));
-        match role(c.op) {
-            Role::Launch => {
+        match gpu_role(c.op) {
+            GpuRole::Launch => {
                 s.launches += 1;
                 launch_ts.push(c.ts);
             }
-            Role::Sync => {
+            GpuRole::Sync => {
                 s.syncs += 1;
                 s.sync_ns += c.dur;
                 syncs.push(i);
             }
-            Role::Alloc => allocs.entry(c.pid).or_default().push(c),
-            Role::Free => frees.entry(c.pid).or_default().push(c),
-            Role::Other => {}
+            GpuRole::Alloc => allocs.entry(c.pid).or_default().push(c),
+            GpuRole::Free => frees.entry(c.pid).or_default().push(c),
+            GpuRole::SyncCopy | GpuRole::Other => {}
         }
     }
     let storms = per_thread
@@ -266,6 +245,12 @@ pub struct AllocatorFindings {
     pub mean_growth: Option<(i64, i64)>,
     /// Bytes never freed (by pointer when known, else all allocated bytes).
     pub unfreed_bytes: i64,
+    /// Of `unfreed_bytes`, pinned host memory (`cudaHostAlloc`): its free, `cudaFreeHost`, is not
+    /// a traced op, so these bytes are never matched by a free.
+    pub unfreed_pinned_bytes: i64,
+    /// The ops of the allocations and of the frees, in code order.
+    pub alloc_ops: Vec<OpCode>,
+    pub free_ops: Vec<OpCode>,
     pub worst_allocs: Vec<EventId>,
     pub worst_frees: Vec<EventId>,
 }
@@ -296,11 +281,11 @@ fn allocator_figures(mut allocs: BTreeMap<u32, Vec<&Call>>, mut frees: BTreeMap<
             let t = last_free.entry(fr.arg2).or_insert(fr.ts);
             *t = (*t).max(fr.ts);
         }
-        let unfreed_bytes = a
-            .iter()
-            .filter(|c| !has_ptr || last_free.get(&c.arg2).is_none_or(|&t| t < c.ts))
-            .map(|c| c.arg0)
-            .sum();
+        let unfreed: Vec<&&Call> =
+            a.iter().filter(|c| !has_ptr || last_free.get(&c.arg2).is_none_or(|&t| t < c.ts)).collect();
+        let unfreed_bytes = unfreed.iter().map(|c| c.arg0).sum();
+        let unfreed_pinned_bytes = unfreed.iter().filter(|c| c.op == op::CUDA_HOST_ALLOC).map(|c| c.arg0).sum();
+        let ops_of = |v: &[&Call]| v.iter().map(|c| c.op).collect::<std::collections::BTreeSet<OpCode>>().into_iter().collect();
         let worst = |v: &[&Call]| {
             let mut w: Vec<(i64, EventId)> = v.iter().map(|c| (c.dur, c.id.clone())).collect();
             w.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
@@ -316,6 +301,9 @@ fn allocator_figures(mut allocs: BTreeMap<u32, Vec<&Call>>, mut frees: BTreeMap<
             growth,
             mean_growth,
             unfreed_bytes,
+            unfreed_pinned_bytes,
+            alloc_ops: ops_of(&a),
+            free_ops: ops_of(&f),
             worst_allocs: worst(&a),
             worst_frees: worst(&f),
         });
@@ -326,6 +314,7 @@ fn allocator_figures(mut allocs: BTreeMap<u32, Vec<&Call>>, mut frees: BTreeMap<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use causeway_model::codes::op;
 
     fn c(id: i64, tid: u32, op: OpCode, ts: i64, dur: i64) -> Call {
         Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op, arg0: 0, arg2: 0 }
@@ -401,5 +390,63 @@ mod tests {
         assert_eq!(a.growth, Some((100, 400, 200 + 300 + 400 + 500 + 600 - 500)));
         assert_eq!(a.mean_growth, Some((100, 400)));
         assert_eq!(a.unfreed_bytes, 9 << 28);
+    }
+
+    #[test]
+    fn the_launch_and_allocator_paths_of_every_api_count() {
+        // One definition: the role lists hold the Ex, graph, stream-ordered and VMM paths.
+        let launches = ops_with_role(GpuRole::Launch);
+        for o in [op::CUDA_LAUNCH_KERNEL, op::CUDA_LAUNCH_KERNEL_EX, op::CU_LAUNCH_KERNEL, op::CU_LAUNCH_KERNEL_EX, op::GRAPH_LAUNCH, op::CU_GRAPH_LAUNCH] {
+            assert!(launches.contains(&o), "{o:?}");
+        }
+        assert_eq!(launches.len(), 6);
+        assert!(!ops_with_role(GpuRole::Sync).contains(&op::CUDA_MEMCPY), "a sync storm counts synchronizations only");
+        assert!(ops_with_role(GpuRole::Alloc).contains(&op::CU_MEM_CREATE) && ops_with_role(GpuRole::Free).contains(&op::CU_MEM_RELEASE));
+        // A thread launching through cuLaunchKernelEx and cuGraphLaunch, syncing with cuStreamSynchronize.
+        let mut calls = Vec::new();
+        for i in 0..30 {
+            let launch = if i % 2 == 0 { op::CU_LAUNCH_KERNEL_EX } else { op::CU_GRAPH_LAUNCH };
+            calls.push(c(3 * i, 1, launch, i * 100, 5));
+            calls.push(c(3 * i + 1, 1, op::CU_STREAM_SYNCHRONIZE, i * 100 + 10, 50));
+            // A copy that waits is not counted as a sync of the storm.
+            calls.push(c(3 * i + 2, 1, op::CUDA_MEMCPY, i * 100 + 70, 7));
+        }
+        // The stream-ordered allocator and the VMM: two blocks freed by pointer / handle, one kept.
+        for (i, (alloc, free)) in [(op::CUDA_MALLOC_ASYNC, op::CUDA_FREE_ASYNC), (op::CU_MEM_CREATE, op::CU_MEM_RELEASE), (op::CUDA_MALLOC_ASYNC, op::CUDA_FREE_ASYNC)].into_iter().enumerate() {
+            let i = i as i64;
+            let mut a = c(100 + i, 1, alloc, 5_000 + i * 10, 3);
+            (a.arg0, a.arg2) = (1 << 20, 0x10 + i);
+            calls.push(a);
+            if i < 2 {
+                let mut f = c(200 + i, 1, free, 6_000 + i * 10, 4);
+                f.arg2 = 0x10 + i;
+                calls.push(f);
+            }
+        }
+        let nested = vec![false; calls.len()];
+        let found = top_level_findings(&calls, &nested, true);
+        assert_eq!(found.launch_ts.len(), 30);
+        assert_eq!((found.storms[0].launches, found.storms[0].syncs, found.storms[0].sync_ns), (30, 30, 1500));
+        let a = &found.allocators[0];
+        assert_eq!((a.allocs, a.frees, a.alloc_ns, a.free_ns), (3, 2, 9, 8));
+        assert_eq!(a.unfreed_bytes, 1 << 20);
+        assert_eq!(a.alloc_ops, vec![op::CUDA_MALLOC_ASYNC, op::CU_MEM_CREATE]);
+        assert_eq!(a.free_ops, vec![op::CUDA_FREE_ASYNC, op::CU_MEM_RELEASE]);
+    }
+
+    #[test]
+    fn pinned_host_allocations_are_named_among_the_unfreed_bytes() {
+        let mut calls = Vec::new();
+        for i in 0..4i64 {
+            let mut a = c(i, 1, if i == 0 { op::CUDA_HOST_ALLOC } else { op::CUDA_MALLOC }, i * 10, 3);
+            (a.arg0, a.arg2) = ((i + 1) << 20, 0x100 + i);
+            calls.push(a);
+        }
+        let mut f = c(9, 1, op::CUDA_FREE, 100, 2);
+        f.arg2 = 0x101;
+        calls.push(f);
+        let found = top_level_findings(&calls, &vec![false; calls.len()], true);
+        let a = &found.allocators[0];
+        assert_eq!((a.unfreed_bytes, a.unfreed_pinned_bytes), ((1 + 3 + 4) << 20, 1 << 20));
     }
 }

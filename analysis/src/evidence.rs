@@ -10,8 +10,9 @@
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 
-use crate::attribution::{Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
+use crate::attribution::{gpu_call_sources, Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
 use crate::detectors::{GAP_FLOOR_NS, GAP_P50_MULTIPLE, GAP_P75_MULTIPLE};
+use crate::spin;
 use crate::stats::nearest_rank_sql;
 
 /// What the SQL may use: the scope of the analysis and what the DB records.
@@ -21,6 +22,8 @@ pub struct SqlScope {
     pub pid: Option<u32>,
     /// The DB has the native scheduler columns (prev_state, next_*, wake_ts, waker_*).
     pub sched_detail: bool,
+    /// The DB has the `cpu` column (the host's CPUs are counted from it: [`crate::spin`]).
+    pub has_cpu: bool,
 }
 
 impl SqlScope {
@@ -46,14 +49,20 @@ impl SqlScope {
 /// than the longest GPU call) changes no result; it lets the timestamp index bound the search.
 pub fn top_level_sql(scope: &SqlScope, alias: &str) -> String {
     let a = alias;
+    let gpu = gpu_sources_sql();
     format!(
-        "NOT EXISTS (SELECT 1 FROM events o WHERE o.tid = {a}.tid AND o.source IN (1, 4, 8) AND o.id <> {a}.id \
+        "NOT EXISTS (SELECT 1 FROM events o WHERE o.tid = {a}.tid AND o.source IN ({gpu}) AND o.id <> {a}.id \
          AND o.timestamp <= {a}.timestamp AND o.timestamp + o.duration >= {a}.timestamp + {a}.duration{} \
-         AND o.timestamp >= {a}.timestamp - (SELECT MAX(duration) FROM events WHERE source IN (1, 4, 8)) \
+         AND o.timestamp >= {a}.timestamp - (SELECT MAX(duration) FROM events WHERE source IN ({gpu})) \
          AND (o.timestamp < {a}.timestamp OR o.duration > {a}.duration OR o.source < {a}.source \
          OR (o.source = {a}.source AND o.id < {a}.id)))",
         scope.filter("o")
     )
+}
+
+/// The GPU-call sources as a SQL list (`1, 4, 8`): [`crate::attribution::gpu_call_sources`].
+fn gpu_sources_sql() -> String {
+    gpu_call_sources().iter().map(u8::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// Subject CTEs: the slow top-level calls of `op` in scope, as `c(tid, pid, ts, te)`.
@@ -81,7 +90,7 @@ pub fn long_gaps_cte(scope: &SqlScope, tid: u32) -> String {
     format!(
         "g0 AS (SELECT tid, pid, timestamp AS ts, MAX(timestamp + duration) OVER (PARTITION BY tid \
          ORDER BY timestamp, duration DESC, source, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe \
-         FROM events WHERE source IN (1, 4, 8){f}), \
+         FROM events WHERE source IN ({gpu}){f}), \
          g1 AS (SELECT tid, pid, pe AS a, ts AS b, ts - pe AS gap FROM g0 WHERE pe IS NOT NULL AND ts > pe), \
          gr AS (SELECT tid, gap, ROW_NUMBER() OVER (PARTITION BY tid ORDER BY gap) AS rn, \
          COUNT(*) OVER (PARTITION BY tid) AS n FROM g1), \
@@ -90,6 +99,7 @@ pub fn long_gaps_cte(scope: &SqlScope, tid: u32) -> String {
          c AS (SELECT g1.tid, g1.pid, g1.a AS ts, g1.b AS te FROM g1 JOIN gt ON gt.tid = g1.tid \
          WHERE g1.tid = {tid} AND g1.gap >= gt.t)",
         f = scope.filter(""),
+        gpu = gpu_sources_sql(),
         floor = GAP_FLOOR_NS,
         m = GAP_P50_MULTIPLE,
         p50 = nearest_rank_sql(500, "n"),
@@ -121,15 +131,9 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
     match cause {
         Cause::OffCpuUnrecorded if !scope.sched_detail => ov(so, "e.timestamp"),
         Cause::OffCpuUnrecorded => format!("{} WHERE NOT ({state_known}) OR e.prev_state IS NULL", ov(so, "e.timestamp")),
-        Cause::Preempted => {
-            let who = match culprit {
-                CulpritKey::TookCpu(p, t, comm) => {
-                    format!(" AND e.next_pid = {p} AND e.next_tid = {t} AND COALESCE(e.next_comm, '') = {}", quote(comm))
-                }
-                _ => " AND COALESCE(e.next_pid, 0) = 0 AND COALESCE(e.next_tid, 0) = 0".to_string(),
-            };
-            format!("{} WHERE e.prev_state = 0{who}", ov(so, "e.timestamp"))
-        }
+        Cause::Preempted => format!("{} WHERE e.prev_state = 0{}", ov(so, "e.timestamp"), preempted_by(culprit)),
+        // Only slow calls of a synchronizing op spin; their query is built by `slow_call_chain_sql`.
+        Cause::SpinGpuBusy => format!("{} WHERE e.prev_state = 0", ov(so, "e.timestamp")),
         Cause::GpuWait => format!("{} WHERE e.prev_state = 1", ov(so, &wake)),
         Cause::Uninterruptible => format!("{} WHERE e.prev_state = 2", ov(so, &wake)),
         Cause::Sleep | Cause::StoppedOrOther => {
@@ -177,9 +181,64 @@ fn coverage_expr() -> String {
 const COVERAGE_CTE: &str = "cv AS (SELECT tid, MIN(timestamp - duration) AS cs, MAX(timestamp) AS ce \
                             FROM events WHERE source = 3 AND op = 1 GROUP BY tid)";
 
-/// The full query for a slow-call chain.
+/// The full query for a slow-call chain. The preempted time of a synchronizing op is measured call
+/// by call with the spin decision of [`crate::spin`] ([`spin_wait_cte`]).
 pub fn slow_call_chain_sql(scope: &SqlScope, op: OpCode, cause: Cause, culprit: &CulpritKey) -> String {
+    if scope.sched_detail && spin::is_spin_bounded_op(op) && matches!(cause, Cause::Preempted | Cause::SpinGpuBusy) {
+        return format!("WITH {}, {} {}", slow_calls_cte(scope, op), spin_wait_cte(scope), spin_measure_sql(cause, culprit));
+    }
     format!("WITH {}, {COVERAGE_CTE} {}", slow_calls_cte(scope, op), measure_sql(scope, cause, culprit))
+}
+
+/// CTEs `fl` (the flag-setting calls, over the whole trace), `nc(n)` (the host's CPUs) and
+/// `w(tid, pid, ts, te, spin)`: the subject calls `c` with `spin` = 1 when the call spun, decided as
+/// [`crate::spin::SchedPolicies::wait_mode`] decides it: no sleep (state S) inside the call, and the
+/// latest flags before it (by timestamp, then id) spin (1), or are auto (0, 3, 5, 6, 7 or none) with
+/// at most as many contexts (`cuCtxCreate` calls before it, at least 1) as CPUs.
+pub fn spin_wait_cte(scope: &SqlScope) -> String {
+    let cpus = if scope.has_cpu { spin::host_cpus_sql() } else { "SELECT 0".to_string() };
+    let ctx = causeway_model::codes::op::CU_CTX_CREATE;
+    format!(
+        "fl AS MATERIALIZED (SELECT f0.pid, f0.source, f0.op, f0.timestamp, f0.id, f0.arg0 FROM events f0 WHERE {flags}), \
+         nc(n) AS ({cpus}), \
+         w AS (SELECT c.tid, c.pid, c.ts, c.te, CASE WHEN EXISTS (SELECT 1 FROM events s WHERE s.tid = c.tid \
+         AND s.source = 3 AND s.op = 1 AND s.prev_state = 1 AND s.timestamp > c.ts AND s.timestamp - s.duration < c.te) THEN 0 \
+         ELSE CASE COALESCE((SELECT f.arg0 & 7 FROM fl f WHERE f.pid = c.pid AND f.timestamp < c.ts \
+         ORDER BY f.timestamp DESC, f.id DESC LIMIT 1), 0) WHEN 1 THEN 1 WHEN 2 THEN 0 WHEN 4 THEN 0 \
+         ELSE MAX(1, (SELECT COUNT(*) FROM fl x WHERE x.pid = c.pid AND x.source = {cs} AND x.op = {co} \
+         AND x.timestamp < c.ts)) <= (SELECT n FROM nc) END END AS spin FROM c)",
+        flags = ops_condition("f0", &spin::sched_flag_ops()),
+        cs = ctx.source,
+        co = ctx.op,
+    )
+}
+
+/// The preempted time of the calls in `w`: all of it in calls that did not spin; in calls that
+/// spun, the last preempted interval when it ends within [`spin::SPIN_RETURN_EPSILON_NS`] of the
+/// return ([`Cause::Preempted`], for `culprit`), or every other one ([`Cause::SpinGpuBusy`]).
+fn spin_measure_sql(cause: Cause, culprit: &CulpritKey) -> String {
+    let last = format!(
+        "(e.timestamp >= c.te - {eps} AND NOT EXISTS (SELECT 1 FROM events l WHERE l.tid = c.tid AND l.source = 3 \
+         AND l.op = 1 AND l.prev_state = 0 AND l.duration > 0 AND l.timestamp > e.timestamp AND l.timestamp - l.duration < c.te))",
+        eps = spin::SPIN_RETURN_EPSILON_NS
+    );
+    let head = "SELECT COALESCE(SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, (e.timestamp - e.duration)))), 0) AS value \
+                FROM w c JOIN events e ON e.tid = c.tid AND e.source = 3 AND e.op = 1 \
+                AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te";
+    match cause {
+        Cause::SpinGpuBusy => format!("{head} WHERE e.prev_state = 0 AND c.spin = 1 AND NOT {last}"),
+        _ => format!("{head} WHERE e.prev_state = 0{} AND (c.spin = 0 OR {last})", preempted_by(culprit)),
+    }
+}
+
+/// The condition on `e` naming who took the CPU.
+fn preempted_by(culprit: &CulpritKey) -> String {
+    match culprit {
+        CulpritKey::TookCpu(p, t, comm) => {
+            format!(" AND e.next_pid = {p} AND e.next_tid = {t} AND COALESCE(e.next_comm, '') = {}", quote(comm))
+        }
+        _ => " AND COALESCE(e.next_pid, 0) = 0 AND COALESCE(e.next_tid, 0) = 0".to_string(),
+    }
 }
 
 /// The full query for a feeding-gap chain of thread `tid`.
@@ -236,18 +295,23 @@ pub fn alloc_growth_sql(scope: &SqlScope, allocs: &[OpCode], pid: u32) -> String
 /// Bytes of top-level allocations of `pid` never freed in scope: matched by device pointer (`arg2`)
 /// when the DB has it, else all allocated bytes (the DB cannot match frees to allocations).
 pub fn unfreed_bytes_sql(scope: &SqlScope, allocs: &[OpCode], frees: &[OpCode], pid: u32, has_ptr: bool) -> String {
-    let unmatched = if has_ptr {
-        format!(
-            " AND NOT EXISTS (SELECT 1 FROM events fr WHERE {fops} AND fr.pid = d.pid AND fr.arg2 = d.arg2 \
-             AND fr.timestamp >= d.timestamp{ff})",
-            fops = ops_condition("fr", frees),
-            ff = scope.filter("fr"),
+    // The last free of each (pid, pointer), computed once: a lookup per allocation into the whole
+    // events table (no index on pointers) took longer than the query time limit on 60k events.
+    let (with, unmatched) = if has_ptr {
+        (
+            format!(
+                "WITH fr AS MATERIALIZED (SELECT fr.pid, fr.arg2, MAX(fr.timestamp) AS last FROM events fr WHERE {fops}{ff} \
+                 GROUP BY fr.pid, fr.arg2) ",
+                fops = ops_condition("fr", frees),
+                ff = scope.filter("fr"),
+            ),
+            " AND NOT EXISTS (SELECT 1 FROM fr WHERE fr.pid = d.pid AND fr.arg2 = d.arg2 AND fr.last >= d.timestamp)".to_string(),
         )
     } else {
-        String::new()
+        (String::new(), String::new())
     };
     format!(
-        "SELECT COALESCE(SUM(d.arg0), 0) AS value FROM events d WHERE {ops}{f} AND d.pid = {pid} AND {top}{unmatched}",
+        "{with}SELECT COALESCE(SUM(d.arg0), 0) AS value FROM events d WHERE {ops}{f} AND d.pid = {pid} AND {top}{unmatched}",
         ops = ops_condition("d", allocs),
         f = scope.filter("d"),
         top = top_level_sql(scope, "d"),

@@ -15,6 +15,7 @@ use crate::detector_chains;
 use crate::detectors::{self, Gap};
 use crate::evidence::{self, CulpritKey, SqlScope};
 use crate::few_keys::FewKeys;
+use crate::spin::{self, SchedPolicies, WaitMode};
 use crate::trace_data::{self, Names, Spans};
 use crate::trace_facts;
 use crate::AnalysisError;
@@ -108,12 +109,14 @@ struct Item {
     tid: u32,
     label: String,
     parts: Vec<Part>,
+    /// How a slow synchronizing call that was preempted waited for the GPU ([`crate::spin`]).
+    wait: Option<WaitMode>,
 }
 
 pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
     let info = store.info();
     let mut phase = PhaseClock::start();
-    let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state") };
+    let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state"), has_cpu: info.has_column("cpu") };
     let mut names = Names::of_store(store)?;
     let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
     phase.lap("load calls");
@@ -154,13 +157,28 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let mut per_op: BTreeMap<OpCode, (ChainAccumulator, HashMap<EventId, Item>)> = BTreeMap::new();
     let mut op_slow: BTreeMap<OpCode, (u64, i64)> = BTreeMap::new();
     let mut page_bytes: BTreeMap<OpCode, i64> = BTreeMap::new();
+    // Read only when a slow synchronizing call was preempted: the flags and the host's CPUs.
+    let mut policies: Option<SchedPolicies> = None;
+    let mut any_spun = false;
     for &i in &slow {
         let c = &calls[i];
         let offs = off.get(&c.tid).unwrap_or(&no_off);
-        let a: CallAttribution = attr::attribute_call(c, offs, cov_of(c.tid), pages.get(&c.pid).map(Vec::as_slice).unwrap_or(&[]));
+        let mut a: CallAttribution = attr::attribute_call(c, offs, cov_of(c.tid), pages.get(&c.pid).map(Vec::as_slice).unwrap_or(&[]));
+        let mut wait = None;
+        if spin::is_spin_bounded_op(c.op) && a.parts.iter().any(|p| p.cause == Cause::Preempted) {
+            if policies.is_none() {
+                policies = Some(SchedPolicies::load(store, &slow_pids)?);
+            }
+            let w = policies.as_ref().expect("loaded").wait_mode(c, offs);
+            if w.spins {
+                spin::bound_spin_wait(&mut a.parts, c.end());
+                any_spun = true;
+            }
+            wait = Some(w);
+        }
         let (acc, items) = per_op.entry(c.op).or_default();
         acc.add(&c.id, c.ts, c.dur, &a.parts);
-        items.insert(c.id.clone(), Item { ts: c.ts, dur: c.dur, pid: c.pid, tid: c.tid, label: c.op.name().into_owned(), parts: a.parts });
+        items.insert(c.id.clone(), Item { ts: c.ts, dur: c.dur, pid: c.pid, tid: c.tid, label: c.op.name().into_owned(), parts: a.parts, wait });
         let s = op_slow.entry(c.op).or_default();
         s.0 += 1;
         s.1 += c.dur;
@@ -207,7 +225,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             let parts = attr::attribute_interval(g.start, g.end, off.get(&tid).unwrap_or(&no_off), cov_of(tid), Cause::HostCompute);
             acc.add(&g.before, g.start, g.end - g.start, &parts);
             let label = format!("gap from the end of event {} to event {}", g.after, g.before);
-            items.insert(g.before.clone(), Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts });
+            items.insert(g.before.clone(), Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts, wait: None });
         }
         let span = spans_by_tid.get(&tid).map(|s| s.1 - s.0).unwrap_or(1).max(1);
         let subject = Subject {
@@ -275,6 +293,13 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     if let Some(n) = sample_note {
         notes.push(n);
     }
+    if let Some(p) = policies.as_ref().filter(|_| any_spun) {
+        notes.push(format!(
+            "synchronizing calls that spun on the CPU: only the last preemption, ending within {} of the return, can have delayed a call (the GPU kept working while the thread was preempted); the host's CPUs are counted as the {} distinct CPUs in this trace's sched_switch rows (the trace records no CPU count)",
+            fmt_ns(spin::SPIN_RETURN_EPSILON_NS),
+            p.cpus
+        ));
+    }
     if !scope.sched_detail {
         notes.push("this DB's sched_switch rows give each thread's off-CPU intervals but not why it left the CPU nor which task took it: such time is reported as off_cpu_unrecorded, with no culprit".into());
         notes.push("the part of a call or gap outside the thread's recorded sched_switch span is reported as no_sched_data, never as on-CPU time".into());
@@ -335,7 +360,7 @@ fn severity_rules() -> Vec<String> {
         "gaps between GPU calls with a host cause: HIGH if share >= 25% of the thread's feeding span and stall >= 100 ms; MEDIUM if share >= 5% and stall >= 10 ms; else LOW".into(),
         "throughput drop: HIGH if the launch rate fell to <= 25% and >= 1 s was lost; MEDIUM if >= 100 ms was lost; else LOW".into(),
         "sync storm, allocator latency growth, cudaFree storm: HIGH if share >= 25% of the thread's or process's feeding span and >= 100 ms; MEDIUM if share >= 10%; else LOW".into(),
-        "no host cause (on_cpu_or_gpu), no_sched_data, unfreed allocations: always LOW".into(),
+        "no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW".into(),
     ]
 }
 
@@ -403,19 +428,26 @@ fn attributed_chain(
     let mut details = Vec::new();
     let mut io_window: Option<(i64, i64)> = None;
     for w in worst.iter().take(3) {
-        let Some(Item { ts, dur, tid: itid, label, parts, .. }) = s.items.get(&w.1) else { continue };
-        let what = match (s.kind, s.dist) {
+        let Some(Item { ts, dur, tid: itid, label, parts, wait, .. }) = s.items.get(&w.1) else { continue };
+        let mut what = match (s.kind, s.dist) {
             (ChainKind::SlowCalls, Some(d)) => format!("{} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50)),
             _ => format!("{label}: tid {itid} made no GPU call for {}", fmt_ns(*dur)),
         };
+        if let Some(w) = wait.filter(|w| w.spins) {
+            what.push_str(&format!("; spun on the CPU (scheduling: {})", w.policy_words()));
+        }
         let lay = s.op.map(|o| layer(o.source)).unwrap_or("HOST");
         timeline.push(TimelineStep { ts_ns: *ts, dur_ns: *dur, layer: lay.into(), what, event_id: Some(w.1.clone()) });
         for p in parts.iter().filter(|p| p.cause == cause && chains::culprit_key(p) == ckey) {
             let cpu = if p.cpu >= 0 { format!(" on CPU {}", p.cpu) } else { String::new() };
-            let who = match &culprit {
-                Some(c) if c.role == "took_cpu" => format!(", {} ran", chains::culprit_words(&Some(c.clone()))),
-                Some(c) => format!(", woken by {}", chains::culprit_words(&Some(c.clone()))),
-                None => String::new(),
+            let who = match (&culprit, &p.culprit) {
+                (Some(c), _) if c.role == "took_cpu" => format!(", {} ran", chains::culprit_words(&Some(c.clone()))),
+                (Some(c), _) => format!(", woken by {}", chains::culprit_words(&Some(c.clone()))),
+                (None, Some((pid, tid, comm))) if cause == Cause::SpinGpuBusy => {
+                    let comm = if comm.is_empty() { names.of(*pid, *tid) } else { comm.clone() };
+                    format!(", {comm} (pid {pid}, tid {tid}) ran while the GPU was still busy")
+                }
+                (None, _) => String::new(),
             };
             timeline.push(TimelineStep {
                 ts_ns: p.start,
@@ -432,6 +464,12 @@ fn attributed_chain(
     if cause == Cause::Preempted && g.cpus.len() > 1 {
         let per: Vec<String> = g.cpus.iter().map(|(c, ns)| format!("CPU {c}: {}", fmt_ns(*ns))).collect();
         details.push(format!("preempted time by CPU: {}", per.join(", ")));
+    }
+    let mut summary_tail = String::new();
+    if let Some(op) = s.op.filter(|o| s.kind == ChainKind::SlowCalls && spin::is_spin_bounded_op(*o)) {
+        let (tail, lines) = spin_facts(op, cause, &ckey, &culprit, s.items, names);
+        summary_tail = tail;
+        details.extend(lines);
     }
     if cause == Cause::OffCpuUnrecorded {
         details.push("this DB does not record who took the CPU nor why the thread left it (no prev_state / next task columns)".into());
@@ -479,7 +517,7 @@ fn attributed_chain(
         op: s.op_name.clone(),
         cause: cause.as_str().into(),
         cause_text: cause.describe().into(),
-        summary: chains::attributed_summary(s.kind, &s.op_name, &subject_words(names, pid, tid), cause, &culprit, calls, g.stall_ns, share, &g.cpus),
+        summary: chains::attributed_summary(s.kind, &s.op_name, &subject_words(names, pid, tid), cause, &culprit, calls, g.stall_ns, share, &g.cpus) + &summary_tail,
         recommendations,
         culprit,
         pid,
@@ -495,4 +533,42 @@ fn attributed_chain(
         timeline,
         evidence: Evidence { event_ids: worst.iter().map(|w| w.1.clone()).collect(), sql, value: g.stall_ns, unit: "ns".into() },
     })
+}
+
+/// What spinning did to a slow-call chain of a synchronizing op ([`crate::spin`]): for a
+/// preemption chain, the text that bounds the culprit's share ("; N of these calls spun ...") and
+/// how each policy was found; for the `spin_gpu_busy` chain, who held the CPU while the GPU worked.
+fn spin_facts(op: OpCode, cause: Cause, ckey: &CulpritKey, culprit: &Option<attr::Culprit>, items: &HashMap<EventId, Item>, names: &Names) -> (String, Vec<String>) {
+    let mut lines = Vec::new();
+    let reasons: BTreeSet<String> = items.values().filter_map(|it| it.wait.filter(|w| w.spins || w.slept)).map(|w| w.reason()).collect();
+    let mut tail = String::new();
+    match (cause, ckey) {
+        (Cause::Preempted, CulpritKey::TookCpu(p, t, comm)) => {
+            let share = spin::spin_share(items.values().map(|it| (it.parts.as_slice(), it.wait)), &(*p, *t, comm.clone()));
+            if share.calls == 0 {
+                return (tail, lines);
+            }
+            tail = format!("; {}", share.words(&op.name(), &chains::culprit_words(culprit)));
+        }
+        (Cause::SpinGpuBusy, _) => {
+            let mut by: BTreeMap<(u32, u32, String), i64> = BTreeMap::new();
+            for p in items.values().flat_map(|it| &it.parts).filter(|p| p.cause == Cause::SpinGpuBusy) {
+                *by.entry(p.culprit.clone().unwrap_or((0, 0, String::new()))).or_default() += p.ns;
+            }
+            let mut by: Vec<_> = by.into_iter().collect();
+            by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let who: Vec<String> = by
+                .iter()
+                .take(5)
+                .map(|((p, t, c), ns)| {
+                    let c = if c.is_empty() { names.of(*p, *t) } else { c.clone() };
+                    format!("{c} (pid {p}, tid {t}): {}", fmt_ns(*ns))
+                })
+                .collect();
+            lines.push(format!("who held the CPU while these calls spun and the GPU was still busy: {}", who.join(", ")));
+        }
+        _ => return (tail, lines),
+    }
+    lines.extend(reasons.into_iter().map(|r| format!("{}: {r}", op.name())));
+    (tail, lines)
 }

@@ -10,6 +10,7 @@ pub mod explain;
 pub mod few_keys;
 pub mod report;
 pub mod stacks;
+pub mod spin;
 pub mod stats;
 pub mod timeline;
 pub mod trace_data;

@@ -9,7 +9,7 @@ use causeway_backends::{EventFilter, TraceStore};
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 
-use crate::attribution::GPU_CALL_SOURCES;
+use crate::attribution::gpu_call_sources;
 use crate::trace_data::for_each_event;
 use crate::AnalysisError;
 
@@ -131,7 +131,7 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
     let filter = EventFilter {
         window: req.window,
         pid: req.pid,
-        sources: if req.op.is_none() { Some(GPU_CALL_SOURCES.to_vec()) } else { None },
+        sources: if req.op.is_none() { Some(gpu_call_sources().to_vec()) } else { None },
         ops: req.op.map(|o| vec![o]),
         ..Default::default()
     };

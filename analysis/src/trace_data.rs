@@ -11,7 +11,7 @@ use causeway_backends::{EventFilter, EventId, QueryLimits, StoredEvent, TraceSto
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 
-use crate::attribution::{is_gpu_call_source, Call, Coverage, OffCpu, GPU_CALL_SOURCES};
+use crate::attribution::{gpu_call_sources, is_gpu_call_source, Call, Coverage, OffCpu};
 use crate::few_keys::FewKeys;
 use crate::AnalysisError;
 
@@ -72,7 +72,7 @@ impl Names {
 
 /// The GPU calls of the scope, sorted by (ts, id), and the thread names seen on them.
 pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, names: &mut Names) -> Result<Vec<Call>, AnalysisError> {
-    let filter = EventFilter { window, pid, sources: Some(GPU_CALL_SOURCES.to_vec()), ..Default::default() };
+    let filter = EventFilter { window, pid, sources: Some(gpu_call_sources().to_vec()), ..Default::default() };
     // Room for every event up front (address space only; pages are touched as calls arrive): growing
     // a vector of millions of calls by doubling costs more than reading them.
     let mut calls = Vec::with_capacity(store.info().events as usize);

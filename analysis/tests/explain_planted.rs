@@ -99,7 +99,9 @@ fn the_tracer_taking_the_cpu_is_named_as_the_tracer() {
     let path = dir.path().join("tracer.db");
     let mut t = Trace { names: vec![(4242, "train".into()), (31337, "causeway".into())], tracer_pid: 31337, ..Default::default() };
     let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| if i == 50 { 48 * MS } else { 8 * MS });
-    t.preempted(4242, 4242, syncs[50] + 2 * MS, syncs[50] + 43 * MS, 1, (31337, 31340, "causeway-sqlite"));
+    // The sync spins (no flags recorded: auto, 1 context on 1 CPU); the tracer's preemption ends
+    // 50 us before the return, so it can have delayed it.
+    t.preempted(4242, 4242, syncs[50] + 2 * MS, syncs[50] + 48 * MS - 50 * US, 1, (31337, 31340, "causeway-sqlite"));
     t.write(&path);
     let (_store, e) = explain_all(&path);
     let c1 = &e.chains[0];
@@ -159,4 +161,114 @@ fn feeding_thread_sleeping_on_a_dataloader_worker_is_starvation() {
     let drop = e.chains.iter().find(|c| c.kind == ChainKind::ThroughputDrop).expect("throughput drop");
     assert_eq!(drop.severity, Severity::High);
     assert_eq!(drop.evidence.event_ids.len(), 2);
+}
+
+#[test]
+fn launches_syncs_and_allocations_of_every_api_count_in_the_detectors() {
+    // A thread that launches through cuLaunchKernelEx and cuGraphLaunch and synchronizes after each
+    // launch with cuStreamSynchronize (the driver API alone: no runtime call around them), and
+    // allocates through the stream-ordered allocator, never freeing.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("every_api.db");
+    let mut t = Trace { names: vec![(4400, "vllm".into())], ..Default::default() };
+    let mut ts = T0;
+    let mut sync_ns = 0;
+    for i in 0..40i64 {
+        let launch = if i % 2 == 0 { op::CU_LAUNCH_KERNEL_EX } else { op::CU_GRAPH_LAUNCH };
+        t.call(4400, 4400, launch, ts, 10 * US);
+        let d = 2 * MS + (i % 3) * 100 * US;
+        t.call(4400, 4400, op::CU_STREAM_SYNCHRONIZE, ts + 20 * US, d);
+        sync_ns += d;
+        ts += 20 * US + d + 500 * US;
+    }
+    for i in 0..12i64 {
+        // cudaMallocAsync around its driver call; later allocations take 10x longer.
+        let d = if i < 6 { 20 * US } else { 200 * US };
+        let a = t.call(4400, 4400, op::CUDA_MALLOC_ASYNC, ts, d);
+        (a.arg0, a.arg2) = (256 << 20, 0x7000_0000 + i);
+        t.call(4400, 4400, op::CU_MEM_ALLOC_ASYNC, ts + US, d - 2 * US);
+        ts += MS;
+    }
+    t.write(&path);
+    let (_, e) = explain_all(&path);
+    let storm = e.chains.iter().find(|c| c.kind == ChainKind::SyncStorm).expect("sync storm");
+    assert_eq!((storm.calls, storm.stall_ns, storm.tid), (40, sync_ns, Some(4400)));
+    assert!(storm.summary.contains("synchronized 40 times for 40 launches"), "{}", storm.summary);
+    let growth = e.chains.iter().find(|c| c.kind == ChainKind::AllocatorLatency).expect("allocation latency growth");
+    assert_eq!(growth.stall_ns, 6 * 180 * US);
+    assert!(growth.details.iter().any(|d| d.contains("allocations by cudaMallocAsync; frees by none")), "{:?}", growth.details);
+    let unfreed = e.chains.iter().find(|c| c.kind == ChainKind::AllocatorImbalance).expect("unfreed allocations");
+    assert_eq!(unfreed.evidence.value, 12 * (256 << 20));
+}
+
+/// A training loop whose syncs spin (or not), preempted by a CPU hog; a launch preempted too.
+/// Returns the trace and the total slow-call time.
+fn spinning_trace(flags: &[(i64, causeway_model::codes::OpCode, i64)]) -> (Trace, i64) {
+    let hog = (9912, 9912, "backup-rsync");
+    let mut t = Trace { names: vec![(4242, "train".into()), (9912, "backup-rsync".into())], ..Default::default() };
+    let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| if matches!(i, 50 | 60 | 70) { 48 * MS } else { 8 * MS });
+    // s50: preempted 2..43 ms, then 5 ms more of spinning: the GPU was still busy when it ended.
+    t.preempted(4242, 4242, syncs[50] + 2 * MS, syncs[50] + 43 * MS, 1, hog);
+    // s60: preempted 2..20 ms, then 30..47.9 ms, 100 us before the return: at most 17.9 ms.
+    t.preempted(4242, 4242, syncs[60] + 2 * MS, syncs[60] + 20 * MS, 1, hog);
+    t.preempted(4242, 4242, syncs[60] + 30 * MS, syncs[60] + 47_900 * US, 1, hog);
+    // s70: preempted 2..5 ms, then asleep 12..40 ms: it blocked, whatever the policy says.
+    t.preempted(4242, 4242, syncs[70] + 2 * MS, syncs[70] + 5 * MS, 1, hog);
+    t.off_cpu(4242, 4242, syncs[70] + 12 * MS, syncs[70] + 40 * MS, 1, PrevState::Sleeping, (0, 0, "swapper/1"), syncs[70] + 40 * MS, (0, 0));
+    // A 30 ms launch on another thread, preempted 3..28 ms: a launch does not wait for the GPU.
+    let launch = syncs[80];
+    t.nested_call(4242, 4243, op::CUDA_LAUNCH_KERNEL, op::CU_LAUNCH_KERNEL, launch, 30 * MS);
+    t.preempted(4242, 4243, launch + 3 * MS, launch + 28 * MS, 1, hog);
+    for &(ts, code, f) in flags {
+        let at = if ts < 0 { T0 + ts } else { syncs[ts as usize] + 48 * MS + MS };
+        t.call(4242, 4242, code, at, 5 * US).arg0 = f;
+    }
+    (t, 3 * 48 * MS + 30 * MS)
+}
+
+#[test]
+fn a_spinning_sync_blames_the_hog_only_for_the_last_preemption() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spin.db");
+    let (t, slow_ns) = spinning_trace(&[]);
+    t.write(&path);
+    let (_, e) = explain_all(&path);
+    assert_eq!(e.slow_time_ns, slow_ns);
+    // The launch's preemption is all the hog's and comes first; the syncs' only where it can have delayed them.
+    let c1 = &e.chains[0];
+    assert_eq!((c1.op.as_str(), c1.cause.as_str(), c1.stall_ns, c1.severity), ("cudaLaunchKernel", "preempted", 25 * MS, Severity::Medium));
+    let c2 = &e.chains[1];
+    assert_eq!((c2.op.as_str(), c2.cause.as_str(), c2.culprit.as_ref().map(|c| c.pid)), ("cudaStreamSync", "preempted", Some(9912)));
+    assert_eq!((c2.calls, c2.stall_ns), (2, 17_900 * US + 3 * MS));
+    assert!(
+        c2.summary.contains("2 of these cudaStreamSync calls spun on the CPU (scheduling: auto -> spin); of 76.90 ms preempted by backup-rsync (pid 9912, tid 9912), at most 17.90 ms can have delayed the return"),
+        "{}",
+        c2.summary
+    );
+    assert!(c2.summary.ends_with("59.00 ms overlapped GPU work"), "{}", c2.summary);
+    assert!(c2.details.iter().any(|d| d.contains("auto -> spin (no scheduling flags recorded: the default; 1 context(s), 1 CPU(s) seen")), "{:?}", c2.details);
+    assert!(c2.details.iter().any(|d| d.contains("the thread slept inside the call: it blocked")), "{:?}", c2.details);
+    let busy = e.chains.iter().find(|c| c.cause == "spin_gpu_busy").expect("spin_gpu_busy chain");
+    assert_eq!((busy.stall_ns, busy.severity, busy.culprit.clone(), busy.calls), (59 * MS, Severity::Low, None, 2));
+    assert!(busy.details.iter().any(|d| d.contains("backup-rsync (pid 9912, tid 9912): 59.00 ms")), "{:?}", busy.details);
+    assert_eq!(e.chains.iter().find(|c| c.cause == "gpu_wait").map(|c| c.stall_ns), Some(28 * MS));
+    assert!(e.notes.iter().any(|n| n.contains("1 distinct CPUs in this trace's sched_switch rows")), "{:?}", e.notes);
+    // Nothing is lost: the slow-call chains still partition the slow time.
+    let total: i64 = e.chains.iter().filter(|c| c.kind == ChainKind::SlowCalls).map(|c| c.stall_ns).sum();
+    assert_eq!(total, e.slow_time_ns);
+}
+
+#[test]
+fn blocking_sync_flags_keep_the_hog_blamed_until_spin_flags_are_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flags.db");
+    // cudaDeviceScheduleBlockingSync before the loop; CU_CTX_SCHED_SPIN (with another bit) after s50.
+    let (t, _) = spinning_trace(&[(-MS, op::CUDA_SET_DEVICE_FLAGS, 4), (50, op::CU_CTX_SET_FLAGS, 0x1 | 0x10)]);
+    t.write(&path);
+    let (_, e) = explain_all(&path);
+    let c1 = &e.chains[0];
+    assert_eq!((c1.op.as_str(), c1.cause.as_str(), c1.severity), ("cudaStreamSync", "preempted", Severity::High));
+    assert_eq!(c1.stall_ns, 41 * MS + 17_900 * US + 3 * MS);
+    assert!(c1.summary.contains("1 of these cudaStreamSync calls spun on the CPU (scheduling: spin); of 35.90 ms preempted"), "{}", c1.summary);
+    assert_eq!(e.chains.iter().find(|c| c.cause == "spin_gpu_busy").map(|c| c.stall_ns), Some(18 * MS));
 }

@@ -321,7 +321,8 @@ pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<
 /// timeline centers when the trace has no chain.
 fn longest_call(store: &dyn causeway_backends::TraceStore, pid: Option<u32>) -> Result<EventId, String> {
     let filter = pid.map(|p| format!(" WHERE pid = {p}")).unwrap_or_default();
-    let sql = format!("SELECT id FROM events{filter} ORDER BY source IN (1, 4, 8) DESC, duration DESC, timestamp LIMIT 1");
+    let gpu: Vec<String> = causeway_analysis::attribution::gpu_call_sources().iter().map(u8::to_string).collect();
+    let sql = format!("SELECT id FROM events{filter} ORDER BY source IN ({}) DESC, duration DESC, timestamp LIMIT 1", gpu.join(", "));
     let r = store.query(&sql, &QueryLimits::with_rows(1)).map_err(|e| e.to_string())?;
     let id = r.rows.first().and_then(|row| row.first()).cloned().ok_or("no event in scope: give from and to, or another pid")?;
     serde_json::from_value(id).map_err(|e| format!("unexpected event id: {e}"))
