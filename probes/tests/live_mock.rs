@@ -33,7 +33,7 @@ fn train_loop_counts_are_exact_and_runtime_contains_driver() {
         r.losses
     );
     assert_exact_and_nested(&w, &c.events);
-    // kernel function pointers resolve to the workload's symbols
+    // kernel function pointers resolve to the workload's kernels, demangled
     let names: Vec<&String> = r.kernel_symbols.values().collect();
     for k in [
         "train_forward_kernel",
@@ -41,7 +41,7 @@ fn train_loop_counts_are_exact_and_runtime_contains_driver() {
         "train_optimizer_kernel",
     ] {
         assert!(
-            names.iter().any(|n| n.as_str() == k),
+            names.iter().any(|n| n.starts_with(&format!("{k}("))),
             "{k} not resolved: {names:?}"
         );
     }
@@ -341,7 +341,7 @@ fn a_library_loaded_after_the_start_is_attached() {
         .iter()
         .find(|l| l.path.ends_with("libcudart.so.12"))
         .expect("late libcudart attached");
-    assert!(lib.how.contains("loaded after start"), "{}", lib.how);
+    assert!(lib.how.starts_with("loaded:"), "attached at the dlopen: {}", lib.how);
     assert_eq!(count(&c.events, w.pid, 1, 1), 12);
     assert_eq!(count(&c.events, w.pid, 1, 2), 12);
     assert_eq!(count(&c.events, w.pid, 4, 5), 12);
