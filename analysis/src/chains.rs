@@ -130,6 +130,9 @@ pub struct Chain {
     /// For off-CPU causes: on which CPUs the time was lost, most first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cpus: Vec<CpuTime>,
+    /// For slow kernel launches: which kernels they launched, most of this chain's time first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<crate::kernels::ChainKernel>,
     pub timeline: Vec<TimelineStep>,
     pub recommendations: Vec<String>,
     pub evidence: Evidence,

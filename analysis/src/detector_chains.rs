@@ -54,6 +54,7 @@ fn chain(
         summary,
         details: Vec::new(),
         cpus: Vec::new(),
+        kernels: Vec::new(),
         timeline,
         recommendations,
         evidence,

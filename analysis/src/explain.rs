@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use causeway_backends::{EventId, StoredEvent, TraceFormat, TraceStore};
-use causeway_model::codes::OpCode;
+use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, TimeWindow};
 
 use crate::attribution::{self as attr, CallAttribution, Cause, Coverage, OffCpu, OpDistribution, Part};
@@ -15,10 +15,14 @@ use crate::detector_chains;
 use crate::detectors::{self, Gap};
 use crate::evidence::{self, CulpritKey, SqlScope};
 use crate::few_keys::FewKeys;
+use crate::kernels::{self, KernelIndex};
 use crate::spin::{self, SchedPolicies, WaitMode};
 use crate::trace_data::{self, Names, Spans};
 use crate::trace_facts;
 use crate::AnalysisError;
+
+/// Kernels a slow-launch chain names in its summary (its JSON lists them all).
+const KERNELS_IN_SUMMARY: usize = 3;
 
 /// What to explain.
 #[derive(Debug, Clone)]
@@ -111,6 +115,8 @@ struct Item {
     parts: Vec<Part>,
     /// How a slow synchronizing call that was preempted waited for the GPU ([`crate::spin`]).
     wait: Option<WaitMode>,
+    /// The kernel a slow kernel launch ran ([`crate::kernels::launch_kernel`]).
+    kernel: Option<String>,
 }
 
 pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
@@ -160,6 +166,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     // Read only when a slow synchronizing call was preempted: the flags and the host's CPUs.
     let mut policies: Option<SchedPolicies> = None;
     let mut any_spun = false;
+    // Read only when a kernel launch is slow.
+    let mut kernel_index: Option<KernelIndex> = None;
     for &i in &slow {
         let c = &calls[i];
         let offs = off.get(&c.tid).unwrap_or(&no_off);
@@ -176,9 +184,18 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             }
             wait = Some(w);
         }
+        let mut kernel = None;
+        if codes::is_kernel_launch(c.op) {
+            if kernel_index.is_none() {
+                kernel_index = Some(KernelIndex::load(store)?);
+            }
+            // A trace that records no kernel name (older traces, Ingero DBs) has only raw handles to
+            // offer: its launches name no kernel.
+            kernel = kernel_index.as_ref().filter(|k| !k.is_empty()).and_then(|k| kernels::launch_kernel(&calls, i, k));
+        }
         let (acc, items) = per_op.entry(c.op).or_default();
         acc.add(&c.id, c.ts, c.dur, &a.parts);
-        items.insert(c.id.clone(), Item { ts: c.ts, dur: c.dur, pid: c.pid, tid: c.tid, label: c.op.name().into_owned(), parts: a.parts, wait });
+        items.insert(c.id.clone(), Item { ts: c.ts, dur: c.dur, pid: c.pid, tid: c.tid, label: c.op.name().into_owned(), parts: a.parts, wait, kernel });
         let s = op_slow.entry(c.op).or_default();
         s.0 += 1;
         s.1 += c.dur;
@@ -225,7 +242,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             let parts = attr::attribute_interval(g.start, g.end, off.get(&tid).unwrap_or(&no_off), cov_of(tid), Cause::HostCompute);
             acc.add(&g.before, g.start, g.end - g.start, &parts);
             let label = format!("gap from the end of event {} to event {}", g.after, g.before);
-            items.insert(g.before.clone(), Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts, wait: None });
+            items.insert(g.before.clone(), Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts, wait: None, kernel: None });
         }
         let span = spans_by_tid.get(&tid).map(|s| s.1 - s.0).unwrap_or(1).max(1);
         let subject = Subject {
@@ -428,9 +445,10 @@ fn attributed_chain(
     let mut details = Vec::new();
     let mut io_window: Option<(i64, i64)> = None;
     for w in worst.iter().take(3) {
-        let Some(Item { ts, dur, tid: itid, label, parts, wait, .. }) = s.items.get(&w.1) else { continue };
+        let Some(Item { ts, dur, tid: itid, label, parts, wait, kernel, .. }) = s.items.get(&w.1) else { continue };
+        let of_kernel = kernel.as_ref().map(|k| format!(" of {k}")).unwrap_or_default();
         let mut what = match (s.kind, s.dist) {
-            (ChainKind::SlowCalls, Some(d)) => format!("{} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50)),
+            (ChainKind::SlowCalls, Some(d)) => format!("{}{of_kernel} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50)),
             _ => format!("{label}: tid {itid} made no GPU call for {}", fmt_ns(*dur)),
         };
         if let Some(w) = wait.filter(|w| w.spins) {
@@ -466,9 +484,16 @@ fn attributed_chain(
         details.push(format!("preempted time by CPU: {}", per.join(", ")));
     }
     let mut summary_tail = String::new();
+    let kernels = kernels::chain_kernels(g.items.iter().filter_map(|w| s.items.get(&w.1)?.kernel.as_deref().map(|k| (k, w.0))));
+    if !kernels.is_empty() {
+        let named: Vec<String> =
+            kernels.iter().take(KERNELS_IN_SUMMARY).map(|k| format!("{} ({} calls, {})", k.kernel, k.calls, fmt_ns(k.ns))).collect();
+        let more = kernels.len().saturating_sub(KERNELS_IN_SUMMARY);
+        summary_tail.push_str(&format!("; kernels: {}{}", named.join(", "), if more > 0 { format!(" and {more} more") } else { String::new() }));
+    }
     if let Some(op) = s.op.filter(|o| s.kind == ChainKind::SlowCalls && spin::is_spin_bounded_op(*o)) {
         let (tail, lines) = spin_facts(op, cause, &ckey, &culprit, s.items, names);
-        summary_tail = tail;
+        summary_tail.push_str(&tail);
         details.extend(lines);
     }
     if cause == Cause::OffCpuUnrecorded {
@@ -530,6 +555,7 @@ fn attributed_chain(
         op_p99_ns: s.dist.map(|d| d.p99),
         details,
         cpus: chains::cpu_times(&g.cpus),
+        kernels,
         timeline,
         evidence: Evidence { event_ids: worst.iter().map(|w| w.1.clone()).collect(), sql, value: g.stall_ns, unit: "ns".into() },
     })

@@ -3,11 +3,13 @@
 
 pub mod attribution;
 pub mod chains;
+pub mod coverage;
 pub mod detector_chains;
 pub mod detectors;
 pub mod evidence;
 pub mod explain;
 pub mod few_keys;
+pub mod kernels;
 pub mod report;
 pub mod stacks;
 pub mod spin;

@@ -3,18 +3,21 @@
 //! frames JSON and ours (the same format): `{"s":"sym+0xoff","f":"lib.so"}`, `{"i":"0x7f..","f":"lib"}`,
 //! `{"pf":"/path.py","pfn":"func","pl":12}`, innermost first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use causeway_backends::{EventFilter, TraceStore};
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 
 use crate::attribution::gpu_call_sources;
+use crate::kernels::{kernel_launch_ops, KernelIndex};
 use crate::trace_data::for_each_event;
 use crate::AnalysisError;
 
 /// Longest frame text kept (traced strings are untrusted).
 const MAX_FRAME_CHARS: usize = 300;
+/// Kernel names a kernel-filtered answer lists.
+pub const KERNELS_LISTED: usize = 20;
 
 /// What to rank.
 #[derive(Debug, Clone)]
@@ -23,13 +26,16 @@ pub struct StacksRequest {
     pub pid: Option<u32>,
     /// Only calls of this op (any GPU op when `None`).
     pub op: Option<OpCode>,
+    /// Only launches of kernels whose name (demangled or mangled) contains this, case-insensitively
+    /// (the launch's own (pid, `arg0`) in `kernel_names`).
+    pub kernel: Option<String>,
     /// Stacks per ranking.
     pub top: usize,
 }
 
 impl Default for StacksRequest {
     fn default() -> Self {
-        StacksRequest { window: TimeWindow::ALL, pid: None, op: None, top: 10 }
+        StacksRequest { window: TimeWindow::ALL, pid: None, op: None, kernel: None, top: 10 }
     }
 }
 
@@ -68,6 +74,14 @@ pub struct StacksReport {
     pub op: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// The kernel filter, and the recorded kernel names it matched (at most
+    /// [`KERNELS_LISTED`]; `kernels_matched` counts them all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels_matched: Option<usize>,
     pub calls: u64,
     pub calls_with_stack: u64,
     pub distinct_stacks: u64,
@@ -126,19 +140,44 @@ struct Acc {
     pids: Vec<u32>,
 }
 
-/// Top stacks of the GPU calls in scope (or of `op`'s calls, whatever its source).
+/// Top stacks of the GPU calls in scope (or of `op`'s calls, whatever its source; or of the
+/// launches of the kernels `kernel` names).
 pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksReport, AnalysisError> {
+    // With a kernel filter: the launch ops (of them, `op`), and the (pid, handle)s whose name matches.
+    let kernel = req.kernel.as_deref().map(str::trim).filter(|k| !k.is_empty());
+    let mut handles: Option<HashSet<(u32, i64)>> = None;
+    let mut kernels = Vec::new();
+    let mut kernels_total = None;
+    let mut ops = req.op.map(|o| vec![o]);
+    if let Some(k) = kernel {
+        let index = KernelIndex::load(store)?;
+        let matched = index.matching(k);
+        let mut names: Vec<String> = matched.iter().map(|m| clean(&m.name)).collect::<BTreeSet<_>>().into_iter().collect();
+        kernels_total = Some(names.len());
+        names.truncate(KERNELS_LISTED);
+        kernels = names;
+        handles = Some(matched.iter().map(|m| (m.pid, m.handle)).collect());
+        let launch_ops = kernel_launch_ops();
+        ops = Some(match req.op {
+            Some(o) if launch_ops.contains(&o) => vec![o],
+            Some(o) => return Err(AnalysisError::BadArgument(format!("{} does not launch a kernel: the kernel filter applies to {}", o.name(), launch_ops.iter().map(|o| o.name().into_owned()).collect::<Vec<_>>().join(", ")))),
+            None => launch_ops,
+        });
+    }
     let filter = EventFilter {
         window: req.window,
         pid: req.pid,
-        sources: if req.op.is_none() { Some(gpu_call_sources().to_vec()) } else { None },
-        ops: req.op.map(|o| vec![o]),
+        sources: if ops.is_none() { Some(gpu_call_sources().to_vec()) } else { None },
+        ops,
         ..Default::default()
     };
     let mut per: HashMap<i64, Acc> = HashMap::new();
     let (mut calls, mut with_stack) = (0u64, 0u64);
     for_each_event(store, &filter, &mut |s| {
         let e = &s.event;
+        if handles.as_ref().is_some_and(|h| !h.contains(&(e.pid, e.arg0))) {
+            return;
+        }
         calls += 1;
         if e.stack_hash == 0 {
             return;
@@ -183,11 +222,27 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
         window: req.window,
         op: req.op.map(|o| o.name().into_owned()),
         pid: req.pid,
+        kernel: kernel.map(str::to_string),
+        kernels,
+        kernels_matched: kernels_total,
         calls,
         calls_with_stack: with_stack,
         distinct_stacks: per.len() as u64,
         by_count: by_count.iter().map(summarize).collect(),
         by_time: by_time.iter().map(summarize).collect(),
+    })
+}
+
+/// What a kernel filter matched, in words (`None` without a filter).
+pub fn kernel_filter_words(r: &StacksReport) -> Option<String> {
+    let k = r.kernel.as_deref()?;
+    let n = r.kernels_matched.unwrap_or(0);
+    Some(if n == 0 {
+        format!("no recorded kernel name contains '{}': no launch matches (get_trace_stats / causeway stats with group by kernel lists the names)", clean(k))
+    } else {
+        let more = n.saturating_sub(r.kernels.len());
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        format!("launches of the {n} kernel(s) whose name contains '{}': {}{more}", clean(k), r.kernels.join(", "))
     })
 }
 

@@ -10,6 +10,8 @@ use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{ns_to_us, round_us, TimeWindow};
 use causeway_model::LossCounter;
 
+use crate::coverage::coverage_notes;
+use crate::kernels::{kernel_report, KernelReport};
 use crate::AnalysisError;
 
 /// The percentiles every stats answer carries, in per-mille.
@@ -137,6 +139,13 @@ pub struct TraceStats {
     /// What this DB does not record.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// What the trace could not see of the CUDA calls (from `attachments`): runtimes linked without
+    /// symbols, calls before a late attach ([`crate::coverage`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<String>,
+    /// Per-kernel figures of the launches, when asked for ([`StatsRequest::by_kernel`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelReport>,
 }
 
 /// What to compute.
@@ -146,6 +155,8 @@ pub struct StatsRequest {
     pub pid: Option<u32>,
     pub ops: Option<Vec<OpCode>>,
     pub per_process: bool,
+    /// Also group the kernel launches by kernel name ([`crate::kernels`]).
+    pub by_kernel: bool,
 }
 
 /// Resolve the command-line window: `since` is relative to the trace's own last event (a saved trace
@@ -220,6 +231,8 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         sampled,
         losses: store.loss_counters()?,
         missing: info.missing.clone(),
+        coverage: coverage_notes(store, req.window, req.pid, info.first_ns)?,
+        kernels: if req.by_kernel { Some(kernel_report(store, req.window, req.pid)?) } else { None },
     })
 }
 

@@ -18,6 +18,9 @@ pub struct Args {
     /// Only calls of this op (e.g. cudaLaunchKernel).
     #[arg(long, value_name = "NAME")]
     op: Option<String>,
+    /// Only launches of kernels whose name contains this text, case-insensitively (e.g. gemm).
+    #[arg(long, value_name = "TEXT")]
+    kernel: Option<String>,
     /// Only this process.
     #[arg(long)]
     pid: Option<u32>,
@@ -67,10 +70,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .as_deref()
         .map(|n| codes::op_by_name(n).with_context(|| format!("unknown op '{n}' (e.g. cudaLaunchKernel)")))
         .transpose()?;
-    let r = top_stacks(store.as_ref(), &StacksRequest { window, pid: args.pid, op, top: args.top })?;
+    let r = top_stacks(store.as_ref(), &StacksRequest { window, pid: args.pid, op, kernel: args.kernel.clone(), top: args.top })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(0);
+    }
+    if let Some(k) = causeway_analysis::stacks::kernel_filter_words(&r) {
+        println!("{k}");
     }
     println!(
         "{} calls{}, {} with a stack, {} distinct stacks",

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use causeway_analysis::kernels::{config_words, KernelReport};
 use causeway_analysis::stats::{compute_stats, OpStats, StatsRequest, TraceStats};
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, fmt_utc};
@@ -29,6 +30,16 @@ pub struct Args {
     /// Also give the figures per process, with its name.
     #[arg(long)]
     per_process: bool,
+    /// `op` (default): per op. `kernel`: also per kernel name over every kernel launch op (the
+    /// host-side launch call's duration, the launch APIs, the launch configurations).
+    #[arg(long, value_enum, default_value_t = GroupBy::Op)]
+    by: GroupBy,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupBy {
+    Op,
+    Kernel,
 }
 
 pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
@@ -45,7 +56,7 @@ pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
     let window = args.window.resolve(store.info())?;
-    let req = StatsRequest { window, pid: args.pid, ops: parse_ops(&args.ops)?, per_process: args.per_process };
+    let req = StatsRequest { window, pid: args.pid, ops: parse_ops(&args.ops)?, per_process: args.per_process, by_kernel: args.by == GroupBy::Kernel };
     let stats = compute_stats(store.as_ref(), &req)?;
     if args.json {
         println!("{}", serde_json::to_string(&stats)?);
@@ -109,6 +120,9 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
             out.push_str(&ops_table(&p.ops).render());
         }
     }
+    if let Some(k) = &s.kernels {
+        out.push_str(&kernels_text(k));
+    }
     if let Some(sample) = &s.sampled {
         out.push_str(&format!("\nnote: {}\n", sample.note));
         let mut t = Table::new(&["SOURCE", "OP", ">HAPPENED", ">STORED", ">SUM us", ">AVG us", ">MIN us", ">MAX us"]);
@@ -138,6 +152,44 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
     }
     for m in &s.missing {
         out.push_str(&format!("not recorded in this DB: {m}\n"));
+    }
+    for c in &s.coverage {
+        out.push_str(&format!("coverage: {c}\n"));
+    }
+    out
+}
+
+/// The per-kernel table, with each kernel's launch APIs and configurations below it.
+fn kernels_text(k: &KernelReport) -> String {
+    let mut out = format!(
+        "\n{} kernel launches of {} kernels ({} named; {} driver launches inside runtime launches counted with them)\nnote: {}\n",
+        k.launches, k.kernels_total, k.named_launches, k.nested_launches, k.note
+    );
+    let mut t = Table::new(&["KERNEL", ">LAUNCHES", ">SUM us", ">AVG us", ">MIN us", ">P50 us", ">P90 us", ">P95 us", ">P99 us", ">MAX us"]);
+    for s in &k.kernels {
+        t.row(vec![
+            s.kernel.clone(),
+            s.launches.to_string(),
+            us(s.sum_us),
+            us(s.avg_us),
+            us(s.min_us),
+            us(s.p50_us),
+            us(s.p90_us),
+            us(s.p95_us),
+            us(s.p99_us),
+            us(s.max_us),
+        ]);
+    }
+    out.push_str(&t.render());
+    for s in &k.kernels {
+        let apis: Vec<String> = s.apis.iter().map(|(a, n)| format!("{a} x{n}")).collect();
+        out.push_str(&format!("\n{}\n  launched by {}\n", s.kernel, apis.join(", ")));
+        for c in &s.configs {
+            out.push_str(&format!("  {} x{}\n", config_words(c), c.launches));
+        }
+        if s.launches_without_config > 0 {
+            out.push_str(&format!("  no configuration recorded x{}\n", s.launches_without_config));
+        }
     }
     out
 }

@@ -106,7 +106,8 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
     let entry = set.resolve(a.trace.as_ref())?;
     let store = store_of(&entry)?;
     let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
-    let req = StatsRequest { window, pid: a.pid, ops: parse_ops(&a.ops)?, per_process: a.per_process.unwrap_or(false) };
+    let by_kernel = a.group_by == Some(GroupBy::Kernel);
+    let req = StatsRequest { window, pid: a.pid, ops: parse_ops(&a.ops)?, per_process: a.per_process.unwrap_or(false), by_kernel };
     let mut stats = compute_stats(store.as_ref(), &req).map_err(|e| e.to_string())?;
     let limit = a.limit.unwrap_or(10).clamp(1, 200);
     let mut processes_total = None;
@@ -116,6 +117,13 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
         if p.len() > limit {
             p.truncate(limit);
             truncated = true;
+        }
+    }
+    let mut kernels_cut = false;
+    if let Some(k) = stats.kernels.as_mut() {
+        if k.kernels.len() > limit {
+            k.kernels.truncate(limit);
+            kernels_cut = true;
         }
     }
     let lost: u64 = stats.losses.iter().map(|l| l.count).sum();
@@ -133,7 +141,19 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
     if stats.sampled.is_some() {
         summary.push_str("; the events table is a sample: true totals in stats.sampled");
     }
-    let hint = if truncated {
+    if let Some(k) = &stats.kernels {
+        summary.push_str(&format!("; {} kernel launches of {} kernels ({} named)", k.launches, k.kernels_total, k.named_launches));
+        if let Some(w) = k.kernels.iter().max_by(|x, y| x.p99_us.total_cmp(&y.p99_us)) {
+            summary.push_str(&format!(", highest launch-call p99: {} {} ({} launches; host-side launch time, not GPU time)", w.kernel, us(w.p99_us), w.launches));
+        }
+    }
+    if !stats.coverage.is_empty() {
+        summary.push_str(&format!("; coverage: {}", stats.coverage.join("; ")));
+    }
+    truncated |= kernels_cut;
+    let hint = if kernels_cut {
+        Some(format!("{limit} of {} kernels shown (most launch time first): raise limit, or filter with pid or a window", stats.kernels.as_ref().map(|k| k.kernels_total).unwrap_or(0)))
+    } else if truncated {
         Some(format!("{} of {} processes shown: raise limit or filter with pid", limit, processes_total.unwrap_or(0)))
     } else if stats.events == 0 {
         Some("no events in this window: widen it (since/from/to) or drop the pid/ops filters".into())
@@ -239,7 +259,7 @@ pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<Stac
     let store = store_of(&entry)?;
     let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
     let op = a.op.as_deref().map(parse_op).transpose()?;
-    let req = StacksRequest { window, pid: a.pid, op, top: top(a.top_n) };
+    let req = StacksRequest { window, pid: a.pid, op, kernel: a.kernel.clone(), top: top(a.top_n) };
     let mut stacks = top_stacks(store.as_ref(), &req).map_err(|e| e.to_string())?;
     let max_frames = a.max_frames.unwrap_or(12).clamp(1, 128);
     let mut frames_cut = false;
@@ -260,6 +280,10 @@ pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<Stac
             fmt_ns(s.total_ns)
         ),
         None => format!("{} calls, none with a recorded stack (trace with stacks enabled to get them)", stacks.calls),
+    };
+    let summary = match causeway_analysis::stacks::kernel_filter_words(&stacks) {
+        Some(k) => format!("{k}; {summary}"),
+        None => summary,
     };
     let more = stacks.distinct_stacks as usize > stacks.by_count.len();
     let hint = (frames_cut || more).then(|| {

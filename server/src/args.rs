@@ -36,8 +36,20 @@ pub struct StatsArgs {
     pub ops: Option<Vec<String>>,
     /// Also give the figures per process (busiest first).
     pub per_process: Option<bool>,
-    /// Processes shown with per_process (default 10, at most 200).
+    /// "op" (default): figures per op. "kernel": also per kernel name over every kernel launch op, in stats.kernels: count and nearest-rank percentiles of the host-side launch call, the launch APIs used, the distinct grid/block/shared-memory/cluster configurations.
+    pub group_by: Option<GroupBy>,
+    /// Processes shown with per_process, and kernels with group_by "kernel" (default 10, at most 200).
     pub limit: Option<usize>,
+}
+
+/// How get_trace_stats groups its figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupBy {
+    /// Per op.
+    Op,
+    /// Per op, and per kernel name over the kernel launches.
+    Kernel,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -80,6 +92,8 @@ pub struct StacksArgs {
     pub pid: Option<u32>,
     /// Only calls of this op (default: every GPU call).
     pub op: Option<String>,
+    /// Only launches of kernels whose name (demangled or mangled) contains this text, case-insensitively, e.g. "gemm"; get_trace_stats with group_by "kernel" lists the names.
+    pub kernel: Option<String>,
     /// Stacks per ranking (by count, by time; default 5, at most 50).
     pub top_n: Option<usize>,
     /// Frames kept per stack, innermost first (default 12, at most 128).

@@ -204,7 +204,7 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
             let mid = info.first_ns + (info.last_ns - info.first_ns) / 2;
             window = if i == 0 { TimeWindow { from_ns: None, to_ns: Some(mid) } } else { TimeWindow { from_ns: Some(mid + 1), to_ns: None } };
         }
-        let stats = compute_stats(store.as_ref(), &StatsRequest { window, pid: a.pid, ops: ops.clone(), per_process: false })
+        let stats = compute_stats(store.as_ref(), &StatsRequest { window, pid: a.pid, ops: ops.clone(), per_process: false, by_kernel: false })
             .map_err(|e| e.to_string())?;
         let e = set.explanation(&entry, window, a.pid)?;
         out_sides.push(SideInfo {

@@ -153,8 +153,10 @@ pub fn catalogue() -> Vec<ToolSpec> {
             false, answers::list_traces),
         spec::<StatsArgs, StatsOutput>("get_trace_stats", "Per-op statistics of a trace",
             "Exact per-op figures of a trace (count, sum, avg, min, max, nearest-rank p50/p90/p95/p99 in microseconds), \
-             with window (since/from/to), pid and op filters, optional per-process figures, loss counters, and the note \
-             when the DB holds only a sample (true totals then in stats.sampled). Call it first.",
+             with window (since/from/to), pid and op filters, optional per-process figures, group_by \"kernel\" for per-kernel \
+             figures of the launch calls (host-side launch time, launch APIs, grid/block/shared-memory/cluster configurations), \
+             loss counters, what the trace could not see (stats.coverage: runtimes without symbols, calls before a late \
+             attach), and the note when the DB holds only a sample (true totals then in stats.sampled). Call it first.",
             true, answers::get_trace_stats),
         spec::<ChainsArgs, ChainsOutput>("get_causal_chains", "Causal chains: why the GPU stalled",
             "The causal engine's chains, worst first: each names the op, the cause (preempted, sleep, host_compute, ...), \
@@ -164,7 +166,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
             true, answers::get_causal_chains),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
-             as file:function:line), with window, pid and op filters; top_n (default 5), max_frames (default 12).",
+             as file:function:line), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",
             true, answers::get_stacks),
         spec::<TimelineArgs, TimelineOutput>("get_timeline", "What each thread did, in order",
             "The calls, off-CPU intervals (with who took the CPU when the DB records it), wakeups, I/O and page \

@@ -5,9 +5,9 @@
 
 use std::path::Path;
 
-use causeway_backends::{EventSink, SqliteSink};
+use causeway_backends::{EventSink, SqliteSink, StackRecord};
 use causeway_model::codes::{op, OpCode};
-use causeway_model::{Event, PrevState, SchedDetail, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, PrevState, SchedDetail, SessionInfo};
 
 pub const MS: i64 = 1_000_000;
 pub const US: i64 = 1_000;
@@ -20,6 +20,10 @@ pub struct Trace {
     pub names: Vec<(u32, String)>,
     /// The session's tracer pid (0: unknown).
     pub tracer_pid: u32,
+    pub kernel_names: Vec<KernelName>,
+    pub launch_configs: Vec<LaunchConfig>,
+    pub attachments: Vec<LibraryAttach>,
+    pub stacks: Vec<StackRecord>,
 }
 
 impl Trace {
@@ -93,6 +97,10 @@ impl Trace {
             for (pid, name) in &self.names {
                 sink.write_process_name(*pid, name.clone(), T0).await.unwrap();
             }
+            sink.write_kernel_names(std::mem::take(&mut self.kernel_names)).await.unwrap();
+            sink.write_launch_configs(std::mem::take(&mut self.launch_configs)).await.unwrap();
+            sink.write_attachments(std::mem::take(&mut self.attachments)).await.unwrap();
+            sink.write_stacks(std::mem::take(&mut self.stacks)).await.unwrap();
             let last = self.events.iter().map(|e| e.ts_ns).max().unwrap_or(T0);
             for chunk in self.events.chunks(10_000) {
                 sink.write_batch(chunk.to_vec()).await.unwrap();

@@ -1,0 +1,155 @@
+//! Kernel names through a real native trace: stats per kernel (exact nearest-rank over the launch
+//! calls, APIs, configurations), what the trace could not see (attachments), the kernel of a slow
+//! launch in explain's chain, and stacks filtered by kernel name.
+
+mod common;
+
+use causeway_analysis::explain::{explain, ExplainRequest};
+use causeway_analysis::stacks::{kernel_filter_words, top_stacks, StacksRequest};
+use causeway_analysis::stats::{compute_stats, StatsRequest};
+use causeway_backends::{QueryLimits, SqliteStore, StackRecord, TraceStore};
+use causeway_model::codes::op;
+use causeway_model::{KernelName, LaunchConfig, LibraryAttach};
+use common::*;
+
+const PID: u32 = 5000;
+
+fn name(handle: i64, name: &str, mangled: &str) -> KernelName {
+    KernelName { pid: PID, handle, name: name.into(), mangled: mangled.into(), how: "register".into() }
+}
+
+fn cfg_a() -> LaunchConfig {
+    LaunchConfig { grid: [128, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0, cluster: [1, 1, 1] }
+}
+
+fn cfg_b() -> LaunchConfig {
+    LaunchConfig { grid: [132, 1, 1], block: [384, 1, 1], shared_mem_bytes: 232_448, cluster: [2, 1, 1] }
+}
+
+fn attach(pid: u32, path: &str, kind: &str, at: i64, complete: bool, symbols: &[&str]) -> LibraryAttach {
+    LibraryAttach {
+        pid,
+        path: path.into(),
+        kind: kind.into(),
+        how: "maps".into(),
+        attached_at_ns: at,
+        complete,
+        symbols: symbols.iter().map(|s| s.to_string()).collect(),
+        missing: Vec::new(),
+        note: String::new(),
+    }
+}
+
+/// 20 vector_add launches through the runtime (1..20 us, the driver call inside carrying config
+/// A), 11 gemm launches through cuLaunchKernelEx (10 of 5 us, one of 30 ms preempted 26 ms by a
+/// hog), stacks on both, a late-attached runtime and a process with a symbol-less static runtime.
+fn kernel_trace(path: &std::path::Path) {
+    let mut t = Trace {
+        names: vec![(PID, "vllm".into()), (9912, "backup-rsync".into())],
+        kernel_names: vec![name(0x100, "vector_add(float*, float*, int)", "_Z10vector_addPfS_i"), name(0xf00, "gemm_sm90_tma", "gemm_sm90_tma")],
+        launch_configs: vec![cfg_a(), cfg_b()],
+        attachments: vec![
+            attach(PID, "/usr/lib/libcudart.so.12", "runtime", T0 + 1_210 * MS, false, &["cudaLaunchKernel"]),
+            attach(812, "/opt/app/server", "runtime_static", T0, true, &[]),
+        ],
+        stacks: vec![
+            StackRecord { hash: 0x55, ips: "[]".into(), frames: r#"[{"pf":"/app/model.py","pfn":"add","pl":7}]"#.into() },
+            StackRecord { hash: 0x77, ips: "[]".into(), frames: r#"[{"pf":"/app/model.py","pfn":"matmul","pl":9}]"#.into() },
+        ],
+        ..Default::default()
+    };
+    let mut ts = T0 + 10 * MS;
+    for i in 0..20i64 {
+        let e = t.call(PID, PID, op::CUDA_LAUNCH_KERNEL, ts, (i + 1) * US);
+        (e.arg0, e.stack_hash) = (0x100, 0x55);
+        let d = t.call(PID, PID, op::CU_LAUNCH_KERNEL, ts + 100, (i + 1) * US - 200);
+        (d.arg0, d.launch_config) = (0xabc, cfg_a().key());
+        ts += MS;
+    }
+    for i in 0..11i64 {
+        let dur = if i == 10 { 30 * MS } else { 5 * US };
+        let e = t.call(PID, PID, op::CU_LAUNCH_KERNEL_EX, ts, dur);
+        (e.arg0, e.stack_hash) = (0xf00, 0x77);
+        e.launch_config = if (5..10).contains(&i) { cfg_a().key() } else { cfg_b().key() };
+        if i == 10 {
+            t.preempted(PID, PID, ts + 2 * MS, ts + 28 * MS, 1, (9912, 9912, "backup-rsync"));
+        }
+        ts += MS;
+    }
+    t.write(path);
+}
+
+#[test]
+fn stats_by_kernel_are_exact_and_say_what_the_trace_cannot_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kernels.db");
+    kernel_trace(&path);
+    let store = SqliteStore::open(&path).unwrap();
+    let s = compute_stats(&store, &StatsRequest { by_kernel: true, ..Default::default() }).unwrap();
+    let k = s.kernels.as_ref().expect("kernel figures");
+    assert_eq!((k.launches, k.nested_launches, k.named_launches, k.kernels_total, k.names_recorded), (31, 20, 31, 2, 2));
+    assert!(k.note.contains("on the host") && k.note.contains("not of the kernels on the GPU"), "{}", k.note);
+    let gemm = &k.kernels[0];
+    assert_eq!(gemm.kernel, "gemm_sm90_tma");
+    assert_eq!((gemm.launches, gemm.p50_us, gemm.p99_us, gemm.max_us, gemm.sum_us), (11, 5.0, 30_000.0, 30_000.0, 30_050.0));
+    assert_eq!(gemm.apis.get("cuLaunchKernelEx"), Some(&11));
+    assert_eq!(gemm.configs.len(), 2);
+    assert_eq!((gemm.configs[0].grid, gemm.configs[0].cluster, gemm.configs[0].shared_mem_bytes, gemm.configs[0].launches), ([132, 1, 1], [2, 1, 1], 232_448, 6));
+    assert_eq!((gemm.configs[1].block, gemm.configs[1].launches), ([256, 1, 1], 5));
+    let va = &k.kernels[1];
+    assert_eq!((va.kernel.as_str(), va.mangled.as_deref()), ("vector_add(float*, float*, int)", Some("_Z10vector_addPfS_i")));
+    assert_eq!((va.launches, va.p50_us, va.p90_us, va.p95_us, va.p99_us), (20, 10.0, 18.0, 19.0, 20.0));
+    assert_eq!(va.apis.keys().collect::<Vec<_>>(), vec!["cudaLaunchKernel"], "the driver call inside counts with it");
+    assert_eq!((va.configs.len(), va.configs[0].launches, va.launches_without_config), (1, 20, 0));
+    assert_eq!(
+        s.coverage,
+        vec![
+            "pid 812: only driver calls are visible: the CUDA runtime is statically linked without symbols (in /opt/app/server)".to_string(),
+            // From the trace's first event (the first launch, 10 ms after T0).
+            "calls of pid 5000 through libcudart.so.12 before +1.200 s are unknown: its probes were attached then, after the process could call it".to_string(),
+        ]
+    );
+    // Without group-by, no kernel figures, but the coverage is always said.
+    let plain = compute_stats(&store, &StatsRequest { pid: Some(812), ..Default::default() }).unwrap();
+    assert!(plain.kernels.is_none());
+    assert_eq!(plain.coverage.len(), 1);
+}
+
+#[test]
+fn explain_names_the_kernel_of_a_slow_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kernels.db");
+    kernel_trace(&path);
+    let store = SqliteStore::open(&path).unwrap();
+    let e = explain(&store, &ExplainRequest { top: 50, ..Default::default() }).unwrap();
+    let c = e.chains.iter().find(|c| c.op == "cuLaunchKernelEx" && c.cause == "preempted").expect("the slow launch's chain");
+    assert_eq!(c.stall_ns, 26 * MS);
+    assert_eq!(c.kernels, vec![causeway_analysis::kernels::ChainKernel { kernel: "gemm_sm90_tma".into(), calls: 1, ns: 26 * MS }]);
+    assert!(c.summary.ends_with("; kernels: gemm_sm90_tma (1 calls, 26.00 ms)"), "{}", c.summary);
+    assert!(c.timeline[0].what.starts_with("cuLaunchKernelEx of gemm_sm90_tma on tid 5000 took 30.00 ms"), "{}", c.timeline[0].what);
+    let r = store.query(&c.evidence.sql, &QueryLimits::default()).unwrap();
+    assert_eq!(r.rows[0][0].as_i64(), Some(c.evidence.value));
+    // Chains of other ops name no kernel.
+    assert!(e.chains.iter().filter(|c| !c.op.starts_with("cuLaunchKernel")).all(|c| c.kernels.is_empty()));
+}
+
+#[test]
+fn stacks_filter_by_kernel_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kernels.db");
+    kernel_trace(&path);
+    let store = SqliteStore::open(&path).unwrap();
+    let r = top_stacks(&store, &StacksRequest { kernel: Some("GEMM".into()), ..Default::default() }).unwrap();
+    assert_eq!((r.calls, r.calls_with_stack, r.distinct_stacks), (11, 11, 1));
+    assert_eq!(r.by_count[0].stack_hash, 0x77);
+    assert_eq!((r.kernels.clone(), r.kernels_matched), (vec!["gemm_sm90_tma".to_string()], Some(1)));
+    assert!(kernel_filter_words(&r).unwrap().contains("1 kernel(s) whose name contains 'GEMM': gemm_sm90_tma"));
+    // By mangled name, and only through the op asked for.
+    let r = top_stacks(&store, &StacksRequest { kernel: Some("_z10vector".into()), op: Some(op::CUDA_LAUNCH_KERNEL), ..Default::default() }).unwrap();
+    assert_eq!((r.calls, r.by_count[0].stack_hash), (20, 0x55));
+    let r = top_stacks(&store, &StacksRequest { kernel: Some("softmax".into()), ..Default::default() }).unwrap();
+    assert_eq!((r.calls, r.kernels_matched), (0, Some(0)));
+    assert!(kernel_filter_words(&r).unwrap().starts_with("no recorded kernel name contains 'softmax'"));
+    // A kernel filter with an op that launches no kernel is refused.
+    assert!(top_stacks(&store, &StacksRequest { kernel: Some("gemm".into()), op: Some(op::CUDA_MALLOC), ..Default::default() }).is_err());
+}
