@@ -226,14 +226,29 @@ fn scheduler_intervals_carry_reason_preemptor_and_waker() {
         "dataloader0: {} sleeps of >= 1.8 ms",
         sleeps.len()
     );
+    // A wake time of 0 means the wake-up was not seen (stored as unknown, never guessed). On this
+    // kernel a timer wake-up of a sleeper is, very rarely, not reported to the tp_btf program (seen
+    // once in CI: one 2 ms sleep of 30); every wake time that is known lies inside its interval, and
+    // nearly all are known.
+    let mut known = 0;
     for e in &sleeps {
         let s = e.sched.as_ref().unwrap();
+        if s.wake_ts_ns == 0 {
+            assert_eq!((s.waker_pid, s.waker_tid), (0, 0), "a waker without a wake time: {e:?}");
+            continue;
+        }
+        known += 1;
         let (out, inn) = e.off_cpu_interval();
         assert!(
             s.wake_ts_ns >= out && s.wake_ts_ns <= inn,
             "wake time outside the interval: {e:?}"
         );
     }
+    assert!(
+        known * 10 >= sleeps.len() * 9,
+        "dataloader0: only {known} of {} sleeps have a wake time",
+        sleeps.len()
+    );
     // the GPU thread waits on a condition variable that the stream worker signals: woken by its own process
     let gpu = w.threads["train-gpu"];
     assert!(
