@@ -2,18 +2,14 @@
 //! read-only query path, returns exactly the chain's headline figure; the DataLoader-starvation DB
 //! names what starved the GPU; nothing is blamed on a task the DB does not record.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use causeway_analysis::chains::Severity;
 use causeway_analysis::explain::{explain, ExplainRequest, Explanation};
 use causeway_backends::{QueryLimits, SqliteStore, TraceStore};
 
 fn shared_dbs() -> PathBuf {
-    let dir = std::env::var_os("CAUSEWAY_INGERO_DBS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs"));
-    assert!(dir.join("FACTS.json").exists(), "FACTS.json not found in {}", dir.display());
-    dir
+    causeway_testdata::ingero_dbs()
 }
 
 /// Run every chain's SQL and compare with its value.

@@ -13,7 +13,6 @@
 
 mod guard_common;
 
-use std::path::Path;
 
 use causeway_backends::guard::{self, Engine};
 use causeway_backends::QueryLimits;
@@ -71,7 +70,7 @@ struct Legit {
 
 #[test]
 fn legit_corpus_passes_on_duckdb() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sql-guard/legit.jsonl");
+    let path = causeway_testdata::repo_root().join("tests/sql-guard/legit.jsonl");
     let entries: Vec<Legit> = std::fs::read_to_string(&path)
         .unwrap()
         .lines()

@@ -1,13 +1,12 @@
 //! Ingero DBs of every schema version open through the same TraceStore: v0.8 (integer ids), v0.9
-//! (text "node:seq" ids, node/rank columns) from ../shared, and v0.10 (events.comm,
+//! (text "node:seq" ids, node/rank columns) from testdata, and v0.10 (events.comm,
 //! event_aggregates_5s, annotations), built here with Ingero's v0.10 DDL since no shared DB has it.
 
-use std::path::Path;
 
 use causeway_backends::*;
 
 fn shared(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs").join(name)
+    causeway_testdata::ingero_db(name)
 }
 
 #[test]

@@ -153,7 +153,7 @@ fn the_schema_describes_itself() {
     assert!(launch.events > 400);
     assert!(d.tables.iter().any(|t| t.name == "prev_states" && t.rows == 5));
     // Ingero DB: names for codes its stale lookup table lacks still come out right.
-    let ingero = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs/sample-cluster.db");
+    let ingero = causeway_testdata::ingero_db("sample-cluster.db");
     let d = SqliteStore::open(&ingero).unwrap().describe_schema().unwrap();
     assert!(d.codes.iter().any(|c| c.source == 5 && c.op == 1 && c.name == "block_read" && c.events == 98));
     assert!(d.notes.iter().any(|n| n.contains("who took the CPU")));

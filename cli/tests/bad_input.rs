@@ -74,7 +74,7 @@ fn a_truncated_db_is_reported_as_damaged() {
 
 #[test]
 fn bad_arguments_are_one_line_too() {
-    let db = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs/sample-gpu-node-01.db");
+    let db = causeway_testdata::ingero_db("sample-gpu-node-01.db");
     let db = db.to_str().unwrap();
     assert_one_line_error(&["stats", "--db", db, "--since", "ten minutes"], "not a duration");
     assert_one_line_error(&["stats", "--db", db, "--since", "5s", "--from", "+1s"], "either --since or --from");
@@ -85,7 +85,7 @@ fn bad_arguments_are_one_line_too() {
 
 #[test]
 fn query_runs_the_sql_it_is_given() {
-    let db = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs/pytorch-dataloader-starvation.db");
+    let db = causeway_testdata::ingero_db("pytorch-dataloader-starvation.db");
     let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
         .args(["query", "--db", db.to_str().unwrap(), "--json", "SELECT op, count(*) AS n FROM events WHERE source = 1 GROUP BY op ORDER BY op"])
         .output()

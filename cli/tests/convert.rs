@@ -1,4 +1,4 @@
-//! `causeway convert` on every DB in ../shared/ingero-dbs, into native SQLite and (with the `duckdb`
+//! `causeway convert` on every DB in testdata/ingero-dbs, into native SQLite and (with the `duckdb`
 //! feature) DuckDB: `causeway stats --json` (also per process) and `causeway explain --json` give
 //! the same figures on the original and the converted file, and the original is left byte-identical.
 //!
@@ -14,16 +14,14 @@ use std::process::Command;
 use serde_json::Value;
 
 fn shared_dbs() -> Vec<PathBuf> {
-    let dir = std::env::var_os("CAUSEWAY_INGERO_DBS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs"));
+    let dir = causeway_testdata::ingero_dbs();
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e} (set CAUSEWAY_INGERO_DBS)", dir.display()))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "db"))
         .collect();
     v.sort();
-    assert!(v.len() >= 5, "expected the 5 shared Ingero DBs in {}", dir.display());
+    assert!(v.len() >= 5, "expected the 5 Ingero DBs in {}", dir.display());
     v
 }
 

@@ -1,4 +1,4 @@
-//! Every figure in ../shared/ingero-dbs/FACTS.json, reproduced by `causeway stats --json` to 0.001 us,
+//! Every figure in testdata/ingero-dbs/FACTS.json, reproduced by `causeway stats --json` to 0.001 us,
 //! on the real Ingero DBs, and those DBs left byte-identical with no sidecar files.
 
 use std::path::{Path, PathBuf};
@@ -7,15 +7,7 @@ use std::process::Command;
 use serde_json::Value;
 
 fn shared_dbs() -> PathBuf {
-    let dir = std::env::var_os("CAUSEWAY_INGERO_DBS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs"));
-    assert!(
-        dir.join("FACTS.json").exists(),
-        "FACTS.json not found in {} (CI has ../shared beside the checkout; set CAUSEWAY_INGERO_DBS otherwise)",
-        dir.display()
-    );
-    dir
+    causeway_testdata::ingero_dbs()
 }
 
 fn stats(args: &[&str]) -> Value {

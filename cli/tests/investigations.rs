@@ -2,13 +2,13 @@
 //! planted cause as the first chain, with the right culprit, and their evidence SQL reproduces the
 //! figure; `causeway demo` shows them without root or a GPU.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
 fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../investigations")
+    causeway_testdata::repo_root().join("investigations")
 }
 
 fn causeway(args: &[&str]) -> String {

@@ -2,7 +2,7 @@
 //! CLI, the official conformance suite) against this build's `causeway` binary. Their dependencies
 //! come from `scripts/install-test-deps.sh`; when they are missing this test fails, it never skips.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn venv_python() -> PathBuf {
@@ -16,7 +16,7 @@ fn venv_python() -> PathBuf {
 
 #[test]
 fn mcp_clients_pass() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = causeway_testdata::repo_root();
     let status = Command::new(venv_python())
         .args(["-m", "pytest", "tests/mcp", "-q", "-p", "no:cacheprovider"])
         .current_dir(&repo)

@@ -2,7 +2,6 @@
 //! tests/scenarios/run.py in both variants, twice, each required to put its planted cause first
 //! with the right culprit. The runner prints one line per run and 'N passed, M failed'.
 
-use std::path::Path;
 use std::process::Command;
 
 #[test]
@@ -10,7 +9,7 @@ fn every_planted_fault_is_the_first_chain_in_every_run() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(euid, 0, "the scenario suite traces with eBPF and must run as root (CI does)");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = causeway_testdata::repo_root();
     let runs = std::env::var("CAUSEWAY_SCENARIO_RUNS").unwrap_or_else(|_| "2".into());
     let out = Command::new("python3")
         .arg(root.join("tests/scenarios/run.py"))

@@ -2,12 +2,9 @@
 //! warning (aya's "map cw_inflight ... unsupported" used to read as a fault), the trace ends with
 //! the libraries it probed, and `check` says what is covered per library.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -15,9 +12,7 @@ fn require_root() {
 }
 
 fn mock_build() -> PathBuf {
-    let st = Command::new("make").args(["-s", "-C"]).arg(root().join("mock-cuda")).status().expect("make");
-    assert!(st.success(), "make -C mock-cuda failed");
-    root().join("mock-cuda/build")
+    causeway_testdata::mock_cuda_build()
 }
 
 #[test]

@@ -49,10 +49,6 @@ fn cpu_seconds() -> (f64, f64) {
     (get(libc::RUSAGE_SELF), get(libc::RUSAGE_CHILDREN))
 }
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn parse(out: &str, key: &str) -> f64 {
     out.lines()
         .find_map(|l| {
@@ -241,13 +237,7 @@ fn main() {
         eprintln!("uprobe_overhead: SKIPPED LOUDLY: needs root to load BPF programs");
         return;
     }
-    let st = Command::new("make")
-        .args(["-s", "-C"])
-        .arg(root().join("mock-cuda"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let build = root().join("mock-cuda/build");
+    let build = causeway_testdata::mock_cuda_build();
     let lib = build.join("libcudart.so.12");
     let bin = build.join("launchloop");
     let _ = causeway_probes::check::mount_tracefs(); // bpftrace detaches through tracefs

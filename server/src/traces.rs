@@ -202,7 +202,7 @@ mod tests {
     }
 
     fn shared_db(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs").join(name)
+        causeway_testdata::ingero_db(name)
     }
 
     #[test]

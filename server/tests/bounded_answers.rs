@@ -13,11 +13,7 @@ use serde_json::{json, Value};
 const DEFAULT_ANSWER_BYTES: usize = 32_000;
 
 fn shared_dbs() -> PathBuf {
-    let dir = std::env::var_os("CAUSEWAY_INGERO_DBS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/ingero-dbs"));
-    assert!(dir.join("FACTS.json").exists(), "FACTS.json not found in {} (set CAUSEWAY_INGERO_DBS)", dir.display());
-    dir
+    causeway_testdata::ingero_dbs()
 }
 
 fn facts(dir: &Path) -> Value {

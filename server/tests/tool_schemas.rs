@@ -2,11 +2,10 @@
 //! `CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release -p causeway-server --test tool_schemas`, or
 //! `causeway mcp --write-schemas tool-schemas`.
 
-use std::path::Path;
 
 #[test]
 fn checked_in_tool_schemas_match_the_code() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tool-schemas");
+    let dir = causeway_testdata::repo_root().join("tool-schemas");
     if std::env::var_os("CAUSEWAY_WRITE_SCHEMAS").is_some() {
         causeway_server::schemas::write(&dir).unwrap();
     }

@@ -20,7 +20,7 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CACHE = pathlib.Path.home() / ".cache" / "causeway"
-DBS = pathlib.Path(os.environ.get("CAUSEWAY_INGERO_DBS", REPO.parent / "shared" / "ingero-dbs"))
+DBS = pathlib.Path(os.environ.get("CAUSEWAY_INGERO_DBS", REPO / "testdata" / "ingero-dbs"))
 
 # The same questions in both servers' terms. mcp-server-sqlite takes only statements that start with
 # SELECT, so its version of get_trace_stats is one SELECT with the nearest-rank percentiles inline.

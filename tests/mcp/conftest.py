@@ -26,7 +26,7 @@ def causeway_bin() -> str:
 
 
 def dbs_dir() -> pathlib.Path:
-    d = pathlib.Path(os.environ.get("CAUSEWAY_INGERO_DBS", REPO.parent / "shared" / "ingero-dbs"))
+    d = pathlib.Path(os.environ.get("CAUSEWAY_INGERO_DBS", REPO / "testdata" / "ingero-dbs"))
     if not (d / "FACTS.json").exists():
         pytest.fail(f"FACTS.json not found in {d} (set CAUSEWAY_INGERO_DBS)")
     return d

@@ -8,34 +8,15 @@ use std::path::{Path, PathBuf};
 
 use causeway_backends::QueryLimits;
 
-/// The Ingero DBs shipped in `shared/ingero-dbs` (WAL-mode files, so opened `immutable=1`).
-pub const DBS: &[&str] = &[
-    "pytorch-dataloader-starvation.db",
-    "sample-cluster.db",
-    "sample-gpu-node-01.db",
-    "sample-gpu-node-02.db",
-    "sample-gpu-node-03.db",
-];
+/// The Ingero DBs carried in `testdata/ingero-dbs` (WAL-mode files, so opened `immutable=1`).
+pub const DBS: &[&str] = causeway_testdata::INGERO_DBS;
 
 /// Paths outside the fixture that hostile entries name; none may exist after any query.
 pub const FORBIDDEN_PATHS: &[&str] = &["/tmp/causeway-guard-vacuum.db", "/tmp/evil.so"];
 
-/// `shared/ingero-dbs`: `$CAUSEWAY_SHARED/ingero-dbs`, else `shared/` beside the clone.
+/// The directory of the Ingero DBs.
 pub fn ingero_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let candidates = [
-        std::env::var_os("CAUSEWAY_SHARED").map(PathBuf::from),
-        Some(root.join("shared")),
-        Some(root.join("../shared")),
-        Some(PathBuf::from("/work/shared")),
-    ];
-    for dir in candidates.into_iter().flatten() {
-        let d = dir.join("ingero-dbs");
-        if d.join(DBS[0]).is_file() {
-            return d;
-        }
-    }
-    panic!("shared/ingero-dbs not found beside the clone (set CAUSEWAY_SHARED to the shared/ folder)");
+    causeway_testdata::ingero_dbs()
 }
 
 /// A private copy of one trace in its own directory, with a sibling `out/` that hostile queries
@@ -198,7 +179,7 @@ pub struct Entry {
 
 /// The entries of `tests/sql-guard/<name>` (JSON lines).
 pub fn corpus(name: &str) -> Vec<Entry> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sql-guard").join(name);
+    let path = causeway_testdata::repo_root().join("tests/sql-guard").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .filter(|l| !l.trim().is_empty())

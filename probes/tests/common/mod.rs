@@ -11,22 +11,12 @@ use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind};
 use causeway_probes::{TraceOptions, TraceReport};
 
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    causeway_testdata::repo_root()
 }
 
 /// `make -C mock-cuda`, once per test binary.
 pub fn mock_build() -> PathBuf {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let st = std::process::Command::new("make")
-            .arg("-s")
-            .arg("-C")
-            .arg(root().join("mock-cuda"))
-            .status()
-            .expect("make");
-        assert!(st.success(), "make -C mock-cuda failed");
-    });
-    root().join("mock-cuda/build")
+    causeway_testdata::mock_cuda_build()
 }
 
 /// Refuse to run silently without privileges: these tests trace for real.
