@@ -13,6 +13,11 @@ use std::process::Command;
 #[path = "src/cuda_table.rs"]
 mod cuda_table;
 
+/// The hash the loader fingerprints the running kernel's BTF with (one definition, in the model).
+#[allow(dead_code)]
+#[path = "../model/src/fnv.rs"]
+mod fnv;
+
 use cuda_table::{LaunchAbi, NameAbi, ProbeLib, Reads, CUDA_PROBES};
 
 /// `cuda_probes.gen.h`: one CW_CALL / CW_LAUNCH / CW_NAME per row of the table and `cw_entry`, the
@@ -67,11 +72,12 @@ fn main() {
         println!("cargo:rerun-if-changed={}", f.unwrap().path().display());
     }
     println!("cargo:rerun-if-changed=src/cuda_table.rs");
+    println!("cargo:rerun-if-changed=../model/src/fnv.rs");
     println!("cargo:rerun-if-env-changed=CAUSEWAY_VMLINUX_H");
     gen_cuda_probes(&out.join("cuda_probes.gen.h"));
     // the loader uses the uprobe_multi path (programs loaded without CO-RE relocation) only on a
     // kernel whose BTF is the one the object was compiled against
-    let btf_hash = std::fs::read("/sys/kernel/btf/vmlinux").map(|b| format!("{:016x}", fnv64(&b))).unwrap_or_else(|_| "none".into());
+    let btf_hash = std::fs::read("/sys/kernel/btf/vmlinux").map(|b| format!("{:016x}", fnv::fnv1a64(&b))).unwrap_or_else(|_| "none".into());
     println!("cargo:rustc-env=CAUSEWAY_BUILD_BTF_HASH={btf_hash}");
     println!("cargo:rerun-if-changed=/sys/kernel/btf/vmlinux");
 
@@ -111,15 +117,6 @@ fn main() {
     );
 }
 
-/// FNV-1a 64 (the loader hashes the running kernel's BTF the same way).
-fn fnv64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
 
 fn gen_vmlinux(dst: &Path) {
     let btf = Path::new("/sys/kernel/btf/vmlinux");

@@ -8,6 +8,7 @@
 
 pub mod codes;
 pub mod demangle;
+pub mod fnv;
 pub mod time;
 
 pub use codes::{OpCode, PrevState, Source};
@@ -63,15 +64,15 @@ pub struct LaunchConfig {
 impl LaunchConfig {
     /// FNV-1a 64 over the ten fields (little-endian), never 0 (0 means "no configuration").
     pub fn key(&self) -> i64 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut h = fnv::Fnv1a64::new();
         let fields = self.grid.iter().chain(&self.block).chain(std::iter::once(&self.shared_mem_bytes)).chain(&self.cluster);
         for v in fields {
-            for b in v.to_le_bytes() {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
+            h.write(&v.to_le_bytes());
         }
-        if h == 0 { 1 } else { h as i64 }
+        match h.finish() {
+            0 => 1,
+            k => k as i64,
+        }
     }
 
     /// Thread blocks in the grid (the `arg1` of a launch).
@@ -151,6 +152,11 @@ impl Event {
     /// The off-CPU interval `[out, in]` of a sched_switch event.
     pub fn off_cpu_interval(&self) -> (i64, i64) {
         off_cpu_interval(self.ts_ns, self.dur_ns)
+    }
+
+    /// This event's (source, op).
+    pub const fn code(&self) -> OpCode {
+        OpCode::new(self.source, self.op)
     }
 
     /// Name of this event's op, e.g. `cudaLaunchKernel`.

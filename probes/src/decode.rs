@@ -209,14 +209,11 @@ impl Default for Decoder {
 
 /// FNV-1a 64 over the instruction pointers of a stack (the `stack_hash` key).
 pub fn stack_hash(ips: &[u64]) -> i64 {
-    let mut h: u64 = 0xcbf29ce484222325;
+    let mut h = causeway_model::fnv::Fnv1a64::new();
     for ip in ips {
-        for b in ip.to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
+        h.write(&ip.to_le_bytes());
     }
-    ((h & i64::MAX as u64) as i64).max(1) /* positive, never 0 (0 = no stack) */
+    ((h.finish() & i64::MAX as u64) as i64).max(1) /* positive, never 0 (0 = no stack) */
 }
 
 #[cfg(test)]

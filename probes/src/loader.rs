@@ -86,17 +86,9 @@ impl MultiPrograms {
 /// built against; elsewhere every uprobe goes through aya (relocated), one perf event per symbol.
 fn multi_path_matches_kernel() -> bool {
     let built = env!("CAUSEWAY_BUILD_BTF_HASH");
-    std::fs::read("/sys/kernel/btf/vmlinux").map(|b| format!("{:016x}", fnv64(&b)) == built).unwrap_or(false)
-}
-
-/// FNV-1a 64 (the same function build.rs hashes the build host's BTF with).
-fn fnv64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    std::fs::read("/sys/kernel/btf/vmlinux")
+        .map(|b| format!("{:016x}", causeway_model::fnv::fnv1a64(&b)) == built)
+        .unwrap_or(false)
 }
 
 /// Ring sizes and options fixed at load time.
@@ -395,12 +387,8 @@ impl Probes {
             return Ok(false);
         }
         let data = std::fs::read(ld_so)?;
-        let (hook, r_debug) = loader_symbols(&data)
-            .ok_or_else(|| anyhow::anyhow!("{}: no _dl_debug_state symbol", ld_so.display()))?;
-        let syms = ElfSymbols::load(ld_so)?;
-        let off = syms.offset_of("_dl_debug_state").ok_or_else(|| anyhow::anyhow!("{}: _dl_debug_state has no file offset", ld_so.display()))?;
-        // the distance from the hook to _r_debug (0: unknown, the program then acts on every call)
-        let delta = r_debug.map_or(0, |r| r.wrapping_sub(hook));
+        let (off, delta) = loader_hook(&data)
+            .ok_or_else(|| anyhow::anyhow!("{}: no _dl_debug_state symbol with a file offset", ld_so.display()))?;
         match &self.multi {
             Some(progs) => {
                 self.multi_links.push(crate::multi::attach(&progs.dl, ld_so, &[(off, delta)], false)?);
@@ -506,10 +494,11 @@ pub fn file_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// The link-time addresses of `_dl_debug_state` and `_r_debug` in an ld.so (`_r_debug` is a data
-/// symbol, which [`ElfSymbols`] does not keep).
-fn loader_symbols(elf: &[u8]) -> Option<(u64, Option<u64>)> {
-    use object::{Object, ObjectSymbol};
+/// Where to probe an ld.so, from one parse of the file: the file offset of `_dl_debug_state`, and
+/// the distance from it to `_r_debug` (a data symbol, so [`ElfSymbols`] does not keep it), which the
+/// BPF program reads the loader's state through.
+fn loader_hook(elf: &[u8]) -> Option<(u64, u64)> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
     let file = object::File::parse(elf).ok()?;
     let find = |want: &str| {
         file.dynamic_symbols()
@@ -517,7 +506,14 @@ fn loader_symbols(elf: &[u8]) -> Option<(u64, Option<u64>)> {
             .find(|s| s.name().is_ok_and(|n| n.split('@').next() == Some(want)) && s.address() != 0)
             .map(|s| s.address())
     };
-    Some((find("_dl_debug_state")?, find("_r_debug")))
+    let hook = find("_dl_debug_state")?;
+    let offset = file.segments().find_map(|seg| {
+        let (file_offset, size) = seg.file_range();
+        let start = seg.address();
+        (hook >= start && hook < start + size).then(|| hook - start + file_offset)
+    })?;
+    // the distance from the hook to _r_debug (0: unknown, the program then acts on every call)
+    Some((offset, find("_r_debug").map_or(0, |r| r.wrapping_sub(hook))))
 }
 
 /// The fd of any map aya created.

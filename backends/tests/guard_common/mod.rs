@@ -160,7 +160,7 @@ fn list(dir: &Path) -> BTreeMap<String, u64> {
 
 /// FNV-1a 64, for short fingerprints in messages.
 pub fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3))
+    causeway_model::fnv::fnv1a64(bytes)
 }
 
 /// One corpus entry: the SQL and what each engine must do with it.
