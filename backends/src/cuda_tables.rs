@@ -178,6 +178,77 @@ impl AttachmentRow {
     }
 }
 
+/// The readers of the three tables on an engine's store type (`$store` has `info()` through
+/// [`crate::store::TraceStore`] and `with_conn`, whose connection has rusqlite's `prepare` /
+/// `query_map` API, which the duckdb crate mirrors): the same code for SQLite and DuckDB, written
+/// once. Each table is empty for Ingero DBs and for native traces recorded before it existed.
+macro_rules! impl_cuda_table_reads {
+    ($store:ty) => {
+        impl $store {
+            pub(crate) fn read_launch_configs(&self) -> $crate::error::Result<Vec<causeway_model::LaunchConfig>> {
+                use $crate::store::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "launch_configs") {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<[i64; 11]> = self.with_conn(|c| {
+                    c.prepare($crate::cuda_tables::SELECT_LAUNCH_CONFIGS_SQL)?
+                        .query_map([], |r| {
+                            let mut row = [0i64; 11];
+                            for (i, v) in row.iter_mut().enumerate() {
+                                *v = r.get(i)?;
+                            }
+                            Ok(row)
+                        })?
+                        .collect()
+                })?;
+                rows.into_iter().map(|row| $crate::cuda_tables::launch_config_from(&self.info().path, row)).collect()
+            }
+
+            pub(crate) fn read_kernel_names(&self) -> $crate::error::Result<Vec<causeway_model::KernelName>> {
+                use $crate::store::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "kernel_names") {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<(i64, i64, String, String, String)> = self.with_conn(|c| {
+                    c.prepare($crate::cuda_tables::SELECT_KERNEL_NAMES_SQL)?
+                        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+                        .collect()
+                })?;
+                let db = &self.info().path;
+                rows.into_iter().map(|(p, h, n, m, how)| $crate::cuda_tables::kernel_name_from(db, p, h, n, m, how)).collect()
+            }
+
+            /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).
+            pub(crate) fn attachment_rows(&self) -> $crate::error::Result<Vec<(i64, causeway_model::LibraryAttach)>> {
+                use $crate::store::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "attachments") {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<$crate::cuda_tables::AttachmentRow> = self.with_conn(|c| {
+                    c.prepare($crate::cuda_tables::SELECT_ATTACHMENTS_SQL)?
+                        .query_map([], |r| {
+                            Ok($crate::cuda_tables::AttachmentRow {
+                                session_id: r.get(0)?,
+                                pid: r.get(1)?,
+                                path: r.get(2)?,
+                                kind: r.get(3)?,
+                                how: r.get(4)?,
+                                attached_at: r.get(5)?,
+                                complete: r.get(6)?,
+                                symbols: r.get(7)?,
+                                missing: r.get(8)?,
+                                note: r.get(9)?,
+                            })
+                        })?
+                        .collect()
+                })?;
+                rows.into_iter().map(|row| row.decode(&self.info().path)).collect()
+            }
+        }
+    };
+}
+pub(crate) use impl_cuda_table_reads;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,6 +55,9 @@ fn select_events(info: &TraceInfo) -> String {
     format!("SELECT {EVENT_SELECT_LIST}, {} FROM events", launch_config_column(info))
 }
 
+// `read_launch_configs`, `read_kernel_names`, `attachment_rows`: the code both engines share.
+crate::cuda_tables::impl_cuda_table_reads!(DuckDbStore);
+
 impl DuckDbStore {
     /// Open a DuckDB trace read-only. Errors say what is wrong with the file in one line.
     pub fn open(path: &Path) -> Result<DuckDbStore> {

@@ -1,7 +1,6 @@
 //! The SQLite engine: [`SqliteSink`] writes native traces (WAL, prepared statements, batched
 //! transactions on a writer thread), [`SqliteStore`] reads native traces and Ingero DBs, read-only.
 
-mod cuda_tables;
 mod describe;
 mod reader;
 pub(crate) mod rows;

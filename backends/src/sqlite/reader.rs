@@ -59,6 +59,9 @@ fn open_ro(uri: &str) -> rusqlite::Result<Connection> {
     Ok(c)
 }
 
+// `read_launch_configs`, `read_kernel_names`, `attachment_rows`: the code both engines share.
+crate::cuda_tables::impl_cuda_table_reads!(SqliteStore);
+
 impl SqliteStore {
     /// Open a trace read-only. Errors say what is wrong with the file in one line.
     pub fn open(path: &Path) -> Result<SqliteStore> {
