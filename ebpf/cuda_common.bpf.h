@@ -54,6 +54,21 @@ static __always_inline struct cw_stash *cw_stash_for(int slot, __u8 source) {
 }
 
 /* CW_CALL: a call event with three arguments and an out-parameter read at return. */
+/* What every entry stores besides the arguments: the out-parameter to read at return, the call's
+ * code, and its start time (taken last, so the probe's own work is not charged to the call). */
+static __always_inline int cw_stamp(struct cw_stash *s, __u16 op, __u8 src, __u64 outptr) {
+    s->outptr = outptr;
+    s->op = op;
+    s->source = src;
+    s->ts = bpf_ktime_get_ns();
+    return 0;
+}
+
+/* `name` as a uprobe program of its own (the aya path) around `name##_do`, the inline body that
+ * `cw_entry` dispatches to on the uprobe_multi path. */
+#define CW_ENTRY_PROG(name) \
+    SEC("uprobe") int name(struct pt_regs *ctx) { return name##_do(ctx); }
+
 #define CW_CALL(name, src_, op_, slot_, a0_, a1_, a2_, out_)                                        \
     static __always_inline int name##_do(struct pt_regs *ctx) {                                      \
         struct cw_stash *s = cw_stash_for(slot_, src_);                                             \
@@ -61,13 +76,9 @@ static __always_inline struct cw_stash *cw_stash_for(int slot, __u8 source) {
         s->arg0 = (a0_);                                                                            \
         s->arg1 = (a1_);                                                                            \
         s->arg2 = (a2_);                                                                            \
-        s->outptr = (out_);                                                                         \
-        s->op = op_;                                                                                \
-        s->source = src_;                                                                           \
-        s->ts = bpf_ktime_get_ns();                                                                 \
-        return 0;                                                                                   \
+        return cw_stamp(s, op_, src_, (out_));                                                      \
     }                                                                                               \
-    SEC("uprobe") int name(struct pt_regs *ctx) { return name##_do(ctx); }
+    CW_ENTRY_PROG(name)
 
 static __always_inline void cw_set_cfg(struct cw_stash *s, __u32 gx, __u32 gy, __u32 gz, __u32 bx, __u32 by,
                                        __u32 bz, __u32 shmem) {
@@ -164,13 +175,9 @@ static __always_inline int cw_launch_ex(struct pt_regs *ctx, struct cw_stash *s)
         struct cw_stash *s = cw_stash_for(slot_, src_);                                             \
         if (!s) return 0;                                                                           \
         reader_(ctx, s);                                                                            \
-        s->outptr = 0;                                                                              \
-        s->op = op_;                                                                                \
-        s->source = src_;                                                                           \
-        s->ts = bpf_ktime_get_ns();                                                                 \
-        return 0;                                                                                   \
+        return cw_stamp(s, op_, src_, 0);                                                           \
     }                                                                                               \
-    SEC("uprobe") int name(struct pt_regs *ctx) { return name##_do(ctx); }
+    CW_ENTRY_PROG(name)
 
 /* (process, input handle) pairs whose name fact already went out (__cudaGetKernel and
  * cuKernelGetFunction may be called for every launch; their answer does not change) */
@@ -240,7 +247,7 @@ static __always_inline int cw_name_kernel_fn(struct pt_regs *ctx, struct cw_stas
         if (!s) return 0;                                                                           \
         return reader_(ctx, s);                                                                     \
     }                                                                                               \
-    SEC("uprobe") int name(struct pt_regs *ctx) { return name##_do(ctx); }
+    CW_ENTRY_PROG(name)
 
 /* The common part of a call or launch record, from the slot. */
 static __always_inline void cw_fill_call(struct pt_regs *ctx, struct cw_call *r, struct cw_slots *slots,
