@@ -23,7 +23,7 @@
 //!    outside the thread's scheduler coverage (first to last recorded switch) is `no_sched_data`.
 
 use causeway_backends::EventId;
-use causeway_model::codes::{self, gpu_role, GpuRole, OpCode, OpKind};
+use causeway_model::codes::{self, gpu_role, GpuRole, OpCode};
 use causeway_model::{PrevState, SchedDetail};
 
 use crate::few_keys::FewKeys;
@@ -39,19 +39,12 @@ pub const SLOW_P50_MULTIPLE: i64 = 2;
 /// page-allocation pressure.
 pub const PAGE_ALLOC_PRESSURE_BYTES: i64 = 64 << 20;
 
-/// Sources whose events are host-side GPU API calls: the sources of the ops that
-/// `causeway_model::codes` names [`OpKind::GpuCall`] (CUDA runtime, driver, graphs), in order.
-/// Every event of these sources is a GPU call, unknown op codes included.
-pub fn gpu_call_sources() -> &'static [u8] {
-    static SOURCES: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    SOURCES.get_or_init(|| {
-        let set: std::collections::BTreeSet<u8> = codes::OPS.iter().filter(|e| e.3 == OpKind::GpuCall).map(|e| e.0).collect();
-        set.into_iter().collect()
-    })
-}
+/// The GPU API sources, defined once in the model ([`codes::Source::is_gpu_api`]).
+pub use causeway_model::codes::is_gpu_call_source;
 
-pub fn is_gpu_call_source(source: u8) -> bool {
-    gpu_call_sources().contains(&source)
+/// The stored codes of the GPU API sources, ascending.
+pub fn gpu_call_sources() -> &'static [u8] {
+    &codes::GPU_CALL_SOURCES
 }
 
 /// One GPU API call, the columns attribution needs: the storage layer's integer-only event row.

@@ -7,7 +7,7 @@
 //! long gaps of a thread) and a *measure* over it (an off-CPU segment of one cause and culprit, the
 //! uncovered part, the remainder).
 
-use causeway_model::codes::OpCode;
+use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 
 use crate::attribution::{gpu_call_sources, Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
@@ -122,8 +122,10 @@ fn quote(s: &str) -> String {
 
 /// The measure over `c`: total ns of `cause` (with `culprit`) inside the subject intervals.
 pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> String {
-    let sw = "FROM c JOIN events e ON e.tid = c.tid AND e.source = 3 AND e.op = 1 \
-              AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te";
+    let sw = format!(
+        "FROM c JOIN events e ON e.tid = c.tid AND {} AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te",
+        op::SCHED_SWITCH.sql("e")
+    );
     let so = "(e.timestamp - e.duration)";
     let wake = format!("(CASE WHEN COALESCE(e.wake_ts, 0) > 0 THEN MIN(MAX(e.wake_ts, {so}), e.timestamp) ELSE e.timestamp END)");
     let ov = |a: &str, b: &str| format!("SELECT COALESCE(SUM(MAX(0, MIN(c.te, {b}) - MAX(c.ts, {a}))), 0) AS value {sw}");
@@ -162,11 +164,15 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
             format!(
                 "SELECT COALESCE(SUM(MAX(0, covered - off)), 0) AS value FROM (SELECT {covered} AS covered, \
                  COALESCE((SELECT SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, e.timestamp - e.duration))) \
-                 FROM events e WHERE e.tid = c.tid AND e.source = 3 AND e.op = 1 AND e.timestamp > c.ts \
+                 FROM events e WHERE e.tid = c.tid AND {switch} AND e.timestamp > c.ts \
                  AND e.timestamp - e.duration < c.te), 0) AS off, \
-                 (SELECT COALESCE(SUM(p.arg0), 0) FROM events p WHERE p.pid = c.pid AND p.source = 3 \
-                 AND p.op IN (3, 20) AND p.timestamp BETWEEN c.ts AND c.te) AS pages \
-                 FROM c LEFT JOIN cv ON cv.tid = c.tid){pages}"
+                 (SELECT COALESCE(SUM(p.arg0), 0) FROM events p WHERE p.pid = c.pid AND p.source = {host} \
+                 AND p.op IN ({page}, {page_sum}) AND p.timestamp BETWEEN c.ts AND c.te) AS pages \
+                 FROM c LEFT JOIN cv ON cv.tid = c.tid){pages}",
+                switch = op::SCHED_SWITCH.sql("e"),
+                host = op::MM_PAGE_ALLOC.source,
+                page = op::MM_PAGE_ALLOC.op,
+                page_sum = op::MM_PAGE_ALLOC_SUMMARY.op,
             )
         }
     }
@@ -178,8 +184,12 @@ fn coverage_expr() -> String {
 }
 
 /// `cv(tid, cs, ce)`: each thread's recorded scheduler span over the whole DB.
-const COVERAGE_CTE: &str = "cv AS (SELECT tid, MIN(timestamp - duration) AS cs, MAX(timestamp) AS ce \
-                            FROM events WHERE source = 3 AND op = 1 GROUP BY tid)";
+fn coverage_cte() -> String {
+    format!(
+        "cv AS (SELECT tid, MIN(timestamp - duration) AS cs, MAX(timestamp) AS ce FROM events WHERE {} GROUP BY tid)",
+        op::SCHED_SWITCH.sql("")
+    )
+}
 
 /// The full query for a slow-call chain. The preempted time of a synchronizing op is measured call
 /// by call with the spin decision of [`crate::spin`] ([`spin_wait_cte`]).
@@ -187,7 +197,7 @@ pub fn slow_call_chain_sql(scope: &SqlScope, op: OpCode, cause: Cause, culprit: 
     if scope.sched_detail && spin::is_spin_bounded_op(op) && matches!(cause, Cause::Preempted | Cause::SpinGpuBusy) {
         return format!("WITH {}, {} {}", slow_calls_cte(scope, op), spin_wait_cte(scope), spin_measure_sql(cause, culprit));
     }
-    format!("WITH {}, {COVERAGE_CTE} {}", slow_calls_cte(scope, op), measure_sql(scope, cause, culprit))
+    format!("WITH {}, {} {}", slow_calls_cte(scope, op), coverage_cte(), measure_sql(scope, cause, culprit))
 }
 
 /// CTEs `fl` (the flag-setting calls, over the whole trace), `nc(n)` (the host's CPUs) and
@@ -202,12 +212,13 @@ pub fn spin_wait_cte(scope: &SqlScope) -> String {
         "fl AS MATERIALIZED (SELECT f0.pid, f0.source, f0.op, f0.timestamp, f0.id, f0.arg0 FROM events f0 WHERE {flags}), \
          nc(n) AS ({cpus}), \
          w AS (SELECT c.tid, c.pid, c.ts, c.te, CASE WHEN EXISTS (SELECT 1 FROM events s WHERE s.tid = c.tid \
-         AND s.source = 3 AND s.op = 1 AND s.prev_state = 1 AND s.timestamp > c.ts AND s.timestamp - s.duration < c.te) THEN 0 \
+         AND {switch} AND s.prev_state = 1 AND s.timestamp > c.ts AND s.timestamp - s.duration < c.te) THEN 0 \
          ELSE CASE COALESCE((SELECT f.arg0 & 7 FROM fl f WHERE f.pid = c.pid AND f.timestamp < c.ts \
          ORDER BY f.timestamp DESC, f.id DESC LIMIT 1), 0) WHEN 1 THEN 1 WHEN 2 THEN 0 WHEN 4 THEN 0 \
          ELSE MAX(1, (SELECT COUNT(*) FROM fl x WHERE x.pid = c.pid AND x.source = {cs} AND x.op = {co} \
          AND x.timestamp < c.ts)) <= (SELECT n FROM nc) END END AS spin FROM c)",
         flags = ops_condition("f0", &spin::sched_flag_ops()),
+        switch = op::SCHED_SWITCH.sql("s"),
         cs = ctx.source,
         co = ctx.op,
     )
@@ -218,13 +229,16 @@ pub fn spin_wait_cte(scope: &SqlScope) -> String {
 /// return ([`Cause::Preempted`], for `culprit`), or every other one ([`Cause::SpinGpuBusy`]).
 fn spin_measure_sql(cause: Cause, culprit: &CulpritKey) -> String {
     let last = format!(
-        "(e.timestamp >= c.te - {eps} AND NOT EXISTS (SELECT 1 FROM events l WHERE l.tid = c.tid AND l.source = 3 \
-         AND l.op = 1 AND l.prev_state = 0 AND l.duration > 0 AND l.timestamp > e.timestamp AND l.timestamp - l.duration < c.te))",
-        eps = spin::SPIN_RETURN_EPSILON_NS
+        "(e.timestamp >= c.te - {eps} AND NOT EXISTS (SELECT 1 FROM events l WHERE l.tid = c.tid AND {switch} \
+         AND l.prev_state = 0 AND l.duration > 0 AND l.timestamp > e.timestamp AND l.timestamp - l.duration < c.te))",
+        eps = spin::SPIN_RETURN_EPSILON_NS,
+        switch = op::SCHED_SWITCH.sql("l"),
     );
-    let head = "SELECT COALESCE(SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, (e.timestamp - e.duration)))), 0) AS value \
-                FROM w c JOIN events e ON e.tid = c.tid AND e.source = 3 AND e.op = 1 \
-                AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te";
+    let head = format!(
+        "SELECT COALESCE(SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, (e.timestamp - e.duration)))), 0) AS value \
+         FROM w c JOIN events e ON e.tid = c.tid AND {} AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te",
+        op::SCHED_SWITCH.sql("e")
+    );
     match cause {
         Cause::SpinGpuBusy => format!("{head} WHERE e.prev_state = 0 AND c.spin = 1 AND NOT {last}"),
         _ => format!("{head} WHERE e.prev_state = 0{} AND (c.spin = 0 OR {last})", preempted_by(culprit)),
@@ -243,7 +257,7 @@ fn preempted_by(culprit: &CulpritKey) -> String {
 
 /// The full query for a feeding-gap chain of thread `tid`.
 pub fn gap_chain_sql(scope: &SqlScope, tid: u32, cause: Cause, culprit: &CulpritKey) -> String {
-    format!("WITH {}, {COVERAGE_CTE} {}", long_gaps_cte(scope, tid), measure_sql(scope, cause, culprit))
+    format!("WITH {}, {} {}", long_gaps_cte(scope, tid), coverage_cte(), measure_sql(scope, cause, culprit))
 }
 
 /// SQL condition: `alias` is one of `ops`.

@@ -168,7 +168,7 @@ impl SchedPolicies {
 
 /// `SELECT` of the host's CPUs as this module counts them.
 pub fn host_cpus_sql() -> String {
-    "SELECT COUNT(DISTINCT cpu) FROM events WHERE source = 3 AND op = 1 AND cpu >= 0".to_string()
+    format!("SELECT COUNT(DISTINCT cpu) FROM events WHERE {} AND cpu >= 0", op::SCHED_SWITCH.sql(""))
 }
 
 /// Whether `code` is a call whose preempted time is bounded when it spins.

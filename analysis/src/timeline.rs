@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use causeway_backends::{EventFilter, EventId, StoredEvent, TraceStore};
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::{op, OpCode, Source};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::PrevState;
 
@@ -120,7 +120,7 @@ fn entry_of(s: &StoredEvent) -> TimelineEntry {
     } else if is_gpu_call_source(e.source) {
         let ret = if e.ret_code != 0 { format!(", returned {}", e.ret_code) } else { String::new() };
         ("call", e.ts_ns, e.end_ns(), format!("{} {}{ret}", e.op_name(), fmt_ns(e.dur_ns)))
-    } else if e.source == 5 {
+    } else if e.source == Source::Io.code() {
         ("block_io", e.ts_ns, e.end_ns(), format!("{} {} KiB, {}", e.op_name(), e.arg0 >> 10, fmt_ns(e.dur_ns)))
     } else if code == op::MM_PAGE_ALLOC || code == op::MM_PAGE_ALLOC_SUMMARY {
         ("page_alloc", e.ts_ns, e.ts_ns, format!("{} {} KiB", e.op_name(), e.arg0 >> 10))

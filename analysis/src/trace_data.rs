@@ -232,7 +232,7 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
 /// `MAX(timestamp)` (used where the DB did not record the scheduler for the whole run).
 pub fn load_coverage(store: &dyn TraceStore) -> Result<HashMap<u32, Coverage>, AnalysisError> {
     let r = store.query(
-        "SELECT tid, MIN(timestamp - duration), MAX(timestamp) FROM events WHERE source = 3 AND op = 1 GROUP BY tid",
+        &format!("SELECT tid, MIN(timestamp - duration), MAX(timestamp) FROM events WHERE {} GROUP BY tid", op::SCHED_SWITCH.sql("")),
         &QueryLimits::with_rows(QueryLimits::MAX_ROWS),
     )?;
     let mut out = HashMap::new();

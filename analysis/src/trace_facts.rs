@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use causeway_backends::{StoredEvent, TraceStore};
+use causeway_model::codes::op;
 use causeway_model::time::{fmt_ns, fmt_since, TimeWindow};
 
 use crate::attribution::{Culprit, Part};
@@ -56,7 +57,7 @@ pub fn host_work_facts(
     }
     let (mut pages, mut bytes) = (0u64, 0i64);
     for a in store.aggregates(&TimeWindow { from_ns: Some(first_gap), to_ns: Some(last_gap_end) })? {
-        if a.pid == pid && a.source == 3 && a.op == 3 {
+        if a.pid == pid && op::MM_PAGE_ALLOC.is(a.source, a.op) {
             pages += a.count;
             bytes += a.sum_arg0;
         }

@@ -21,6 +21,56 @@ pub enum Source {
     Nccl = 9,
 }
 
+impl Source {
+    /// Every source, in code order.
+    pub const ALL: [Source; 9] = [
+        Source::Cuda,
+        Source::Nvidia,
+        Source::Host,
+        Source::Driver,
+        Source::Io,
+        Source::Tcp,
+        Source::Net,
+        Source::CudaGraph,
+        Source::Nccl,
+    ];
+
+    /// The stored `events.source` value.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The source a stored value stands for (`None` for codes this build does not know).
+    pub const fn from_code(code: u8) -> Option<Source> {
+        let mut i = 0;
+        while i < Source::ALL.len() {
+            if Source::ALL[i] as u8 == code {
+                return Some(Source::ALL[i]);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Whether every event of this source is a host-side call into the GPU stack (CUDA runtime,
+    /// driver, graphs), unknown op codes included: the one definition of "a GPU call", the
+    /// candidates for slow-call attribution. [`OpKind::GpuCall`] marks exactly their ops.
+    pub const fn is_gpu_api(self) -> bool {
+        matches!(self, Source::Cuda | Source::Driver | Source::CudaGraph)
+    }
+}
+
+/// The stored codes of the GPU API sources ([`Source::is_gpu_api`]), ascending.
+pub const GPU_CALL_SOURCES: [u8; 3] = [Source::Cuda.code(), Source::Driver.code(), Source::CudaGraph.code()];
+
+/// Whether events of stored source `source` are GPU API calls ([`Source::is_gpu_api`]).
+pub const fn is_gpu_call_source(source: u8) -> bool {
+    match Source::from_code(source) {
+        Some(s) => s.is_gpu_api(),
+        None => false,
+    }
+}
+
 pub const SOURCES: &[(u8, &str, &str)] = &[
     (1, "CUDA", "CUDA Runtime API (libcudart) calls, uprobes + uretprobes"),
     (2, "NVIDIA", "NVIDIA kernel driver (nvidia.ko): reserved, not traced"),
@@ -46,6 +96,18 @@ impl OpCode {
     }
     pub fn name(self) -> Cow<'static, str> {
         op_name(self.source, self.op)
+    }
+
+    /// Whether a stored (source, op) pair is this code.
+    pub const fn is(self, source: u8, op: u16) -> bool {
+        self.source == source && self.op == op
+    }
+
+    /// The SQL condition selecting this code in `events` under `alias` (`""` for no alias):
+    /// `e.source = 3 AND e.op = 1`.
+    pub fn sql(self, alias: &str) -> String {
+        let dot = if alias.is_empty() { "" } else { "." };
+        format!("{alias}{dot}source = {} AND {alias}{dot}op = {}", self.source, self.op)
     }
 }
 
@@ -341,8 +403,10 @@ impl SchedPolicy {
     }
 }
 
-pub fn is_gpu_call(source: u8, op: u16) -> bool {
-    op_kind(source, op) == OpKind::GpuCall || (matches!(source, 1 | 4) && find(source, op).is_none())
+/// Whether a stored (source, op) is a GPU API call: decided by its source alone
+/// ([`Source::is_gpu_api`]); the op is taken so that callers need not know that.
+pub fn is_gpu_call(source: u8, _op: u16) -> bool {
+    is_gpu_call_source(source)
 }
 
 /// Why a thread left the CPU, normalized from the kernel's task state at `sched_switch`.
@@ -449,6 +513,20 @@ mod tests {
             assert!(!e.2.is_empty() && !e.4.is_empty());
             assert!(SOURCES.iter().any(|s| s.0 == e.0), "op {} has no source", e.2);
         }
+    }
+
+    #[test]
+    fn gpu_calls_are_exactly_the_ops_of_the_gpu_api_sources() {
+        for e in OPS {
+            assert_eq!(e.3 == OpKind::GpuCall, is_gpu_call_source(e.0), "{} ({}:{})", e.2, e.0, e.1);
+        }
+        assert!(is_gpu_call(8, 999) && is_gpu_call(1, 999) && !is_gpu_call(3, 1));
+        for (code, ..) in SOURCES {
+            assert_eq!(Source::from_code(*code).map(Source::code), Some(*code), "source {code}");
+        }
+        assert_eq!(Source::from_code(0), None);
+        assert_eq!(op::SCHED_SWITCH.sql("e"), "e.source = 3 AND e.op = 1");
+        assert_eq!(op::SCHED_SWITCH.sql(""), "source = 3 AND op = 1");
     }
 
     #[test]
