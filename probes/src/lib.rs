@@ -25,5 +25,5 @@ pub mod symbols;
 pub mod wire;
 
 pub use check::{host_check, CheckReport};
-pub use session::{new_session_info, trace, LossRow, TraceOptions, TraceReport};
+pub use session::{new_session_info, trace, LossRow, TraceOptions, TraceReport, UnwrittenRows};
 pub use stats::{LiveStats, OpStats};

@@ -142,3 +142,34 @@ impl Drop for GatedChild {
 pub fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
+
+/// Whether a process is stopped by a signal (state `T` in `/proc/PID/stat`), as the loader hook
+/// stops a launched command after a dlopen until its new libraries are attached.
+pub fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_stopped_by_a_signal_reads_as_stopped() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = child.id();
+        let wait_for = |want: bool| (0..200).any(|_| stopped(pid) == want || { std::thread::sleep(std::time::Duration::from_millis(5)); false });
+        assert!(wait_for(false), "a sleeping process is not stopped");
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        assert!(wait_for(true), "SIGSTOP did not show as state T");
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        assert!(wait_for(false), "SIGCONT did not clear state T");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!stopped(u32::MAX), "no such process");
+    }
+}

@@ -18,7 +18,7 @@ use crate::kernels::KernelNamer;
 use crate::libraries::LibraryTracker;
 use crate::loader::{AttachedLib, LoadOptions, Probes};
 use crate::rings::{read_rings, summary_events, Msg};
-use crate::process::{alive, GatedChild};
+use crate::process::{alive, stopped, GatedChild};
 use crate::stats::{LiveStats, StatsBuilder};
 use crate::symbols::Symbolizer;
 use crate::wire::{self, cnt};
@@ -124,11 +124,41 @@ pub struct TraceReport {
     pub traced_pids: Vec<u32>,
     pub command_pid: Option<u32>,
     pub command_exit: Option<i32>,
+    /// Rows the sink refused outside the event batches, per table (`stack_traces`,
+    /// `process_names`, `launch_configs`, `kernel_names`, `attachments`, and summary `events`):
+    /// the trace goes on without them, and each table with a failure also gets a note.
+    pub unwritten: BTreeMap<String, UnwrittenRows>,
+}
+
+/// How many rows of one table the sink refused, and the first error it gave.
+#[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
+pub struct UnwrittenRows {
+    pub rows: u64,
+    pub first_error: String,
 }
 
 impl TraceReport {
     pub fn lost(&self) -> u64 {
         self.losses.iter().map(|l| l.count).sum()
+    }
+
+    /// Count a side write that failed (nothing is silently dropped; the trace goes on).
+    fn check_write(&mut self, table: &str, rows: usize, result: Result<(), causeway_backends::StoreError>) -> bool {
+        let Err(e) = result else { return true };
+        let u = self.unwritten.entry(table.to_string()).or_default();
+        if u.rows == 0 {
+            u.first_error = e.to_string();
+        }
+        u.rows += rows as u64;
+        false
+    }
+
+    /// One note per table with refused rows.
+    fn unwritten_notes(&self) -> Vec<String> {
+        self.unwritten
+            .iter()
+            .map(|(table, u)| format!("{} row(s) of `{table}` could not be written (first error: {})", u.rows, u.first_error))
+            .collect()
     }
 }
 
@@ -186,7 +216,9 @@ async fn write_attachments(libs: &mut LibraryTracker, sink: &mut Box<dyn EventSi
     let rows = libs.take_rows();
     if !rows.is_empty() {
         report.attachments.extend(rows.iter().cloned());
-        let _ = sink.write_attachments(rows).await;
+        let n = rows.len();
+        let written = sink.write_attachments(rows).await;
+        report.check_write("attachments", n, written);
     }
 }
 
@@ -203,7 +235,9 @@ async fn write_kernel_names(
         for k in &names {
             report.kernel_symbols.insert(format!("{:#x}", k.handle), k.name.clone());
         }
-        let _ = sink.write_kernel_names(names).await;
+        let n = names.len();
+        let written = sink.write_kernel_names(names).await;
+        report.check_write("kernel_names", n, written);
     }
 }
 
@@ -283,30 +317,35 @@ pub async fn trace(
                     namer.fact(n);
                 }
                 if !msg.launch_configs.is_empty() {
-                    let _ = sink.write_launch_configs(std::mem::take(&mut msg.launch_configs)).await;
+                    let n = msg.launch_configs.len();
+                    let written = sink.write_launch_configs(std::mem::take(&mut msg.launch_configs)).await;
+                    report.check_write("launch_configs", n, written);
                 }
                 stats.add_batch(&msg.events);
                 for e in &msg.events {
-                    if (e.source, e.op) == (op::PROCESS_EXEC.source, op::PROCESS_EXEC.op) {
+                    if op::PROCESS_EXEC.is(e.source, e.op) {
                         symbolizer.refresh(e.pid);
                         named.remove(&e.pid);
                         if opts.follow_mapped_libs && e.pid == e.tid {
                             libs.exec(&mut probes, e.pid);
                         }
                     }
-                    if !named.contains(&e.pid) && e.pid != 0 && (e.source == 1 || e.source == 4 || e.sched.is_some()) {
+                    if !named.contains(&e.pid) && e.pid != 0 && (causeway_model::codes::is_gpu_call_source(e.source) || e.sched.is_some()) {
                         named.insert(e.pid);
                         symbolizer.refresh(e.pid);
                         let name = std::fs::read_to_string(format!("/proc/{}/comm", e.pid)).map(|s| s.trim().to_string()).unwrap_or_else(|_| e.comm.clone());
-                        let _ = sink.write_process_name(e.pid, name, e.ts_ns).await;
+                        let written = sink.write_process_name(e.pid, name, e.ts_ns).await;
+                        report.check_write("process_names", 1, written);
                     }
                 }
                 namer.launches(&msg.events);
                 write_kernel_names(&mut namer, &mut symbolizer, false, &mut sink, &mut report).await;
                 write_attachments(&mut libs, &mut sink, &mut report).await;
                 if !msg.stacks.is_empty() {
-                    let recs = msg.stacks.iter().map(|(h, pid, ips)| stack_record(&mut symbolizer, *h, *pid, ips)).collect();
-                    let _ = sink.write_stacks(recs).await;
+                    let recs: Vec<_> = msg.stacks.iter().map(|(h, pid, ips)| stack_record(&mut symbolizer, *h, *pid, ips)).collect();
+                    let n = recs.len();
+                    let written = sink.write_stacks(recs).await;
+                    report.check_write("stack_traces", n, written);
                 }
                 let n = msg.events.len() as u64;
                 let mut codes: HashMap<(u8, u16), u64> = HashMap::new();
@@ -337,6 +376,12 @@ pub async fn trace(
                 }
                 if opts.follow_mapped_libs {
                     for pid in probes.traced_pids() {
+                        // stopped by the loader hook: its notice is on the way and attaches what
+                        // the process loaded as complete (nothing ran since); a poll now would
+                        // attach the same libraries first and mark them incomplete
+                        if opts.stop_on_load && stopped(pid) {
+                            continue;
+                        }
                         if libs.needs_poll(pid) {
                             libs.scan(&mut probes, pid, "poll", false);
                         }
@@ -351,9 +396,10 @@ pub async fn trace(
             _ = tick.tick() => {
                 let summaries = summary_events(&probes, &mut prev_counters, &mut prev_pages);
                 if !summaries.is_empty() {
-                    let n = summaries.len() as u64;
-                    if sink.write_batch(summaries).await.is_ok() {
-                        report.events_written += n;
+                    let n = summaries.len();
+                    let written = sink.write_batch(summaries).await;
+                    if report.check_write("events (summaries)", n, written) {
+                        report.events_written += n as u64;
                     }
                 }
                 let lost_now: u64 = probes.counters()[..32].iter().sum::<u64>() + backpressure.values().sum::<u64>();
@@ -380,9 +426,10 @@ pub async fn trace(
     // final aggregates, names, coverage and every loss counter
     let summaries = summary_events(&probes, &mut prev_counters, &mut prev_pages);
     if !summaries.is_empty() {
-        let n = summaries.len() as u64;
-        if sink.write_batch(summaries).await.is_ok() {
-            report.events_written += n;
+        let n = summaries.len();
+        let written = sink.write_batch(summaries).await;
+        if report.check_write("events (summaries)", n, written) {
+            report.events_written += n as u64;
         }
     }
     write_kernel_names(&mut namer, &mut symbolizer, true, &mut sink, &mut report).await;
@@ -390,7 +437,9 @@ pub async fn trace(
     let last_rows = libs.finish();
     if !last_rows.is_empty() {
         report.attachments.extend(last_rows.iter().cloned());
-        let _ = sink.write_attachments(last_rows).await;
+        let n = last_rows.len();
+        let written = sink.write_attachments(last_rows).await;
+        report.check_write("attachments", n, written);
     }
     let counters = probes.counters();
     if namer.unnamed() > 0 {
@@ -434,6 +483,7 @@ pub async fn trace(
     report.host_probes = probes.host_attached.clone();
     report.notes = std::mem::take(&mut probes.notes);
     report.notes.append(&mut libs.notes);
+    report.notes.extend(report.unwritten_notes());
     drop(probes); // detach every uprobe and tracepoint before the sink's final work
     report.stopped_at_ns = now_ns();
     sink.flush().await?;

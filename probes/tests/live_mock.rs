@@ -347,6 +347,26 @@ fn user_stacks_are_recorded_and_symbolized() {
 }
 
 #[test]
+fn side_writes_the_sink_refuses_are_counted_and_noted() {
+    require_root();
+    let sink = MemSink::default();
+    sink.0.lock().unwrap().refuse_side_writes = true;
+    let (r, c, w) = run_traced_into(sink, &["train", "--iters", "20"], |o| o.stacks = true);
+    assert_eq!(r.command_exit, Some(0));
+    assert!(c.events.iter().any(|e| e.pid == w.pid && e.source == 1), "the events still go through");
+    assert!(c.stacks.is_empty() && c.names.is_empty(), "the test sink stored side rows");
+    let stacks = &r.unwritten["stack_traces"];
+    assert!(stacks.rows > 0 && stacks.first_error.contains("refused by the test sink"), "{stacks:?}");
+    assert!(r.unwritten["process_names"].rows >= 1, "{:?}", r.unwritten);
+    assert!(!r.unwritten.contains_key("kernel_names"), "only the refused tables: {:?}", r.unwritten);
+    assert!(
+        r.notes.iter().any(|n| n.contains("of `stack_traces` could not be written")),
+        "{:?}",
+        r.notes
+    );
+}
+
+#[test]
 fn a_library_loaded_after_the_start_is_attached() {
     require_root();
     let (r, c, w) = run_traced(&["late_dlopen", "--iters", "12"], |o| o.cuda_libs.clear());

@@ -39,6 +39,12 @@ pub struct Collected {
     pub kernel_names: BTreeMap<(u32, i64), KernelName>,
     pub attachments: Vec<LibraryAttach>,
     pub finished: bool,
+    /// Refuse every stack and process-name write (a sink whose side tables fail).
+    pub refuse_side_writes: bool,
+}
+
+fn refused() -> causeway_backends::error::Result<()> {
+    Err(causeway_backends::StoreError::Engine("refused by the test sink".into()))
 }
 
 /// An EventSink that keeps everything in memory; `capacity_batches` > 0 makes try_write_batch
@@ -60,7 +66,11 @@ impl EventSink for MemSink {
         &mut self,
         stacks: Vec<StackRecord>,
     ) -> causeway_backends::error::Result<()> {
-        self.0.lock().unwrap().stacks.extend(stacks);
+        let mut c = self.0.lock().unwrap();
+        if c.refuse_side_writes {
+            return refused();
+        }
+        c.stacks.extend(stacks);
         Ok(())
     }
     async fn write_process_name(
@@ -69,7 +79,11 @@ impl EventSink for MemSink {
         name: String,
         _seen_at_ns: i64,
     ) -> causeway_backends::error::Result<()> {
-        self.0.lock().unwrap().names.insert(pid, name);
+        let mut c = self.0.lock().unwrap();
+        if c.refuse_side_writes {
+            return refused();
+        }
+        c.names.insert(pid, name);
         Ok(())
     }
     async fn write_launch_configs(&mut self, configs: Vec<LaunchConfig>) -> causeway_backends::error::Result<()> {
@@ -158,6 +172,15 @@ pub fn run_traced(
     argv: &[&str],
     tweak: impl FnOnce(&mut TraceOptions),
 ) -> (TraceReport, Collected, Workload) {
+    run_traced_into(MemSink::default(), argv, tweak)
+}
+
+/// [`run_traced`] into a given sink.
+pub fn run_traced_into(
+    sink: MemSink,
+    argv: &[&str],
+    tweak: impl FnOnce(&mut TraceOptions),
+) -> (TraceReport, Collected, Workload) {
     let build = mock_build();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("stdout.txt");
@@ -170,7 +193,6 @@ pub fn run_traced(
         ..Default::default()
     };
     tweak(&mut opts);
-    let sink = MemSink::default();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
