@@ -77,7 +77,9 @@ fn main() {
     gen_cuda_probes(&out.join("cuda_probes.gen.h"));
     // the loader uses the uprobe_multi path (programs loaded without CO-RE relocation) only on a
     // kernel whose BTF is the one the object was compiled against
-    let btf_hash = std::fs::read("/sys/kernel/btf/vmlinux").map(|b| format!("{:016x}", fnv::fnv1a64(&b))).unwrap_or_else(|_| "none".into());
+    let btf_hash = std::fs::read("/sys/kernel/btf/vmlinux")
+        .map(|b| format!("{:016x}", fnv::fnv1a64(&b)))
+        .unwrap_or_else(|_| "none".into());
     println!("cargo:rustc-env=CAUSEWAY_BUILD_BTF_HASH={btf_hash}");
     println!("cargo:rerun-if-changed=/sys/kernel/btf/vmlinux");
 
@@ -91,15 +93,7 @@ fn main() {
 
     let obj = out.join("causeway.bpf.o");
     let status = Command::new(std::env::var("CLANG").unwrap_or_else(|_| "clang".into()))
-        .args([
-            "-target",
-            "bpf",
-            "-D__TARGET_ARCH_x86",
-            "-O2",
-            "-g",
-            "-Wall",
-            "-Wno-unused-function",
-        ])
+        .args(["-target", "bpf", "-D__TARGET_ARCH_x86", "-O2", "-g", "-Wall", "-Wno-unused-function"])
         .arg("-Werror=implicit-function-declaration")
         .arg(format!("-I{}", out.display()))
         .arg(format!("-I{}", ebpf.display()))
@@ -108,15 +102,9 @@ fn main() {
         .arg("-o")
         .arg(&obj)
         .status()
-        .unwrap_or_else(|e| {
-            panic!("running clang: {e} (apt-get install -y clang llvm libbpf-dev)")
-        });
-    assert!(
-        status.success(),
-        "clang failed to compile ebpf/causeway.bpf.c"
-    );
+        .unwrap_or_else(|e| panic!("running clang: {e} (apt-get install -y clang llvm libbpf-dev)"));
+    assert!(status.success(), "clang failed to compile ebpf/causeway.bpf.c");
 }
-
 
 fn gen_vmlinux(dst: &Path) {
     let btf = Path::new("/sys/kernel/btf/vmlinux");
@@ -126,13 +114,7 @@ fn gen_vmlinux(dst: &Path) {
     );
     let bpftool = ["bpftool", "/usr/sbin/bpftool", "/usr/local/sbin/bpftool"]
         .into_iter()
-        .find(|b| {
-            Command::new(b)
-                .arg("version")
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false)
-        })
+        .find(|b| Command::new(b).arg("version").output().map(|o| o.status.success()).unwrap_or(false))
         .expect("bpftool not found (apt-get install -y bpftool)");
     let out = Command::new(bpftool)
         .args(["btf", "dump", "file"])
@@ -140,10 +122,6 @@ fn gen_vmlinux(dst: &Path) {
         .args(["format", "c"])
         .output()
         .expect("bpftool btf dump");
-    assert!(
-        out.status.success(),
-        "bpftool btf dump failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&out.stderr));
     std::fs::write(dst, out.stdout).expect("write vmlinux.h");
 }

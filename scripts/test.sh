@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 bash scripts/install-test-deps.sh
+# One style (rustfmt.toml): a formatting drift fails before anything is built.
+cargo fmt --all -- --check
 cargo test --release --locked --workspace
 # The SQLite-only build (no C++ DuckDB) must keep working: build it in its own target directory and
 # run the engine conformance suite and the convert round-trips on it.

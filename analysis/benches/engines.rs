@@ -36,7 +36,8 @@ const TRACER_BATCH: usize = 8192;
 /// events are generated before the clock starts. Returns the seconds from the first batch to the
 /// finished file, and the file size.
 fn write(path: &Path, backend: Backend, n: usize) -> (f64, u64) {
-    let session = SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
+    let session =
+        SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
     let mut gen = SyntheticTrace::new(42, session.started_at_ns);
     let mut batches: Vec<Vec<Event>> = Vec::with_capacity(n / TRACER_BATCH + 1);
     let mut left = n;
@@ -49,7 +50,9 @@ fn write(path: &Path, backend: Backend, n: usize) -> (f64, u64) {
     let sink: Box<dyn EventSink> = match backend {
         Backend::Sqlite => Box::new(SqliteSink::create(path, session.clone()).expect("create")),
         #[cfg(feature = "duckdb")]
-        Backend::DuckDb => Box::new(causeway_backends::duckdb::DuckDbSink::create(path, session.clone()).expect("create")),
+        Backend::DuckDb => {
+            Box::new(causeway_backends::duckdb::DuckDbSink::create(path, session.clone()).expect("create"))
+        }
         #[cfg(not(feature = "duckdb"))]
         Backend::DuckDb => unreachable!(),
     };
@@ -96,10 +99,17 @@ fn measure(dir: &Path, backend: Backend, n: usize) -> Row {
     // Rust (what SQLite traces use), for the record of why it does.
     let scan_s = (backend == Backend::DuckDb).then(|| {
         let t = Instant::now();
-        let by_scan = causeway_backends::summary::summarize_by_scan(store.as_ref(), &Default::default(), &causeway_analysis::stats::PERCENTILES, false)
-            .expect("summary by scan");
+        let by_scan = causeway_backends::summary::summarize_by_scan(
+            store.as_ref(),
+            &Default::default(),
+            &causeway_analysis::stats::PERCENTILES,
+            false,
+        )
+        .expect("summary by scan");
         let s = t.elapsed().as_secs_f64();
-        let in_sql = store.duration_summary(&Default::default(), &causeway_analysis::stats::PERCENTILES, false).expect("summary");
+        let in_sql = store
+            .duration_summary(&Default::default(), &causeway_analysis::stats::PERCENTILES, false)
+            .expect("summary");
         assert_eq!(by_scan, in_sql, "DuckDB's figures and the Rust scan's differ");
         s
     });
@@ -108,7 +118,12 @@ fn measure(dir: &Path, backend: Backend, n: usize) -> Row {
     let e = explain(store.as_ref(), &ExplainRequest::default()).expect("explain");
     let explain_s = t.elapsed().as_secs_f64();
     let explain_mib = vm_kib("VmHWM:") as f64 / 1024.0;
-    eprintln!("  {} {n}: {} chains; verdict: {}", backend.name(), e.chains_total, e.verdict.chars().take(80).collect::<String>());
+    eprintln!(
+        "  {} {n}: {} chains; verdict: {}",
+        backend.name(),
+        e.chains_total,
+        e.verdict.chars().take(80).collect::<String>()
+    );
     drop(store);
     if std::env::var_os("CAUSEWAY_BENCH_KEEP").is_none() {
         let _ = std::fs::remove_file(&path);
@@ -122,8 +137,10 @@ fn main() {
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
     let only = std::env::var("CAUSEWAY_BENCH_ENGINE").ok().map(|e| Backend::parse(&e).expect("CAUSEWAY_BENCH_ENGINE"));
-    let backends: Vec<Backend> =
-        [Backend::Sqlite, Backend::DuckDb].into_iter().filter(|b| b.available() && only.is_none_or(|o| o == *b)).collect();
+    let backends: Vec<Backend> = [Backend::Sqlite, Backend::DuckDb]
+        .into_iter()
+        .filter(|b| b.available() && only.is_none_or(|o| o == *b))
+        .collect();
     let tmp = tempfile::tempdir_in(std::env::temp_dir()).expect("tempdir");
     let keep = std::env::var_os("CAUSEWAY_BENCH_KEEP").map(std::path::PathBuf::from);
     if let Some(k) = &keep {

@@ -15,7 +15,9 @@ use causeway_model::SessionInfo;
 fn vm_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with(key)).map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        })
         .unwrap_or(0)
 }
 
@@ -26,7 +28,11 @@ fn main() {
         let t = Instant::now();
         let tmp = path.with_extension("partial");
         let _ = std::fs::remove_file(&tmp);
-        let session = SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
+        let session = SessionInfo {
+            started_at_ns: 1_774_000_000_000_000_000,
+            tool_version: "bench".into(),
+            ..Default::default()
+        };
         let mut w = SqliteWriter::create(&tmp, &session).expect("create trace");
         let mut gen = SyntheticTrace::new(42, session.started_at_ns);
         let mut left = n;
@@ -40,7 +46,11 @@ fn main() {
         println!("wrote {n} events to {} in {:.1} s", path.display(), t.elapsed().as_secs_f64());
     }
     let store = SqliteStore::open(&path).expect("open");
-    println!("trace: {} events, {:.1} MiB", store.info().events, std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0);
+    println!(
+        "trace: {} events, {:.1} MiB",
+        store.info().events,
+        std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0
+    );
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let rss_before = vm_kib("VmRSS:");
     let t = Instant::now();
@@ -58,9 +68,17 @@ fn main() {
     println!("verdict: {}", e.verdict);
     if let Some(c) = e.chains.first() {
         let t = Instant::now();
-        let r = store.query(&c.evidence.sql, &QueryLimits { timeout_ms: 600_000, ..Default::default() }).expect("evidence SQL");
+        let r = store
+            .query(&c.evidence.sql, &QueryLimits { timeout_ms: 600_000, ..Default::default() })
+            .expect("evidence SQL");
         let v = r.rows[0][0].as_i64();
-        println!("evidence SQL of {}: {:.2} s, value {:?} (chain says {})", c.id, t.elapsed().as_secs_f64(), v, c.evidence.value);
+        println!(
+            "evidence SQL of {}: {:.2} s, value {:?} (chain says {})",
+            c.id,
+            t.elapsed().as_secs_f64(),
+            v,
+            c.evidence.value
+        );
         assert_eq!(v, Some(c.evidence.value), "evidence SQL disagrees with the chain");
     }
 }

@@ -17,7 +17,9 @@ use causeway_model::SessionInfo;
 fn vm_hwm_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        })
         .unwrap_or(0)
 }
 
@@ -55,11 +57,18 @@ fn write_path(dir: &Path, n: usize) {
     println!("write path  : {total} events through EventSink into SQLite");
     let sustained = total as f64 / written.as_secs_f64();
     println!("              sustained {sustained:.0} events/s, every batch committed ({:.2} s)", written.as_secs_f64());
-    println!("              target >= 500,000 events/s sustained: {}", if sustained >= 500_000.0 { "met" } else { "MISSED" });
+    println!(
+        "              target >= 500,000 events/s sustained: {}",
+        if sustained >= 500_000.0 { "met" } else { "MISSED" }
+    );
     println!("              finish (indexes, checkpoint, journal back to DELETE): {:.2} s once per trace; {:.0} events/s end to end",
         (with_index - written).as_secs_f64(), total as f64 / with_index.as_secs_f64());
-    println!("              file {:.1} MiB, peak RSS {:.1} MiB (before: {:.1} MiB, batches pre-generated)",
-        size as f64 / 1048576.0, vm_hwm_kib() as f64 / 1024.0, before as f64 / 1024.0);
+    println!(
+        "              file {:.1} MiB, peak RSS {:.1} MiB (before: {:.1} MiB, batches pre-generated)",
+        size as f64 / 1048576.0,
+        vm_hwm_kib() as f64 / 1024.0,
+        before as f64 / 1024.0
+    );
 }
 
 fn ensure_big_trace(path: &Path, n: usize) {
@@ -93,8 +102,11 @@ FROM r GROUP BY source, op ORDER BY source, op;";
 fn read_path(path: &Path, n: usize) {
     let t = Instant::now();
     ensure_big_trace(path, n);
-    println!("read path   : {n}-event trace ready in {:.1} s ({:.0} MiB)", t.elapsed().as_secs_f64(),
-        std::fs::metadata(path).unwrap().len() as f64 / 1048576.0);
+    println!(
+        "read path   : {n}-event trace ready in {:.1} s ({:.0} MiB)",
+        t.elapsed().as_secs_f64(),
+        std::fs::metadata(path).unwrap().len() as f64 / 1048576.0
+    );
     // Warm the page cache for both contenders alike (in chunks: the bytes are not kept).
     {
         use std::io::Read;
@@ -122,12 +134,26 @@ fn read_path(path: &Path, n: usize) {
                 let f: Vec<i64> = line.split('|').map(|x| x.parse().unwrap()).collect();
                 let s = stats.ops.iter().find(|s| i64::from(s.source) == f[0] && i64::from(s.op_code) == f[1]).unwrap();
                 let us = |v: i64| v as f64 / 1000.0;
-                let same = s.count as i64 == f[2] && s.min_us == us(f[4]) && s.max_us == us(f[5])
-                    && s.p50_us == us(f[6]) && s.p90_us == us(f[7]) && s.p95_us == us(f[8]) && s.p99_us == us(f[9]);
-                if !same { mismatches += 1; }
+                let same = s.count as i64 == f[2]
+                    && s.min_us == us(f[4])
+                    && s.max_us == us(f[5])
+                    && s.p50_us == us(f[6])
+                    && s.p90_us == us(f[7])
+                    && s.p95_us == us(f[8])
+                    && s.p99_us == us(f[9]);
+                if !same {
+                    mismatches += 1;
+                }
             }
-            println!("              sqlite3 window-function SQL: {theirs:.2} s; figures {}", if mismatches == 0 { "identical".to_string() } else { format!("DIFFER on {mismatches} ops") });
-            println!("              ratio sqlite3 / causeway = {:.1}x (target > 1: {})", theirs / ours, if theirs > ours { "met" } else { "MISSED" });
+            println!(
+                "              sqlite3 window-function SQL: {theirs:.2} s; figures {}",
+                if mismatches == 0 { "identical".to_string() } else { format!("DIFFER on {mismatches} ops") }
+            );
+            println!(
+                "              ratio sqlite3 / causeway = {:.1}x (target > 1: {})",
+                theirs / ours,
+                if theirs > ours { "met" } else { "MISSED" }
+            );
         }
         Ok(o) => println!("              sqlite3 failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => println!("              sqlite3 command-line tool not found ({e}): install the sqlite3 package"),

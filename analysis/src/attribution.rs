@@ -63,7 +63,9 @@ pub struct OffCpu {
 }
 
 /// Why part of a call (or of a gap between calls) was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
     /// Runnable, but another task had the CPU.
@@ -136,7 +138,9 @@ impl Cause {
 }
 
 /// The task a cause names: who took the CPU, or who woke the thread.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Culprit {
     pub pid: u32,
     pub tid: u32,
@@ -229,7 +233,12 @@ impl ThreadOrder {
         // keeping each thread's calls in input order...
         let mut per_thread: FewKeys<u32, Vec<CallSpan>> = FewKeys::default();
         for (i, c) in calls.iter().enumerate() {
-            per_thread.entry(c.tid, Vec::new).push(CallSpan { ts: c.ts, dur: c.dur, idx: i as u32, source: c.op.source });
+            per_thread.entry(c.tid, Vec::new).push(CallSpan {
+                ts: c.ts,
+                dur: c.dur,
+                idx: i as u32,
+                source: c.op.source,
+            });
         }
         let mut threads = per_thread.into_sorted();
         // ...and a stable sort per thread, nearly free on time-sorted input, puts them in order.
@@ -363,7 +372,15 @@ pub fn attribute_interval(
     };
     let uncovered = (b - a) - covered;
     if uncovered > 0 {
-        parts.push(Part { cause: Cause::NoSchedData, ns: uncovered, culprit: None, cpu: -1, switch_id: None, start: a, end: b });
+        parts.push(Part {
+            cause: Cause::NoSchedData,
+            ns: uncovered,
+            culprit: None,
+            cpu: -1,
+            switch_id: None,
+            start: a,
+            end: b,
+        });
     }
     let rest = covered - off_ns;
     if rest > 0 {
@@ -390,7 +407,12 @@ pub fn is_gpu_wait_op(code: OpCode) -> bool {
 }
 
 /// Attribute one slow call. `page_allocs` are the call's process's page allocations.
-pub fn attribute_call(call: &Call, offs: &[OffCpu], coverage: Option<Option<Coverage>>, page_allocs: &PageAllocs) -> CallAttribution {
+pub fn attribute_call(
+    call: &Call,
+    offs: &[OffCpu],
+    coverage: Option<Option<Coverage>>,
+    page_allocs: &PageAllocs,
+) -> CallAttribution {
     let page_alloc_bytes = page_bytes_between(page_allocs, call.ts, call.end());
     let remainder =
         if page_alloc_bytes >= PAGE_ALLOC_PRESSURE_BYTES { Cause::PageAllocPressure } else { Cause::OnCpuOrGpu };
@@ -419,18 +441,24 @@ mod tests {
     #[test]
     fn runtime_call_contains_its_driver_call() {
         let calls = vec![
-            call(1, 1, 1, 5, 100, 50),  // cudaStreamSync
-            call(2, 1, 4, 8, 101, 40),  // cuStreamSynchronize inside it
-            call(3, 2, 4, 8, 101, 40),  // same times, other thread: top-level
-            call(4, 1, 1, 3, 200, 10),  // later, top-level
-            call(5, 1, 4, 1, 200, 10),  // identical span, driver: nested (source order)
+            call(1, 1, 1, 5, 100, 50), // cudaStreamSync
+            call(2, 1, 4, 8, 101, 40), // cuStreamSynchronize inside it
+            call(3, 2, 4, 8, 101, 40), // same times, other thread: top-level
+            call(4, 1, 1, 3, 200, 10), // later, top-level
+            call(5, 1, 4, 1, 200, 10), // identical span, driver: nested (source order)
         ];
         assert_eq!(nested_flags(&calls, &ThreadOrder::of(&calls)), vec![false, true, false, false, true]);
     }
 
     #[test]
     fn sleep_splits_at_the_wake_up() {
-        let d = SchedDetail { prev_state: PrevState::Sleeping, wake_ts_ns: 130, waker_pid: 7, waker_tid: 8, ..Default::default() };
+        let d = SchedDetail {
+            prev_state: PrevState::Sleeping,
+            wake_ts_ns: 130,
+            waker_pid: 7,
+            waker_tid: 8,
+            ..Default::default()
+        };
         let s = segments(&off(1, 100, 150, Some(d)));
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].cause, s[0].start, s[0].end), (Cause::Sleep, 100, 130));
@@ -440,7 +468,13 @@ mod tests {
 
     #[test]
     fn interval_is_split_and_the_rest_is_the_remainder() {
-        let pre = SchedDetail { prev_state: PrevState::Preempted, next_pid: 9912, next_tid: 9912, next_comm: "backup-rsync".into(), ..Default::default() };
+        let pre = SchedDetail {
+            prev_state: PrevState::Preempted,
+            next_pid: 9912,
+            next_tid: 9912,
+            next_comm: "backup-rsync".into(),
+            ..Default::default()
+        };
         let offs = vec![off(10, 90, 120, Some(pre)), off(11, 140, 145, None)];
         let parts = attribute_interval(100, 200, &offs, None, Cause::OnCpuOrGpu);
         assert_eq!(parts.len(), 3);
@@ -448,7 +482,8 @@ mod tests {
         assert_eq!((parts[1].cause, parts[1].ns), (Cause::OffCpuUnrecorded, 5));
         assert_eq!((parts[2].cause, parts[2].ns), (Cause::OnCpuOrGpu, 75));
         // Coverage starting at 150: 50 ns have no scheduler data.
-        let parts = attribute_interval(100, 200, &offs, Some(Some(Coverage { start: 150, end: 300 })), Cause::OnCpuOrGpu);
+        let parts =
+            attribute_interval(100, 200, &offs, Some(Some(Coverage { start: 150, end: 300 })), Cause::OnCpuOrGpu);
         let nosched: i64 = parts.iter().filter(|p| p.cause == Cause::NoSchedData).map(|p| p.ns).sum();
         assert_eq!(nosched, 50);
         assert_eq!(parts.iter().map(|p| p.ns).sum::<i64>(), 100);
@@ -469,12 +504,20 @@ mod tests {
         use causeway_model::codes::op;
         assert_eq!(gpu_call_sources(), &[1, 4, 8]);
         // The ops that wait for the GPU: every sync and synchronous copy, and nothing that returns at once.
-        let waits: Vec<OpCode> = codes::OPS.iter().map(|e| OpCode::new(e.0, e.1)).filter(|&c| is_gpu_wait_op(c)).collect();
+        let waits: Vec<OpCode> =
+            codes::OPS.iter().map(|e| OpCode::new(e.0, e.1)).filter(|&c| is_gpu_wait_op(c)).collect();
         assert_eq!(
             waits,
             vec![
-                op::CUDA_MEMCPY, op::CUDA_STREAM_SYNC, op::CUDA_DEVICE_SYNC, op::CUDA_MEMCPY_2D, op::CUDA_MEMCPY_PEER,
-                op::CUDA_EVENT_SYNC, op::CU_MEMCPY, op::CU_CTX_SYNCHRONIZE, op::CU_STREAM_SYNCHRONIZE,
+                op::CUDA_MEMCPY,
+                op::CUDA_STREAM_SYNC,
+                op::CUDA_DEVICE_SYNC,
+                op::CUDA_MEMCPY_2D,
+                op::CUDA_MEMCPY_PEER,
+                op::CUDA_EVENT_SYNC,
+                op::CU_MEMCPY,
+                op::CU_CTX_SYNCHRONIZE,
+                op::CU_STREAM_SYNCHRONIZE,
             ]
         );
         assert!(!is_gpu_wait_op(op::CUDA_EVENT_QUERY) && !is_gpu_wait_op(op::CUDA_STREAM_WAIT_EVENT));

@@ -30,7 +30,9 @@ use crate::attribution::{Cause, Culprit, Part};
 use crate::evidence::CulpritKey;
 
 /// How bad a chain is (see the module doc for the thresholds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Severity {
     High,
@@ -49,7 +51,9 @@ impl Severity {
 }
 
 /// What kind of finding a chain is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ChainKind {
     /// Slow calls of one op, one cause, one culprit.
@@ -266,7 +270,11 @@ pub fn rank(chains: &mut [Chain]) {
         (false, _) => 0,
     };
     chains.sort_by(|a, b| {
-        group(a).cmp(&group(b)).then(a.severity.cmp(&b.severity)).then(b.stall_ns.cmp(&a.stall_ns)).then(a.key.cmp(&b.key))
+        group(a)
+            .cmp(&group(b))
+            .then(a.severity.cmp(&b.severity))
+            .then(b.stall_ns.cmp(&a.stall_ns))
+            .then(a.key.cmp(&b.key))
     });
     for (i, c) in chains.iter_mut().enumerate() {
         c.id = format!("c{}", i + 1);
@@ -352,7 +360,17 @@ pub fn recommendations(kind: ChainKind, cause: Cause, op: &str, culprit: &Option
 
 /// One-line summary of an attributed chain; `subject` names the thread or process ("tid 2233 (python3)").
 #[allow(clippy::too_many_arguments)]
-pub fn attributed_summary(kind: ChainKind, op: &str, subject: &str, cause: Cause, culprit: &Option<Culprit>, calls: u64, stall_ns: i64, share: f64, cpus: &BTreeMap<i32, i64>) -> String {
+pub fn attributed_summary(
+    kind: ChainKind,
+    op: &str,
+    subject: &str,
+    cause: Cause,
+    culprit: &Option<Culprit>,
+    calls: u64,
+    stall_ns: i64,
+    share: f64,
+    cpus: &BTreeMap<i32, i64>,
+) -> String {
     let on_cpu = match cpus.iter().max_by_key(|(_, ns)| **ns) {
         Some((cpu, _)) if cause == Cause::Preempted => format!(" on CPU {cpu}"),
         _ => String::new(),
@@ -362,7 +380,9 @@ pub fn attributed_summary(kind: ChainKind, op: &str, subject: &str, cause: Cause
         (Cause::Uninterruptible, Some(c)) if c.role == "issued_io" => {
             format!("{} while {} kept the disk busy", cause.describe(), culprit_words(culprit))
         }
-        (Cause::Sleep | Cause::Uninterruptible, Some(_)) => format!("{} until woken by {}", cause.describe(), culprit_words(culprit)),
+        (Cause::Sleep | Cause::Uninterruptible, Some(_)) => {
+            format!("{} until woken by {}", cause.describe(), culprit_words(culprit))
+        }
         _ => cause.describe().to_string(),
     };
     match kind {

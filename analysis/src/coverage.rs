@@ -13,7 +13,12 @@ use crate::AnalysisError;
 
 /// The coverage lines of a trace for `window` and `pid` (all processes when `None`); `origin` is
 /// the trace's first event, from which times are given.
-pub fn coverage_notes(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, origin: i64) -> Result<Vec<String>, AnalysisError> {
+pub fn coverage_notes(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+    origin: i64,
+) -> Result<Vec<String>, AnalysisError> {
     Ok(coverage_lines(&store.attachments()?, window, pid, origin))
 }
 
@@ -25,7 +30,11 @@ pub fn coverage_lines(attachments: &[LibraryAttach], window: TimeWindow, pid: Op
         let lib = library_words(a);
         let mut lines = Vec::new();
         if a.kind == "runtime_static" && a.symbols.is_empty() {
-            lines.push(format!("pid {}: only driver calls are visible: the CUDA runtime is statically linked without symbols{}", a.pid, path_words(a)));
+            lines.push(format!(
+                "pid {}: only driver calls are visible: the CUDA runtime is statically linked without symbols{}",
+                a.pid,
+                path_words(a)
+            ));
         } else if !a.note.is_empty() {
             lines.push(format!("pid {} ({lib}): {}", a.pid, a.note));
         }
@@ -102,6 +111,12 @@ mod tests {
         assert_eq!(coverage_lines(&a, TimeWindow::ALL, Some(900), 10 * s).len(), 1);
         assert!(coverage_lines(&a, TimeWindow { from_ns: Some(12 * s), to_ns: None }, Some(900), 10 * s).is_empty());
         // A static runtime found with its symbols is traced: nothing to say.
-        assert!(coverage_lines(&[attach(1, "/app", "runtime_static", 0, true, &["cudaMalloc"])], TimeWindow::ALL, None, 0).is_empty());
+        assert!(coverage_lines(
+            &[attach(1, "/app", "runtime_static", 0, true, &["cudaMalloc"])],
+            TimeWindow::ALL,
+            None,
+            0
+        )
+        .is_empty());
     }
 }

@@ -33,7 +33,11 @@ fn chain(
     recommendations: Vec<String>,
     evidence: Evidence,
 ) -> Chain {
-    let key = format!("{}/{op}/{cause}/pid:{pid}{}", serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(), tid.map(|t| format!("/tid:{t}")).unwrap_or_default());
+    let key = format!(
+        "{}/{op}/{cause}/pid:{pid}{}",
+        serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        tid.map(|t| format!("/tid:{t}")).unwrap_or_default()
+    );
     Chain {
         id: String::new(),
         key,
@@ -79,7 +83,12 @@ pub struct DetectorFindings {
 
 /// Runs the detectors over `calls` (in (ts, id) order; `nested` flags the calls inside another GPU
 /// call of their thread). `bounds`: first and last event in scope.
-pub fn detector_findings(calls: &[Call], nested: &[bool], bounds: Option<(i64, i64)>, has_ptr: bool) -> DetectorFindings {
+pub fn detector_findings(
+    calls: &[Call],
+    nested: &[bool],
+    bounds: Option<(i64, i64)>,
+    has_ptr: bool,
+) -> DetectorFindings {
     let mut found = DetectorFindings { bounds, drop: None, storms: Vec::new(), allocators: Vec::new(), has_ptr };
     let Some((_, end)) = bounds else { return found };
     let top = detectors::top_level_findings(calls, nested, has_ptr);
@@ -123,13 +132,37 @@ pub fn detector_chains(
             Severity::Low
         };
         let pid = last_before.as_ref().map(|c| c.pid).unwrap_or(0);
-        let mut timeline = vec![step(d.first, d.split - d.first, "CUDA", format!("{} launches at {before_rate:.1}/s", d.before), None)];
+        let mut timeline = vec![step(
+            d.first,
+            d.split - d.first,
+            "CUDA",
+            format!("{} launches at {before_rate:.1}/s", d.before),
+            None,
+        )];
         if let Some(c) = &last_before {
-            timeline.push(step(c.ts, c.dur, "CUDA", format!("last launch at the old rate: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone())));
+            timeline.push(step(
+                c.ts,
+                c.dur,
+                "CUDA",
+                format!("last launch at the old rate: {} on tid {}", c.op.name(), c.tid),
+                Some(c.id.clone()),
+            ));
         }
-        timeline.push(step(d.split, d.end - d.split, "CUDA", format!("{} launch(es) in {} ({during_rate:.2}/s)", d.during, fmt_ns(d.end - d.split)), None));
+        timeline.push(step(
+            d.split,
+            d.end - d.split,
+            "CUDA",
+            format!("{} launch(es) in {} ({during_rate:.2}/s)", d.during, fmt_ns(d.end - d.split)),
+            None,
+        ));
         if let Some(c) = &first_after {
-            timeline.push(step(c.ts, c.dur, "CUDA", format!("next launch: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone())));
+            timeline.push(step(
+                c.ts,
+                c.dur,
+                "CUDA",
+                format!("next launch: {} on tid {}", c.op.name(), c.tid),
+                Some(c.id.clone()),
+            ));
         }
         let ids = last_before.iter().chain(first_after.iter()).map(|c| c.id.clone()).collect();
         out.push(chain(
@@ -227,7 +260,11 @@ pub fn detector_chains(
             && (has_ptr || a.frees * 2 < a.allocs)
             && a.unfreed_bytes >= detectors::UNFREED_MIN_BYTES
         {
-            let how = if has_ptr { "matched by device pointer" } else { "this DB cannot match frees to allocations (no pointer column): all allocated bytes" };
+            let how = if has_ptr {
+                "matched by device pointer"
+            } else {
+                "this DB cannot match frees to allocations (no pointer column): all allocated bytes"
+            };
             let mut imbalance = chain(
                 ChainKind::AllocatorImbalance,
                 "device allocation",
@@ -294,11 +331,22 @@ fn free_storm_text(ops: &[OpCode]) -> &'static str {
 /// (cudaMalloc[Managed], cuMemAlloc[Managed], cudaFree, cuMemFree), and what the trace cannot match
 /// (pinned host memory is freed by cudaFreeHost, which is not traced).
 fn allocation_op_facts(a: &detectors::AllocatorFindings) -> Vec<String> {
-    let plain = [op::CUDA_MALLOC, op::CUDA_MALLOC_MANAGED, op::CU_MEM_ALLOC, op::CU_MEM_ALLOC_MANAGED, op::CUDA_FREE, op::CU_MEM_FREE];
+    let plain = [
+        op::CUDA_MALLOC,
+        op::CUDA_MALLOC_MANAGED,
+        op::CU_MEM_ALLOC,
+        op::CU_MEM_ALLOC_MANAGED,
+        op::CUDA_FREE,
+        op::CU_MEM_FREE,
+    ];
     let mut out = Vec::new();
     if a.alloc_ops.iter().chain(&a.free_ops).any(|o| !plain.contains(o)) {
         let names = |v: &[OpCode]| v.iter().map(|o| o.name().into_owned()).collect::<Vec<_>>().join(", ");
-        out.push(format!("allocations by {}; frees by {}", names(&a.alloc_ops), if a.free_ops.is_empty() { "none".into() } else { names(&a.free_ops) }));
+        out.push(format!(
+            "allocations by {}; frees by {}",
+            names(&a.alloc_ops),
+            if a.free_ops.is_empty() { "none".into() } else { names(&a.free_ops) }
+        ));
     }
     if a.unfreed_pinned_bytes > 0 {
         out.push(format!(

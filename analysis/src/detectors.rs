@@ -77,7 +77,8 @@ pub fn long_gaps(calls: &[Call], order: &ThreadOrder) -> Vec<Gap> {
         sizes.extend(gaps_of(spans).map(|(start, end, _, _)| end - start));
         let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
         let (p50, p75) = (p[0], p[1]);
-        let threshold = GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
+        let threshold =
+            GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
         out.extend(gaps_of(spans).filter(|g| g.1 - g.0 >= threshold).map(|(start, end, a, b)| Gap {
             pid: calls[b].pid,
             tid,
@@ -157,7 +158,10 @@ pub fn throughput_drop(launch_ts: &[i64], end: i64) -> Option<ThroughputDrop> {
         let fit = |k: i64, t: i64| if k == 0 { 0.0 } else { k as f64 * (k as f64 / t as f64).ln() };
         let score = fit(before, before_ns) + fit(during, during_ns);
         if best.as_ref().is_none_or(|b| score > b.1) {
-            best = Some((ThroughputDrop { first, split, end, before: before as u64, during: during as u64, lost_ns }, score));
+            best = Some((
+                ThroughputDrop { first, split, end, before: before as u64, during: during as u64, lost_ns },
+                score,
+            ));
         }
     }
     best.map(|b| b.0)
@@ -199,8 +203,9 @@ pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Top
         if n {
             continue;
         }
-        let (s, syncs) = per_thread
-            .entry(c.tid, || (SyncStorm { pid: c.pid, tid: c.tid, launches: 0, syncs: 0, sync_ns: 0, worst: vec![] }, Vec::new()));
+        let (s, syncs) = per_thread.entry(c.tid, || {
+            (SyncStorm { pid: c.pid, tid: c.tid, launches: 0, syncs: 0, sync_ns: 0, worst: vec![] }, Vec::new())
+        });
         match gpu_role(c.op) {
             GpuRole::Launch => {
                 s.launches += 1;
@@ -219,7 +224,9 @@ pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Top
     let storms = per_thread
         .into_sorted()
         .into_iter()
-        .filter(|(_, (s, _))| s.launches >= SYNC_STORM_MIN_LAUNCHES && s.syncs * 10 >= s.launches * SYNC_STORM_PER_10_LAUNCHES)
+        .filter(|(_, (s, _))| {
+            s.launches >= SYNC_STORM_MIN_LAUNCHES && s.syncs * 10 >= s.launches * SYNC_STORM_PER_10_LAUNCHES
+        })
         .map(|(_, (mut s, syncs))| {
             let mut w: Vec<(i64, &EventId)> = syncs.iter().map(|&i| (calls[i].dur, &calls[i].id)).collect();
             w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
@@ -256,7 +263,11 @@ pub struct AllocatorFindings {
 }
 
 /// Allocator figures per process from its top-level allocations and frees (in call order).
-fn allocator_figures(mut allocs: BTreeMap<u32, Vec<&Call>>, mut frees: BTreeMap<u32, Vec<&Call>>, has_ptr: bool) -> Vec<AllocatorFindings> {
+fn allocator_figures(
+    mut allocs: BTreeMap<u32, Vec<&Call>>,
+    mut frees: BTreeMap<u32, Vec<&Call>>,
+    has_ptr: bool,
+) -> Vec<AllocatorFindings> {
     let pids: std::collections::BTreeSet<u32> = allocs.keys().chain(frees.keys()).copied().collect();
     let mut out = Vec::new();
     for pid in pids {
@@ -285,7 +296,8 @@ fn allocator_figures(mut allocs: BTreeMap<u32, Vec<&Call>>, mut frees: BTreeMap<
             a.iter().filter(|c| !has_ptr || last_free.get(&c.arg2).is_none_or(|&t| t < c.ts)).collect();
         let unfreed_bytes = unfreed.iter().map(|c| c.arg0).sum();
         let unfreed_pinned_bytes = unfreed.iter().filter(|c| c.op == op::CUDA_HOST_ALLOC).map(|c| c.arg0).sum();
-        let ops_of = |v: &[&Call]| v.iter().map(|c| c.op).collect::<std::collections::BTreeSet<OpCode>>().into_iter().collect();
+        let ops_of =
+            |v: &[&Call]| v.iter().map(|c| c.op).collect::<std::collections::BTreeSet<OpCode>>().into_iter().collect();
         let worst = |v: &[&Call]| {
             let mut w: Vec<(i64, EventId)> = v.iter().map(|c| (c.dur, c.id.clone())).collect();
             w.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
@@ -396,12 +408,22 @@ mod tests {
     fn the_launch_and_allocator_paths_of_every_api_count() {
         // One definition: the role lists hold the Ex, graph, stream-ordered and VMM paths.
         let launches = ops_with_role(GpuRole::Launch);
-        for o in [op::CUDA_LAUNCH_KERNEL, op::CUDA_LAUNCH_KERNEL_EX, op::CU_LAUNCH_KERNEL, op::CU_LAUNCH_KERNEL_EX, op::GRAPH_LAUNCH, op::CU_GRAPH_LAUNCH] {
+        for o in [
+            op::CUDA_LAUNCH_KERNEL,
+            op::CUDA_LAUNCH_KERNEL_EX,
+            op::CU_LAUNCH_KERNEL,
+            op::CU_LAUNCH_KERNEL_EX,
+            op::GRAPH_LAUNCH,
+            op::CU_GRAPH_LAUNCH,
+        ] {
             assert!(launches.contains(&o), "{o:?}");
         }
         assert_eq!(launches.len(), 6);
         assert!(!ops_with_role(GpuRole::Sync).contains(&op::CUDA_MEMCPY), "a sync storm counts synchronizations only");
-        assert!(ops_with_role(GpuRole::Alloc).contains(&op::CU_MEM_CREATE) && ops_with_role(GpuRole::Free).contains(&op::CU_MEM_RELEASE));
+        assert!(
+            ops_with_role(GpuRole::Alloc).contains(&op::CU_MEM_CREATE)
+                && ops_with_role(GpuRole::Free).contains(&op::CU_MEM_RELEASE)
+        );
         // A thread launching through cuLaunchKernelEx and cuGraphLaunch, syncing with cuStreamSynchronize.
         let mut calls = Vec::new();
         for i in 0..30 {
@@ -412,7 +434,14 @@ mod tests {
             calls.push(c(3 * i + 2, 1, op::CUDA_MEMCPY, i * 100 + 70, 7));
         }
         // The stream-ordered allocator and the VMM: two blocks freed by pointer / handle, one kept.
-        for (i, (alloc, free)) in [(op::CUDA_MALLOC_ASYNC, op::CUDA_FREE_ASYNC), (op::CU_MEM_CREATE, op::CU_MEM_RELEASE), (op::CUDA_MALLOC_ASYNC, op::CUDA_FREE_ASYNC)].into_iter().enumerate() {
+        for (i, (alloc, free)) in [
+            (op::CUDA_MALLOC_ASYNC, op::CUDA_FREE_ASYNC),
+            (op::CU_MEM_CREATE, op::CU_MEM_RELEASE),
+            (op::CUDA_MALLOC_ASYNC, op::CUDA_FREE_ASYNC),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let i = i as i64;
             let mut a = c(100 + i, 1, alloc, 5_000 + i * 10, 3);
             (a.arg0, a.arg2) = (1 << 20, 0x10 + i);

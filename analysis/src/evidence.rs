@@ -10,7 +10,9 @@
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 
-use crate::attribution::{gpu_call_sources, Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE};
+use crate::attribution::{
+    gpu_call_sources, Cause, PAGE_ALLOC_PRESSURE_BYTES, SLOW_FLOOR_NS, SLOW_P50_MULTIPLE, SLOW_PER_MILLE,
+};
 use crate::detectors::{GAP_FLOOR_NS, GAP_P50_MULTIPLE, GAP_P75_MULTIPLE};
 use crate::spin;
 use crate::stats::nearest_rank_sql;
@@ -127,12 +129,17 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
         op::SCHED_SWITCH.sql("e")
     );
     let so = "(e.timestamp - e.duration)";
-    let wake = format!("(CASE WHEN COALESCE(e.wake_ts, 0) > 0 THEN MIN(MAX(e.wake_ts, {so}), e.timestamp) ELSE e.timestamp END)");
-    let ov = |a: &str, b: &str| format!("SELECT COALESCE(SUM(MAX(0, MIN(c.te, {b}) - MAX(c.ts, {a}))), 0) AS value {sw}");
+    let wake = format!(
+        "(CASE WHEN COALESCE(e.wake_ts, 0) > 0 THEN MIN(MAX(e.wake_ts, {so}), e.timestamp) ELSE e.timestamp END)"
+    );
+    let ov =
+        |a: &str, b: &str| format!("SELECT COALESCE(SUM(MAX(0, MIN(c.te, {b}) - MAX(c.ts, {a}))), 0) AS value {sw}");
     let state_known = "e.prev_state IN (0, 1, 2, 3)";
     match cause {
         Cause::OffCpuUnrecorded if !scope.sched_detail => ov(so, "e.timestamp"),
-        Cause::OffCpuUnrecorded => format!("{} WHERE NOT ({state_known}) OR e.prev_state IS NULL", ov(so, "e.timestamp")),
+        Cause::OffCpuUnrecorded => {
+            format!("{} WHERE NOT ({state_known}) OR e.prev_state IS NULL", ov(so, "e.timestamp"))
+        }
         Cause::Preempted => format!("{} WHERE e.prev_state = 0{}", ov(so, "e.timestamp"), preempted_by(culprit)),
         // Only slow calls of a synchronizing op spin; their query is built by `slow_call_chain_sql`.
         Cause::SpinGpuBusy => format!("{} WHERE e.prev_state = 0", ov(so, "e.timestamp")),
@@ -195,7 +202,12 @@ fn coverage_cte() -> String {
 /// by call with the spin decision of [`crate::spin`] ([`spin_wait_cte`]).
 pub fn slow_call_chain_sql(scope: &SqlScope, op: OpCode, cause: Cause, culprit: &CulpritKey) -> String {
     if scope.sched_detail && spin::is_spin_bounded_op(op) && matches!(cause, Cause::Preempted | Cause::SpinGpuBusy) {
-        return format!("WITH {}, {} {}", slow_calls_cte(scope, op), spin_wait_cte(scope), spin_measure_sql(cause, culprit));
+        return format!(
+            "WITH {}, {} {}",
+            slow_calls_cte(scope, op),
+            spin_wait_cte(scope),
+            spin_measure_sql(cause, culprit)
+        );
     }
     format!("WITH {}, {} {}", slow_calls_cte(scope, op), coverage_cte(), measure_sql(scope, cause, culprit))
 }

@@ -122,7 +122,12 @@ struct Item {
 pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
     let info = store.info();
     let mut phase = PhaseClock::start();
-    let scope = SqlScope { window: req.window, pid: req.pid, sched_detail: info.has_column("prev_state"), has_cpu: info.has_column("cpu") };
+    let scope = SqlScope {
+        window: req.window,
+        pid: req.pid,
+        sched_detail: info.has_column("prev_state"),
+        has_cpu: info.has_column("cpu"),
+    };
     let mut names = Names::of_store(store)?;
     let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
     phase.lap("load calls");
@@ -171,7 +176,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     for &i in &slow {
         let c = &calls[i];
         let offs = off.get(&c.tid).unwrap_or(&no_off);
-        let mut a: CallAttribution = attr::attribute_call(c, offs, cov_of(c.tid), pages.get(&c.pid).map(Vec::as_slice).unwrap_or(&[]));
+        let mut a: CallAttribution =
+            attr::attribute_call(c, offs, cov_of(c.tid), pages.get(&c.pid).map(Vec::as_slice).unwrap_or(&[]));
         let mut wait = None;
         if spin::is_spin_bounded_op(c.op) && a.parts.iter().any(|p| p.cause == Cause::Preempted) {
             if policies.is_none() {
@@ -195,7 +201,19 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         }
         let (acc, items) = per_op.entry(c.op).or_default();
         acc.add(&c.id, c.ts, c.dur, &a.parts);
-        items.insert(c.id.clone(), Item { ts: c.ts, dur: c.dur, pid: c.pid, tid: c.tid, label: c.op.name().into_owned(), parts: a.parts, wait, kernel });
+        items.insert(
+            c.id.clone(),
+            Item {
+                ts: c.ts,
+                dur: c.dur,
+                pid: c.pid,
+                tid: c.tid,
+                label: c.op.name().into_owned(),
+                parts: a.parts,
+                wait,
+                kernel,
+            },
+        );
         let s = op_slow.entry(c.op).or_default();
         s.0 += 1;
         s.1 += c.dur;
@@ -239,10 +257,19 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         let mut acc = ChainAccumulator::default();
         let mut items = HashMap::new();
         for g in gs {
-            let parts = attr::attribute_interval(g.start, g.end, off.get(&tid).unwrap_or(&no_off), cov_of(tid), Cause::HostCompute);
+            let parts = attr::attribute_interval(
+                g.start,
+                g.end,
+                off.get(&tid).unwrap_or(&no_off),
+                cov_of(tid),
+                Cause::HostCompute,
+            );
             acc.add(&g.before, g.start, g.end - g.start, &parts);
             let label = format!("gap from the end of event {} to event {}", g.after, g.before);
-            items.insert(g.before.clone(), Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts, wait: None, kernel: None });
+            items.insert(
+                g.before.clone(),
+                Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts, wait: None, kernel: None },
+            );
         }
         let span = spans_by_tid.get(&tid).map(|s| s.1 - s.0).unwrap_or(1).max(1);
         let subject = Subject {
@@ -260,7 +287,17 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             if chain.cause == Cause::HostCompute.as_str() {
                 let last_gap_end = items.values().map(|it| it.ts + it.dur).max().unwrap_or(0);
                 let first_gap = items.values().map(|it| it.ts).min().unwrap_or(0);
-                chain.details.extend(trace_facts::host_work_facts(store, req.window, req.pid, &mut forks, chain.pid, first_gap, last_gap_end, bounds, &names)?);
+                chain.details.extend(trace_facts::host_work_facts(
+                    store,
+                    req.window,
+                    req.pid,
+                    &mut forks,
+                    chain.pid,
+                    first_gap,
+                    last_gap_end,
+                    bounds,
+                    &names,
+                )?);
             }
             chain.details.push(format!(
                 "a gap is long when it lasts at least max({}, {} x the thread's p50 gap, {} x its p75 gap)",
@@ -448,7 +485,9 @@ fn attributed_chain(
         let Some(Item { ts, dur, tid: itid, label, parts, wait, kernel, .. }) = s.items.get(&w.1) else { continue };
         let of_kernel = kernel.as_ref().map(|k| format!(" of {k}")).unwrap_or_default();
         let mut what = match (s.kind, s.dist) {
-            (ChainKind::SlowCalls, Some(d)) => format!("{}{of_kernel} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50)),
+            (ChainKind::SlowCalls, Some(d)) => {
+                format!("{}{of_kernel} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50))
+            }
             _ => format!("{label}: tid {itid} made no GPU call for {}", fmt_ns(*dur)),
         };
         if let Some(w) = wait.filter(|w| w.spins) {
@@ -484,12 +523,20 @@ fn attributed_chain(
         details.push(format!("preempted time by CPU: {}", per.join(", ")));
     }
     let mut summary_tail = String::new();
-    let kernels = kernels::chain_kernels(g.items.iter().filter_map(|w| s.items.get(&w.1)?.kernel.as_deref().map(|k| (k, w.0))));
+    let kernels =
+        kernels::chain_kernels(g.items.iter().filter_map(|w| s.items.get(&w.1)?.kernel.as_deref().map(|k| (k, w.0))));
     if !kernels.is_empty() {
-        let named: Vec<String> =
-            kernels.iter().take(KERNELS_IN_SUMMARY).map(|k| format!("{} ({} calls, {})", k.kernel, k.calls, fmt_ns(k.ns))).collect();
+        let named: Vec<String> = kernels
+            .iter()
+            .take(KERNELS_IN_SUMMARY)
+            .map(|k| format!("{} ({} calls, {})", k.kernel, k.calls, fmt_ns(k.ns)))
+            .collect();
         let more = kernels.len().saturating_sub(KERNELS_IN_SUMMARY);
-        summary_tail.push_str(&format!("; kernels: {}{}", named.join(", "), if more > 0 { format!(" and {more} more") } else { String::new() }));
+        summary_tail.push_str(&format!(
+            "; kernels: {}{}",
+            named.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        ));
     }
     if let Some(op) = s.op.filter(|o| s.kind == ChainKind::SlowCalls && spin::is_spin_bounded_op(*o)) {
         let (tail, lines) = spin_facts(op, cause, &ckey, &culprit, s.items, names);
@@ -497,7 +544,10 @@ fn attributed_chain(
         details.extend(lines);
     }
     if cause == Cause::OffCpuUnrecorded {
-        details.push("this DB does not record who took the CPU nor why the thread left it (no prev_state / next task columns)".into());
+        details.push(
+            "this DB does not record who took the CPU nor why the thread left it (no prev_state / next task columns)"
+                .into(),
+        );
     }
     if let (Some((a, b)), true) = (io_window, pid != 0) {
         let reqs = trace_data::block_requests(store, pid, a, b)?;
@@ -505,11 +555,19 @@ fn attributed_chain(
             let e = &r.event;
             details.push(format!(
                 "{} of {} KiB on device {}:{} by pid {}, {} (event {})",
-                e.op_name(), e.arg0 >> 10, e.arg1 >> 20, e.arg1 & 0xfffff, e.pid, fmt_ns(e.dur_ns), r.id
+                e.op_name(),
+                e.arg0 >> 10,
+                e.arg1 >> 20,
+                e.arg1 & 0xfffff,
+                e.pid,
+                fmt_ns(e.dur_ns),
+                r.id
             ));
         }
         if reqs.is_empty() {
-            details.push(format!("no block requests of pid {pid} recorded during the worst waits: likely page faults or swap"));
+            details.push(format!(
+                "no block requests of pid {pid} recorded during the worst waits: likely page faults or swap"
+            ));
         }
     }
     if cause == Cause::Uninterruptible {
@@ -536,13 +594,24 @@ fn attributed_chain(
     }
     Ok(Chain {
         id: String::new(),
-        key: chains::chain_key(s.kind, &op_label, cause, &ckey) + &s.tid.map(|t| format!("/tid:{t}")).unwrap_or_default(),
+        key: chains::chain_key(s.kind, &op_label, cause, &ckey)
+            + &s.tid.map(|t| format!("/tid:{t}")).unwrap_or_default(),
         severity: chains::attributed_severity(s.kind, cause, share, g.stall_ns),
         kind: s.kind,
         op: s.op_name.clone(),
         cause: cause.as_str().into(),
         cause_text: cause.describe().into(),
-        summary: chains::attributed_summary(s.kind, &s.op_name, &subject_words(names, pid, tid), cause, &culprit, calls, g.stall_ns, share, &g.cpus) + &summary_tail,
+        summary: chains::attributed_summary(
+            s.kind,
+            &s.op_name,
+            &subject_words(names, pid, tid),
+            cause,
+            &culprit,
+            calls,
+            g.stall_ns,
+            share,
+            &g.cpus,
+        ) + &summary_tail,
         recommendations,
         culprit,
         pid,
@@ -557,20 +626,34 @@ fn attributed_chain(
         cpus: chains::cpu_times(&g.cpus),
         kernels,
         timeline,
-        evidence: Evidence { event_ids: worst.iter().map(|w| w.1.clone()).collect(), sql, value: g.stall_ns, unit: "ns".into() },
+        evidence: Evidence {
+            event_ids: worst.iter().map(|w| w.1.clone()).collect(),
+            sql,
+            value: g.stall_ns,
+            unit: "ns".into(),
+        },
     })
 }
 
 /// What spinning did to a slow-call chain of a synchronizing op ([`crate::spin`]): for a
 /// preemption chain, the text that bounds the culprit's share ("; N of these calls spun ...") and
 /// how each policy was found; for the `spin_gpu_busy` chain, who held the CPU while the GPU worked.
-fn spin_facts(op: OpCode, cause: Cause, ckey: &CulpritKey, culprit: &Option<attr::Culprit>, items: &HashMap<EventId, Item>, names: &Names) -> (String, Vec<String>) {
+fn spin_facts(
+    op: OpCode,
+    cause: Cause,
+    ckey: &CulpritKey,
+    culprit: &Option<attr::Culprit>,
+    items: &HashMap<EventId, Item>,
+    names: &Names,
+) -> (String, Vec<String>) {
     let mut lines = Vec::new();
-    let reasons: BTreeSet<String> = items.values().filter_map(|it| it.wait.filter(|w| w.spins || w.slept)).map(|w| w.reason()).collect();
+    let reasons: BTreeSet<String> =
+        items.values().filter_map(|it| it.wait.filter(|w| w.spins || w.slept)).map(|w| w.reason()).collect();
     let mut tail = String::new();
     match (cause, ckey) {
         (Cause::Preempted, CulpritKey::TookCpu(p, t, comm)) => {
-            let share = spin::spin_share(items.values().map(|it| (it.parts.as_slice(), it.wait)), &(*p, *t, comm.clone()));
+            let share =
+                spin::spin_share(items.values().map(|it| (it.parts.as_slice(), it.wait)), &(*p, *t, comm.clone()));
             if share.calls == 0 {
                 return (tail, lines);
             }
@@ -591,7 +674,10 @@ fn spin_facts(op: OpCode, cause: Cause, ckey: &CulpritKey, culprit: &Option<attr
                     format!("{c} (pid {p}, tid {t}): {}", fmt_ns(*ns))
                 })
                 .collect();
-            lines.push(format!("who held the CPU while these calls spun and the GPU was still busy: {}", who.join(", ")));
+            lines.push(format!(
+                "who held the CPU while these calls spun and the GPU was still busy: {}",
+                who.join(", ")
+            ));
         }
         _ => return (tail, lines),
     }

@@ -73,8 +73,11 @@ impl KernelIndex {
     /// The recorded kernels whose name (demangled or mangled) contains `needle`, case-insensitively.
     pub fn matching(&self, needle: &str) -> Vec<&KernelName> {
         let n = needle.to_lowercase();
-        let mut v: Vec<&KernelName> =
-            self.names.values().filter(|k| k.name.to_lowercase().contains(&n) || k.mangled.to_lowercase().contains(&n)).collect();
+        let mut v: Vec<&KernelName> = self
+            .names
+            .values()
+            .filter(|k| k.name.to_lowercase().contains(&n) || k.mangled.to_lowercase().contains(&n))
+            .collect();
         v.sort_by(|a, b| (a.pid, a.handle).cmp(&(b.pid, b.handle)));
         v
     }
@@ -120,7 +123,9 @@ pub struct ResolvedLaunch {
 /// Fold nested launches into the launches around them (see the module doc).
 pub fn resolve_launches(mut launches: Vec<Launch>, index: &KernelIndex) -> Vec<ResolvedLaunch> {
     launches.sort_by(|a, b| {
-        (a.tid, a.ts, std::cmp::Reverse(a.dur), a.op.source).cmp(&(b.tid, b.ts, std::cmp::Reverse(b.dur), b.op.source)).then_with(|| a.id.cmp(&b.id))
+        (a.tid, a.ts, std::cmp::Reverse(a.dur), a.op.source)
+            .cmp(&(b.tid, b.ts, std::cmp::Reverse(b.dur), b.op.source))
+            .then_with(|| a.id.cmp(&b.id))
     });
     let mut out: Vec<ResolvedLaunch> = Vec::with_capacity(launches.len());
     // Per thread: the end of the latest top-level launch with the greatest end, and its index.
@@ -205,7 +210,11 @@ pub struct KernelReport {
 }
 
 /// Per-kernel figures of the kernel launches in `window` (and `pid`).
-pub fn kernel_report(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> Result<KernelReport, AnalysisError> {
+pub fn kernel_report(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+) -> Result<KernelReport, AnalysisError> {
     let index = KernelIndex::load(store)?;
     let filter = EventFilter { window, pid, ops: Some(kernel_launch_ops()), ..Default::default() };
     let mut launches = Vec::new();
@@ -243,7 +252,9 @@ pub fn kernel_figures(launches: Vec<ResolvedLaunch>, index: &KernelIndex) -> Ker
     for r in launches {
         nested += u64::from(r.nested);
         let (label, mangled, is_named) = match index.name(r.launch.pid, r.handle) {
-            Some(k) => (crate::stacks::clean(&k.name), (k.mangled != k.name).then(|| crate::stacks::clean(&k.mangled)), true),
+            Some(k) => {
+                (crate::stacks::clean(&k.name), (k.mangled != k.name).then(|| crate::stacks::clean(&k.mangled)), true)
+            }
             None => (unnamed(r.launch.pid, r.handle), None, false),
         };
         named += u64::from(is_named);
@@ -272,10 +283,25 @@ pub fn kernel_figures(launches: Vec<ResolvedLaunch>, index: &KernelIndex) -> Ker
                 .configs
                 .iter()
                 .filter_map(|(key, &launches)| {
-                    index.config(*key).map(|c| ConfigCount { grid: c.grid, block: c.block, shared_mem_bytes: c.shared_mem_bytes, cluster: c.cluster, launches })
+                    index.config(*key).map(|c| ConfigCount {
+                        grid: c.grid,
+                        block: c.block,
+                        shared_mem_bytes: c.shared_mem_bytes,
+                        cluster: c.cluster,
+                        launches,
+                    })
                 })
                 .collect();
-            configs.sort_by(|x, y| y.launches.cmp(&x.launches).then_with(|| (x.grid, x.block, x.shared_mem_bytes, x.cluster).cmp(&(y.grid, y.block, y.shared_mem_bytes, y.cluster))));
+            configs.sort_by(|x, y| {
+                y.launches.cmp(&x.launches).then_with(|| {
+                    (x.grid, x.block, x.shared_mem_bytes, x.cluster).cmp(&(
+                        y.grid,
+                        y.block,
+                        y.shared_mem_bytes,
+                        y.cluster,
+                    ))
+                })
+            });
             let stats = KernelStats {
                 kernel,
                 mangled: a.mangled,
@@ -320,10 +346,9 @@ pub fn launch_kernel(calls: &[crate::attribution::Call], i: usize, index: &Kerne
     }
     if index.name(c.pid, c.arg0).is_none() {
         let end = c.end();
-        let inner = calls[i + 1..]
-            .iter()
-            .take_while(|n| n.ts <= end)
-            .find(|n| n.tid == c.tid && n.end() <= end && codes::is_kernel_launch(n.op) && index.name(n.pid, n.arg0).is_some());
+        let inner = calls[i + 1..].iter().take_while(|n| n.ts <= end).find(|n| {
+            n.tid == c.tid && n.end() <= end && codes::is_kernel_launch(n.op) && index.name(n.pid, n.arg0).is_some()
+        });
         if let Some(n) = inner {
             return Some(kernel_label(index, n.pid, n.arg0));
         }
@@ -347,7 +372,8 @@ pub fn chain_kernels<'a>(items: impl Iterator<Item = (&'a str, i64)>) -> Vec<Cha
         e.0 += 1;
         e.1 += ns;
     }
-    let mut v: Vec<ChainKernel> = per.into_iter().map(|(k, (calls, ns))| ChainKernel { kernel: k.to_string(), calls, ns }).collect();
+    let mut v: Vec<ChainKernel> =
+        per.into_iter().map(|(k, (calls, ns))| ChainKernel { kernel: k.to_string(), calls, ns }).collect();
     v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.kernel.cmp(&b.kernel)));
     v
 }
@@ -375,7 +401,10 @@ mod tests {
     fn a_runtime_launch_and_its_driver_launch_count_once_with_the_name_found_on_either() {
         let cfg = LaunchConfig { grid: [128, 1, 1], block: [256, 1, 1], shared_mem_bytes: 0, cluster: [1, 1, 1] };
         let index = KernelIndex::from_parts(
-            vec![name(0x100, "vector_add(float*, float*, int)", "_Z10vector_addPfS_i"), name(0xf00, "gemm_sm90", "gemm_sm90")],
+            vec![
+                name(0x100, "vector_add(float*, float*, int)", "_Z10vector_addPfS_i"),
+                name(0xf00, "gemm_sm90", "gemm_sm90"),
+            ],
             vec![cfg],
         );
         let launches = vec![
@@ -414,10 +443,14 @@ mod tests {
     fn percentiles_are_nearest_rank_over_every_launch() {
         let index = KernelIndex::from_parts(vec![name(1, "k", "k")], vec![]);
         // 20 launches of 1..=20 us: p50 = rank 10, p90 = rank 18, p95 = rank 19, p99 = rank 20.
-        let launches: Vec<Launch> = (1..=20).map(|i| launch(i, 1, op::CU_LAUNCH_KERNEL, i * 1_000_000, i * 1000, 1, 0)).collect();
+        let launches: Vec<Launch> =
+            (1..=20).map(|i| launch(i, 1, op::CU_LAUNCH_KERNEL, i * 1_000_000, i * 1000, 1, 0)).collect();
         let k = kernel_figures(resolve_launches(launches, &index), &index);
         let s = &k.kernels[0];
-        assert_eq!((s.launches, s.p50_us, s.p90_us, s.p95_us, s.p99_us, s.min_us, s.max_us), (20, 10.0, 18.0, 19.0, 20.0, 1.0, 20.0));
+        assert_eq!(
+            (s.launches, s.p50_us, s.p90_us, s.p95_us, s.p99_us, s.min_us, s.max_us),
+            (20, 10.0, 18.0, 19.0, 20.0, 1.0, 20.0)
+        );
         assert_eq!((s.sum_us, s.avg_us, s.launches_without_config), (210.0, 10.5, 20));
     }
 
@@ -425,7 +458,16 @@ mod tests {
     fn a_slow_launch_takes_the_name_of_the_driver_launch_inside_it() {
         use crate::attribution::Call;
         let index = KernelIndex::from_parts(vec![name(0xf00, "gemm", "gemm")], vec![]);
-        let c = |id: i64, tid: u32, code: OpCode, ts: i64, dur: i64, arg0: i64| Call { id: EventId::Int(id), ts, dur, pid: 7, tid, op: code, arg0, arg2: 0 };
+        let c = |id: i64, tid: u32, code: OpCode, ts: i64, dur: i64, arg0: i64| Call {
+            id: EventId::Int(id),
+            ts,
+            dur,
+            pid: 7,
+            tid,
+            op: code,
+            arg0,
+            arg2: 0,
+        };
         let calls = vec![
             c(1, 1, op::CUDA_LAUNCH_KERNEL, 100, 50, 0x999),
             c(2, 2, op::CU_LAUNCH_KERNEL, 101, 10, 0x111), // another thread's launch meanwhile
@@ -440,7 +482,10 @@ mod tests {
 
     #[test]
     fn names_match_by_substring_whatever_the_case() {
-        let index = KernelIndex::from_parts(vec![name(1, "vector_add(float*)", "_Z10vector_addPf"), name(2, "gemm", "gemm")], vec![]);
+        let index = KernelIndex::from_parts(
+            vec![name(1, "vector_add(float*)", "_Z10vector_addPf"), name(2, "gemm", "gemm")],
+            vec![],
+        );
         assert_eq!(index.matching("VECTOR").len(), 1);
         assert_eq!(index.matching("_z10").len(), 1);
         assert!(index.matching("softmax").is_empty());

@@ -38,7 +38,8 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
     if e.chains.is_empty() {
         let _ = writeln!(o, "no chains: {}", e.slow_call_rule);
     } else {
-        let _ = writeln!(o, "{:<4} {:<6} {:>10} {:>6} {:>6}  op · cause · culprit", "id", "sev", "stall", "share", "calls");
+        let _ =
+            writeln!(o, "{:<4} {:<6} {:>10} {:>6} {:>6}  op · cause · culprit", "id", "sev", "stall", "share", "calls");
         for c in &e.chains {
             let _ = writeln!(
                 o,
@@ -89,7 +90,15 @@ pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
     let _ = writeln!(o, "[{}] {} {} ({})", c.id, c.severity.as_str(), c.summary, c.key);
     let _ = writeln!(o, "cause: {} — {}", c.cause, c.cause_text);
     let _ = writeln!(o, "culprit: {}", culprit_words(&c.culprit));
-    let _ = writeln!(o, "calls: {}  stall: {} ({} ns)  share: {:.2}% of {}", c.calls, fmt_ns(c.stall_ns), c.stall_ns, c.share * 100.0, c.share_of);
+    let _ = writeln!(
+        o,
+        "calls: {}  stall: {} ({} ns)  share: {:.2}% of {}",
+        c.calls,
+        fmt_ns(c.stall_ns),
+        c.stall_ns,
+        c.share * 100.0,
+        c.share_of
+    );
     if let (Some(p50), Some(p99)) = (c.op_p50_ns, c.op_p99_ns) {
         let _ = writeln!(o, "{} p50 {}  p99 {} (exact nearest-rank)", c.op, fmt_ns(p50), fmt_ns(p99));
     }

@@ -83,7 +83,11 @@ impl WaitMode {
 
     /// Where the policy came from, in words.
     pub fn reason(&self) -> String {
-        let flags = if self.flags_recorded { "set by the process's latest flag-setting call" } else { "no scheduling flags recorded: the default" };
+        let flags = if self.flags_recorded {
+            "set by the process's latest flag-setting call"
+        } else {
+            "no scheduling flags recorded: the default"
+        };
         let mut s = format!("scheduling {} ({flags}", self.policy_words());
         if self.policy == SchedPolicy::Auto {
             s.push_str(&format!(
@@ -159,7 +163,9 @@ impl SchedPolicies {
         let contexts = created.max(1);
         // The same rows the SQL tests: state S, switched in after the call began, out before it ended.
         let slept = offs.iter().any(|o| {
-            o.end > call.ts && o.start < call.end() && o.sched.as_ref().is_some_and(|s| s.prev_state == PrevState::Sleeping)
+            o.end > call.ts
+                && o.start < call.end()
+                && o.sched.as_ref().is_some_and(|s| s.prev_state == PrevState::Sleeping)
         });
         let spins = !slept && policy.spins(self.cpus, contexts);
         WaitMode { policy, flags_recorded: latest.is_some(), contexts, cpus: self.cpus, slept, spins }
@@ -211,7 +217,10 @@ pub struct SpinShare {
 
 /// The spinning calls among `calls` (parts and how each waited) preempted by `culprit` (`(pid,
 /// tid, comm)` as the parts carry it).
-pub fn spin_share<'a>(calls: impl Iterator<Item = (&'a [Part], Option<WaitMode>)>, culprit: &(u32, u32, String)) -> SpinShare {
+pub fn spin_share<'a>(
+    calls: impl Iterator<Item = (&'a [Part], Option<WaitMode>)>,
+    culprit: &(u32, u32, String),
+) -> SpinShare {
     let mut s = SpinShare::default();
     for (parts, wait) in calls {
         let Some(w) = wait.filter(|w| w.spins) else { continue };
@@ -259,7 +268,13 @@ mod tests {
     }
 
     fn off(start: i64, end: i64, state: PrevState, by: u32) -> OffCpu {
-        let sched = SchedDetail { prev_state: state, next_pid: by, next_tid: by, next_comm: format!("task{by}"), ..Default::default() };
+        let sched = SchedDetail {
+            prev_state: state,
+            next_pid: by,
+            next_tid: by,
+            next_comm: format!("task{by}"),
+            ..Default::default()
+        };
         OffCpu { id: EventId::Int(start), pid: 1, tid: 1, start, end, cpu: 0, sched: Some(sched) }
     }
 
@@ -349,7 +364,14 @@ mod tests {
 
     #[test]
     fn a_culprits_share_of_spinning_waits() {
-        let spin = WaitMode { policy: SchedPolicy::Auto, flags_recorded: false, contexts: 1, cpus: 4, slept: false, spins: true };
+        let spin = WaitMode {
+            policy: SchedPolicy::Auto,
+            flags_recorded: false,
+            contexts: 1,
+            cpus: 4,
+            slept: false,
+            spins: true,
+        };
         let block = WaitMode { spins: false, policy: SchedPolicy::BlockingSync, ..spin };
         let c = call(1, 1, op::CUDA_STREAM_SYNC, 0, 46 * MS, 0);
         let offs = [off(2 * MS, 20 * MS, PrevState::Preempted, 9), off(25 * MS, 45_900 * US, PrevState::Preempted, 9)];
@@ -360,8 +382,14 @@ mod tests {
         let s = spin_share([(spun.as_slice(), Some(spin)), (blocked.as_slice(), Some(block))].into_iter(), &who);
         assert_eq!((s.calls, s.preempted_ns, s.bounded_ns, s.overlap_ns), (1, 38_900 * US, 20_900 * US, 18 * MS));
         let text = s.words("cudaStreamSync", "task9");
-        assert!(text.contains("(scheduling: auto -> spin); of 38.90 ms preempted by task9, at most 20.90 ms"), "{text}");
+        assert!(
+            text.contains("(scheduling: auto -> spin); of 38.90 ms preempted by task9, at most 20.90 ms"),
+            "{text}"
+        );
         assert!(text.ends_with("18.00 ms overlapped GPU work"), "{text}");
-        assert_eq!(spin_share([(spun.as_slice(), Some(spin))].into_iter(), &(8, 8, "task8".into())), SpinShare::default());
+        assert_eq!(
+            spin_share([(spun.as_slice(), Some(spin))].into_iter(), &(8, 8, "task8".into())),
+            SpinShare::default()
+        );
     }
 }

@@ -152,7 +152,8 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
     if let Some(k) = kernel {
         let index = KernelIndex::load(store)?;
         let matched = index.matching(k);
-        let mut names: Vec<String> = matched.iter().map(|m| clean(&m.name)).collect::<BTreeSet<_>>().into_iter().collect();
+        let mut names: Vec<String> =
+            matched.iter().map(|m| clean(&m.name)).collect::<BTreeSet<_>>().into_iter().collect();
         kernels_total = Some(names.len());
         names.truncate(KERNELS_LISTED);
         kernels = names;
@@ -160,7 +161,13 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
         let launch_ops = kernel_launch_ops();
         ops = Some(match req.op {
             Some(o) if launch_ops.contains(&o) => vec![o],
-            Some(o) => return Err(AnalysisError::BadArgument(format!("{} does not launch a kernel: the kernel filter applies to {}", o.name(), launch_ops.iter().map(|o| o.name().into_owned()).collect::<Vec<_>>().join(", ")))),
+            Some(o) => {
+                return Err(AnalysisError::BadArgument(format!(
+                    "{} does not launch a kernel: the kernel filter applies to {}",
+                    o.name(),
+                    launch_ops.iter().map(|o| o.name().into_owned()).collect::<Vec<_>>().join(", ")
+                )))
+            }
             None => launch_ops,
         });
     }

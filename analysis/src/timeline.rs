@@ -34,7 +34,14 @@ pub struct TimelineRequest {
 
 impl Default for TimelineRequest {
     fn default() -> Self {
-        TimelineRequest { around: None, around_ns: DEFAULT_AROUND_NS, window: TimeWindow::ALL, pid: None, tid: None, limit: 500 }
+        TimelineRequest {
+            around: None,
+            around_ns: DEFAULT_AROUND_NS,
+            window: TimeWindow::ALL,
+            pid: None,
+            tid: None,
+            limit: 500,
+        }
     }
 }
 
@@ -163,7 +170,12 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
         }
     };
     let tids = req.tid.map(|t| vec![t]);
-    let filter = EventFilter { window: TimeWindow { from_ns: Some(from), to_ns: Some(to) }, pid, tids: tids.clone(), ..Default::default() };
+    let filter = EventFilter {
+        window: TimeWindow { from_ns: Some(from), to_ns: Some(to) },
+        pid,
+        tids: tids.clone(),
+        ..Default::default()
+    };
     let mut events = store.events(&filter)?;
     // Off-CPU intervals that began inside the window but ended after it.
     let later = EventFilter {
@@ -195,7 +207,16 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
             t.comm = clean(&e.comm);
         }
         if is_gpu_call_source(e.source) {
-            let call = Call { id: s.id.clone(), ts: e.ts_ns, dur: e.dur_ns, pid: e.pid, tid: e.tid, op: OpCode::new(e.source, e.op), arg0: e.arg0, arg2: e.arg2 };
+            let call = Call {
+                id: s.id.clone(),
+                ts: e.ts_ns,
+                dur: e.dur_ns,
+                pid: e.pid,
+                tid: e.tid,
+                op: OpCode::new(e.source, e.op),
+                arg0: e.arg0,
+                arg2: e.arg2,
+            };
             calls_of.entry(e.tid).or_default().push((t.entries.len(), call));
         }
         t.entries.push(entry_of(s));
@@ -223,7 +244,10 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
     out.sort_by_key(|t| (!t.entries.iter().any(|e| e.kind == "call"), t.tid));
     let mut notes = Vec::new();
     if !info.has_column("prev_state") {
-        notes.push("this DB does not record why a thread left the CPU nor who took it: off-CPU intervals carry no culprit".into());
+        notes.push(
+            "this DB does not record why a thread left the CPU nor who took it: off-CPU intervals carry no culprit"
+                .into(),
+        );
     }
     if out.iter().any(|t| t.truncated) {
         notes.push(format!("threads are cut at {} entries: narrow the window or pass --tid", req.limit));

@@ -59,7 +59,11 @@ impl Names {
 impl Names {
     /// Name the threads in `tids` that have no name yet from what the trace records (`events.comm`
     /// of the thread's latest event: threads are often renamed right after they start).
-    pub fn resolve_threads(&mut self, store: &dyn TraceStore, tids: impl IntoIterator<Item = u32>) -> Result<(), AnalysisError> {
+    pub fn resolve_threads(
+        &mut self,
+        store: &dyn TraceStore,
+        tids: impl IntoIterator<Item = u32>,
+    ) -> Result<(), AnalysisError> {
         let missing: BTreeSet<u32> = tids.into_iter().filter(|t| *t != 0 && !self.threads.contains_key(t)).collect();
         let missing: Vec<u32> = missing.into_iter().collect();
         for chunk in missing.chunks(500) {
@@ -71,7 +75,12 @@ impl Names {
 }
 
 /// The GPU calls of the scope, sorted by (ts, id), and the thread names seen on them.
-pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, names: &mut Names) -> Result<Vec<Call>, AnalysisError> {
+pub fn load_calls(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+    names: &mut Names,
+) -> Result<Vec<Call>, AnalysisError> {
     let filter = EventFilter { window, pid, sources: Some(gpu_call_sources().to_vec()), ..Default::default() };
     // Room for every event up front (address space only; pages are touched as calls arrive): growing
     // a vector of millions of calls by doubling costs more than reading them.
@@ -90,7 +99,12 @@ pub fn load_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>, 
 /// non-empty `comm` in scope. That is the comm of its first call unless that one is empty, so the
 /// first calls are read by id (a handful of rows) and only threads whose first call has no comm
 /// are looked up over the whole scope.
-fn name_threads_from_first_calls(store: &dyn TraceStore, scope: &EventFilter, calls: &[Call], names: &mut Names) -> Result<(), AnalysisError> {
+fn name_threads_from_first_calls(
+    store: &dyn TraceStore,
+    scope: &EventFilter,
+    calls: &[Call],
+    names: &mut Names,
+) -> Result<(), AnalysisError> {
     let mut first_call: FewKeys<u32, usize> = FewKeys::default();
     for (i, c) in calls.iter().enumerate() {
         first_call.entry(c.tid, || i);
@@ -219,7 +233,15 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
         store.scan_switches_kept(&filter, &keep, &mut |s| {
             let (start, end) = s.off_cpu_interval();
             debug_assert!(spans.touches(s.tid, start, end));
-            out.entry(s.tid).or_default().push(OffCpu { id: s.id, pid: s.pid, tid: s.tid, start, end, cpu: s.cpu, sched: s.sched });
+            out.entry(s.tid).or_default().push(OffCpu {
+                id: s.id,
+                pid: s.pid,
+                tid: s.tid,
+                start,
+                end,
+                cpu: s.cpu,
+                sched: s.sched,
+            });
         })?;
     }
     for v in out.values_mut() {
@@ -232,7 +254,10 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
 /// `MAX(timestamp)` (used where the DB did not record the scheduler for the whole run).
 pub fn load_coverage(store: &dyn TraceStore) -> Result<HashMap<u32, Coverage>, AnalysisError> {
     let r = store.query(
-        &format!("SELECT tid, MIN(timestamp - duration), MAX(timestamp) FROM events WHERE {} GROUP BY tid", op::SCHED_SWITCH.sql("")),
+        &format!(
+            "SELECT tid, MIN(timestamp - duration), MAX(timestamp) FROM events WHERE {} GROUP BY tid",
+            op::SCHED_SWITCH.sql("")
+        ),
         &QueryLimits::with_rows(QueryLimits::MAX_ROWS),
     )?;
     let mut out = HashMap::new();
@@ -246,7 +271,11 @@ pub fn load_coverage(store: &dyn TraceStore) -> Result<HashMap<u32, Coverage>, A
 }
 
 /// Page allocations `(ts, bytes)` per process, from `mm_page_alloc` rows and in-kernel summaries.
-pub fn load_page_allocs(store: &dyn TraceStore, pids: &BTreeSet<u32>, from: i64) -> Result<HashMap<u32, Vec<(i64, i64)>>, AnalysisError> {
+pub fn load_page_allocs(
+    store: &dyn TraceStore,
+    pids: &BTreeSet<u32>,
+    from: i64,
+) -> Result<HashMap<u32, Vec<(i64, i64)>>, AnalysisError> {
     let mut out: HashMap<u32, Vec<(i64, i64)>> = HashMap::new();
     if pids.is_empty() {
         return Ok(out);
@@ -290,7 +319,11 @@ pub fn block_requests_all(store: &dyn TraceStore, a: i64, b: i64) -> Result<Vec<
 }
 
 /// First and last event timestamp in scope (all sources).
-pub fn scope_bounds(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> Result<Option<(i64, i64)>, AnalysisError> {
+pub fn scope_bounds(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+) -> Result<Option<(i64, i64)>, AnalysisError> {
     let mut conds = vec!["1 = 1".to_string()];
     if let Some(f) = window.from_ns {
         conds.push(format!("timestamp >= {f}"));

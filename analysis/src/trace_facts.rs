@@ -45,7 +45,12 @@ pub fn host_work_facts(
         let first = forks.first().map(|f| {
             let child = f.event.arg1 as u32;
             let name = names.of(child, child);
-            format!("; its first fork, child {child}{}, is at {} (event {})", if name.is_empty() { String::new() } else { format!(" {name}") }, fmt_since(f.event.ts_ns, origin), f.id)
+            format!(
+                "; its first fork, child {child}{}, is at {} (event {})",
+                if name.is_empty() { String::new() } else { format!(" {name}") },
+                fmt_since(f.event.ts_ns, origin),
+                f.id
+            )
         });
         out.push(format!(
             "pid {pid} forked no process in scope before the last gap ended ({}){}: no DataLoader worker process was started during these gaps, so batches were prepared by the training process itself",
@@ -134,4 +139,3 @@ pub fn io_contenders(
     });
     Ok((culprit, lines))
 }
-

@@ -15,10 +15,16 @@ fn shared_dbs() -> PathBuf {
 /// Run every chain's SQL and compare with its value.
 fn check_evidence(store: &dyn TraceStore, e: &Explanation) {
     for c in &e.chains {
-        let r = store.query(&c.evidence.sql, &QueryLimits::default()).unwrap_or_else(|err| panic!("{} SQL failed: {err}\n{}", c.id, c.evidence.sql));
+        let r = store
+            .query(&c.evidence.sql, &QueryLimits::default())
+            .unwrap_or_else(|err| panic!("{} SQL failed: {err}\n{}", c.id, c.evidence.sql));
         assert_eq!(r.columns, vec!["value".to_string()], "{}", c.id);
         let v = r.rows[0][0].as_i64().unwrap_or_else(|| panic!("{}: not an integer: {:?}", c.id, r.rows[0][0]));
-        assert_eq!(v, c.evidence.value, "chain {} ({}): SQL gives {v}, Rust {}\n{}", c.id, c.key, c.evidence.value, c.evidence.sql);
+        assert_eq!(
+            v, c.evidence.value,
+            "chain {} ({}): SQL gives {v}, Rust {}\n{}",
+            c.id, c.key, c.evidence.value, c.evidence.sql
+        );
         if c.evidence.unit == "ns" {
             assert_eq!(c.evidence.value, c.stall_ns, "{}", c.id);
         }
@@ -33,7 +39,13 @@ fn all_chains() -> ExplainRequest {
 fn every_chain_on_every_shared_db_is_reproduced_by_its_sql() {
     let dir = shared_dbs();
     let mut chains = 0;
-    for name in ["pytorch-dataloader-starvation.db", "sample-cluster.db", "sample-gpu-node-01.db", "sample-gpu-node-02.db", "sample-gpu-node-03.db"] {
+    for name in [
+        "pytorch-dataloader-starvation.db",
+        "sample-cluster.db",
+        "sample-gpu-node-01.db",
+        "sample-gpu-node-02.db",
+        "sample-gpu-node-03.db",
+    ] {
         let store = SqliteStore::open(&dir.join(name)).unwrap();
         let e = explain(&store, &all_chains()).unwrap();
         check_evidence(&store, &e);

@@ -14,7 +14,9 @@ use common::*;
 
 fn check_evidence(store: &dyn TraceStore, e: &Explanation) {
     for c in &e.chains {
-        let r = store.query(&c.evidence.sql, &QueryLimits::default()).unwrap_or_else(|err| panic!("{}: {err}\n{}", c.id, c.evidence.sql));
+        let r = store
+            .query(&c.evidence.sql, &QueryLimits::default())
+            .unwrap_or_else(|err| panic!("{}: {err}\n{}", c.id, c.evidence.sql));
         assert_eq!(r.rows[0][0].as_i64(), Some(c.evidence.value), "chain {} ({})\n{}", c.id, c.key, c.evidence.sql);
     }
 }
@@ -31,7 +33,12 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("planted.db");
     let mut t = Trace {
-        names: vec![(4242, "train".into()), (9912, "backup-rsync".into()), (5001, "pt_data_worker".into()), (7777, "nightly-backup".into())],
+        names: vec![
+            (4242, "train".into()),
+            (9912, "backup-rsync".into()),
+            (5001, "pt_data_worker".into()),
+            (7777, "nightly-backup".into()),
+        ],
         ..Default::default()
     };
     let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| match i {
@@ -43,10 +50,30 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     // GPU time, whoever woke it) and 1 ms in the run queue; 4 ms left on-CPU or in the GPU.
     let s50 = syncs[50];
     t.preempted(4242, 4242, s50 + 2 * MS, s50 + 43 * MS, 1, (9912, 9912, "backup-rsync"));
-    t.off_cpu(4242, 4242, s50 + 44 * MS, s50 + 47 * MS, 1, PrevState::Sleeping, (0, 0, "swapper/1"), s50 + 46 * MS, (5001, 5001));
+    t.off_cpu(
+        4242,
+        4242,
+        s50 + 44 * MS,
+        s50 + 47 * MS,
+        1,
+        PrevState::Sleeping,
+        (0, 0, "swapper/1"),
+        s50 + 46 * MS,
+        (5001, 5001),
+    );
     // The 20 ms sync: 14 ms in D state while a 1 MiB block read of the process was in flight.
     let s70 = syncs[70];
-    t.off_cpu(4242, 4242, s70 + 2 * MS, s70 + 17 * MS, 2, PrevState::Uninterruptible, (0, 0, "swapper/2"), s70 + 16 * MS, (0, 0));
+    t.off_cpu(
+        4242,
+        4242,
+        s70 + 2 * MS,
+        s70 + 17 * MS,
+        2,
+        PrevState::Uninterruptible,
+        (0, 0, "swapper/2"),
+        s70 + 16 * MS,
+        (0, 0),
+    );
     t.block(4242, op::BLOCK_READ, s70 + MS, 15 * MS, 1 << 20, 259 << 20);
     // ... while nightly-backup's write was in flight for 9 ms of those 14 ms (7..16 of the D-state 2..16).
     t.block(7777, op::BLOCK_WRITE, s70 + 7 * MS, 10 * MS, 4 << 20, 259 << 20);
@@ -58,7 +85,10 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     let c1 = &e.chains[0];
     assert_eq!((c1.id.as_str(), c1.severity, c1.kind), ("c1", Severity::High, ChainKind::SlowCalls));
     assert_eq!((c1.op.as_str(), c1.cause.as_str()), ("cudaStreamSync", "preempted"));
-    assert_eq!(c1.culprit, Some(Culprit { pid: 9912, tid: 9912, comm: "backup-rsync".into(), role: "took_cpu".into() }));
+    assert_eq!(
+        c1.culprit,
+        Some(Culprit { pid: 9912, tid: 9912, comm: "backup-rsync".into(), role: "took_cpu".into() })
+    );
     assert_eq!((c1.calls, c1.stall_ns), (1, 41 * MS));
     assert!((c1.share - 41.0 / 68.0).abs() < 1e-12);
     assert!(c1.summary.contains("on CPU 1"), "{}", c1.summary);
@@ -73,13 +103,31 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     assert!(c1.details.iter().all(|d| !d.contains("Causeway itself")), "{:?}", c1.details);
     assert!(find_chain(&e, &c1.key).is_some_and(|c| c.id == "c1"));
 
-    let by = |cause: &str| e.chains.iter().find(|c| c.kind == ChainKind::SlowCalls && c.cause == cause).unwrap_or_else(|| panic!("no {cause} chain"));
+    let by = |cause: &str| {
+        e.chains
+            .iter()
+            .find(|c| c.kind == ChainKind::SlowCalls && c.cause == cause)
+            .unwrap_or_else(|| panic!("no {cause} chain"))
+    };
     let io = by("uninterruptible");
     assert_eq!((io.stall_ns, io.severity), (14 * MS, Severity::Medium));
-    assert_eq!(io.culprit, Some(Culprit { pid: 7777, tid: 7777, comm: "nightly-backup".into(), role: "issued_io".into() }));
+    assert_eq!(
+        io.culprit,
+        Some(Culprit { pid: 7777, tid: 7777, comm: "nightly-backup".into(), role: "issued_io".into() })
+    );
     assert!(io.summary.contains("nightly-backup (pid 7777, tid 7777) kept the disk busy"), "{}", io.summary);
-    assert!(io.details.iter().any(|d| d.contains("block_read of 1024 KiB on device 259:0 by pid 4242")), "{:?}", io.details);
-    assert!(io.details.iter().any(|d| d.contains("pid 7777 (nightly-backup) had block requests in flight for 9.00 ms of these waits (1 requests, 4096 KiB)")), "{:?}", io.details);
+    assert!(
+        io.details.iter().any(|d| d.contains("block_read of 1024 KiB on device 259:0 by pid 4242")),
+        "{:?}",
+        io.details
+    );
+    assert!(
+        io.details.iter().any(|d| d.contains(
+            "pid 7777 (nightly-backup) had block requests in flight for 9.00 ms of these waits (1 requests, 4096 KiB)"
+        )),
+        "{:?}",
+        io.details
+    );
     // Asleep inside a synchronize is the blocking-sync wait for the GPU: no host cause, no culprit.
     let gpu = by("gpu_wait");
     assert_eq!((gpu.stall_ns, gpu.severity, gpu.culprit.clone()), (2 * MS, Severity::Low, None));
@@ -97,7 +145,11 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
 fn the_tracer_taking_the_cpu_is_named_as_the_tracer() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tracer.db");
-    let mut t = Trace { names: vec![(4242, "train".into()), (31337, "causeway".into())], tracer_pid: 31337, ..Default::default() };
+    let mut t = Trace {
+        names: vec![(4242, "train".into()), (31337, "causeway".into())],
+        tracer_pid: 31337,
+        ..Default::default()
+    };
     let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| if i == 50 { 48 * MS } else { 8 * MS });
     // The sync spins (no flags recorded: auto, 1 context on 1 CPU); the tracer's preemption ends
     // 50 us before the return, so it can have delayed it.
@@ -118,7 +170,17 @@ fn clean_trace_blames_nobody() {
     let syncs = training_loop(&mut t, 4242, 4242, T0, 300, MS, 20, &|i| MS + (i as i64 * 37 % 500) * US);
     for (i, &sync) in syncs.iter().enumerate() {
         // Every sync sleeps while the GPU drains; every 10th is briefly preempted by a kworker.
-        t.off_cpu(4242, 4242, sync + 100 * US, sync + 900 * US, 0, PrevState::Sleeping, (0, 0, "swapper/0"), sync + 880 * US, (0, 0));
+        t.off_cpu(
+            4242,
+            4242,
+            sync + 100 * US,
+            sync + 900 * US,
+            0,
+            PrevState::Sleeping,
+            (0, 0, "swapper/0"),
+            sync + 880 * US,
+            (0, 0),
+        );
         if i % 10 == 0 {
             t.preempted(4242, 4242, sync + 910 * US, sync + 960 * US, 0, (77, 77, "kworker/0:1"));
         }
@@ -155,7 +217,10 @@ fn feeding_thread_sleeping_on_a_dataloader_worker_is_starvation() {
     let (_, e) = explain_all(&path);
     let c1 = &e.chains[0];
     assert_eq!((c1.kind, c1.cause.as_str(), c1.severity), (ChainKind::FeedingGap, "sleep", Severity::High));
-    assert_eq!(c1.culprit, Some(Culprit { pid: 4301, tid: 4301, comm: "pt_data_worker".into(), role: "woke_thread".into() }));
+    assert_eq!(
+        c1.culprit,
+        Some(Culprit { pid: 4301, tid: 4301, comm: "pt_data_worker".into(), role: "woke_thread".into() })
+    );
     assert_eq!((c1.calls, c1.stall_ns, c1.tid), (20, expected_sleep, Some(4300)));
     assert!(c1.recommendations.iter().any(|r| r.contains("num_workers")));
     let drop = e.chains.iter().find(|c| c.kind == ChainKind::ThroughputDrop).expect("throughput drop");
@@ -196,7 +261,11 @@ fn launches_syncs_and_allocations_of_every_api_count_in_the_detectors() {
     assert!(storm.summary.contains("synchronized 40 times for 40 launches"), "{}", storm.summary);
     let growth = e.chains.iter().find(|c| c.kind == ChainKind::AllocatorLatency).expect("allocation latency growth");
     assert_eq!(growth.stall_ns, 6 * 180 * US);
-    assert!(growth.details.iter().any(|d| d.contains("allocations by cudaMallocAsync; frees by none")), "{:?}", growth.details);
+    assert!(
+        growth.details.iter().any(|d| d.contains("allocations by cudaMallocAsync; frees by none")),
+        "{:?}",
+        growth.details
+    );
     let unfreed = e.chains.iter().find(|c| c.kind == ChainKind::AllocatorImbalance).expect("unfreed allocations");
     assert_eq!(unfreed.evidence.value, 12 * (256 << 20));
 }
@@ -206,7 +275,13 @@ fn launches_syncs_and_allocations_of_every_api_count_in_the_detectors() {
 fn spinning_trace(flags: &[(i64, causeway_model::codes::OpCode, i64)]) -> (Trace, i64) {
     let hog = (9912, 9912, "backup-rsync");
     let mut t = Trace { names: vec![(4242, "train".into()), (9912, "backup-rsync".into())], ..Default::default() };
-    let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| if matches!(i, 50 | 60 | 70) { 48 * MS } else { 8 * MS });
+    let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| {
+        if matches!(i, 50 | 60 | 70) {
+            48 * MS
+        } else {
+            8 * MS
+        }
+    });
     // s50: preempted 2..43 ms, then 5 ms more of spinning: the GPU was still busy when it ended.
     t.preempted(4242, 4242, syncs[50] + 2 * MS, syncs[50] + 43 * MS, 1, hog);
     // s60: preempted 2..20 ms, then 30..47.9 ms, 100 us before the return: at most 17.9 ms.
@@ -214,7 +289,17 @@ fn spinning_trace(flags: &[(i64, causeway_model::codes::OpCode, i64)]) -> (Trace
     t.preempted(4242, 4242, syncs[60] + 30 * MS, syncs[60] + 47_900 * US, 1, hog);
     // s70: preempted 2..5 ms, then asleep 12..40 ms: it blocked, whatever the policy says.
     t.preempted(4242, 4242, syncs[70] + 2 * MS, syncs[70] + 5 * MS, 1, hog);
-    t.off_cpu(4242, 4242, syncs[70] + 12 * MS, syncs[70] + 40 * MS, 1, PrevState::Sleeping, (0, 0, "swapper/1"), syncs[70] + 40 * MS, (0, 0));
+    t.off_cpu(
+        4242,
+        4242,
+        syncs[70] + 12 * MS,
+        syncs[70] + 40 * MS,
+        1,
+        PrevState::Sleeping,
+        (0, 0, "swapper/1"),
+        syncs[70] + 40 * MS,
+        (0, 0),
+    );
     // A 30 ms launch on another thread, preempted 3..28 ms: a launch does not wait for the GPU.
     let launch = syncs[80];
     t.nested_call(4242, 4243, op::CUDA_LAUNCH_KERNEL, op::CU_LAUNCH_KERNEL, launch, 30 * MS);
@@ -236,9 +321,15 @@ fn a_spinning_sync_blames_the_hog_only_for_the_last_preemption() {
     assert_eq!(e.slow_time_ns, slow_ns);
     // The launch's preemption is all the hog's and comes first; the syncs' only where it can have delayed them.
     let c1 = &e.chains[0];
-    assert_eq!((c1.op.as_str(), c1.cause.as_str(), c1.stall_ns, c1.severity), ("cudaLaunchKernel", "preempted", 25 * MS, Severity::Medium));
+    assert_eq!(
+        (c1.op.as_str(), c1.cause.as_str(), c1.stall_ns, c1.severity),
+        ("cudaLaunchKernel", "preempted", 25 * MS, Severity::Medium)
+    );
     let c2 = &e.chains[1];
-    assert_eq!((c2.op.as_str(), c2.cause.as_str(), c2.culprit.as_ref().map(|c| c.pid)), ("cudaStreamSync", "preempted", Some(9912)));
+    assert_eq!(
+        (c2.op.as_str(), c2.cause.as_str(), c2.culprit.as_ref().map(|c| c.pid)),
+        ("cudaStreamSync", "preempted", Some(9912))
+    );
     assert_eq!((c2.calls, c2.stall_ns), (2, 17_900 * US + 3 * MS));
     assert!(
         c2.summary.contains("2 of these cudaStreamSync calls spun on the CPU (scheduling: auto -> spin); of 76.90 ms preempted by backup-rsync (pid 9912, tid 9912), at most 17.90 ms can have delayed the return"),
@@ -250,7 +341,11 @@ fn a_spinning_sync_blames_the_hog_only_for_the_last_preemption() {
     assert!(c2.details.iter().any(|d| d.contains("the thread slept inside the call: it blocked")), "{:?}", c2.details);
     let busy = e.chains.iter().find(|c| c.cause == "spin_gpu_busy").expect("spin_gpu_busy chain");
     assert_eq!((busy.stall_ns, busy.severity, busy.culprit.clone(), busy.calls), (59 * MS, Severity::Low, None, 2));
-    assert!(busy.details.iter().any(|d| d.contains("backup-rsync (pid 9912, tid 9912): 59.00 ms")), "{:?}", busy.details);
+    assert!(
+        busy.details.iter().any(|d| d.contains("backup-rsync (pid 9912, tid 9912): 59.00 ms")),
+        "{:?}",
+        busy.details
+    );
     assert_eq!(e.chains.iter().find(|c| c.cause == "gpu_wait").map(|c| c.stall_ns), Some(28 * MS));
     assert!(e.notes.iter().any(|n| n.contains("1 distinct CPUs in this trace's sched_switch rows")), "{:?}", e.notes);
     // Nothing is lost: the slow-call chains still partition the slow time.
@@ -269,6 +364,11 @@ fn blocking_sync_flags_keep_the_hog_blamed_until_spin_flags_are_set() {
     let c1 = &e.chains[0];
     assert_eq!((c1.op.as_str(), c1.cause.as_str(), c1.severity), ("cudaStreamSync", "preempted", Severity::High));
     assert_eq!(c1.stall_ns, 41 * MS + 17_900 * US + 3 * MS);
-    assert!(c1.summary.contains("1 of these cudaStreamSync calls spun on the CPU (scheduling: spin); of 35.90 ms preempted"), "{}", c1.summary);
+    assert!(
+        c1.summary
+            .contains("1 of these cudaStreamSync calls spun on the CPU (scheduling: spin); of 35.90 ms preempted"),
+        "{}",
+        c1.summary
+    );
     assert_eq!(e.chains.iter().find(|c| c.cause == "spin_gpu_busy").map(|c| c.stall_ns), Some(18 * MS));
 }

@@ -46,15 +46,26 @@ fn attach(pid: u32, path: &str, kind: &str, at: i64, complete: bool, symbols: &[
 fn kernel_trace(path: &std::path::Path) {
     let mut t = Trace {
         names: vec![(PID, "vllm".into()), (9912, "backup-rsync".into())],
-        kernel_names: vec![name(0x100, "vector_add(float*, float*, int)", "_Z10vector_addPfS_i"), name(0xf00, "gemm_sm90_tma", "gemm_sm90_tma")],
+        kernel_names: vec![
+            name(0x100, "vector_add(float*, float*, int)", "_Z10vector_addPfS_i"),
+            name(0xf00, "gemm_sm90_tma", "gemm_sm90_tma"),
+        ],
         launch_configs: vec![cfg_a(), cfg_b()],
         attachments: vec![
             attach(PID, "/usr/lib/libcudart.so.12", "runtime", T0 + 1_210 * MS, false, &["cudaLaunchKernel"]),
             attach(812, "/opt/app/server", "runtime_static", T0, true, &[]),
         ],
         stacks: vec![
-            StackRecord { hash: 0x55, ips: "[]".into(), frames: r#"[{"pf":"/app/model.py","pfn":"add","pl":7}]"#.into() },
-            StackRecord { hash: 0x77, ips: "[]".into(), frames: r#"[{"pf":"/app/model.py","pfn":"matmul","pl":9}]"#.into() },
+            StackRecord {
+                hash: 0x55,
+                ips: "[]".into(),
+                frames: r#"[{"pf":"/app/model.py","pfn":"add","pl":7}]"#.into(),
+            },
+            StackRecord {
+                hash: 0x77,
+                ips: "[]".into(),
+                frames: r#"[{"pf":"/app/model.py","pfn":"matmul","pl":9}]"#.into(),
+            },
         ],
         ..Default::default()
     };
@@ -87,17 +98,29 @@ fn stats_by_kernel_are_exact_and_say_what_the_trace_cannot_see() {
     let store = SqliteStore::open(&path).unwrap();
     let s = compute_stats(&store, &StatsRequest { by_kernel: true, ..Default::default() }).unwrap();
     let k = s.kernels.as_ref().expect("kernel figures");
-    assert_eq!((k.launches, k.nested_launches, k.named_launches, k.kernels_total, k.names_recorded), (31, 20, 31, 2, 2));
+    assert_eq!(
+        (k.launches, k.nested_launches, k.named_launches, k.kernels_total, k.names_recorded),
+        (31, 20, 31, 2, 2)
+    );
     assert!(k.note.contains("on the host") && k.note.contains("not of the kernels on the GPU"), "{}", k.note);
     let gemm = &k.kernels[0];
     assert_eq!(gemm.kernel, "gemm_sm90_tma");
-    assert_eq!((gemm.launches, gemm.p50_us, gemm.p99_us, gemm.max_us, gemm.sum_us), (11, 5.0, 30_000.0, 30_000.0, 30_050.0));
+    assert_eq!(
+        (gemm.launches, gemm.p50_us, gemm.p99_us, gemm.max_us, gemm.sum_us),
+        (11, 5.0, 30_000.0, 30_000.0, 30_050.0)
+    );
     assert_eq!(gemm.apis.get("cuLaunchKernelEx"), Some(&11));
     assert_eq!(gemm.configs.len(), 2);
-    assert_eq!((gemm.configs[0].grid, gemm.configs[0].cluster, gemm.configs[0].shared_mem_bytes, gemm.configs[0].launches), ([132, 1, 1], [2, 1, 1], 232_448, 6));
+    assert_eq!(
+        (gemm.configs[0].grid, gemm.configs[0].cluster, gemm.configs[0].shared_mem_bytes, gemm.configs[0].launches),
+        ([132, 1, 1], [2, 1, 1], 232_448, 6)
+    );
     assert_eq!((gemm.configs[1].block, gemm.configs[1].launches), ([256, 1, 1], 5));
     let va = &k.kernels[1];
-    assert_eq!((va.kernel.as_str(), va.mangled.as_deref()), ("vector_add(float*, float*, int)", Some("_Z10vector_addPfS_i")));
+    assert_eq!(
+        (va.kernel.as_str(), va.mangled.as_deref()),
+        ("vector_add(float*, float*, int)", Some("_Z10vector_addPfS_i"))
+    );
     assert_eq!((va.launches, va.p50_us, va.p90_us, va.p95_us, va.p99_us), (20, 10.0, 18.0, 19.0, 20.0));
     assert_eq!(va.apis.keys().collect::<Vec<_>>(), vec!["cudaLaunchKernel"], "the driver call inside counts with it");
     assert_eq!((va.configs.len(), va.configs[0].launches, va.launches_without_config), (1, 20, 0));
@@ -122,11 +145,22 @@ fn explain_names_the_kernel_of_a_slow_launch() {
     kernel_trace(&path);
     let store = SqliteStore::open(&path).unwrap();
     let e = explain(&store, &ExplainRequest { top: 50, ..Default::default() }).unwrap();
-    let c = e.chains.iter().find(|c| c.op == "cuLaunchKernelEx" && c.cause == "preempted").expect("the slow launch's chain");
+    let c = e
+        .chains
+        .iter()
+        .find(|c| c.op == "cuLaunchKernelEx" && c.cause == "preempted")
+        .expect("the slow launch's chain");
     assert_eq!(c.stall_ns, 26 * MS);
-    assert_eq!(c.kernels, vec![causeway_analysis::kernels::ChainKernel { kernel: "gemm_sm90_tma".into(), calls: 1, ns: 26 * MS }]);
+    assert_eq!(
+        c.kernels,
+        vec![causeway_analysis::kernels::ChainKernel { kernel: "gemm_sm90_tma".into(), calls: 1, ns: 26 * MS }]
+    );
     assert!(c.summary.ends_with("; kernels: gemm_sm90_tma (1 calls, 26.00 ms)"), "{}", c.summary);
-    assert!(c.timeline[0].what.starts_with("cuLaunchKernelEx of gemm_sm90_tma on tid 5000 took 30.00 ms"), "{}", c.timeline[0].what);
+    assert!(
+        c.timeline[0].what.starts_with("cuLaunchKernelEx of gemm_sm90_tma on tid 5000 took 30.00 ms"),
+        "{}",
+        c.timeline[0].what
+    );
     let r = store.query(&c.evidence.sql, &QueryLimits::default()).unwrap();
     assert_eq!(r.rows[0][0].as_i64(), Some(c.evidence.value));
     // Chains of other ops name no kernel.
@@ -145,11 +179,19 @@ fn stacks_filter_by_kernel_name() {
     assert_eq!((r.kernels.clone(), r.kernels_matched), (vec!["gemm_sm90_tma".to_string()], Some(1)));
     assert!(kernel_filter_words(&r).unwrap().contains("1 kernel(s) whose name contains 'GEMM': gemm_sm90_tma"));
     // By mangled name, and only through the op asked for.
-    let r = top_stacks(&store, &StacksRequest { kernel: Some("_z10vector".into()), op: Some(op::CUDA_LAUNCH_KERNEL), ..Default::default() }).unwrap();
+    let r = top_stacks(
+        &store,
+        &StacksRequest { kernel: Some("_z10vector".into()), op: Some(op::CUDA_LAUNCH_KERNEL), ..Default::default() },
+    )
+    .unwrap();
     assert_eq!((r.calls, r.by_count[0].stack_hash), (20, 0x55));
     let r = top_stacks(&store, &StacksRequest { kernel: Some("softmax".into()), ..Default::default() }).unwrap();
     assert_eq!((r.calls, r.kernels_matched), (0, Some(0)));
     assert!(kernel_filter_words(&r).unwrap().starts_with("no recorded kernel name contains 'softmax'"));
     // A kernel filter with an op that launches no kernel is refused.
-    assert!(top_stacks(&store, &StacksRequest { kernel: Some("gemm".into()), op: Some(op::CUDA_MALLOC), ..Default::default() }).is_err());
+    assert!(top_stacks(
+        &store,
+        &StacksRequest { kernel: Some("gemm".into()), op: Some(op::CUDA_MALLOC), ..Default::default() }
+    )
+    .is_err());
 }

@@ -153,7 +153,8 @@ pub fn convert(
     if to.exists() {
         return Err(StoreError::InvalidArgument(format!("{} exists; choose a new file name", to.display())));
     }
-    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(from), std::fs::canonicalize(to.parent().unwrap_or(Path::new(".")))) {
+    if let (Ok(a), Ok(b)) = (std::fs::canonicalize(from), std::fs::canonicalize(to.parent().unwrap_or(Path::new("."))))
+    {
         if Some(a.as_path()) == to.file_name().map(|n| b.join(n)).as_deref() {
             return Err(StoreError::InvalidArgument("--from and --to are the same file".into()));
         }
@@ -225,7 +226,10 @@ pub fn convert(
 
 /// Process names of a source: its `process_names` rows, plus names the store knows from elsewhere
 /// (Ingero v0.10 `comm`) for pids the table lacks (`seen_at` 0).
-pub(crate) fn merge_names(mut rows: Vec<(u32, String, i64)>, store: &dyn TraceStore) -> Result<Vec<(u32, String, i64)>> {
+pub(crate) fn merge_names(
+    mut rows: Vec<(u32, String, i64)>,
+    store: &dyn TraceStore,
+) -> Result<Vec<(u32, String, i64)>> {
     let known: std::collections::BTreeSet<u32> = rows.iter().map(|r| r.0).collect();
     for (pid, name) in store.process_names()? {
         if !known.contains(&pid) {

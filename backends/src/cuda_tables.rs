@@ -30,7 +30,8 @@ pub(crate) const SELECT_KERNEL_NAMES_SQL: &str =
     "SELECT pid, handle, name, mangled, how FROM kernel_names ORDER BY pid, handle";
 
 /// Appends one attachment of a session.
-pub(crate) const INSERT_ATTACHMENT_SQL: &str = "INSERT INTO attachments (session_id, pid, path, kind, how, attached_at, \
+pub(crate) const INSERT_ATTACHMENT_SQL: &str =
+    "INSERT INTO attachments (session_id, pid, path, kind, how, attached_at, \
 complete, symbols, missing, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// Every attachment, by session and then in the order the probes were placed.
@@ -92,13 +93,19 @@ pub(crate) struct AttachmentJson {
 
 impl AttachmentJson {
     pub(crate) fn of(a: &LibraryAttach) -> Result<AttachmentJson> {
-        let json = |v: &Vec<String>| serde_json::to_string(v).map_err(|e| StoreError::Engine(format!("attachment symbols: {e}")));
+        let json = |v: &Vec<String>| {
+            serde_json::to_string(v).map_err(|e| StoreError::Engine(format!("attachment symbols: {e}")))
+        };
         Ok(AttachmentJson { symbols: json(&a.symbols)?, missing: json(&a.missing)? })
     }
 }
 
 /// The parameters of [`INSERT_ATTACHMENT_SQL`], in order.
-pub(crate) fn attachment_params<'a>(session_id: i64, a: &'a LibraryAttach, json: &'a AttachmentJson) -> [SqlParam<'a>; 10] {
+pub(crate) fn attachment_params<'a>(
+    session_id: i64,
+    a: &'a LibraryAttach,
+    json: &'a AttachmentJson,
+) -> [SqlParam<'a>; 10] {
     [
         SqlParam::Int(session_id),
         SqlParam::Int(i64::from(a.pid)),
@@ -124,21 +131,46 @@ fn fits_u32(db: &Path, table: &str, column: &str, v: i64) -> Result<u32> {
 /// A row of [`SELECT_LAUNCH_CONFIGS_SQL`]: every dimension must fit in 32 bits and the key must be
 /// the configuration's own (launches find their configuration by it).
 pub(crate) fn launch_config_from(db: &Path, row: [i64; 11]) -> Result<LaunchConfig> {
-    const NAMES: [&str; 10] =
-        ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "shared_mem_bytes", "cluster_x", "cluster_y", "cluster_z"];
+    const NAMES: [&str; 10] = [
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+        "shared_mem_bytes",
+        "cluster_x",
+        "cluster_y",
+        "cluster_z",
+    ];
     let mut v = [0u32; 10];
     for (i, name) in NAMES.iter().enumerate() {
         v[i] = fits_u32(db, "launch_configs", name, row[i + 1])?;
     }
-    let c = LaunchConfig { grid: [v[0], v[1], v[2]], block: [v[3], v[4], v[5]], shared_mem_bytes: v[6], cluster: [v[7], v[8], v[9]] };
+    let c = LaunchConfig {
+        grid: [v[0], v[1], v[2]],
+        block: [v[3], v[4], v[5]],
+        shared_mem_bytes: v[6],
+        cluster: [v[7], v[8], v[9]],
+    };
     if c.key() != row[0] {
-        return Err(damaged(db, format!("launch_configs row with key {} holds a configuration whose key is {}", row[0], c.key())));
+        return Err(damaged(
+            db,
+            format!("launch_configs row with key {} holds a configuration whose key is {}", row[0], c.key()),
+        ));
     }
     Ok(c)
 }
 
 /// A row of [`SELECT_KERNEL_NAMES_SQL`].
-pub(crate) fn kernel_name_from(db: &Path, pid: i64, handle: i64, name: String, mangled: String, how: String) -> Result<KernelName> {
+pub(crate) fn kernel_name_from(
+    db: &Path,
+    pid: i64,
+    handle: i64,
+    name: String,
+    mangled: String,
+    how: String,
+) -> Result<KernelName> {
     Ok(KernelName { pid: fits_u32(db, "kernel_names", "pid", pid)?, handle, name, mangled, how })
 }
 
@@ -160,8 +192,9 @@ impl AttachmentRow {
     /// The session id and the attachment; the symbol lists must be JSON arrays of strings.
     pub(crate) fn decode(self, db: &Path) -> Result<(i64, LibraryAttach)> {
         let list = |column: &str, json: &str| -> Result<Vec<String>> {
-            serde_json::from_str(json)
-                .map_err(|e| damaged(db, format!("attachments.{column} is not a JSON array of strings ({e}): {json:.80}")))
+            serde_json::from_str(json).map_err(|e| {
+                damaged(db, format!("attachments.{column} is not a JSON array of strings ({e}): {json:.80}"))
+            })
         };
         let attach = LibraryAttach {
             pid: fits_u32(db, "attachments", "pid", self.pid)?,
@@ -215,7 +248,9 @@ macro_rules! impl_cuda_table_reads {
                         .collect()
                 })?;
                 let db = &self.info().path;
-                rows.into_iter().map(|(p, h, n, m, how)| $crate::cuda_tables::kernel_name_from(db, p, h, n, m, how)).collect()
+                rows.into_iter()
+                    .map(|(p, h, n, m, how)| $crate::cuda_tables::kernel_name_from(db, p, h, n, m, how))
+                    .collect()
             }
 
             /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).

@@ -95,5 +95,11 @@ pub(crate) fn describe(catalog: &dyn LiveCatalog, notes_for: &EngineNotes) -> Re
         notes.push("events is a sample (Ingero selective storage): true totals are in event_aggregates".into());
     }
     notes.extend(info.missing.iter().map(|m| format!("not recorded in this DB: {m}")));
-    Ok(SchemaDescription { format: info.format.clone(), engine: notes_for.engine.into(), tables, codes: codes_out, notes })
+    Ok(SchemaDescription {
+        format: info.format.clone(),
+        engine: notes_for.engine.into(),
+        tables,
+        codes: codes_out,
+        notes,
+    })
 }

@@ -56,11 +56,7 @@ pub(crate) fn require_event_columns(path: &Path, columns: &[String]) -> Result<(
 
 /// What a trace with these `events` columns and tables does not record (for users and agents),
 /// plus what a converted trace's original did not record (`schema_info.source_missing`).
-fn missing_features(
-    columns: &[String],
-    tables: &[String],
-    schema_info: &BTreeMap<String, String>,
-) -> Vec<String> {
+fn missing_features(columns: &[String], tables: &[String], schema_info: &BTreeMap<String, String>) -> Vec<String> {
     let has = |c: &str| columns.iter().any(|x| x == c);
     let mut missing = Vec::new();
     if !has("next_tid") {
@@ -156,7 +152,9 @@ pub(crate) fn aggregate_bucket_bounds(window: &TimeWindow) -> (i64, i64) {
 /// Loss counters from `(source, kind, count)` rows; kinds this build does not know are skipped.
 pub(crate) fn loss_counters_from(rows: Vec<(i64, String, i64)>) -> Vec<LossCounter> {
     rows.into_iter()
-        .filter_map(|(s, k, n)| Some(LossCounter { source: s as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 }))
+        .filter_map(|(s, k, n)| {
+            Some(LossCounter { source: s as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 })
+        })
         .collect()
 }
 

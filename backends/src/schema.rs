@@ -116,12 +116,14 @@ CREATE TABLE IF NOT EXISTS loss_kinds (name TEXT PRIMARY KEY, description TEXT N
 "#;
 
 /// Writes one `sessions` row, every column, by position (both engines bind the same parameters).
-pub const INSERT_SESSION_SQL: &str = "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, \
+pub const INSERT_SESSION_SQL: &str =
+    "INSERT OR REPLACE INTO sessions (id, started_at, stopped_at, tool_version, kernel, \
 hostname, node, pid_filter, command, flags, gpu_model, gpu_driver, cuda_ver, tracer_pid) \
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// Writes one `event_aggregates` row, by position (both engines bind the same parameters).
-pub const INSERT_AGGREGATE_SQL: &str = "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, \
+pub const INSERT_AGGREGATE_SQL: &str =
+    "INSERT OR REPLACE INTO event_aggregates (bucket, source, op, pid, count, stored, \
 sum_dur, min_dur, max_dur, sum_arg0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// One parameter of the INSERTs both engines run: each engine binds it through its own `ToSql`
@@ -209,7 +211,8 @@ pub fn fill_lookup_tables(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()
     for (id, name, desc) in SOURCES {
         st.execute(rusqlite::params![id, name, desc])?;
     }
-    let mut st = tx.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?1, ?2, ?3, ?4)")?;
+    let mut st =
+        tx.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?1, ?2, ?3, ?4)")?;
     for (s, o, name, _, desc) in OPS {
         st.execute(rusqlite::params![s, o, name, desc])?;
     }

@@ -58,7 +58,10 @@ macro_rules! engine_writer_by_inherent_methods {
             const THREAD_NAME: &'static str = $thread;
             const GROUP_BATCHES: usize = $group;
 
-            fn create_session(path: &std::path::Path, session: &causeway_model::SessionInfo) -> $crate::error::Result<Self> {
+            fn create_session(
+                path: &std::path::Path,
+                session: &causeway_model::SessionInfo,
+            ) -> $crate::error::Result<Self> {
                 <$writer>::create(path, session)
             }
             fn trace_path(&self) -> &std::path::Path {
@@ -79,7 +82,10 @@ macro_rules! engine_writer_by_inherent_methods {
             fn write_kernel_names(&mut self, names: &[causeway_model::KernelName]) -> $crate::error::Result<()> {
                 self.insert_kernel_names(names)
             }
-            fn write_attachments(&mut self, attachments: &[causeway_model::LibraryAttach]) -> $crate::error::Result<()> {
+            fn write_attachments(
+                &mut self,
+                attachments: &[causeway_model::LibraryAttach],
+            ) -> $crate::error::Result<()> {
                 self.insert_attachments(attachments)
             }
             fn write_losses(&mut self, losses: &$crate::sink::LossCounts) -> $crate::error::Result<()> {
@@ -133,8 +139,9 @@ impl<W: EngineWriter> QueuedSink<W> {
         let (tx, rx) = mpsc::channel::<Msg>(batches.max(1));
         let losses = SharedLosses::default();
         let thread_losses = losses.clone();
-        let thread =
-            std::thread::Builder::new().name(W::THREAD_NAME.into()).spawn(move || run_writer(writer, rx, thread_losses))?;
+        let thread = std::thread::Builder::new()
+            .name(W::THREAD_NAME.into())
+            .spawn(move || run_writer(writer, rx, thread_losses))?;
         Ok(QueuedSink { tx, losses, thread: Some(thread), path: path.to_path_buf() })
     }
 

@@ -67,7 +67,9 @@ impl EventFilter {
 }
 
 /// An event id as the DB spells it: an integer (native, Ingero v0.8) or `"node:seq"` text (Ingero v0.9+).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(untagged)]
 pub enum EventId {
     Int(i64),

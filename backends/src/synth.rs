@@ -138,7 +138,8 @@ mod tests {
         events.sort_by_key(|e| e.ts_ns);
         let mut busy_until = std::collections::HashMap::new();
         for e in &events {
-            let (start, end) = if op::SCHED_SWITCH.is(e.source, e.op) { (e.ts_ns - e.dur_ns, e.ts_ns) } else { (e.ts_ns, e.end_ns()) };
+            let (start, end) =
+                if op::SCHED_SWITCH.is(e.source, e.op) { (e.ts_ns - e.dur_ns, e.ts_ns) } else { (e.ts_ns, e.end_ns()) };
             if op::SCHED_WAKEUP.is(e.source, e.op) || e.source == causeway_model::codes::Source::Io.code() {
                 continue;
             }

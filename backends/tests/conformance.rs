@@ -65,7 +65,8 @@ fn write_trace(path: &Path, b: Backend, seed: u64) -> Vec<StoredEvent> {
         for chunk in events.chunks(777) {
             sink.write_batch(chunk.to_vec()).await.unwrap();
         }
-        let stack = StackRecord { hash: 99, ips: "[\"0x1\"]".into(), frames: "[{\"s\":\"main+0x1\",\"f\":\"a.out\"}]".into() };
+        let stack =
+            StackRecord { hash: 99, ips: "[\"0x1\"]".into(), frames: "[{\"s\":\"main+0x1\",\"f\":\"a.out\"}]".into() };
         sink.write_stacks(vec![stack.clone(), stack]).await.unwrap();
         sink.write_process_name(4821, "python3".into(), 5).await.unwrap();
         sink.write_process_name(4821, "python3.12".into(), 6).await.unwrap();
@@ -92,7 +93,8 @@ pub fn write_read_back_exactly(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "t");
     let expected = write_trace(&path, b, 3);
-    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert_eq!(names.len(), 1, "only the trace file is left: {names:?}");
     let store = open_store(&path).unwrap();
     assert_eq!(store.engine(), b.name());
@@ -118,7 +120,9 @@ pub fn write_read_back_exactly(b: Backend) {
     ] {
         assert!(info.has_table(t), "{t} missing");
     }
-    for c in ["id", "timestamp", "duration", "prev_state", "next_comm", "waker_tid", "session_id", "node", "launch_config"] {
+    for c in
+        ["id", "timestamp", "duration", "prev_state", "next_comm", "waker_tid", "session_id", "node", "launch_config"]
+    {
         assert!(info.has_column(c), "{c} missing");
     }
     let back = store.events(&EventFilter::default()).unwrap();
@@ -163,7 +167,11 @@ pub fn typed_queries_and_filters(b: Backend) {
             EventFilter::window(window),
             filtered(&all, |e| e.ts_ns >= window.from_ns.unwrap() && e.ts_ns <= mid),
         ),
-        ("from only", EventFilter::window(TimeWindow { from_ns: Some(mid), to_ns: None }), filtered(&all, |e| e.ts_ns >= mid)),
+        (
+            "from only",
+            EventFilter::window(TimeWindow { from_ns: Some(mid), to_ns: None }),
+            filtered(&all, |e| e.ts_ns >= mid),
+        ),
         ("pid", EventFilter { pid: Some(pid), ..Default::default() }, filtered(&all, |e| e.pid == pid)),
         (
             "tids",
@@ -199,7 +207,12 @@ pub fn typed_queries_and_filters(b: Backend) {
         rows.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
         let mut w: Vec<DurationRow> = want
             .iter()
-            .map(|s| DurationRow { op: OpCode::new(s.event.source, s.event.op), pid: s.event.pid, ts_ns: s.event.ts_ns, dur_ns: s.event.dur_ns })
+            .map(|s| DurationRow {
+                op: OpCode::new(s.event.source, s.event.op),
+                pid: s.event.pid,
+                ts_ns: s.event.ts_ns,
+                dur_ns: s.event.dur_ns,
+            })
             .collect();
         w.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
         assert_eq!(rows, w, "scan rows: {what}");
@@ -214,7 +227,10 @@ pub fn typed_queries_and_filters(b: Backend) {
             want.iter().filter(|s| keep(s.event.tid, s.event.ts_ns, s.event.dur_ns)).cloned().collect();
         assert_eq!((n as usize, &kept), (want_kept.len(), &want_kept), "scan_events_kept: {what}");
         if what == "everything" {
-            assert!(!want_kept.is_empty() && want_kept.len() < want.len(), "the keep test must keep some rows, not all");
+            assert!(
+                !want_kept.is_empty() && want_kept.len() < want.len(),
+                "the keep test must keep some rows, not all"
+            );
         }
         let mut switches = Vec::new();
         let n = store.scan_switches_kept(&f, &keep, &mut |r| switches.push(r)).unwrap();
@@ -260,7 +276,8 @@ pub fn typed_queries_and_filters(b: Backend) {
     let ids = vec![EventId::Int(7), EventId::Int(3), EventId::Int(N as i64 + 50), EventId::Text("n:1".into())];
     let mut got = store.events_by_id(&ids).unwrap();
     got.sort_by_key(|s| s.id.clone());
-    let mut want: Vec<StoredEvent> = all.iter().filter(|s| [EventId::Int(3), EventId::Int(7)].contains(&s.id)).cloned().collect();
+    let mut want: Vec<StoredEvent> =
+        all.iter().filter(|s| [EventId::Int(3), EventId::Int(7)].contains(&s.id)).cloned().collect();
     want.sort_by_key(|s| s.id.clone());
     assert_eq!(got, want);
     assert!(store.events_by_id(&[]).unwrap().is_empty());
@@ -271,7 +288,16 @@ pub fn summary_is_nearest_rank(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "r");
     let events: Vec<Event> = (1..=20)
-        .map(|i| Event { ts_ns: 1_000 + i, dur_ns: i * 1000, pid: 1, tid: 1, source: 1, op: 1, cpu: 0, ..Default::default() })
+        .map(|i| Event {
+            ts_ns: 1_000 + i,
+            dur_ns: i * 1000,
+            pid: 1,
+            tid: 1,
+            source: 1,
+            op: 1,
+            cpu: 0,
+            ..Default::default()
+        })
         .collect();
     rt().block_on(async {
         let mut sink = create_sink(&path, session(1), Some(b)).unwrap();
@@ -332,7 +358,10 @@ pub fn sessions_append(b: Backend) {
     let store = open_store(&path).unwrap();
     assert_eq!(store.info().events, 300);
     let s = store.sessions().unwrap();
-    assert_eq!(s.iter().map(|s| (s.started_at_ns, s.stopped_at_ns)).collect::<Vec<_>>(), vec![(10, 20), (11, 21), (12, 22)]);
+    assert_eq!(
+        s.iter().map(|s| (s.started_at_ns, s.stopped_at_ns)).collect::<Vec<_>>(),
+        vec![(10, 20), (11, 21), (12, 22)]
+    );
     let ids: std::collections::BTreeSet<i64> = s.iter().map(|s| s.id).collect();
     assert_eq!(ids.len(), 3, "distinct session ids");
     let l = store.loss_counters().unwrap();
@@ -363,13 +392,22 @@ pub fn guarded_sql_and_limits(b: Backend) {
     assert!(r.rows[0][2].is_i64(), "sums are integers: {:?}", r.rows[0]);
     let r = q("SELECT id, timestamp, comm FROM events ORDER BY timestamp, id", &QueryLimits::with_rows(10)).unwrap();
     assert_eq!((r.rows.len(), r.truncated), (10, true));
-    assert_eq!(r.rows[0][0], serde_json::json!(store.events(&EventFilter::default()).unwrap()[0].id.to_string().parse::<i64>().unwrap()));
+    assert_eq!(
+        r.rows[0][0],
+        serde_json::json!(store.events(&EventFilter::default()).unwrap()[0].id.to_string().parse::<i64>().unwrap())
+    );
     let tiny = QueryLimits { max_bytes: 300, ..Default::default() };
     let r = q("SELECT * FROM events", &tiny).unwrap();
     assert!(r.truncated && r.rows.len() < 5, "byte cap");
     let r = q("SELECT * FROM events WHERE pid = -1", &QueryLimits::default()).unwrap();
     assert!(r.rows.is_empty() && !r.truncated && r.columns.len() == 30);
-    for bad in ["DELETE FROM events", "DROP TABLE events", "SELECT 1; SELECT 2", "ATTACH 'x.db' AS x", "PRAGMA writable_schema=1"] {
+    for bad in [
+        "DELETE FROM events",
+        "DROP TABLE events",
+        "SELECT 1; SELECT 2",
+        "ATTACH 'x.db' AS x",
+        "PRAGMA writable_schema=1",
+    ] {
         match q(bad, &QueryLimits::default()) {
             Err(StoreError::Refused(_)) => {}
             other => panic!("{bad}: {other:?}"),

@@ -13,7 +13,6 @@
 
 mod guard_common;
 
-
 use causeway_backends::guard::{self, Engine};
 use causeway_backends::QueryLimits;
 use guard_common::{corpus, corpus_limits, outcome, Fixture, Outcome, DBS};
@@ -95,16 +94,18 @@ fn legit_corpus_passes_on_duckdb() {
                     // DuckDB build does not link: it must still be refused or fail cleanly, never run wrong.
                     sqlite_only += 1;
                     if let Ok(r) = guard::run_duckdb(&f.db, &e.sql, &limits) {
-                        failures.push(format!("{name} #{i}: marked sqlite-only but ran on DuckDB: {:?}", r.rows.first()));
+                        failures
+                            .push(format!("{name} #{i}: marked sqlite-only but ran on DuckDB: {:?}", r.rows.first()));
                     }
                     continue;
                 }
                 _ => e.sql.clone(),
             };
             // Ingero-only tables (system_snapshots, causal_chains, ...) do not exist in native traces.
-            let refs_missing = ["system_snapshots", "causal_chains", "cgroup_metadata", "cgroup_schedstat", "event_aggregates"]
-                .iter()
-                .any(|t| sql.contains(t) && !tables.iter().any(|x| x == t));
+            let refs_missing =
+                ["system_snapshots", "causal_chains", "cgroup_metadata", "cgroup_schedstat", "event_aggregates"]
+                    .iter()
+                    .any(|t| sql.contains(t) && !tables.iter().any(|x| x == t));
             if refs_missing {
                 skipped += 1;
                 continue;

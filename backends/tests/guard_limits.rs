@@ -167,7 +167,10 @@ fn refusals_say_what_was_refused_and_what_is_allowed() {
         ("SELECT * FROM dbstat", &["dbstat", "raw database pages"]),
         ("SELECT * FROM pragma_database_list", &["internal table", "sqlite_schema"]),
         ("SELECT x FROM t WHERE a REGEXP 'x'", &["REGEXP operator", "glob(pattern, text)"]),
-        ("SELECT * FROM events WHERE pid IN process_names", &["could not be parsed", "x IN (SELECT column FROM table)"]),
+        (
+            "SELECT * FROM events WHERE pid IN process_names",
+            &["could not be parsed", "x IN (SELECT column FROM table)"],
+        ),
         ("SELECT 1 INTO t", &["creates a table"]),
     ];
     for (sql, needles) in cases {

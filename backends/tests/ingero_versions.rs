@@ -2,7 +2,6 @@
 //! (text "node:seq" ids, node/rank columns) from testdata, and v0.10 (events.comm,
 //! event_aggregates_5s, annotations), built here with Ingero's v0.10 DDL since no shared DB has it.
 
-
 use causeway_backends::*;
 
 fn shared(name: &str) -> std::path::PathBuf {

@@ -8,7 +8,13 @@ use causeway_model::time::TimeWindow;
 use causeway_model::{LossKind, SessionInfo};
 
 fn session(at: i64) -> SessionInfo {
-    SessionInfo { started_at_ns: at, tool_version: "test".into(), kernel: "6.18".into(), pid_filter: "4821".into(), ..Default::default() }
+    SessionInfo {
+        started_at_ns: at,
+        tool_version: "test".into(),
+        kernel: "6.18".into(),
+        pid_filter: "4821".into(),
+        ..Default::default()
+    }
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -28,7 +34,13 @@ fn events_come_back_exactly_as_written() {
         for chunk in events.chunks(777) {
             sink.write_batch(chunk.to_vec()).await.unwrap();
         }
-        sink.write_stacks(vec![StackRecord { hash: 99, ips: "[\"0x1\"]".into(), frames: "[{\"s\":\"main+0x1\",\"f\":\"a.out\"}]".into() }]).await.unwrap();
+        sink.write_stacks(vec![StackRecord {
+            hash: 99,
+            ips: "[\"0x1\"]".into(),
+            frames: "[{\"s\":\"main+0x1\",\"f\":\"a.out\"}]".into(),
+        }])
+        .await
+        .unwrap();
         sink.write_process_name(4821, "python3".into(), 5).await.unwrap();
         sink.add_loss(3, LossKind::RingReserve, 17);
         sink.add_loss(1, LossKind::Decode, 2);
@@ -89,10 +101,12 @@ fn filters_select_what_they_say() {
     assert!(!want.is_empty());
     assert_eq!(got, want);
     let mut n = 0;
-    let counted = store.scan_durations(&f, &mut |r| {
-        assert!(r.ts_ns >= mid);
-        n += 1;
-    }).unwrap();
+    let counted = store
+        .scan_durations(&f, &mut |r| {
+            assert!(r.ts_ns >= mid);
+            n += 1;
+        })
+        .unwrap();
     assert_eq!((counted, n), (want.len() as u64, want.len()));
     let by_id = store.events_by_id(&[EventId::Int(1), EventId::Int(3)]).unwrap();
     assert_eq!(by_id.len(), 2);
@@ -111,7 +125,10 @@ fn a_second_trace_appends_a_session_and_foreign_dbs_are_refused() {
     assert_eq!(store.sessions().unwrap().len(), 2);
     assert_eq!(store.info().events, 20);
     let foreign = dir.path().join("foreign.db");
-    rusqlite::Connection::open(&foreign).unwrap().execute_batch("CREATE TABLE events (timestamp, pid, tid, source, op, duration)").unwrap();
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE events (timestamp, pid, tid, source, op, duration)")
+        .unwrap();
     let err = SqliteWriter::create(&foreign, &session(0)).err().expect("must refuse");
     assert!(err.to_string().contains("not a Causeway trace"), "{err}");
 }
@@ -126,13 +143,18 @@ fn a_full_queue_drops_and_counts_instead_of_blocking() {
     for _ in 0..200 {
         let batch = synth.take(2_000);
         let n = batch.len() as u64;
-        if sink.try_write_batch(batch) { queued += n } else { dropped += n }
+        if sink.try_write_batch(batch) {
+            queued += n
+        } else {
+            dropped += n
+        }
     }
     assert!(dropped > 0, "a one-batch queue never filled");
     let summary = rt().block_on(Box::new(sink).finish(1)).unwrap();
     assert_eq!(summary.events_written, queued);
     let store = SqliteStore::open(&path).unwrap();
-    let lost: u64 = store.loss_counters().unwrap().iter().filter(|l| l.kind == LossKind::SinkBackpressure).map(|l| l.count).sum();
+    let lost: u64 =
+        store.loss_counters().unwrap().iter().filter(|l| l.kind == LossKind::SinkBackpressure).map(|l| l.count).sum();
     // produced = stored + counted lost
     assert_eq!(store.info().events + lost, 400_000);
 }

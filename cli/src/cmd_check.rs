@@ -26,15 +26,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!(
-            "kernel {}: {}",
-            r.kernel,
-            if r.can_trace {
-                "can trace"
-            } else {
-                "CANNOT trace"
-            }
-        );
+        println!("kernel {}: {}", r.kernel, if r.can_trace { "can trace" } else { "CANNOT trace" });
         let mut t = Table::new(&["check", "ok", "detail", "fix"]);
         for i in &r.items {
             let ok = if i.ok {
@@ -44,12 +36,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             } else {
                 "no"
             };
-            t.row(vec![
-                i.name.clone(),
-                ok.into(),
-                i.detail.clone(),
-                i.fix.clone().unwrap_or_default(),
-            ]);
+            t.row(vec![i.name.clone(), ok.into(), i.detail.clone(), i.fix.clone().unwrap_or_default()]);
         }
         println!("{}", t.render());
         for (l, c) in r.cuda_libraries.iter().zip(&r.coverage) {

@@ -67,7 +67,8 @@ impl Bar {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let backend = args.backend.as_deref().map(Backend::parse).transpose()?;
-    let mut bar = Bar { on: !args.quiet && std::io::stderr().is_terminal(), started: Instant::now(), drawn: Instant::now() };
+    let mut bar =
+        Bar { on: !args.quiet && std::io::stderr().is_terminal(), started: Instant::now(), drawn: Instant::now() };
     let t = Instant::now();
     let report = convert(&args.from, &args.to, backend, &mut |done, total| bar.draw(done, total))?;
     let secs = t.elapsed().as_secs_f64();

@@ -22,10 +22,9 @@ pub struct Args {
 }
 
 fn investigations_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    let candidates = explicit.into_iter().chain([
-        PathBuf::from("investigations"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../investigations"),
-    ]);
+    let candidates = explicit
+        .into_iter()
+        .chain([PathBuf::from("investigations"), Path::new(env!("CARGO_MANIFEST_DIR")).join("../investigations")]);
     for c in candidates {
         if c.is_dir() {
             return Ok(c);
@@ -74,7 +73,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     print!("{}", report::render(&e, &db.display().to_string()));
     let abs = &db;
     println!("\nNext:");
-    println!("  causeway explain --db {} --chain c1      # one chain in full, with the SQL that proves it", db.display());
+    println!(
+        "  causeway explain --db {} --chain c1      # one chain in full, with the SQL that proves it",
+        db.display()
+    );
     println!("  causeway demo --list                      # the other investigations: {}", names.join(", "));
     println!("  Open it from an MCP client (Claude Code, Cursor, ollmcp): the server is");
     println!("    causeway mcp --db {}", abs.display());

@@ -57,9 +57,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         anyhow::bail!("--capture-allow and --capture-dir need --allow-capture");
     }
     if args.dbs.is_empty() && !args.allow_capture {
-        anyhow::bail!("give at least one --db PATH (a Causeway trace or an Ingero DB), or --allow-capture to record one");
+        anyhow::bail!(
+            "give at least one --db PATH (a Causeway trace or an Ingero DB), or --allow-capture to record one"
+        );
     }
-    let capture = if args.allow_capture { Some(CaptureConfig::new(args.capture_allow, args.capture_dir)?) } else { None };
+    let capture =
+        if args.allow_capture { Some(CaptureConfig::new(args.capture_allow, args.capture_dir)?) } else { None };
     let ns = causeway_model::time::parse_duration_ns(&args.timeout).map_err(anyhow::Error::msg)?;
     let request_timeout = Duration::from_nanos(ns.max(1_000_000) as u64);
     match args.http {

@@ -28,7 +28,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
     let timeout_ns = causeway_model::time::parse_duration_ns(&args.timeout).map_err(anyhow::Error::msg)?;
-    let limits = QueryLimits { timeout_ms: (timeout_ns / 1_000_000).max(1) as u64, ..QueryLimits::with_rows(args.limit) };
+    let limits =
+        QueryLimits { timeout_ms: (timeout_ns / 1_000_000).max(1) as u64, ..QueryLimits::with_rows(args.limit) };
     let result = store.query(&args.sql, &limits)?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
@@ -37,14 +38,22 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let headers: Vec<&str> = result.columns.iter().map(String::as_str).collect();
     let mut t = Table::new(&headers);
     for r in &result.rows {
-        t.row(r.iter().map(|v| match v {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Null => "NULL".into(),
-            other => other.to_string(),
-        }).collect());
+        t.row(
+            r.iter()
+                .map(|v| match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::Null => "NULL".into(),
+                    other => other.to_string(),
+                })
+                .collect(),
+        );
     }
     print!("{}", t.render());
-    println!("({} row{}{})", result.rows.len(), if result.rows.len() == 1 { "" } else { "s" },
-        if result.truncated { ", truncated: raise --limit or narrow the query" } else { "" });
+    println!(
+        "({} row{}{})",
+        result.rows.len(),
+        if result.rows.len() == 1 { "" } else { "s" },
+        if result.truncated { ", truncated: raise --limit or narrow the query" } else { "" }
+    );
     Ok(0)
 }

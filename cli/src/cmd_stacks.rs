@@ -46,7 +46,12 @@ fn print_stack(rank: usize, s: &StackSummary, frames: usize) {
     let ops: Vec<String> = s.ops.iter().map(|(o, n)| format!("{o} x{n}")).collect();
     println!(
         "#{rank} stack {:#018x}: {} calls, {} total, max {} [{}] pids {:?}",
-        s.stack_hash, s.calls, fmt_ns(s.total_ns), fmt_ns(s.max_ns), ops.join(", "), s.pids
+        s.stack_hash,
+        s.calls,
+        fmt_ns(s.total_ns),
+        fmt_ns(s.max_ns),
+        ops.join(", "),
+        s.pids
     );
     if !s.resolved {
         println!("    (no stack_traces row for this hash)");
@@ -70,7 +75,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .as_deref()
         .map(|n| codes::op_by_name(n).with_context(|| format!("unknown op '{n}' (e.g. cudaLaunchKernel)")))
         .transpose()?;
-    let r = top_stacks(store.as_ref(), &StacksRequest { window, pid: args.pid, op, kernel: args.kernel.clone(), top: args.top })?;
+    let r = top_stacks(
+        store.as_ref(),
+        &StacksRequest { window, pid: args.pid, op, kernel: args.kernel.clone(), top: args.top },
+    )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(0);

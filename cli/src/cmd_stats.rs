@@ -48,7 +48,9 @@ pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
     }
     names
         .iter()
-        .map(|n| codes::op_by_name(n).with_context(|| format!("unknown op '{n}' (e.g. cudaLaunchKernel, sched_switch)")))
+        .map(|n| {
+            codes::op_by_name(n).with_context(|| format!("unknown op '{n}' (e.g. cudaLaunchKernel, sched_switch)"))
+        })
         .collect::<anyhow::Result<Vec<_>>>()
         .map(Some)
 }
@@ -56,7 +58,13 @@ pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
     let window = args.window.resolve(store.info())?;
-    let req = StatsRequest { window, pid: args.pid, ops: parse_ops(&args.ops)?, per_process: args.per_process, by_kernel: args.by == GroupBy::Kernel };
+    let req = StatsRequest {
+        window,
+        pid: args.pid,
+        ops: parse_ops(&args.ops)?,
+        per_process: args.per_process,
+        by_kernel: args.by == GroupBy::Kernel,
+    };
     let stats = compute_stats(store.as_ref(), &req)?;
     if args.json {
         println!("{}", serde_json::to_string(&stats)?);
@@ -68,7 +76,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 
 fn ops_table(ops: &[OpStats]) -> Table {
     let mut t = Table::new(&[
-        "SOURCE", "OP", ">COUNT", ">SUM us", ">AVG us", ">MIN us", ">P50 us", ">P90 us", ">P95 us", ">P99 us", ">MAX us",
+        "SOURCE", "OP", ">COUNT", ">SUM us", ">AVG us", ">MIN us", ">P50 us", ">P90 us", ">P95 us", ">P99 us",
+        ">MAX us",
     ]);
     for o in ops {
         t.row(vec![
@@ -91,7 +100,9 @@ fn ops_table(ops: &[OpStats]) -> Table {
 fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &TraceStats) -> String {
     let mut out = String::new();
     let format = match &info.format {
-        causeway_backends::TraceFormat::Native { schema_version } => format!("Causeway trace, schema v{schema_version}"),
+        causeway_backends::TraceFormat::Native { schema_version } => {
+            format!("Causeway trace, schema v{schema_version}")
+        }
         causeway_backends::TraceFormat::Ingero { version } => format!("Ingero DB, schema v{version}"),
     };
     out.push_str(&format!("{} ({format})\n", path.display()));
@@ -165,7 +176,18 @@ fn kernels_text(k: &KernelReport) -> String {
         "\n{} kernel launches of {} kernels ({} named; {} driver launches inside runtime launches counted with them)\nnote: {}\n",
         k.launches, k.kernels_total, k.named_launches, k.nested_launches, k.note
     );
-    let mut t = Table::new(&["KERNEL", ">LAUNCHES", ">SUM us", ">AVG us", ">MIN us", ">P50 us", ">P90 us", ">P95 us", ">P99 us", ">MAX us"]);
+    let mut t = Table::new(&[
+        "KERNEL",
+        ">LAUNCHES",
+        ">SUM us",
+        ">AVG us",
+        ">MIN us",
+        ">P50 us",
+        ">P90 us",
+        ">P95 us",
+        ">P99 us",
+        ">MAX us",
+    ]);
     for s in &k.kernels {
         t.row(vec![
             s.kernel.clone(),

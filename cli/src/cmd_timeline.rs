@@ -49,7 +49,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         anyhow::bail!("give --around EVENT_ID, or both --from and --to");
     }
     let window = resolve_window(store.info(), None, args.from.as_deref(), args.to.as_deref())?;
-    let around_ns = args.span.as_deref().map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?.unwrap_or(DEFAULT_AROUND_NS);
+    let around_ns = args
+        .span
+        .as_deref()
+        .map(parse_duration_ns)
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or(DEFAULT_AROUND_NS);
     let req = TimelineRequest { around, around_ns, window, pid: args.pid, tid: args.tid, limit: args.limit.max(1) };
     let r = timeline(store.as_ref(), &req)?;
     if args.json {
@@ -62,7 +68,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         for e in &t.entries {
             let mark = if r.around.as_ref() == Some(&e.id) { ">" } else { " " };
             let indent = if e.depth > 0 { "    " } else { "" };
-            println!("{mark} {:+.6} s  {:<8} {indent}{}  (event {})", (e.ts_ns - r.from_ns) as f64 / 1e9, e.kind, e.detail, e.id);
+            println!(
+                "{mark} {:+.6} s  {:<8} {indent}{}  (event {})",
+                (e.ts_ns - r.from_ns) as f64 / 1e9,
+                e.kind,
+                e.detail,
+                e.id
+            );
         }
         if t.truncated {
             println!("  … cut at {} entries", args.limit);

@@ -67,20 +67,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         !args.pids.is_empty() || !args.command.is_empty(),
         "nothing to trace: give --pid N or -- COMMAND ARGS"
     );
-    let duration_ns = args
-        .duration
-        .as_deref()
-        .map(parse_duration_ns)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
+    let duration_ns =
+        args.duration.as_deref().map(parse_duration_ns).transpose().map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
-    let db = args
-        .db
-        .clone()
-        .unwrap_or_else(|| {
-            let ext = if backend == Backend::DuckDb { "duckdb" } else { "db" };
-            PathBuf::from(format!("causeway-{}.{ext}", now.as_secs()))
-        });
+    let db = args.db.clone().unwrap_or_else(|| {
+        let ext = if backend == Backend::DuckDb { "duckdb" } else { "db" };
+        PathBuf::from(format!("causeway-{}.{ext}", now.as_secs()))
+    });
     let session = causeway_probes::new_session_info(
         &args.pids,
         &args.command,
@@ -100,9 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let stop = opts.stop.clone();
     let json = args.json;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let report = rt.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let mut int = signal(SignalKind::interrupt())?;
@@ -119,10 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 
     let lost = report.lost();
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"done": true, "db": db, "report": report})
-        );
+        println!("{}", serde_json::json!({"done": true, "db": db, "report": report}));
     } else {
         eprintln!(
             "causeway: {} events written to {} in {}; {} lost{}",
@@ -145,12 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
         );
         for l in &report.libraries {
-            eprintln!(
-                "causeway: probed {} ({} symbols, found by {})",
-                l.path.display(),
-                l.symbols.len(),
-                l.how
-            );
+            eprintln!("causeway: probed {} ({} symbols, found by {})", l.path.display(), l.symbols.len(), l.how);
         }
         for a in report.attachments.iter().filter(|a| !a.complete && a.note.is_empty()) {
             eprintln!(

@@ -18,7 +18,11 @@ mod window;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "causeway", version, about = "Why did the GPU stall? Per-call attribution of CUDA stalls from eBPF traces.")]
+#[command(
+    name = "causeway",
+    version,
+    about = "Why did the GPU stall? Per-call attribution of CUDA stalls from eBPF traces."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -26,7 +26,12 @@ impl WindowArgs {
 }
 
 /// The window that `--since DUR`, `--from T` and `--to T` name in this trace.
-pub fn window_of(info: &TraceInfo, since: Option<&str>, from: Option<&str>, to: Option<&str>) -> anyhow::Result<TimeWindow> {
+pub fn window_of(
+    info: &TraceInfo,
+    since: Option<&str>,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> anyhow::Result<TimeWindow> {
     let since = since.map(parse_duration_ns).transpose().map_err(anyhow::Error::msg)?;
     Ok(resolve_window(info, since, from, to)?)
 }

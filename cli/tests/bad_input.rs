@@ -5,7 +5,11 @@ use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_causeway")).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn assert_one_line_error(args: &[&str], needle: &str) {
@@ -87,7 +91,13 @@ fn bad_arguments_are_one_line_too() {
 fn query_runs_the_sql_it_is_given() {
     let db = causeway_testdata::ingero_db("pytorch-dataloader-starvation.db");
     let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
-        .args(["query", "--db", db.to_str().unwrap(), "--json", "SELECT op, count(*) AS n FROM events WHERE source = 1 GROUP BY op ORDER BY op"])
+        .args([
+            "query",
+            "--db",
+            db.to_str().unwrap(),
+            "--json",
+            "SELECT op, count(*) AS n FROM events WHERE source = 1 GROUP BY op ORDER BY op",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

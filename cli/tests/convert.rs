@@ -39,7 +39,8 @@ fn id_map(db: &Path) -> HashMap<String, i64> {
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
     )
     .unwrap();
-    let text: bool = c.query_row("SELECT EXISTS (SELECT 1 FROM events WHERE typeof(id) != 'integer')", [], |r| r.get(0)).unwrap();
+    let text: bool =
+        c.query_row("SELECT EXISTS (SELECT 1 FROM events WHERE typeof(id) != 'integer')", [], |r| r.get(0)).unwrap();
     if !text {
         return HashMap::new();
     }

@@ -57,7 +57,8 @@ fn every_facts_figure_is_reproduced() {
         let pp = stats(&["--db", path.to_str().unwrap(), "--per-process"]);
         let procs = pp["processes"].as_array().unwrap();
         for wp in f["processes"].as_array().unwrap() {
-            let gp = procs.iter().find(|p| p["pid"] == wp["pid"]).unwrap_or_else(|| panic!("{name}: pid {}", wp["pid"]));
+            let gp =
+                procs.iter().find(|p| p["pid"] == wp["pid"]).unwrap_or_else(|| panic!("{name}: pid {}", wp["pid"]));
             assert_eq!(gp["name"], wp["name"], "{name}: name of pid {}", wp["pid"]);
             assert_eq!(gp["events"], wp["events"], "{name}: events of pid {}", wp["pid"]);
             for (op, n) in wp["by_op"].as_object().unwrap() {
@@ -66,7 +67,11 @@ fn every_facts_figure_is_reproduced() {
             }
             let off = gp["ops"].as_array().unwrap().iter().find(|o| o["op"] == "sched_switch");
             let off_s = off.map(|o| o["sum_us"].as_f64().unwrap() / 1e6).unwrap_or(0.0);
-            assert!((off_s - wp["sched_switch_off_cpu_s"].as_f64().unwrap()).abs() < 1e-6, "{name}: off-CPU of {}", wp["pid"]);
+            assert!(
+                (off_s - wp["sched_switch_off_cpu_s"].as_f64().unwrap()).abs() < 1e-6,
+                "{name}: off-CPU of {}",
+                wp["pid"]
+            );
             checked += 1;
         }
         assert_eq!(before, digest(&path), "{name} changed on disk");

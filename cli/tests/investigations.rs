@@ -80,7 +80,10 @@ fn demo_explains_a_bundled_investigation_and_says_how_to_open_it() {
     assert!(out.contains("causeway mcp --db"), "{out}");
     let list = causeway(&["demo", "--list"]);
     let names: Vec<&str> = list.lines().collect();
-    assert_eq!(names, ["allocator-churn", "clean", "cpu-contention", "dataloader-starvation", "io-storm", "sync-storm"]);
+    assert_eq!(
+        names,
+        ["allocator-churn", "clean", "cpu-contention", "dataloader-starvation", "io-storm", "sync-storm"]
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_causeway")).args(["demo", "no-such-thing"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("there are: allocator-churn"));

@@ -26,8 +26,20 @@ fn write_trace(path: &Path) {
             ..Default::default()
         })
         .collect();
-    let name = KernelName { pid: 300, handle: 0xbeef, name: "softmax_warp(float*)".into(), mangled: "_Z12softmax_warpPf".into(), how: "register".into() };
-    let attach = LibraryAttach { pid: 812, kind: "runtime_static".into(), how: "maps".into(), complete: true, ..Default::default() };
+    let name = KernelName {
+        pid: 300,
+        handle: 0xbeef,
+        name: "softmax_warp(float*)".into(),
+        mangled: "_Z12softmax_warpPf".into(),
+        how: "register".into(),
+    };
+    let attach = LibraryAttach {
+        pid: 812,
+        kind: "runtime_static".into(),
+        how: "maps".into(),
+        complete: true,
+        ..Default::default()
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async move {
         let session = SessionInfo { started_at_ns: T0, tool_version: "test".into(), ..Default::default() };
@@ -56,8 +68,14 @@ fn stats_by_kernel_and_stacks_by_kernel_name() {
     assert!(text.contains("4 kernel launches of 1 kernels (4 named"), "{text}");
     assert!(text.contains("not of the kernels on the GPU"), "{text}");
     assert!(text.contains("softmax_warp(float*)\n  launched by cudaLaunchKernel x4\n  grid(8,1,1) block(32,1,1) smem 0 B cluster(1,1,1) x4"), "{text}");
-    assert!(text.contains("coverage: pid 812: only driver calls are visible: the CUDA runtime is statically linked without symbols"), "{text}");
-    let json: serde_json::Value = serde_json::from_str(&causeway(&["stats", "--db", db, "--by", "kernel", "--json"])).unwrap();
+    assert!(
+        text.contains(
+            "coverage: pid 812: only driver calls are visible: the CUDA runtime is statically linked without symbols"
+        ),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&causeway(&["stats", "--db", db, "--by", "kernel", "--json"])).unwrap();
     let k = &json["kernels"]["kernels"][0];
     // 2, 4, 6, 8 us: p50 = rank 2, p90 = rank 4.
     assert_eq!((k["p50_us"].as_f64(), k["p90_us"].as_f64(), k["sum_us"].as_f64()), (Some(4.0), Some(8.0), Some(20.0)));
@@ -66,5 +84,10 @@ fn stats_by_kernel_and_stacks_by_kernel_name() {
     let plain = causeway(&["stats", "--db", db]);
     assert!(plain.contains("coverage: pid 812") && !plain.contains("kernel launches of"), "{plain}");
     let stacks = causeway(&["stacks", "--db", db, "--kernel", "SOFTMAX"]);
-    assert!(stacks.starts_with("launches of the 1 kernel(s) whose name contains 'SOFTMAX': softmax_warp(float*)\n4 calls, 0 with a stack"), "{stacks}");
+    assert!(
+        stacks.starts_with(
+            "launches of the 1 kernel(s) whose name contains 'SOFTMAX': softmax_warp(float*)\n4 calls, 0 with a stack"
+        ),
+        "{stacks}"
+    );
 }

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("CAUSEWAY_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/causeway/venv")
-    });
+    let venv = std::env::var_os("CAUSEWAY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/causeway/venv"));
     let python = venv.join("bin/python");
     assert!(python.exists(), "{} is missing: run scripts/install-test-deps.sh", python.display());
     python

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and must run as root (CI does)");
@@ -35,16 +34,21 @@ fn a_working_trace_prints_no_warning() {
     for bad in ["WARN", "unsupported in Aya", "ERROR", "panicked"] {
         assert!(!stderr.contains(bad), "a working trace printed {bad:?}:\n{stderr}");
     }
-    assert!(stderr.contains("probed ") && stderr.contains("libcudart.so.12"), "the trace names what it probed:\n{stderr}");
+    assert!(
+        stderr.contains("probed ") && stderr.contains("libcudart.so.12"),
+        "the trace names what it probed:\n{stderr}"
+    );
     assert!(db.exists());
 }
 
 #[test]
 fn check_reports_the_loader_hook_and_coverage_per_library() {
     require_root();
-    let out = Command::new(env!("CARGO_BIN_EXE_causeway")).args(["check", "--json"]).output().expect("causeway check runs");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_causeway")).args(["check", "--json"]).output().expect("causeway check runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("check --json is JSON ({e}): {text}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("check --json is JSON ({e}): {text}"));
     let items = v["items"].as_array().expect("items");
     let hook = items.iter().find(|i| i["name"] == "dynamic loader hook").expect("a loader-hook item");
     assert_eq!(hook["ok"], true, "{hook}");
@@ -52,7 +56,9 @@ fn check_reports_the_loader_hook_and_coverage_per_library() {
     let cov = v["coverage"].as_array().expect("coverage");
     assert_eq!(libs.len(), cov.len(), "one coverage entry per library");
     // the test venv's CUDA 13 runtime wheel exports every launch path
-    if let Some(c) = cov.iter().find(|c| c["path"].as_str().is_some_and(|p| p.ends_with("nvidia/cu13/lib/libcudart.so.13"))) {
+    if let Some(c) =
+        cov.iter().find(|c| c["path"].as_str().is_some_and(|p| p.ends_with("nvidia/cu13/lib/libcudart.so.13")))
+    {
         let launch: Vec<&str> = c["launch_symbols"].as_array().unwrap().iter().filter_map(|s| s.as_str()).collect();
         for s in ["cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"] {
             assert!(launch.contains(&s), "{s} missing from {launch:?}");

@@ -84,7 +84,9 @@ pub const SOURCES: &[(u8, &str, &str)] = &[
 ];
 
 /// A (source, op) pair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct OpCode {
     pub source: u8,
     pub op: u16,
@@ -337,11 +339,18 @@ pub enum GpuRole {
 pub fn gpu_role(code: OpCode) -> GpuRole {
     use op::*;
     match code {
-        CUDA_LAUNCH_KERNEL | CUDA_LAUNCH_KERNEL_EX | CU_LAUNCH_KERNEL | CU_LAUNCH_KERNEL_EX | GRAPH_LAUNCH | CU_GRAPH_LAUNCH => GpuRole::Launch,
-        CUDA_STREAM_SYNC | CUDA_DEVICE_SYNC | CUDA_EVENT_SYNC | CU_CTX_SYNCHRONIZE | CU_STREAM_SYNCHRONIZE => GpuRole::Sync,
+        CUDA_LAUNCH_KERNEL
+        | CUDA_LAUNCH_KERNEL_EX
+        | CU_LAUNCH_KERNEL
+        | CU_LAUNCH_KERNEL_EX
+        | GRAPH_LAUNCH
+        | CU_GRAPH_LAUNCH => GpuRole::Launch,
+        CUDA_STREAM_SYNC | CUDA_DEVICE_SYNC | CUDA_EVENT_SYNC | CU_CTX_SYNCHRONIZE | CU_STREAM_SYNCHRONIZE => {
+            GpuRole::Sync
+        }
         CUDA_MEMCPY | CUDA_MEMCPY_2D | CUDA_MEMCPY_PEER | CU_MEMCPY => GpuRole::SyncCopy,
-        CUDA_MALLOC | CUDA_MALLOC_MANAGED | CUDA_MALLOC_ASYNC | CUDA_HOST_ALLOC | CU_MEM_ALLOC | CU_MEM_ALLOC_MANAGED
-        | CU_MEM_ALLOC_ASYNC | CU_MEM_CREATE => GpuRole::Alloc,
+        CUDA_MALLOC | CUDA_MALLOC_MANAGED | CUDA_MALLOC_ASYNC | CUDA_HOST_ALLOC | CU_MEM_ALLOC
+        | CU_MEM_ALLOC_MANAGED | CU_MEM_ALLOC_ASYNC | CU_MEM_CREATE => GpuRole::Alloc,
         CUDA_FREE | CUDA_FREE_ASYNC | CU_MEM_FREE | CU_MEM_FREE_ASYNC | CU_MEM_RELEASE => GpuRole::Free,
         _ => GpuRole::Other,
     }
@@ -410,7 +419,9 @@ pub fn is_gpu_call(source: u8, _op: u16) -> bool {
 }
 
 /// Why a thread left the CPU, normalized from the kernel's task state at `sched_switch`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum PrevState {
     /// Still runnable: preempted by another task (`R`, or `preempt` set).

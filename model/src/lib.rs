@@ -53,7 +53,9 @@ pub struct Event {
 /// How a kernel was launched: grid and block dimensions, dynamic shared memory and the thread-block
 /// cluster (1,1,1 when the launch set none). Stored once per distinct configuration in
 /// `launch_configs`, keyed by [`LaunchConfig::key`]; launches carry the key.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct LaunchConfig {
     pub grid: [u32; 3],
     pub block: [u32; 3],
@@ -65,7 +67,8 @@ impl LaunchConfig {
     /// FNV-1a 64 over the ten fields (little-endian), never 0 (0 means "no configuration").
     pub fn key(&self) -> i64 {
         let mut h = fnv::Fnv1a64::new();
-        let fields = self.grid.iter().chain(&self.block).chain(std::iter::once(&self.shared_mem_bytes)).chain(&self.cluster);
+        let fields =
+            self.grid.iter().chain(&self.block).chain(std::iter::once(&self.shared_mem_bytes)).chain(&self.cluster);
         for v in fields {
             h.write(&v.to_le_bytes());
         }
@@ -166,7 +169,9 @@ impl Event {
 }
 
 /// Counts of events lost on the way to storage, by the place they were lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub enum LossKind {
     /// The BPF program could not reserve ring-buffer space.
     RingReserve,
@@ -179,7 +184,8 @@ pub enum LossKind {
 }
 
 impl LossKind {
-    pub const ALL: [LossKind; 4] = [LossKind::RingReserve, LossKind::Decode, LossKind::SinkBackpressure, LossKind::Write];
+    pub const ALL: [LossKind; 4] =
+        [LossKind::RingReserve, LossKind::Decode, LossKind::SinkBackpressure, LossKind::Write];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -198,7 +204,9 @@ impl LossKind {
         match self {
             LossKind::RingReserve => "BPF ring buffer full: the kernel could not reserve space for the record",
             LossKind::Decode => "a ring-buffer record user space could not decode (wrong size or kind)",
-            LossKind::SinkBackpressure => "the storage queue was full and the batch was dropped rather than stall the tracer",
+            LossKind::SinkBackpressure => {
+                "the storage queue was full and the batch was dropped rather than stall the tracer"
+            }
             LossKind::Write => "the storage engine returned an error for the batch",
         }
     }

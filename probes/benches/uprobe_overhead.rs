@@ -26,10 +26,7 @@ use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, S
 use causeway_probes::{TraceOptions, TraceReport};
 
 fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 fn part(name: &str) -> bool {
@@ -51,10 +48,7 @@ fn cpu_seconds() -> (f64, f64) {
 
 fn parse(out: &str, key: &str) -> f64 {
     out.lines()
-        .find_map(|l| {
-            l.strip_prefix(key)
-                .map(|v| v.trim().parse::<f64>().unwrap())
-        })
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().parse::<f64>().unwrap()))
         .unwrap_or_else(|| panic!("{key} missing in:\n{out}"))
 }
 
@@ -121,19 +115,12 @@ fn with_bpftrace(lib: &Path, bin: &Path, args: &[&str]) -> Option<String> {
         "uprobe:{l}:cudaLaunchKernel {{ @c = count(); }} uretprobe:{l}:cudaLaunchKernel {{ @r = count(); }}",
         l = lib.display()
     );
-    let mut bt = Command::new("bpftrace")
-        .args(["-e", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+    let mut bt =
+        Command::new("bpftrace").args(["-e", &script]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().ok()?;
     // wait for "Attaching 2 probes..."
     use std::io::BufRead;
     let mut lines = std::io::BufReader::new(bt.stdout.take().unwrap()).lines();
-    let ready = lines
-        .next()
-        .map(|l| l.map(|l| l.contains("Attaching")).unwrap_or(false))
-        .unwrap_or(false);
+    let ready = lines.next().map(|l| l.map(|l| l.contains("Attaching")).unwrap_or(false)).unwrap_or(false);
     if !ready {
         let _ = bt.kill();
         return None;
@@ -178,13 +165,8 @@ fn with_causeway(lib: &Path, bin: &Path, args: &[&str], both_libs: bool) -> (Str
     } else {
         Box::new(SqliteSink::create(&dir.path().join("bench.db"), SessionInfo::default()).unwrap())
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = rt
-        .block_on(causeway_probes::trace(opts, sink, |_| {}))
-        .expect("trace");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(causeway_probes::trace(opts, sink, |_| {})).expect("trace");
     (std::fs::read_to_string(&out).unwrap(), report)
 }
 
@@ -202,13 +184,8 @@ fn bpf_program_ns<T>(names: &[&str], run: impl FnOnce() -> T) -> Option<Vec<(f64
     let poll = std::thread::spawn(move || {
         let mut last: Option<Vec<(f64, f64)>> = None;
         while !s2.load(std::sync::atomic::Ordering::Relaxed) {
-            let o = Command::new("bpftool")
-                .args(["-j", "prog", "show"])
-                .output();
-            let v: serde_json::Value = o
-                .ok()
-                .and_then(|o| serde_json::from_slice(&o.stdout).ok())
-                .unwrap_or_default();
+            let o = Command::new("bpftool").args(["-j", "prog", "show"]).output();
+            let v: serde_json::Value = o.ok().and_then(|o| serde_json::from_slice(&o.stdout).ok()).unwrap_or_default();
             let mut sums = vec![(0.0, 0.0); names.len()];
             for p in v.as_array().into_iter().flatten() {
                 let Some(i) = names.iter().position(|n| p["name"] == n.as_str()) else {
@@ -258,10 +235,7 @@ fn main() {
             r.events_by_op,
             r.losses
         );
-        (
-            LoopRun::of(&o),
-            (self1 - self0) * 1e9 / r.events_written as f64,
-        )
+        (LoopRun::of(&o), (self1 - self0) * 1e9 / r.events_written as f64)
     };
 
     if part("loop") {
@@ -283,7 +257,9 @@ fn main() {
         // Wall clock per call, then the calling thread's own CPU time per call: the second leaves
         // out the time the loop waited while other threads (the tracer's reader and writer, on
         // this 2-core host) had its CPU, which the involuntary switch counts show.
-        for (what, pick) in [("wall clock", LoopRun::wall as fn(&LoopRun) -> f64), ("calling thread's CPU time", LoopRun::cpu)] {
+        for (what, pick) in
+            [("wall clock", LoopRun::wall as fn(&LoopRun) -> f64), ("calling thread's CPU time", LoopRun::cpu)]
+        {
             let stats = |v: &[LoopRun]| {
                 let x: Vec<f64> = v.iter().map(pick).collect();
                 (x.iter().copied().fold(f64::INFINITY, f64::min), median(x))
@@ -298,8 +274,16 @@ fn main() {
                 continue;
             }
             let (bt_min, bt_med) = stats(&bt);
-            println!("bpftrace count (uprobe+uret):  {bt_min:8.1} / {bt_med:8.1} ns/call, +{:.1} / +{:.1} ns", bt_min - base_min, bt_med - base_med);
-            println!("Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call, +{:.1} / +{:.1} ns", cw_min - base_min, cw_med - base_med);
+            println!(
+                "bpftrace count (uprobe+uret):  {bt_min:8.1} / {bt_med:8.1} ns/call, +{:.1} / +{:.1} ns",
+                bt_min - base_min,
+                bt_med - base_med
+            );
+            println!(
+                "Causeway full events (SQLite): {cw_min:8.1} / {cw_med:8.1} ns/call, +{:.1} / +{:.1} ns",
+                cw_min - base_min,
+                cw_med - base_med
+            );
             // each round's three runs are adjacent in time, so the host's slow drifts hit them
             // alike: the median of the per-round ratios is the figure least moved by them
             let mut rounds: Vec<f64> = base
@@ -348,10 +332,7 @@ fn main() {
         let cw = bpf_program_ns(&["rt_launch", "rt_ret"], causeway_loop);
         let calls = (iters + 1) as f64;
         if let Some(b) = bt {
-            println!(
-                "bpftrace BPF programs: {:.0} ns per call (entry + return, with bpf_stats on)",
-                b[0].0 / calls
-            );
+            println!("bpftrace BPF programs: {:.0} ns per call (entry + return, with bpf_stats on)", b[0].0 / calls);
         }
         if let Some(c) = cw {
             println!(
@@ -385,10 +366,7 @@ fn main() {
         let (mut plain, mut traced) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             plain.push(parse(&run_plain(&bin, &paced), "ELAPSED_NS"));
-            traced.push(parse(
-                &with_causeway(&lib, &bin, &paced, true).0,
-                "ELAPSED_NS",
-            ));
+            traced.push(parse(&with_causeway(&lib, &bin, &paced, true).0, "ELAPSED_NS"));
         }
         let (plain, traced) = (median(plain), median(traced));
         println!("== 20,000 launches/s ==");

@@ -85,13 +85,7 @@ pub struct CheckReport {
 }
 
 fn item(name: &str, ok: bool, required: bool, detail: String, fix: &str) -> CheckItem {
-    CheckItem {
-        name: name.into(),
-        ok,
-        required,
-        detail,
-        fix: (!ok).then(|| fix.to_string()),
-    }
+    CheckItem { name: name.into(), ok, required, detail, fix: (!ok).then(|| fix.to_string()) }
 }
 
 /// Effective capabilities of this process, from /proc/self/status.
@@ -99,10 +93,7 @@ fn cap_eff() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("CapEff:")
-                    .map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0))
-            })
+            s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| u64::from_str_radix(v.trim(), 16).unwrap_or(0)))
         })
         .unwrap_or(0)
 }
@@ -122,9 +113,7 @@ pub fn mount_tracefs() -> Result<String, String> {
     if let Some(d) = tracefs_mounted() {
         return Ok(d);
     }
-    let st = std::process::Command::new("mount")
-        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
-        .status();
+    let st = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).status();
     match st {
         Ok(s) if s.success() => Ok("/sys/kernel/tracing".into()),
         Ok(s) => Err(format!("mount exited with {s}")),
@@ -133,10 +122,7 @@ pub fn mount_tracefs() -> Result<String, String> {
 }
 
 pub fn host_check() -> CheckReport {
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
     let mut items = Vec::new();
     let caps = cap_eff();
     let has = |bit: u32| caps & (1u64 << bit) != 0;
@@ -176,10 +162,7 @@ pub fn host_check() -> CheckReport {
         "mount -t tracefs nodev /sys/kernel/tracing",
     ));
     let memlock_ok = {
-        let lim = libc::rlimit {
-            rlim_cur: libc::RLIM_INFINITY,
-            rlim_max: libc::RLIM_INFINITY,
-        };
+        let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
         // SAFETY: valid rlimit struct.
         unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) == 0 }
     };
@@ -187,7 +170,11 @@ pub fn host_check() -> CheckReport {
         "RLIMIT_MEMLOCK",
         true,
         false,
-        if memlock_ok { "raised".into() } else { "cannot be raised (no CAP_SYS_RESOURCE); harmless: kernels >= 5.11 charge BPF memory to the cgroup".into() },
+        if memlock_ok {
+            "raised".into()
+        } else {
+            "cannot be raised (no CAP_SYS_RESOURCE); harmless: kernels >= 5.11 charge BPF memory to the cgroup".into()
+        },
         "",
     ));
     let mut host_probes = Vec::new();
@@ -219,17 +206,15 @@ pub fn host_check() -> CheckReport {
                 "uprobe_multi",
                 p.uses_uprobe_multi(),
                 false,
-                "one BPF link per library (kernel >= 6.6); otherwise one perf-event uprobe per symbol, slow to detach".into(),
+                "one BPF link per library (kernel >= 6.6); otherwise one perf-event uprobe per symbol, slow to detach"
+                    .into(),
                 "a kernel >= 6.6 with CONFIG_UPROBES; the trace works without it",
             ));
             items.push(item(
                 "BPF load",
                 true,
                 true,
-                format!(
-                    "programs loaded; tracepoints attached: {}",
-                    host_probes.join(", ")
-                ),
+                format!("programs loaded; tracepoints attached: {}", host_probes.join(", ")),
                 "",
             ));
             for n in &p.notes {
@@ -273,12 +258,5 @@ pub fn host_check() -> CheckReport {
     ));
     let coverage = libs.iter().map(library_coverage).collect();
     let can_trace = items.iter().all(|i| i.ok || !i.required);
-    CheckReport {
-        kernel,
-        can_trace,
-        items,
-        cuda_libraries: libs,
-        coverage,
-        host_probes,
-    }
+    CheckReport { kernel, can_trace, items, cuda_libraries: libs, coverage, host_probes }
 }

@@ -118,7 +118,13 @@ const fn call(
     }
 }
 
-const fn launch(program: &'static str, lib: ProbeLib, op: OpCode, symbols: &'static [&'static str], abi: LaunchAbi) -> CudaProbe {
+const fn launch(
+    program: &'static str,
+    lib: ProbeLib,
+    op: OpCode,
+    symbols: &'static [&'static str],
+    abi: LaunchAbi,
+) -> CudaProbe {
     CudaProbe { program, lib, symbols, reads: Reads::Launch { op, abi }, own_link: true }
 }
 
@@ -132,14 +138,38 @@ use ProbeLib::{Driver as D, Runtime as R};
 /// (cookies are positions, assigned at build time on both sides).
 pub const CUDA_PROBES: &[CudaProbe] = &[
     // ---- runtime (libcudart) ----
-    launch("rt_launch", R, op::CUDA_LAUNCH_KERNEL, &["cudaLaunchKernel", "cudaLaunchKernel_ptsz"], LaunchAbi::RuntimeClassic),
-    launch("rt_launch_ex", R, op::CUDA_LAUNCH_KERNEL_EX, &["cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"], LaunchAbi::Ex),
+    launch(
+        "rt_launch",
+        R,
+        op::CUDA_LAUNCH_KERNEL,
+        &["cudaLaunchKernel", "cudaLaunchKernel_ptsz"],
+        LaunchAbi::RuntimeClassic,
+    ),
+    launch(
+        "rt_launch_ex",
+        R,
+        op::CUDA_LAUNCH_KERNEL_EX,
+        &["cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"],
+        LaunchAbi::Ex,
+    ),
     // cudaMemcpy(dst, src, bytes, kind) / cudaMemcpyAsync(..., stream)
     call("rt_memcpy", R, op::CUDA_MEMCPY, &["cudaMemcpy", "cudaMemcpy_ptds"], ["P3", "P4", "0", "0"]),
-    call("rt_memcpy_async", R, op::CUDA_MEMCPY_ASYNC, &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"], ["P3", "P4", "P5", "0"]),
+    call(
+        "rt_memcpy_async",
+        R,
+        op::CUDA_MEMCPY_ASYNC,
+        &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
+        ["P3", "P4", "P5", "0"],
+    ),
     // cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind [sp+8]) / Async(..., stream [sp+16])
     call("rt_memcpy2d", R, op::CUDA_MEMCPY_2D, &["cudaMemcpy2D", "cudaMemcpy2D_ptds"], ["P5 * P6", "S(1)", "0", "0"]),
-    call("rt_memcpy2d_as", R, op::CUDA_MEMCPY_2D_ASYNC, &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"], ["P5 * P6", "S(1)", "S(2)", "0"]),
+    call(
+        "rt_memcpy2d_as",
+        R,
+        op::CUDA_MEMCPY_2D_ASYNC,
+        &["cudaMemcpy2DAsync", "cudaMemcpy2DAsync_ptsz"],
+        ["P5 * P6", "S(1)", "S(2)", "0"],
+    ),
     // cudaMemcpyPeer(dst, dstDev, src, srcDev, bytes) / Async(..., stream); arg1 = DeviceToDevice
     call("rt_peer", R, op::CUDA_MEMCPY_PEER, &["cudaMemcpyPeer"], ["P5", "3", "0", "0"]),
     call("rt_peer_async", R, op::CUDA_MEMCPY_PEER_ASYNC, &["cudaMemcpyPeerAsync"], ["P5", "3", "P6", "0"]),
@@ -148,23 +178,59 @@ pub const CUDA_PROBES: &[CudaProbe] = &[
     call("rt_malloc_mgd", R, op::CUDA_MALLOC_MANAGED, &["cudaMallocManaged"], ["P2", "P3", "0", "P1"]),
     call("rt_free", R, op::CUDA_FREE, &["cudaFree"], ["0", "0", "P1", "0"]),
     // cudaMallocAsync(void **ptr, bytes, stream) / cudaFreeAsync(ptr, stream)
-    call("rt_malloc_async", R, op::CUDA_MALLOC_ASYNC, &["cudaMallocAsync", "cudaMallocAsync_ptsz"], ["P2", "P3", "0", "P1"]),
+    call(
+        "rt_malloc_async",
+        R,
+        op::CUDA_MALLOC_ASYNC,
+        &["cudaMallocAsync", "cudaMallocAsync_ptsz"],
+        ["P2", "P3", "0", "P1"],
+    ),
     call("rt_free_async", R, op::CUDA_FREE_ASYNC, &["cudaFreeAsync", "cudaFreeAsync_ptsz"], ["0", "P2", "P1", "0"]),
     // cudaHostAlloc(void **host, bytes, flags)
     call("rt_host_alloc", R, op::CUDA_HOST_ALLOC, &["cudaHostAlloc"], ["P2", "P3", "0", "P1"]),
     // cudaMemsetAsync(ptr, value, bytes, stream)
-    call("rt_memset_async", R, op::CUDA_MEMSET_ASYNC, &["cudaMemsetAsync", "cudaMemsetAsync_ptsz"], ["P3", "P2", "P4", "0"]),
-    call("rt_stream_sync", R, op::CUDA_STREAM_SYNC, &["cudaStreamSynchronize", "cudaStreamSynchronize_ptsz"], ["0", "0", "P1", "0"]),
+    call(
+        "rt_memset_async",
+        R,
+        op::CUDA_MEMSET_ASYNC,
+        &["cudaMemsetAsync", "cudaMemsetAsync_ptsz"],
+        ["P3", "P2", "P4", "0"],
+    ),
+    call(
+        "rt_stream_sync",
+        R,
+        op::CUDA_STREAM_SYNC,
+        &["cudaStreamSynchronize", "cudaStreamSynchronize_ptsz"],
+        ["0", "0", "P1", "0"],
+    ),
     call("rt_device_sync", R, op::CUDA_DEVICE_SYNC, &["cudaDeviceSynchronize"], ["0", "0", "0", "0"]),
     call("rt_event_sync", R, op::CUDA_EVENT_SYNC, &["cudaEventSynchronize"], ["0", "0", "P1", "0"]),
     call("rt_event_query", R, op::CUDA_EVENT_QUERY, &["cudaEventQuery"], ["0", "0", "P1", "0"]),
     // cudaStreamWaitEvent(stream, event, flags)
-    call("rt_stream_wait_event", R, op::CUDA_STREAM_WAIT_EVENT, &["cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz"], ["P2", "P3", "P1", "0"]),
+    call(
+        "rt_stream_wait_event",
+        R,
+        op::CUDA_STREAM_WAIT_EVENT,
+        &["cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz"],
+        ["P2", "P3", "P1", "0"],
+    ),
     call("rt_set_device_flags", R, op::CUDA_SET_DEVICE_FLAGS, &["cudaSetDeviceFlags"], ["P1", "0", "0", "0"]),
     // graphs: cudaStreamBeginCapture(stream, mode), cudaStreamEndCapture(stream, cudaGraph_t *out),
     // cudaGraphInstantiate(cudaGraphExec_t *out, graph, flags), cudaGraphLaunch(exec, stream)
-    call("rt_begin_capture", R, op::GRAPH_BEGIN_CAPTURE, &["cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz"], ["0", "P2", "P1", "0"]),
-    call("rt_end_capture", R, op::GRAPH_END_CAPTURE, &["cudaStreamEndCapture", "cudaStreamEndCapture_ptsz"], ["0", "P1", "0", "P2"]),
+    call(
+        "rt_begin_capture",
+        R,
+        op::GRAPH_BEGIN_CAPTURE,
+        &["cudaStreamBeginCapture", "cudaStreamBeginCapture_ptsz"],
+        ["0", "P2", "P1", "0"],
+    ),
+    call(
+        "rt_end_capture",
+        R,
+        op::GRAPH_END_CAPTURE,
+        &["cudaStreamEndCapture", "cudaStreamEndCapture_ptsz"],
+        ["0", "P1", "0", "P2"],
+    ),
     call("rt_graph_instantiate", R, op::GRAPH_INSTANTIATE, &["cudaGraphInstantiate"], ["P2", "P3", "0", "P1"]),
     call("rt_graph_launch", R, op::GRAPH_LAUNCH, &["cudaGraphLaunch", "cudaGraphLaunch_ptsz"], ["P1", "0", "P2", "0"]),
     name("nm_register", R, &["__cudaRegisterFunction"], NameAbi::RegisterFunction),
@@ -179,26 +245,92 @@ pub const CUDA_PROBES: &[CudaProbe] = &[
     call("drv_dtod", D, op::CU_MEMCPY, &["cuMemcpyDtoD_v2", "cuMemcpyDtoD_v2_ptds"], ["P3", "3", "0", "0"]),
     // async: (dst, src, bytes, stream)
     call("drv_memcpy_as", D, op::CU_MEMCPY_ASYNC, &["cuMemcpyAsync", "cuMemcpyAsync_ptsz"], ["P3", "4", "P4", "0"]),
-    call("drv_htod_as", D, op::CU_MEMCPY_ASYNC, &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"], ["P3", "1", "P4", "0"]),
-    call("drv_dtoh_as", D, op::CU_MEMCPY_ASYNC, &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"], ["P3", "2", "P4", "0"]),
-    call("drv_dtod_as", D, op::CU_MEMCPY_ASYNC, &["cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync_v2_ptsz"], ["P3", "3", "P4", "0"]),
+    call(
+        "drv_htod_as",
+        D,
+        op::CU_MEMCPY_ASYNC,
+        &["cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz"],
+        ["P3", "1", "P4", "0"],
+    ),
+    call(
+        "drv_dtoh_as",
+        D,
+        op::CU_MEMCPY_ASYNC,
+        &["cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz"],
+        ["P3", "2", "P4", "0"],
+    ),
+    call(
+        "drv_dtod_as",
+        D,
+        op::CU_MEMCPY_ASYNC,
+        &["cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync_v2_ptsz"],
+        ["P3", "3", "P4", "0"],
+    ),
     // cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) / Async(p, stream): bytes = WidthInBytes * Height
-    call("drv_memcpy2d", D, op::CU_MEMCPY, &["cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds"], ["cw_2d_bytes(P1)", "4", "0", "0"]),
-    call("drv_memcpy2d_as", D, op::CU_MEMCPY_ASYNC, &["cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz"], ["cw_2d_bytes(P1)", "4", "P2", "0"]),
+    call(
+        "drv_memcpy2d",
+        D,
+        op::CU_MEMCPY,
+        &["cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds"],
+        ["cw_2d_bytes(P1)", "4", "0", "0"],
+    ),
+    call(
+        "drv_memcpy2d_as",
+        D,
+        op::CU_MEMCPY_ASYNC,
+        &["cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz"],
+        ["cw_2d_bytes(P1)", "4", "P2", "0"],
+    ),
     // cuMemcpyPeer(dst, dctx, src, sctx, bytes) / Async(..., stream)
     call("drv_peer", D, op::CU_MEMCPY, &["cuMemcpyPeer", "cuMemcpyPeer_ptds"], ["P5", "3", "0", "0"]),
-    call("drv_peer_as", D, op::CU_MEMCPY_ASYNC, &["cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"], ["P5", "3", "P6", "0"]),
+    call(
+        "drv_peer_as",
+        D,
+        op::CU_MEMCPY_ASYNC,
+        &["cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"],
+        ["P5", "3", "P6", "0"],
+    ),
     // cuMemsetD{8,16,32}Async(ptr, value, count of elements, stream): arg0 = bytes
-    call("drv_memset8_as", D, op::CU_MEMSET_ASYNC, &["cuMemsetD8Async", "cuMemsetD8Async_ptsz"], ["P3", "P2 & 0xff", "P4", "0"]),
-    call("drv_memset16_as", D, op::CU_MEMSET_ASYNC, &["cuMemsetD16Async", "cuMemsetD16Async_ptsz"], ["P3 * 2", "P2 & 0xffff", "P4", "0"]),
-    call("drv_memset32_as", D, op::CU_MEMSET_ASYNC, &["cuMemsetD32Async", "cuMemsetD32Async_ptsz"], ["P3 * 4", "P2 & 0xffffffff", "P4", "0"]),
+    call(
+        "drv_memset8_as",
+        D,
+        op::CU_MEMSET_ASYNC,
+        &["cuMemsetD8Async", "cuMemsetD8Async_ptsz"],
+        ["P3", "P2 & 0xff", "P4", "0"],
+    ),
+    call(
+        "drv_memset16_as",
+        D,
+        op::CU_MEMSET_ASYNC,
+        &["cuMemsetD16Async", "cuMemsetD16Async_ptsz"],
+        ["P3 * 2", "P2 & 0xffff", "P4", "0"],
+    ),
+    call(
+        "drv_memset32_as",
+        D,
+        op::CU_MEMSET_ASYNC,
+        &["cuMemsetD32Async", "cuMemsetD32Async_ptsz"],
+        ["P3 * 4", "P2 & 0xffffffff", "P4", "0"],
+    ),
     // cuMemAlloc_v2(CUdeviceptr *out, bytes)
     call("drv_alloc", D, op::CU_MEM_ALLOC, &["cuMemAlloc_v2"], ["P2", "0", "0", "P1"]),
     call("drv_alloc_mgd", D, op::CU_MEM_ALLOC_MANAGED, &["cuMemAllocManaged"], ["P2", "P3", "0", "P1"]),
     call("drv_free", D, op::CU_MEM_FREE, &["cuMemFree_v2"], ["0", "0", "P1", "0"]),
     // cuMemAllocAsync(CUdeviceptr *out, bytes, stream) / cuMemFreeAsync(ptr, stream)
-    call("drv_alloc_async", D, op::CU_MEM_ALLOC_ASYNC, &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"], ["P2", "P3", "0", "P1"]),
-    call("drv_free_async", D, op::CU_MEM_FREE_ASYNC, &["cuMemFreeAsync", "cuMemFreeAsync_ptsz"], ["0", "P2", "P1", "0"]),
+    call(
+        "drv_alloc_async",
+        D,
+        op::CU_MEM_ALLOC_ASYNC,
+        &["cuMemAllocAsync", "cuMemAllocAsync_ptsz"],
+        ["P2", "P3", "0", "P1"],
+    ),
+    call(
+        "drv_free_async",
+        D,
+        op::CU_MEM_FREE_ASYNC,
+        &["cuMemFreeAsync", "cuMemFreeAsync_ptsz"],
+        ["0", "P2", "P1", "0"],
+    ),
     // virtual memory (PyTorch expandable segments): cuMemCreate(handle *out, bytes, prop, flags),
     // cuMemMap(ptr, bytes, offset, handle, flags), cuMemUnmap(ptr, bytes), cuMemRelease(handle)
     call("drv_mem_create", D, op::CU_MEM_CREATE, &["cuMemCreate"], ["P2", "0", "0", "P1"]),
@@ -206,14 +338,26 @@ pub const CUDA_PROBES: &[CudaProbe] = &[
     call("drv_mem_unmap", D, op::CU_MEM_UNMAP, &["cuMemUnmap"], ["P2", "0", "P1", "0"]),
     call("drv_mem_release", D, op::CU_MEM_RELEASE, &["cuMemRelease"], ["0", "0", "P1", "0"]),
     call("drv_ctx_sync", D, op::CU_CTX_SYNCHRONIZE, &["cuCtxSynchronize", "cuCtxSynchronize_v2"], ["0", "0", "0", "0"]),
-    call("drv_stream_sync", D, op::CU_STREAM_SYNCHRONIZE, &["cuStreamSynchronize", "cuStreamSynchronize_ptsz"], ["0", "0", "P1", "0"]),
+    call(
+        "drv_stream_sync",
+        D,
+        op::CU_STREAM_SYNCHRONIZE,
+        &["cuStreamSynchronize", "cuStreamSynchronize_ptsz"],
+        ["0", "0", "P1", "0"],
+    ),
     // context scheduling flags (spin / yield / blocking sync): cuCtxCreate_v2(ctx *out, flags, dev),
     // _v3(ctx *out, affinity params, n, flags, dev), _v4(ctx *out, params, flags, dev)
     call("drv_ctx_create", D, op::CU_CTX_CREATE, &["cuCtxCreate_v2"], ["P2", "P3", "0", "P1"]),
     call("drv_ctx_create_v3", D, op::CU_CTX_CREATE, &["cuCtxCreate_v3"], ["P4", "P5", "0", "P1"]),
     call("drv_ctx_create_v4", D, op::CU_CTX_CREATE, &["cuCtxCreate_v4"], ["P3", "P4", "0", "P1"]),
     // cuDevicePrimaryCtxSetFlags(dev, flags), cuCtxSetFlags(flags)
-    call("drv_primary_flags", D, op::CU_PRIMARY_CTX_SET_FLAGS, &["cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxSetFlags"], ["P2", "P1", "0", "0"]),
+    call(
+        "drv_primary_flags",
+        D,
+        op::CU_PRIMARY_CTX_SET_FLAGS,
+        &["cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxSetFlags"],
+        ["P2", "P1", "0", "0"],
+    ),
     call("drv_ctx_set_flags", D, op::CU_CTX_SET_FLAGS, &["cuCtxSetFlags"], ["P1", "0", "0", "0"]),
     call("drv_graph_launch", D, op::CU_GRAPH_LAUNCH, &["cuGraphLaunch", "cuGraphLaunch_ptsz"], ["P1", "0", "P2", "0"]),
     name("nm_module_fn", D, &["cuModuleGetFunction"], NameAbi::ModuleGetFunction),

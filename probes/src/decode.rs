@@ -9,10 +9,7 @@ use crate::wire::{self, CallRec, Record};
 /// Offset from CLOCK_MONOTONIC (what `bpf_ktime_get_ns` reads) to CLOCK_REALTIME, measured once.
 pub fn mono_to_realtime_offset() -> i64 {
     fn now(clock: libc::clockid_t) -> i64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: valid pointer to a timespec.
         unsafe { libc::clock_gettime(clock, &mut ts) };
         ts.tv_sec * 1_000_000_000 + ts.tv_nsec
@@ -56,10 +53,7 @@ impl Decoder {
     }
 
     pub fn with_offset(offset_ns: i64) -> Decoder {
-        Decoder {
-            offset_ns,
-            comms: Default::default(),
-        }
+        Decoder { offset_ns, comms: Default::default() }
     }
 
     fn comm_of(&mut self, tid: u32, comm: String) -> String {
@@ -164,11 +158,7 @@ impl Decoder {
                     cpu: p.cpu as i32,
                     source: code.source,
                     op: code.op,
-                    arg0: if p.what == wire::PROC_EXIT {
-                        p.exit_code as i64
-                    } else {
-                        0
-                    },
+                    arg0: if p.what == wire::PROC_EXIT { p.exit_code as i64 } else { 0 },
                     arg1: p.child_pid as i64,
                     arg2: p.child_tid as i64,
                     comm: p.comm,
@@ -243,12 +233,7 @@ mod tests {
         assert_eq!((e.source, e.op, e.ts_ns, e.end_ns()), (8, 4, 1_010, 1_015));
         assert_eq!(e.launch_config, 0);
         // later calls of the thread come without a comm: the decoder remembers it
-        let e = d
-            .event(Record::Call(CallRec {
-                comm: String::new(),
-                ..c
-            }))
-            .unwrap();
+        let e = d.event(Record::Call(CallRec { comm: String::new(), ..c })).unwrap();
         assert_eq!(e.comm, "x");
         let s = SwitchRec {
             prev_state: 1,
@@ -268,10 +253,7 @@ mod tests {
         let e = d.event(Record::Switch(s)).unwrap();
         assert_eq!(e.off_cpu_interval(), (1_100, 1_250));
         let sd = e.sched.unwrap();
-        assert_eq!(
-            (sd.prev_state, sd.wake_ts_ns, sd.next_comm.as_str()),
-            (PrevState::Sleeping, 1_200, "hog")
-        );
+        assert_eq!((sd.prev_state, sd.wake_ts_ns, sd.next_comm.as_str()), (PrevState::Sleeping, 1_200, "hog"));
     }
 
     #[test]
@@ -286,9 +268,6 @@ mod tests {
     #[test]
     fn realtime_offset_is_plausible() {
         let off = mono_to_realtime_offset();
-        assert!(
-            off > 1_600_000_000 * 1_000_000_000i64 - 10i64.pow(18),
-            "{off}"
-        );
+        assert!(off > 1_600_000_000 * 1_000_000_000i64 - 10i64.pow(18), "{off}");
     }
 }

@@ -26,9 +26,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 /// Which API a library implements.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LibKind {
     /// libcudart: the CUDA runtime API.
@@ -54,29 +52,21 @@ pub struct FoundLibrary {
 /// LibTorch and older torch wheels ship (`libcudart-8774224f.so.12`, `libcudart-d0da41ae.so.11.0`).
 pub fn classify(path: &Path) -> Option<LibKind> {
     let name = path.file_name()?.to_str()?;
-    for (stem, kind) in [
-        ("libcudart", LibKind::Runtime),
-        ("libcuda", LibKind::Driver),
-    ] {
+    for (stem, kind) in [("libcudart", LibKind::Runtime), ("libcuda", LibKind::Driver)] {
         let Some(rest) = name.strip_prefix(stem) else {
             continue;
         };
         // auditwheel: `-` and the first 8 hex digits of the file's sha256
         let rest = match rest.strip_prefix('-') {
-            Some(h) if h.len() >= 8 && h.as_bytes()[..8].iter().all(u8::is_ascii_hexdigit) => {
-                &h[8..]
-            }
+            Some(h) if h.len() >= 8 && h.as_bytes()[..8].iter().all(u8::is_ascii_hexdigit) => &h[8..],
             Some(_) => return None,
             None => rest,
         };
         let Some(version) = rest.strip_prefix(".so") else {
             continue;
         };
-        let numeric = |v: &str| {
-            !v.is_empty()
-                && v.split('.')
-                    .all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
-        };
+        let numeric =
+            |v: &str| !v.is_empty() && v.split('.').all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()));
         if version.is_empty() || version.strip_prefix('.').is_some_and(numeric) {
             return Some(kind);
         }
@@ -145,11 +135,7 @@ impl Found {
         let Ok(id) = file_id(&path) else { return };
         match self.libs.entry(id) {
             Entry::Vacant(e) => {
-                e.insert(FoundLibrary {
-                    path,
-                    kind,
-                    how: how.to_string(),
-                });
+                e.insert(FoundLibrary { path, kind, how: how.to_string() });
             }
             Entry::Occupied(mut e) => {
                 let f = e.get_mut();
@@ -201,10 +187,7 @@ pub fn discover_with_notes(opts: &DiscoveryOptions) -> (Vec<FoundLibrary>, Vec<S
             continue;
         }
         let real = |kind| -> anyhow::Result<(LibKind, PathBuf)> {
-            Ok((
-                kind,
-                std::fs::canonicalize(p).with_context(|| p.display().to_string())?,
-            ))
+            Ok((kind, std::fs::canonicalize(p).with_context(|| p.display().to_string())?))
         };
         match classify_file(p).and_then(real) {
             Ok((kind, real)) => f.insert(real, kind, "explicit"),
@@ -250,23 +233,13 @@ pub fn discover_with_notes(opts: &DiscoveryOptions) -> (Vec<FoundLibrary>, Vec<S
 /// mapped file). Superseded by [`mapped_cuda_libs`], which also gives each file's (dev, inode), its
 /// kind and notes on what was skipped; kept while the session's maps poll still calls it.
 pub fn libs_in_maps(pid: u32) -> Vec<PathBuf> {
-    mapped_cuda_libs(pid)
-        .0
-        .into_iter()
-        .map(|m| m.open_path)
-        .collect()
+    mapped_cuda_libs(pid).0.into_iter().map(|m| m.open_path).collect()
 }
 
 fn ldconfig_libs() -> Vec<PathBuf> {
     let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
         .iter()
-        .find_map(|b| {
-            std::process::Command::new(b)
-                .arg("-p")
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-        });
+        .find_map(|b| std::process::Command::new(b).arg("-p").output().ok().filter(|o| o.status.success()));
     let Some(out) = out else { return Vec::new() };
     parse_ldconfig(&String::from_utf8_lossy(&out.stdout))
 }
@@ -283,21 +256,15 @@ fn children(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut v: Vec<PathBuf> = rd
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .map(|e| e.path())
-        .collect();
+    let mut v: Vec<PathBuf> =
+        rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).map(|e| e.path()).collect();
     v.sort();
     v
 }
 
 fn cuda_dirs() -> Vec<PathBuf> {
     let mut v = Vec::new();
-    for root in children(Path::new("/usr/local"), "cuda")
-        .into_iter()
-        .chain(children(Path::new("/opt"), "cuda"))
-    {
+    for root in children(Path::new("/usr/local"), "cuda").into_iter().chain(children(Path::new("/opt"), "cuda")) {
         v.push(root.join("lib64"));
         v.push(root.join("lib"));
         v.push(root.join("targets/x86_64-linux/lib"));
@@ -367,18 +334,11 @@ pub fn site_packages_of_program(program: &Path) -> Vec<PathBuf> {
 /// `nvidia/cuda_runtime/lib/libcudart.so.12`, CUDA 13 wheels' `nvidia/cu13/lib/libcudart.so.13`)
 /// and the copies a torch wheel carries in `torch/lib` (`libcudart-8774224f.so.12`).
 pub fn wheel_libs(site: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = children(&site.join("nvidia"), "")
-        .into_iter()
-        .map(|pkg| pkg.join("lib"))
-        .collect();
+    let mut dirs: Vec<PathBuf> = children(&site.join("nvidia"), "").into_iter().map(|pkg| pkg.join("lib")).collect();
     dirs.push(site.join("torch/lib"));
     let mut v = Vec::new();
     for dir in dirs {
-        v.extend(
-            children(&dir, "libcud")
-                .into_iter()
-                .filter(|f| classify(f).is_some()),
-        );
+        v.extend(children(&dir, "libcud").into_iter().filter(|f| classify(f).is_some()));
     }
     v
 }
@@ -427,32 +387,14 @@ mod tests {
         let p = |n: &str| d.path().join(n);
         // the name is enough: the content is not read
         std::fs::write(p("libcudart-8774224f.so.12"), b"x").unwrap();
-        assert_eq!(
-            classify_file(&p("libcudart-8774224f.so.12")).unwrap(),
-            LibKind::Runtime
-        );
-        compile(
-            "int cudaLaunchKernel(const void *f) { return f != 0; }\n",
-            &p("shim.so"),
-            &["-shared", "-fPIC"],
-        );
+        assert_eq!(classify_file(&p("libcudart-8774224f.so.12")).unwrap(), LibKind::Runtime);
+        compile("int cudaLaunchKernel(const void *f) { return f != 0; }\n", &p("shim.so"), &["-shared", "-fPIC"]);
         assert_eq!(classify_file(&p("shim.so")).unwrap(), LibKind::Runtime);
-        compile(
-            "int cuInit(unsigned f) { return (int)f; }\n",
-            &p("drv.so"),
-            &["-shared", "-fPIC"],
-        );
+        compile("int cuInit(unsigned f) { return (int)f; }\n", &p("drv.so"), &["-shared", "-fPIC"]);
         assert_eq!(classify_file(&p("drv.so")).unwrap(), LibKind::Driver);
-        compile(
-            "int cublasCreate_v2(void *h) { return h != 0; }\n",
-            &p("other.so"),
-            &["-shared", "-fPIC"],
-        );
+        compile("int cublasCreate_v2(void *h) { return h != 0; }\n", &p("other.so"), &["-shared", "-fPIC"]);
         let e = format!("{:#}", classify_file(&p("other.so")).unwrap_err());
-        assert!(
-            e.contains("defines neither") && e.contains("other.so"),
-            "{e}"
-        );
+        assert!(e.contains("defines neither") && e.contains("other.so"), "{e}");
         // not ELF, cut short, missing, a directory: errors naming the file, no panic
         std::fs::write(p("notes.txt"), b"cudaLaunchKernel cuInit").unwrap();
         let bytes = std::fs::read(p("drv.so")).unwrap();
@@ -473,18 +415,10 @@ mod tests {
         std::fs::create_dir_all(&b).unwrap();
         std::fs::write(a.join("libcudart.so.12"), b"x").unwrap();
         // the same file under another name and directory: a hard link
-        std::fs::hard_link(
-            a.join("libcudart.so.12"),
-            b.join("libcudart-8774224f.so.12"),
-        )
-        .unwrap();
+        std::fs::hard_link(a.join("libcudart.so.12"), b.join("libcudart-8774224f.so.12")).unwrap();
         std::fs::write(b.join("README"), b"not a library").unwrap();
         let (found, notes) = discover_with_notes(&DiscoveryOptions {
-            explicit: vec![
-                a.join("libcudart.so.12"),
-                b.join("libcudart-8774224f.so.12"),
-                b.join("README"),
-            ],
+            explicit: vec![a.join("libcudart.so.12"), b.join("libcudart-8774224f.so.12"), b.join("README")],
             explicit_only: true,
             ..Default::default()
         });
@@ -524,32 +458,17 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let site = d.path();
         for (dir, files) in [
-            (
-                "nvidia/cuda_runtime/lib",
-                &["libcudart.so.12", "libnvrtc.so.12"][..],
-            ),
-            (
-                "nvidia/cu13/lib",
-                &["libcudart.so.13", "libcublas.so.13", "libcudadevrt.a"][..],
-            ),
-            (
-                "torch/lib",
-                &[
-                    "libcudart-8774224f.so.12",
-                    "libtorch_cuda.so",
-                    "libc10_cuda.so",
-                ][..],
-            ),
+            ("nvidia/cuda_runtime/lib", &["libcudart.so.12", "libnvrtc.so.12"][..]),
+            ("nvidia/cu13/lib", &["libcudart.so.13", "libcublas.so.13", "libcudadevrt.a"][..]),
+            ("torch/lib", &["libcudart-8774224f.so.12", "libtorch_cuda.so", "libc10_cuda.so"][..]),
         ] {
             std::fs::create_dir_all(site.join(dir)).unwrap();
             for f in files {
                 std::fs::write(site.join(dir).join(f), b"x").unwrap();
             }
         }
-        let mut got: Vec<String> = wheel_libs(site)
-            .iter()
-            .map(|p| p.strip_prefix(site).unwrap().display().to_string())
-            .collect();
+        let mut got: Vec<String> =
+            wheel_libs(site).iter().map(|p| p.strip_prefix(site).unwrap().display().to_string()).collect();
         got.sort();
         assert_eq!(
             got,
@@ -570,9 +489,7 @@ mod tests {
             "torch/lib/libcudart-8774224f.so.12",
         ] {
             assert!(
-                found.iter().any(|f| f.path.ends_with(want)
-                    && f.how == "pip-wheel"
-                    && f.kind == LibKind::Runtime),
+                found.iter().any(|f| f.path.ends_with(want) && f.how == "pip-wheel" && f.kind == LibKind::Runtime),
                 "{want}: {found:?}"
             );
         }

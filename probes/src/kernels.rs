@@ -122,16 +122,17 @@ impl KernelNamer {
                 Some((mangled, how)) => {
                     self.named.insert((pid, handle));
                     out.push(KernelName {
-                    pid,
-                    handle: handle as i64,
-                    name: demangle(&mangled),
-                    mangled,
-                    how: how.to_string(),
+                        pid,
+                        handle: handle as i64,
+                        name: demangle(&mangled),
+                        mangled,
+                        how: how.to_string(),
                     })
                 }
                 // another API's launch of the same handle may be named: count each handle once
                 None if last_chance => {
-                    if !self.named.contains(&(pid, handle)) && !self.pending.iter().any(|p| p.0 == pid && p.1 == handle) {
+                    if !self.named.contains(&(pid, handle)) && !self.pending.iter().any(|p| p.0 == pid && p.1 == handle)
+                    {
                         self.never_named += 1;
                     }
                 }
@@ -159,15 +160,11 @@ impl KernelNamer {
                 let stub = f.kernel_stubs.get(&handle).copied().unwrap_or(handle);
                 f.stub_names.get(&stub).map(|n| (n.clone(), "register"))
             }
-            Api::Driver => f
-                .function_names
-                .get(&handle)
-                .map(|n| (n.clone(), "module"))
-                .or_else(|| {
-                    // a CUfunction from cuKernelGetFunction, or a CUkernel passed as a CUfunction
-                    let kernel = f.function_kernels.get(&handle).copied().unwrap_or(handle);
-                    f.library_kernels.get(&kernel).map(|n| (n.clone(), "library"))
-                }),
+            Api::Driver => f.function_names.get(&handle).map(|n| (n.clone(), "module")).or_else(|| {
+                // a CUfunction from cuKernelGetFunction, or a CUkernel passed as a CUfunction
+                let kernel = f.function_kernels.get(&handle).copied().unwrap_or(handle);
+                f.library_kernels.get(&kernel).map(|n| (n.clone(), "library"))
+            }),
         }
     }
 }
@@ -198,7 +195,7 @@ mod tests {
         n.fact(&fact(NameFact::LibraryKernel, 1, 0xc1, 0, "_ZN7cutlass6KernelIiEEvv"));
         n.fact(&fact(NameFact::KernelFunction, 1, 0xf2, 0xc1, ""));
         n.launches(&[
-            launch(1, op::CUDA_LAUNCH_KERNEL, 0x1000),   // CUDA 12: the stub itself
+            launch(1, op::CUDA_LAUNCH_KERNEL, 0x1000),    // CUDA 12: the stub itself
             launch(1, op::CUDA_LAUNCH_KERNEL_EX, 0xbeef), // CUDA 13: a handle for the stub
             launch(1, op::CU_LAUNCH_KERNEL_EX, 0xf1),
             launch(1, op::CU_LAUNCH_KERNEL, 0xf2),

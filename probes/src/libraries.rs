@@ -60,7 +60,8 @@ impl LibraryTracker {
     /// Attach every `--cuda-lib` file (a directory: the CUDA libraries in it). A file that is not a
     /// CUDA library, or cannot be read, is an error: a library the user named is never dropped.
     pub fn with_explicit(probes: &mut Probes, libs: &[PathBuf]) -> anyhow::Result<LibraryTracker> {
-        let mut t = LibraryTracker { procs: HashMap::new(), explicit: BTreeMap::new(), rows: Vec::new(), notes: Vec::new() };
+        let mut t =
+            LibraryTracker { procs: HashMap::new(), explicit: BTreeMap::new(), rows: Vec::new(), notes: Vec::new() };
         for path in libs {
             let files: Vec<PathBuf> = if path.is_dir() {
                 let mut v: Vec<PathBuf> = std::fs::read_dir(path)
@@ -70,7 +71,11 @@ impl LibraryTracker {
                     .filter(|p| discovery::classify(p).is_some())
                     .collect();
                 v.sort();
-                anyhow::ensure!(!v.is_empty(), "cuda library directory {} holds no libcudart or libcuda", path.display());
+                anyhow::ensure!(
+                    !v.is_empty(),
+                    "cuda library directory {} holds no libcudart or libcuda",
+                    path.display()
+                );
                 v
             } else {
                 vec![path.clone()]
@@ -108,7 +113,9 @@ impl LibraryTracker {
         let p = self.procs.entry(pid).or_default();
         p.program_checked = true;
         match discovery::static_runtime_in_file(program) {
-            Some(StaticRuntime::Symbols(file)) => self.attach(probes, pid, &file, &file, LibKind::Runtime, "static", true),
+            Some(StaticRuntime::Symbols(file)) => {
+                self.attach(probes, pid, &file, &file, LibKind::Runtime, "static", true)
+            }
             Some(StaticRuntime::Stripped(file)) => {
                 self.procs.entry(pid).or_default().stripped_runtime = Some(file);
             }
@@ -152,7 +159,16 @@ impl LibraryTracker {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn attach(&mut self, probes: &mut Probes, pid: u32, shown: &Path, open: &Path, kind: LibKind, how: &str, complete: bool) {
+    fn attach(
+        &mut self,
+        probes: &mut Probes,
+        pid: u32,
+        shown: &Path,
+        open: &Path,
+        kind: LibKind,
+        how: &str,
+        complete: bool,
+    ) {
         let Some(id) = crate::loader::file_id(open) else { return };
         let p = self.procs.entry(pid).or_default();
         if p.files.contains(&id) {
@@ -213,7 +229,10 @@ impl LibraryTracker {
     pub fn finish(&mut self) -> Vec<LibraryAttach> {
         for (path, mapped) in self.explicit.values() {
             if !*mapped {
-                self.notes.push(format!("{}: named with --cuda-lib and probed, but no traced process mapped it", path.display()));
+                self.notes.push(format!(
+                    "{}: named with --cuda-lib and probed, but no traced process mapped it",
+                    path.display()
+                ));
             }
         }
         let mut pids: Vec<u32> = self.procs.keys().copied().collect();
@@ -254,7 +273,12 @@ fn mapped_loader(pid: u32) -> Option<PathBuf> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     maps.lines()
         .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| Path::new(p).file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld-musl")))
+        .find(|p| {
+            Path::new(p)
+                .file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld-musl"))
+        })
         .map(|p| PathBuf::from(format!("/proc/{pid}/root{p}")))
 }
 

@@ -7,9 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use aya::maps::{
-    Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap,
-};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap};
 use aya::programs::uprobe::UProbeLink;
 use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -193,7 +191,9 @@ impl Probes {
             .set_max_entries("cw_rb_sched", ring(opts.ring_sched_bytes))
             .set_max_entries("cw_rb_host", ring(opts.ring_host_bytes))
             .load(OBJECT)
-            .map_err(|e| anyhow::anyhow!("loading the BPF object: {e} (is this root, with BTF at /sys/kernel/btf/vmlinux?)"))?;
+            .map_err(|e| {
+                anyhow::anyhow!("loading the BPF object: {e} (is this root, with BTF at /sys/kernel/btf/vmlinux?)")
+            })?;
         let mut notes = Vec::new();
         let mut multi = None;
         let kernel_matches = multi_path_matches_kernel();
@@ -201,13 +201,13 @@ impl Probes {
             notes.push("this kernel's BTF differs from the build host's: uprobes go through aya's relocated programs, one perf event per symbol (slower to detach)".into());
         }
         if kernel_matches && !opts.perf_uprobes && std::env::var_os("CAUSEWAY_NO_UPROBE_MULTI").is_none() {
-            let fds: std::collections::HashMap<String, RawFd> = ebpf
-                .maps()
-                .filter_map(|(n, m)| map_fd(m).map(|fd| (n.to_string(), fd)))
-                .collect();
+            let fds: std::collections::HashMap<String, RawFd> =
+                ebpf.maps().filter_map(|(n, m)| map_fd(m).map(|fd| (n.to_string(), fd))).collect();
             match MultiPrograms::load(&fds) {
                 Ok(p) => multi = Some(p),
-                Err(e) => notes.push(format!("uprobe_multi unavailable, using one perf-event uprobe per symbol (slower to detach): {e:#}")),
+                Err(e) => notes.push(format!(
+                    "uprobe_multi unavailable, using one perf-event uprobe per symbol (slower to detach): {e:#}"
+                )),
             }
         }
         let mut host_attached = Vec::new();
@@ -215,10 +215,8 @@ impl Probes {
             let btf = Btf::from_sys_fs()?;
             for (prog, tp, required) in HOST_PROBES {
                 let r = (|| -> anyhow::Result<()> {
-                    let p: &mut BtfTracePoint = ebpf
-                        .program_mut(prog)
-                        .ok_or_else(|| anyhow::anyhow!("no program {prog}"))?
-                        .try_into()?;
+                    let p: &mut BtfTracePoint =
+                        ebpf.program_mut(prog).ok_or_else(|| anyhow::anyhow!("no program {prog}"))?.try_into()?;
                     p.load(tp, &btf)?;
                     p.attach()?;
                     Ok(())
@@ -227,19 +225,13 @@ impl Probes {
                     Ok(()) => host_attached.push(tp.to_string()),
                     Err(e) => notes.push(format!(
                         "tracepoint {tp} not attached ({}): {e:#}",
-                        if *required {
-                            "per-call attribution loses it"
-                        } else {
-                            "optional"
-                        }
+                        if *required { "per-call attribution loses it" } else { "optional" }
                     )),
                 }
             }
         }
-        let take = |ebpf: &mut Ebpf, name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| anyhow::anyhow!("map {name} missing"))
-        };
+        let take =
+            |ebpf: &mut Ebpf, name: &str| ebpf.take_map(name).ok_or_else(|| anyhow::anyhow!("map {name} missing"));
         let traced = BpfHashMap::try_from(take(&mut ebpf, "cw_traced")?)?;
         let traced_bits = Array::try_from(take(&mut ebpf, "cw_traced_bits")?)?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "cw_counters")?)?;
@@ -249,11 +241,7 @@ impl Probes {
             cuda: RingBuf::try_from(take(&mut ebpf, "cw_rb_cuda")?)?,
             sched: RingBuf::try_from(take(&mut ebpf, "cw_rb_sched")?)?,
             host: RingBuf::try_from(take(&mut ebpf, "cw_rb_host")?)?,
-            stacks: if opts.stacks {
-                Some(StackTraceMap::try_from(take(&mut ebpf, "cw_stacks")?)?)
-            } else {
-                None
-            },
+            stacks: if opts.stacks { Some(StackTraceMap::try_from(take(&mut ebpf, "cw_stacks")?)?) } else { None },
         };
         Ok(Probes {
             ebpf,
@@ -409,10 +397,7 @@ impl Probes {
 
     /// Sum over CPUs of counter `idx`.
     pub fn counter(&self, idx: u32) -> u64 {
-        self.counters
-            .get(&idx, 0)
-            .map(|v| v.iter().copied().fold(0u64, u64::wrapping_add))
-            .unwrap_or(0)
+        self.counters.get(&idx, 0).map(|v| v.iter().copied().fold(0u64, u64::wrapping_add)).unwrap_or(0)
     }
 
     pub fn counters(&self) -> Vec<u64> {
@@ -425,10 +410,9 @@ impl Probes {
             .iter()
             .filter_map(|r| r.ok())
             .map(|(k, v)| {
-                let t = v.iter().fold(Pages::default(), |a, p| Pages {
-                    count: a.count + p.count,
-                    bytes: a.bytes + p.bytes,
-                });
+                let t = v
+                    .iter()
+                    .fold(Pages::default(), |a, p| Pages { count: a.count + p.count, bytes: a.bytes + p.bytes });
                 (k, t)
             })
             .collect()
@@ -545,19 +529,14 @@ fn map_fd(m: &Map) -> Option<RawFd> {
 }
 
 fn uprobe<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut UProbe> {
-    let p = ebpf
-        .program_mut(name)
-        .ok_or_else(|| anyhow::anyhow!("BPF program {name} missing from the object"))?;
+    let p = ebpf.program_mut(name).ok_or_else(|| anyhow::anyhow!("BPF program {name} missing from the object"))?;
     Ok(p.try_into()?)
 }
 
 /// Kernels since 5.11 charge BPF memory to the cgroup; raising RLIMIT_MEMLOCK needs
 /// CAP_SYS_RESOURCE, which this host may not grant. Best effort, never fatal.
 fn raise_memlock() {
-    let lim = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
+    let lim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: setrlimit with a valid struct.
     let _ = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
 }

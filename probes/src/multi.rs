@@ -39,26 +39,16 @@ fn put64(a: &mut [u8], off: usize, v: u64) {
 
 /// The instructions of function `name` from `elf`, with every map reference relocated to
 /// `map_fds[map name]` (`.rodata` references to the `.rodata` map, as values).
-pub fn relocated_insns(
-    elf: &[u8],
-    name: &str,
-    map_fds: &HashMap<String, RawFd>,
-) -> anyhow::Result<Vec<u8>> {
+pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>) -> anyhow::Result<Vec<u8>> {
     let file = object::File::parse(elf)?;
     let sym = file
         .symbols()
         .find(|s| s.name() == Ok(name))
         .ok_or_else(|| anyhow::anyhow!("no function {name} in the BPF object"))?;
-    let sec = file.section_by_index(
-        sym.section_index()
-            .ok_or_else(|| anyhow::anyhow!("{name}: no section"))?,
-    )?;
+    let sec = file.section_by_index(sym.section_index().ok_or_else(|| anyhow::anyhow!("{name}: no section"))?)?;
     let data = sec.data()?;
     let (start, size) = (sym.address() as usize, sym.size() as usize);
-    anyhow::ensure!(
-        size > 0 && start + size <= data.len() && size % 8 == 0,
-        "{name}: bad symbol bounds"
-    );
+    anyhow::ensure!(size > 0 && start + size <= data.len() && size % 8 == 0, "{name}: bad symbol bounds");
     let mut insns = data[start..start + size].to_vec();
     for (off, rel) in sec.relocations() {
         let off = off as usize;
@@ -66,33 +56,18 @@ pub fn relocated_insns(
             continue;
         }
         let i = off - start;
-        let RelocationTarget::Symbol(si) = rel.target() else {
-            anyhow::bail!("{name}: unexpected relocation target")
-        };
+        let RelocationTarget::Symbol(si) = rel.target() else { anyhow::bail!("{name}: unexpected relocation target") };
         let target = file.symbol_by_index(si)?;
-        let tsec = target
-            .section_index()
-            .map(|x| file.section_by_index(x))
-            .transpose()?;
+        let tsec = target.section_index().map(|x| file.section_by_index(x)).transpose()?;
         let tsec_name = tsec.as_ref().and_then(|s| s.name().ok()).unwrap_or("");
-        anyhow::ensure!(
-            insns[i] == 0x18 && i + 16 <= insns.len(),
-            "{name}: relocation at {i} is not a 64-bit load"
-        );
+        anyhow::ensure!(insns[i] == 0x18 && i + 16 <= insns.len(), "{name}: relocation at {i} is not a 64-bit load");
         let imm = i32::from_ne_bytes(insns[i + 4..i + 8].try_into().unwrap()) as i64;
         let (fd, kind, value_off) = if tsec_name == ".maps" {
             let map = target.name()?;
-            (
-                *map_fds
-                    .get(map)
-                    .ok_or_else(|| anyhow::anyhow!("{name}: map {map} has no fd"))?,
-                BPF_PSEUDO_MAP_FD,
-                0i64,
-            )
+            (*map_fds.get(map).ok_or_else(|| anyhow::anyhow!("{name}: map {map} has no fd"))?, BPF_PSEUDO_MAP_FD, 0i64)
         } else if tsec_name.starts_with(".rodata") || tsec_name == ".bss" || tsec_name == ".data" {
-            let fd = *map_fds
-                .get(tsec_name)
-                .ok_or_else(|| anyhow::anyhow!("{name}: data map {tsec_name} has no fd"))?;
+            let fd =
+                *map_fds.get(tsec_name).ok_or_else(|| anyhow::anyhow!("{name}: data map {tsec_name} has no fd"))?;
             (fd, BPF_PSEUDO_MAP_VALUE, target.address() as i64 + imm)
         } else {
             anyhow::bail!("{name}: relocation against {tsec_name}");
@@ -105,11 +80,7 @@ pub fn relocated_insns(
 }
 
 /// Load a uprobe_multi program; the verifier log is in the error when it is refused.
-pub fn load_program(
-    elf: &[u8],
-    name: &str,
-    map_fds: &HashMap<String, RawFd>,
-) -> anyhow::Result<OwnedFd> {
+pub fn load_program(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>) -> anyhow::Result<OwnedFd> {
     let insns = relocated_insns(elf, name, map_fds)?;
     let license = CString::new("Dual BSD/GPL").unwrap();
     let mut log = vec![0u8; 1 << 20];
@@ -142,12 +113,7 @@ pub fn load_program(
 }
 
 /// One uprobe_multi link: `prog` on every `(offset, cookie)` of the file at `path`, all processes.
-pub fn attach(
-    prog: &OwnedFd,
-    path: &Path,
-    points: &[(u64, u64)],
-    ret: bool,
-) -> anyhow::Result<OwnedFd> {
+pub fn attach(prog: &OwnedFd, path: &Path, points: &[(u64, u64)], ret: bool) -> anyhow::Result<OwnedFd> {
     use std::os::fd::AsRawFd;
     anyhow::ensure!(!points.is_empty(), "no offsets");
     let cpath = CString::new(path.as_os_str().as_encoded_bytes())?;
@@ -160,11 +126,7 @@ pub fn attach(
     put64(&mut attr, 24, offsets.as_ptr() as u64);
     put64(&mut attr, 40, cookies.as_ptr() as u64);
     put32(&mut attr, 48, points.len() as u32);
-    put32(
-        &mut attr,
-        52,
-        if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 },
-    );
+    put32(&mut attr, 52, if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 });
     let fd = sys_bpf(BPF_LINK_CREATE, &mut attr)
         .map_err(|e| anyhow::anyhow!("uprobe_multi link on {}: {e}", path.display()))?;
     // SAFETY: a new fd owned by us.

@@ -16,10 +16,7 @@ impl GatedChild {
     /// [`GatedChild::release`].
     pub fn spawn(argv: &[String], stdout: Option<&Path>, null_stdin: bool) -> anyhow::Result<GatedChild> {
         anyhow::ensure!(!argv.is_empty(), "no command to run");
-        let cargs: Vec<CString> = argv
-            .iter()
-            .map(|a| CString::new(a.as_bytes()))
-            .collect::<Result<_, _>>()?;
+        let cargs: Vec<CString> = argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<_, _>>()?;
         let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
         ptrs.push(std::ptr::null());
         let out_fd = match stdout {
@@ -27,18 +24,9 @@ impl GatedChild {
                 let c = CString::new(p.as_os_str().as_encoded_bytes())?;
                 // SAFETY: valid C string.
                 let fd = unsafe {
-                    libc::open(
-                        c.as_ptr(),
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
-                        0o644,
-                    )
+                    libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644)
                 };
-                anyhow::ensure!(
-                    fd >= 0,
-                    "cannot open {}: {}",
-                    p.display(),
-                    std::io::Error::last_os_error()
-                );
+                anyhow::ensure!(fd >= 0, "cannot open {}: {}", p.display(), std::io::Error::last_os_error());
                 fd
             }
             None => -1,
@@ -53,10 +41,7 @@ impl GatedChild {
         };
         let mut fds = [0 as RawFd; 2];
         // SAFETY: fds has room for two descriptors.
-        anyhow::ensure!(
-            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
-            "pipe2 failed"
-        );
+        anyhow::ensure!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0, "pipe2 failed");
         // SAFETY: the child only calls async-signal-safe functions before exec.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
@@ -91,10 +76,7 @@ impl GatedChild {
                 libc::close(in_fd);
             }
         }
-        Ok(GatedChild {
-            pid: pid as u32,
-            gate: fds[1],
-        })
+        Ok(GatedChild { pid: pid as u32, gate: fds[1] })
     }
 
     /// Let the child exec.
@@ -115,11 +97,7 @@ impl GatedChild {
         // SAFETY: waitpid on our own child.
         let r = unsafe { libc::waitpid(self.pid as i32, &mut status, libc::WNOHANG) };
         if r == self.pid as i32 {
-            Some(if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128 + libc::WTERMSIG(status)
-            })
+            Some(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) })
         } else if r < 0 {
             Some(-1)
         } else {
@@ -160,7 +138,14 @@ mod tests {
     fn a_process_stopped_by_a_signal_reads_as_stopped() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
         let pid = child.id();
-        let wait_for = |want: bool| (0..200).any(|_| stopped(pid) == want || { std::thread::sleep(std::time::Duration::from_millis(5)); false });
+        let wait_for = |want: bool| {
+            (0..200).any(|_| {
+                stopped(pid) == want || {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    false
+                }
+            })
+        };
         assert!(wait_for(false), "a sleeping process is not stopped");
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(pid as i32, libc::SIGSTOP) };

@@ -33,10 +33,7 @@ impl Msg {
 }
 
 fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 /// The in-kernel aggregates since the last call, as summary events.
@@ -68,30 +65,15 @@ pub(crate) fn summary_events(
         out.push(mk(op::SCHED_WAKEUP_SUMMARY, 0, 0, d(cnt::WAKEUP_OTHER)));
     }
     if d(cnt::BLOCK_OTHER) > 0 {
-        out.push(mk(
-            op::BLOCK_SUMMARY,
-            0,
-            d(cnt::BLOCK_OTHER_BYTES),
-            d(cnt::BLOCK_OTHER),
-        ));
+        out.push(mk(op::BLOCK_SUMMARY, 0, d(cnt::BLOCK_OTHER_BYTES), d(cnt::BLOCK_OTHER)));
     }
     if d(cnt::PAGE_OTHER) > 0 {
-        out.push(mk(
-            op::MM_PAGE_ALLOC_SUMMARY,
-            0,
-            d(cnt::PAGE_OTHER_BYTES),
-            d(cnt::PAGE_OTHER),
-        ));
+        out.push(mk(op::MM_PAGE_ALLOC_SUMMARY, 0, d(cnt::PAGE_OTHER_BYTES), d(cnt::PAGE_OTHER)));
     }
     for (pid, p) in probes.pages() {
         let (pc, pb) = prev_pages.get(&pid).copied().unwrap_or((0, 0));
         if p.count > pc {
-            out.push(mk(
-                op::MM_PAGE_ALLOC_SUMMARY,
-                pid,
-                (p.bytes - pb) as i64,
-                (p.count - pc) as i64,
-            ));
+            out.push(mk(op::MM_PAGE_ALLOC_SUMMARY, pid, (p.bytes - pb) as i64, (p.count - pc) as i64));
             prev_pages.insert(pid, (p.count, p.bytes));
         }
     }

@@ -17,8 +17,8 @@ use causeway_model::LossKind;
 use crate::kernels::KernelNamer;
 use crate::libraries::LibraryTracker;
 use crate::loader::{AttachedLib, LoadOptions, Probes};
-use crate::rings::{read_rings, summary_events, Msg};
 use crate::process::{alive, stopped, GatedChild};
+use crate::rings::{read_rings, summary_events, Msg};
 use crate::stats::{LiveStats, StatsBuilder};
 use crate::symbols::Symbolizer;
 use crate::wire::{self, cnt};
@@ -157,16 +157,15 @@ impl TraceReport {
     fn unwritten_notes(&self) -> Vec<String> {
         self.unwritten
             .iter()
-            .map(|(table, u)| format!("{} row(s) of `{table}` could not be written (first error: {})", u.rows, u.first_error))
+            .map(|(table, u)| {
+                format!("{} row(s) of `{table}` could not be written (first error: {})", u.rows, u.first_error)
+            })
             .collect()
     }
 }
 
 fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 fn load_options(opts: &TraceOptions) -> LoadOptions {
@@ -247,14 +246,8 @@ pub async fn trace(
     mut sink: Box<dyn EventSink>,
     mut progress: impl FnMut(&LiveStats),
 ) -> anyhow::Result<TraceReport> {
-    let mut report = TraceReport {
-        started_at_ns: now_ns(),
-        ..Default::default()
-    };
-    anyhow::ensure!(
-        !opts.pids.is_empty() || !opts.command.is_empty(),
-        "nothing to trace: give --pid or a command"
-    );
+    let mut report = TraceReport { started_at_ns: now_ns(), ..Default::default() };
+    anyhow::ensure!(!opts.pids.is_empty() || !opts.command.is_empty(), "nothing to trace: give --pid or a command");
     for &p in &opts.pids {
         anyhow::ensure!(alive(p), "no process {p}");
     }
@@ -263,9 +256,7 @@ pub async fn trace(
     let mut child = start_targets(&opts, &mut probes, &mut libs, &mut report)?;
     write_attachments(&mut libs, &mut sink, &mut report).await;
 
-    let rings = probes
-        .take_rings()
-        .ok_or_else(|| anyhow::anyhow!("rings already taken"))?;
+    let rings = probes.take_rings().ok_or_else(|| anyhow::anyhow!("rings already taken"))?;
     let reader_stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Msg>(64);
     // the loader's notifications skip the batches: a process may be waiting for them
@@ -281,9 +272,7 @@ pub async fn trace(
     };
 
     let started = Instant::now();
-    let deadline = opts
-        .duration_ns
-        .map(|d| started + Duration::from_nanos(d.max(0) as u64));
+    let deadline = opts.duration_ns.map(|d| started + Duration::from_nanos(d.max(0) as u64));
     let mut stats = StatsBuilder::default();
     let mut symbolizer = Symbolizer::default();
     let mut namer = KernelNamer::default();
@@ -443,26 +432,30 @@ pub async fn trace(
     }
     let counters = probes.counters();
     if namer.unnamed() > 0 {
-        probes.notes.push(format!("{} launched kernel handle(s) could not be named (no registration, module or symbol seen for them)", namer.unnamed()));
+        probes.notes.push(format!(
+            "{} launched kernel handle(s) could not be named (no registration, module or symbol seen for them)",
+            namer.unnamed()
+        ));
     }
     let names_lost = counters[cnt::NAME_LOST as usize];
     if names_lost > 0 {
         probes.notes.push(format!("{names_lost} kernel-name record(s) lost (ring full): some launches may be unnamed"));
     }
     if namer.truncated > 0 {
-        probes.notes.push(format!("{} kernel name(s) longer than {} bytes were cut short", namer.truncated, wire::NAME_MAX - 1));
+        probes.notes.push(format!(
+            "{} kernel name(s) longer than {} bytes were cut short",
+            namer.truncated,
+            wire::NAME_MAX - 1
+        ));
     }
     let decode = *decode_errors.lock().unwrap();
     for src in 0..16u8 {
-        let ring = counters[(cnt::LOST_BASE + src as u32) as usize]
-            + counters[(cnt::STASH_FAIL_BASE + src as u32) as usize];
+        let ring =
+            counters[(cnt::LOST_BASE + src as u32) as usize] + counters[(cnt::STASH_FAIL_BASE + src as u32) as usize];
         let rows = [
             (LossKind::RingReserve, ring),
             (LossKind::Decode, decode[src as usize]),
-            (
-                LossKind::SinkBackpressure,
-                backpressure.get(&src).copied().unwrap_or(0),
-            ),
+            (LossKind::SinkBackpressure, backpressure.get(&src).copied().unwrap_or(0)),
         ];
         for (kind, n) in rows {
             if n > 0 {
@@ -470,11 +463,7 @@ pub async fn trace(
                 if kind != LossKind::SinkBackpressure || !opts.drop_on_backpressure {
                     sink.add_loss(src, kind, n);
                 }
-                report.losses.push(LossRow {
-                    source: src,
-                    kind: kind.as_str().into(),
-                    count: n,
-                });
+                report.losses.push(LossRow { source: src, kind: kind.as_str().into(), count: n });
             }
         }
     }
@@ -495,11 +484,7 @@ fn which(prog: &str) -> Option<PathBuf> {
     if prog.contains('/') {
         return Some(PathBuf::from(prog));
     }
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| PathBuf::from(d).join(prog))
-        .find(|p| p.is_file())
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(prog)).find(|p| p.is_file())
 }
 
 fn stack_record(sym: &mut Symbolizer, hash: i64, pid: u32, ips: &[u64]) -> StackRecord {
@@ -540,4 +525,3 @@ pub fn new_session_info(pids: &[u32], command: &[String], flags: String) -> caus
         ..Default::default()
     }
 }
-

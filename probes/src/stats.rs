@@ -16,10 +16,7 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            buckets: vec![0; 64 * 16],
-            count: 0,
-        }
+        Histogram { buckets: vec![0; 64 * 16], count: 0 }
     }
 }
 
@@ -169,14 +166,7 @@ mod tests {
             sched: Some(Default::default()),
             ..Default::default()
         };
-        let call = Event {
-            ts_ns: 100,
-            dur_ns: 100,
-            tid: 5,
-            source: 1,
-            op: 5,
-            ..Default::default()
-        };
+        let call = Event { ts_ns: 100, dur_ns: 100, tid: 5, source: 1, op: 5, ..Default::default() };
         s.add_batch(&[call, sw]);
         let r = s.rows();
         assert_eq!(r[0].op, "cudaStreamSync");
@@ -186,7 +176,15 @@ mod tests {
     #[test]
     fn off_cpu_walk_passes_later_intervals_and_stops_at_earlier_ones() {
         let mut s = StatsBuilder::default();
-        let switch = |end: i64, dur: i64| Event { ts_ns: end, dur_ns: dur, tid: 5, source: 3, op: 1, sched: Some(Default::default()), ..Default::default() };
+        let switch = |end: i64, dur: i64| Event {
+            ts_ns: end,
+            dur_ns: dur,
+            tid: 5,
+            source: 3,
+            op: 1,
+            sched: Some(Default::default()),
+            ..Default::default()
+        };
         // 1000 intervals long before the call, two inside it (10 + 20 ns), one straddling its
         // end (5 ns inside), one after it.
         let mut batch: Vec<Event> = (0..1000).map(|i| switch(i * 10 + 5, 5)).collect();

@@ -50,10 +50,8 @@ impl ElfSymbols {
                 continue;
             }
             let addr = sym.address();
-            if let Some(off) = segments
-                .iter()
-                .find(|(_, va, sz)| addr >= *va && addr < va + sz)
-                .map(|(off, va, _)| addr - va + off)
+            if let Some(off) =
+                segments.iter().find(|(_, va, sz)| addr >= *va && addr < va + sz).map(|(off, va, _)| addr - va + off)
             {
                 // the first definition wins, except that a global one beats a local one: `.symtab`
                 // lists the locals first, and a `static` helper of one file may share a name with
@@ -70,11 +68,7 @@ impl ElfSymbols {
         }
         syms.sort();
         syms.dedup_by(|a, b| a.0 == b.0);
-        Ok(ElfSymbols {
-            syms,
-            offsets: offsets.into_iter().map(|(k, (off, _))| (k, off)).collect(),
-            segments,
-        })
+        Ok(ElfSymbols { syms, offsets: offsets.into_iter().map(|(k, (off, _))| (k, off)).collect(), segments })
     }
 
     /// File offset of a function symbol (what a uprobe attaches at).
@@ -98,10 +92,7 @@ impl ElfSymbols {
 
     /// Virtual address of a file offset (through the segment that maps it).
     pub fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|(o, _, sz)| off >= *o && off < o + sz)
-            .map(|(o, va, _)| off - o + va)
+        self.segments.iter().find(|(o, _, sz)| off >= *o && off < o + sz).map(|(o, va, _)| off - o + va)
     }
 }
 
@@ -111,10 +102,7 @@ fn is_function_definition<'d, S: ObjectSymbol<'d>>(sym: &S) -> bool {
 }
 
 /// Which of `wanted` the file defines as functions, in `.dynsym` or `.symtab`, LOCAL ones included.
-pub(crate) fn defined_in<'d, R: ReadRef<'d>>(
-    file: &object::File<'d, R>,
-    wanted: &[&str],
-) -> Vec<String> {
+pub(crate) fn defined_in<'d, R: ReadRef<'d>>(file: &object::File<'d, R>, wanted: &[&str]) -> Vec<String> {
     let mut found: Vec<String> = file
         .dynamic_symbols()
         .chain(file.symbols())
@@ -169,19 +157,12 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
         let Some((s, e)) = range.split_once('-') else {
             continue;
         };
-        let (Ok(start), Ok(end), Ok(offset)) = (
-            u64::from_str_radix(s, 16),
-            u64::from_str_radix(e, 16),
-            u64::from_str_radix(off, 16),
-        ) else {
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
+        else {
             continue;
         };
-        out.push(Mapping {
-            start,
-            end,
-            offset,
-            path: PathBuf::from(path.trim_end_matches(" (deleted)")),
-        });
+        out.push(Mapping { start, end, offset, path: PathBuf::from(path.trim_end_matches(" (deleted)")) });
     }
     out
 }
@@ -227,10 +208,7 @@ impl Symbolizer {
 
     pub fn resolve(&mut self, pid: u32, addr: u64) -> Option<Resolved> {
         let find = |maps: &HashMap<u32, Vec<Mapping>>| {
-            maps.get(&pid)?
-                .iter()
-                .find(|m| addr >= m.start && addr < m.end)
-                .cloned()
+            maps.get(&pid)?.iter().find(|m| addr >= m.start && addr < m.end).cloned()
         };
         let m = match find(&self.maps) {
             Some(m) => m,
@@ -241,34 +219,16 @@ impl Symbolizer {
             }
         };
         let file_off = addr - m.start + m.offset;
-        let elf = self
-            .files
-            .entry(m.path.clone())
-            .or_insert_with(|| ElfSymbols::load(&m.path).ok().map(Arc::new))
-            .clone();
-        let file = m
-            .path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let hit = elf
-            .as_ref()
-            .and_then(|e| e.vaddr_of_offset(file_off))
-            .and_then(|va| {
-                let e = elf.as_ref()?;
-                e.lookup_vaddr(va).map(|(n, o)| (n.to_string(), o))
-            });
+        let elf =
+            self.files.entry(m.path.clone()).or_insert_with(|| ElfSymbols::load(&m.path).ok().map(Arc::new)).clone();
+        let file = m.path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let hit = elf.as_ref().and_then(|e| e.vaddr_of_offset(file_off)).and_then(|va| {
+            let e = elf.as_ref()?;
+            e.lookup_vaddr(va).map(|(n, o)| (n.to_string(), o))
+        });
         Some(match hit {
-            Some((name, off)) => Resolved {
-                symbol: Some(name),
-                offset: off,
-                file,
-            },
-            None => Resolved {
-                symbol: None,
-                offset: file_off,
-                file,
-            },
+            Some((name, off)) => Resolved { symbol: Some(name), offset: off, file },
+            None => Resolved { symbol: None, offset: file_off, file },
         })
     }
 }
@@ -298,13 +258,8 @@ mod tests {
         // our own process: resolve the address of a function we can name
         let mut s = Symbolizer::default();
         let addr = parse_maps as *const () as usize as u64;
-        let r = s
-            .resolve(std::process::id(), addr)
-            .expect("address is mapped");
-        assert!(
-            r.symbol.as_deref().unwrap_or("").contains("parse_maps"),
-            "{r:?}"
-        );
+        let r = s.resolve(std::process::id(), addr).expect("address is mapped");
+        assert!(r.symbol.as_deref().unwrap_or("").contains("parse_maps"), "{r:?}");
     }
 
     /// A runtime linked statically has its API functions as LOCAL `.symtab` symbols. The program
@@ -342,25 +297,14 @@ int main(int argc, char **argv) {
         let maps = read_maps(child.pid()).unwrap();
         let file_off = |hex: &str| {
             let addr = u64::from_str_radix(hex, 16).unwrap();
-            let m = maps
-                .iter()
-                .find(|m| addr >= m.start && addr < m.end)
-                .expect("mapped");
+            let m = maps.iter().find(|m| addr >= m.start && addr < m.end).expect("mapped");
             assert!(m.path.ends_with("static-runtime-like"), "{m:?}");
             addr - m.start + m.offset
         };
         let [launch, malloc, local_malloc] = [0, 1, 2].map(|i| file_off(&child.extra[i]));
         let syms = ElfSymbols::load(&exe).unwrap();
-        assert_eq!(
-            syms.offset_of("cudaLaunchKernel"),
-            Some(launch),
-            "the local function"
-        );
-        assert_eq!(
-            syms.offset_of("cudaMalloc"),
-            Some(malloc),
-            "the global one, not the local one"
-        );
+        assert_eq!(syms.offset_of("cudaLaunchKernel"), Some(launch), "the local function");
+        assert_eq!(syms.offset_of("cudaMalloc"), Some(malloc), "the global one, not the local one");
         assert_ne!(malloc, local_malloc);
         assert_eq!(
             defined_functions(&exe, &["cudaLaunchKernel", "cudaMalloc", "cuInit"]).unwrap(),
@@ -370,10 +314,6 @@ int main(int argc, char **argv) {
         let s = ElfSymbols::load(&stripped).unwrap();
         assert_eq!(s.offset_of("cudaLaunchKernel"), None);
         assert_eq!(s.offset_of("cudaMalloc"), None);
-        assert!(
-            defined_functions(&stripped, &["cudaLaunchKernel", "cudaMalloc"])
-                .unwrap()
-                .is_empty()
-        );
+        assert!(defined_functions(&stripped, &["cudaLaunchKernel", "cudaMalloc"]).unwrap().is_empty());
     }
 }

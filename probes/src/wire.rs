@@ -363,21 +363,10 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
             need(kind, buf.len(), PROC_SIZE)?;
             let what = r.u8();
             r.skip(2);
-            let (cpu, pid, tid, ts, child_pid, child_tid) =
-                (r.u32(), r.u32(), r.u32(), r.u64(), r.u32(), r.u32());
+            let (cpu, pid, tid, ts, child_pid, child_tid) = (r.u32(), r.u32(), r.u32(), r.u64(), r.u32(), r.u32());
             let exit_code = r.u32() as i32;
             r.skip(4);
-            Ok(Record::Proc(ProcRec {
-                what,
-                cpu,
-                pid,
-                tid,
-                ts,
-                child_pid,
-                child_tid,
-                exit_code,
-                comm: r.comm(),
-            }))
+            Ok(Record::Proc(ProcRec { what, cpu, pid, tid, ts, child_pid, child_tid, exit_code, comm: r.comm() }))
         }
         REC_BLOCK => {
             need(kind, buf.len(), BLOCK_SIZE)?;
@@ -419,17 +408,9 @@ mod tests {
         b[56..64].copy_from_slice(&(-35i64).to_ne_bytes());
         b[64..68].copy_from_slice(&(-1i32).to_ne_bytes());
         b[72..76].copy_from_slice(b"gpu\0");
-        let Record::Call(c) = parse(&b).unwrap() else {
-            panic!()
-        };
-        assert_eq!(
-            (c.source, c.op, c.cpu, c.pid, c.tid, c.ts, c.dur),
-            (4, 5, 3, 100, 101, 7, 9)
-        );
-        assert_eq!(
-            (c.arg0, c.ret, c.stack_id, c.comm.as_str()),
-            (4096, -35, -1, "gpu")
-        );
+        let Record::Call(c) = parse(&b).unwrap() else { panic!() };
+        assert_eq!((c.source, c.op, c.cpu, c.pid, c.tid, c.ts, c.dur), (4, 5, 3, 100, 101, 7, 9));
+        assert_eq!((c.arg0, c.ret, c.stack_id, c.comm.as_str()), (4096, -35, -1, "gpu"));
     }
 
     #[test]
@@ -477,10 +458,7 @@ mod tests {
     #[test]
     fn short_and_unknown_records_are_errors() {
         assert_eq!(parse(&[]), Err(WireError::Empty));
-        assert!(matches!(
-            parse(&[REC_SWITCH, 0, 0]),
-            Err(WireError::Size { .. })
-        ));
+        assert!(matches!(parse(&[REC_SWITCH, 0, 0]), Err(WireError::Size { .. })));
         assert_eq!(parse(&[77; 100]), Err(WireError::UnknownKind(77)));
     }
 }

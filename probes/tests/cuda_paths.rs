@@ -22,7 +22,8 @@ fn of(events: &[Event], pid: u32, code: OpCode) -> Vec<&Event> {
 fn config_counts(c: &Collected, events: &[&Event]) -> BTreeMap<(Vec<u32>, Vec<u32>, u32, Vec<u32>), usize> {
     let mut m = BTreeMap::new();
     for e in events {
-        let cfg: &LaunchConfig = c.launch_configs.get(&e.launch_config).unwrap_or_else(|| panic!("launch without a stored config: {e:?}"));
+        let cfg: &LaunchConfig =
+            c.launch_configs.get(&e.launch_config).unwrap_or_else(|| panic!("launch without a stored config: {e:?}"));
         *m.entry((cfg.grid.to_vec(), cfg.block.to_vec(), cfg.shared_mem_bytes, cfg.cluster.to_vec())).or_default() += 1;
     }
     m
@@ -45,15 +46,23 @@ fn hopper(program: &str) -> (Collected, Workload) {
 
     // launch configurations, read from registers, the stack and the Ex configs' attribute lists
     let top = top_level(&c.events, pid);
-    let tl = |code: OpCode| -> Vec<&Event> { top.iter().copied().filter(|e| (e.source, e.op) == (code.source, code.op)).collect() };
+    let tl = |code: OpCode| -> Vec<&Event> {
+        top.iter().copied().filter(|e| (e.source, e.op) == (code.source, code.op)).collect()
+    };
     let n = iters as usize;
     assert_eq!(
         config_counts(&c, &tl(op::CUDA_LAUNCH_KERNEL_EX)),
-        BTreeMap::from([(key([4, 2, 1], [128, 1, 1], 49152, [2, 1, 1]), n), (key([8, 1, 1], [256, 1, 1], 0, [1, 1, 1]), n)])
+        BTreeMap::from([
+            (key([4, 2, 1], [128, 1, 1], 49152, [2, 1, 1]), n),
+            (key([8, 1, 1], [256, 1, 1], 0, [1, 1, 1]), n)
+        ])
     );
     assert_eq!(
         config_counts(&c, &tl(op::CU_LAUNCH_KERNEL_EX)),
-        BTreeMap::from([(key([16, 1, 1], [64, 1, 1], 1024, [1, 1, 1]), n), (key([132, 1, 1], [384, 1, 1], 232448, [2, 1, 1]), n)])
+        BTreeMap::from([
+            (key([16, 1, 1], [64, 1, 1], 1024, [1, 1, 1]), n),
+            (key([132, 1, 1], [384, 1, 1], 232448, [2, 1, 1]), n)
+        ])
     );
     let classic = tl(op::CUDA_LAUNCH_KERNEL);
     assert_eq!(config_counts(&c, &classic), BTreeMap::from([(key([64, 1, 1], [256, 1, 1], 0, [1, 1, 1]), 2 * n + 3)]));
@@ -71,7 +80,10 @@ fn hopper(program: &str) -> (Collected, Workload) {
     // every top-level launch is named
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     for e in top.iter().filter(|e| causeway_model::codes::is_kernel_launch(OpCode::new(e.source, e.op))) {
-        let k = c.kernel_names.get(&(pid, e.arg0)).unwrap_or_else(|| panic!("{} of handle {:#x} has no name: {:?}", e.op_name(), e.arg0, c.kernel_names));
+        let k = c
+            .kernel_names
+            .get(&(pid, e.arg0))
+            .unwrap_or_else(|| panic!("{} of handle {:#x} has no name: {:?}", e.op_name(), e.arg0, c.kernel_names));
         *names.entry(k.name.clone()).or_default() += 1;
     }
     assert_eq!(
@@ -87,7 +99,8 @@ fn hopper(program: &str) -> (Collected, Workload) {
     );
 
     // the failing call, with its code and arguments
-    let fails: Vec<&Event> = of(&c.events, pid, op::CUDA_MALLOC_ASYNC).into_iter().filter(|e| e.ret_code != 0).collect();
+    let fails: Vec<&Event> =
+        of(&c.events, pid, op::CUDA_MALLOC_ASYNC).into_iter().filter(|e| e.ret_code != 0).collect();
     assert_eq!(fails.len(), 1);
     assert_eq!((fails[0].ret_code, fails[0].arg0), (2, 1 << 50));
     // the scheduling flags the process set
@@ -96,7 +109,11 @@ fn hopper(program: &str) -> (Collected, Workload) {
     assert_eq!(of(&c.events, pid, op::CU_CTX_CREATE).len(), 1);
     // coverage: both libraries attached for this process from its first call
     for kind in ["runtime", "driver"] {
-        let row = c.attachments.iter().find(|a| a.pid == pid && a.kind == kind).unwrap_or_else(|| panic!("no {kind} attachment: {:?}", c.attachments));
+        let row = c
+            .attachments
+            .iter()
+            .find(|a| a.pid == pid && a.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} attachment: {:?}", c.attachments));
         assert!(row.complete, "{row:?}");
     }
     (c, w)
@@ -140,11 +157,17 @@ fn a_runtime_dlopened_late_under_a_hashed_name_records_its_first_call() {
     let build = common::mock_build();
     let lib = build.join("hashed/libcudart-5e1c0ffe.so.13");
     assert!(lib.exists(), "{}", lib.display());
-    let (report, c, w) = run_traced(&["hashed/late_hashed", "--delay-us", "200000", "--lib", &lib.to_string_lossy()], |o| o.cuda_libs.clear());
+    let (report, c, w) =
+        run_traced(&["hashed/late_hashed", "--delay-us", "200000", "--lib", &lib.to_string_lossy()], |o| {
+            o.cuda_libs.clear()
+        });
     assert_eq!(report.command_exit, Some(0));
     assert_calls_exact(&w, &c.events);
     let mallocs = of(&c.events, w.pid, op::CUDA_MALLOC);
-    assert!(mallocs.iter().any(|e| e.arg0 == 1 << 20), "the first call after the dlopen (cudaMalloc of 1 MiB) is recorded");
+    assert!(
+        mallocs.iter().any(|e| e.arg0 == 1 << 20),
+        "the first call after the dlopen (cudaMalloc of 1 MiB) is recorded"
+    );
     let row = c
         .attachments
         .iter()
@@ -157,7 +180,8 @@ fn a_runtime_dlopened_late_under_a_hashed_name_records_its_first_call() {
 #[test]
 fn late_dlopen_first_call_is_recorded() {
     common::require_root();
-    let (report, c, w) = run_traced(&["late_dlopen", "--delay-us", "200000", "--settle-us", "0"], |o| o.cuda_libs.clear());
+    let (report, c, w) =
+        run_traced(&["late_dlopen", "--delay-us", "200000", "--settle-us", "0"], |o| o.cuda_libs.clear());
     assert_eq!(report.command_exit, Some(0));
     assert_calls_exact(&w, &c.events);
     assert!(of(&c.events, w.pid, op::CUDA_MALLOC).iter().any(|e| e.arg0 == 4096));
@@ -174,13 +198,30 @@ fn a_named_library_is_never_dropped_and_a_non_cuda_file_is_an_error() {
         o.cuda_libs = vec![hashed.clone()];
         o.command = vec!["/bin/sleep".into(), "0.2".into()];
     });
-    let lib = report.libraries.iter().find(|l| l.path == hashed).unwrap_or_else(|| panic!("--cuda-lib dropped: {:?}", report.libraries));
+    let lib = report
+        .libraries
+        .iter()
+        .find(|l| l.path == hashed)
+        .unwrap_or_else(|| panic!("--cuda-lib dropped: {:?}", report.libraries));
     assert!(lib.symbols.iter().any(|s| s == "cudaLaunchKernelExC"));
-    assert!(report.notes.iter().any(|n| n.contains("libcudart-5e1c0ffe.so.13") && n.contains("no traced process mapped it")), "{:?}", report.notes);
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("libcudart-5e1c0ffe.so.13") && n.contains("no traced process mapped it")),
+        "{:?}",
+        report.notes
+    );
     // a file that is no CUDA library is refused with its path in the message
-    let opts = causeway_probes::TraceOptions { command: vec!["/bin/true".into()], cuda_libs: vec!["/bin/sh".into()], ..Default::default() };
+    let opts = causeway_probes::TraceOptions {
+        command: vec!["/bin/true".into()],
+        cuda_libs: vec!["/bin/sh".into()],
+        ..Default::default()
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let err = rt.block_on(causeway_probes::trace(opts, Box::new(common::MemSink::default()), |_| {})).expect_err("not a CUDA library");
+    let err = rt
+        .block_on(causeway_probes::trace(opts, Box::new(common::MemSink::default()), |_| {}))
+        .expect_err("not a CUDA library");
     assert!(format!("{err:#}").contains("/bin/sh"), "{err:#}");
 }
 
@@ -191,7 +232,11 @@ fn a_statically_linked_runtime_is_probed_by_symbol_and_a_stripped_one_is_reporte
     assert_eq!(report.command_exit, Some(0));
     assert_calls_exact(&w, &c.events);
     assert!(of(&c.events, w.pid, op::CUDA_LAUNCH_KERNEL).len() >= 30);
-    assert!(c.attachments.iter().any(|a| a.pid == w.pid && a.kind == "runtime_static" && a.complete), "{:?}", c.attachments);
+    assert!(
+        c.attachments.iter().any(|a| a.pid == w.pid && a.kind == "runtime_static" && a.complete),
+        "{:?}",
+        c.attachments
+    );
 
     let (report, c, w) = run_traced(&["static_counts_stripped"], |o| o.cuda_libs.clear());
     assert_eq!(report.command_exit, Some(0));
@@ -199,7 +244,11 @@ fn a_statically_linked_runtime_is_probed_by_symbol_and_a_stripped_one_is_reporte
     assert_eq!(runtime, 0, "a stripped static runtime cannot be probed");
     let driver = c.events.iter().filter(|e| e.pid == w.pid && e.source == 4).count();
     assert!(driver >= 30, "its driver calls are visible: {driver}");
-    let note = c.attachments.iter().find(|a| a.pid == w.pid && a.kind == "runtime_static" && !a.note.is_empty()).unwrap_or_else(|| panic!("no note about the stripped runtime: {:?}", c.attachments));
+    let note = c
+        .attachments
+        .iter()
+        .find(|a| a.pid == w.pid && a.kind == "runtime_static" && !a.note.is_empty())
+        .unwrap_or_else(|| panic!("no note about the stripped runtime: {:?}", c.attachments));
     assert!(note.note.contains("only its driver calls are visible"), "{note:?}");
 }
 
@@ -223,20 +272,40 @@ fn a_process_in_its_own_mount_namespace_gets_its_own_file_probed() {
     );
     let (report, c, w) = run_traced(&["hashed/late_hashed"], |o| {
         o.cuda_libs.clear();
-        o.command = vec!["unshare".into(), "-m".into(), "--propagation".into(), "private".into(), "sh".into(), "-c".into(), script.clone()];
+        o.command = vec![
+            "unshare".into(),
+            "-m".into(),
+            "--propagation".into(),
+            "private".into(),
+            "sh".into(),
+            "-c".into(),
+            script.clone(),
+        ];
     });
     assert_eq!(report.command_exit, Some(0), "{:?} {:?}", w.values, report.notes);
     let host_id = causeway_probes::loader::file_id(&path).unwrap();
-    assert!(!report.libraries.iter().any(|l| l.file_id == host_id), "the host's file at the same path must not be probed: {:?}", report.libraries);
+    assert!(
+        !report.libraries.iter().any(|l| l.file_id == host_id),
+        "the host's file at the same path must not be probed: {:?}",
+        report.libraries
+    );
     let ns_id = causeway_probes::loader::file_id(&other).unwrap();
-    assert!(report.libraries.iter().any(|l| l.file_id == ns_id), "the namespace's file is probed: {:?}", report.libraries);
+    assert!(
+        report.libraries.iter().any(|l| l.file_id == ns_id),
+        "the namespace's file is probed: {:?}",
+        report.libraries
+    );
     assert!(of(&c.events, w.pid, op::CUDA_MALLOC).iter().any(|e| e.arg0 == 1 << 20), "its first call is recorded");
 }
 
 #[test]
 fn every_symbol_of_the_table_is_exported_by_the_mock() {
     let build = common::mock_build();
-    for (lib, which) in [("libcudart.so.12", causeway_probes::cuda_table::ProbeLib::Runtime), ("cu13/libcudart.so.13", causeway_probes::cuda_table::ProbeLib::Runtime), ("libcuda.so.1", causeway_probes::cuda_table::ProbeLib::Driver)] {
+    for (lib, which) in [
+        ("libcudart.so.12", causeway_probes::cuda_table::ProbeLib::Runtime),
+        ("cu13/libcudart.so.13", causeway_probes::cuda_table::ProbeLib::Runtime),
+        ("libcuda.so.1", causeway_probes::cuda_table::ProbeLib::Driver),
+    ] {
         let syms = causeway_probes::symbols::ElfSymbols::load(&build.join(lib)).unwrap();
         for p in causeway_probes::cuda_table::CUDA_PROBES.iter().filter(|p| p.lib == which) {
             // the primary symbol of every row (twins such as cudaMemcpy_ptds and the other CUDA

@@ -16,9 +16,7 @@ use causeway_probes::TraceOptions;
 fn venv_python() -> PathBuf {
     let venv = std::env::var_os("CAUSEWAY_VENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/causeway/venv")
-        });
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/causeway/venv"));
     let py = venv.join("bin/python");
     assert!(
         py.exists(),
@@ -58,37 +56,16 @@ fn real_runtime(flavour: &str, suffix: &str) {
     let n = 7u64;
     // no --cuda-lib: the library is found when the process maps it
     let opts = TraceOptions {
-        command: vec![
-            py.to_string_lossy().into(),
-            script.to_string_lossy().into(),
-            n.to_string(),
-            flavour.to_string(),
-        ],
+        command: vec![py.to_string_lossy().into(), script.to_string_lossy().into(), n.to_string(), flavour.to_string()],
         command_stdout: Some(out.clone()),
         ..Default::default()
     };
     let sink = common::MemSink::default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = rt
-        .block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {}))
-        .expect("trace");
-    assert_eq!(
-        report.command_exit,
-        Some(0),
-        "python failed: {}",
-        std::fs::read_to_string(&out).unwrap_or_default()
-    );
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {})).expect("trace");
+    assert_eq!(report.command_exit, Some(0), "python failed: {}", std::fs::read_to_string(&out).unwrap_or_default());
     let text = std::fs::read_to_string(&out).unwrap();
-    let pid: u32 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("PID "))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: u32 = text.lines().find_map(|l| l.strip_prefix("PID ")).unwrap().trim().parse().unwrap();
 
     let lib = report
         .libraries
@@ -97,7 +74,8 @@ fn real_runtime(flavour: &str, suffix: &str) {
         .unwrap_or_else(|| panic!("{suffix} not attached: {:?}", report.libraries));
     assert!(lib.how.starts_with("loaded:"), "attached when python mapped it: {}", lib.how);
     // every probed runtime symbol is either attached or reported missing, never dropped silently
-    let mut table: Vec<&str> = CUDA_PROBES.iter().filter(|p| p.lib == ProbeLib::Runtime).flat_map(|p| p.symbols.iter().copied()).collect();
+    let mut table: Vec<&str> =
+        CUDA_PROBES.iter().filter(|p| p.lib == ProbeLib::Runtime).flat_map(|p| p.symbols.iter().copied()).collect();
     let mut seen: Vec<&str> = lib.symbols.iter().chain(&lib.missing).map(String::as_str).collect();
     table.sort();
     seen.sort();
@@ -122,11 +100,7 @@ fn real_runtime(flavour: &str, suffix: &str) {
         "cudaGraphLaunch",
         "__cudaRegisterFunction",
     ] {
-        assert!(
-            lib.symbols.iter().any(|x| x == s),
-            "{s} not attached on the real library: {:?}",
-            lib.symbols
-        );
+        assert!(lib.symbols.iter().any(|x| x == s), "{s} not attached on the real library: {:?}", lib.symbols);
     }
 
     let c = sink.0.lock().unwrap();
@@ -154,18 +128,8 @@ fn real_runtime(flavour: &str, suffix: &str) {
             .lines()
             .find(|l| l.starts_with(&format!("RC {name} ")))
             .unwrap_or_else(|| panic!("{name} not in output"));
-        let want: Vec<i32> = line
-            .rsplit(' ')
-            .next()
-            .unwrap()
-            .split(',')
-            .map(|x| x.parse().unwrap())
-            .collect();
-        let mut got: Vec<_> = c
-            .events
-            .iter()
-            .filter(|e| e.pid == pid && e.source == 1 && e.op == code)
-            .collect();
+        let want: Vec<i32> = line.rsplit(' ').next().unwrap().split(',').map(|x| x.parse().unwrap()).collect();
+        let mut got: Vec<_> = c.events.iter().filter(|e| e.pid == pid && e.source == 1 && e.op == code).collect();
         got.sort_by_key(|e| e.ts_ns);
         let got: Vec<i32> = got.iter().map(|e| e.ret_code).collect();
         assert_eq!(got, want, "{name}: traced return codes vs what Python saw");
@@ -174,22 +138,15 @@ fn real_runtime(flavour: &str, suffix: &str) {
             "expected cudaErrorInsufficientDriver (35) without a driver: {want:?}"
         );
     }
-    assert_eq!(
-        c.events
-            .iter()
-            .filter(|e| e.pid == pid && e.source == 1 && e.op == 1)
-            .count() as u64,
-        n
-    );
+    assert_eq!(c.events.iter().filter(|e| e.pid == pid && e.source == 1 && e.op == 1).count() as u64, n);
     // cudaMalloc's size is recorded
-    assert!(c
-        .events
-        .iter()
-        .filter(|e| e.pid == pid && e.source == 1 && e.op == 1)
-        .all(|e| e.arg0 == 4096));
+    assert!(c.events.iter().filter(|e| e.pid == pid && e.source == 1 && e.op == 1).all(|e| e.arg0 == 4096));
     // the Ex launch's configuration is read from the cudaLaunchConfig_t the caller passed
     let ex = c.events.iter().find(|e| e.pid == pid && e.source == 1 && e.op == 14).expect("an Ex launch");
-    let cfg = c.launch_configs.get(&ex.launch_config).unwrap_or_else(|| panic!("no launch config {} stored", ex.launch_config));
+    let cfg = c
+        .launch_configs
+        .get(&ex.launch_config)
+        .unwrap_or_else(|| panic!("no launch config {} stored", ex.launch_config));
     assert_eq!((cfg.grid, cfg.block, cfg.shared_mem_bytes, cfg.cluster), ([2, 3, 1], [64, 1, 1], 256, [1, 1, 1]));
     assert_eq!(ex.arg1, 6, "blocks = grid.x * grid.y * grid.z");
 }

@@ -8,10 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn loaded_causeway_programs() -> Vec<String> {
-    let out = Command::new("bpftool")
-        .args(["prog", "show"])
-        .output()
-        .expect("bpftool prog show");
+    let out = Command::new("bpftool").args(["prog", "show"]).output().expect("bpftool prog show");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| {
@@ -57,10 +54,7 @@ fn after_a_trace_no_probe_is_left_in_the_kernel() {
     assert_eq!(r.command_exit, Some(0));
     assert!(common::count(&c.events, w.pid, 1, 3) > 0);
     let left = wait_no_programs();
-    assert!(
-        left.is_empty(),
-        "BPF programs left loaded after the trace: {left:?}"
-    );
+    assert!(left.is_empty(), "BPF programs left loaded after the trace: {left:?}");
     assert_eq!(uprobe_events(), before, "uprobe_events changed");
 }
 
@@ -77,17 +71,10 @@ fn helper_tracer_process() {
         duration_ns: Some(60_000_000_000),
         ..Default::default()
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let _ = rt.block_on(causeway_probes::trace(
-        opts,
-        Box::new(common::MemSink::default()),
-        |s| {
-            println!("TRACING events={}", s.events);
-        },
-    ));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _ = rt.block_on(causeway_probes::trace(opts, Box::new(common::MemSink::default()), |s| {
+        println!("TRACING events={}", s.events);
+    }));
 }
 
 #[test]
@@ -96,25 +83,12 @@ fn killing_the_tracer_mid_trace_leaves_the_target_unharmed() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let build = common::mock_build();
     let mut target = Command::new(build.join("train"))
-        .args([
-            "--iters",
-            "1500",
-            "--producer-us",
-            "2000",
-            "--kernel-us",
-            "100",
-        ])
+        .args(["--iters", "1500", "--producer-us", "2000", "--kernel-us", "100"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut tracer = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "helper_tracer_process",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+        .args(["--exact", "helper_tracer_process", "--nocapture", "--test-threads", "1"])
         .env("CW_HELPER_TRACE_PID", target.id().to_string())
         .stdout(Stdio::piped())
         .spawn()
@@ -136,16 +110,10 @@ fn killing_the_tracer_mid_trace_leaves_the_target_unharmed() {
     let status = target.wait().unwrap();
     let out = std::io::read_to_string(target.stdout.take().unwrap()).unwrap();
     assert!(status.success(), "target died: {status:?}");
-    assert!(
-        t.elapsed() < Duration::from_secs(30),
-        "target stalled after the tracer died"
-    );
+    assert!(t.elapsed() < Duration::from_secs(30), "target stalled after the tracer died");
     let w = common::Workload::parse(&out);
     assert_eq!(w.calls(&["cudaLaunchKernel"]), 1500 * 4);
     assert_eq!(w.values.get("ERRORS").map(String::as_str), Some("0"));
     let left = wait_no_programs();
-    assert!(
-        left.is_empty(),
-        "BPF programs left loaded after SIGKILL: {left:?}"
-    );
+    assert!(left.is_empty(), "BPF programs left loaded after SIGKILL: {left:?}");
 }

@@ -31,8 +31,14 @@ fn untrusted() -> String {
 }
 
 /// The window of `since`/`from`/`to`, resolved against the trace's own clock.
-pub fn window_of(info: &TraceInfo, since: Option<&str>, from: Option<&str>, to: Option<&str>) -> Result<TimeWindow, String> {
-    let since = since.map(parse_duration_ns).transpose().map_err(|e| format!("invalid since: {e} (e.g. \"30s\", \"5m\")"))?;
+pub fn window_of(
+    info: &TraceInfo,
+    since: Option<&str>,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<TimeWindow, String> {
+    let since =
+        since.map(parse_duration_ns).transpose().map_err(|e| format!("invalid since: {e} (e.g. \"30s\", \"5m\")"))?;
     resolve_window(info, since, from, to).map_err(|e| e.to_string().replace("--", ""))
 }
 
@@ -97,7 +103,15 @@ pub fn list_traces(set: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<ListTra
     let summary = format!(
         "{} trace(s), {ok} readable: {}",
         traces.len(),
-        traces.iter().map(|t| if t.ok { format!("{} ({} events, {} s)", t.name, t.events, t.span_s) } else { format!("{} (unreadable)", t.name) }).collect::<Vec<_>>().join(", ")
+        traces
+            .iter()
+            .map(|t| if t.ok {
+                format!("{} ({} events, {} s)", t.name, t.events, t.span_s)
+            } else {
+                format!("{} (unreadable)", t.name)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     Ok(ListTracesOutput { summary, traces, untrusted: untrusted() })
 }
@@ -107,7 +121,13 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
     let store = store_of(&entry)?;
     let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
     let by_kernel = a.group_by == Some(GroupBy::Kernel);
-    let req = StatsRequest { window, pid: a.pid, ops: parse_ops(&a.ops)?, per_process: a.per_process.unwrap_or(false), by_kernel };
+    let req = StatsRequest {
+        window,
+        pid: a.pid,
+        ops: parse_ops(&a.ops)?,
+        per_process: a.per_process.unwrap_or(false),
+        by_kernel,
+    };
     let mut stats = compute_stats(store.as_ref(), &req).map_err(|e| e.to_string())?;
     let limit = a.limit.unwrap_or(10).clamp(1, 200);
     let mut processes_total = None;
@@ -127,24 +147,42 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
         }
     }
     let lost: u64 = stats.losses.iter().map(|l| l.count).sum();
-    let worst = stats.ops.iter().filter(|o| codes::is_gpu_call(o.source, o.op_code)).max_by(|x, y| x.p99_us.total_cmp(&y.p99_us));
-    let mut summary = format!(
-        "{} events over {} in {} ops",
-        stats.events,
-        fmt_ns(stats.last_ns - stats.first_ns),
-        stats.ops.len()
-    );
+    let worst = stats
+        .ops
+        .iter()
+        .filter(|o| codes::is_gpu_call(o.source, o.op_code))
+        .max_by(|x, y| x.p99_us.total_cmp(&y.p99_us));
+    let mut summary =
+        format!("{} events over {} in {} ops", stats.events, fmt_ns(stats.last_ns - stats.first_ns), stats.ops.len());
     if let Some(w) = worst {
-        summary.push_str(&format!("; highest GPU-call p99: {} {} (p50 {}, {} calls)", w.op, us(w.p99_us), us(w.p50_us), w.count));
+        summary.push_str(&format!(
+            "; highest GPU-call p99: {} {} (p50 {}, {} calls)",
+            w.op,
+            us(w.p99_us),
+            us(w.p50_us),
+            w.count
+        ));
     }
-    summary.push_str(&if lost == 0 { "; no events counted lost".to_string() } else { format!("; {lost} events lost (see losses)") });
+    summary.push_str(&if lost == 0 {
+        "; no events counted lost".to_string()
+    } else {
+        format!("; {lost} events lost (see losses)")
+    });
     if stats.sampled.is_some() {
         summary.push_str("; the events table is a sample: true totals in stats.sampled");
     }
     if let Some(k) = &stats.kernels {
-        summary.push_str(&format!("; {} kernel launches of {} kernels ({} named)", k.launches, k.kernels_total, k.named_launches));
+        summary.push_str(&format!(
+            "; {} kernel launches of {} kernels ({} named)",
+            k.launches, k.kernels_total, k.named_launches
+        ));
         if let Some(w) = k.kernels.iter().max_by(|x, y| x.p99_us.total_cmp(&y.p99_us)) {
-            summary.push_str(&format!(", highest launch-call p99: {} {} ({} launches; host-side launch time, not GPU time)", w.kernel, us(w.p99_us), w.launches));
+            summary.push_str(&format!(
+                ", highest launch-call p99: {} {} ({} launches; host-side launch time, not GPU time)",
+                w.kernel,
+                us(w.p99_us),
+                w.launches
+            ));
         }
     }
     if !stats.coverage.is_empty() {
@@ -152,7 +190,10 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
     }
     truncated |= kernels_cut;
     let hint = if kernels_cut {
-        Some(format!("{limit} of {} kernels shown (most launch time first): raise limit, or filter with pid or a window", stats.kernels.as_ref().map(|k| k.kernels_total).unwrap_or(0)))
+        Some(format!(
+            "{limit} of {} kernels shown (most launch time first): raise limit, or filter with pid or a window",
+            stats.kernels.as_ref().map(|k| k.kernels_total).unwrap_or(0)
+        ))
     } else if truncated {
         Some(format!("{} of {} processes shown: raise limit or filter with pid", limit, processes_total.unwrap_or(0)))
     } else if stats.events == 0 {
@@ -160,7 +201,15 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
     } else {
         None
     };
-    Ok(StatsOutput { summary, trace: entry.name.clone(), stats, processes_total, truncated, hint, untrusted: untrusted() })
+    Ok(StatsOutput {
+        summary,
+        trace: entry.name.clone(),
+        stats,
+        processes_total,
+        truncated,
+        hint,
+        untrusted: untrusted(),
+    })
 }
 
 /// Keep the first `steps` steps of every chain's timeline; true when one was cut.
@@ -228,7 +277,10 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
     };
     let mut hints = Vec::new();
     if matching.len() > chains.len() {
-        hints.push(format!("{} more chains: raise top_n (max {MAX_TOP}), or filter with min_severity, op, pid or a window", matching.len() - chains.len()));
+        hints.push(format!(
+            "{} more chains: raise top_n (max {MAX_TOP}), or filter with min_severity, op, pid or a window",
+            matching.len() - chains.len()
+        ));
     }
     if timelines_cut {
         hints.push(format!("timelines cut to {steps} steps: raise timeline_steps for one chain (chain_id), or call get_timeline around an evidence event"));
@@ -338,7 +390,15 @@ pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<
     let hint = truncated.then(|| {
         format!("cut to {max_threads} threads and {limit} entries per thread: raise max_threads/limit, pass tid, or shrink around_ms / the window")
     });
-    Ok(TimelineOutput { summary, trace: entry.name.clone(), timeline: report, threads_total, truncated, hint, untrusted: untrusted() })
+    Ok(TimelineOutput {
+        summary,
+        trace: entry.name.clone(),
+        timeline: report,
+        threads_total,
+        truncated,
+        hint,
+        untrusted: untrusted(),
+    })
 }
 
 /// The id of the longest GPU call of `pid` (the longest event when there is none), where a default
@@ -346,9 +406,17 @@ pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<
 fn longest_call(store: &dyn causeway_backends::TraceStore, pid: Option<u32>) -> Result<EventId, String> {
     let filter = pid.map(|p| format!(" WHERE pid = {p}")).unwrap_or_default();
     let gpu: Vec<String> = causeway_analysis::attribution::gpu_call_sources().iter().map(u8::to_string).collect();
-    let sql = format!("SELECT id FROM events{filter} ORDER BY source IN ({}) DESC, duration DESC, timestamp LIMIT 1", gpu.join(", "));
+    let sql = format!(
+        "SELECT id FROM events{filter} ORDER BY source IN ({}) DESC, duration DESC, timestamp LIMIT 1",
+        gpu.join(", ")
+    );
     let r = store.query(&sql, &QueryLimits::with_rows(1)).map_err(|e| e.to_string())?;
-    let id = r.rows.first().and_then(|row| row.first()).cloned().ok_or("no event in scope: give from and to, or another pid")?;
+    let id = r
+        .rows
+        .first()
+        .and_then(|row| row.first())
+        .cloned()
+        .ok_or("no event in scope: give from and to, or another pid")?;
     serde_json::from_value(id).map_err(|e| format!("unexpected event id: {e}"))
 }
 

@@ -60,7 +60,8 @@ impl CaptureConfig {
     pub fn new(allow: Vec<PathBuf>, dir: Option<PathBuf>) -> anyhow::Result<CaptureConfig> {
         let mut allowed = Vec::new();
         for p in allow {
-            let path = std::fs::canonicalize(&p).map_err(|e| anyhow::anyhow!("--capture-allow {}: {e}", p.display()))?;
+            let path =
+                std::fs::canonicalize(&p).map_err(|e| anyhow::anyhow!("--capture-allow {}: {e}", p.display()))?;
             anyhow::ensure!(is_executable(&path), "--capture-allow {}: not an executable file", p.display());
             allowed.push(Allowed { given: p.to_string_lossy().into_owned(), path });
         }
@@ -124,7 +125,12 @@ impl CaptureConfig {
         if let Some(d) = self.made_dir.get() {
             return Ok(d.clone());
         }
-        let d = private_temp_dir().map_err(|e| format!("cannot create a capture directory in {}: {e}; start the server with --capture-dir DIR", std::env::temp_dir().display()))?;
+        let d = private_temp_dir().map_err(|e| {
+            format!(
+                "cannot create a capture directory in {}: {e}; start the server with --capture-dir DIR",
+                std::env::temp_dir().display()
+            )
+        })?;
         Ok(self.made_dir.get_or_init(|| d).clone())
     }
 
@@ -190,7 +196,10 @@ fn plan(config: &CaptureConfig, a: CaptureArgs) -> Result<Plan, String> {
         return Err("nothing to trace: give pids (running processes, e.g. from `ps`) or command (an allowed program, then its arguments)".into());
     }
     if pids.len() > MAX_PIDS {
-        return Err(format!("{} pids given: at most {MAX_PIDS} per capture (their children are followed anyway)", pids.len()));
+        return Err(format!(
+            "{} pids given: at most {MAX_PIDS} per capture (their children are followed anyway)",
+            pids.len()
+        ));
     }
     for &p in &pids {
         if p == 0 || !Path::new(&format!("/proc/{p}")).exists() {
@@ -213,10 +222,14 @@ fn plan(config: &CaptureConfig, a: CaptureArgs) -> Result<Plan, String> {
 /// Record one trace and add it to `set`.
 pub fn capture(config: &CaptureConfig, set: &TraceSet, a: CaptureArgs, ctx: &CallCtx) -> Result<CaptureOutput, String> {
     let plan = plan(config, a)?;
-    let _one_at_a_time = config.busy.try_lock().map_err(|_| "another capture is running on this server: wait for it to finish, then call again".to_string())?;
+    let _one_at_a_time = config
+        .busy
+        .try_lock()
+        .map_err(|_| "another capture is running on this server: wait for it to finish, then call again".to_string())?;
     let path = config.new_db_path()?;
     let stdout_log = (!plan.argv.is_empty()).then(|| path.with_extension("stdout.log"));
-    let session = causeway_probes::new_session_info(&plan.pids, &plan.argv, format!("stacks={} host=true via=mcp", plan.stacks));
+    let session =
+        causeway_probes::new_session_info(&plan.pids, &plan.argv, format!("stacks={} host=true via=mcp", plan.stacks));
     let sink = SqliteSink::create(&path, session).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let opts = causeway_probes::TraceOptions {
         pids: plan.pids.clone(),
@@ -236,7 +249,10 @@ pub fn capture(config: &CaptureConfig, set: &TraceSet, a: CaptureArgs, ctx: &Cal
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            for p in [Some(path.clone()), Some(wal(&path, "-wal")), Some(wal(&path, "-shm")), stdout_log.clone()].into_iter().flatten() {
+            for p in [Some(path.clone()), Some(wal(&path, "-wal")), Some(wal(&path, "-shm")), stdout_log.clone()]
+                .into_iter()
+                .flatten()
+            {
                 let _ = std::fs::remove_file(p);
             }
             return Err(failure(&e));
@@ -288,7 +304,11 @@ pub fn capture(config: &CaptureConfig, set: &TraceSet, a: CaptureArgs, ctx: &Cal
         command_exit: report.command_exit,
         command_stopped,
         command_stdout: stdout_log,
-        libraries: report.libraries.iter().map(|l| CapturedLibrary { path: l.path.clone(), how: l.how.clone(), symbols: l.symbols.len() }).collect(),
+        libraries: report
+            .libraries
+            .iter()
+            .map(|l| CapturedLibrary { path: l.path.clone(), how: l.how.clone(), symbols: l.symbols.len() })
+            .collect(),
         host_probes: report.host_probes,
         notes: report.notes,
         hint,
@@ -304,7 +324,12 @@ fn wal(path: &Path, suffix: &str) -> PathBuf {
 
 /// Drive [`causeway_probes::trace`] on its own runtime (this is a blocking thread), posting
 /// progress and raising the stop flag when the call is cancelled (or runs past its limit).
-fn run_trace(opts: causeway_probes::TraceOptions, sink: SqliteSink, ctx: &CallCtx, total_ms: f64) -> anyhow::Result<causeway_probes::TraceReport> {
+fn run_trace(
+    opts: causeway_probes::TraceOptions,
+    sink: SqliteSink,
+    ctx: &CallCtx,
+    total_ms: f64,
+) -> anyhow::Result<causeway_probes::TraceReport> {
     let stop = opts.stop.clone();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let progress = ctx.progress.clone();
@@ -328,7 +353,14 @@ fn run_trace(opts: causeway_probes::TraceOptions, sink: SqliteSink, ctx: &CallCt
             progress.report(
                 ms,
                 Some(total_ms),
-                format!("{NAME}: {:.1} s of {:.0} s, {} events, {} lost, pids {:?}", ms / 1000.0, total_ms / 1000.0, live.events, live.lost, live.traced_pids),
+                format!(
+                    "{NAME}: {:.1} s of {:.0} s, {} events, {} lost, pids {:?}",
+                    ms / 1000.0,
+                    total_ms / 1000.0,
+                    live.events,
+                    live.lost,
+                    live.traced_pids
+                ),
             );
         })
         .await;
@@ -414,7 +446,11 @@ mod tests {
     fn allowed_programs_match_by_path_or_file_name_and_run_by_canonical_path() {
         let c = config();
         let sleep = std::fs::canonicalize("/bin/sleep").unwrap();
-        let p = plan(&c, args(serde_json::json!({"command": ["sleep", "5"], "pids": [std::process::id(), std::process::id()]}))).unwrap();
+        let p = plan(
+            &c,
+            args(serde_json::json!({"command": ["sleep", "5"], "pids": [std::process::id(), std::process::id()]})),
+        )
+        .unwrap();
         assert_eq!(p.argv, vec![sleep.to_string_lossy().into_owned(), "5".into()]);
         assert_eq!((p.pids, p.duration, p.stacks), (vec![std::process::id()], DEFAULT_DURATION, false));
         assert_eq!(c.resolve_program(&sleep.to_string_lossy()).unwrap(), sleep);

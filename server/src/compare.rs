@@ -202,10 +202,17 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
         let mut window = window_of(info, side.since.as_deref(), side.from.as_deref(), side.to.as_deref())?;
         if halves {
             let mid = info.first_ns + (info.last_ns - info.first_ns) / 2;
-            window = if i == 0 { TimeWindow { from_ns: None, to_ns: Some(mid) } } else { TimeWindow { from_ns: Some(mid + 1), to_ns: None } };
+            window = if i == 0 {
+                TimeWindow { from_ns: None, to_ns: Some(mid) }
+            } else {
+                TimeWindow { from_ns: Some(mid + 1), to_ns: None }
+            };
         }
-        let stats = compute_stats(store.as_ref(), &StatsRequest { window, pid: a.pid, ops: ops.clone(), per_process: false, by_kernel: false })
-            .map_err(|e| e.to_string())?;
+        let stats = compute_stats(
+            store.as_ref(),
+            &StatsRequest { window, pid: a.pid, ops: ops.clone(), per_process: false, by_kernel: false },
+        )
+        .map_err(|e| e.to_string())?;
         let e = set.explanation(&entry, window, a.pid)?;
         out_sides.push(SideInfo {
             trace: entry.name.clone(),
@@ -238,11 +245,23 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
     if let Some(o) = biggest {
         summary.push_str(&format!("; largest p99 change: {} {:+} %", o.op, o.p99_change_pct.unwrap_or(0.0)));
     }
-    let (new, gone) = (changes.iter().filter(|c| c.change == "new").count(), changes.iter().filter(|c| c.change == "gone").count());
+    let (new, gone) =
+        (changes.iter().filter(|c| c.change == "new").count(), changes.iter().filter(|c| c.change == "gone").count());
     summary.push_str(&format!("; {total} chain change(s) ({new} new, {gone} gone among those shown)"));
     let truncated = total > changes.len();
-    let hint = truncated.then(|| format!("{} more chain changes: raise top_n (max 50) or filter with ops/pid", total - changes.len()));
-    Ok(CompareOutput { summary, baseline, candidate, ops: ops_joined, chain_changes: changes, chain_changes_total: total, truncated, hint, untrusted: UNTRUSTED_NOTE.into() })
+    let hint = truncated
+        .then(|| format!("{} more chain changes: raise top_n (max 50) or filter with ops/pid", total - changes.len()));
+    Ok(CompareOutput {
+        summary,
+        baseline,
+        candidate,
+        ops: ops_joined,
+        chain_changes: changes,
+        chain_changes_total: total,
+        truncated,
+        hint,
+        untrusted: UNTRUSTED_NOTE.into(),
+    })
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
-use crate::resources::{self, ReadError};
 use crate::capture::CaptureConfig;
+use crate::resources::{self, ReadError};
 use crate::tools::{self, CallCtx, CallError, ToolSpec};
 use crate::traces::TraceSet;
 
@@ -47,7 +47,11 @@ impl CausewayServer {
     }
 
     /// A server that also offers `capture_trace` when `capture` is given.
-    pub fn with_capture(traces: TraceSet, request_timeout: Duration, capture: Option<Arc<CaptureConfig>>) -> CausewayServer {
+    pub fn with_capture(
+        traces: TraceSet,
+        request_timeout: Duration,
+        capture: Option<Arc<CaptureConfig>>,
+    ) -> CausewayServer {
         CausewayServer(Arc::new(ServerState { traces, tools: tools::catalogue_with(capture), request_timeout }))
     }
 
@@ -55,9 +59,17 @@ impl CausewayServer {
         self.0.traces.entries().first().map(|e| e.name.clone()).unwrap_or_else(|| "0".into())
     }
 
-    async fn run_tool(&self, name: String, args: Value, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+    async fn run_tool(
+        &self,
+        name: String,
+        args: Value,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
         let Some(spec) = self.0.tools.iter().find(|t| t.tool.name == name) else {
-            return Err(McpError::invalid_params(format!("unknown tool '{}': see tools/list", crate::sanitize::sanitize_str(&name, 100)), None));
+            return Err(McpError::invalid_params(
+                format!("unknown tool '{}': see tools/list", crate::sanitize::sanitize_str(&name, 100)),
+                None,
+            ));
         };
         let (long_running, own_progress) = (spec.long_running, spec.own_progress);
         let timeout = self.0.request_timeout.max(spec.min_timeout);
@@ -65,7 +77,9 @@ impl CausewayServer {
         let call_ctx = CallCtx { cancel: cancel.clone(), progress: Default::default() };
         let reports = call_ctx.progress.clone();
         let (state, job_name) = (self.0.clone(), name.clone());
-        let mut job = tokio::task::spawn_blocking(move || tools::call_with(&state.tools, &state.traces, &job_name, args, &call_ctx));
+        let mut job = tokio::task::spawn_blocking(move || {
+            tools::call_with(&state.tools, &state.traces, &job_name, args, &call_ctx)
+        });
         let progress = if long_running { ctx.meta.get_progress_token() } else { None };
         let started = Instant::now();
         let deadline = tokio::time::sleep(timeout);
@@ -110,9 +124,16 @@ impl CausewayServer {
         };
         if let Some(token) = progress {
             let elapsed = started.elapsed().as_secs_f64();
-            let done = if own_progress { total.unwrap_or(0.0).max(last_progress + 1.0) } else { (elapsed * 1000.0).round().max(last_progress + 1.0) };
+            let done = if own_progress {
+                total.unwrap_or(0.0).max(last_progress + 1.0)
+            } else {
+                (elapsed * 1000.0).round().max(last_progress + 1.0)
+            };
             let p = ProgressNotificationParam::new(token, done).with_message(format!("{name}: done in {elapsed:.1} s"));
-            let p = match total { Some(t) => p.with_total(t.max(done)), None => p };
+            let p = match total {
+                Some(t) => p.with_total(t.max(done)),
+                None => p,
+            };
             let _ = ctx.peer.notify_progress(p).await;
         }
         match outcome {
@@ -139,7 +160,11 @@ impl ServerHandler for CausewayServer {
         ServerConfig::new(caps).with_server_info(implementation).with_instructions(INSTRUCTIONS)
     }
 
-    async fn list_tools(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(self.0.tools.iter().map(|t| t.tool.clone()).collect()))
     }
 
@@ -147,16 +172,28 @@ impl ServerHandler for CausewayServer {
         self.0.tools.iter().find(|t| t.tool.name == name).map(|t| t.tool.clone())
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, ctx: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         self.run_tool(request.name.into_owned(), args, ctx).await.map(CallToolResponse::from)
     }
 
-    async fn list_prompts(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
+    async fn list_prompts(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
         Ok(ListPromptsResult::with_all_items(crate::prompts::list()))
     }
 
-    async fn get_prompt(&self, request: GetPromptRequestParams, _: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
         let mut args = BTreeMap::new();
         for (k, v) in request.arguments.unwrap_or_default() {
             let v = match v {
@@ -171,7 +208,11 @@ impl ServerHandler for CausewayServer {
             .map_err(|e| McpError::invalid_params(e, None))
     }
 
-    async fn list_resources(&self, _: Option<PaginatedRequestParams>, _: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+    async fn list_resources(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
         Ok(ListResourcesResult::with_all_items(resources::list(&self.0.traces)))
     }
 
@@ -183,17 +224,25 @@ impl ServerHandler for CausewayServer {
         Ok(ListResourceTemplatesResult::with_all_items(resources::templates()))
     }
 
-    async fn read_resource(&self, request: ReadResourceRequestParams, _: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
         let state = self.0.clone();
         let uri = request.uri.clone();
         let read = tokio::task::spawn_blocking(move || resources::read(&state.traces, &uri));
         let outcome = tokio::time::timeout(self.0.request_timeout, read)
             .await
-            .map_err(|_| McpError::internal_error(format!("reading {} took longer than the server's limit", request.uri), None))?
+            .map_err(|_| {
+                McpError::internal_error(format!("reading {} took longer than the server's limit", request.uri), None)
+            })?
             .map_err(|e| McpError::internal_error(e.to_string(), None))?;
         match outcome {
             Ok(contents) => Ok(ReadResourceResult::new(vec![contents]).into()),
-            Err(ReadError::NotFound(m)) => Err(McpError::resource_not_found(m, Some(serde_json::json!({"uri": request.uri})))),
+            Err(ReadError::NotFound(m)) => {
+                Err(McpError::resource_not_found(m, Some(serde_json::json!({"uri": request.uri}))))
+            }
             Err(ReadError::Failed(m)) => Err(McpError::internal_error(m, None)),
         }
     }

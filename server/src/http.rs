@@ -87,7 +87,8 @@ pub fn rmcp_config(opts: &HttpOptions, port: u16, ct: CancellationToken) -> Stre
         hosts.push(opts.bind.ip().to_string());
     }
     hosts.extend(opts.extra_hosts.iter().cloned());
-    let mut origins: Vec<String> = ["http://localhost", "http://127.0.0.1", "http://[::1]"].iter().map(|o| format!("{o}:{port}")).collect();
+    let mut origins: Vec<String> =
+        ["http://localhost", "http://127.0.0.1", "http://[::1]"].iter().map(|o| format!("{o}:{port}")).collect();
     origins.extend(opts.extra_origins.iter().cloned());
     StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
@@ -159,13 +160,19 @@ fn plain(status: StatusCode, text: &str) -> Response<BoxBody<Bytes, Infallible>>
 /// Serve until ctrl-c / SIGTERM. Prints the URL on stderr once listening.
 pub async fn serve(server: CausewayServer, opts: HttpOptions) -> anyhow::Result<()> {
     check_bind(&opts)?;
-    let listener = tokio::net::TcpListener::bind(opts.bind).await.map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", opts.bind))?;
+    let listener = tokio::net::TcpListener::bind(opts.bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", opts.bind))?;
     let local = listener.local_addr()?;
     let ct = CancellationToken::new();
     let factory = server.clone();
     let config = rmcp_config(&opts, local.port(), ct.child_token());
     let mcp = StreamableHttpService::new(move || Ok(factory.clone()), LocalSessionManager::default().into(), config);
-    eprintln!("causeway mcp: listening on http://{local}/mcp ({} trace(s){})", server.0.traces.len(), if opts.token.is_some() { ", bearer token required" } else { "" });
+    eprintln!(
+        "causeway mcp: listening on http://{local}/mcp ({} trace(s){})",
+        server.0.traces.len(),
+        if opts.token.is_some() { ", bearer token required" } else { "" }
+    );
     // A tool that runs longer by design (capture_trace) raises the deadline of a response stream.
     let longest = server.0.tools.iter().map(|t| t.min_timeout).max().unwrap_or_default();
     let stream_deadline = opts.request_timeout.max(longest) + Duration::from_secs(5);
@@ -192,7 +199,9 @@ pub async fn serve(server: CausewayServer, opts: HttpOptions) -> anyhow::Result<
                     } else {
                         match tokio::time::timeout(stream_deadline, mcp.handle(req)).await {
                             Ok(r) => r,
-                            Err(_) => plain(StatusCode::GATEWAY_TIMEOUT, "the request ran past the server's time limit"),
+                            Err(_) => {
+                                plain(StatusCode::GATEWAY_TIMEOUT, "the request ran past the server's time limit")
+                            }
                         }
                     };
                     let (parts, body) = resp.into_parts();

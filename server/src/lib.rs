@@ -42,7 +42,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// Serve the given traces over stdin/stdout until stdin closes (with `capture_trace` when `capture`
 /// is given).
-pub fn run_stdio(dbs: &[PathBuf], request_timeout: Duration, capture: Option<capture::CaptureConfig>) -> anyhow::Result<()> {
+pub fn run_stdio(
+    dbs: &[PathBuf],
+    request_timeout: Duration,
+    capture: Option<capture::CaptureConfig>,
+) -> anyhow::Result<()> {
     let server = CausewayServer::with_capture(traces::TraceSet::open(dbs), request_timeout, capture.map(Arc::new));
     runtime()?.block_on(stdio::serve(server))
 }

@@ -70,12 +70,17 @@ pub fn get(name: &str, args: &BTreeMap<String, String>, default_trace: &str) -> 
             (INVESTIGATE.replace("{{focus}}", &focus), "Investigate a GPU stall")
         }
         "compare-runs" => {
-            let b = value(args, "baseline").map(|t| format!("trace `{t}`")).unwrap_or_else(|| "the default (trace 0, or the first half of a single trace)".into());
-            let c = value(args, "candidate").map(|t| format!("trace `{t}`")).unwrap_or_else(|| "the default (trace 1, or the second half of a single trace)".into());
+            let b = value(args, "baseline")
+                .map(|t| format!("trace `{t}`"))
+                .unwrap_or_else(|| "the default (trace 0, or the first half of a single trace)".into());
+            let c = value(args, "candidate")
+                .map(|t| format!("trace `{t}`"))
+                .unwrap_or_else(|| "the default (trace 1, or the second half of a single trace)".into());
             (COMPARE_RUNS.replace("{{baseline}}", &b).replace("{{candidate}}", &c), "Compare two runs")
         }
         "explain-chain" => {
-            let id = value(args, "chain_id").ok_or("the prompt explain-chain needs the argument chain_id (e.g. c1, from get_causal_chains)")?;
+            let id = value(args, "chain_id")
+                .ok_or("the prompt explain-chain needs the argument chain_id (e.g. c1, from get_causal_chains)")?;
             let trace = value(args, "trace");
             let trace_arg = trace.as_ref().map(|t| format!(" and `trace: \"{t}\"`")).unwrap_or_default();
             let text = EXPLAIN_CHAIN
@@ -84,7 +89,12 @@ pub fn get(name: &str, args: &BTreeMap<String, String>, default_trace: &str) -> 
                 .replace("{{trace}}", trace.as_deref().unwrap_or(default_trace));
             (text, "Explain a causal chain")
         }
-        other => return Err(format!("no prompt '{}': this server has investigate, compare-runs, explain-chain", sanitize_str(other, 100))),
+        other => {
+            return Err(format!(
+                "no prompt '{}': this server has investigate, compare-runs, explain-chain",
+                sanitize_str(other, 100)
+            ))
+        }
     };
     Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)]).with_description(description))
 }

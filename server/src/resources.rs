@@ -37,18 +37,40 @@ fn resource(uri: String, name: String, title: String, description: String) -> Re
 
 /// The concrete resources: the trace list, then session, schema and chain index of each trace.
 pub fn list(set: &TraceSet) -> Vec<Resource> {
-    let mut out = vec![resource(PREFIX.into(), "traces".into(), "Traces served".into(), "The trace DBs of this server with sessions, spans and event counts.".into())];
+    let mut out = vec![resource(
+        PREFIX.into(),
+        "traces".into(),
+        "Traces served".into(),
+        "The trace DBs of this server with sessions, spans and event counts.".into(),
+    )];
     for e in set.entries() {
         let n = &e.name;
-        out.push(resource(format!("{PREFIX}/{n}/session"), format!("{n}-session"), format!("Session info of {n}"), format!("Sessions, format, span and event counts of trace {n}.")));
-        out.push(resource(format!("{PREFIX}/{n}/schema"), format!("{n}-schema"), format!("Schema of {n}"), format!("Tables, columns and code meanings of trace {n}, from the live DB.")));
-        out.push(resource(format!("{PREFIX}/{n}/chains"), format!("{n}-chains"), format!("Causal chains of {n}"), format!("Every causal chain of trace {n}: id, severity, op, cause and summary.")));
+        out.push(resource(
+            format!("{PREFIX}/{n}/session"),
+            format!("{n}-session"),
+            format!("Session info of {n}"),
+            format!("Sessions, format, span and event counts of trace {n}."),
+        ));
+        out.push(resource(
+            format!("{PREFIX}/{n}/schema"),
+            format!("{n}-schema"),
+            format!("Schema of {n}"),
+            format!("Tables, columns and code meanings of trace {n}, from the live DB."),
+        ));
+        out.push(resource(
+            format!("{PREFIX}/{n}/chains"),
+            format!("{n}-chains"),
+            format!("Causal chains of {n}"),
+            format!("Every causal chain of trace {n}: id, severity, op, cause and summary."),
+        ));
     }
     out
 }
 
 pub fn templates() -> Vec<ResourceTemplate> {
-    let t = |uri: &str, name: &str, title: &str, d: &str| ResourceTemplate::new(uri, name).with_title(title).with_description(d).with_mime_type(JSON);
+    let t = |uri: &str, name: &str, title: &str, d: &str| {
+        ResourceTemplate::new(uri, name).with_title(title).with_description(d).with_mime_type(JSON)
+    };
     vec![
         t("causeway://traces/{trace}/chains/{chain_id}", "chain", "A causal chain by id", "One chain of a trace (ids from get_causal_chains over the whole trace, e.g. c1), with timeline and evidence SQL."),
         t("causeway://traces/{trace}/schema", "schema", "Schema of a trace", "Tables, columns and code meanings of a trace, from the live DB."),
@@ -87,7 +109,12 @@ struct ChainResource {
 
 /// Read one resource: its JSON text.
 pub fn read(set: &TraceSet, uri: &str) -> Result<ResourceContents, ReadError> {
-    let not_found = || ReadError::NotFound(format!("no resource {}: see resources/list and resources/templates/list", sanitize_str(uri, 300)));
+    let not_found = || {
+        ReadError::NotFound(format!(
+            "no resource {}: see resources/list and resources/templates/list",
+            sanitize_str(uri, 300)
+        ))
+    };
     let cancel = causeway_backends::query::QueryCancel::new();
     let text = if uri == PREFIX {
         finish(&answers::list_traces(set, NoArgs {}, &cancel).map_err(ReadError::Failed)?)

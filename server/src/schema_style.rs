@@ -7,8 +7,25 @@ use serde_json::{Map, Value};
 
 /// Formats defined by JSON Schema 2020-12 (others are dropped).
 const STANDARD_FORMATS: [&str; 19] = [
-    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6", "uri",
-    "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer", "relative-json-pointer", "regex",
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
 ];
 
 /// Keywords that constrain only the non-null branch when a type array is split.
@@ -29,8 +46,11 @@ fn restyle(v: &mut Value, optional_input: bool) {
                 drop_null(map);
             }
             split_type_array(map);
-            let required: Vec<String> =
-                map.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(|x| x.as_str().map(String::from)).collect()).unwrap_or_default();
+            let required: Vec<String> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                .unwrap_or_default();
             for (k, child) in map.iter_mut() {
                 match k.as_str() {
                     "properties" => {

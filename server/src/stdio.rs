@@ -61,7 +61,9 @@ fn error_line(code: i32, message: String) -> Vec<u8> {
 /// What to do with one input line: pass it to rmcp, answer it with an error, or skip it.
 pub fn filter_line(line: &Line) -> Result<Option<&[u8]>, Vec<u8>> {
     match line {
-        Line::TooLong => Err(error_line(-32600, format!("Invalid Request: message longer than {MAX_LINE_BYTES} bytes"))),
+        Line::TooLong => {
+            Err(error_line(-32600, format!("Invalid Request: message longer than {MAX_LINE_BYTES} bytes")))
+        }
         Line::Text(t) => {
             let t = t.strip_suffix(b"\r").unwrap_or(t);
             if t.iter().all(u8::is_ascii_whitespace) {

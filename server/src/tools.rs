@@ -102,7 +102,8 @@ where
     I: DeserializeOwned + JsonSchema + 'static,
     O: Serialize + JsonSchema + 'static,
 {
-    let annotations = ToolAnnotations::with_title(title).read_only(true).destructive(false).idempotent(true).open_world(false);
+    let annotations =
+        ToolAnnotations::with_title(title).read_only(true).destructive(false).idempotent(true).open_world(false);
     let mut tool = Tool::new(name, description, Arc::new(JsonObject::new()))
         .with_title(title)
         .with_input_schema::<I>()
@@ -123,7 +124,11 @@ fn parse_args<I: DeserializeOwned>(name: &str, args: Value) -> Result<I, String>
 /// so it is not read-only; it never changes or deletes existing data (not destructive); every call
 /// records a new trace (not idempotent); it acts on this host only, never the network (closed world).
 fn capture_spec(config: Arc<CaptureConfig>) -> ToolSpec {
-    let annotations = ToolAnnotations::with_title(capture::TITLE).read_only(false).destructive(false).idempotent(false).open_world(false);
+    let annotations = ToolAnnotations::with_title(capture::TITLE)
+        .read_only(false)
+        .destructive(false)
+        .idempotent(false)
+        .open_world(false);
     let mut tool = Tool::new(capture::NAME, config.description(), Arc::new(JsonObject::new()))
         .with_title(capture::TITLE)
         .with_input_schema::<CaptureArgs>()
@@ -131,8 +136,15 @@ fn capture_spec(config: Arc<CaptureConfig>) -> ToolSpec {
         .with_annotations(annotations);
     tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
     tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
-    let run: Runner = Box::new(move |set, args, ctx| finish(&capture::capture(&config, set, parse_args(capture::NAME, args)?, ctx)?));
-    ToolSpec { tool, long_running: true, own_progress: true, min_timeout: capture::MAX_DURATION + capture::SETUP_MARGIN, run }
+    let run: Runner =
+        Box::new(move |set, args, ctx| finish(&capture::capture(&config, set, parse_args(capture::NAME, args)?, ctx)?));
+    ToolSpec {
+        tool,
+        long_running: true,
+        own_progress: true,
+        min_timeout: capture::MAX_DURATION + capture::SETUP_MARGIN,
+        run,
+    }
 }
 
 /// Every tool of a server: the read-only catalogue, plus `capture_trace` when capture is allowed.
@@ -197,14 +209,27 @@ pub fn catalogue() -> Vec<ToolSpec> {
 }
 
 /// Run tool `name` with JSON arguments.
-pub fn call(tools: &[ToolSpec], set: &TraceSet, name: &str, args: Value, cancel: &QueryCancel) -> Result<Answer, CallError> {
+pub fn call(
+    tools: &[ToolSpec],
+    set: &TraceSet,
+    name: &str,
+    args: Value,
+    cancel: &QueryCancel,
+) -> Result<Answer, CallError> {
     call_with(tools, set, name, args, &CallCtx { cancel: cancel.clone(), progress: Progress::default() })
 }
 
 /// Run tool `name` with JSON arguments, cancellation and a place for progress reports.
-pub fn call_with(tools: &[ToolSpec], set: &TraceSet, name: &str, args: Value, ctx: &CallCtx) -> Result<Answer, CallError> {
+pub fn call_with(
+    tools: &[ToolSpec],
+    set: &TraceSet,
+    name: &str,
+    args: Value,
+    ctx: &CallCtx,
+) -> Result<Answer, CallError> {
     let spec = tools.iter().find(|t| t.tool.name == name).ok_or_else(|| CallError::UnknownTool(name.to_string()))?;
-    let answer = (spec.run)(set, args, ctx).map_err(|e| CallError::Failed(crate::sanitize::sanitize_str(&e, MAX_STRING_CHARS)))?;
+    let answer = (spec.run)(set, args, ctx)
+        .map_err(|e| CallError::Failed(crate::sanitize::sanitize_str(&e, MAX_STRING_CHARS)))?;
     if answer.text.len() > RESPONSE_CAP_BYTES {
         return Err(CallError::Failed(format!(
             "the answer is {} KB, over this server's cap of {} KB: lower `limit`/`top_n`, narrow the window (since/from/to) or filter by pid/op",
@@ -217,7 +242,8 @@ pub fn call_with(tools: &[ToolSpec], set: &TraceSet, name: &str, args: Value, ct
 
 /// Sanitize every string of an output and render its text with `summary` first.
 pub fn finish<T: Serialize>(out: &T) -> Result<Answer, String> {
-    let mut structured = serde_json::to_value(out).map_err(|e| format!("internal error: cannot encode the answer: {e}"))?;
+    let mut structured =
+        serde_json::to_value(out).map_err(|e| format!("internal error: cannot encode the answer: {e}"))?;
     sanitize_json(&mut structured, MAX_STRING_CHARS);
     let text = summary_first_text(&structured);
     Ok(Answer { structured, text })
@@ -269,7 +295,10 @@ mod tests {
         assert_eq!(tools.len(), 10);
         let t = tools.iter().find(|t| t.tool.name == capture::NAME).expect("capture_trace is listed");
         let a = t.tool.annotations.as_ref().expect("annotations");
-        assert_eq!((a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint), (Some(false), Some(false), Some(false), Some(false)));
+        assert_eq!(
+            (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint),
+            (Some(false), Some(false), Some(false), Some(false))
+        );
         assert!(t.own_progress && t.min_timeout > capture::MAX_DURATION);
         let set = TraceSet::open(&[]);
         let e = call(&catalogue(), &set, capture::NAME, Value::Null, &QueryCancel::new()).unwrap_err();
@@ -304,7 +333,10 @@ mod tests {
         let e = call(&tools, &set, "run_sql", serde_json::json!({"sq": "x"}), &cancel).unwrap_err();
         let CallError::Failed(msg) = e else { panic!("{e:?}") };
         assert!(msg.contains("unknown field `sq`"), "{msg}");
-        assert_eq!(call(&tools, &set, "nope", Value::Null, &cancel).unwrap_err(), CallError::UnknownTool("nope".into()));
+        assert_eq!(
+            call(&tools, &set, "nope", Value::Null, &cancel).unwrap_err(),
+            CallError::UnknownTool("nope".into())
+        );
         let e = call(&tools, &set, "get_trace_stats", Value::Null, &cancel).unwrap_err();
         assert!(matches!(e, CallError::Failed(m) if m.contains("--db")));
     }

@@ -69,7 +69,11 @@ pub struct TraceSet {
 impl TraceSet {
     /// Open every path (failures are kept, not fatal: the server still starts).
     pub fn open(paths: &[PathBuf]) -> TraceSet {
-        let set = TraceSet { entries: RwLock::new(Vec::new()), explanations: Mutex::new(HashMap::new()), explained: AtomicU64::new(0) };
+        let set = TraceSet {
+            entries: RwLock::new(Vec::new()),
+            explanations: Mutex::new(HashMap::new()),
+            explained: AtomicU64::new(0),
+        };
         for path in paths {
             set.add(path);
         }
@@ -80,7 +84,8 @@ impl TraceSet {
     pub fn add(&self, path: &Path) -> Arc<TraceEntry> {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         let index = entries.len();
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| format!("trace{index}"));
+        let stem =
+            path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| format!("trace{index}"));
         let mut name = stem.clone();
         let mut n = 2;
         while entries.iter().any(|e| e.name == name) {
@@ -131,13 +136,22 @@ impl TraceSet {
         };
         found.cloned().ok_or_else(|| {
             let names: Vec<String> = entries.iter().map(|e| format!("{} ({})", e.name, e.index)).collect();
-            format!("no trace {}: this server has {} (name or 0-based index; see list_traces)", describe(r), names.join(", "))
+            format!(
+                "no trace {}: this server has {} (name or 0-based index; see list_traces)",
+                describe(r),
+                names.join(", ")
+            )
         })
     }
 
     /// The explanation of a trace for a window and pid (all chains), from the cache when possible;
     /// computed once however many requests ask for it at the same time. A failure is not cached.
-    pub fn explanation(&self, entry: &TraceEntry, window: TimeWindow, pid: Option<u32>) -> Result<Arc<Explanation>, String> {
+    pub fn explanation(
+        &self,
+        entry: &TraceEntry,
+        window: TimeWindow,
+        pid: Option<u32>,
+    ) -> Result<Arc<Explanation>, String> {
         let key = (entry.index, window.from_ns, window.to_ns, pid);
         let slot = {
             let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());

@@ -34,7 +34,9 @@ fn same_json(a: &Value, b: &Value) -> bool {
             (x - y).abs() <= 1e-12 * x.abs().max(y.abs())
         }
         (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b)),
-        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w))),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
         _ => a == b,
     }
 }
@@ -56,10 +58,20 @@ fn default_answers_are_bounded_on_every_shared_db() {
                 "compare_traces" => json!({"baseline": {"trace": e.index}}),
                 _ => json!({"trace": e.index}),
             };
-            let answer = call(&tools, &set, name, args, &cancel).unwrap_or_else(|err| panic!("{} {name}: {err:?}", e.name));
+            let answer =
+                call(&tools, &set, name, args, &cancel).unwrap_or_else(|err| panic!("{} {name}: {err:?}", e.name));
             report.push(format!("{} {name}: {} bytes", e.name, answer.text.len()));
-            assert!(answer.text.len() <= DEFAULT_ANSWER_BYTES, "{} {name}: {} bytes by default", e.name, answer.text.len());
-            assert!(same_json(&serde_json::from_str::<Value>(&answer.text).unwrap(), &answer.structured), "{} {name}: text and structured content differ", e.name);
+            assert!(
+                answer.text.len() <= DEFAULT_ANSWER_BYTES,
+                "{} {name}: {} bytes by default",
+                e.name,
+                answer.text.len()
+            );
+            assert!(
+                same_json(&serde_json::from_str::<Value>(&answer.text).unwrap(), &answer.structured),
+                "{} {name}: text and structured content differ",
+                e.name
+            );
             assert!(answer.text.starts_with("{\"summary\":"), "{} {name}: summary first", e.name);
         }
     }

@@ -40,8 +40,20 @@ fn write_trace(path: &Path) {
         launch(T0 + 10_000_000 + i * 1_000_000, 7_000, op::CU_LAUNCH_KERNEL, 0x20, 0x2, 0);
     }
     let names = vec![
-        KernelName { pid: PID, handle: 0x10, name: "flash_attn_fwd".into(), mangled: "flash_attn_fwd".into(), how: "module".into() },
-        KernelName { pid: PID, handle: 0x20, name: "rms_norm(float*)".into(), mangled: "_Z8rms_normPf".into(), how: "module".into() },
+        KernelName {
+            pid: PID,
+            handle: 0x10,
+            name: "flash_attn_fwd".into(),
+            mangled: "flash_attn_fwd".into(),
+            how: "module".into(),
+        },
+        KernelName {
+            pid: PID,
+            handle: 0x20,
+            name: "rms_norm(float*)".into(),
+            mangled: "_Z8rms_normPf".into(),
+            how: "module".into(),
+        },
     ];
     let attach = LibraryAttach {
         pid: PID,
@@ -86,17 +98,27 @@ fn stats_group_by_kernel_and_stacks_by_kernel_name() {
     let flash = &k["kernels"][0];
     assert_eq!(flash["kernel"], "flash_attn_fwd");
     // 10, 20, 30, 40, 50 us: nearest-rank p50 = rank 3, p90 = p99 = rank 5.
-    assert_eq!((flash["p50_us"].as_f64(), flash["p90_us"].as_f64(), flash["p99_us"].as_f64()), (Some(30.0), Some(50.0), Some(50.0)));
+    assert_eq!(
+        (flash["p50_us"].as_f64(), flash["p90_us"].as_f64(), flash["p99_us"].as_f64()),
+        (Some(30.0), Some(50.0), Some(50.0))
+    );
     assert_eq!(flash["apis"]["cuLaunchKernelEx"], 5);
-    assert_eq!(flash["configs"][0], json!({"grid": [64, 2, 1], "block": [128, 1, 1], "shared_mem_bytes": 49152, "cluster": [1, 1, 1], "launches": 5}));
+    assert_eq!(
+        flash["configs"][0],
+        json!({"grid": [64, 2, 1], "block": [128, 1, 1], "shared_mem_bytes": 49152, "cluster": [1, 1, 1], "launches": 5})
+    );
     assert_eq!(k["kernels"][1]["mangled"], "_Z8rms_normPf");
     let summary = a["summary"].as_str().unwrap();
     assert!(summary.contains("8 kernel launches of 2 kernels (8 named)"), "{summary}");
     assert!(summary.contains("host-side launch time"), "{summary}");
-    assert!(summary.contains("coverage: calls of pid 4000 through libcuda.so.1 before +0.500 s are unknown"), "{summary}");
+    assert!(
+        summary.contains("coverage: calls of pid 4000 through libcuda.so.1 before +0.500 s are unknown"),
+        "{summary}"
+    );
     assert_eq!(a["stats"]["coverage"].as_array().unwrap().len(), 1);
     // limit cuts the kernel list and says so.
-    let a = call(&tools, &set, "get_trace_stats", json!({"group_by": "kernel", "limit": 1}), &cancel).unwrap().structured;
+    let a =
+        call(&tools, &set, "get_trace_stats", json!({"group_by": "kernel", "limit": 1}), &cancel).unwrap().structured;
     assert_eq!((a["stats"]["kernels"]["kernels"].as_array().unwrap().len(), a["truncated"].as_bool()), (1, Some(true)));
     assert!(a["hint"].as_str().unwrap().contains("1 of 2 kernels shown"));
     // Default grouping: no kernel figures, coverage still said; a bad grouping is an error.
@@ -106,5 +128,12 @@ fn stats_group_by_kernel_and_stacks_by_kernel_name() {
 
     let s = call(&tools, &set, "get_stacks", json!({"kernel": "RMS"}), &cancel).unwrap().structured;
     assert_eq!((s["stacks"]["calls"].as_u64(), s["stacks"]["by_count"][0]["stack_hash"].as_i64()), (Some(3), Some(2)));
-    assert!(s["summary"].as_str().unwrap().starts_with("launches of the 1 kernel(s) whose name contains 'RMS': rms_norm(float*)"), "{}", s["summary"]);
+    assert!(
+        s["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("launches of the 1 kernel(s) whose name contains 'RMS': rms_norm(float*)"),
+        "{}",
+        s["summary"]
+    );
 }

@@ -2,7 +2,6 @@
 //! `CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release -p causeway-server --test tool_schemas`, or
 //! `causeway mcp --write-schemas tool-schemas`.
 
-
 #[test]
 fn checked_in_tool_schemas_match_the_code() {
     let dir = causeway_testdata::repo_root().join("tool-schemas");

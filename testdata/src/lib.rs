@@ -23,10 +23,7 @@ pub const INGERO_DBS: &[&str] = &[
 
 /// The root of the repository (the workspace).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("testdata/ sits in the workspace root")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testdata/ sits in the workspace root").to_path_buf()
 }
 
 /// The directory holding the Ingero DBs and `FACTS.json`.

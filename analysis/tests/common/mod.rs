@@ -50,7 +50,18 @@ impl Trace {
 
     /// An off-CPU interval `[out, inn]` of `tid`, written at switch-in like the tracer does.
     #[allow(clippy::too_many_arguments)]
-    pub fn off_cpu(&mut self, pid: u32, tid: u32, out: i64, inn: i64, cpu: i32, state: PrevState, next: (u32, u32, &str), wake: i64, waker: (u32, u32)) {
+    pub fn off_cpu(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        out: i64,
+        inn: i64,
+        cpu: i32,
+        state: PrevState,
+        next: (u32, u32, &str),
+        wake: i64,
+        waker: (u32, u32),
+    ) {
         self.events.push(Event {
             ts_ns: inn,
             dur_ns: inn - out,
@@ -80,17 +91,43 @@ impl Trace {
 
     pub fn block(&mut self, pid: u32, code: OpCode, ts: i64, dur: i64, bytes: i64, dev: i64) {
         let comm = self.names.iter().find(|n| n.0 == pid).map(|n| n.1.clone()).unwrap_or_else(|| "train".into());
-        self.events.push(Event { ts_ns: ts, dur_ns: dur, pid, tid: pid, cpu: 0, source: code.source, op: code.op, arg0: bytes, arg1: dev, comm, ..Default::default() });
+        self.events.push(Event {
+            ts_ns: ts,
+            dur_ns: dur,
+            pid,
+            tid: pid,
+            cpu: 0,
+            source: code.source,
+            op: code.op,
+            arg0: bytes,
+            arg1: dev,
+            comm,
+            ..Default::default()
+        });
     }
 
     pub fn fork(&mut self, pid: u32, ts: i64, child: u32) {
-        self.events.push(Event { ts_ns: ts, pid, tid: pid, source: 3, op: 7, arg1: child as i64, comm: "train".into(), ..Default::default() });
+        self.events.push(Event {
+            ts_ns: ts,
+            pid,
+            tid: pid,
+            source: 3,
+            op: 7,
+            arg1: child as i64,
+            comm: "train".into(),
+            ..Default::default()
+        });
     }
 
     /// Write the trace through `SqliteSink` and finish it.
     pub fn write(mut self, path: &Path) {
         self.events.sort_by_key(|e| e.ts_ns);
-        let session = SessionInfo { started_at_ns: T0, tool_version: "test".into(), tracer_pid: self.tracer_pid, ..Default::default() };
+        let session = SessionInfo {
+            started_at_ns: T0,
+            tool_version: "test".into(),
+            tracer_pid: self.tracer_pid,
+            ..Default::default()
+        };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
             let mut sink: Box<dyn EventSink> = Box::new(SqliteSink::create(path, session).unwrap());
@@ -114,7 +151,16 @@ impl Trace {
 /// driver), then a stream sync of `sync_dur(i)` (runtime around driver), then `gap` of host work
 /// before the next iteration. Returns the start of each iteration's sync.
 #[allow(clippy::too_many_arguments)]
-pub fn training_loop(t: &mut Trace, pid: u32, tid: u32, start: i64, iterations: usize, gap: i64, launches: usize, sync_dur: &dyn Fn(usize) -> i64) -> Vec<i64> {
+pub fn training_loop(
+    t: &mut Trace,
+    pid: u32,
+    tid: u32,
+    start: i64,
+    iterations: usize,
+    gap: i64,
+    launches: usize,
+    sync_dur: &dyn Fn(usize) -> i64,
+) -> Vec<i64> {
     let mut syncs = Vec::new();
     let mut ts = start;
     for i in 0..iterations {

@@ -11,8 +11,8 @@ use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossKind, SessionI
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::error::{Result, StoreError};
 use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
-use crate::store::{AggregateRow, StackRecord, TraceStore};
 use crate::sqlite::rows::{column_or_default, decode_event, event_select_list, int, opt_int, EVENT_SELECT_WIDTH};
+use crate::store::{AggregateRow, StackRecord, TraceStore};
 use crate::SqliteStore;
 
 /// A SQLite trace (native or Ingero) read for conversion.
@@ -126,7 +126,8 @@ impl ConvertSource for SqliteSource {
 
     fn process_rows(&self) -> Result<Vec<(u32, String, i64)>> {
         let rows = if self.store.info().has_table("process_names") {
-            let seen = if self.conn.prepare("SELECT seen_at FROM process_names LIMIT 0").is_ok() { "seen_at" } else { "0" };
+            let seen =
+                if self.conn.prepare("SELECT seen_at FROM process_names LIMIT 0").is_ok() { "seen_at" } else { "0" };
             self.conn
                 .prepare(&format!("SELECT pid, name, {seen} FROM process_names ORDER BY pid"))?
                 .query_map([], |r| Ok((int(r, 0)? as u32, text(r, 1)?, int(r, 2)?)))?
@@ -287,9 +288,7 @@ impl ConvertTarget for SqliteTarget {
         let tx = self.conn.transaction()?;
         tx.execute_batch(EVENT_AGGREGATES_DDL)?;
         {
-            let mut st = tx.prepare(
-                schema::INSERT_AGGREGATE_SQL,
-            )?;
+            let mut st = tx.prepare(schema::INSERT_AGGREGATE_SQL)?;
             for a in rows {
                 st.execute(rusqlite::params_from_iter(crate::schema::aggregate_params(a)))?;
             }

@@ -206,8 +206,9 @@ impl ConvertTarget for DuckDbTarget {
 
     fn write_losses(&mut self, losses: &[LossRow]) -> Result<()> {
         self.exec(|c| {
-            let mut st =
-                c.prepare("INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)")?;
+            let mut st = c.prepare(
+                "INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)",
+            )?;
             for (s, src, k, n) in losses {
                 st.execute(params![s, src, k.as_str(), *n as i64])?;
             }
@@ -233,9 +234,7 @@ impl ConvertTarget for DuckDbTarget {
         }
         self.exec(|c| {
             c.execute_batch(&aggregates_ddl())?;
-            let mut st = c.prepare(
-                crate::schema::INSERT_AGGREGATE_SQL,
-            )?;
+            let mut st = c.prepare(crate::schema::INSERT_AGGREGATE_SQL)?;
             for a in rows {
                 st.execute(duckdb::params_from_iter(crate::schema::aggregate_params(a)))?;
             }

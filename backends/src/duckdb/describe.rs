@@ -31,7 +31,9 @@ impl LiveCatalog for DuckDbStore {
     }
 
     fn code_counts(&self) -> Result<Vec<(i64, i64, i64)>> {
-        self.with_conn(|c| c.prepare(CODE_COUNTS_SQL)?.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect())
+        self.with_conn(|c| {
+            c.prepare(CODE_COUNTS_SQL)?.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect()
+        })
     }
 
     fn op_names(&self) -> Result<Vec<((i64, i64), (String, String))>> {

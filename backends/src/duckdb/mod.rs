@@ -50,9 +50,36 @@ pub fn aggregates_ddl() -> String {
 
 /// Columns of `events` in table order (the Appender writes whole rows in this order).
 pub const EVENT_COLUMNS: [&str; 30] = [
-    "id", "timestamp", "pid", "tid", "source", "op", "duration", "gpu_id", "arg0", "arg1", "ret_code", "stack_hash",
-    "stack_ips", "cgroup_id", "node", "rank", "local_rank", "world_size", "comm", "session_id", "cpu", "arg2",
-    "prev_state", "next_pid", "next_tid", "next_comm", "wake_ts", "waker_pid", "waker_tid", "launch_config",
+    "id",
+    "timestamp",
+    "pid",
+    "tid",
+    "source",
+    "op",
+    "duration",
+    "gpu_id",
+    "arg0",
+    "arg1",
+    "ret_code",
+    "stack_hash",
+    "stack_ips",
+    "cgroup_id",
+    "node",
+    "rank",
+    "local_rank",
+    "world_size",
+    "comm",
+    "session_id",
+    "cpu",
+    "arg2",
+    "prev_state",
+    "next_pid",
+    "next_tid",
+    "next_comm",
+    "wake_ts",
+    "waker_pid",
+    "waker_tid",
+    "launch_config",
 ];
 
 pub(crate) fn engine_err(path: &Path) -> impl Fn(duckdb::Error) -> StoreError + '_ {
@@ -61,9 +88,8 @@ pub(crate) fn engine_err(path: &Path) -> impl Fn(duckdb::Error) -> StoreError + 
 
 /// Settings every connection this crate opens gets: nothing is fetched or loaded from outside.
 pub(crate) fn base_config(read_only: bool) -> duckdb::Result<duckdb::Config> {
-    let c = duckdb::Config::default()
-        .enable_autoload_extension(false)?
-        .with("autoinstall_known_extensions", "false")?;
+    let c =
+        duckdb::Config::default().enable_autoload_extension(false)?.with("autoinstall_known_extensions", "false")?;
     if read_only {
         c.access_mode(duckdb::AccessMode::ReadOnly)
     } else {

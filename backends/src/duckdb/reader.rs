@@ -146,14 +146,19 @@ impl DuckDbStore {
 /// Column `i` of a batch as BIGINT values (cast when DuckDB chose a narrower type).
 pub(super) fn ints(b: &RecordBatch, i: usize) -> Result<Int64Array> {
     let col: &ArrayRef = b.column(i);
-    let c = if col.data_type() == &DataType::Int64 { col.clone() } else { cast(col, &DataType::Int64).map_err(arrow_err)? };
+    let c = if col.data_type() == &DataType::Int64 {
+        col.clone()
+    } else {
+        cast(col, &DataType::Int64).map_err(arrow_err)?
+    };
     Ok(c.as_primitive::<duckdb::arrow::datatypes::Int64Type>().clone())
 }
 
 /// Column `i` of a batch as text.
 pub(super) fn texts(b: &RecordBatch, i: usize) -> Result<StringArray> {
     let col: &ArrayRef = b.column(i);
-    let c = if col.data_type() == &DataType::Utf8 { col.clone() } else { cast(col, &DataType::Utf8).map_err(arrow_err)? };
+    let c =
+        if col.data_type() == &DataType::Utf8 { col.clone() } else { cast(col, &DataType::Utf8).map_err(arrow_err)? };
     Ok(c.as_string::<i32>().clone())
 }
 

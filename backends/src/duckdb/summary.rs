@@ -54,10 +54,14 @@ fn read_groups(store: &DuckDbStore, sql: &str, params: &[i64], with_pid: bool, k
         for r in 0..b.num_rows() {
             let percentiles = match &ps {
                 Some(l) => {
-                    let v = cast(&l.value(r), &DataType::Int64).map_err(|e| StoreError::Engine(format!("quantiles: {e}")))?;
+                    let v = cast(&l.value(r), &DataType::Int64)
+                        .map_err(|e| StoreError::Engine(format!("quantiles: {e}")))?;
                     let v = v.as_primitive::<Int64Type>();
                     if v.len() != k {
-                        return Err(StoreError::Engine(format!("quantile_disc gave {} values for {k} fractions", v.len())));
+                        return Err(StoreError::Engine(format!(
+                            "quantile_disc gave {} values for {k} fractions",
+                            v.len()
+                        )));
                     }
                     v.values().to_vec()
                 }

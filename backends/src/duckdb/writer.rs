@@ -138,7 +138,12 @@ fn append_to(conn: &Connection, batch: RecordBatch) -> duckdb::Result<()> {
 }
 
 /// Columns for `len` events with ids from `first_id` on.
-fn columns_of<'a>(first_id: i64, session_id: i64, len: usize, events: impl IntoIterator<Item = &'a Event>) -> EventColumns {
+fn columns_of<'a>(
+    first_id: i64,
+    session_id: i64,
+    len: usize,
+    events: impl IntoIterator<Item = &'a Event>,
+) -> EventColumns {
     let mut cols = EventColumns::new(len);
     for (i, e) in events.into_iter().enumerate() {
         cols.push(first_id + i as i64, session_id, e, None);
@@ -299,10 +304,13 @@ impl DuckDbWriter {
         let session_id = self.session_id;
         // part 0 on this thread and connection, the others on their own thread with a connection of
         // their own (a Connection is Send, not Sync)
-        let build_and_append = |(start, chunk): (i64, &[&Event]), conn: &Connection| -> std::result::Result<(), String> {
-            let batch = columns_of(start, session_id, chunk.len(), chunk.iter().copied()).finish().map_err(|e| e.to_string())?;
-            append_to(conn, batch).map_err(|e| e.to_string())
-        };
+        let build_and_append =
+            |(start, chunk): (i64, &[&Event]), conn: &Connection| -> std::result::Result<(), String> {
+                let batch = columns_of(start, session_id, chunk.len(), chunk.iter().copied())
+                    .finish()
+                    .map_err(|e| e.to_string())?;
+                append_to(conn, batch).map_err(|e| e.to_string())
+            };
         let extra = std::mem::take(&mut self.extra_conns);
         let (first, others) = std::thread::scope(|scope| {
             let handles: Vec<_> = chunks[1..]
@@ -426,13 +434,17 @@ impl DuckDbWriter {
     }
 
     /// Append library attachments, each with its own session id (conversion), in one transaction.
-    pub fn insert_attachments_of<'a>(&mut self, rows: impl IntoIterator<Item = (i64, &'a LibraryAttach)>) -> Result<()> {
+    pub fn insert_attachments_of<'a>(
+        &mut self,
+        rows: impl IntoIterator<Item = (i64, &'a LibraryAttach)>,
+    ) -> Result<()> {
         let err = engine_err(&self.path);
         self.in_transaction(|c| {
             let mut st = c.prepare_cached(cuda_tables::INSERT_ATTACHMENT_SQL).map_err(&err)?;
             for (session_id, a) in rows {
                 let json = AttachmentJson::of(a)?;
-                st.execute(duckdb::params_from_iter(cuda_tables::attachment_params(session_id, a, &json))).map_err(&err)?;
+                st.execute(duckdb::params_from_iter(cuda_tables::attachment_params(session_id, a, &json)))
+                    .map_err(&err)?;
             }
             Ok(())
         })
@@ -445,7 +457,9 @@ impl DuckDbWriter {
         {
             let mut st = self
                 .conn
-                .prepare_cached("INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)")
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)",
+                )
                 .map_err(&err)?;
             for ((source, kind), count) in losses {
                 st.execute(params![session_id, source, kind.as_str(), *count as i64]).map_err(&err)?;
@@ -481,7 +495,8 @@ fn fill_lookup_tables(conn: &Connection) -> duckdb::Result<()> {
     for (id, name, desc) in SOURCES {
         st.execute(params![id, name, desc])?;
     }
-    let mut st = conn.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?, ?, ?, ?)")?;
+    let mut st =
+        conn.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?, ?, ?, ?)")?;
     for (s, o, name, _, desc) in OPS {
         st.execute(params![s, o, name, desc])?;
     }

@@ -525,7 +525,10 @@ fn parse_refusal(engine: Engine, sql: &str, err: &str) -> Refusal {
     if !first.is_empty() && !["SELECT", "WITH", "VALUES", "EXPLAIN", "FROM"].contains(&first.as_str()) {
         msg.push_str(&format!("; it starts with {first}, which is not a query"));
     }
-    if engine == Engine::Sqlite && err.to_ascii_uppercase().contains("EXPECTED: (, FOUND:") && sql.to_ascii_uppercase().contains(" IN ") {
+    if engine == Engine::Sqlite
+        && err.to_ascii_uppercase().contains("EXPECTED: (, FOUND:")
+        && sql.to_ascii_uppercase().contains(" IN ")
+    {
         msg.push_str("; write `x IN table` as `x IN (SELECT column FROM table)`");
     }
     Refusal::new(msg)

@@ -244,7 +244,12 @@ mod tests {
             ok(Engine::DuckDb, sql);
         }
         // SQLite-only syntax stays unparsed on DuckDB (refused, never misread).
-        for sql in ["SELECT * FROM t INDEXED BY i", "SELECT a IS b FROM t", "SELECT a FROM t WHERE a ISNULL", "SELECT ~a FROM t"] {
+        for sql in [
+            "SELECT * FROM t INDEXED BY i",
+            "SELECT a IS b FROM t",
+            "SELECT a FROM t WHERE a ISNULL",
+            "SELECT ~a FROM t",
+        ] {
             refused(Engine::DuckDb, sql);
         }
     }

@@ -7,5 +7,5 @@ pub(crate) mod rows;
 mod writer;
 
 pub use reader::SqliteStore;
-pub use writer::{SqliteSink, SqliteWriter};
 pub(crate) use writer::{insert_attachments, insert_kernel_names, insert_launch_configs, insert_session};
+pub use writer::{SqliteSink, SqliteWriter};

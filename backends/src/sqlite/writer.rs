@@ -172,8 +172,15 @@ impl SqliteWriter {
                     match e.sched.as_ref() {
                         Some(s) => {
                             let state = s.prev_state.code();
-                            let sched: [&dyn ToSql; 7] =
-                                [&state, &s.next_pid, &s.next_tid, &s.next_comm, &s.wake_ts_ns, &s.waker_pid, &s.waker_tid];
+                            let sched: [&dyn ToSql; 7] = [
+                                &state,
+                                &s.next_pid,
+                                &s.next_tid,
+                                &s.next_comm,
+                                &s.wake_ts_ns,
+                                &s.waker_pid,
+                                &s.waker_tid,
+                            ];
                             with_sched.execute(params_from_iter(row.iter().chain(&sched)))?
                         }
                         None => without.execute(&row[..])?,
@@ -190,7 +197,8 @@ impl SqliteWriter {
     pub fn insert_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
         let tx = self.conn.transaction()?;
         {
-            let mut st = tx.prepare_cached("INSERT OR IGNORE INTO stack_traces (hash, ips, frames) VALUES (?1, ?2, ?3)")?;
+            let mut st =
+                tx.prepare_cached("INSERT OR IGNORE INTO stack_traces (hash, ips, frames) VALUES (?1, ?2, ?3)")?;
             for s in stacks {
                 st.execute(params![s.hash, s.ips, s.frames])?;
             }
@@ -248,7 +256,8 @@ impl SqliteWriter {
     /// Close the session: stopped_at, indexes, checkpoint, and back to a rollback journal so the file
     /// is self-contained (readable read-only, copyable, no sidecar files).
     pub fn finish(self, stopped_at_ns: i64) -> Result<u64> {
-        self.conn.execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
+        self.conn
+            .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
         self.conn.execute_batch("PRAGMA threads=2;")?;
         self.conn.execute_batch(INDEXES)?;
         self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;")?;

@@ -225,7 +225,8 @@ pub fn older_trace_reads_empty_then_gains_them(b: Backend) {
     assert_eq!(new, launches, "the new session's launches carry their configuration");
     let sessions = store.sessions().unwrap();
     assert_eq!(sessions.len(), 2);
-    let tagged = count(store.as_ref(), &format!("SELECT count(*) FROM attachments WHERE session_id = {}", sessions[1].id));
+    let tagged =
+        count(store.as_ref(), &format!("SELECT count(*) FROM attachments WHERE session_id = {}", sessions[1].id));
     assert_eq!(tagged, 3, "attachments carry the id of the session that wrote them");
     let d = store.describe_schema().unwrap();
     let events = d.tables.iter().find(|t| t.name == "events").unwrap();
@@ -233,7 +234,11 @@ pub fn older_trace_reads_empty_then_gains_them(b: Backend) {
     for t in ["launch_configs", "kernel_names", "attachments"] {
         let table = d.tables.iter().find(|x| x.name == t).unwrap_or_else(|| panic!("{t} not described"));
         assert!(!table.meaning.is_empty(), "{t} has a meaning");
-        assert!(table.columns.iter().all(|c| !c.meaning.is_empty()), "{t}: every column has a meaning: {:?}", table.columns);
+        assert!(
+            table.columns.iter().all(|c| !c.meaning.is_empty()),
+            "{t}: every column has a meaning: {:?}",
+            table.columns
+        );
     }
 }
 
@@ -244,7 +249,10 @@ fn backends() -> Vec<Backend> {
 /// `(session_id, pid, attached_at)` of every attachment, as stored.
 fn attachment_sessions(store: &dyn TraceStore) -> Vec<Vec<serde_json::Value>> {
     store
-        .query("SELECT session_id, pid, attached_at FROM attachments ORDER BY session_id, attached_at", &QueryLimits::default())
+        .query(
+            "SELECT session_id, pid, attached_at FROM attachments ORDER BY session_id, attached_at",
+            &QueryLimits::default(),
+        )
         .unwrap()
         .rows
 }
@@ -268,7 +276,13 @@ pub fn convert_keeps_them(b: Backend) {
     for to in backends() {
         let out = file(dir.path(), to, &format!("converted-{}", b.name()));
         let report = convert(&path, &out, Some(to), &mut |_, _| {}).unwrap();
-        assert_eq!((report.launch_configs, report.kernel_names, report.attachments), (3, 4, 5), "{} -> {}", b.name(), to.name());
+        assert_eq!(
+            (report.launch_configs, report.kernel_names, report.attachments),
+            (3, 4, 5),
+            "{} -> {}",
+            b.name(),
+            to.name()
+        );
         let conv = open_store(&out).unwrap();
         assert_eq!(conv.events(&EventFilter::default()).unwrap(), events, "{} -> {}: events", b.name(), to.name());
         assert_eq!(conv.launch_configs().unwrap(), src.launch_configs().unwrap());

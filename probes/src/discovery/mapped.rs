@@ -82,10 +82,7 @@ pub(crate) fn parse_maps_line(line: &str) -> Option<MapsFile> {
     Some(MapsFile {
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
-        dev: libc::makedev(
-            u32::from_str_radix(major, 16).ok()?,
-            u32::from_str_radix(minor, 16).ok()?,
-        ),
+        dev: libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?),
         ino,
         path: PathBuf::from(path),
         deleted,
@@ -99,18 +96,10 @@ pub(crate) fn parse_maps_line(line: &str) -> Option<MapsFile> {
 pub fn mapped_cuda_libs(pid: u32) -> (Vec<MappedLib>, Vec<String>) {
     let text = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
         Ok(t) => t,
-        Err(e)
-            if e.kind() == std::io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(libc::ESRCH) =>
-        {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
             return (Vec::new(), Vec::new())
         }
-        Err(e) => {
-            return (
-                Vec::new(),
-                vec![format!("pid {pid}: cannot read /proc/{pid}/maps: {e}")],
-            )
-        }
+        Err(e) => return (Vec::new(), vec![format!("pid {pid}: cannot read /proc/{pid}/maps: {e}")]),
     };
     let (mut libs, mut notes) = (Vec::new(), Vec::new());
     let mut seen = BTreeSet::new();
@@ -131,13 +120,7 @@ pub fn mapped_cuda_libs(pid: u32) -> (Vec<MappedLib>, Vec<String>) {
         match open_path(pid, &m) {
             Ok((open_path, (dev, ino), note)) => {
                 notes.extend(note);
-                libs.push(MappedLib {
-                    path_in_process: m.path,
-                    open_path,
-                    dev,
-                    ino,
-                    kind,
-                });
+                libs.push(MappedLib { path_in_process: m.path, open_path, dev, ino, kind });
             }
             Err(note) => notes.push(note),
         }
@@ -162,14 +145,8 @@ fn open_path(pid: u32, m: &MapsFile) -> Result<(PathBuf, (u64, u64), Option<Stri
         }
     }
     let shown = m.path.display();
-    let Some(first) = candidates
-        .iter()
-        .zip(&ids)
-        .find_map(|(c, id)| Some((c, (*id)?)))
-    else {
-        return Err(format!(
-            "pid {pid}: {shown} is mapped but cannot be opened through /proc/{pid}/root; not probed"
-        ));
+    let Some(first) = candidates.iter().zip(&ids).find_map(|(c, id)| Some((c, (*id)?))) else {
+        return Err(format!("pid {pid}: {shown} is mapped but cannot be opened through /proc/{pid}/root; not probed"));
     };
     // one file, two views (overlayfs): the mapped file itself tells
     let mapped = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
@@ -223,8 +200,7 @@ mod tests {
         assert_eq!(m.path, PathBuf::from("/usr/lib/libcuda.so.1"));
         assert!(!m.deleted);
         // a major above 255 and a minor above 255 (both spill into the high bits of st_dev)
-        let big =
-            parse_maps_line("1000-2000 r--p 0 103:1a2 9 /a b/libcudart.so.12 (deleted)").unwrap();
+        let big = parse_maps_line("1000-2000 r--p 0 103:1a2 9 /a b/libcudart.so.12 (deleted)").unwrap();
         assert_eq!(big.dev, libc::makedev(0x103, 0x1a2));
         assert_ne!(big.dev, (0x103 << 8) | 0x1a2, "not the old 16-bit encoding");
         assert_eq!(big.path, PathBuf::from("/a b/libcudart.so.12"));
@@ -245,35 +221,18 @@ mod tests {
     #[test]
     fn own_maps_match_stat_of_the_mapped_files() {
         let text = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let files: Vec<MapsFile> = text
-            .lines()
-            .filter_map(parse_maps_line)
-            .filter(|m| !m.deleted)
-            .collect();
+        let files: Vec<MapsFile> = text.lines().filter_map(parse_maps_line).filter(|m| !m.deleted).collect();
         let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
         assert!(files.iter().any(|m| m.path == me), "{text}");
-        assert!(
-            files
-                .iter()
-                .any(|m| m.path.to_string_lossy().contains("libc.so")),
-            "{text}"
-        );
+        assert!(files.iter().any(|m| m.path.to_string_lossy().contains("libc.so")), "{text}");
         for m in &files {
-            assert_eq!(
-                file_id(&m.path).unwrap(),
-                (m.dev, m.ino),
-                "{}",
-                m.path.display()
-            );
+            assert_eq!(file_id(&m.path).unwrap(), (m.dev, m.ino), "{}", m.path.display());
         }
     }
 
     #[test]
     fn a_process_without_cuda_maps_none() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(200));
         let (libs, notes) = mapped_cuda_libs(child.id());
         let _ = child.kill();
@@ -301,10 +260,7 @@ mod tests {
         let m = &libs[0];
         assert_eq!(m.kind, LibKind::Runtime);
         assert_eq!(m.path_in_process, lib);
-        assert_eq!(
-            m.open_path,
-            PathBuf::from(format!("/proc/{pid}/root{}", lib.display()))
-        );
+        assert_eq!(m.open_path, PathBuf::from(format!("/proc/{pid}/root{}", lib.display())));
         assert_eq!((m.dev, m.ino), file_id(&lib).unwrap());
         assert_eq!(file_id(&m.open_path).unwrap(), (m.dev, m.ino));
         assert!(notes.is_empty(), "{notes:?}");
@@ -333,18 +289,12 @@ mod tests {
         let (libs, notes) = mapped_cuda_libs(pid);
         assert!(libs.is_empty(), "{libs:?}");
         assert_eq!(notes.len(), 1, "{notes:?}");
-        assert!(
-            notes[0].contains("replaced") && notes[0].contains("libcuda.so.1"),
-            "{notes:?}"
-        );
+        assert!(notes[0].contains("replaced") && notes[0].contains("libcuda.so.1"), "{notes:?}");
         // gone from the file system altogether: the maps line says `(deleted)`
         std::fs::remove_file(&lib).unwrap();
         let (libs, notes) = mapped_cuda_libs(pid);
         assert!(libs.is_empty(), "{libs:?}");
-        assert!(
-            notes.len() == 1 && notes[0].contains("deleted"),
-            "{notes:?}"
-        );
+        assert!(notes.len() == 1 && notes[0].contains("deleted"), "{notes:?}");
     }
 
     /// A container's situation: the process, in its own mount namespace, maps a library at a path
@@ -354,11 +304,8 @@ mod tests {
     #[test]
     fn another_mount_namespace_is_seen_through_proc_root() {
         let root = unsafe { libc::geteuid() } == 0;
-        let unshare_ok = root
-            && std::process::Command::new("unshare")
-                .args(["-m", "true"])
-                .status()
-                .is_ok_and(|s| s.success());
+        let unshare_ok =
+            root && std::process::Command::new("unshare").args(["-m", "true"]).status().is_ok_and(|s| s.success());
         if !unshare_ok {
             eprintln!("not root or no unshare -m: the mount-namespace case is not tested");
             return;
@@ -369,15 +316,8 @@ mod tests {
         std::fs::create_dir_all(&ctl).unwrap();
         std::fs::create_dir_all(&libdir).unwrap();
         let lib = libdir.join("libcuda.so.1");
-        for (i, out) in [lib.clone(), ctl.join("ns1.so"), ctl.join("ns2.so")]
-            .iter()
-            .enumerate()
-        {
-            compile(
-                &format!("int cuInit(unsigned f) {{ return (int)f + {i}; }}\n"),
-                out,
-                &["-shared", "-fPIC"],
-            );
+        for (i, out) in [lib.clone(), ctl.join("ns1.so"), ctl.join("ns2.so")].iter().enumerate() {
+            compile(&format!("int cuInit(unsigned f) {{ return (int)f + {i}; }}\n"), out, &["-shared", "-fPIC"]);
         }
         let script = format!(
             "set -e; mount -t tmpfs cw-ns1 {l}; cp {c}/ns1.so {l}/libcuda.so.1; {ld} {l}/libcuda.so.1 & \
@@ -398,34 +338,21 @@ mod tests {
         assert_eq!(m.kind, LibKind::Driver);
         assert_eq!(m.path_in_process, lib);
         assert_eq!(m.open_path, under_root(pid, &lib));
-        assert_ne!(
-            (m.dev, m.ino),
-            file_id(&lib).unwrap(),
-            "the host's file is another one"
-        );
+        assert_ne!((m.dev, m.ino), file_id(&lib).unwrap(), "the host's file is another one");
         assert_eq!(file_id(&m.open_path).unwrap(), (m.dev, m.ino));
         assert!(notes.is_empty(), "{notes:?}");
         let found = maps_discovery(pid);
         assert_eq!(found.len(), 1, "{found:?}");
-        assert_eq!(
-            found[0].path, m.open_path,
-            "not the host's file of that name"
-        );
+        assert_eq!(found[0].path, m.open_path, "not the host's file of that name");
 
         std::fs::write(ctl.join("go"), b"").unwrap();
         let t0 = std::time::Instant::now();
         while !ctl.join("done").exists() {
-            assert!(
-                t0.elapsed().as_secs() < 10,
-                "the second mount did not happen"
-            );
+            assert!(t0.elapsed().as_secs() < 10, "the second mount did not happen");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let (libs, notes) = mapped_cuda_libs(pid);
         assert!(libs.is_empty(), "{libs:?}");
-        assert!(
-            notes.len() == 1 && notes[0].contains("replaced"),
-            "{notes:?}"
-        );
+        assert!(notes.len() == 1 && notes[0].contains("replaced"), "{notes:?}");
     }
 }

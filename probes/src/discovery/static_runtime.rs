@@ -78,9 +78,7 @@ pub fn static_runtime_of(pid: u32) -> Option<StaticRuntime> {
 fn named_exe(pid: u32, exe: &Path) -> Option<PathBuf> {
     let id = file_id(exe).ok()?;
     let target = std::fs::read_link(exe).ok()?;
-    [under_root(pid, &target), target]
-        .into_iter()
-        .find(|c| file_id(c).ok() == Some(id))
+    [under_root(pid, &target), target].into_iter().find(|c| file_id(c).ok() == Some(id))
 }
 
 /// The runtime carried by any ELF file (an executable, or a library that links its own copy, as
@@ -95,9 +93,7 @@ pub fn static_runtime_in_file(path: &Path) -> Option<StaticRuntime> {
     }
     let mut seen = [false; RODATA_MARKS.len()];
     for section in file.sections() {
-        let is_rodata = section
-            .name()
-            .is_ok_and(|n| n == ".rodata" || n.starts_with(".rodata."));
+        let is_rodata = section.name().is_ok_and(|n| n == ".rodata" || n.starts_with(".rodata."));
         let Some(data) = is_rodata.then(|| section.data().ok()).flatten() else {
             continue;
         };
@@ -110,9 +106,7 @@ pub fn static_runtime_in_file(path: &Path) -> Option<StaticRuntime> {
             }
         }
     }
-    seen.iter()
-        .all(|&s| s)
-        .then(|| StaticRuntime::Stripped(path.to_path_buf()))
+    seen.iter().all(|&s| s).then(|| StaticRuntime::Stripped(path.to_path_buf()))
 }
 
 #[cfg(test)]
@@ -140,16 +134,10 @@ int main(int argc, char **argv) {
         let d = tempfile::tempdir().unwrap();
         let exe = d.path().join("app");
         compile(FAKE_STATIC, &exe, &["-O0"]);
-        assert_eq!(
-            static_runtime_in_file(&exe),
-            Some(StaticRuntime::Symbols(exe.clone()))
-        );
+        assert_eq!(static_runtime_in_file(&exe), Some(StaticRuntime::Symbols(exe.clone())));
         let stripped = d.path().join("app-stripped");
         compile(FAKE_STATIC, &stripped, &["-O0", "-s"]);
-        assert_eq!(
-            static_runtime_in_file(&stripped),
-            Some(StaticRuntime::Stripped(stripped.clone()))
-        );
+        assert_eq!(static_runtime_in_file(&stripped), Some(StaticRuntime::Stripped(stripped.clone())));
         // one marker alone (a program printing an error name itself) is not the runtime
         let one = d.path().join("one-mark");
         compile(
@@ -173,17 +161,10 @@ int main(int argc, char **argv) {
         );
         assert_eq!(static_runtime_in_file(&user), None);
         // this test binary, a shell, a text file, a missing file
-        assert_eq!(
-            static_runtime_in_file(&std::env::current_exe().unwrap()),
-            None
-        );
+        assert_eq!(static_runtime_in_file(&std::env::current_exe().unwrap()), None);
         assert_eq!(static_runtime_in_file(Path::new("/bin/sh")), None);
         // (built at run time: NUL-separated literals would put the marks in this test's own .rodata)
-        let text: Vec<u8> = RODATA_MARKS
-            .iter()
-            .flat_map(|m| m.iter().chain(b"\0"))
-            .copied()
-            .collect();
+        let text: Vec<u8> = RODATA_MARKS.iter().flat_map(|m| m.iter().chain(b"\0")).copied().collect();
         std::fs::write(d.path().join("text"), text).unwrap();
         assert_eq!(static_runtime_in_file(&d.path().join("text")), None);
         assert_eq!(static_runtime_in_file(&d.path().join("missing")), None);
@@ -204,20 +185,13 @@ int main(int argc, char **argv) {
         assert_eq!(found.path(), under_root(pid, &stripped));
         assert_eq!(file_id(found.path()).unwrap(), file_id(&stripped).unwrap());
 
-        let mut sleeper = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
+        let mut sleeper = std::process::Command::new("sleep").arg("5").spawn().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(100));
         let none = static_runtime_of(sleeper.id());
         let _ = sleeper.kill();
         let _ = sleeper.wait();
         assert_eq!(none, None);
-        assert_eq!(
-            static_runtime_of(sleeper.id()),
-            None,
-            "a process that is gone"
-        );
+        assert_eq!(static_runtime_of(sleeper.id()), None, "a process that is gone");
     }
 
     /// The real thing: NVIDIA's `libcudart_static.a` from the `nvidia-cuda-runtime` 13 wheel
@@ -226,14 +200,20 @@ int main(int argc, char **argv) {
     #[test]
     fn a_program_linked_with_the_real_static_runtime() {
         let archive = std::env::var_os("CAUSEWAY_CUDART_STATIC").map(std::path::PathBuf::from).unwrap_or_else(|| {
-            let venv = std::env::var_os("CAUSEWAY_VENV")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/causeway/venv"));
+            let venv = std::env::var_os("CAUSEWAY_VENV").map(std::path::PathBuf::from).unwrap_or_else(|| {
+                std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/causeway/venv")
+            });
             let pattern = venv.join("lib");
             std::fs::read_dir(&pattern)
                 .ok()
-                .and_then(|rd| rd.flatten().map(|e| e.path().join("site-packages/nvidia/cu13/lib/libcudart_static.a")).find(|p| p.exists()))
-                .unwrap_or_else(|| panic!("no libcudart_static.a under {}: run scripts/install-test-deps.sh", pattern.display()))
+                .and_then(|rd| {
+                    rd.flatten()
+                        .map(|e| e.path().join("site-packages/nvidia/cu13/lib/libcudart_static.a"))
+                        .find(|p| p.exists())
+                })
+                .unwrap_or_else(|| {
+                    panic!("no libcudart_static.a under {}: run scripts/install-test-deps.sh", pattern.display())
+                })
         });
         let archive = archive.to_string_lossy().into_owned();
         let src = "#include <stddef.h>\nint cudaMalloc(void **, size_t);\n\
@@ -241,23 +221,13 @@ int main(int argc, char **argv) {
         let d = tempfile::tempdir().unwrap();
         let exe = d.path().join("real");
         compile(src, &exe, &[&archive, "-lpthread", "-ldl", "-lrt"]);
-        assert_eq!(
-            static_runtime_in_file(&exe),
-            Some(StaticRuntime::Symbols(exe.clone()))
-        );
+        assert_eq!(static_runtime_in_file(&exe), Some(StaticRuntime::Symbols(exe.clone())));
         let syms = crate::symbols::ElfSymbols::load(&exe).unwrap();
         for f in ["cudaLaunchKernel", "cudaMalloc", "cudaStreamSynchronize"] {
             assert!(syms.offset_of(f).is_some(), "{f}");
         }
         let stripped = d.path().join("real-stripped");
-        compile(
-            src,
-            &stripped,
-            &[&archive, "-lpthread", "-ldl", "-lrt", "-s"],
-        );
-        assert_eq!(
-            static_runtime_in_file(&stripped),
-            Some(StaticRuntime::Stripped(stripped.clone()))
-        );
+        compile(src, &stripped, &[&archive, "-lpthread", "-ldl", "-lrt", "-s"]);
+        assert_eq!(static_runtime_in_file(&stripped), Some(StaticRuntime::Stripped(stripped.clone())));
     }
 }

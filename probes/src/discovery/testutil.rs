@@ -26,13 +26,7 @@ pub fn compile_many(srcs: &[&str], out: &Path, args: &[&str]) {
         .collect();
     let mut last = String::new();
     for cc in ["gcc", "cc", "clang"] {
-        match Command::new(cc)
-            .args(&files)
-            .arg("-o")
-            .arg(out)
-            .args(args)
-            .output()
-        {
+        match Command::new(cc).args(&files).arg("-o").arg(out).args(args).output() {
             Ok(o) if o.status.success() => return,
             Ok(o) => last = format!("{cc}: {}", String::from_utf8_lossy(&o.stderr)),
             Err(e) => last = format!("{cc}: {e}"),
@@ -85,9 +79,7 @@ impl LoadedChild {
     pub fn spawn(mut cmd: Command) -> LoadedChild {
         let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let mut words = line.split_whitespace();
         let pid = match (words.next(), words.next().and_then(|p| p.parse().ok())) {
             (Some("ok"), Some(pid)) => pid,

@@ -23,10 +23,7 @@ pub fn mock_build() -> PathBuf {
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    assert_eq!(
-        uid, 0,
-        "the live eBPF tests must run as root (they load BPF programs and attach uprobes)"
-    );
+    assert_eq!(uid, 0, "the live eBPF tests must run as root (they load BPF programs and attach uprobes)");
 }
 
 #[derive(Default)]
@@ -62,10 +59,7 @@ impl EventSink for MemSink {
         self.0.lock().unwrap().events.extend(events);
         true
     }
-    async fn write_stacks(
-        &mut self,
-        stacks: Vec<StackRecord>,
-    ) -> causeway_backends::error::Result<()> {
+    async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> causeway_backends::error::Result<()> {
         let mut c = self.0.lock().unwrap();
         if c.refuse_side_writes {
             return refused();
@@ -105,27 +99,15 @@ impl EventSink for MemSink {
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
-        *self
-            .0
-            .lock()
-            .unwrap()
-            .losses
-            .entry((source, kind.as_str().to_string()))
-            .or_default() += n;
+        *self.0.lock().unwrap().losses.entry((source, kind.as_str().to_string())).or_default() += n;
     }
     async fn flush(&mut self) -> causeway_backends::error::Result<()> {
         Ok(())
     }
-    async fn finish(
-        self: Box<Self>,
-        _stopped_at_ns: i64,
-    ) -> causeway_backends::error::Result<SinkSummary> {
+    async fn finish(self: Box<Self>, _stopped_at_ns: i64) -> causeway_backends::error::Result<SinkSummary> {
         let mut c = self.0.lock().unwrap();
         c.finished = true;
-        Ok(SinkSummary {
-            events_written: c.events.len() as u64,
-            losses: Vec::new(),
-        })
+        Ok(SinkSummary { events_written: c.events.len() as u64, losses: Vec::new() })
     }
 }
 
@@ -160,18 +142,12 @@ impl Workload {
         w
     }
     pub fn calls(&self, names: &[&str]) -> u64 {
-        names
-            .iter()
-            .map(|n| self.calls.get(*n).copied().unwrap_or(0))
-            .sum()
+        names.iter().map(|n| self.calls.get(*n).copied().unwrap_or(0)).sum()
     }
 }
 
 /// Run `argv` (a workload in mock-cuda/build) under the tracer with the mock libraries.
-pub fn run_traced(
-    argv: &[&str],
-    tweak: impl FnOnce(&mut TraceOptions),
-) -> (TraceReport, Collected, Workload) {
+pub fn run_traced(argv: &[&str], tweak: impl FnOnce(&mut TraceOptions)) -> (TraceReport, Collected, Workload) {
     run_traced_into(MemSink::default(), argv, tweak)
 }
 
@@ -193,13 +169,8 @@ pub fn run_traced_into(
         ..Default::default()
     };
     tweak(&mut opts);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = rt
-        .block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {}))
-        .expect("trace");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {})).expect("trace");
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     let w = Workload::parse(&text);
     let c = std::mem::take(&mut *sink.0.lock().unwrap());
@@ -207,10 +178,7 @@ pub fn run_traced_into(
 }
 
 pub fn count(events: &[Event], pid: u32, source: u8, op: u16) -> u64 {
-    events
-        .iter()
-        .filter(|e| e.pid == pid && e.source == source && e.op == op)
-        .count() as u64
+    events.iter().filter(|e| e.pid == pid && e.source == source && e.op == op).count() as u64
 }
 
 pub fn exists(p: &Path) -> bool {
@@ -222,50 +190,18 @@ use causeway_model::OpCode;
 
 /// (runtime op, workload call names, driver op it calls)
 pub const RUNTIME_OPS: &[(OpCode, &[&str], Option<OpCode>)] = &[
-    (
-        op::CUDA_LAUNCH_KERNEL,
-        &["cudaLaunchKernel", "cudaLaunchKernel_ptsz"],
-        Some(op::CU_LAUNCH_KERNEL),
-    ),
+    (op::CUDA_LAUNCH_KERNEL, &["cudaLaunchKernel", "cudaLaunchKernel_ptsz"], Some(op::CU_LAUNCH_KERNEL)),
     (op::CUDA_MEMCPY, &["cudaMemcpy"], Some(op::CU_MEMCPY)),
-    (
-        op::CUDA_MEMCPY_ASYNC,
-        &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"],
-        Some(op::CU_MEMCPY_ASYNC),
-    ),
+    (op::CUDA_MEMCPY_ASYNC, &["cudaMemcpyAsync", "cudaMemcpyAsync_ptsz"], Some(op::CU_MEMCPY_ASYNC)),
     (op::CUDA_MEMCPY_2D, &["cudaMemcpy2D"], Some(op::CU_MEMCPY)),
-    (
-        op::CUDA_MEMCPY_2D_ASYNC,
-        &["cudaMemcpy2DAsync"],
-        Some(op::CU_MEMCPY_ASYNC),
-    ),
-    (
-        op::CUDA_MEMCPY_PEER,
-        &["cudaMemcpyPeer"],
-        Some(op::CU_MEMCPY),
-    ),
-    (
-        op::CUDA_MEMCPY_PEER_ASYNC,
-        &["cudaMemcpyPeerAsync"],
-        Some(op::CU_MEMCPY_ASYNC),
-    ),
+    (op::CUDA_MEMCPY_2D_ASYNC, &["cudaMemcpy2DAsync"], Some(op::CU_MEMCPY_ASYNC)),
+    (op::CUDA_MEMCPY_PEER, &["cudaMemcpyPeer"], Some(op::CU_MEMCPY)),
+    (op::CUDA_MEMCPY_PEER_ASYNC, &["cudaMemcpyPeerAsync"], Some(op::CU_MEMCPY_ASYNC)),
     (op::CUDA_MALLOC, &["cudaMalloc"], Some(op::CU_MEM_ALLOC)),
-    (
-        op::CUDA_MALLOC_MANAGED,
-        &["cudaMallocManaged"],
-        Some(op::CU_MEM_ALLOC_MANAGED),
-    ),
+    (op::CUDA_MALLOC_MANAGED, &["cudaMallocManaged"], Some(op::CU_MEM_ALLOC_MANAGED)),
     (op::CUDA_FREE, &["cudaFree"], Some(op::CU_MEM_FREE)),
-    (
-        op::CUDA_STREAM_SYNC,
-        &["cudaStreamSynchronize", "cudaStreamSynchronize_ptsz"],
-        Some(op::CU_STREAM_SYNCHRONIZE),
-    ),
-    (
-        op::CUDA_DEVICE_SYNC,
-        &["cudaDeviceSynchronize"],
-        Some(op::CU_CTX_SYNCHRONIZE),
-    ),
+    (op::CUDA_STREAM_SYNC, &["cudaStreamSynchronize", "cudaStreamSynchronize_ptsz"], Some(op::CU_STREAM_SYNCHRONIZE)),
+    (op::CUDA_DEVICE_SYNC, &["cudaDeviceSynchronize"], Some(op::CU_CTX_SYNCHRONIZE)),
     (op::CUDA_EVENT_SYNC, &["cudaEventSynchronize"], None),
     (op::GRAPH_LAUNCH, &["cudaGraphLaunch"], None),
 ];
@@ -280,12 +216,7 @@ pub fn assert_exact_and_nested(w: &Workload, events: &[Event]) {
     for (rt, names, drv) in RUNTIME_OPS {
         let want = w.calls(names);
         let got = count(events, pid, rt.source, rt.op);
-        assert_eq!(
-            got,
-            want,
-            "{}: traced {got}, workload made {want}",
-            rt.name()
-        );
+        assert_eq!(got, want, "{}: traced {got}, workload made {want}", rt.name());
         if let Some(d) = drv {
             *driver_expected.entry(*d).or_default() += want;
         }
@@ -296,10 +227,7 @@ pub fn assert_exact_and_nested(w: &Workload, events: &[Event]) {
     }
     for (rt, _, drv) in RUNTIME_OPS {
         let Some(d) = drv else { continue };
-        for r in events
-            .iter()
-            .filter(|e| e.pid == pid && e.source == rt.source && e.op == rt.op)
-        {
+        for r in events.iter().filter(|e| e.pid == pid && e.source == rt.source && e.op == rt.op) {
             let inside = events
                 .iter()
                 .filter(|e| {
@@ -349,7 +277,9 @@ pub fn top_level(events: &[Event], pid: u32) -> Vec<&Event> {
         .filter(|e| e.pid == pid)
         .filter(|e| match op_lib(OpCode::new(e.source, e.op)) {
             Some(ProbeLib::Runtime) => true,
-            Some(ProbeLib::Driver) => !runtime.iter().any(|r| r.tid == e.tid && r.ts_ns <= e.ts_ns && e.end_ns() <= r.end_ns()),
+            Some(ProbeLib::Driver) => {
+                !runtime.iter().any(|r| r.tid == e.tid && r.ts_ns <= e.ts_ns && e.end_ns() <= r.end_ns())
+            }
             None => false,
         })
         .collect()
@@ -371,6 +301,7 @@ pub fn assert_calls_exact(w: &Workload, events: &[Event]) {
         *got.entry(OpCode::new(e.source, e.op)).or_default() += 1;
     }
     got.retain(|c, _| want.contains_key(c));
-    let named = |m: &BTreeMap<OpCode, u64>| m.iter().map(|(c, n)| (c.name().into_owned(), *n)).collect::<BTreeMap<_, _>>();
+    let named =
+        |m: &BTreeMap<OpCode, u64>| m.iter().map(|(c, n)| (c.name().into_owned(), *n)).collect::<BTreeMap<_, _>>();
     assert_eq!(named(&got), named(&want), "top-level calls per op: traced (left) vs made by the workload (right)");
 }
