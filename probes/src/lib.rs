@@ -13,6 +13,7 @@ pub mod check;
 pub mod cuda_table;
 pub mod decode;
 pub mod discovery;
+mod error;
 pub mod kernels;
 pub mod libraries;
 pub mod loader;
@@ -25,5 +26,6 @@ pub mod symbols;
 pub mod wire;
 
 pub use check::{host_check, CheckReport};
+pub use error::ProbeError;
 pub use session::{new_session_info, trace, LossRow, TraceOptions, TraceReport, UnwrittenRows};
 pub use stats::{LiveStats, OpStats};

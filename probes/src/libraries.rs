@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use causeway_model::LibraryAttach;
 
 use crate::discovery::{self, FoundLibrary, LibKind, StaticRuntime};
+use crate::error::ProbeError;
 use crate::loader::Probes;
 
 /// What one traced process has, as far as the trace knows.
@@ -59,31 +60,38 @@ fn kind_name(k: LibKind) -> &'static str {
 impl LibraryTracker {
     /// Attach every `--cuda-lib` file (a directory: the CUDA libraries in it). A file that is not a
     /// CUDA library, or cannot be read, is an error: a library the user named is never dropped.
-    pub fn with_explicit(probes: &mut Probes, libs: &[PathBuf]) -> anyhow::Result<LibraryTracker> {
+    pub fn with_explicit(probes: &mut Probes, libs: &[PathBuf]) -> Result<LibraryTracker, ProbeError> {
         let mut t =
             LibraryTracker { procs: HashMap::new(), explicit: BTreeMap::new(), rows: Vec::new(), notes: Vec::new() };
         for path in libs {
             let files: Vec<PathBuf> = if path.is_dir() {
                 let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-                    .map_err(|e| anyhow::anyhow!("cuda library directory {}: {e}", path.display()))?
+                    .map_err(|e| ProbeError::Library {
+                        path: path.clone(),
+                        detail: format!("reading the directory: {e}"),
+                    })?
                     .flatten()
                     .map(|e| e.path())
                     .filter(|p| discovery::classify(p).is_some())
                     .collect();
                 v.sort();
-                anyhow::ensure!(
-                    !v.is_empty(),
-                    "cuda library directory {} holds no libcudart or libcuda",
-                    path.display()
-                );
+                if v.is_empty() {
+                    return Err(ProbeError::Library {
+                        path: path.clone(),
+                        detail: "the directory holds no libcudart or libcuda".into(),
+                    });
+                }
                 v
             } else {
                 vec![path.clone()]
             };
             for f in files {
-                let kind = discovery::classify_file(&f)?;
+                let kind = discovery::classify_file(&f)
+                    .map_err(|e| ProbeError::Library { path: f.clone(), detail: format!("{e:#}") })?;
                 let found = FoundLibrary { path: f.clone(), kind, how: "explicit".into() };
-                probes.attach_library(&found).map_err(|e| anyhow::anyhow!("cuda library {}: {e:#}", f.display()))?;
+                probes
+                    .attach_library(&found)
+                    .map_err(|e| ProbeError::Library { path: f.clone(), detail: format!("attaching: {e:#}") })?;
                 if let Some(id) = crate::loader::file_id(&f) {
                     t.explicit.insert(id, (f, false));
                 }

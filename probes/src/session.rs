@@ -14,6 +14,7 @@ use causeway_backends::{EventSink, StackRecord};
 use causeway_model::codes::op;
 use causeway_model::LossKind;
 
+use crate::error::ProbeError;
 use crate::kernels::KernelNamer;
 use crate::libraries::LibraryTracker;
 use crate::loader::{AttachedLib, LoadOptions, Probes};
@@ -187,24 +188,25 @@ fn start_targets(
     probes: &mut Probes,
     libs: &mut LibraryTracker,
     report: &mut TraceReport,
-) -> anyhow::Result<Option<GatedChild>> {
+) -> Result<Option<GatedChild>, ProbeError> {
     for &p in &opts.pids {
         if opts.follow_mapped_libs {
             libs.scan(probes, p, "maps", true);
         }
-        probes.trace_pid(p)?;
+        probes.trace_pid(p).map_err(|e| ProbeError::Follow { pid: p, detail: format!("{e:#}") })?;
     }
     if opts.command.is_empty() {
         return Ok(None);
     }
-    let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref(), opts.command_stdin_null)?;
+    let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref(), opts.command_stdin_null)
+        .map_err(|e| ProbeError::Command { command: opts.command.join(" "), detail: format!("{e:#}") })?;
     if opts.follow_mapped_libs {
         if let Some(prog) = opts.command.first().and_then(|p| which(p)) {
             libs.attach_loader_of_program(probes, &prog);
             libs.attach_program(probes, c.pid, &prog);
         }
     }
-    probes.trace_pid(c.pid)?;
+    probes.trace_pid(c.pid).map_err(|e| ProbeError::Follow { pid: c.pid, detail: format!("{e:#}") })?;
     c.release();
     report.command_pid = Some(c.pid);
     Ok(Some(c))
@@ -245,18 +247,20 @@ pub async fn trace(
     opts: TraceOptions,
     mut sink: Box<dyn EventSink>,
     mut progress: impl FnMut(&LiveStats),
-) -> anyhow::Result<TraceReport> {
+) -> Result<TraceReport, ProbeError> {
     let mut report = TraceReport { started_at_ns: now_ns(), ..Default::default() };
-    anyhow::ensure!(!opts.pids.is_empty() || !opts.command.is_empty(), "nothing to trace: give --pid or a command");
-    for &p in &opts.pids {
-        anyhow::ensure!(alive(p), "no process {p}");
+    if opts.pids.is_empty() && opts.command.is_empty() {
+        return Err(ProbeError::NothingToTrace);
     }
-    let mut probes = Probes::load(&load_options(&opts))?;
+    if let Some(&p) = opts.pids.iter().find(|&&p| !alive(p)) {
+        return Err(ProbeError::NoSuchProcess(p));
+    }
+    let mut probes = Probes::load(&load_options(&opts)).map_err(|e| ProbeError::load_failure(&e))?;
     let mut libs = LibraryTracker::with_explicit(&mut probes, &opts.cuda_libs)?;
     let mut child = start_targets(&opts, &mut probes, &mut libs, &mut report)?;
     write_attachments(&mut libs, &mut sink, &mut report).await;
 
-    let rings = probes.take_rings().ok_or_else(|| anyhow::anyhow!("rings already taken"))?;
+    let rings = probes.take_rings().ok_or_else(|| ProbeError::Load("the ring buffers were taken already".into()))?;
     let reader_stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Msg>(64);
     // the loader's notifications skip the batches: a process may be waiting for them

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use causeway_backends::SqliteSink;
+use causeway_probes::ProbeError;
 
 use crate::args::CaptureArgs;
 use crate::outputs::{CaptureOutput, CapturedLibrary};
@@ -329,7 +330,7 @@ fn run_trace(
     sink: SqliteSink,
     ctx: &CallCtx,
     total_ms: f64,
-) -> anyhow::Result<causeway_probes::TraceReport> {
+) -> Result<causeway_probes::TraceReport, ProbeError> {
     let stop = opts.stop.clone();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let progress = ctx.progress.clone();
@@ -371,15 +372,17 @@ fn run_trace(
 }
 
 /// The error of a failed capture, with what to do about it.
-fn failure(e: &anyhow::Error) -> String {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let msg = format!("{e:#}");
-    if !root {
-        format!("capture failed: {msg}; tracing needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE): restart `causeway mcp --allow-capture` as root; get_check lists what this host can trace")
-    } else {
-        format!("capture failed: {msg}; get_check lists what this host can trace (BTF, uprobes, tracefs, BPF loading)")
-    }
+fn failure(e: &ProbeError) -> String {
+    let hint = match e {
+        ProbeError::NotPermitted { .. } => {
+            "restart `causeway mcp --allow-capture` as root (or with CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE)"
+        }
+        ProbeError::NoSuchProcess(_) => "the process has exited: list_traces or ps for a live pid",
+        ProbeError::Command { .. } => "check the program path against --capture-allow and that it runs",
+        ProbeError::Storage(_) => "check free space and permissions under --capture-dir",
+        _ => "get_check lists what this host can trace (BTF, uprobes, tracefs, BPF loading)",
+    };
+    format!("capture failed: {e}; {hint}")
 }
 
 /// Stop a launched program still running when the window ended: SIGTERM, then SIGKILL after a
