@@ -148,6 +148,21 @@ pub struct SlimEvent {
 }
 
 impl SlimEvent {
+    /// The integer columns of a full event.
+    pub fn of(s: StoredEvent) -> SlimEvent {
+        let e = s.event;
+        SlimEvent {
+            id: s.id,
+            ts: e.ts_ns,
+            dur: e.dur_ns,
+            pid: e.pid,
+            tid: e.tid,
+            op: OpCode::new(e.source, e.op),
+            arg0: e.arg0,
+            arg2: e.arg2,
+        }
+    }
+
     /// `ts + dur` (saturating).
     pub fn end(&self) -> i64 {
         self.ts.saturating_add(self.dur)
@@ -230,6 +245,12 @@ pub struct CodeDescription {
 
 /// The read side of every engine. Implementations are `Send + Sync` so a server can share one between
 /// requests; calls are blocking (the server runs them on a blocking thread pool).
+///
+/// A new engine implements the twelve required methods; every projection of the events
+/// (`scan_durations`, `scan_slim`, `thread_comms`, `events`, `events_by_id`, the kept scans and
+/// `duration_summary`) has a default built on [`TraceStore::scan_events`] with the same result, which
+/// the engine overrides with a fast path when it has one (the conformance suite runs every check
+/// on the defaults too).
 pub trait TraceStore: Send + Sync {
     /// Engine name, e.g. `sqlite`.
     fn engine(&self) -> &'static str;
@@ -238,20 +259,44 @@ pub trait TraceStore: Send + Sync {
     /// pid -> process name, from `process_names` and from `comm` where the DB has it.
     fn process_names(&self) -> Result<BTreeMap<u32, String>>;
     fn loss_counters(&self) -> Result<Vec<LossCounter>>;
-    /// Ingero's `event_aggregates` rows whose bucket lies in the window (empty for native traces).
-    fn aggregates(&self, window: &TimeWindow) -> Result<Vec<AggregateRow>>;
+    /// Ingero's `event_aggregates` rows whose bucket lies in the window. Only a store that reads
+    /// Ingero DBs has them: the default is none.
+    fn aggregates(&self, _window: &TimeWindow) -> Result<Vec<AggregateRow>> {
+        Ok(Vec::new())
+    }
     /// Calls `f` for every event matching the filter; returns the count. The fast path for
     /// statistics: no strings are read.
-    fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64>;
+    fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64> {
+        self.scan_events(filter, &mut |s| {
+            let e = &s.event;
+            f(&DurationRow { op: OpCode::new(e.source, e.op), pid: e.pid, ts_ns: e.ts_ns, dur_ns: e.dur_ns })
+        })
+    }
     /// Calls `f` for every event matching the filter as a [`SlimEvent`], in no particular order;
     /// returns the count. The fast path for attribution: no strings are read (engines may return
     /// rows in time order; callers sort).
-    fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64>;
+    fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
+        self.scan_events(filter, &mut |s| f(SlimEvent::of(s)))
+    }
     /// tid -> the `comm` of the thread's earliest (`latest`: latest) event with a non-empty `comm`
     /// among the events matching the filter, for the threads in `filter.tids` (all threads when
     /// `None`). Empty when the DB has no `comm` column. Threads are often renamed right after they
     /// start, so names of wakers and culprits use the latest, names seen on calls the earliest.
-    fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>>;
+    fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>> {
+        let mut comms = HashMap::new();
+        // scan_events goes in timestamp order: the first comm seen is the earliest
+        self.scan_events(filter, &mut |s| {
+            if s.event.comm.is_empty() {
+                return;
+            }
+            if latest {
+                comms.insert(s.event.tid, s.event.comm);
+            } else {
+                comms.entry(s.event.tid).or_insert(s.event.comm);
+            }
+        })?;
+        Ok(comms)
+    }
     /// Calls `f` for every full event matching the filter, in timestamp order, streaming (never
     /// holding them all); returns the count.
     fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64>;
@@ -284,9 +329,26 @@ pub trait TraceStore: Send + Sync {
         self.scan_events_kept(filter, keep, &mut |s| f(SwitchRow::of(s)))
     }
     /// Full events matching the filter, ordered by timestamp.
-    fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>>;
-    /// Events by id (evidence lookups), in the order found.
-    fn events_by_id(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>>;
+    fn events(&self, filter: &EventFilter) -> Result<Vec<StoredEvent>> {
+        let mut events = Vec::new();
+        self.scan_events(filter, &mut |s| events.push(s))?;
+        Ok(events)
+    }
+    /// Events by id (evidence lookups), in the order found. The default reads every event once:
+    /// engines with an id index override it.
+    fn events_by_id(&self, ids: &[EventId]) -> Result<Vec<StoredEvent>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let wanted: std::collections::HashSet<&EventId> = ids.iter().collect();
+        let mut found = Vec::new();
+        self.scan_events(&EventFilter::default(), &mut |s| {
+            if wanted.contains(&s.id) {
+                found.push(s);
+            }
+        })?;
+        Ok(found)
+    }
     /// Stacks by hash (missing hashes are absent from the map).
     fn stacks(&self, hashes: &[i64]) -> Result<BTreeMap<i64, StackRecord>>;
     /// Every launch configuration (`launch_configs`), by key: launches name theirs by

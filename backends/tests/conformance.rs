@@ -15,7 +15,7 @@ use causeway_backends::synth::SyntheticTrace;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, LossKind, SessionInfo};
+use causeway_model::{Event, LossCounter, LossKind, SessionInfo};
 
 mod guard_common;
 mod launch_tables;
@@ -153,134 +153,196 @@ pub fn typed_queries_and_filters(b: Backend) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "t");
     let all = write_trace(&path, b, 5);
-    let store = open_store(&path).unwrap();
-    let (first, last) = (store.info().first_ns, store.info().last_ns);
-    let mid = first + (last - first) / 2;
-    let pid = all[N / 2].event.pid;
-    let tids: Vec<u32> = all.iter().map(|s| s.event.tid).take(3).collect();
-    let window = TimeWindow { from_ns: Some(first + (last - first) / 4), to_ns: Some(mid) };
-    let ops = vec![op::CUDA_LAUNCH_KERNEL, op::SCHED_SWITCH];
-    let cases: Vec<(&str, EventFilter, Vec<StoredEvent>)> = vec![
-        ("all", EventFilter::default(), all.clone()),
-        (
-            "window",
-            EventFilter::window(window),
-            filtered(&all, |e| e.ts_ns >= window.from_ns.unwrap() && e.ts_ns <= mid),
-        ),
-        (
-            "from only",
-            EventFilter::window(TimeWindow { from_ns: Some(mid), to_ns: None }),
-            filtered(&all, |e| e.ts_ns >= mid),
-        ),
-        ("pid", EventFilter { pid: Some(pid), ..Default::default() }, filtered(&all, |e| e.pid == pid)),
-        (
-            "tids",
-            EventFilter { tids: Some(tids.clone()), ..Default::default() },
-            filtered(&all, |e| tids.contains(&e.tid)),
-        ),
-        ("no tids", EventFilter { tids: Some(vec![]), ..Default::default() }, vec![]),
-        ("sources", EventFilter { sources: Some(vec![3]), ..Default::default() }, filtered(&all, |e| e.source == 3)),
-        (
-            "ops",
-            EventFilter { ops: Some(ops.clone()), ..Default::default() },
-            filtered(&all, |e| ops.contains(&OpCode::new(e.source, e.op))),
-        ),
-        ("no ops", EventFilter { ops: Some(vec![]), ..Default::default() }, vec![]),
-        (
-            "everything",
-            EventFilter { window, pid: Some(pid), tids: None, sources: Some(vec![1, 3, 4]), ops: Some(ops.clone()) },
-            filtered(&all, |e| {
-                e.ts_ns >= window.from_ns.unwrap()
-                    && e.ts_ns <= mid
-                    && e.pid == pid
-                    && [1, 3, 4].contains(&e.source)
-                    && ops.contains(&OpCode::new(e.source, e.op))
-            }),
-        ),
-    ];
-    for (what, f, want) in cases {
-        assert!(what.starts_with("no") || !want.is_empty() || what == "everything", "{what}: empty fixture");
-        assert_eq!(store.events(&f).unwrap(), want, "events: {what}");
-        let mut rows = Vec::new();
-        let n = store.scan_durations(&f, &mut |r| rows.push(*r)).unwrap();
-        assert_eq!(n as usize, want.len(), "scan count: {what}");
-        rows.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
-        let mut w: Vec<DurationRow> = want
-            .iter()
-            .map(|s| DurationRow {
-                op: OpCode::new(s.event.source, s.event.op),
-                pid: s.event.pid,
-                ts_ns: s.event.ts_ns,
-                dur_ns: s.event.dur_ns,
-            })
-            .collect();
-        w.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
-        assert_eq!(rows, w, "scan rows: {what}");
-        let mut streamed = Vec::new();
-        let n = store.scan_events(&f, &mut |e| streamed.push(e)).unwrap();
-        assert_eq!((n as usize, &streamed), (want.len(), &want), "scan_events: {what}");
-        // Kept rows only: every other thread, and of those the events ending in an odd microsecond.
-        let keep = |tid: u32, ts: i64, dur: i64| tid % 2 == 1 && ((ts + dur) / 1000) % 2 == 1;
-        let mut kept = Vec::new();
-        let n = store.scan_events_kept(&f, &keep, &mut |e| kept.push(e)).unwrap();
-        let want_kept: Vec<StoredEvent> =
-            want.iter().filter(|s| keep(s.event.tid, s.event.ts_ns, s.event.dur_ns)).cloned().collect();
-        assert_eq!((n as usize, &kept), (want_kept.len(), &want_kept), "scan_events_kept: {what}");
-        if what == "everything" {
-            assert!(
-                !want_kept.is_empty() && want_kept.len() < want.len(),
-                "the keep test must keep some rows, not all"
-            );
+    // the engine, and the trait's defaults over the engine's required methods: the same answers
+    let stores: [(&str, Box<dyn TraceStore>); 2] =
+        [("engine", open_store(&path).unwrap()), ("defaults", Box::new(RequiredOnly(open_store(&path).unwrap())))];
+    for (label, store) in stores {
+        let (first, last) = (store.info().first_ns, store.info().last_ns);
+        let mid = first + (last - first) / 2;
+        let pid = all[N / 2].event.pid;
+        let tids: Vec<u32> = all.iter().map(|s| s.event.tid).take(3).collect();
+        let window = TimeWindow { from_ns: Some(first + (last - first) / 4), to_ns: Some(mid) };
+        let ops = vec![op::CUDA_LAUNCH_KERNEL, op::SCHED_SWITCH];
+        let cases: Vec<(&str, EventFilter, Vec<StoredEvent>)> = vec![
+            ("all", EventFilter::default(), all.clone()),
+            (
+                "window",
+                EventFilter::window(window),
+                filtered(&all, |e| e.ts_ns >= window.from_ns.unwrap() && e.ts_ns <= mid),
+            ),
+            (
+                "from only",
+                EventFilter::window(TimeWindow { from_ns: Some(mid), to_ns: None }),
+                filtered(&all, |e| e.ts_ns >= mid),
+            ),
+            ("pid", EventFilter { pid: Some(pid), ..Default::default() }, filtered(&all, |e| e.pid == pid)),
+            (
+                "tids",
+                EventFilter { tids: Some(tids.clone()), ..Default::default() },
+                filtered(&all, |e| tids.contains(&e.tid)),
+            ),
+            ("no tids", EventFilter { tids: Some(vec![]), ..Default::default() }, vec![]),
+            (
+                "sources",
+                EventFilter { sources: Some(vec![3]), ..Default::default() },
+                filtered(&all, |e| e.source == 3),
+            ),
+            (
+                "ops",
+                EventFilter { ops: Some(ops.clone()), ..Default::default() },
+                filtered(&all, |e| ops.contains(&OpCode::new(e.source, e.op))),
+            ),
+            ("no ops", EventFilter { ops: Some(vec![]), ..Default::default() }, vec![]),
+            (
+                "everything",
+                EventFilter {
+                    window,
+                    pid: Some(pid),
+                    tids: None,
+                    sources: Some(vec![1, 3, 4]),
+                    ops: Some(ops.clone()),
+                },
+                filtered(&all, |e| {
+                    e.ts_ns >= window.from_ns.unwrap()
+                        && e.ts_ns <= mid
+                        && e.pid == pid
+                        && [1, 3, 4].contains(&e.source)
+                        && ops.contains(&OpCode::new(e.source, e.op))
+                }),
+            ),
+        ];
+        for (what, f, want) in cases {
+            assert!(what.starts_with("no") || !want.is_empty() || what == "everything", "{what}: empty fixture");
+            let what = format!("{what} ({label})");
+            assert_eq!(store.events(&f).unwrap(), want, "events: {what}");
+            let mut rows = Vec::new();
+            let n = store.scan_durations(&f, &mut |r| rows.push(*r)).unwrap();
+            assert_eq!(n as usize, want.len(), "scan count: {what}");
+            rows.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
+            let mut w: Vec<DurationRow> = want
+                .iter()
+                .map(|s| DurationRow {
+                    op: OpCode::new(s.event.source, s.event.op),
+                    pid: s.event.pid,
+                    ts_ns: s.event.ts_ns,
+                    dur_ns: s.event.dur_ns,
+                })
+                .collect();
+            w.sort_by_key(|r| (r.ts_ns, r.op.source, r.op.op, r.pid, r.dur_ns));
+            assert_eq!(rows, w, "scan rows: {what}");
+            let mut streamed = Vec::new();
+            let n = store.scan_events(&f, &mut |e| streamed.push(e)).unwrap();
+            assert_eq!((n as usize, &streamed), (want.len(), &want), "scan_events: {what}");
+            // Kept rows only: every other thread, and of those the events ending in an odd microsecond.
+            let keep = |tid: u32, ts: i64, dur: i64| tid % 2 == 1 && ((ts + dur) / 1000) % 2 == 1;
+            let mut kept = Vec::new();
+            let n = store.scan_events_kept(&f, &keep, &mut |e| kept.push(e)).unwrap();
+            let want_kept: Vec<StoredEvent> =
+                want.iter().filter(|s| keep(s.event.tid, s.event.ts_ns, s.event.dur_ns)).cloned().collect();
+            assert_eq!((n as usize, &kept), (want_kept.len(), &want_kept), "scan_events_kept: {what}");
+            if what.starts_with("everything") {
+                assert!(
+                    !want_kept.is_empty() && want_kept.len() < want.len(),
+                    "the keep test must keep some rows, not all"
+                );
+            }
+            let mut switches = Vec::new();
+            let n = store.scan_switches_kept(&f, &keep, &mut |r| switches.push(r)).unwrap();
+            let want_switches: Vec<SwitchRow> = want_kept.iter().cloned().map(SwitchRow::of).collect();
+            assert_eq!((n as usize, &switches), (want_kept.len(), &want_switches), "scan_switches_kept: {what}");
+            let mut slim = Vec::new();
+            let n = store.scan_slim(&f, &mut |r| slim.push(r)).unwrap();
+            assert_eq!(n as usize, want.len(), "scan_slim count: {what}");
+            slim.sort_by_key(|r| (r.ts, r.id.clone()));
+            let w: Vec<SlimEvent> = want
+                .iter()
+                .map(|s| SlimEvent {
+                    id: s.id.clone(),
+                    ts: s.event.ts_ns,
+                    dur: s.event.dur_ns,
+                    pid: s.event.pid,
+                    tid: s.event.tid,
+                    op: OpCode::new(s.event.source, s.event.op),
+                    arg0: s.event.arg0,
+                    arg2: s.event.arg2,
+                })
+                .collect();
+            assert_eq!(slim, w, "scan_slim rows: {what}");
+            let (mut first, mut last) = (std::collections::HashMap::new(), std::collections::HashMap::new());
+            for s in want.iter().filter(|s| !s.event.comm.is_empty()) {
+                first.entry(s.event.tid).or_insert_with(|| s.event.comm.clone());
+                last.insert(s.event.tid, s.event.comm.clone());
+            }
+            assert_eq!(store.thread_comms(&f, false).unwrap(), first, "first comm per thread: {what}");
+            assert_eq!(store.thread_comms(&f, true).unwrap(), last, "latest comm per thread: {what}");
+            let pm = [1, 500, 900, 950, 990, 1000];
+            let summary = store.duration_summary(&f, &pm, true).unwrap();
+            let scanned = summarize_by_scan(store.as_ref(), &f, &pm, true).unwrap();
+            assert_eq!(summary, scanned, "duration summary: {what}");
+            #[cfg(feature = "duckdb")]
+            if b == Backend::DuckDb {
+                let duck = causeway_backends::duckdb::DuckDbStore::open(&path).unwrap();
+                let in_sql = causeway_backends::duckdb::summary::summarize_in_engine(&duck, &f, &pm, true).unwrap();
+                assert_eq!(in_sql, scanned, "duration summary computed in DuckDB: {what}");
+            }
         }
-        let mut switches = Vec::new();
-        let n = store.scan_switches_kept(&f, &keep, &mut |r| switches.push(r)).unwrap();
-        let want_switches: Vec<SwitchRow> = want_kept.iter().cloned().map(SwitchRow::of).collect();
-        assert_eq!((n as usize, &switches), (want_kept.len(), &want_switches), "scan_switches_kept: {what}");
-        let mut slim = Vec::new();
-        let n = store.scan_slim(&f, &mut |r| slim.push(r)).unwrap();
-        assert_eq!(n as usize, want.len(), "scan_slim count: {what}");
-        slim.sort_by_key(|r| (r.ts, r.id.clone()));
-        let w: Vec<SlimEvent> = want
-            .iter()
-            .map(|s| SlimEvent {
-                id: s.id.clone(),
-                ts: s.event.ts_ns,
-                dur: s.event.dur_ns,
-                pid: s.event.pid,
-                tid: s.event.tid,
-                op: OpCode::new(s.event.source, s.event.op),
-                arg0: s.event.arg0,
-                arg2: s.event.arg2,
-            })
-            .collect();
-        assert_eq!(slim, w, "scan_slim rows: {what}");
-        let (mut first, mut last) = (std::collections::HashMap::new(), std::collections::HashMap::new());
-        for s in want.iter().filter(|s| !s.event.comm.is_empty()) {
-            first.entry(s.event.tid).or_insert_with(|| s.event.comm.clone());
-            last.insert(s.event.tid, s.event.comm.clone());
-        }
-        assert_eq!(store.thread_comms(&f, false).unwrap(), first, "first comm per thread: {what}");
-        assert_eq!(store.thread_comms(&f, true).unwrap(), last, "latest comm per thread: {what}");
-        let pm = [1, 500, 900, 950, 990, 1000];
-        let summary = store.duration_summary(&f, &pm, true).unwrap();
-        let scanned = summarize_by_scan(store.as_ref(), &f, &pm, true).unwrap();
-        assert_eq!(summary, scanned, "duration summary: {what}");
-        #[cfg(feature = "duckdb")]
-        if b == Backend::DuckDb {
-            let duck = causeway_backends::duckdb::DuckDbStore::open(&path).unwrap();
-            let in_sql = causeway_backends::duckdb::summary::summarize_in_engine(&duck, &f, &pm, true).unwrap();
-            assert_eq!(in_sql, scanned, "duration summary computed in DuckDB: {what}");
-        }
+        // events_by_id: found ones in id order, unknown and text ids absent.
+        let ids = vec![EventId::Int(7), EventId::Int(3), EventId::Int(N as i64 + 50), EventId::Text("n:1".into())];
+        let mut got = store.events_by_id(&ids).unwrap();
+        got.sort_by_key(|s| s.id.clone());
+        let mut want: Vec<StoredEvent> =
+            all.iter().filter(|s| [EventId::Int(3), EventId::Int(7)].contains(&s.id)).cloned().collect();
+        want.sort_by_key(|s| s.id.clone());
+        assert_eq!(got, want);
+        assert!(store.events_by_id(&[]).unwrap().is_empty());
     }
-    // events_by_id: found ones in id order, unknown and text ids absent.
-    let ids = vec![EventId::Int(7), EventId::Int(3), EventId::Int(N as i64 + 50), EventId::Text("n:1".into())];
-    let mut got = store.events_by_id(&ids).unwrap();
-    got.sort_by_key(|s| s.id.clone());
-    let mut want: Vec<StoredEvent> =
-        all.iter().filter(|s| [EventId::Int(3), EventId::Int(7)].contains(&s.id)).cloned().collect();
-    want.sort_by_key(|s| s.id.clone());
-    assert_eq!(got, want);
-    assert!(store.events_by_id(&[]).unwrap().is_empty());
+}
+
+/// A store with only the required methods of [`TraceStore`], delegated to an engine: every
+/// projection it answers comes from the trait's defaults over `scan_events`.
+struct RequiredOnly(Box<dyn TraceStore>);
+
+impl TraceStore for RequiredOnly {
+    fn engine(&self) -> &'static str {
+        self.0.engine()
+    }
+    fn info(&self) -> &TraceInfo {
+        self.0.info()
+    }
+    fn sessions(&self) -> causeway_backends::error::Result<Vec<SessionInfo>> {
+        self.0.sessions()
+    }
+    fn process_names(&self) -> causeway_backends::error::Result<BTreeMap<u32, String>> {
+        self.0.process_names()
+    }
+    fn loss_counters(&self) -> causeway_backends::error::Result<Vec<LossCounter>> {
+        self.0.loss_counters()
+    }
+    fn scan_events(
+        &self,
+        filter: &EventFilter,
+        f: &mut dyn FnMut(StoredEvent),
+    ) -> causeway_backends::error::Result<u64> {
+        self.0.scan_events(filter, f)
+    }
+    fn stacks(&self, hashes: &[i64]) -> causeway_backends::error::Result<BTreeMap<i64, StackRecord>> {
+        self.0.stacks(hashes)
+    }
+    fn launch_configs(&self) -> causeway_backends::error::Result<Vec<causeway_model::LaunchConfig>> {
+        self.0.launch_configs()
+    }
+    fn kernel_names(&self) -> causeway_backends::error::Result<Vec<causeway_model::KernelName>> {
+        self.0.kernel_names()
+    }
+    fn attachments(&self) -> causeway_backends::error::Result<Vec<causeway_model::LibraryAttach>> {
+        self.0.attachments()
+    }
+    fn query(&self, sql: &str, limits: &QueryLimits) -> causeway_backends::error::Result<QueryResult> {
+        self.0.query(sql, limits)
+    }
+    fn describe_schema(&self) -> causeway_backends::error::Result<SchemaDescription> {
+        self.0.describe_schema()
+    }
 }
 
 pub fn summary_is_nearest_rank(b: Backend) {
