@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 # One style (rustfmt.toml): a formatting drift fails before anything is built.
 cargo fmt --all -- --check
+# Lints: every target of the workspace, warnings are errors (the DuckDB engine included).
+cargo clippy --release --locked --workspace --all-targets -- -D warnings
 cargo test --release --locked --workspace
 # The SQLite-only build (no C++ DuckDB) must keep working: build it in its own target directory and
 # run the engine conformance suite and the convert round-trips on it.

@@ -78,7 +78,7 @@ impl KernelIndex {
             .values()
             .filter(|k| k.name.to_lowercase().contains(&n) || k.mangled.to_lowercase().contains(&n))
             .collect();
-        v.sort_by(|a, b| (a.pid, a.handle).cmp(&(b.pid, b.handle)));
+        v.sort_by_key(|k| (k.pid, k.handle));
         v
     }
 }

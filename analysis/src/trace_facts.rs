@@ -76,6 +76,13 @@ pub fn host_work_facts(
     Ok(out)
 }
 
+/// A process as the I/O facts group it: (pid, comm).
+type ProcessKey = (u32, String);
+
+/// A process's block requests during the waits: (in-flight intervals clipped to the waits, bytes,
+/// requests, a tid).
+type InFlight = (Vec<(i64, i64)>, i64, u64, u32);
+
 /// The other processes whose block requests were in flight during a chain's D-state waits: for each,
 /// the time during the waits when it had at least one request in flight (the union of its requests'
 /// intervals, so a burst of concurrent requests counts once), most first. The top one is the chain's
@@ -90,8 +97,7 @@ pub fn io_contenders(
     let (Some(a), Some(b)) = (waits.first().map(|w| w.0), waits.iter().map(|w| w.1).max()) else {
         return Ok((None, Vec::new()));
     };
-    // (pid, comm) -> (in-flight intervals clipped to the waits, bytes, requests, a tid)
-    let mut by: BTreeMap<(u32, String), (Vec<(i64, i64)>, i64, u64, u32)> = BTreeMap::new();
+    let mut by: BTreeMap<ProcessKey, InFlight> = BTreeMap::new();
     for r in trace_data::block_requests_all(store, a, b)? {
         let e = &r.event;
         if e.pid == victim || e.pid == 0 {
@@ -111,7 +117,7 @@ pub fn io_contenders(
             x.2 += 1;
         }
     }
-    let mut top: Vec<((u32, String), (i64, i64, u64, u32))> = by
+    let mut top: Vec<(ProcessKey, (i64, i64, u64, u32))> = by
         .into_iter()
         .map(|(k, (iv, bytes, n, tid))| {
             let busy = trace_data::merge_intervals(iv).iter().map(|(x, y)| y - x).sum();

@@ -16,6 +16,9 @@ pub(crate) const CODE_COUNTS_SQL: &str =
 /// `(source_id, op_id, name, description)` of the DB's own `ops` lookup table.
 pub(crate) const OP_NAMES_SQL: &str = "SELECT source_id, op_id, name, description FROM ops";
 
+/// One row of an `ops` table: ((source, op), (name, meaning)).
+pub(crate) type OpNameRow = ((i64, i64), (String, String));
+
 /// What an engine reads from its live database for a schema description.
 pub(crate) trait LiveCatalog {
     fn info(&self) -> &TraceInfo;
@@ -28,7 +31,7 @@ pub(crate) trait LiveCatalog {
     /// The rows of [`CODE_COUNTS_SQL`].
     fn code_counts(&self) -> Result<Vec<(i64, i64, i64)>>;
     /// The rows of [`OP_NAMES_SQL`] (only called when the DB has an `ops` table).
-    fn op_names(&self) -> Result<Vec<((i64, i64), (String, String))>>;
+    fn op_names(&self) -> Result<Vec<OpNameRow>>;
 }
 
 /// How an engine's description differs: its name and the notes that hold only for it.

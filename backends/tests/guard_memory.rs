@@ -61,7 +61,7 @@ fn memory_stays_bounded_and_the_safety_net_holds() {
     // The memory came back: a normal query runs right after.
     assert!(guard::run_sqlite(&f.uri, "SELECT count(*) FROM events", &QueryLimits::default()).is_ok());
     // A wide row under the net but over the byte cap is cut before it is copied.
-    let five = format!("SELECT {}", vec!["printf('%.*c', 900000, 'x')"; 5].join(", "));
+    let five = format!("SELECT {}", ["printf('%.*c', 900000, 'x')"; 5].join(", "));
     let q = guard::run_sqlite(&f.uri, &five, &QueryLimits::default()).unwrap();
     assert_eq!((q.rows.len(), q.truncated), (0, true));
     f.unchanged().unwrap();

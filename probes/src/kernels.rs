@@ -111,7 +111,7 @@ impl KernelNamer {
             if self.named.contains(&(pid, handle)) {
                 continue;
             }
-            let named = self.from_facts(pid, handle, api).or_else(|| {
+            let named = self.named_by_facts(pid, handle, api).or_else(|| {
                 // a runtime handle that is a host address: the stub's symbol is the kernel's name
                 (api == Api::Runtime && (last_chance || !self.facts.contains_key(&pid)))
                     .then(|| stub_symbol(symbolizer, pid, self.stub_of(pid, handle)))
@@ -153,7 +153,7 @@ impl KernelNamer {
         self.facts.get(&pid).and_then(|f| f.kernel_stubs.get(&handle)).copied().unwrap_or(handle)
     }
 
-    fn from_facts(&self, pid: u32, handle: u64, api: Api) -> Option<(String, &'static str)> {
+    fn named_by_facts(&self, pid: u32, handle: u64, api: Api) -> Option<(String, &'static str)> {
         let f = self.facts.get(&pid)?;
         match api {
             Api::Runtime => {

@@ -73,7 +73,7 @@ pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>)
             anyhow::bail!("{name}: relocation against {tsec_name}");
         };
         insns[i + 1] = (insns[i + 1] & 0x0f) | (kind << 4);
-        insns[i + 4..i + 8].copy_from_slice(&(fd as i32).to_ne_bytes());
+        insns[i + 4..i + 8].copy_from_slice(&fd.to_ne_bytes());
         insns[i + 12..i + 16].copy_from_slice(&(value_off as i32).to_ne_bytes());
     }
     Ok(insns)

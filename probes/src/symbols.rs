@@ -58,7 +58,7 @@ impl ElfSymbols {
                 // the exported function
                 let local = !sym.is_global();
                 match offsets.get(name) {
-                    Some(&(_, was_local)) if !(was_local && !local) => {}
+                    Some(&(_, was_local)) if !was_local || local => {}
                     _ => {
                         offsets.insert(name.to_string(), (off, local));
                     }
@@ -106,7 +106,7 @@ pub(crate) fn defined_in<'d, R: ReadRef<'d>>(file: &object::File<'d, R>, wanted:
     let mut found: Vec<String> = file
         .dynamic_symbols()
         .chain(file.symbols())
-        .filter(|s| is_function_definition(s))
+        .filter(is_function_definition)
         .filter_map(|s| {
             let raw = s.name().ok()?;
             let name = raw.split('@').next().unwrap_or(raw);

@@ -19,7 +19,10 @@ fn of(events: &[Event], pid: u32, code: OpCode) -> Vec<&Event> {
     events.iter().filter(|e| e.pid == pid && e.source == code.source && e.op == code.op).collect()
 }
 
-fn config_counts(c: &Collected, events: &[&Event]) -> BTreeMap<(Vec<u32>, Vec<u32>, u32, Vec<u32>), usize> {
+/// A launch configuration as counted here: (grid, block, shared memory bytes, cluster).
+type ConfigKey = (Vec<u32>, Vec<u32>, u32, Vec<u32>);
+
+fn config_counts(c: &Collected, events: &[&Event]) -> BTreeMap<ConfigKey, usize> {
     let mut m = BTreeMap::new();
     for e in events {
         let cfg: &LaunchConfig =

@@ -33,7 +33,7 @@ impl LiveCatalog for SqliteStore {
         })
     }
 
-    fn op_names(&self) -> Result<Vec<((i64, i64), (String, String))>> {
+    fn op_names(&self) -> Result<Vec<crate::describe::OpNameRow>> {
         self.with_conn(|c| {
             c.prepare(OP_NAMES_SQL)?.query_map([], |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))))?.collect()
         })

@@ -134,9 +134,12 @@ pub(super) fn under_root(pid: u32, path: &Path) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/root")).join(rel)
 }
 
+/// A path that opens a mapped file, the file's (device, inode), and a note when the match is only probable.
+type OpenPath = (PathBuf, (u64, u64), Option<String>);
+
 /// The path that opens the file of maps line `m`, with its id and a note when the match is only
 /// probable; or why there is none.
-fn open_path(pid: u32, m: &MapsFile) -> Result<(PathBuf, (u64, u64), Option<String>), String> {
+fn open_path(pid: u32, m: &MapsFile) -> Result<OpenPath, String> {
     let candidates = [under_root(pid, &m.path), m.path.clone()];
     let ids: Vec<Option<(u64, u64)>> = candidates.iter().map(|c| file_id(c).ok()).collect();
     for (c, id) in candidates.iter().zip(&ids) {
