@@ -10,14 +10,23 @@ use std::borrow::Cow;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Source {
+    /// CUDA runtime API calls (libcudart).
     Cuda = 1,
+    /// The NVIDIA kernel driver (reserved, not traced).
     Nvidia = 2,
+    /// Host kernel events: scheduler, memory, process lifecycle.
     Host = 3,
+    /// CUDA driver API calls (libcuda).
     Driver = 4,
+    /// Block I/O requests.
     Io = 5,
+    /// TCP events.
     Tcp = 6,
+    /// Network socket events.
     Net = 7,
+    /// CUDA graph capture, instantiation and launch.
     CudaGraph = 8,
+    /// NCCL collectives.
     Nccl = 9,
 }
 
@@ -71,6 +80,7 @@ pub const fn is_gpu_call_source(source: u8) -> bool {
     }
 }
 
+/// (code, name, meaning) of every source, written into the `sources` lookup table.
 pub const SOURCES: &[(u8, &str, &str)] = &[
     (1, "CUDA", "CUDA Runtime API (libcudart) calls, uprobes + uretprobes"),
     (2, "NVIDIA", "NVIDIA kernel driver (nvidia.ko): reserved, not traced"),
@@ -88,14 +98,18 @@ pub const SOURCES: &[(u8, &str, &str)] = &[
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 pub struct OpCode {
+    /// The source ([`Source`] code).
     pub source: u8,
+    /// The op within the source.
     pub op: u16,
 }
 
 impl OpCode {
+    /// The code of (`source`, `op`).
     pub const fn new(source: u8, op: u16) -> OpCode {
         OpCode { source, op }
     }
+    /// Its name ([`op_name`]).
     pub fn name(self) -> Cow<'static, str> {
         op_name(self.source, self.op)
     }
@@ -113,7 +127,9 @@ impl OpCode {
     }
 }
 
-/// Named op codes used across the crates.
+/// Named op codes used across the crates. Each constant is named after its op (its meaning is in
+/// [`OPS`], the one table of codes).
+#[allow(missing_docs)]
 pub mod op {
     use super::OpCode;
     // source 1: CUDA runtime (Ingero 1-12, Causeway 13+)
@@ -195,6 +211,7 @@ pub enum OpKind {
     BlockIo,
     /// An in-kernel aggregate written periodically.
     Summary,
+    /// Anything else.
     Other,
 }
 
@@ -280,14 +297,17 @@ pub fn op_name(source: u8, op: u16) -> Cow<'static, str> {
     }
 }
 
+/// What kind of event a code is ([`OpKind::Other`] for unknown codes).
 pub fn op_kind(source: u8, op: u16) -> OpKind {
     find(source, op).map(|e| e.3).unwrap_or(OpKind::Other)
 }
 
+/// What a code means ("unknown op code" for unknown codes).
 pub fn op_description(source: u8, op: u16) -> &'static str {
     find(source, op).map(|e| e.4).unwrap_or("unknown op code")
 }
 
+/// A source's name (`source_N` for unknown codes).
 pub fn source_name(source: u8) -> Cow<'static, str> {
     match SOURCES.iter().find(|s| s.0 == source) {
         Some(s) => Cow::Borrowed(s.1),
@@ -385,6 +405,7 @@ pub enum SchedPolicy {
 }
 
 impl SchedPolicy {
+    /// The policy the low three bits of `cudaSetDeviceFlags` / `cuCtxCreate` flags ask for.
     pub fn from_flags(flags: i64) -> SchedPolicy {
         match flags & 0x7 {
             1 => SchedPolicy::Spin,
@@ -393,6 +414,7 @@ impl SchedPolicy {
             _ => SchedPolicy::Auto,
         }
     }
+    /// Its name as stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {
             SchedPolicy::Auto => "auto",
@@ -437,6 +459,7 @@ pub enum PrevState {
     Unknown = 255,
 }
 
+/// (code, name, meaning) of every [`PrevState`], written into the `prev_states` lookup table.
 pub const PREV_STATES: &[(u8, &str, &str)] = &[
     (0, "preempted", "still runnable when it left the CPU: another task took the CPU"),
     (1, "sleeping", "interruptible sleep (S): futex, poll, nanosleep, pipe, ..."),
@@ -446,9 +469,11 @@ pub const PREV_STATES: &[(u8, &str, &str)] = &[
 ];
 
 impl PrevState {
+    /// The stored `events.prev_state` value.
     pub fn code(self) -> u8 {
         self as u8
     }
+    /// The state a stored value stands for ([`PrevState::Unknown`] for others).
     pub fn from_code(code: i64) -> PrevState {
         match code {
             0 => PrevState::Preempted,
@@ -458,6 +483,7 @@ impl PrevState {
             _ => PrevState::Unknown,
         }
     }
+    /// Its name as stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {
             PrevState::Preempted => "preempted",

@@ -13,10 +13,12 @@ impl Fnv1a64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
 
+    /// The empty state (the offset basis).
     pub const fn new() -> Self {
         Fnv1a64(Self::OFFSET_BASIS)
     }
 
+    /// Hash `bytes` after what was written before.
     pub fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
             self.0 ^= u64::from(*b);
@@ -24,6 +26,7 @@ impl Fnv1a64 {
         }
     }
 
+    /// The hash of everything written so far.
     pub const fn finish(&self) -> u64 {
         self.0
     }

@@ -6,6 +6,8 @@
 //! more; [`codes`] names and describes every code, and the backends write those descriptions into
 //! lookup tables so that an agent reading the database sees what each number means.
 
+#![warn(missing_docs)]
+
 pub mod codes;
 pub mod demangle;
 pub mod fnv;
@@ -22,11 +24,15 @@ pub struct Event {
     pub ts_ns: i64,
     /// Call duration, I/O latency, or off-CPU time for sched_switch, ns.
     pub dur_ns: i64,
+    /// Process (thread group) id.
     pub pid: u32,
+    /// Thread id.
     pub tid: u32,
     /// CPU the event happened on (for sched_switch: the CPU the thread was switched out of); -1 unknown.
     pub cpu: i32,
+    /// Event source ([`codes::Source`] code, the `events.source` column).
     pub source: u8,
+    /// Op code within the source ([`codes::OPS`]).
     pub op: u16,
     /// Op-specific argument: bytes for alloc/memcpy, kernel function pointer for launches, bytes for block I/O.
     pub arg0: i64,
@@ -38,7 +44,9 @@ pub struct Event {
     pub ret_code: i32,
     /// FNV-64 hash of the user stack (0 = none); key into `stack_traces`.
     pub stack_hash: i64,
+    /// GPU the call addressed, when known (Ingero's column; 0 otherwise).
     pub gpu_id: i32,
+    /// cgroup v2 id of the thread (0 when not recorded).
     pub cgroup_id: i64,
     /// Command name of the thread (`/proc/PID/task/TID/comm`), at most 15 bytes in the kernel.
     pub comm: String,
@@ -57,9 +65,13 @@ pub struct Event {
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
 pub struct LaunchConfig {
+    /// Grid dimensions in thread blocks (x, y, z).
     pub grid: [u32; 3],
+    /// Block dimensions in threads (x, y, z).
     pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
     pub shared_mem_bytes: u32,
+    /// Thread-block cluster dimensions (x, y, z; 0 when the launch set none).
     pub cluster: [u32; 3],
 }
 
@@ -89,7 +101,9 @@ impl LaunchConfig {
 /// `CUkernel` for driver launches). Stored in `kernel_names`, keyed by (pid, handle).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct KernelName {
+    /// The process whose launches carry `handle`.
     pub pid: u32,
+    /// What the launches carry in `arg0` for this kernel.
     pub handle: i64,
     /// Demangled (`vector_add(float*, float*, int)`); the mangled name when it does not demangle.
     pub name: String,
@@ -104,6 +118,7 @@ pub struct KernelName {
 /// be attached (statically linked without symbols). Stored in `attachments`: what a trace covers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct LibraryAttach {
+    /// The traced process.
     pub pid: u32,
     /// The file as the process maps it (empty for a note about a library that could not be found).
     pub path: String,
@@ -131,12 +146,15 @@ pub struct SchedDetail {
     pub prev_state: PrevState,
     /// The task that took the CPU when this thread left it.
     pub next_pid: u32,
+    /// Thread id of that task.
     pub next_tid: u32,
+    /// Its command name.
     pub next_comm: String,
     /// When the thread was woken (0 when it was preempted: it never slept).
     pub wake_ts_ns: i64,
     /// Who woke it (0 when unknown or preempted).
     pub waker_pid: u32,
+    /// Thread id of the waker.
     pub waker_tid: u32,
 }
 
@@ -184,9 +202,11 @@ pub enum LossKind {
 }
 
 impl LossKind {
+    /// Every kind, in the order they are reported.
     pub const ALL: [LossKind; 4] =
         [LossKind::RingReserve, LossKind::Decode, LossKind::SinkBackpressure, LossKind::Write];
 
+    /// The stored name (`loss_kinds.name`).
     pub fn as_str(self) -> &'static str {
         match self {
             LossKind::RingReserve => "ring_reserve",
@@ -196,10 +216,12 @@ impl LossKind {
         }
     }
 
+    /// The kind a stored name stands for.
     pub fn parse(s: &str) -> Option<LossKind> {
         LossKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
+    /// What a loss of this kind means, for the `loss_kinds` table.
     pub fn description(self) -> &'static str {
         match self {
             LossKind::RingReserve => "BPF ring buffer full: the kernel could not reserve space for the record",
@@ -215,26 +237,42 @@ impl LossKind {
 /// One loss counter: `count` events of `source` lost at `kind`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct LossCounter {
+    /// The source of the lost events ([`codes::Source`] code).
     pub source: u8,
+    /// Where the events were lost.
     pub kind: LossKind,
+    /// How many events.
     pub count: u64,
 }
 
 /// One trace run (one `causeway trace` invocation, or one Ingero session).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct SessionInfo {
+    /// Session id (`sessions.id`; `events.session_id` refers to it).
     pub id: i64,
+    /// When the trace started, unix ns.
     pub started_at_ns: i64,
+    /// When it stopped, unix ns (0 while it runs).
     pub stopped_at_ns: i64,
+    /// The tool and version that recorded it.
     pub tool_version: String,
+    /// Kernel release of the traced host.
     pub kernel: String,
+    /// Host name of the traced host.
     pub hostname: String,
+    /// Node name in a fleet (Ingero's `node`; the host name by default).
     pub node: String,
+    /// The process ids asked for (comma-separated; empty when a command was traced).
     pub pid_filter: String,
+    /// The command traced, as given.
     pub command: String,
+    /// The tracer's options, as `key=value` pairs.
     pub flags: String,
+    /// GPU model of the host, when known.
     pub gpu_model: String,
+    /// NVIDIA driver version, when known.
     pub gpu_driver: String,
+    /// CUDA version of the driver, when known.
     pub cuda_version: String,
     /// pid of the Causeway process that recorded the session (0: unknown, e.g. Ingero DBs): its
     /// own reader and writer threads run on the same CPUs and may show up in the trace.

@@ -4,17 +4,22 @@
 /// A closed time window `[from_ns, to_ns]` on the trace's clock; `None` means unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct TimeWindow {
+    /// First instant in the window, unix ns (`None`: from the trace's start).
     pub from_ns: Option<i64>,
+    /// Last instant in the window, unix ns (`None`: to the trace's end).
     pub to_ns: Option<i64>,
 }
 
 impl TimeWindow {
+    /// The whole trace.
     pub const ALL: TimeWindow = TimeWindow { from_ns: None, to_ns: None };
 
+    /// Whether `ts` lies in the window (both ends included).
     pub fn contains(&self, ts: i64) -> bool {
         self.from_ns.is_none_or(|f| ts >= f) && self.to_ns.is_none_or(|t| ts <= t)
     }
 
+    /// Whether the window is unbounded on both sides.
     pub fn is_all(&self) -> bool {
         self.from_ns.is_none() && self.to_ns.is_none()
     }
