@@ -34,6 +34,8 @@ struct ProcessLibs {
     files: BTreeSet<(u64, u64)>,
     /// the program was checked for a linked-in runtime
     program_checked: bool,
+    /// files the poll saw mapped once and left to the loader hook's notice
+    poll_seen: BTreeSet<(u64, u64)>,
 }
 
 /// Tracks the libraries of every traced process and attaches new ones.
@@ -44,6 +46,9 @@ pub struct LibraryTracker {
     /// rows not yet written to the trace
     rows: Vec<LibraryAttach>,
     pub notes: Vec<String>,
+    /// Leave a library the poll finds to the loader hook's notice for one poll round (set when
+    /// processes are stopped at the hook, which makes the notice's attach complete).
+    pub defer_polled: bool,
 }
 
 fn now_ns() -> i64 {
@@ -61,8 +66,13 @@ impl LibraryTracker {
     /// Attach every `--cuda-lib` file (a directory: the CUDA libraries in it). A file that is not a
     /// CUDA library, or cannot be read, is an error: a library the user named is never dropped.
     pub fn with_explicit(probes: &mut Probes, libs: &[PathBuf]) -> Result<LibraryTracker, ProbeError> {
-        let mut t =
-            LibraryTracker { procs: HashMap::new(), explicit: BTreeMap::new(), rows: Vec::new(), notes: Vec::new() };
+        let mut t = LibraryTracker {
+            procs: HashMap::new(),
+            explicit: BTreeMap::new(),
+            rows: Vec::new(),
+            notes: Vec::new(),
+            defer_polled: false,
+        };
         for path in libs {
             let files: Vec<PathBuf> = if path.is_dir() {
                 let mut v: Vec<PathBuf> = std::fs::read_dir(path)
@@ -141,6 +151,16 @@ impl LibraryTracker {
         let (libs, notes) = discovery::mapped_cuda_libs(pid);
         self.notes.extend(notes);
         for lib in libs {
+            if how == "poll" && self.defer_polled {
+                // mapped by a dlopen whose loader-hook notice is due (the process is stopped in the
+                // hook before any of the library's code runs): the notice attaches it as complete;
+                // the poll attaches it only if it is still unattached on its next round
+                let Some(id) = crate::loader::file_id(&lib.open_path) else { continue };
+                let p = self.procs.entry(pid).or_default();
+                if !p.files.contains(&id) && p.poll_seen.insert(id) {
+                    continue;
+                }
+            }
             self.attach(probes, pid, &lib.path_in_process, &lib.open_path, lib.kind, how, complete);
         }
         let p = self.procs.entry(pid).or_default();

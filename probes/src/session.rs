@@ -257,6 +257,7 @@ pub async fn trace(
     }
     let mut probes = Probes::load(&load_options(&opts)).map_err(|e| ProbeError::load_failure(&e))?;
     let mut libs = LibraryTracker::with_explicit(&mut probes, &opts.cuda_libs)?;
+    libs.defer_polled = opts.stop_on_load;
     let mut child = start_targets(&opts, &mut probes, &mut libs, &mut report)?;
     write_attachments(&mut libs, &mut sink, &mut report).await;
 
