@@ -582,6 +582,7 @@ fn attributed_chain(
     };
     let op_label = s.op.map(|o| o.name().into_owned()).unwrap_or_else(|| "gap".into());
     let mut recommendations = chains::recommendations(s.kind, cause, &s.op_name, &culprit, pid);
+    let tracer_effect = culprit.as_ref().is_some_and(|c| names.tracers.contains(&c.pid));
     if let Some(c) = culprit.as_ref().filter(|c| names.tracers.contains(&c.pid)) {
         details.push(format!(
             "pid {} is Causeway itself, the tracer that recorded this trace: its ring reader and writer threads ran on the workload's CPUs",
@@ -596,7 +597,11 @@ fn attributed_chain(
         id: String::new(),
         key: chains::chain_key(s.kind, &op_label, cause, &ckey)
             + &s.tid.map(|t| format!("/tid:{t}")).unwrap_or_default(),
-        severity: chains::attributed_severity(s.kind, cause, share, g.stall_ns),
+        // an effect of tracing is said, never ranked HIGH as the workload's problem
+        severity: match chains::attributed_severity(s.kind, cause, share, g.stall_ns) {
+            sev if tracer_effect => sev.max(Severity::Medium),
+            sev => sev,
+        },
         kind: s.kind,
         op: s.op_name.clone(),
         cause: cause.as_str().into(),
