@@ -226,7 +226,7 @@ pub fn kernel_report(
             dur: e.dur_ns,
             pid: e.pid,
             tid: e.tid,
-            op: OpCode::new(e.source, e.op),
+            op: e.code(),
             handle: e.arg0,
             config: e.launch_config,
         });

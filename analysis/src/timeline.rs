@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use causeway_backends::{EventFilter, EventId, StoredEvent, TraceStore};
-use causeway_model::codes::{op, OpCode, Source};
+use causeway_model::codes::{op, Source};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::PrevState;
 
@@ -118,7 +118,7 @@ fn off_cpu_detail(e: &causeway_model::Event) -> String {
 
 fn entry_of(s: &StoredEvent) -> TimelineEntry {
     let e = &s.event;
-    let code = OpCode::new(e.source, e.op);
+    let code = e.code();
     let (kind, ts, end, detail) = if code == op::SCHED_SWITCH {
         let (a, b) = e.off_cpu_interval();
         ("off_cpu", a, b, off_cpu_detail(e))
@@ -155,7 +155,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
         Some(id) => {
             let ev = store.events_by_id(std::slice::from_ref(id))?;
             let e = ev.first().ok_or_else(|| AnalysisError::BadArgument(format!("no event with id {id}")))?;
-            let (a, b) = if OpCode::new(e.event.source, e.event.op) == op::SCHED_SWITCH {
+            let (a, b) = if e.event.code() == op::SCHED_SWITCH {
                 e.event.off_cpu_interval()
             } else {
                 (e.event.ts_ns, e.event.end_ns())
@@ -207,16 +207,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
             t.comm = clean(&e.comm);
         }
         if is_gpu_call_source(e.source) {
-            let call = Call {
-                id: s.id.clone(),
-                ts: e.ts_ns,
-                dur: e.dur_ns,
-                pid: e.pid,
-                tid: e.tid,
-                op: OpCode::new(e.source, e.op),
-                arg0: e.arg0,
-                arg2: e.arg2,
-            };
+            let call = Call::of(s);
             calls_of.entry(e.tid).or_default().push((t.entries.len(), call));
         }
         t.entries.push(entry_of(s));

@@ -149,15 +149,15 @@ pub struct SlimEvent {
 
 impl SlimEvent {
     /// The integer columns of a full event.
-    pub fn of(s: StoredEvent) -> SlimEvent {
-        let e = s.event;
+    pub fn of(s: &StoredEvent) -> SlimEvent {
+        let e = &s.event;
         SlimEvent {
-            id: s.id,
+            id: s.id.clone(),
             ts: e.ts_ns,
             dur: e.dur_ns,
             pid: e.pid,
             tid: e.tid,
-            op: OpCode::new(e.source, e.op),
+            op: e.code(),
             arg0: e.arg0,
             arg2: e.arg2,
         }
@@ -269,14 +269,14 @@ pub trait TraceStore: Send + Sync {
     fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64> {
         self.scan_events(filter, &mut |s| {
             let e = &s.event;
-            f(&DurationRow { op: OpCode::new(e.source, e.op), pid: e.pid, ts_ns: e.ts_ns, dur_ns: e.dur_ns })
+            f(&DurationRow { op: e.code(), pid: e.pid, ts_ns: e.ts_ns, dur_ns: e.dur_ns })
         })
     }
     /// Calls `f` for every event matching the filter as a [`SlimEvent`], in no particular order;
     /// returns the count. The fast path for attribution: no strings are read (engines may return
     /// rows in time order; callers sort).
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
-        self.scan_events(filter, &mut |s| f(SlimEvent::of(s)))
+        self.scan_events(filter, &mut |s| f(SlimEvent::of(&s)))
     }
     /// tid -> the `comm` of the thread's earliest (`latest`: latest) event with a non-empty `comm`
     /// among the events matching the filter, for the threads in `filter.tids` (all threads when

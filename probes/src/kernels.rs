@@ -93,7 +93,7 @@ impl KernelNamer {
     /// Note the handles of the launches in `events` that have not been seen before.
     pub fn launches(&mut self, events: &[Event]) {
         for e in events {
-            let Some(api) = launch_api(OpCode::new(e.source, e.op)) else { continue };
+            let Some(api) = launch_api(e.code()) else { continue };
             if self.seen.insert((e.pid, e.arg0 as u64, api)) {
                 self.pending.insert((e.pid, e.arg0 as u64, api));
             }
