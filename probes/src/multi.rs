@@ -19,6 +19,8 @@ const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_PSEUDO_MAP_VALUE: u8 = 2;
+/// `src_reg` of a BPF-to-BPF call.
+const BPF_PSEUDO_CALL: u8 = 1;
 
 fn sys_bpf(cmd: libc::c_long, attr: &mut [u8; 144]) -> std::io::Result<RawFd> {
     // SAFETY: attr is a zero-initialized bpf_attr of sufficient size for these commands.
@@ -38,45 +40,133 @@ fn put64(a: &mut [u8], off: usize, v: u64) {
 }
 
 /// The instructions of function `name` from `elf`, with every map reference relocated to
-/// `map_fds[map name]` (`.rodata` references to the `.rodata` map, as values).
+/// `map_fds[map name]` (`.rodata` references to the `.rodata` map, as values) and the static
+/// functions it calls (BPF-to-BPF calls into `.text`) appended after it, their calls re-aimed, as
+/// libbpf links them.
 pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>) -> anyhow::Result<Vec<u8>> {
     let file = object::File::parse(elf)?;
     let sym = file
         .symbols()
         .find(|s| s.name() == Ok(name))
         .ok_or_else(|| anyhow::anyhow!("no function {name} in the BPF object"))?;
-    let sec = file.section_by_index(sym.section_index().ok_or_else(|| anyhow::anyhow!("{name}: no section"))?)?;
-    let data = sec.data()?;
-    let (start, size) = (sym.address() as usize, sym.size() as usize);
-    anyhow::ensure!(size > 0 && start + size <= data.len() && size % 8 == 0, "{name}: bad symbol bounds");
-    let mut insns = data[start..start + size].to_vec();
-    for (off, rel) in sec.relocations() {
-        let off = off as usize;
-        if off < start || off >= start + size {
-            continue;
+    let main = Func {
+        section: sym.section_index().ok_or_else(|| anyhow::anyhow!("{name}: no section"))?,
+        start: sym.address(),
+        size: sym.size(),
+    };
+    let mut funcs = vec![main];
+    let mut placed: HashMap<(object::SectionIndex, u64), usize> = HashMap::new();
+    // (index of a call instruction in the output, section and byte offset of its target)
+    let mut calls: Vec<(usize, object::SectionIndex, u64)> = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
+    let mut next = 0;
+    while next < funcs.len() {
+        let f = funcs[next];
+        next += 1;
+        let base = out.len() / 8;
+        placed.insert((f.section, f.start), base);
+        let sec = file.section_by_index(f.section)?;
+        let data = sec.data()?;
+        let (start, size) = (f.start as usize, f.size as usize);
+        anyhow::ensure!(size > 0 && start + size <= data.len() && size % 8 == 0, "{name}: bad symbol bounds");
+        let mut insns = data[start..start + size].to_vec();
+        let relocs: HashMap<usize, object::Relocation> = sec
+            .relocations()
+            .filter(|(off, _)| (*off as usize) >= start && (*off as usize) < start + size)
+            .map(|(off, r)| (off as usize - start, r))
+            .collect();
+        let mut i = 0;
+        while i < insns.len() {
+            let code = insns[i];
+            let imm = i32::from_ne_bytes(insns[i + 4..i + 8].try_into().unwrap()) as i64;
+            let is_call = code == 0x85 && insns[i + 1] >> 4 == BPF_PSEUDO_CALL;
+            let target = match relocs.get(&i) {
+                Some(rel) if is_call => Some(call_target(&file, rel, imm)?),
+                None if is_call => Some((f.section, (start as i64 + i as i64 + (imm + 1) * 8) as u64)),
+                _ => None,
+            };
+            if let Some((tsec, byte)) = target {
+                let callee = function_at(&file, tsec, byte)
+                    .ok_or_else(|| anyhow::anyhow!("{name}: a call to {byte:#x}, in no function"))?;
+                if !funcs.contains(&callee) {
+                    funcs.push(callee);
+                }
+                calls.push((base + i / 8, tsec, byte));
+            } else if let Some(rel) = relocs.get(&i) {
+                relocate_map_ref(&file, name, &mut insns, i, rel, map_fds)?;
+            }
+            i += if code == 0x18 { 16 } else { 8 };
         }
-        let i = off - start;
-        let RelocationTarget::Symbol(si) = rel.target() else { anyhow::bail!("{name}: unexpected relocation target") };
-        let target = file.symbol_by_index(si)?;
-        let tsec = target.section_index().map(|x| file.section_by_index(x)).transpose()?;
-        let tsec_name = tsec.as_ref().and_then(|s| s.name().ok()).unwrap_or("");
-        anyhow::ensure!(insns[i] == 0x18 && i + 16 <= insns.len(), "{name}: relocation at {i} is not a 64-bit load");
-        let imm = i32::from_ne_bytes(insns[i + 4..i + 8].try_into().unwrap()) as i64;
-        let (fd, kind, value_off) = if tsec_name == ".maps" {
-            let map = target.name()?;
-            (*map_fds.get(map).ok_or_else(|| anyhow::anyhow!("{name}: map {map} has no fd"))?, BPF_PSEUDO_MAP_FD, 0i64)
-        } else if tsec_name.starts_with(".rodata") || tsec_name == ".bss" || tsec_name == ".data" {
-            let fd =
-                *map_fds.get(tsec_name).ok_or_else(|| anyhow::anyhow!("{name}: data map {tsec_name} has no fd"))?;
-            (fd, BPF_PSEUDO_MAP_VALUE, target.address() as i64 + imm)
-        } else {
-            anyhow::bail!("{name}: relocation against {tsec_name}");
-        };
-        insns[i + 1] = (insns[i + 1] & 0x0f) | (kind << 4);
-        insns[i + 4..i + 8].copy_from_slice(&fd.to_ne_bytes());
-        insns[i + 12..i + 16].copy_from_slice(&(value_off as i32).to_ne_bytes());
+        out.extend_from_slice(&insns);
     }
-    Ok(insns)
+    for (at, tsec, byte) in calls {
+        let callee = function_at(&file, tsec, byte).expect("found above");
+        let target = placed[&(callee.section, callee.start)] + ((byte - callee.start) / 8) as usize;
+        let imm = target as i64 - (at as i64 + 1);
+        out[at * 8 + 4..at * 8 + 8].copy_from_slice(&(imm as i32).to_ne_bytes());
+    }
+    Ok(out)
+}
+
+/// Where a relocated call goes (section, byte offset): the symbol plus `imm + 1` instructions
+/// (`R_BPF_64_32` against the section of a static function).
+fn call_target(
+    file: &object::File<'_>,
+    rel: &object::Relocation,
+    imm: i64,
+) -> anyhow::Result<(object::SectionIndex, u64)> {
+    let RelocationTarget::Symbol(si) = rel.target() else { anyhow::bail!("unexpected call relocation target") };
+    let t = file.symbol_by_index(si)?;
+    let tsec = t.section_index().ok_or_else(|| anyhow::anyhow!("a call into no section"))?;
+    let byte =
+        if t.kind() == object::SymbolKind::Text { t.address() as i64 } else { t.address() as i64 + (imm + 1) * 8 };
+    Ok((tsec, byte as u64))
+}
+
+/// A function's place in the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Func {
+    section: object::SectionIndex,
+    start: u64,
+    size: u64,
+}
+
+/// The function of section `sec` that starts at or contains byte `at`.
+fn function_at(file: &object::File<'_>, sec: object::SectionIndex, at: u64) -> Option<Func> {
+    file.symbols()
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.section_index() == Some(sec) && s.size() > 0)
+        .find(|s| at >= s.address() && at < s.address() + s.size())
+        .map(|s| Func { section: sec, start: s.address(), size: s.size() })
+}
+
+/// Point the 64-bit load at `i` to the map (or data section value) its relocation names.
+fn relocate_map_ref(
+    file: &object::File<'_>,
+    name: &str,
+    insns: &mut [u8],
+    i: usize,
+    rel: &object::Relocation,
+    map_fds: &HashMap<String, RawFd>,
+) -> anyhow::Result<()> {
+    let RelocationTarget::Symbol(si) = rel.target() else { anyhow::bail!("{name}: unexpected relocation target") };
+    let target = file.symbol_by_index(si)?;
+    let tsec = target.section_index().map(|x| file.section_by_index(x)).transpose()?;
+    let tsec_name = tsec.as_ref().and_then(|s| s.name().ok()).unwrap_or("");
+    anyhow::ensure!(insns[i] == 0x18 && i + 16 <= insns.len(), "{name}: relocation at {i} is not a 64-bit load");
+    let imm = i32::from_ne_bytes(insns[i + 4..i + 8].try_into().unwrap()) as i64;
+    let (fd, kind, value_off) = if tsec_name == ".maps" {
+        let map = target.name()?;
+        (*map_fds.get(map).ok_or_else(|| anyhow::anyhow!("{name}: map {map} has no fd"))?, BPF_PSEUDO_MAP_FD, 0i64)
+    } else if tsec_name.starts_with(".rodata") || tsec_name == ".bss" || tsec_name == ".data" {
+        let fd = *map_fds.get(tsec_name).ok_or_else(|| anyhow::anyhow!("{name}: data map {tsec_name} has no fd"))?;
+        (fd, BPF_PSEUDO_MAP_VALUE, target.address() as i64 + imm)
+    } else {
+        anyhow::bail!("{name}: relocation against {tsec_name}");
+    };
+    insns[i + 1] = (insns[i + 1] & 0x0f) | (kind << 4);
+    insns[i + 4..i + 8].copy_from_slice(&fd.to_ne_bytes());
+    insns[i + 12..i + 16].copy_from_slice(&(value_off as i32).to_ne_bytes());
+    Ok(())
 }
 
 /// Load a uprobe_multi program; the verifier log is in the error when it is refused.
