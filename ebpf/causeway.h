@@ -12,6 +12,7 @@
 #define CW_REC_LAUNCH 6 /* a kernel launch: a cw_call followed by its launch configuration */
 #define CW_REC_NAME 7   /* a fact about a kernel's name (cw_name) */
 #define CW_REC_DL 8     /* a traced process finished a dlopen/dlclose (the loader's debugger hook) */
+#define CW_REC_PY_CODE 9 /* a CPython code object first seen in a Python stack (cw_py_code) */
 
 /* what a cw_name says (probes/src/cuda_table.rs NameAbi) */
 #define CW_NAME_REGISTER 1   /* handle = host stub, name = device function (__cudaRegisterFunction) */
@@ -44,7 +45,13 @@
 #define CW_CNT_PAGE_OTHER_BYTES 37
 #define CW_CNT_SWITCH_OTHER_NS 38  /* on-CPU ns of untraced (non-idle) tasks, summed at their switch-out */
 #define CW_CNT_NAME_LOST 39        /* kernel-name facts lost (ring full) */
-#define CW_CNT_N 40
+#define CW_CNT_PY_NO_THREAD 40     /* Python process, but no thread state for the calling thread */
+#define CW_CNT_PY_TRUNCATED 41     /* Python stack deeper than CW_PY_DEPTH: the outer frames are cut */
+#define CW_CNT_PY_FAULT 42         /* a frame could not be read (chain changed under the walk): cut there */
+#define CW_CNT_PY_TABLE_FULL 43    /* cw_py_stacks full: the call has no Python stack */
+#define CW_CNT_PY_COLLISION 44     /* two Python stacks with one key: the later has none */
+#define CW_CNT_PY_CODE_LOST 45     /* a code object record lost (ring full): its frames are unnamed */
+#define CW_CNT_N 46
 
 struct cw_call {
     __u8 kind;
@@ -60,7 +67,7 @@ struct cw_call {
     __u64 arg2;
     __s64 ret;
     __s32 stack_id; /* -1: none */
-    __u32 pad;
+    __u32 py_stack; /* key into cw_py_stacks; 0: none */
     char comm[16];   /* empty after the thread's first call: user space keeps it by tid */
 }; /* 88 bytes */
 
@@ -98,6 +105,93 @@ struct cw_dl {
     __u32 pad2;
     __u64 ts;
 }; /* 24 bytes */
+
+/* Python frames (ebpf/python.bpf.h; user space: probes/src/python). */
+#define CW_PY_DEPTH 64        /* frames kept per stack (shim frames included), innermost first */
+#define CW_PY_NONE 0xffff     /* a layout field the version does not have */
+#define CW_PY_FILE_MAX 256
+#define CW_PY_NAME_MAX 128
+#define CW_PY_LINETABLE_MAX 4096
+#define CW_PYF_ENTRY 1        /* the outermost frame of one eval-loop invocation */
+#define CW_PYF_NO_INSTR 2     /* the instruction offset could not be computed */
+#define CW_PYF_SHIM 4         /* a shim frame of the eval loop (3.12+): not a frame of Python code;
+                               * it ends the group of the frame before it */
+#define CW_PYS_TRUNCATED 1    /* cw_py_stack.flags: more frames than CW_PY_DEPTH */
+#define CW_PYS_FAULT 2        /* a frame could not be read: the walk stopped there */
+
+/* How to walk one CPython process's frames, per traced process (cw_py_procs), filled by user space
+ * from the interpreter's own debug offsets (3.13+) or per-version tables. Frame fields are relative
+ * to `frame_span`: one 128-byte read per frame covers them all. */
+struct cw_py_layout {
+    __u64 runtime;           /* address of _PyRuntime */
+    __u64 code_type;         /* address of PyCode_Type: a frame's code object must have it */
+    __u16 runtime_interps;   /* _PyRuntime.interpreters.head */
+    __u16 interp_next;
+    __u16 interp_threads;    /* PyInterpreterState.threads.head */
+    __u16 tstate_next;
+    __u16 tstate_thread_id;  /* pthread_t: the thread's fs base */
+    __u16 tstate_frame;      /* .frame (3.10), .cframe (3.11, 3.12), .current_frame (3.13+) */
+    __u16 cframe_frame;      /* CW_PY_NONE, or where the frame pointer is in the cframe */
+    __u16 frame_span;        /* where the 128-byte read of a frame starts */
+    __u16 frame_previous;    /* 8-aligned, relative to frame_span, as the next three */
+    __u16 frame_code;
+    __u16 frame_instr;       /* f_lasti (an int index, 3.10) or prev_instr / instr_ptr */
+    __u16 frame_owner;       /* byte; CW_PY_NONE before 3.12 */
+    __u16 frame_is_entry;    /* byte; 3.11 only */
+    __u16 code_code;         /* co_code_adaptive (3.11+) */
+    __u16 code_filename;
+    __u16 code_name;         /* co_qualname where it exists, else co_name */
+    __u16 code_firstlineno;
+    __u16 code_linetable;
+    __u16 object_type;       /* ob_type */
+    __u16 bytes_size;        /* ob_size of a bytes object */
+    __u16 bytes_data;        /* ob_sval */
+    __u16 unicode_state;
+    __u16 unicode_length;
+    __u16 ascii_data;        /* sizeof(PyASCIIObject) */
+    __u16 compact_data;      /* sizeof(PyCompactUnicodeObject) */
+    __u8 instr_is_index;     /* 1: frame_instr is an int instruction index; 0: a pointer into the code */
+    __u8 every_frame_entry;  /* 1: one eval-loop invocation per frame (3.10) */
+    __u8 owner_cstack;       /* the `owner` of the eval loop's shim frames (3.12+) */
+    __u8 minor;              /* CPython 3.minor */
+    __u8 pad[2];
+}; /* 72 bytes */
+
+struct cw_py_frame {
+    __u64 code;   /* PyCodeObject address */
+    __u32 instr;  /* instruction offset in code units */
+    __u32 flags;  /* CW_PYF_* */
+};
+
+/* One distinct Python stack (cw_py_stacks value; key: a 32-bit fold of `hash`, never 0). */
+struct cw_py_stack {
+    __u64 hash;   /* over the pid and every frame's code and offset */
+    __u32 pid;
+    __u16 depth;
+    __u16 flags;  /* CW_PYS_* */
+    struct cw_py_frame f[CW_PY_DEPTH];
+}; /* 1040 bytes */
+
+/* A code object, sent once per process and (address, first line) when a new stack names it. The
+ * strings are raw: ASCII / Latin-1, UCS-2 or UCS-4 after `kind` (1, 2, 4), cut at their max. */
+struct cw_py_code {
+    __u8 kind;
+    __u8 file_kind;
+    __u8 name_kind;
+    __u8 not_code;        /* its type is not PyCode_Type: the frame is garbage */
+    __u32 pid;
+    __u64 code;
+    __s32 firstlineno;
+    __u16 file_len;       /* bytes */
+    __u16 name_len;
+    __u16 linetable_len;  /* bytes read */
+    __u8 minor;           /* CPython 3.minor: which line-table format */
+    __u8 pad;
+    __u32 linetable_size; /* bytes the table has (more than read: lines past the cut are unknown) */
+    char file[CW_PY_FILE_MAX];
+    char name[CW_PY_NAME_MAX];
+    __u8 linetable[CW_PY_LINETABLE_MAX];
+}; /* 4512 bytes */
 
 struct cw_switch {
     __u8 kind;

@@ -88,6 +88,7 @@ struct cw_stash {
 /* per-thread slots for the calls in flight: runtime, driver (they nest) and a name-giving call */
 struct cw_slots {
     struct cw_stash s[3];
+    __u64 py_tstate; /* the thread's CPython thread state, when found once (python.bpf.h) */
 };
 
 struct {

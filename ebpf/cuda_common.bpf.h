@@ -18,6 +18,7 @@
 #ifndef CAUSEWAY_CUDA_COMMON_BPF_H
 #define CAUSEWAY_CUDA_COMMON_BPF_H
 #include "common.bpf.h"
+#include "python.bpf.h"
 
 #define P1 PT_REGS_PARM1(ctx)
 #define P2 PT_REGS_PARM2(ctx)
@@ -251,7 +252,8 @@ static __always_inline int cw_name_kernel_fn(struct pt_regs *ctx, struct cw_stas
 
 /* The common part of a call or launch record, from the slot. */
 static __always_inline void cw_fill_call(struct pt_regs *ctx, struct cw_call *r, struct cw_slots *slots,
-                                         struct cw_stash *s, struct task_struct *task, __u64 now, __u8 kind) {
+                                         struct cw_stash *s, struct task_struct *task, __u64 now, __u8 kind,
+                                         __u32 py_stack) {
     r->kind = kind;
     r->source = s->source;
     r->op = s->op;
@@ -264,7 +266,7 @@ static __always_inline void cw_fill_call(struct pt_regs *ctx, struct cw_call *r,
     r->arg1 = s->arg1;
     r->arg2 = s->arg2;
     r->ret = (__s32)PT_REGS_RC(ctx);
-    r->pad = 0;
+    r->py_stack = py_stack;
     /* comm once per thread (user space caches it by tid; sched records refresh it): saves a
      * helper call on every later return */
     if (!slots->s[0].comm_sent) {
@@ -299,13 +301,14 @@ static __always_inline int cw_leave(struct pt_regs *ctx, int slot) {
     struct cw_stash *s = &slots->s[slot];
     if (s->ts == 0) return 0; /* no entry seen (attached mid-call) */
     __u64 now = bpf_ktime_get_ns();
+    __u32 py = cfg_stacks ? cw_py_stack_of(task, slots) : 0;
     struct cw_call *r = bpf_ringbuf_reserve(&cw_rb_cuda, sizeof(*r), 0);
     if (!r) {
         cw_count(CW_CNT_LOST_BASE + s->source, 1);
         s->ts = 0;
         return 0;
     }
-    cw_fill_call(ctx, r, slots, s, task, now, CW_REC_CALL);
+    cw_fill_call(ctx, r, slots, s, task, now, CW_REC_CALL, py);
     cw_submit_call(r, slots);
     s->ts = 0;
     return 0;
@@ -319,13 +322,14 @@ static __always_inline int cw_leave_launch(struct pt_regs *ctx, int slot) {
     struct cw_stash *s = &slots->s[slot];
     if (s->ts == 0) return 0;
     __u64 now = bpf_ktime_get_ns();
+    __u32 py = cfg_stacks ? cw_py_stack_of(task, slots) : 0;
     struct cw_launch *r = bpf_ringbuf_reserve(&cw_rb_cuda, sizeof(*r), 0);
     if (!r) {
         cw_count(CW_CNT_LOST_BASE + s->source, 1);
         s->ts = 0;
         return 0;
     }
-    cw_fill_call(ctx, &r->call, slots, s, task, now, CW_REC_LAUNCH);
+    cw_fill_call(ctx, &r->call, slots, s, task, now, CW_REC_LAUNCH, py);
     r->cfg = s->cfg;
     cw_submit_call(r, slots);
     s->ts = 0;

@@ -1,7 +1,8 @@
 //! Top call stacks of GPU calls, by count and by time: native frames demangled (C++ and Rust),
-//! Python frames as `file:function:line`, unresolved frames as `lib+ip`. Reads Ingero's compact
-//! frames JSON and ours (the same format): `{"s":"sym+0xoff","f":"lib.so"}`, `{"i":"0x7f..","f":"lib"}`,
-//! `{"pf":"/path.py","pfn":"func","pl":12}`, innermost first.
+//! Python frames as `file:line in function` (the line being executed; `?` when unknown),
+//! unresolved frames as `lib+ip`. Reads Ingero's compact frames JSON and ours (the same format):
+//! `{"s":"sym+0xoff","f":"lib.so"}`, `{"i":"0x7f..","f":"lib"}`, `{"pf":"/path.py","pfn":"func","pl":12}`,
+//! innermost first, plus ours `{"note":"…"}` where a stack is incomplete (why).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -42,9 +43,9 @@ impl Default for StacksRequest {
 /// One frame, innermost first.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Frame {
-    /// `native`, `python` or `unresolved`.
+    /// `native`, `python`, `unresolved` or `note` (why the stack is incomplete there).
     pub kind: String,
-    /// Demangled `symbol+0xoff`, `file:function:line`, or `ip`.
+    /// Demangled `symbol+0xoff`, `file:line in function`, `ip`, or the note.
     pub text: String,
     /// The library (native frames).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -115,8 +116,14 @@ pub fn parse_frames(json: &str) -> Vec<Frame> {
             let s = |k: &str| f.get(k).and_then(|v| v.as_str());
             if let Some(file) = s("pf") {
                 let func = s("pfn").unwrap_or("?");
-                let line = f.get("pl").and_then(|v| v.as_i64()).unwrap_or(0);
-                return Some(Frame { kind: "python".into(), text: clean(&format!("{file}:{func}:{line}")), lib: None });
+                let text = match f.get("pl").and_then(|v| v.as_i64()).filter(|&l| l > 0) {
+                    Some(line) => format!("{file}:{line} in {func}"),
+                    None => format!("{file}:? in {func}"),
+                };
+                return Some(Frame { kind: "python".into(), text: clean(&text), lib: None });
+            }
+            if let Some(note) = s("note") {
+                return Some(Frame { kind: "note".into(), text: clean(note), lib: None });
             }
             let lib = s("f").map(clean);
             if let Some(sym) = s("s") {
@@ -266,7 +273,7 @@ mod tests {
             {"i":"0x7ac1c9e47f0e","f":"libcudart.so.12"}]"#;
         let f = parse_frames(json);
         assert_eq!(f.len(), 5);
-        assert_eq!(f[0].text, "/app/train.py:train_step:42");
+        assert_eq!(f[0].text, "/app/train.py:42 in train_step");
         assert_eq!(f[0].kind, "python");
         assert_eq!(f[1].text, "at::native::gpu_kernel_impl_nocast()+0x1f");
         assert_eq!(f[1].lib.as_deref(), Some("libtorch_cuda.so"));
@@ -274,6 +281,9 @@ mod tests {
         assert_eq!(f[3].text, "cudaMalloc+0x1cb");
         assert_eq!((f[4].kind.as_str(), f[4].text.as_str()), ("unresolved", "0x7ac1c9e47f0e"));
         assert!(parse_frames("not json").is_empty());
+        let f = parse_frames(r#"[{"pf":"a.py","pfn":"f","pl":0},{"note":"Python stack cut"}]"#);
+        assert_eq!(f[0].text, "a.py:? in f");
+        assert_eq!((f[1].kind.as_str(), f[1].text.as_str()), ("note", "Python stack cut"));
     }
 
     #[test]

@@ -364,7 +364,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("attachments", "symbols") => "JSON array of the symbols probed",
         ("attachments", "missing") => "JSON array of the symbols this library does not export",
         ("attachments", "note") => "what a reader must know about this attachment",
-        ("stack_traces", "frames") => "JSON frames innermost first: {s: symbol+off, f: lib} | {i: ip, f: lib} | {pf: file.py, pfn: func, pl: line}",
+        ("stack_traces", "frames") => "JSON frames innermost first: {s: symbol+off, f: lib} | {i: ip, f: lib} | {pf: file.py, pfn: func, pl: line being executed (0: unknown)} | {note: why the stack is incomplete}",
         ("loss_counters", "kind") => "where the events were lost, see loss_kinds",
         ("loss_counters", "count") => "events lost",
         _ => "",

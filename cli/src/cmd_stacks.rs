@@ -1,5 +1,5 @@
 //! `causeway stacks`: the call stacks behind GPU calls, ranked by count and by time, with native
-//! frames demangled and Python frames as file:function:line.
+//! frames demangled and Python frames as `file:line in function`.
 
 use std::path::PathBuf;
 

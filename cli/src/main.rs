@@ -38,7 +38,7 @@ enum Command {
     Query(cmd_query::Args),
     /// The incident report: causal chains of GPU stalls, ranked, each with SQL that reproduces its figure.
     Explain(cmd_explain::Args),
-    /// Top call stacks of GPU calls by count and by time, demangled, Python frames as file:function:line.
+    /// Top call stacks of GPU calls by count and by time, demangled, Python frames as `file:line in function` (the line being executed).
     Stacks(cmd_stacks::Args),
     /// What each thread of a process did, in order, with the off-CPU intervals between.
     Timeline(cmd_timeline::Args),

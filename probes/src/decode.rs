@@ -98,13 +98,13 @@ impl Decoder {
         }
     }
 
-    /// The event a record stands for; None for the records that are not events (kernel-name facts
-    /// and the loader's notifications, which the session handles itself).
+    /// The event a record stands for; None for the records that are not events (kernel-name facts,
+    /// the loader's notifications and Python code objects, which the session handles itself).
     pub fn event(&mut self, rec: Record) -> Option<Event> {
         let event = match rec {
             Record::Call(c) => self.call(c, 0),
             Record::Launch(c, cfg) => self.call(c, cfg.to_model().key()),
-            Record::Name(_) | Record::Dl(_) => return None,
+            Record::Name(_) | Record::Dl(_) | Record::PyCode(_) => return None,
             Record::Switch(mut s) => {
                 s.comm = self.comm_of(s.tid, std::mem::take(&mut s.comm));
                 Event {
@@ -197,11 +197,16 @@ impl Default for Decoder {
     }
 }
 
-/// FNV-1a 64 over the instruction pointers of a stack (the `stack_hash` key).
-pub fn stack_hash(ips: &[u64]) -> i64 {
+/// FNV-1a 64 over the instruction pointers of a stack and, when it has Python frames, their own
+/// hash (the `stack_hash` key: one `stack_traces` row per distinct native + Python stack).
+pub fn stack_hash(ips: &[u64], python: Option<u64>) -> i64 {
     let mut h = causeway_model::fnv::Fnv1a64::new();
     for ip in ips {
         h.write(&ip.to_le_bytes());
+    }
+    if let Some(p) = python {
+        h.write(b"py");
+        h.write(&p.to_le_bytes());
     }
     ((h.finish() & i64::MAX as u64) as i64).max(1) /* positive, never 0 (0 = no stack) */
 }
@@ -227,6 +232,7 @@ mod tests {
             arg2: 0,
             ret: 0,
             stack_id: -1,
+            py_stack: 0,
             comm: "x".into(),
         };
         let e = d.event(Record::Call(c.clone())).unwrap();

@@ -7,6 +7,8 @@
 //! - [`wire`] and [`decode`]: ring records to [`causeway_model::Event`].
 //! - [`session`]: [`trace`], one complete trace into an [`causeway_backends::EventSink`], with loss
 //!   accounting; [`stats`]: the live per-op table.
+//! - [`python`]: the CPython frames of a call (layout per interpreter, line tables, the merge
+//!   with native frames).
 //! - [`check`]: [`host_check`], what this host can trace and how to fix what is missing.
 
 pub mod check;
@@ -19,6 +21,7 @@ pub mod libraries;
 pub mod loader;
 pub mod multi;
 pub mod process;
+pub mod python;
 mod rings;
 pub mod session;
 pub mod stats;

@@ -141,6 +141,8 @@ pub struct Rings {
     pub sched: RingBuf<MapData>,
     pub host: RingBuf<MapData>,
     pub stacks: Option<StackTraceMap<MapData>>,
+    /// `cw_py_stacks`: the Python stacks, by the key a call carries (with `stacks` only).
+    pub py_stacks: Option<BpfHashMap<MapData, u32, crate::python::PyStackRaw>>,
 }
 
 pub struct Probes {
@@ -149,6 +151,8 @@ pub struct Probes {
     traced_bits: Array<MapData, u64>,
     counters: PerCpuArray<MapData, u64>,
     pages: PerCpuHashMap<MapData, u32, Pages>,
+    /// `cw_py_procs`: the frame-walk layout of each traced Python process.
+    py_procs: BpfHashMap<MapData, u32, crate::python::layout::PyLayoutRaw>,
     /// Attached files by (device, inode): the same file under two paths is attached once, and a
     /// different file at a known path is never taken for it.
     pub attached: BTreeMap<(u64, u64), AttachedLib>,
@@ -237,11 +241,13 @@ impl Probes {
         let counters = PerCpuArray::try_from(take(&mut ebpf, "cw_counters")?)?;
         let dl_quiet = BpfHashMap::try_from(take(&mut ebpf, "cw_dl_quiet")?)?;
         let pages = PerCpuHashMap::try_from(take(&mut ebpf, "cw_pages")?)?;
+        let py_procs = BpfHashMap::try_from(take(&mut ebpf, "cw_py_procs")?)?;
         let rings = Rings {
             cuda: RingBuf::try_from(take(&mut ebpf, "cw_rb_cuda")?)?,
             sched: RingBuf::try_from(take(&mut ebpf, "cw_rb_sched")?)?,
             host: RingBuf::try_from(take(&mut ebpf, "cw_rb_host")?)?,
             stacks: if opts.stacks { Some(StackTraceMap::try_from(take(&mut ebpf, "cw_stacks")?)?) } else { None },
+            py_stacks: if opts.stacks { Some(BpfHashMap::try_from(take(&mut ebpf, "cw_py_stacks")?)?) } else { None },
         };
         Ok(Probes {
             ebpf,
@@ -249,6 +255,7 @@ impl Probes {
             traced_bits,
             counters,
             pages,
+            py_procs,
             attached: BTreeMap::new(),
             loaders: BTreeMap::new(),
             dl_quiet,
@@ -274,6 +281,17 @@ impl Probes {
         let word = self.traced_bits.get(&idx, 0)?;
         self.traced_bits.set(idx, word | (1u64 << (tgid & 63)), 0)?;
         Ok(())
+    }
+
+    /// Walk the Python frames of `pid`'s calls with `layout` (replacing any earlier one: exec).
+    pub fn set_python(&mut self, pid: u32, layout: &crate::python::layout::PyLayoutRaw) -> anyhow::Result<()> {
+        self.py_procs.insert(pid, *layout, 0)?;
+        Ok(())
+    }
+
+    /// Stop walking Python frames of `pid` (it exec'd another program).
+    pub fn forget_python(&mut self, pid: u32) {
+        let _ = self.py_procs.remove(&pid);
     }
 
     pub fn traced_pids(&self) -> Vec<u32> {

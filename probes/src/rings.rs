@@ -12,18 +12,28 @@ use causeway_model::Event;
 
 use crate::decode::{loss_source, stack_hash, Decoder};
 use crate::loader::{Probes, Rings};
+use crate::python::{PyCodes, PyStack};
 use crate::wire::{self, cnt};
 
 #[derive(Default)]
 pub(crate) struct Msg {
     pub events: Vec<Event>,
-    pub stacks: Vec<(i64, u32, Vec<u64>)>,
+    pub stacks: Vec<StackMsg>,
     /// maps of processes, read by the reader when it first saw their calls (they may be gone now)
     pub maps: Vec<(u32, Vec<crate::symbols::Mapping>)>,
     /// launch configurations not sent before
     pub launch_configs: Vec<causeway_model::LaunchConfig>,
     /// kernel-name facts
     pub names: Vec<wire::NameRec>,
+}
+
+/// A stack not sent before: its hash, the process, the native instruction pointers (innermost
+/// first; empty when the native stack could not be read) and the Python frames, if any.
+pub(crate) struct StackMsg {
+    pub hash: i64,
+    pub pid: u32,
+    pub ips: Vec<u64>,
+    pub python: Option<PyStack>,
 }
 
 impl Msg {
@@ -96,6 +106,7 @@ pub(crate) fn read_rings(
     use std::os::fd::AsRawFd;
     let mut decoder = Decoder::new();
     let mut seen_stacks: HashSet<i64> = HashSet::new();
+    let mut py_codes = PyCodes::default();
     let mut seen_configs: HashSet<i64> = HashSet::new();
     let mut mapped: HashSet<u32> = HashSet::new();
     let mut batch = Msg::with_capacity();
@@ -149,6 +160,10 @@ pub(crate) fn read_rings(
                         Some(c)
                     }
                     wire::Record::Call(c) => Some(c),
+                    wire::Record::PyCode(p) => {
+                        py_codes.add(p.clone());
+                        continue;
+                    }
                     _ => None,
                 };
                 let mut stack = None;
@@ -158,15 +173,23 @@ pub(crate) fn read_rings(
                             batch.maps.push((c.pid, m));
                         }
                     }
+                    let mut ips = Vec::new();
                     if let (Some(st), true) = (rings.stacks.as_ref(), c.stack_id >= 0) {
                         if let Ok(trace) = st.get(&(c.stack_id as u32), 0) {
-                            let ips: Vec<u64> = trace.frames().iter().map(|f| f.ip).collect();
-                            let h = stack_hash(&ips);
-                            if seen_stacks.insert(h) {
-                                batch.stacks.push((h, c.pid, ips));
-                            }
-                            stack = Some(h);
+                            ips = trace.frames().iter().map(|f| f.ip).collect();
                         }
+                    }
+                    let python = match (rings.py_stacks.as_ref(), c.py_stack) {
+                        (Some(m), key) if key != 0 => py_codes.stack(key, |k| m.get(&k, 0).ok()),
+                        _ => None,
+                    };
+                    if !ips.is_empty() || python.is_some() {
+                        let h = stack_hash(&ips, python.map(|(_, h)| h));
+                        if seen_stacks.insert(h) {
+                            let python = python.map(|(p, _)| p.clone());
+                            batch.stacks.push(StackMsg { hash: h, pid: c.pid, ips, python });
+                        }
+                        stack = Some(h);
                     }
                 }
                 if let Some(mut e) = decoder.event(rec) {

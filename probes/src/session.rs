@@ -19,7 +19,8 @@ use crate::kernels::KernelNamer;
 use crate::libraries::LibraryTracker;
 use crate::loader::{AttachedLib, LoadOptions, Probes};
 use crate::process::{alive, stopped, GatedChild};
-use crate::rings::{read_rings, summary_events, Msg};
+use crate::python::{merge, Merged, NativeFrame, PyProcs};
+use crate::rings::{read_rings, summary_events, Msg, StackMsg};
 use crate::stats::{LiveStats, StatsBuilder};
 use crate::symbols::Symbolizer;
 use crate::wire::{self, cnt};
@@ -259,6 +260,12 @@ pub async fn trace(
     let mut libs = LibraryTracker::with_explicit(&mut probes, &opts.cuda_libs)?;
     libs.defer_polled = opts.stop_on_load;
     let mut child = start_targets(&opts, &mut probes, &mut libs, &mut report)?;
+    let mut python = PyProcs::default();
+    if opts.stacks {
+        for &p in &opts.pids {
+            python.check(&mut probes, p, true);
+        }
+    }
     write_attachments(&mut libs, &mut sink, &mut report).await;
 
     let rings = probes.take_rings().ok_or_else(|| ProbeError::Load("the ring buffers were taken already".into()))?;
@@ -296,6 +303,10 @@ pub async fn trace(
                 if opts.follow_mapped_libs {
                     libs.scan(&mut probes, dl.pid, "loaded", dl.stopped);
                 }
+                if opts.stacks {
+                    // before the process goes on: its next CUDA call may be its first
+                    python.check(&mut probes, dl.pid, true);
+                }
                 if dl.stopped {
                     // SAFETY: kill(2) with a pid and a signal number.
                     unsafe { libc::kill(dl.pid as i32, libc::SIGCONT) };
@@ -323,6 +334,9 @@ pub async fn trace(
                         if opts.follow_mapped_libs && e.pid == e.tid {
                             libs.exec(&mut probes, e.pid);
                         }
+                        if e.pid == e.tid {
+                            python.exec(&mut probes, e.pid);
+                        }
                     }
                     if !named.contains(&e.pid) && e.pid != 0 && (causeway_model::codes::is_gpu_call_source(e.source) || e.sched.is_some()) {
                         named.insert(e.pid);
@@ -336,7 +350,7 @@ pub async fn trace(
                 write_kernel_names(&mut namer, &mut symbolizer, false, &mut sink, &mut report).await;
                 write_attachments(&mut libs, &mut sink, &mut report).await;
                 if !msg.stacks.is_empty() {
-                    let recs: Vec<_> = msg.stacks.iter().map(|(h, pid, ips)| stack_record(&mut symbolizer, *h, *pid, ips)).collect();
+                    let recs: Vec<_> = msg.stacks.iter().map(|st| stack_record(&mut symbolizer, st)).collect();
                     let n = recs.len();
                     let written = sink.write_stacks(recs).await;
                     report.check_write("stack_traces", n, written);
@@ -367,6 +381,13 @@ pub async fn trace(
                     }
                 } else if !opts.pids.is_empty() && !opts.pids.iter().any(|&p| alive(p)) {
                     end = true;
+                }
+                if opts.stacks {
+                    for pid in probes.traced_pids() {
+                        if python.unseen(pid) && !stopped(pid) {
+                            python.check(&mut probes, pid, false);
+                        }
+                    }
                 }
                 if opts.follow_mapped_libs {
                     for pid in probes.traced_pids() {
@@ -453,6 +474,7 @@ pub async fn trace(
             wire::NAME_MAX - 1
         ));
     }
+    python_notes(&counters, &python, &mut probes.notes);
     let decode = *decode_errors.lock().unwrap();
     for src in 0..16u8 {
         let ring =
@@ -492,22 +514,80 @@ fn which(prog: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(prog)).find(|p| p.is_file())
 }
 
-fn stack_record(sym: &mut Symbolizer, hash: i64, pid: u32, ips: &[u64]) -> StackRecord {
-    let frames: Vec<serde_json::Value> = ips
+/// A stack as stored: native frames symbolized, Python frames merged in (see [`merge`]), and a
+/// note where the Python stack is incomplete.
+fn stack_record(sym: &mut Symbolizer, st: &StackMsg) -> StackRecord {
+    let native: Vec<NativeFrame<serde_json::Value>> = st
+        .ips
         .iter()
-        .map(|&ip| match sym.resolve(pid, ip) {
-            Some(r) => match r.symbol {
-                Some(s) => serde_json::json!({"s": format!("{s}+{:#x}", r.offset), "f": r.file}),
-                None => serde_json::json!({"i": format!("{ip:#x}"), "f": r.file}),
-            },
-            None => serde_json::json!({"i": format!("{ip:#x}")}),
+        .map(|&ip| {
+            let r = sym.resolve(st.pid, ip);
+            let value = match &r {
+                Some(r) => match &r.symbol {
+                    Some(s) => serde_json::json!({"s": format!("{s}+{:#x}", r.offset), "f": r.file}),
+                    None => serde_json::json!({"i": format!("{ip:#x}"), "f": r.file}),
+                },
+                None => serde_json::json!({"i": format!("{ip:#x}")}),
+            };
+            let (symbol, file) = r.map(|r| (r.symbol, r.file)).unwrap_or_default();
+            NativeFrame { symbol, file, value }
         })
         .collect();
-    let ips: Vec<String> = ips.iter().map(|ip| format!("{ip:#x}")).collect();
+    let mut frames: Vec<serde_json::Value> = match &st.python {
+        None => native.into_iter().map(|n| n.value).collect(),
+        Some(py) => merge(native, &py.frames)
+            .into_iter()
+            .map(|m| match m {
+                Merged::Native(v) => v,
+                Merged::Python(f) => serde_json::json!({"pf": f.file, "pfn": f.function, "pl": f.line.unwrap_or(0)}),
+            })
+            .collect(),
+    };
+    if let Some(py) = &st.python {
+        if py.truncated {
+            frames.push(
+                serde_json::json!({"note": format!("Python stack cut: deeper than {} frames", crate::python::DEPTH)}),
+            );
+        }
+        if py.fault {
+            frames.push(
+                serde_json::json!({"note": "Python stack cut: a frame could not be read (it changed under the walk)"}),
+            );
+        }
+        if py.unnamed > 0 {
+            frames.push(
+                serde_json::json!({"note": format!("{} Python frame(s) without a code object record", py.unnamed)}),
+            );
+        }
+    }
+    let ips: Vec<String> = st.ips.iter().map(|ip| format!("{ip:#x}")).collect();
     StackRecord {
-        hash,
+        hash: st.hash,
         ips: serde_json::to_string(&ips).unwrap_or_default(),
         frames: serde_json::Value::Array(frames).to_string(),
+    }
+}
+
+/// What the Python walk did, for the report: which processes had it, and every call whose Python
+/// stack is missing or incomplete, by reason.
+fn python_notes(counters: &[u64], python: &PyProcs, notes: &mut Vec<String>) {
+    for (pid, what) in python.walked() {
+        notes.push(format!("Python frames of pid {pid}: {what}"));
+    }
+    notes.extend(python.notes.iter().cloned());
+    let reasons = [
+        (cnt::PY_NO_THREAD, "no Python thread state for the calling thread (a thread Python did not start)"),
+        (cnt::PY_TRUNCATED, "Python stack cut: deeper than the frames kept"),
+        (cnt::PY_FAULT, "Python stack cut: a frame could not be read"),
+        (cnt::PY_TABLE_FULL, "no Python stack: the stack table is full"),
+        (cnt::PY_COLLISION, "no Python stack: two stacks with one key"),
+        (cnt::PY_CODE_LOST, "code object records lost (ring full): their frames are unnamed"),
+    ];
+    for (idx, why) in reasons {
+        let n = counters[idx as usize];
+        if n > 0 {
+            notes.push(format!("{n} call(s): {why}"));
+        }
     }
 }
 

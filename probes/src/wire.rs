@@ -10,6 +10,7 @@ pub const REC_BLOCK: u8 = 5;
 pub const REC_LAUNCH: u8 = 6;
 pub const REC_NAME: u8 = 7;
 pub const REC_DL: u8 = 8;
+pub const REC_PY_CODE: u8 = 9;
 
 pub const PROC_FORK: u8 = 1;
 pub const PROC_EXEC: u8 = 2;
@@ -28,7 +29,13 @@ pub mod cnt {
     pub const PAGE_OTHER_BYTES: u32 = 37;
     pub const SWITCH_OTHER_NS: u32 = 38;
     pub const NAME_LOST: u32 = 39;
-    pub const N: u32 = 40;
+    pub const PY_NO_THREAD: u32 = 40;
+    pub const PY_TRUNCATED: u32 = 41;
+    pub const PY_FAULT: u32 = 42;
+    pub const PY_TABLE_FULL: u32 = 43;
+    pub const PY_COLLISION: u32 = 44;
+    pub const PY_CODE_LOST: u32 = 45;
+    pub const N: u32 = 46;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +52,8 @@ pub struct CallRec {
     pub arg2: u64,
     pub ret: i64,
     pub stack_id: i32,
+    /// Key of the call's Python stack in `cw_py_stacks` (0: none).
+    pub py_stack: u32,
     pub comm: String,
 }
 
@@ -175,6 +184,25 @@ pub enum Record {
     Wakeup(WakeupRec),
     Proc(ProcRec),
     Block(BlockRec),
+    PyCode(PyCodeRec),
+}
+
+/// `struct cw_py_code`: a CPython code object named by a new Python stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PyCodeRec {
+    pub pid: u32,
+    /// CPython 3.minor (the line-table format).
+    pub minor: u8,
+    pub code: u64,
+    pub firstlineno: i32,
+    /// Its type was not `PyCode_Type`: the frame that named it is not a real frame.
+    pub not_code: bool,
+    pub file: String,
+    pub name: String,
+    /// The line table as read (at most `CW_PY_LINETABLE_MAX` bytes).
+    pub linetable: Vec<u8>,
+    /// Bytes the table has; more than `linetable.len()` when it was cut.
+    pub linetable_size: u32,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -199,6 +227,24 @@ pub const LAUNCH_SIZE: usize = 128;
 pub const NAME_MAX: usize = 1024;
 pub const NAME_SIZE: usize = 32 + NAME_MAX;
 pub const DL_SIZE: usize = 24;
+pub const PY_FILE_MAX: usize = 256;
+pub const PY_NAME_MAX: usize = 128;
+pub const PY_LINETABLE_MAX: usize = 4096;
+pub const PY_CODE_SIZE: usize = 32 + PY_FILE_MAX + PY_NAME_MAX + PY_LINETABLE_MAX;
+
+/// A CPython `str`'s raw characters of `kind` (1: Latin-1, 2: UCS-2, 4: UCS-4) as a String.
+fn py_str(raw: &[u8], kind: u8) -> String {
+    match kind {
+        1 => raw.iter().map(|&b| b as char).collect(),
+        2 => raw.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]]) as u32).filter_map(char::from_u32).collect(),
+        4 => raw
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .filter_map(char::from_u32)
+            .collect(),
+        _ => String::new(),
+    }
+}
 
 struct Rd<'a>(&'a [u8], usize);
 impl Rd<'_> {
@@ -257,10 +303,8 @@ fn call_rec(r: &mut Rd<'_>) -> CallRec {
         arg2: r.u64(),
         ret: r.u64() as i64,
         stack_id: r.u32() as i32,
-        comm: {
-            r.skip(4);
-            r.comm()
-        },
+        py_stack: r.u32(),
+        comm: r.comm(),
     }
 }
 
@@ -315,6 +359,35 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
                 other,
                 name: String::from_utf8_lossy(bytes).into_owned(),
                 truncated: n == NAME_MAX,
+            }))
+        }
+        REC_PY_CODE => {
+            need(kind, buf.len(), PY_CODE_SIZE)?;
+            let file_kind = r.u8();
+            let name_kind = r.u8();
+            let not_code = r.u8() != 0;
+            let pid = r.u32();
+            let code = r.u64();
+            let firstlineno = r.u32() as i32;
+            let file_len = (r.u16() as usize).min(PY_FILE_MAX);
+            let name_len = (r.u16() as usize).min(PY_NAME_MAX);
+            let table_len = (r.u16() as usize).min(PY_LINETABLE_MAX);
+            let minor = r.u8();
+            r.skip(1);
+            let linetable_size = r.u32();
+            let file = &buf[32..32 + PY_FILE_MAX];
+            let name = &buf[32 + PY_FILE_MAX..32 + PY_FILE_MAX + PY_NAME_MAX];
+            let table = &buf[32 + PY_FILE_MAX + PY_NAME_MAX..PY_CODE_SIZE];
+            Ok(Record::PyCode(PyCodeRec {
+                pid,
+                minor,
+                code,
+                firstlineno,
+                not_code,
+                file: py_str(&file[..file_len], file_kind),
+                name: py_str(&name[..name_len], name_kind),
+                linetable: table[..table_len].to_vec(),
+                linetable_size,
             }))
         }
         REC_DL => {

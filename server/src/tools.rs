@@ -178,7 +178,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
             true, answers::get_causal_chains),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
-             as file:function:line), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",
+             as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",
             true, answers::get_stacks),
         spec::<TimelineArgs, TimelineOutput>("get_timeline", "What each thread did, in order",
             "The calls, off-CPU intervals (with who took the CPU when the DB records it), wakeups, I/O and page \

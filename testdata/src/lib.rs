@@ -3,10 +3,12 @@
 //!
 //! - the real Ingero trace databases and their `FACTS.json`, carried in `testdata/ingero-dbs/`
 //!   (see `testdata/ingero-dbs/NOTICE.md` for where they come from and their license);
-//! - the mock CUDA libraries and workloads, built once per test process by `make -C mock-cuda`.
+//! - the mock CUDA libraries and workloads, built once per test process by `make -C mock-cuda`;
+//! - the CPython interpreters installed on the machine (pyenv's and the system's), for the
+//!   Python-frames tests.
 //!
 //! `CAUSEWAY_INGERO_DBS` points the Ingero fixtures at another directory (newer Ingero DBs, say);
-//! nothing else is read from the environment.
+//! `PYENV_ROOT` (else `~/.pyenv`) is where pyenv's interpreters are looked for.
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -73,4 +75,52 @@ pub fn mock_cuda_build() -> PathBuf {
         assert!(status.success(), "make -C {} failed", dir.display());
     });
     dir.join("build")
+}
+
+/// One CPython interpreter installed on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CPython {
+    /// 3.`minor`.
+    pub minor: u8,
+    pub path: PathBuf,
+}
+
+/// The CPython 3.10+ interpreters on this machine, for the Python-frames tests: pyenv's
+/// (`$PYENV_ROOT` or `~/.pyenv`, `versions/3.N.*/bin/python3`, one per minor version) and the
+/// system's `/usr/bin/python3.N`, oldest first. The system's comes in addition to pyenv's of the
+/// same version (one links libpython, the other is a static executable).
+pub fn cpythons() -> Vec<CPython> {
+    let mut out: Vec<CPython> = Vec::new();
+    let versions = pyenv_root().join("versions");
+    let mut names: Vec<String> = std::fs::read_dir(&versions)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    for name in names {
+        let Some(minor) = minor_of(&name) else { continue };
+        let path = versions.join(&name).join("bin/python3");
+        if minor >= 10 && path.is_file() && !out.iter().any(|p| p.minor == minor) {
+            out.push(CPython { minor, path });
+        }
+    }
+    for minor in 10..=20u8 {
+        let path = PathBuf::from(format!("/usr/bin/python3.{minor}"));
+        if path.is_file() {
+            out.push(CPython { minor, path });
+        }
+    }
+    out.sort_by_key(|p| p.minor);
+    out
+}
+
+fn pyenv_root() -> PathBuf {
+    std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))
+        .unwrap_or_default()
+}
+
+/// `N` of a pyenv version name `3.N.P`.
+fn minor_of(name: &str) -> Option<u8> {
+    name.strip_prefix("3.")?.split('.').next()?.parse().ok()
 }
