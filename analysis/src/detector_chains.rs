@@ -139,15 +139,10 @@ pub fn detector_chains(
             format!("{} launches at {before_rate:.1}/s", d.before),
             None,
         )];
-        if let Some(c) = &last_before {
-            timeline.push(step(
-                c.ts,
-                c.dur,
-                "CUDA",
-                format!("last launch at the old rate: {} on tid {}", c.op.name(), c.tid),
-                Some(c.id.clone()),
-            ));
-        }
+        let launch = |c: &causeway_backends::SlimEvent, what: &str| {
+            step(c.ts, c.dur, "CUDA", format!("{what}: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone()))
+        };
+        timeline.extend(last_before.as_ref().map(|c| launch(c, "last launch at the old rate")));
         timeline.push(step(
             d.split,
             d.end - d.split,
@@ -155,15 +150,7 @@ pub fn detector_chains(
             format!("{} launch(es) in {} ({during_rate:.2}/s)", d.during, fmt_ns(d.end - d.split)),
             None,
         ));
-        if let Some(c) = &first_after {
-            timeline.push(step(
-                c.ts,
-                c.dur,
-                "CUDA",
-                format!("next launch: {} on tid {}", c.op.name(), c.tid),
-                Some(c.id.clone()),
-            ));
-        }
+        timeline.extend(first_after.as_ref().map(|c| launch(c, "next launch")));
         let ids = last_before.iter().chain(first_after.iter()).map(|c| c.id.clone()).collect();
         out.push(chain(
             ChainKind::ThroughputDrop,

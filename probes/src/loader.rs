@@ -500,22 +500,12 @@ pub fn file_id(path: &Path) -> Option<(u64, u64)> {
 /// the distance from it to `_r_debug` (a data symbol, so [`ElfSymbols`] does not keep it), which the
 /// BPF program reads the loader's state through.
 fn loader_hook(elf: &[u8]) -> Option<(u64, u64)> {
-    use object::{Object, ObjectSegment, ObjectSymbol};
+    use crate::symbols::{symbol_address, Segments};
     let file = object::File::parse(elf).ok()?;
-    let find = |want: &str| {
-        file.dynamic_symbols()
-            .chain(file.symbols())
-            .find(|s| s.name().is_ok_and(|n| n.split('@').next() == Some(want)) && s.address() != 0)
-            .map(|s| s.address())
-    };
-    let hook = find("_dl_debug_state")?;
-    let offset = file.segments().find_map(|seg| {
-        let (file_offset, size) = seg.file_range();
-        let start = seg.address();
-        (hook >= start && hook < start + size).then(|| hook - start + file_offset)
-    })?;
+    let hook = symbol_address(&file, "_dl_debug_state")?;
+    let offset = Segments::of(&file).file_offset(hook)?;
     // the distance from the hook to _r_debug (0: unknown, the program then acts on every call)
-    Some((offset, find("_r_debug").map_or(0, |r| r.wrapping_sub(hook))))
+    Some((offset, symbol_address(&file, "_r_debug").map_or(0, |r| r.wrapping_sub(hook))))
 }
 
 /// The fd of any map aya created.

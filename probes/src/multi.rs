@@ -55,16 +55,16 @@ pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>)
         size: sym.size(),
     };
     let mut funcs = vec![main];
-    let mut placed: HashMap<(object::SectionIndex, u64), usize> = HashMap::new();
-    // (index of a call instruction in the output, section and byte offset of its target)
-    let mut calls: Vec<(usize, object::SectionIndex, u64)> = Vec::new();
+    let mut placed: HashMap<Func, usize> = HashMap::new();
+    // (index of a call instruction in the output, the function it calls, byte offset of its target)
+    let mut calls: Vec<(usize, Func, u64)> = Vec::new();
     let mut out: Vec<u8> = Vec::new();
     let mut next = 0;
     while next < funcs.len() {
         let f = funcs[next];
         next += 1;
         let base = out.len() / 8;
-        placed.insert((f.section, f.start), base);
+        placed.insert(f, base);
         let sec = file.section_by_index(f.section)?;
         let data = sec.data()?;
         let (start, size) = (f.start as usize, f.size as usize);
@@ -91,7 +91,7 @@ pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>)
                 if !funcs.contains(&callee) {
                     funcs.push(callee);
                 }
-                calls.push((base + i / 8, tsec, byte));
+                calls.push((base + i / 8, callee, byte));
             } else if let Some(rel) = relocs.get(&i) {
                 relocate_map_ref(&file, name, &mut insns, i, rel, map_fds)?;
             }
@@ -99,9 +99,8 @@ pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>)
         }
         out.extend_from_slice(&insns);
     }
-    for (at, tsec, byte) in calls {
-        let callee = function_at(&file, tsec, byte).expect("found above");
-        let target = placed[&(callee.section, callee.start)] + ((byte - callee.start) / 8) as usize;
+    for (at, callee, byte) in calls {
+        let target = placed[&callee] + ((byte - callee.start) / 8) as usize;
         let imm = target as i64 - (at as i64 + 1);
         out[at * 8 + 4..at * 8 + 8].copy_from_slice(&(imm as i32).to_ne_bytes());
     }
@@ -124,7 +123,7 @@ fn call_target(
 }
 
 /// A function's place in the object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Func {
     section: object::SectionIndex,
     start: u64,

@@ -14,6 +14,42 @@ use std::sync::Arc;
 use object::read::ReadCache;
 use object::{Object, ObjectSegment, ObjectSymbol, ReadRef, SymbolKind};
 
+/// The loadable segments of an ELF file, to turn a virtual address into a file offset and back.
+#[derive(Debug, Default, Clone)]
+pub struct Segments(Vec<(u64, u64, u64)>); // (file offset, virtual address, file size)
+
+impl Segments {
+    pub fn of<'d, R: ReadRef<'d>>(file: &object::File<'d, R>) -> Segments {
+        Segments(
+            file.segments()
+                .map(|s| {
+                    let (off, size) = s.file_range();
+                    (off, s.address(), size)
+                })
+                .collect(),
+        )
+    }
+
+    /// The file offset of virtual address `vaddr` (through the segment whose file part holds it).
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.0.iter().find(|(_, va, sz)| vaddr >= *va && vaddr < va + sz).map(|(off, va, _)| vaddr - va + off)
+    }
+
+    /// The virtual address of file offset `off`.
+    pub fn vaddr(&self, off: u64) -> Option<u64> {
+        self.0.iter().find(|(o, _, sz)| off >= *o && off < o + sz).map(|(o, va, _)| off - o + va)
+    }
+}
+
+/// The address of a symbol of any kind (data included), by name, from `.dynsym` or `.symtab`
+/// (versioned `name@VERSION` spellings match their name).
+pub fn symbol_address<'d, R: ReadRef<'d>>(file: &object::File<'d, R>, name: &str) -> Option<u64> {
+    file.dynamic_symbols()
+        .chain(file.symbols())
+        .find(|s| s.name().is_ok_and(|n| n.split('@').next() == Some(name)) && s.address() != 0)
+        .map(|s| s.address())
+}
+
 /// The function symbols of one ELF file, sorted by address, with its loadable segments.
 #[derive(Debug, Default)]
 pub struct ElfSymbols {
@@ -21,21 +57,14 @@ pub struct ElfSymbols {
     syms: Vec<(u64, u64, String)>,
     /// name -> file offset, for attaching.
     offsets: HashMap<String, u64>,
-    /// (file offset, virtual address, file size) of each loadable segment.
-    segments: Vec<(u64, u64, u64)>,
+    segments: Segments,
 }
 
 impl ElfSymbols {
     pub fn load(path: &Path) -> anyhow::Result<ElfSymbols> {
         let cache = ReadCache::new(std::fs::File::open(path)?);
         let file = object::File::parse(&cache)?;
-        let segments: Vec<(u64, u64, u64)> = file
-            .segments()
-            .map(|s| {
-                let (off, size) = s.file_range();
-                (off, s.address(), size)
-            })
-            .collect();
+        let segments = Segments::of(&file);
         let mut syms = Vec::new();
         // name -> (file offset, from a LOCAL symbol)
         let mut offsets: HashMap<String, (u64, bool)> = HashMap::new();
@@ -50,9 +79,7 @@ impl ElfSymbols {
                 continue;
             }
             let addr = sym.address();
-            if let Some(off) =
-                segments.iter().find(|(_, va, sz)| addr >= *va && addr < va + sz).map(|(off, va, _)| addr - va + off)
-            {
+            if let Some(off) = segments.file_offset(addr) {
                 // the first definition wins, except that a global one beats a local one: `.symtab`
                 // lists the locals first, and a `static` helper of one file may share a name with
                 // the exported function
@@ -92,7 +119,7 @@ impl ElfSymbols {
 
     /// Virtual address of a file offset (through the segment that maps it).
     pub fn vaddr_of_offset(&self, off: u64) -> Option<u64> {
-        self.segments.iter().find(|(o, _, sz)| off >= *o && off < o + sz).map(|(o, va, _)| off - o + va)
+        self.segments.vaddr(off)
     }
 }
 

@@ -9,9 +9,8 @@
 use std::path::{Path, PathBuf};
 
 use object::read::ReadCache;
-use object::{Object, ObjectSegment, ObjectSymbol};
 
-use crate::symbols::Mapping;
+use crate::symbols::{symbol_address, Mapping, Segments};
 
 /// A layout field the version does not have (`CW_PY_NONE`).
 const NONE: u16 = 0xffff;
@@ -128,24 +127,10 @@ pub fn layout_of(path: &Path, m: &Mapping) -> Result<PyLayout, LayoutError> {
     let file = std::fs::File::open(path).map_err(|e| unreadable(e.to_string()))?;
     let cache = ReadCache::new(file);
     let elf = object::File::parse(&cache).map_err(|e| unreadable(e.to_string()))?;
-    let segments: Vec<(u64, u64, u64)> = elf
-        .segments()
-        .map(|s| {
-            let (off, size) = s.file_range();
-            (off, s.address(), size)
-        })
-        .collect();
-    let file_offset = |vaddr: u64| {
-        segments.iter().find(|(_, va, sz)| vaddr >= *va && vaddr < va + sz).map(|(off, va, _)| vaddr - va + off)
-    };
-    let symbol = |name: &str| {
-        elf.dynamic_symbols()
-            .chain(elf.symbols())
-            .find(|s| s.name() == Ok(name) && s.address() != 0)
-            .map(|s| s.address())
-    };
+    let segments = Segments::of(&elf);
+    let symbol = |name: &str| symbol_address(&elf, name);
     let read = |vaddr: u64, len: u64| -> Option<Vec<u8>> {
-        let off = file_offset(vaddr)?;
+        let off = segments.file_offset(vaddr)?;
         object::ReadRef::read_bytes_at(&cache, off, len).ok().map(|b| b.to_vec())
     };
     let runtime = symbol("_PyRuntime").ok_or_else(|| unreadable("no `_PyRuntime` symbol (stripped?)".into()))?;
@@ -162,11 +147,7 @@ pub fn layout_of(path: &Path, m: &Mapping) -> Result<PyLayout, LayoutError> {
         ),
     };
     // load bias: the mapping's start minus the virtual address of its file offset
-    let mapped_vaddr = segments
-        .iter()
-        .find(|(off, _, sz)| m.offset >= *off && m.offset < off + sz)
-        .map(|(off, va, _)| m.offset - off + va)
-        .ok_or_else(|| unreadable("the mapping matches no segment".into()))?;
+    let mapped_vaddr = segments.vaddr(m.offset).ok_or_else(|| unreadable("the mapping matches no segment".into()))?;
     let bias = m.start.wrapping_sub(mapped_vaddr);
     let mut raw = match version {
         (3, 10..=12, _) => table(version.1),

@@ -158,46 +158,43 @@ impl PyCodes {
         };
         for f in raw.frames.iter().take((raw.depth as usize).min(DEPTH)) {
             let entry = f.flags & FRAME_ENTRY != 0;
-            if f.flags & FRAME_SHIM != 0 {
-                if let Some(last) = out.frames.last_mut() {
-                    last.entry = true;
-                }
-                continue;
-            }
-            match self.codes.get(&(raw.pid, f.code)) {
+            let kept = match self.codes.get(&(raw.pid, f.code)) {
+                // a shim frame of the eval loop: no Python code, but it ends the group before it
+                _ if f.flags & FRAME_SHIM != 0 => None,
                 Some(c) if !c.not_code => {
                     let line = if f.flags & FRAME_NO_INSTR != 0 {
                         None
                     } else {
                         lines::line_at(c.minor, &c.linetable, c.firstlineno, f.instr)
                     };
-                    out.frames.push(PyFrame { file: c.file.clone(), function: c.name.clone(), line, entry });
+                    Some(PyFrame { file: c.file.clone(), function: c.name.clone(), line, entry })
                 }
+                // not a frame of Python code (a garbage pointer): dropped, counted
                 Some(_) => {
-                    // not a frame of Python code (a garbage pointer): dropped, counted
                     out.unnamed += 1;
-                    if entry {
-                        if let Some(last) = out.frames.last_mut() {
-                            last.entry = true;
-                        }
-                    }
+                    None
                 }
                 None => {
                     out.unnamed += 1;
-                    out.frames.push(PyFrame {
-                        file: "?".into(),
-                        function: format!("<code {:#x}>", f.code),
-                        line: None,
-                        entry,
-                    });
+                    Some(PyFrame { file: "?".into(), function: format!("<code {:#x}>", f.code), line: None, entry })
                 }
+            };
+            match kept {
+                Some(frame) => out.frames.push(frame),
+                None if entry || f.flags & FRAME_SHIM != 0 => end_group(&mut out.frames),
+                None => {}
             }
         }
         // the outermost frame ends the outermost group
-        if let Some(last) = out.frames.last_mut() {
-            last.entry = true;
-        }
+        end_group(&mut out.frames);
         out
+    }
+}
+
+/// Mark the last frame kept as the outermost of its eval-loop group.
+fn end_group(frames: &mut [PyFrame]) {
+    if let Some(last) = frames.last_mut() {
+        last.entry = true;
     }
 }
 
