@@ -43,6 +43,26 @@ struct {
     __type(value, struct cw_py_stack);
 } cw_py_scratch SEC(".maps");
 
+/* Frames of 3.11+ live one after the other in the thread's data stack, the caller below its
+ * callee: one read from the start of a frame's page to its end holds that frame and the callers
+ * below it on the page (a read per frame cost ~140 ns each here; a read that fails, reaching into an
+ * unmapped page, costs more: starting at the frame's own page never does). A frame outside the
+ * window (a generator's, another page or data stack chunk, every frame of 3.10) moves it there. */
+#define CW_PY_FRAME_READ 128 /* bytes of a frame the walk reads, from frame_span */
+#define CW_PY_WINDOW_READ (4096 + CW_PY_FRAME_READ) /* the most a window read takes */
+#define CW_PY_WINDOW 8192 /* the buffer: a power of two above CW_PY_WINDOW_READ, for the masks */
+struct cw_py_window {
+    __u64 lo, hi; /* it holds the target's [lo, hi); kept here, not in registers: see the walk */
+    __u8 b[CW_PY_WINDOW];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct cw_py_window);
+} cw_py_windows SEC(".maps");
+
 struct cw_py_code_key {
     __u32 pid;
     __s32 firstlineno;
@@ -141,6 +161,24 @@ static __noinline void cw_py_send_code(struct cw_py_layout *l, __u32 pid, __u64 
     bpf_map_update_elem(&cw_py_codes_seen, &k, &one, BPF_ANY);
 }
 
+/* A load the compiler may not replace by a value it kept in a register. */
+static __always_inline __u64 cw_py_reread(__u64 *p) {
+    return *(volatile __u64 *)p;
+}
+
+/* Fill the window with the target's bytes from the start of the page of `at` (from `at` itself
+ * unless `big`) to `at` + CW_PY_FRAME_READ; -1 when they cannot be read. */
+static __always_inline int cw_py_fill(struct cw_py_window *w, __u64 at, int big) {
+    __u64 end = at + CW_PY_FRAME_READ;
+    __u64 base = big ? at & ~4095ULL : at;
+    __u64 n = end - base;
+    if (n < CW_PY_FRAME_READ || n > CW_PY_WINDOW_READ) return -1; /* cannot be: for the verifier */
+    if (bpf_probe_read_user(w->b, n, (void *)base)) return -1;
+    w->lo = base;
+    w->hi = end;
+    return 0;
+}
+
 /* The Python stack of the calling thread, stored in cw_py_stacks: its key, or 0 (not a Python
  * process, no Python frames on this thread, or the stack could not be kept: counted). Call before
  * reserving the call's own record, so that the code records it sends come first in the ring.
@@ -168,16 +206,27 @@ static __noinline __u32 cw_py_stack_of(struct task_struct *task, struct cw_slots
     __u32 zero = 0;
     struct cw_py_stack *st = bpf_map_lookup_elem(&cw_py_scratch, &zero);
     if (!st) return 0;
+    struct cw_py_window *w = bpf_map_lookup_elem(&cw_py_windows, &zero);
+    if (!w) return 0;
+    int big = l->minor >= 11;
+    w->lo = w->hi = 0;
     __u64 h = (0xcbf29ce484222325ULL ^ pid) * 0x100000001b3ULL;
     __u16 flags = 0;
     __u32 n = 0;
     for (__u32 i = 0; i < CW_PY_DEPTH; i++) {
         if (!frame) break;
-        __u64 buf[16];
-        if (bpf_probe_read_user(buf, sizeof(buf), (void *)(frame + l->frame_span))) {
-            flags |= CW_PYS_FAULT;
-            break;
+        __u64 at = frame + l->frame_span;
+        /* the window's bounds are read back from the map, so that no register carries them from
+         * one frame to the next: their values would keep the verifier from merging its states */
+        if (at < cw_py_reread(&w->lo) || at + CW_PY_FRAME_READ > cw_py_reread(&w->hi)) {
+            if (cw_py_fill(w, at, big)) {
+                flags |= CW_PYS_FAULT;
+                break;
+            }
         }
+        __u64 pos = (at - cw_py_reread(&w->lo)) & (CW_PY_WINDOW - 1);
+        if (pos > CW_PY_WINDOW_READ - CW_PY_FRAME_READ) break; /* cannot be: [at, at + 128) is in */
+        __u64 *buf = (__u64 *)&w->b[pos];
         __u64 code = buf[(l->frame_code >> 3) & 15];
         __u64 instr = buf[(l->frame_instr >> 3) & 15];
         __u8 owner = ((__u8 *)buf)[l->frame_owner & 127];

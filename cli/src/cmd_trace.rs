@@ -40,6 +40,9 @@ pub struct Args {
     /// Record the user stack of every CUDA call.
     #[arg(long)]
     pub stacks: bool,
+    /// With --stacks, leave out the Python frames of Python processes (native frames only).
+    #[arg(long, requires = "stacks")]
+    pub no_python_frames: bool,
     /// Print the live statistics as JSON lines on stdout instead of a table on stderr.
     #[arg(long)]
     pub json: bool,
@@ -77,7 +80,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let session = causeway_probes::new_session_info(
         &args.pids,
         &args.command,
-        format!("stacks={} host={}", args.stacks, !args.no_host),
+        format!(
+            "stacks={} python_frames={} host={}",
+            args.stacks,
+            args.stacks && !args.no_python_frames,
+            !args.no_host
+        ),
     );
     let sink = causeway_backends::create_sink(&db, session, Some(backend))?;
     let opts = TraceOptions {
@@ -87,6 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         stop_on_load: !args.no_stop_on_load,
         duration_ns,
         stacks: args.stacks,
+        python_frames: !args.no_python_frames,
         host_probes: !args.no_host,
         drop_on_backpressure: true,
         ..Default::default()

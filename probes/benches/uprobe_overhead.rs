@@ -3,7 +3,10 @@
 //!    uprobe + uretprobe pair, and with Causeway recording full events into SQLite; the added ns per
 //!    call of each and Causeway's ratio to bpftrace (target <= 1.1x);
 //! 2. events/s sustained with zero loss (runtime + driver probes, tight loop);
-//! 3. the workload's slowdown at 20,000 launches/s.
+//! 3. the workload's slowdown at 20,000 launches/s;
+//! 4. the Python walk's cost: with `--stacks`, the BPF program time per CUDA call of a Python
+//!    process (ctypes calls at a fixed Python depth) with and without its Python frames, on every
+//!    installed CPython, in ns per call and as a ratio.
 //!
 //! Each figure is the median of several runs (the host is shared and noisy).
 //!
@@ -14,7 +17,8 @@
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 9),
 //! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
-//! comma list of `loop`, `bpf`, `rate`, `paced`; default all), `CAUSEWAY_BENCH_SINK=null` (Causeway
+//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
+//! (Python frames on the stack of each call in part `python`, default 32), `CAUSEWAY_BENCH_SINK=null` (Causeway
 //! counts events instead of storing them: the storing's share of the cost).
 
 use std::path::Path;
@@ -149,17 +153,19 @@ fn with_bpftrace(lib: &Path, bin: &Path, args: &[&str]) -> Option<String> {
 }
 
 fn with_causeway(lib: &Path, bin: &Path, args: &[&str], both_libs: bool) -> (String, TraceReport) {
+    let opts = TraceOptions { follow_mapped_libs: both_libs, ..Default::default() };
+    with_causeway_opts(lib, bin, args, opts)
+}
+
+/// Trace `bin args` with `opts` (its command, output and library filled in here) into a fresh
+/// SQLite file: the command's stdout and the report.
+fn with_causeway_opts(lib: &Path, bin: &Path, args: &[&str], opts: TraceOptions) -> (String, TraceReport) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.txt");
     let mut cmd = vec![bin.to_string_lossy().into_owned()];
     cmd.extend(args.iter().map(|s| s.to_string()));
-    let opts = TraceOptions {
-        command: cmd,
-        command_stdout: Some(out.clone()),
-        cuda_libs: vec![lib.to_path_buf()],
-        follow_mapped_libs: both_libs,
-        ..Default::default()
-    };
+    let opts =
+        TraceOptions { command: cmd, command_stdout: Some(out.clone()), cuda_libs: vec![lib.to_path_buf()], ..opts };
     let sink: Box<dyn EventSink> = if std::env::var("CAUSEWAY_BENCH_SINK").is_ok_and(|s| s == "null") {
         Box::new(CountingSink(0))
     } else {
@@ -343,6 +349,10 @@ fn main() {
         }
     }
 
+    if part("python") {
+        python_walk(&lib);
+    }
+
     if part("rate") {
         // sustained events/s with zero loss: runtime + driver probes (2 events per launch)
         let big = 1_000_000u64.to_string();
@@ -375,6 +385,62 @@ fn main() {
             plain / 1e9,
             traced / 1e9,
             (traced / plain - 1.0) * 100.0
+        );
+    }
+}
+
+/// Part `python`: the BPF time per call of the runtime's return program `rt_ret` (where the stack
+/// is taken; the entry program does the same work either way) for `cudaFree` called through ctypes at a fixed Python depth, with
+/// `--stacks` and native frames only, then with the Python frames walked too, per CPython.
+fn python_walk(lib: &Path) {
+    let iters = env_num("CAUSEWAY_BENCH_ITERS", 200_000) / 2;
+    let depth = env_num("CAUSEWAY_BENCH_PY_DEPTH", 32);
+    let rounds = env_num("CAUSEWAY_BENCH_RUNS", 9).clamp(1, 5);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/py/deep_calls.py");
+    let (it, dp) = (iters.to_string(), depth.to_string());
+    let args = [script.to_str().unwrap(), lib.to_str().unwrap(), it.as_str(), dp.as_str()];
+    println!(
+        "== the Python walk: BPF time of the return program (rt_ret) per cudaFree called at Python depth {depth} ({iters} calls, with bpf_stats on, median of {rounds} rounds) =="
+    );
+    let pythons = causeway_testdata::cpythons();
+    if pythons.is_empty() {
+        println!("no CPython 3.10+ installed: SKIPPED LOUDLY");
+    }
+    for py in pythons {
+        let run = |python_frames: bool| {
+            let opts = TraceOptions { stacks: true, python_frames, follow_mapped_libs: false, ..Default::default() };
+            let mut report = None;
+            let ns = bpf_program_ns(&["rt_ret"], || {
+                report = Some(with_causeway_opts(lib, &py.path, &args, opts));
+            });
+            let (out, report) = report.unwrap();
+            assert!(out.contains(&format!("CALLS {iters}")), "{}: the workload failed: {out}", py.path.display());
+            let frees = report.events_by_op.get("cudaFree").copied().unwrap_or(0);
+            assert_eq!((frees, report.lost()), (iters, 0), "each call recorded once: {:?}", report.losses);
+            let walked = report.notes.iter().any(|n| n.starts_with("Python frames of pid"));
+            let cut: Vec<&String> = report.notes.iter().filter(|n| n.contains("call(s):")).collect();
+            assert_eq!((walked, cut.len()), (python_frames, 0), "{}: {:?}", py.path.display(), report.notes);
+            ns.map(|v| v.iter().map(|(t, n)| t / n).sum::<f64>())
+        };
+        // interleaved rounds (native, then Python): the host's drifts hit both alike
+        let (mut native, mut python, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (n, p) = (run(false), run(true));
+            let (Some(n), Some(p)) = (n, p) else {
+                println!("bpf_stats gave no figure (native {n:?}, Python {p:?}): SKIPPED LOUDLY");
+                return;
+            };
+            native.push(n);
+            python.push(p);
+            ratios.push(p / n);
+        }
+        let (native, python) = (median(native), median(python));
+        println!(
+            "CPython 3.{:<2} native frames only {native:6.0} ns/call, with Python frames {python:6.0} ns/call: +{:.0} ns ({:.1} ns per Python frame), {:.2}x (median of {rounds} rounds' ratios)",
+            py.minor,
+            python - native,
+            (python - native) / depth as f64,
+            median(ratios)
         );
     }
 }

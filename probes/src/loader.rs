@@ -64,6 +64,16 @@ struct MultiPrograms {
 }
 
 impl MultiPrograms {
+    /// Every program with the instructions the verifier went through to accept it.
+    fn verified_insns(&self) -> Vec<(String, u32)> {
+        let named = self.own.iter().chain(&self.ret).map(|(n, fd)| (n.to_string(), fd));
+        let all = named.chain([("cw_entry".to_string(), &self.entry), ("cw_dl_state".to_string(), &self.dl)]);
+        let mut v: Vec<(String, u32)> =
+            all.filter_map(|(n, fd)| crate::multi::verified_insns(fd).ok().map(|i| (n, i))).collect();
+        v.sort();
+        v
+    }
+
     fn load(fds: &HashMap<String, RawFd>) -> anyhow::Result<MultiPrograms> {
         let load = |name| crate::multi::load_program(OBJECT, name, fds);
         let mut own = HashMap::new();
@@ -384,6 +394,12 @@ impl Probes {
         Ok(n)
     }
 
+    /// The uprobe programs with the instructions the verifier processed to accept each (its limit
+    /// is 1,000,000 per program); empty on the perf-event path (aya does not report them).
+    pub fn verified_insns(&self) -> Vec<(String, u32)> {
+        self.multi.as_ref().map(MultiPrograms::verified_insns).unwrap_or_default()
+    }
+
     /// Probe the debugger hook `_dl_debug_state` of a dynamic loader (ld.so) file, once per file:
     /// every dlopen of a traced process is then reported (and, with `stop_on_load`, waited for).
     /// Returns false when the file was probed already.
@@ -447,11 +463,12 @@ impl Probes {
         if self.perf_loaded {
             return Ok(());
         }
-        for p in CUDA_PROBES {
-            uprobe(&mut self.ebpf, p.program)?.load()?;
-        }
-        for r in RETURN_PROGRAMS {
-            uprobe(&mut self.ebpf, r)?.load()?;
+        let names = CUDA_PROBES.iter().map(|p| p.program).chain(RETURN_PROGRAMS);
+        for name in names {
+            // aya's error holds the whole verifier log (megabytes): its end says why
+            uprobe(&mut self.ebpf, name)?
+                .load()
+                .map_err(|e| anyhow::anyhow!("loading {name}: {}", crate::multi::log_tail(&format!("{e:#}"))))?;
         }
         self.perf_loaded = true;
         Ok(())

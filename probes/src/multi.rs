@@ -184,21 +184,47 @@ pub fn load_program(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>) ->
     match sys_bpf(BPF_PROG_LOAD, &mut attr) {
         // SAFETY: a new fd owned by us.
         Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
-        Err(_) => {
-            // retry with the verifier log to say why
+        Err(first) => {
+            // retry with the verifier log to say why (the kernel keeps its end when it is longer
+            // than the buffer, and then fails with ENOSPC: the first error is the one that counts)
             put32(&mut attr, 24, 1);
             put32(&mut attr, 28, log.len() as u32);
             put64(&mut attr, 32, log.as_mut_ptr() as u64);
-            let e = sys_bpf(BPF_PROG_LOAD, &mut attr);
-            if let Ok(fd) = e {
+            if let Ok(fd) = sys_bpf(BPF_PROG_LOAD, &mut attr) {
                 // SAFETY: a new fd owned by us.
                 return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
             }
             let end = log.iter().position(|&b| b == 0).unwrap_or(0);
-            let text = String::from_utf8_lossy(&log[end.saturating_sub(2000)..end]);
-            anyhow::bail!("loading {name} as uprobe_multi: {}: {text}", e.unwrap_err())
+            let text = String::from_utf8_lossy(&log[..end]);
+            anyhow::bail!("loading {name} as uprobe_multi: {first}: {}", log_tail(&text))
         }
     }
+}
+
+/// The end of a verifier log (where it says why it refused a program and how much it processed),
+/// at most about 1,500 bytes.
+pub fn log_tail(log: &str) -> &str {
+    let log = log.trim_end();
+    let mut start = log.len().saturating_sub(1500);
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    &log[start..]
+}
+
+/// The instructions the verifier processed to accept the program `prog` (bpf_prog_info's
+/// `verified_insns`, kernel 5.16+).
+pub fn verified_insns(prog: &OwnedFd) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    const VERIFIED_INSNS: usize = 216; // offset in struct bpf_prog_info
+    let mut info = [0u8; 232];
+    let mut attr = [0u8; 144];
+    put32(&mut attr, 0, prog.as_raw_fd() as u32);
+    put32(&mut attr, 4, info.len() as u32);
+    put64(&mut attr, 8, info.as_mut_ptr() as u64);
+    sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(u32::from_ne_bytes(info[VERIFIED_INSNS..VERIFIED_INSNS + 4].try_into().unwrap()))
 }
 
 /// One uprobe_multi link: `prog` on every `(offset, cookie)` of the file at `path`, all processes.

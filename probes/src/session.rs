@@ -50,6 +50,9 @@ pub struct TraceOptions {
     pub duration_ns: Option<i64>,
     /// Record a user stack with every CUDA call.
     pub stacks: bool,
+    /// With `stacks`, walk the CPython frames of Python processes too (the line being executed in
+    /// each Python function). Off: native frames only, the interpreter's eval loop included.
+    pub python_frames: bool,
     /// Scheduler, process, block and memory tracepoints.
     pub host_probes: bool,
     pub ring_cuda_bytes: u32,
@@ -81,6 +84,7 @@ impl Default for TraceOptions {
             stop_on_load: true,
             duration_ns: None,
             stacks: false,
+            python_frames: true,
             host_probes: true,
             ring_cuda_bytes: l.ring_cuda_bytes,
             ring_sched_bytes: l.ring_sched_bytes,
@@ -261,7 +265,8 @@ pub async fn trace(
     libs.defer_polled = opts.stop_on_load;
     let mut child = start_targets(&opts, &mut probes, &mut libs, &mut report)?;
     let mut python = PyProcs::default();
-    if opts.stacks {
+    let walk_python = opts.stacks && opts.python_frames;
+    if walk_python {
         for &p in &opts.pids {
             python.check(&mut probes, p, true);
         }
@@ -303,7 +308,7 @@ pub async fn trace(
                 if opts.follow_mapped_libs {
                     libs.scan(&mut probes, dl.pid, "loaded", dl.stopped);
                 }
-                if opts.stacks {
+                if walk_python {
                     // before the process goes on: its next CUDA call may be its first
                     python.check(&mut probes, dl.pid, true);
                 }
@@ -382,7 +387,7 @@ pub async fn trace(
                 } else if !opts.pids.is_empty() && !opts.pids.iter().any(|&p| alive(p)) {
                     end = true;
                 }
-                if opts.stacks {
+                if walk_python {
                     for pid in probes.traced_pids() {
                         if python.unseen(pid) && !stopped(pid) {
                             python.check(&mut probes, pid, false);

@@ -38,7 +38,11 @@ fn python_frames(frames_json: &str) -> Vec<PyFrameText> {
         .collect()
 }
 
-fn run(python: &std::path::Path, script: &std::path::Path) -> (causeway_probes::TraceReport, Collected, String) {
+fn run(
+    python: &std::path::Path,
+    script: &std::path::Path,
+    python_frames: bool,
+) -> (causeway_probes::TraceReport, Collected, String) {
     let lib = mock_build().join("libcudart.so.12");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("stdout.txt");
@@ -48,6 +52,7 @@ fn run(python: &std::path::Path, script: &std::path::Path) -> (causeway_probes::
         command_stdout: Some(out.clone()),
         cuda_libs: vec![lib],
         stacks: true,
+        python_frames,
         ..Default::default()
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -102,7 +107,7 @@ fn every_installed_cpython_gives_the_exact_python_stack_of_each_call() {
     assert!(!pythons.is_empty(), "no CPython 3.10+ on this machine");
     let mut failures = Vec::new();
     for py in &pythons {
-        let (report, c, stdout) = run(&py.path, &script);
+        let (report, c, stdout) = run(&py.path, &script, true);
         let who = format!("CPython 3.{} ({})", py.minor, py.path.display());
         if !stdout.contains("DONE") {
             failures.push(format!("{who}: the workload did not finish: {stdout:?} {:?}", report.notes));
@@ -146,4 +151,20 @@ fn every_installed_cpython_gives_the_exact_python_stack_of_each_call() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn without_python_frames_the_stacks_are_native_only() {
+    require_root();
+    let script = common::root().join("probes/tests/py/frames_workload.py");
+    let py = causeway_testdata::cpythons().pop().expect("no CPython 3.10+ on this machine");
+    let (report, c, stdout) = run(&py.path, &script, false);
+    assert!(stdout.contains("DONE"), "{stdout:?} {:?}", report.notes);
+    assert!(!report.notes.iter().any(|n| n.starts_with("Python frames of pid")), "{:?}", report.notes);
+    let mallocs = c.events.iter().filter(|e| op::CUDA_MALLOC.is(e.source, e.op)).count();
+    assert_eq!(mallocs, 8, "every cudaMalloc of the workload is recorded");
+    assert!(!c.stacks.is_empty(), "native stacks are still taken");
+    for s in &c.stacks {
+        assert!(python_frames(&s.frames).is_empty(), "a Python frame in {}", s.frames);
+    }
 }
