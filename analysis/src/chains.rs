@@ -138,6 +138,10 @@ pub struct Chain {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<crate::kernels::ChainKernel>,
     pub timeline: Vec<TimelineStep>,
+    /// The call stacks behind the chain's worst calls (traces recorded with stacks), most calls
+    /// first, with the user's own Python line where the stack has Python frames.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stacks: Vec<crate::stacks::StackShare>,
     pub recommendations: Vec<String>,
     pub evidence: Evidence,
 }

@@ -60,6 +60,7 @@ fn chain(
         cpus: Vec::new(),
         kernels: Vec::new(),
         timeline,
+        stacks: Vec::new(),
         recommendations,
         evidence,
     }

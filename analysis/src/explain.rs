@@ -224,6 +224,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let slow_time_ns: i64 = op_slow.values().map(|s| s.1).sum();
     phase.lap("attribute slow calls");
     let mut chains_out = Vec::new();
+    // per attributed chain (by key): the calls whose stacks it shows, its worst first
+    let mut stack_sample: HashMap<String, Vec<EventId>> = HashMap::new();
     for (op, (acc, items)) in per_op {
         let subject = Subject {
             kind: ChainKind::SlowCalls,
@@ -236,7 +238,9 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             items: &items,
         };
         for (key, group) in acc.into_groups() {
+            let sample = stack_sample_ids(&group);
             let mut chain = attributed_chain(store, &scope, &subject, key, group, &names)?;
+            stack_sample.insert(chain.key.clone(), sample);
             if chain.cause == Cause::PageAllocPressure.as_str() {
                 let b = page_bytes.get(&op).copied().unwrap_or(0);
                 chain.details.push(format!("the process allocated {} MiB of pages during these calls", b >> 20));
@@ -283,7 +287,9 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             items: &items,
         };
         for (key, group) in acc.into_groups() {
+            let sample = stack_sample_ids(&group);
             let mut chain = attributed_chain(store, &scope, &subject, key, group, &names)?;
+            stack_sample.insert(chain.key.clone(), sample);
             if chain.cause == Cause::HostCompute.as_str() {
                 let last_gap_end = items.values().map(|it| it.ts + it.dur).max().unwrap_or(0);
                 let first_gap = items.values().map(|it| it.ts).min().unwrap_or(0);
@@ -324,6 +330,11 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let chains_total = chains_out.len();
     let truncated = chains_total > req.top;
     chains_out.truncate(req.top);
+    for c in &mut chains_out {
+        let ids = stack_sample.remove(&c.key).unwrap_or_else(|| c.evidence.event_ids.clone());
+        add_call_stacks(store, c, &ids)?;
+    }
+    phase.lap("chain stacks");
     let verdict = verdict(&chains_out, slow.len());
     let ops = dists
         .iter()
@@ -461,6 +472,40 @@ fn layer(source: u8) -> &'static str {
         5 => "IO",
         _ => "HOST",
     }
+}
+
+/// Calls of a chain whose stacks it shows: its worst (they come first in a group).
+const STACK_SAMPLE_CALLS: usize = 64;
+/// Stacks shown per chain, and frames per stack.
+const CHAIN_STACKS: usize = 3;
+const CHAIN_STACK_FRAMES: usize = 24;
+
+fn stack_sample_ids(g: &Group) -> Vec<EventId> {
+    g.items.iter().take(STACK_SAMPLE_CALLS).map(|i| i.1.clone()).collect()
+}
+
+/// The stacks behind a chain's calls `ids` (its worst first), and a recommendation naming the
+/// user's own Python function behind most of them.
+fn add_call_stacks(store: &dyn TraceStore, c: &mut Chain, ids: &[EventId]) -> Result<(), AnalysisError> {
+    let mut stacks = crate::stacks::stacks_of_calls(store, ids, CHAIN_STACK_FRAMES)?;
+    let with_stack: u64 = stacks.iter().map(|s| s.calls).sum();
+    // one line of the user's code can be behind several stacks (other kernels, other callers)
+    let mut by_line: BTreeMap<&str, u64> = BTreeMap::new();
+    for s in &stacks {
+        if let Some(u) = &s.user_frame {
+            *by_line.entry(u.as_str()).or_default() += s.calls;
+        }
+    }
+    if let Some((line, n)) = by_line.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) {
+        let (at, func) = crate::stacks::python_parts(line).unwrap_or((line, "?"));
+        let rec = format!(
+            "Start in {func} ({at}): the Python line behind {n} of the {with_stack} worst calls of this chain that have a stack"
+        );
+        c.recommendations.insert(c.recommendations.len().min(1), rec);
+    }
+    stacks.truncate(CHAIN_STACKS);
+    c.stacks = stacks;
+    Ok(())
 }
 
 /// Turn one (cause, culprit) group of a subject into a chain.
@@ -631,6 +676,7 @@ fn attributed_chain(
         cpus: chains::cpu_times(&g.cpus),
         kernels,
         timeline,
+        stacks: Vec::new(),
         evidence: Evidence {
             event_ids: worst.iter().map(|w| w.1.clone()).collect(),
             sql,

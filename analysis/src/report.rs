@@ -62,6 +62,9 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
             let id = s.event_id.as_ref().map(|i| format!(" (event {i})")).unwrap_or_default();
             let _ = writeln!(o, "   {}  {:<6} {}{id}", fmt_since(s.ts_ns, e.first_ns), s.layer, cut(&s.what, 90));
         }
+        if let Some(at) = c.stacks.first().and_then(stack_line) {
+            let _ = writeln!(o, "   at: {}", cut(&at, 110));
+        }
         for d in c.details.iter().take(2) {
             let _ = writeln!(o, "   note: {}", cut(d, 110));
         }
@@ -82,6 +85,16 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
         let _ = writeln!(o, "this DB lacks: {}", cut(&e.missing.join("; "), 400));
     }
     o
+}
+
+/// Where a chain's top stack was called from, in one line: the user's Python line and its
+/// callers, else the native frames outside the CUDA libraries.
+fn stack_line(s: &crate::stacks::StackShare) -> Option<String> {
+    let site = crate::stacks::call_site(&s.frames, 3);
+    let first = s.user_frame.clone().or_else(|| site.first().cloned())?;
+    let callers: Vec<&String> = site.iter().skip_while(|f| **f != first).skip(1).collect();
+    let callers: String = callers.iter().map(|f| format!(" ← {f}")).collect();
+    Some(format!("{first}{callers} ({} of the worst calls)", s.calls))
 }
 
 /// One chain in full, with its evidence SQL.
@@ -109,6 +122,16 @@ pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
     }
     for d in &c.details {
         let _ = writeln!(o, "note: {d}");
+    }
+    for (i, s) in c.stacks.iter().enumerate() {
+        let _ = writeln!(o, "stack {} (0x{:016x}), behind {} of the worst calls:", i + 1, s.stack_hash as u64, s.calls);
+        for f in &s.frames {
+            let lib = f.lib.as_ref().map(|l| format!("  [{l}]")).unwrap_or_default();
+            let _ = writeln!(o, "    {}{lib}", f.text);
+        }
+        if s.frames_cut > 0 {
+            let _ = writeln!(o, "    … {} more frames (causeway stacks)", s.frames_cut);
+        }
     }
     for r in &c.recommendations {
         let _ = writeln!(o, "do: {r}");

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use causeway_backends::{EventFilter, TraceStore};
+use causeway_backends::{EventFilter, EventId, TraceStore};
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 
@@ -260,6 +260,90 @@ pub fn kernel_filter_words(r: &StacksReport) -> Option<String> {
     })
 }
 
+/// A stack behind some of a set of calls (a chain's slowest calls).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct StackShare {
+    pub stack_hash: i64,
+    /// How many of the calls looked at had this stack.
+    pub calls: u64,
+    /// The user's own code behind these calls: `file:line in function` of the innermost Python
+    /// frame outside the standard library and installed packages (see [`user_frame`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_frame: Option<String>,
+    /// Innermost first, cut to the frames asked for.
+    pub frames: Vec<Frame>,
+    /// Frames left out by the cut.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub frames_cut: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Whether a Python frame's text (`file:line in function`) is the standard library's or an
+/// installed package's (`.../lib/python3.X/...`, `site-packages`, `dist-packages`, `<frozen ...>`)
+/// rather than the user's own code.
+pub fn is_library_python(text: &str) -> bool {
+    text.starts_with('<')
+        || text.contains("/lib/python3")
+        || text.contains("site-packages")
+        || text.contains("dist-packages")
+}
+
+/// The frame of the user's own code behind a call: the innermost Python frame that is not library
+/// code, else the innermost Python frame; `None` without Python frames.
+pub fn user_frame(frames: &[Frame]) -> Option<&Frame> {
+    let mut python = frames.iter().filter(|f| f.kind == "python");
+    let first = python.clone().next();
+    python.find(|f| !is_library_python(&f.text)).or(first)
+}
+
+/// `file:line in function` split into (`file:line`, `function`).
+pub fn python_parts(text: &str) -> Option<(&str, &str)> {
+    text.rsplit_once(" in ")
+}
+
+/// Where a call was made, in a few frames, innermost first: from the user's own Python frame
+/// outward when the stack has Python frames, else the native frames outside the CUDA libraries.
+pub fn call_site(frames: &[Frame], max: usize) -> Vec<String> {
+    if let Some(u) = user_frame(frames) {
+        let at = frames.iter().position(|f| std::ptr::eq(f, u)).unwrap_or(0);
+        return frames[at..].iter().filter(|f| f.kind == "python").take(max).map(|f| f.text.clone()).collect();
+    }
+    let cuda = |f: &&Frame| f.lib.as_deref().is_some_and(|l| l.starts_with("libcuda") || l.starts_with("libcudart"));
+    frames.iter().filter(|f| f.kind == "native" && !cuda(f)).take(max).map(|f| f.text.clone()).collect()
+}
+
+/// The stacks behind the calls `ids`, most calls first, each cut to `max_frames` frames. Calls
+/// recorded without a stack are not counted.
+pub fn stacks_of_calls(
+    store: &dyn TraceStore,
+    ids: &[EventId],
+    max_frames: usize,
+) -> Result<Vec<StackShare>, AnalysisError> {
+    let mut per: HashMap<i64, u64> = HashMap::new();
+    for s in store.events_by_id(ids)? {
+        if s.event.stack_hash != 0 {
+            *per.entry(s.event.stack_hash).or_default() += 1;
+        }
+    }
+    let mut ranked: Vec<(i64, u64)> = per.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let hashes: Vec<i64> = ranked.iter().map(|r| r.0).collect();
+    let records = store.stacks(&hashes)?;
+    Ok(ranked
+        .into_iter()
+        .map(|(stack_hash, calls)| {
+            let mut frames = records.get(&stack_hash).map(|r| parse_frames(&r.frames)).unwrap_or_default();
+            let user = user_frame(&frames).map(|f| f.text.clone());
+            let frames_cut = frames.len().saturating_sub(max_frames);
+            frames.truncate(max_frames);
+            StackShare { stack_hash, calls, user_frame: user, frames, frames_cut }
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,6 +368,31 @@ mod tests {
         let f = parse_frames(r#"[{"pf":"a.py","pfn":"f","pl":0},{"note":"Python stack cut"}]"#);
         assert_eq!(f[0].text, "a.py:? in f");
         assert_eq!((f[1].kind.as_str(), f[1].text.as_str()), ("note", "Python stack cut"));
+    }
+
+    #[test]
+    fn the_user_frame_is_the_innermost_python_frame_outside_the_libraries() {
+        let f = parse_frames(
+            r#"[{"s":"cudaStreamSynchronize+0x10","f":"libcudart.so.12"},
+            {"s":"_ZN2at4cuda4syncEv+0x8","f":"libtorch_cuda.so"},
+            {"pf":"/venv/lib/python3.12/site-packages/torch/cuda/__init__.py","pfn":"synchronize","pl":892},
+            {"pf":"/usr/lib/python3.12/contextlib.py","pfn":"__exit__","pl":144},
+            {"pf":"/app/train.py","pfn":"train_step","pl":42},
+            {"pf":"/app/train.py","pfn":"main","pl":90},
+            {"pf":"<frozen runpy>","pfn":"_run_code","pl":88}]"#,
+        );
+        assert_eq!(user_frame(&f).unwrap().text, "/app/train.py:42 in train_step");
+        assert_eq!(python_parts("/app/train.py:42 in train_step"), Some(("/app/train.py:42", "train_step")));
+        assert_eq!(call_site(&f, 2), vec!["/app/train.py:42 in train_step", "/app/train.py:90 in main"]);
+        // only library frames: the innermost Python frame stands for the user's code
+        let lib_only = parse_frames(r#"[{"pf":"/usr/lib/python3.12/threading.py","pfn":"run","pl":1010}]"#);
+        assert_eq!(user_frame(&lib_only).unwrap().text, "/usr/lib/python3.12/threading.py:1010 in run");
+        // no Python frame: the native frames outside the CUDA libraries
+        let native = parse_frames(
+            r#"[{"s":"cudaMalloc+0x1","f":"libcudart.so.12"},{"s":"alloc_all+0x4","f":"app"},{"s":"main+0x9","f":"app"}]"#,
+        );
+        assert_eq!(user_frame(&native), None);
+        assert_eq!(call_site(&native, 1), vec!["alloc_all+0x4"]);
     }
 
     #[test]

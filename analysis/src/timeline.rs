@@ -58,7 +58,15 @@ pub struct TimelineEntry {
     /// 1 for a call inside another GPU call of the thread.
     pub depth: u8,
     pub detail: String,
+    /// Where a call was made (traces recorded with stacks), innermost first: the user's Python
+    /// line and its callers as `file:line in function`, else the native frames outside the CUDA
+    /// libraries.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stack: Vec<String>,
 }
+
+/// Frames of a call's stack shown in a timeline entry.
+const ENTRY_STACK_FRAMES: usize = 3;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct ThreadTimeline {
@@ -145,7 +153,34 @@ fn entry_of(s: &StoredEvent) -> TimelineEntry {
         id: s.id.clone(),
         depth: 0,
         detail,
+        stack: Vec::new(),
     }
+}
+
+/// Fill the `stack` of the entries shown whose call was recorded with a stack.
+fn add_call_sites(
+    store: &dyn TraceStore,
+    threads: &mut [ThreadTimeline],
+    stack_of: &BTreeMap<&EventId, i64>,
+) -> Result<(), AnalysisError> {
+    let entries = || threads.iter().flat_map(|t| &t.entries);
+    let mut hashes: Vec<i64> = entries().filter_map(|e| stack_of.get(&e.id).copied()).collect();
+    if hashes.is_empty() {
+        return Ok(());
+    }
+    hashes.sort_unstable();
+    hashes.dedup();
+    let records = store.stacks(&hashes)?;
+    let sites: BTreeMap<i64, Vec<String>> = records
+        .iter()
+        .map(|(h, r)| (*h, crate::stacks::call_site(&crate::stacks::parse_frames(&r.frames), ENTRY_STACK_FRAMES)))
+        .collect();
+    for e in threads.iter_mut().flat_map(|t| &mut t.entries) {
+        if let Some(site) = stack_of.get(&e.id).and_then(|h| sites.get(h)) {
+            e.stack = site.clone();
+        }
+    }
+    Ok(())
 }
 
 /// The timeline of a process around an event or over a window.
@@ -192,6 +227,8 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
         }
     }
     let names = store.process_names()?;
+    let stack_of: BTreeMap<&EventId, i64> =
+        events.iter().filter(|s| s.event.stack_hash != 0).map(|s| (&s.id, s.event.stack_hash)).collect();
     let mut threads: BTreeMap<u32, ThreadTimeline> = BTreeMap::new();
     let mut calls_of: BTreeMap<u32, Vec<(usize, Call)>> = BTreeMap::new();
     for s in &events {
@@ -231,6 +268,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
             t.truncated = true;
         }
     }
+    add_call_sites(store, &mut out, &stack_of)?;
     // Threads with GPU calls first, then by tid.
     out.sort_by_key(|t| (!t.entries.iter().any(|e| e.kind == "call"), t.tid));
     let mut notes = Vec::new();

@@ -7,6 +7,7 @@ mod common;
 use causeway_analysis::explain::{explain, ExplainRequest};
 use causeway_analysis::stacks::{kernel_filter_words, top_stacks, StacksRequest};
 use causeway_analysis::stats::{compute_stats, StatsRequest};
+use causeway_analysis::timeline::{timeline, TimelineRequest};
 use causeway_backends::{QueryLimits, SqliteStore, StackRecord, TraceStore};
 use causeway_model::codes::op;
 use causeway_model::{KernelName, LaunchConfig, LibraryAttach};
@@ -61,10 +62,17 @@ fn kernel_trace(path: &std::path::Path) {
                 ips: "[]".into(),
                 frames: r#"[{"pf":"/app/model.py","pfn":"add","pl":7}]"#.into(),
             },
+            // as a PyTorch stack merges: the driver, libtorch, torch's Python, then the user's code
             StackRecord {
                 hash: 0x77,
                 ips: "[]".into(),
-                frames: r#"[{"pf":"/app/model.py","pfn":"matmul","pl":9}]"#.into(),
+                frames: r#"[{"s":"cuLaunchKernelEx+0x10","f":"libcuda.so.1"},
+                    {"s":"_ZN2at6native4gemmEv+0x3a","f":"libtorch_cuda.so"},
+                    {"pf":"/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py","pfn":"forward","pl":125},
+                    {"pf":"/app/model.py","pfn":"matmul","pl":9},
+                    {"pf":"/app/train.py","pfn":"step","pl":30},
+                    {"pf":"/app/train.py","pfn":"<module>","pl":51}]"#
+                    .into(),
             },
         ],
         ..Default::default()
@@ -165,6 +173,51 @@ fn explain_names_the_kernel_of_a_slow_launch() {
     assert_eq!(r.rows[0][0].as_i64(), Some(c.evidence.value));
     // Chains of other ops name no kernel.
     assert!(e.chains.iter().filter(|c| !c.op.starts_with("cuLaunchKernel")).all(|c| c.kernels.is_empty()));
+    // The stack behind the slow launch, and the user's own line (not torch's) in the recommendation.
+    assert_eq!(c.stacks.len(), 1);
+    let s = &c.stacks[0];
+    assert_eq!((s.stack_hash, s.calls, s.frames.len()), (0x77, 1, 6));
+    assert_eq!(s.user_frame.as_deref(), Some("/app/model.py:9 in matmul"));
+    assert_eq!(s.frames[1].text, "at::native::gemm()+0x3a", "native frames demangled");
+    assert!(
+        c.recommendations.iter().any(|r| r.starts_with(
+            "Start in matmul (/app/model.py:9): the Python line behind 1 of the 1 worst calls of this chain"
+        )),
+        "{:?}",
+        c.recommendations
+    );
+    let brief = causeway_analysis::report::render(&e, "kernels.db");
+    assert!(
+        brief.contains("at: /app/model.py:9 in matmul ← /app/train.py:30 in step ← /app/train.py:51 in <module>"),
+        "{brief}"
+    );
+    let full = causeway_analysis::report::render_chain(c, e.first_ns, "kernels.db");
+    assert!(full.contains("stack 1 (0x0000000000000077), behind 1 of the worst calls:"), "{full}");
+    assert!(full.contains("    at::native::gemm()+0x3a  [libtorch_cuda.so]"), "{full}");
+    // The vector_add launches are not slow: no chain of theirs, so no stack of 0x55 in any chain.
+    assert!(e.chains.iter().flat_map(|c| &c.stacks).all(|s| s.stack_hash != 0x55));
+}
+
+#[test]
+fn the_timeline_says_where_each_call_was_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kernels.db");
+    kernel_trace(&path);
+    let store = SqliteStore::open(&path).unwrap();
+    let e = explain(&store, &ExplainRequest { top: 50, ..Default::default() }).unwrap();
+    let c = e.chains.iter().find(|c| c.op == "cuLaunchKernelEx" && c.cause == "preempted").unwrap();
+    let around = c.evidence.event_ids[0].clone();
+    let req = TimelineRequest { around: Some(around.clone()), around_ns: 3 * MS, ..Default::default() };
+    let r = timeline(&store, &req).unwrap();
+    let entries: Vec<_> = r.threads.iter().flat_map(|t| &t.entries).collect();
+    let slow = entries.iter().find(|e| e.id == around).expect("the slow launch");
+    assert_eq!(
+        slow.stack,
+        vec!["/app/model.py:9 in matmul", "/app/train.py:30 in step", "/app/train.py:51 in <module>"]
+    );
+    // the driver calls under the runtime launches were recorded without a stack
+    assert!(entries.iter().filter(|e| e.op == "cuLaunchKernel").all(|e| e.stack.is_empty()));
+    assert!(entries.iter().filter(|e| e.kind == "off_cpu").all(|e| e.stack.is_empty()));
 }
 
 #[test]

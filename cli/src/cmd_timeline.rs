@@ -75,6 +75,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 e.detail,
                 e.id
             );
+            if !e.stack.is_empty() {
+                println!("  {:>10}  {:<8} {indent}  at {}", "", "", e.stack.join(" ← "));
+            }
         }
         if t.truncated {
             println!("  … cut at {} entries", args.limit);

@@ -173,6 +173,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
         spec::<ChainsArgs, ChainsOutput>("get_causal_chains", "Causal chains: why the GPU stalled",
             "The causal engine's chains, worst first: each names the op, the cause (preempted, sleep, host_compute, ...), \
              the culprit task, how many calls and how much stall time it explains and its share, a timeline, \
+             the call stacks behind its worst calls (with the user's Python line, when traced with stacks), \
              recommendations, and evidence (event ids and a SQL query whose `value` reproduces the headline figure: \
              verify it with run_sql). Filters: window, pid, op, min_severity, chain_id; top_n (default 5).",
             true, answers::get_causal_chains),
@@ -183,7 +184,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
         spec::<TimelineArgs, TimelineOutput>("get_timeline", "What each thread did, in order",
             "The calls, off-CPU intervals (with who took the CPU when the DB records it), wakeups, I/O and page \
              allocations of each thread around an event (`around`: an id from a chain's evidence) or in a from/to \
-             window. Without either, centers on the worst event of the top chain. limit entries per thread (default 30).",
+             window; a call recorded with a stack says where it was made (`file:line in function`). Without either, centers on the worst event of the top chain. limit entries per thread (default 30).",
             true, answers::get_timeline),
         spec::<RunSqlArgs, RunSqlOutput>("run_sql", "Read-only SQL on a trace",
             "Runs one read-only SQL statement (SELECT/WITH) on a trace through the SQL guard, on a read-only \
