@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine of this kind lacks (Debian packages: clang/llvm/libbpf for the BPF
-# programs, bpftool, bpftrace for the baseline benchmark, sqlite3 for the reference benchmark), builds
+# programs, bpftool, bpftrace for the baseline benchmark, sqlite3 for the reference benchmark, gdb
+# for the test that reads the CPython tables back from the interpreters' DWARF), builds
 # `causeway` with the one release profile into a target directory outside the clone
 # (~/.cache/causeway/target, reused by CI), and puts the binary on PATH (~/.cargo/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 
-packages=(clang llvm libbpf-dev bpftool bpftrace sqlite3 make gcc python3-venv)
+packages=(clang llvm libbpf-dev bpftool bpftrace sqlite3 make gcc python3-venv gdb)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

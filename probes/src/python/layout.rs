@@ -382,6 +382,139 @@ mod tests {
         assert_eq!(got, [632, 7264, 7344, 8, 152, 72, 8, 0, 56, 70, 200, 112, 128, 68, 136, 40]);
     }
 
+    /// `(long)EXPR` for each expression, from the DWARF of `lib`, by gdb.
+    fn dwarf_values(lib: &Path, exprs: &[&str]) -> Vec<i64> {
+        let mut cmd = std::process::Command::new("gdb");
+        cmd.args(["-batch", "-nx"]);
+        for e in exprs {
+            cmd.arg("-ex").arg(format!("p (long)({e})"));
+        }
+        let out = cmd.arg(lib).output().unwrap_or_else(|e| {
+            panic!("gdb: {e} (scripts/install.sh installs it: the tables are checked against DWARF)")
+        });
+        let text = String::from_utf8_lossy(&out.stdout);
+        let values: Vec<i64> =
+            text.lines().filter_map(|l| l.split_once(" = ").and_then(|(_, v)| v.trim().parse().ok())).collect();
+        assert_eq!(
+            values.len(),
+            exprs.len(),
+            "{}: gdb said\n{text}{}",
+            lib.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        values
+    }
+
+    /// The tables of 3.10-3.12, field by field, against the DWARF of pyenv's builds (which keep
+    /// their debug information): a wrong offset in a table would walk garbage.
+    #[test]
+    fn the_tables_of_3_10_to_3_12_match_the_dwarf_of_each_version() {
+        let pythons: Vec<_> =
+            causeway_testdata::cpythons().into_iter().filter(|p| (10..=12).contains(&p.minor)).collect();
+        let mut checked = Vec::new();
+        for py in pythons {
+            let lib = py.path.parent().unwrap().parent().unwrap().join(format!("lib/libpython3.{}.so.1.0", py.minor));
+            if !lib.is_file() {
+                continue; // a distribution's interpreter without its libpython and DWARF (Debian's)
+            }
+            let t = table(py.minor);
+            let f = |v: u16| v as i64;
+            let (frame, code_name) = match py.minor {
+                10 => ("PyFrameObject", "co_name"),
+                _ => ("_PyInterpreterFrame", "co_qualname"),
+            };
+            let span = f(t.frame_span);
+            let mut rows: Vec<(String, i64)> = vec![
+                ("&((_PyRuntimeState*)0)->interpreters.head".into(), f(t.runtime_interps)),
+                ("&((PyInterpreterState*)0)->next".into(), f(t.interp_next)),
+                ("&((PyThreadState*)0)->next".into(), f(t.tstate_next)),
+                ("&((PyThreadState*)0)->thread_id".into(), f(t.tstate_thread_id)),
+                ("&((PyCodeObject*)0)->co_filename".into(), f(t.code_filename)),
+                (format!("&((PyCodeObject*)0)->{code_name}"), f(t.code_name)),
+                ("&((PyCodeObject*)0)->co_firstlineno".into(), f(t.code_firstlineno)),
+                ("&((PyCodeObject*)0)->co_linetable".into(), f(t.code_linetable)),
+                ("&((PyObject*)0)->ob_type".into(), f(t.object_type)),
+                ("&((PyVarObject*)0)->ob_size".into(), f(t.bytes_size)),
+                ("&((PyBytesObject*)0)->ob_sval".into(), f(t.bytes_data)),
+                ("&((PyASCIIObject*)0)->state".into(), f(t.unicode_state)),
+                ("&((PyASCIIObject*)0)->length".into(), f(t.unicode_length)),
+                ("sizeof(PyASCIIObject)".into(), f(t.ascii_data)),
+                ("sizeof(PyCompactUnicodeObject)".into(), f(t.compact_data)),
+                (
+                    format!("&(({frame}*)0)->{}", if py.minor == 10 { "f_back" } else { "previous" }),
+                    span + f(t.frame_previous),
+                ),
+                (format!("&(({frame}*)0)->f_code"), span + f(t.frame_code)),
+                (
+                    format!("&(({frame}*)0)->{}", if py.minor == 10 { "f_lasti" } else { "prev_instr" }),
+                    span + f(t.frame_instr),
+                ),
+            ];
+            if py.minor == 10 {
+                rows.push(("&((PyInterpreterState*)0)->tstate_head".into(), f(t.interp_threads)));
+                rows.push(("&((PyThreadState*)0)->frame".into(), f(t.tstate_frame)));
+            } else {
+                rows.push(("&((PyInterpreterState*)0)->threads.head".into(), f(t.interp_threads)));
+                rows.push(("&((PyThreadState*)0)->cframe".into(), f(t.tstate_frame)));
+                rows.push(("&((_PyCFrame*)0)->current_frame".into(), f(t.cframe_frame)));
+                rows.push(("&((PyCodeObject*)0)->co_code_adaptive".into(), f(t.code_code)));
+            }
+            if py.minor == 11 {
+                rows.push(("&((_PyInterpreterFrame*)0)->is_entry".into(), f(t.frame_is_entry)));
+            }
+            if py.minor == 12 {
+                rows.push(("&((_PyInterpreterFrame*)0)->owner".into(), f(t.frame_owner)));
+                rows.push(("FRAME_OWNED_BY_CSTACK".into(), t.owner_cstack as i64));
+            }
+            let exprs: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+            let dwarf = dwarf_values(&lib, &exprs);
+            for ((expr, ours), theirs) in rows.iter().zip(dwarf) {
+                assert_eq!(*ours, theirs, "CPython 3.{} ({}): {expr}", py.minor, lib.display());
+            }
+            checked.push(py.minor);
+        }
+        checked.dedup();
+        assert_eq!(checked, vec![10, 11, 12], "pyenv's 3.10, 3.11 and 3.12 are expected on this machine");
+    }
+
+    /// A copy of the 3.13 library with one field changed, as another build would have it.
+    fn patched_313(at_symbol: &str, plus: u64, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let py = causeway_testdata::cpythons().into_iter().find(|p| p.minor == 13).expect("CPython 3.13");
+        let lib = py.path.parent().unwrap().parent().unwrap().join("lib/libpython3.13.so.1.0");
+        let mut data = std::fs::read(&lib).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let vaddr = symbol_address(&elf, at_symbol).unwrap() + plus;
+        let off = Segments::of(&elf).file_offset(vaddr).unwrap() as usize;
+        data[off..off + bytes.len()].copy_from_slice(bytes);
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("libpython3.13.so.1.0");
+        std::fs::write(&out, data).unwrap();
+        (dir, out)
+    }
+
+    /// A version this build has no layout for (3.14 here: not installable on this machine, and its
+    /// debug offsets differ from 3.13's) and a free-threaded build are refused with the reason,
+    /// never walked with the wrong offsets.
+    #[test]
+    fn an_unknown_version_and_a_free_threaded_build_are_refused() {
+        let m = |path: &Path| Mapping { start: 0x7f00_0000_0000, end: 0x7f00_0010_0000, offset: 0, path: path.into() };
+        // Py_Version = 3.14.0 final (0x030e00f0)
+        let (_d, lib) = patched_313("Py_Version", 0, &0x030e_00f0u32.to_ne_bytes());
+        match layout_of(&lib, &m(&lib)) {
+            Err(e @ LayoutError::Unsupported(3, 14, _)) => assert!(e.to_string().contains("3.14"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        // _Py_DebugOffsets.free_threaded (after the cookie and the version) set
+        let (_d, lib) = patched_313("_PyRuntime", 16, &1u64.to_ne_bytes());
+        match layout_of(&lib, &m(&lib)) {
+            Err(LayoutError::Unreadable(_, why)) => assert!(why.contains("free-threaded"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // and the file unchanged is read
+        let (_d, lib) = patched_313("Py_Version", 0, &[]);
+        assert_eq!(layout_of(&lib, &m(&lib)).unwrap().version.1, 13);
+    }
+
     #[test]
     fn a_file_that_is_no_interpreter_is_refused_with_a_reason() {
         let d = tempfile::tempdir().unwrap();
