@@ -499,7 +499,7 @@ fn add_call_stacks(store: &dyn TraceStore, c: &mut Chain, ids: &[EventId]) -> Re
     if let Some((line, n)) = by_line.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) {
         let (at, func) = crate::stacks::python_parts(line).unwrap_or((line, "?"));
         let rec = format!(
-            "Start in {func} ({at}): the Python line behind {n} of the {with_stack} worst calls of this chain that have a stack"
+            "Start in {func} ({at}), the Python line behind {n} of this chain's {with_stack} worst calls with a stack"
         );
         c.recommendations.insert(c.recommendations.len().min(1), rec);
     }

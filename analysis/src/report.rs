@@ -63,7 +63,7 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
             let _ = writeln!(o, "   {}  {:<6} {}{id}", fmt_since(s.ts_ns, e.first_ns), s.layer, cut(&s.what, 90));
         }
         if let Some(at) = c.stacks.first().and_then(stack_line) {
-            let _ = writeln!(o, "   at: {}", cut(&at, 110));
+            let _ = writeln!(o, "   at: {}", cut(&at, 200));
         }
         for d in c.details.iter().take(2) {
             let _ = writeln!(o, "   note: {}", cut(d, 110));
@@ -94,7 +94,7 @@ fn stack_line(s: &crate::stacks::StackShare) -> Option<String> {
     let first = s.user_frame.clone().or_else(|| site.first().cloned())?;
     let callers: Vec<&String> = site.iter().skip_while(|f| **f != first).skip(1).collect();
     let callers: String = callers.iter().map(|f| format!(" ← {f}")).collect();
-    Some(format!("{first}{callers} ({} of the worst calls)", s.calls))
+    Some(format!("{first}{callers} (behind {} of the worst calls)", s.calls))
 }
 
 /// One chain in full, with its evidence SQL.

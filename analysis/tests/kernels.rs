@@ -181,14 +181,16 @@ fn explain_names_the_kernel_of_a_slow_launch() {
     assert_eq!(s.frames[1].text, "at::native::gemm()+0x3a", "native frames demangled");
     assert!(
         c.recommendations.iter().any(|r| r.starts_with(
-            "Start in matmul (/app/model.py:9): the Python line behind 1 of the 1 worst calls of this chain"
+            "Start in matmul (/app/model.py:9), the Python line behind 1 of this chain's 1 worst calls with a stack"
         )),
         "{:?}",
         c.recommendations
     );
     let brief = causeway_analysis::report::render(&e, "kernels.db");
     assert!(
-        brief.contains("at: /app/model.py:9 in matmul ← /app/train.py:30 in step ← /app/train.py:51 in <module>"),
+        brief.contains(
+            "at: /app/model.py:9 in matmul ← /app/train.py:30 in step ← /app/train.py:51 in <module> (behind 1 of the worst calls)"
+        ),
         "{brief}"
     );
     let full = causeway_analysis::report::render_chain(c, e.first_ns, "kernels.db");
