@@ -2,19 +2,11 @@
 //! with severity, a timeline of the worst cases, recommendations that follow from the cause, and
 //! evidence (event ids and a SQL query that reproduces the headline figure).
 //!
-//! Severity thresholds (`share` is the chain's fraction of all slow-call time for slow-call chains,
-//! of the thread's GPU-feeding span for gap, sync and allocator chains, of the launch span for a
-//! throughput drop):
-//! - slow calls, host cause: HIGH when share >= 25% and stall >= 10 ms; MEDIUM when share >= 5% and
-//!   stall >= 1 ms; else LOW.
-//! - gaps between GPU calls, host cause: HIGH when share >= 25% and stall >= 100 ms; MEDIUM when share
-//!   >= 5% and stall >= 10 ms; else LOW.
-//! - throughput drop: HIGH when the launch rate fell to 25% or less and >= 1 s was lost; MEDIUM when
-//!   >= 100 ms was lost; else LOW.
-//! - sync storm, allocator latency growth, cudaFree storm: HIGH when share >= 25% and >= 100 ms;
-//!   MEDIUM when share >= 10%; else LOW.
-//! - "no host cause" (on-CPU or GPU), GPU waits, preemptions of spinning waits while the GPU was
-//!   still busy (`spin_gpu_busy`), "no scheduler data" chains, and unfreed memory: always LOW.
+//! Severity: the rules are named thresholds in [`crate::severity`] (`share` is the chain's
+//! fraction of all slow-call time for slow-call chains, of the thread's GPU-feeding span for gap,
+//! sync and allocator chains, of the launch span for a throughput drop). "No host cause" (on-CPU or
+//! GPU), GPU waits, preemptions of spinning waits while the GPU was still busy (`spin_gpu_busy`),
+//! "no scheduler data" chains, and unfreed memory are always LOW.
 //!
 //! Ranking: a throughput drop is a symptom, never a cause: it comes after every HIGH or MEDIUM chain
 //! that names a cause and before the LOW ones, whatever its own severity. Otherwise severity first,
@@ -160,21 +152,15 @@ pub fn cpu_times(cpus: &BTreeMap<i32, i64>) -> Vec<CpuTime> {
     v
 }
 
-/// Severity of an attributed chain (slow calls or gaps).
+/// Severity of an attributed chain (slow calls or gaps): LOW without a host cause, else by
+/// [`crate::severity::SLOW_CALLS`] or [`crate::severity::FEEDING_GAPS`].
 pub fn attributed_severity(kind: ChainKind, cause: Cause, share: f64, stall_ns: i64) -> Severity {
     if !cause.is_host_cause() {
         return Severity::Low;
     }
-    let (high_ns, med_ns) = match kind {
-        ChainKind::FeedingGap => (100_000_000, 10_000_000),
-        _ => (10_000_000, 1_000_000),
-    };
-    if share >= 0.25 && stall_ns >= high_ns {
-        Severity::High
-    } else if share >= 0.05 && stall_ns >= med_ns {
-        Severity::Medium
-    } else {
-        Severity::Low
+    match kind {
+        ChainKind::FeedingGap => crate::severity::FEEDING_GAPS.grade(share, stall_ns),
+        _ => crate::severity::SLOW_CALLS.grade(share, stall_ns),
     }
 }
 

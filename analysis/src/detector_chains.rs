@@ -125,13 +125,7 @@ pub fn detector_chains(
         let before_rate = d.before as f64 * 1e9 / (d.split - d.first) as f64;
         let during_rate = d.during as f64 * 1e9 / (d.end - d.split) as f64;
         let ratio = during_rate / before_rate;
-        let severity = if ratio <= 0.25 && d.lost_ns >= 1_000_000_000 {
-            Severity::High
-        } else if d.lost_ns >= 100_000_000 {
-            Severity::Medium
-        } else {
-            Severity::Low
-        };
+        let severity = crate::severity::THROUGHPUT_DROP.grade(ratio, d.lost_ns);
         let pid = last_before.as_ref().map(|c| c.pid).unwrap_or(0);
         let mut timeline = vec![step(
             d.first,
@@ -345,14 +339,7 @@ fn allocation_op_facts(a: &detectors::AllocatorFindings) -> Vec<String> {
     out
 }
 
-/// Severity of a detector's finding: HIGH when it takes at least a quarter of the span it is measured
-/// against and at least 100 ms, MEDIUM from 10%, else LOW.
+/// Severity of a detector's finding ([`crate::severity::DETECTORS`]).
 pub fn detector_severity(share: f64, ns: i64) -> Severity {
-    if share >= 0.25 && ns >= 100_000_000 {
-        Severity::High
-    } else if share >= 0.10 {
-        Severity::Medium
-    } else {
-        Severity::Low
-    }
+    crate::severity::DETECTORS.grade(share, ns)
 }

@@ -383,7 +383,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             attr::SLOW_P50_MULTIPLE,
             fmt_ns(attr::SLOW_FLOOR_NS)
         ),
-        severity_rules: severity_rules(),
+        severity_rules: crate::severity::rules(),
         slow_calls: slow.len() as u64,
         slow_time_ns,
         gpu_calls: calls.len() as u64,
@@ -417,16 +417,6 @@ fn op_distributions(calls: &[attr::Call]) -> BTreeMap<OpCode, OpDistribution> {
         by_op.entry(c.op, Vec::new).push(c.dur);
     }
     by_op.into_sorted().into_iter().map(|(op, mut d)| (op, OpDistribution::from_durations(&mut d))).collect()
-}
-
-fn severity_rules() -> Vec<String> {
-    vec![
-        "slow calls with a host cause: HIGH if share >= 25% of slow-call time and stall >= 10 ms; MEDIUM if share >= 5% and stall >= 1 ms; else LOW".into(),
-        "gaps between GPU calls with a host cause: HIGH if share >= 25% of the thread's feeding span and stall >= 100 ms; MEDIUM if share >= 5% and stall >= 10 ms; else LOW".into(),
-        "throughput drop: HIGH if the launch rate fell to <= 25% and >= 1 s was lost; MEDIUM if >= 100 ms was lost; else LOW".into(),
-        "sync storm, allocator latency growth, cudaFree storm: HIGH if share >= 25% of the thread's or process's feeding span and >= 100 ms; MEDIUM if share >= 10%; else LOW".into(),
-        "no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW".into(),
-    ]
 }
 
 fn verdict(chains: &[Chain], slow: usize) -> String {

@@ -11,6 +11,7 @@ pub mod explain;
 pub mod few_keys;
 pub mod kernels;
 pub mod report;
+pub mod severity;
 pub mod spin;
 pub mod stacks;
 pub mod stats;
