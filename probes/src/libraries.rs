@@ -74,9 +74,9 @@ impl LibraryTracker {
             defer_polled: false,
         };
         for path in libs {
-            // absolute: the perf-event uprobe path resolves a relative name through the loader's
-            // cache, not the working directory, and the attachment rows should say where it was
-            let path = &std::fs::canonicalize(path)
+            // absolute (symlinks kept: errors name the path as given): the perf-event uprobe path
+            // resolves a relative name through the loader's cache, not the working directory
+            let path = &std::path::absolute(path)
                 .map_err(|e| ProbeError::Library { path: path.clone(), detail: format!("{e}") })?;
             let files: Vec<PathBuf> = if path.is_dir() {
                 let mut v: Vec<PathBuf> = std::fs::read_dir(path)

@@ -174,6 +174,23 @@ fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
+/// At the end of a trace that holds its command at each dlopen: a notice still in the ring when
+/// the reader stopped is never read, so its process would stay stopped for good (and a signal sent
+/// to it meanwhile, even SIGTERM, waits with it). No process is stopped from here on, and every
+/// stopped one of the command's tree (the only processes this mode ever stops) goes on.
+fn release_stopped(probes: &mut Probes) {
+    let pids = probes.traced_pids();
+    for &pid in &pids {
+        probes.quiet_loads(pid);
+    }
+    for pid in pids {
+        if stopped(pid) {
+            // SAFETY: kill(2) with a pid and a signal number.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        }
+    }
+}
+
 fn load_options(opts: &TraceOptions) -> LoadOptions {
     LoadOptions {
         ring_cuda_bytes: opts.ring_cuda_bytes,
@@ -441,6 +458,9 @@ pub async fn trace(
             // SAFETY: kill(2) with a pid and a signal number.
             unsafe { libc::kill(dl.pid as i32, libc::SIGCONT) };
         }
+    }
+    if load_options(&opts).stop_on_load {
+        release_stopped(&mut probes);
     }
 
     // final aggregates, names, coverage and every loss counter
