@@ -1,4 +1,6 @@
 //! The storage traits ([`EventSink`], [`TraceStore`]) and the plain data types that cross them.
+//! Every engine and every reader of a trace goes through them: each public item says what it is.
+#![warn(missing_docs)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -15,20 +17,29 @@ use crate::query::{QueryLimits, QueryResult};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TraceFormat {
     /// Written by Causeway; `schema_version` of the native schema.
-    Native { schema_version: u32 },
+    Native {
+        /// The native schema's version (`schema_info.schema_version`).
+        schema_version: u32,
+    },
     /// Written by Ingero; `version` from its `schema_info` table (`0.8`, `0.9`, `0.10`).
-    Ingero { version: String },
+    Ingero {
+        /// Ingero's schema version.
+        version: String,
+    },
 }
 
 /// What a reader knows about a trace before any analysis.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct TraceInfo {
+    /// The trace file.
     pub path: PathBuf,
+    /// Who wrote it, with which schema.
     pub format: TraceFormat,
     /// Rows in `events`.
     pub events: u64,
-    /// Earliest and latest `events.timestamp` (0 when empty).
+    /// Earliest `events.timestamp` (0 when empty).
     pub first_ns: i64,
+    /// Latest `events.timestamp` (0 when empty).
     pub last_ns: i64,
     /// Columns `events` has in this DB.
     pub event_columns: Vec<String>,
@@ -42,9 +53,11 @@ pub struct TraceInfo {
 }
 
 impl TraceInfo {
+    /// Whether `events` has the column `c` in this DB.
     pub fn has_column(&self, c: &str) -> bool {
         self.event_columns.iter().any(|x| x == c)
     }
+    /// Whether this DB has the table `t`.
     pub fn has_table(&self, t: &str) -> bool {
         self.tables.iter().any(|x| x == t)
     }
@@ -53,14 +66,20 @@ impl TraceInfo {
 /// Selects events: all filters are ANDed; `None` means no filter.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
+    /// Events that start inside this window.
     pub window: TimeWindow,
+    /// Events of this process.
     pub pid: Option<u32>,
+    /// Events of these threads.
     pub tids: Option<Vec<u32>>,
+    /// Events of these sources ([`causeway_model::codes::Source`] codes).
     pub sources: Option<Vec<u8>>,
+    /// Events of these ops.
     pub ops: Option<Vec<OpCode>>,
 }
 
 impl EventFilter {
+    /// Every event in `window`.
     pub fn window(window: TimeWindow) -> EventFilter {
         EventFilter { window, ..Default::default() }
     }
@@ -72,7 +91,9 @@ impl EventFilter {
 )]
 #[serde(untagged)]
 pub enum EventId {
+    /// An integer id (native traces, Ingero v0.8).
     Int(i64),
+    /// A `node:seq` id (Ingero v0.9+).
     Text(String),
 }
 
@@ -98,9 +119,13 @@ impl EventId {
 /// The columns statistics need, read without touching strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DurationRow {
+    /// The call's op.
     pub op: OpCode,
+    /// Its process.
     pub pid: u32,
+    /// Entry time, Unix ns.
     pub ts_ns: i64,
+    /// Duration, ns.
     pub dur_ns: i64,
 }
 
@@ -108,13 +133,19 @@ pub struct DurationRow {
 /// scheduler detail (no `comm`, no arguments).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SwitchRow {
+    /// The row's id.
     pub id: EventId,
     /// The switch back in (Unix ns); the thread was off the CPU for `dur` before it.
     pub ts: i64,
+    /// How long the thread was off the CPU, ns.
     pub dur: i64,
+    /// The thread's process.
     pub pid: u32,
+    /// The thread that was off the CPU.
     pub tid: u32,
+    /// The CPU it was switched out of; -1 unknown.
     pub cpu: i32,
+    /// Why it left the CPU and who took it, when the DB records it.
     pub sched: Option<SchedDetail>,
 }
 
@@ -135,15 +166,21 @@ impl SwitchRow {
 /// scheduler detail. The analysis uses it as its GPU call (`analysis::attribution::Call`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlimEvent {
+    /// The row's id.
     pub id: EventId,
     /// Unix ns.
     pub ts: i64,
     /// ns.
     pub dur: i64,
+    /// Process.
     pub pid: u32,
+    /// Thread.
     pub tid: u32,
+    /// The call's op.
     pub op: OpCode,
+    /// Op-specific argument 0 (bytes, kernel handle, ...), as in [`Event::arg0`].
     pub arg0: i64,
+    /// Op-specific argument 2 (stream, pointer, ...), as in [`Event::arg2`].
     pub arg2: i64,
 }
 
@@ -172,7 +209,9 @@ impl SlimEvent {
 /// An event read back from a store, with its id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
+    /// The row's id in its DB.
     pub id: EventId,
+    /// The event.
     pub event: Event,
 }
 
@@ -180,21 +219,32 @@ pub struct StoredEvent {
 /// `events` holds only a sample.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct AggregateRow {
+    /// Start of the bucket, Unix ns.
     pub bucket_ns: i64,
+    /// Source code.
     pub source: u8,
+    /// Op code within the source.
     pub op: u16,
+    /// Process.
     pub pid: u32,
+    /// Events that happened in the bucket.
     pub count: u64,
+    /// Of them, how many `events` holds.
     pub stored: u64,
+    /// Sum of their durations, ns.
     pub sum_dur_ns: i64,
+    /// Shortest duration, ns.
     pub min_dur_ns: i64,
+    /// Longest duration, ns.
     pub max_dur_ns: i64,
+    /// Sum of their `arg0` (bytes for copies and allocations).
     pub sum_arg0: i64,
 }
 
 /// A stored user stack: frames innermost first, as Ingero's compact JSON or ours.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StackRecord {
+    /// The stack's identity, the `stack_hash` of the events that carry it.
     pub hash: i64,
     /// JSON array of hex instruction pointers.
     pub ips: String,
@@ -206,38 +256,55 @@ pub struct StackRecord {
 /// A table of the live schema, for agents and for `describe_schema`.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct TableDescription {
+    /// Table name.
     pub name: String,
+    /// Rows it holds.
     pub rows: u64,
+    /// Its columns.
     pub columns: Vec<ColumnDescription>,
     /// What the table is for, when this build knows it.
     pub meaning: String,
 }
 
+/// A column of a table of the live schema.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct ColumnDescription {
+    /// Column name.
     pub name: String,
     #[serde(rename = "type")]
+    /// Declared SQL type.
     pub sql_type: String,
+    /// What it holds, when this build knows it.
     pub meaning: String,
 }
 
 /// The live schema plus the meaning of every code found in it.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct SchemaDescription {
+    /// Who wrote the trace, with which schema.
     pub format: TraceFormat,
+    /// The engine that reads it (`sqlite`, `duckdb`).
     pub engine: String,
+    /// Its tables.
     pub tables: Vec<TableDescription>,
     /// `(source, op, name, meaning)` for every code present in `events`, and those the lookup tables define.
     pub codes: Vec<CodeDescription>,
+    /// Time semantics and other facts needed to write correct SQL.
     pub notes: Vec<String>,
 }
 
+/// One (source, op) code and its meaning.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct CodeDescription {
+    /// Source code.
     pub source: u8,
+    /// Source name (`CUDA`, `DRIVER`, `HOST`, ...).
     pub source_name: String,
+    /// Op code within the source.
     pub op: u16,
+    /// Op name.
     pub name: String,
+    /// What the op is.
     pub meaning: String,
     /// Rows of this code in `events`.
     pub events: u64,
@@ -254,10 +321,13 @@ pub struct CodeDescription {
 pub trait TraceStore: Send + Sync {
     /// Engine name, e.g. `sqlite`.
     fn engine(&self) -> &'static str;
+    /// What a reader knows about the trace before any analysis.
     fn info(&self) -> &TraceInfo;
+    /// The recording sessions (one per `trace` run; none in an Ingero DB without a sessions table).
     fn sessions(&self) -> Result<Vec<SessionInfo>>;
     /// pid -> process name, from `process_names` and from `comm` where the DB has it.
     fn process_names(&self) -> Result<BTreeMap<u32, String>>;
+    /// Every loss counter the trace stored, per source and kind.
     fn loss_counters(&self) -> Result<Vec<LossCounter>>;
     /// Ingero's `event_aggregates` rows whose bucket lies in the window. Only a store that reads
     /// Ingero DBs has them: the default is none.
@@ -380,7 +450,9 @@ pub trait TraceStore: Send + Sync {
 /// What a finished trace holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SinkSummary {
+    /// Events the sink stored.
     pub events_written: u64,
+    /// Every loss counted, as (source, kind, count).
     pub losses: Vec<(u8, String, u64)>,
 }
 
