@@ -330,7 +330,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let chains_total = chains_out.len();
     let truncated = chains_total > req.top;
     chains_out.truncate(req.top);
-    if holds_stacks(store)? {
+    // without a stack in the trace, the chains' calls are not read again
+    if trace_data::holds_stacks(store)? {
         for c in &mut chains_out {
             let ids = stack_sample.remove(&c.key).unwrap_or_else(|| c.evidence.event_ids.clone());
             add_call_stacks(store, c, &ids)?;
@@ -474,15 +475,6 @@ const CHAIN_STACK_FRAMES: usize = 24;
 
 fn stack_sample_ids(g: &Group) -> Vec<EventId> {
     g.items.iter().take(STACK_SAMPLE_CALLS).map(|i| i.1.clone()).collect()
-}
-
-/// Whether the trace recorded any stack: without, the chains' calls are not read again.
-fn holds_stacks(store: &dyn TraceStore) -> Result<bool, AnalysisError> {
-    if !store.info().has_table("stack_traces") {
-        return Ok(false);
-    }
-    let r = store.query("SELECT 1 FROM stack_traces LIMIT 1", &causeway_backends::QueryLimits::with_rows(1))?;
-    Ok(!r.rows.is_empty())
 }
 
 /// The stacks behind a chain's calls `ids` (its worst first), and a recommendation naming the

@@ -311,7 +311,8 @@ pub fn call_site(frames: &[Frame], max: usize) -> Vec<String> {
         let at = frames.iter().position(|f| std::ptr::eq(f, u)).unwrap_or(0);
         return frames[at..].iter().filter(|f| f.kind == "python").take(max).map(|f| f.text.clone()).collect();
     }
-    let cuda = |f: &&Frame| f.lib.as_deref().is_some_and(|l| l.starts_with("libcuda") || l.starts_with("libcudart"));
+    // libcuda.so.1, libcudart.so.12, LibTorch's libcudart-<hash>.so.12
+    let cuda = |f: &&Frame| f.lib.as_deref().is_some_and(|l| l.starts_with("libcuda"));
     frames.iter().filter(|f| f.kind == "native" && !cuda(f)).take(max).map(|f| f.text.clone()).collect()
 }
 

@@ -163,8 +163,8 @@ fn add_call_sites(
     threads: &mut [ThreadTimeline],
     stack_of: &BTreeMap<&EventId, i64>,
 ) -> Result<(), AnalysisError> {
-    let entries = || threads.iter().flat_map(|t| &t.entries);
-    let mut hashes: Vec<i64> = entries().filter_map(|e| stack_of.get(&e.id).copied()).collect();
+    let mut hashes: Vec<i64> =
+        threads.iter().flat_map(|t| &t.entries).filter_map(|e| stack_of.get(&e.id).copied()).collect();
     if hashes.is_empty() {
         return Ok(());
     }

@@ -250,6 +250,15 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
     Ok(out)
 }
 
+/// Whether the trace recorded any call stack (a `stack_traces` row).
+pub fn holds_stacks(store: &dyn TraceStore) -> Result<bool, AnalysisError> {
+    if !store.info().has_table("stack_traces") {
+        return Ok(false);
+    }
+    let r = store.query("SELECT 1 FROM stack_traces LIMIT 1", &QueryLimits::with_rows(1))?;
+    Ok(!r.rows.is_empty())
+}
+
 /// Each thread's recorded scheduler span over the whole DB, `MIN(timestamp - duration)` to
 /// `MAX(timestamp)` (used where the DB did not record the scheduler for the whole run).
 pub fn load_coverage(store: &dyn TraceStore) -> Result<HashMap<u32, Coverage>, AnalysisError> {

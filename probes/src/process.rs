@@ -130,6 +130,13 @@ pub fn stopped(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Continue a process (SIGCONT), as after the loader hook stopped it; a stop signal still pending
+/// is discarded with it.
+pub fn resume(pid: u32) {
+    // SAFETY: kill(2) with a pid and a signal number.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

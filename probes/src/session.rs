@@ -18,7 +18,7 @@ use crate::error::ProbeError;
 use crate::kernels::KernelNamer;
 use crate::libraries::LibraryTracker;
 use crate::loader::{AttachedLib, LoadOptions, Probes};
-use crate::process::{alive, stopped, GatedChild};
+use crate::process::{alive, resume, stopped, GatedChild};
 use crate::python::{merge, Merged, NativeFrame, PyProcs};
 use crate::rings::{read_rings, summary_events, Msg, StackMsg};
 use crate::stats::{LiveStats, StatsBuilder};
@@ -185,8 +185,7 @@ fn release_stopped(probes: &mut Probes) {
     }
     for pid in pids {
         if stopped(pid) {
-            // SAFETY: kill(2) with a pid and a signal number.
-            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            resume(pid);
         }
     }
 }
@@ -277,7 +276,8 @@ pub async fn trace(
     if let Some(&p) = opts.pids.iter().find(|&&p| !alive(p)) {
         return Err(ProbeError::NoSuchProcess(p));
     }
-    let mut probes = Probes::load(&load_options(&opts)).map_err(|e| ProbeError::load_failure(&e))?;
+    let load = load_options(&opts);
+    let mut probes = Probes::load(&load).map_err(|e| ProbeError::load_failure(&e))?;
     let mut libs = LibraryTracker::with_explicit(&mut probes, &opts.cuda_libs)?;
     libs.defer_polled = opts.stop_on_load;
     let mut child = start_targets(&opts, &mut probes, &mut libs, &mut report)?;
@@ -330,8 +330,7 @@ pub async fn trace(
                     python.check(&mut probes, dl.pid, true);
                 }
                 if dl.stopped {
-                    // SAFETY: kill(2) with a pid and a signal number.
-                    unsafe { libc::kill(dl.pid as i32, libc::SIGCONT) };
+                    resume(dl.pid);
                 }
                 write_attachments(&mut libs, &mut sink, &mut report).await;
             }
@@ -455,11 +454,10 @@ pub async fn trace(
     // a process the loader hook stopped after the reader's last read waits for nobody now
     while let Ok(dl) = dl_rx.try_recv() {
         if dl.stopped {
-            // SAFETY: kill(2) with a pid and a signal number.
-            unsafe { libc::kill(dl.pid as i32, libc::SIGCONT) };
+            resume(dl.pid);
         }
     }
-    if load_options(&opts).stop_on_load {
+    if load.stop_on_load {
         release_stopped(&mut probes);
     }
 

@@ -85,6 +85,15 @@ pub struct CPython {
     pub path: PathBuf,
 }
 
+impl CPython {
+    /// The shared library of this interpreter (`../lib/libpython3.N.so.1.0`, as pyenv builds
+    /// it, with its DWARF); `None` for a static executable (Debian's).
+    pub fn libpython(&self) -> Option<PathBuf> {
+        let lib = self.path.parent()?.parent()?.join(format!("lib/libpython3.{}.so.1.0", self.minor));
+        lib.is_file().then_some(lib)
+    }
+}
+
 /// The CPython 3.10+ interpreters on this machine, for the Python-frames tests: pyenv's
 /// (`$PYENV_ROOT` or `~/.pyenv`, `versions/3.N.*/bin/python3`, one per minor version) and the
 /// system's `/usr/bin/python3.N`, oldest first. The system's comes in addition to pyenv's of the

@@ -358,7 +358,7 @@ mod tests {
         let Some(py) = causeway_testdata::cpythons().into_iter().find(|p| p.minor == 13) else {
             panic!("no CPython 3.13 on this machine (pyenv install 3.13)");
         };
-        let lib = py.path.parent().unwrap().parent().unwrap().join("lib/libpython3.13.so.1.0");
+        let lib = py.libpython().expect("pyenv's 3.13 has its libpython");
         let m = Mapping { start: 0x7f00_0000_0000, end: 0x7f00_0010_0000, offset: 0, path: lib.clone() };
         let l = layout_of(&lib, &m).unwrap().raw;
         let got = [
@@ -413,10 +413,9 @@ mod tests {
             causeway_testdata::cpythons().into_iter().filter(|p| (10..=12).contains(&p.minor)).collect();
         let mut checked = Vec::new();
         for py in pythons {
-            let lib = py.path.parent().unwrap().parent().unwrap().join(format!("lib/libpython3.{}.so.1.0", py.minor));
-            if !lib.is_file() {
+            let Some(lib) = py.libpython() else {
                 continue; // a distribution's interpreter without its libpython and DWARF (Debian's)
-            }
+            };
             let t = table(py.minor);
             let f = |v: u16| v as i64;
             let (frame, code_name) = match py.minor {
@@ -480,7 +479,7 @@ mod tests {
     /// A copy of the 3.13 library with one field changed, as another build would have it.
     fn patched_313(at_symbol: &str, plus: u64, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
         let py = causeway_testdata::cpythons().into_iter().find(|p| p.minor == 13).expect("CPython 3.13");
-        let lib = py.path.parent().unwrap().parent().unwrap().join("lib/libpython3.13.so.1.0");
+        let lib = py.libpython().expect("pyenv's 3.13 has its libpython");
         let mut data = std::fs::read(&lib).unwrap();
         let elf = object::File::parse(&*data).unwrap();
         let vaddr = symbol_address(&elf, at_symbol).unwrap() + plus;
