@@ -157,14 +157,27 @@ def check_sync_storm(ex, planted, v):
 
 
 def check_clean(ex, planted, v):
+    """A clean run blames nothing the scenario started and raises no HIGH chain of its own making.
+    The one HIGH chain a clean run may carry is a true one about the host: the workload preempted
+    by a task outside the scenario (a kernel thread such as kdamond, another tenant), which the
+    chain names with its pid. The innocent neighbour, the workload itself or the tracer's own
+    threads at HIGH is a failure: the first is a false accusation, the others a cause the run
+    made up or the tracer's cost passed off as the workload's trouble."""
     innocent = planted[0]
-    high = [c for c in ex.get("chains", []) if c["severity"] == "HIGH"]
-    if high:
-        return f"HIGH chain on a clean run: {high[0]['summary']}"
     for c in ex.get("chains", []):
         cul = c.get("culprit") or {}
         if cul.get("pid") == innocent.pid:
             return f"innocent {innocent.name} blamed: {c['summary']}"
+    for c in ex.get("chains", []):
+        if c["severity"] != "HIGH":
+            continue
+        cul = c.get("culprit") or {}
+        outside = (c["cause"] == "preempted" and cul.get("pid") not in (None, 0, c.get("pid"))
+                   and not str(cul.get("comm", "")).startswith("causeway"))
+        if not outside:
+            return f"HIGH chain on a clean run: {c['summary']}"
+        print(f"  note: the clean run carries a HIGH chain about host noise outside the scenario: "
+              f"{c['summary'][:140]}", flush=True)
     return None
 
 
