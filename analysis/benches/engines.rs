@@ -11,10 +11,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use causeway_analysis::explain::{explain, ExplainRequest};
-use causeway_analysis::stats::{compute_stats, StatsRequest};
+use causeway_analysis::{compute_stats, StatsRequest};
+use causeway_analysis::{explain, ExplainRequest};
 use causeway_backends::synth::SyntheticTrace;
-use causeway_backends::{open_store, Backend, EventSink, SqliteSink};
+use causeway_backends::{open_store, Engine, EventSink};
 use causeway_model::{Event, SessionInfo};
 
 fn vm_kib(key: &str) -> u64 {
@@ -35,7 +35,7 @@ const TRACER_BATCH: usize = 8192;
 /// (writer thread behind a queue, queued batches grouped into one commit), then `finish`. The
 /// events are generated before the clock starts. Returns the seconds from the first batch to the
 /// finished file, and the file size.
-fn write(path: &Path, backend: Backend, n: usize) -> (f64, u64) {
+fn write(path: &Path, backend: Engine, n: usize) -> (f64, u64) {
     let session =
         SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
     let mut gen = SyntheticTrace::new(42, session.started_at_ns);
@@ -47,15 +47,8 @@ fn write(path: &Path, backend: Backend, n: usize) -> (f64, u64) {
         batches.push(b);
     }
     let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-    let sink: Box<dyn EventSink> = match backend {
-        Backend::Sqlite => Box::new(SqliteSink::create(path, session.clone()).expect("create")),
-        #[cfg(feature = "duckdb")]
-        Backend::DuckDb => {
-            Box::new(causeway_backends::duckdb::DuckDbSink::create(path, session.clone()).expect("create"))
-        }
-        #[cfg(not(feature = "duckdb"))]
-        Backend::DuckDb => unreachable!(),
-    };
+    let sink: Box<dyn EventSink> =
+        causeway_backends::create_sink(path, session.clone(), Some(backend)).expect("create");
     let t = Instant::now();
     let summary = rt.block_on(async move {
         let mut sink = sink;
@@ -70,7 +63,7 @@ fn write(path: &Path, backend: Backend, n: usize) -> (f64, u64) {
 }
 
 struct Row {
-    backend: Backend,
+    backend: Engine,
     n: usize,
     write_s: f64,
     size: u64,
@@ -83,8 +76,8 @@ struct Row {
     scan_s: Option<f64>,
 }
 
-fn measure(dir: &Path, backend: Backend, n: usize) -> Row {
-    let ext = if backend == Backend::DuckDb { "duckdb" } else { "db" };
+fn measure(dir: &Path, backend: Engine, n: usize) -> Row {
+    let ext = backend.extension();
     let path = dir.join(format!("bench-{n}.{ext}"));
     let (write_s, size) = write(&path, backend, n);
     let store = open_store(&path).expect("open");
@@ -97,19 +90,18 @@ fn measure(dir: &Path, backend: Backend, n: usize) -> Row {
     assert_eq!(s.events, n as u64);
     // DuckDB computes stats' figures in SQL; the same figures from the Arrow scan with selections in
     // Rust (what SQLite traces use), for the record of why it does.
-    let scan_s = (backend == Backend::DuckDb).then(|| {
+    let scan_s = (backend == Engine::DuckDb).then(|| {
         let t = Instant::now();
         let by_scan = causeway_backends::summary::summarize_by_scan(
             store.as_ref(),
             &Default::default(),
-            &causeway_analysis::stats::PERCENTILES,
+            &causeway_analysis::PERCENTILES,
             false,
         )
         .expect("summary by scan");
         let s = t.elapsed().as_secs_f64();
-        let in_sql = store
-            .duration_summary(&Default::default(), &causeway_analysis::stats::PERCENTILES, false)
-            .expect("summary");
+        let in_sql =
+            store.duration_summary(&Default::default(), &causeway_analysis::PERCENTILES, false).expect("summary");
         assert_eq!(by_scan, in_sql, "DuckDB's figures and the Rust scan's differ");
         s
     });
@@ -136,19 +128,19 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
-    let only = std::env::var("CAUSEWAY_BENCH_ENGINE").ok().map(|e| Backend::parse(&e).expect("CAUSEWAY_BENCH_ENGINE"));
-    let backends: Vec<Backend> = [Backend::Sqlite, Backend::DuckDb]
-        .into_iter()
-        .filter(|b| b.available() && only.is_none_or(|o| o == *b))
-        .collect();
+    let only = std::env::var("CAUSEWAY_BENCH_ENGINE").ok().map(|e| Engine::parse(&e).expect("CAUSEWAY_BENCH_ENGINE"));
+    let backends: Vec<Engine> =
+        Engine::ALL.into_iter().filter(|b| causeway_backends::is_built(*b) && only.is_none_or(|o| o == *b)).collect();
+    if !causeway_backends::is_built(Engine::DuckDb) {
+        println!("this build has no DuckDB engine (run with --workspace): measuring SQLite only");
+    }
     let tmp = tempfile::tempdir_in(std::env::temp_dir()).expect("tempdir");
     let keep = std::env::var_os("CAUSEWAY_BENCH_KEEP").map(std::path::PathBuf::from);
     if let Some(k) = &keep {
         std::fs::create_dir_all(k).expect("CAUSEWAY_BENCH_KEEP");
         for b in &backends {
             for n in &sizes {
-                let ext = if *b == Backend::DuckDb { "duckdb" } else { "db" };
-                let _ = std::fs::remove_file(k.join(format!("bench-{n}.{ext}")));
+                let _ = std::fs::remove_file(k.join(format!("bench-{n}.{}", b.extension())));
             }
         }
     }
@@ -166,7 +158,7 @@ fn main() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     for r in &rows {
-        let base = rows.iter().find(|x| x.n == r.n && x.backend == Backend::Sqlite).unwrap_or(r);
+        let base = rows.iter().find(|x| x.n == r.n && x.backend == Engine::Sqlite).unwrap_or(r);
         println!(
             "| {} | {} | {:.2} | {:.0} | {:.1} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.2}x / {:.2}x / {:.2}x faster | {} |",
             r.backend.name(),

@@ -7,7 +7,8 @@
 
 use std::time::Instant;
 
-use causeway_analysis::explain::{explain, ExplainRequest};
+use causeway_analysis::{explain, ExplainRequest};
+use causeway_backends::sink::EngineWriter;
 use causeway_backends::synth::SyntheticTrace;
 use causeway_backends::{QueryLimits, SqliteStore, SqliteWriter, TraceStore};
 use causeway_model::SessionInfo;
@@ -39,7 +40,7 @@ fn main() {
         while left > 0 {
             let batch = gen.take(left.min(200_000));
             left -= batch.len();
-            w.insert_batches([batch.as_slice()]).expect("write");
+            w.write_batches([batch.as_slice()]).expect("write");
         }
         w.finish(gen.take(1)[0].ts_ns).expect("finish");
         std::fs::rename(&tmp, &path).expect("rename");

@@ -9,7 +9,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use causeway_analysis::stats::{compute_stats, StatsRequest};
+use causeway_analysis::{compute_stats, StatsRequest};
+use causeway_backends::sink::EngineWriter;
 use causeway_backends::synth::SyntheticTrace;
 use causeway_backends::{EventSink, SqliteSink, SqliteStore, SqliteWriter, TraceStore};
 use causeway_model::SessionInfo;
@@ -84,7 +85,7 @@ fn ensure_big_trace(path: &Path, n: usize) {
     while left > 0 {
         let b = synth.take(left.min(100_000));
         left -= b.len();
-        w.insert_batches([b.as_slice()]).unwrap();
+        w.write_batches([b.as_slice()]).unwrap();
     }
     w.finish(1).unwrap();
 }

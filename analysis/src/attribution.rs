@@ -22,9 +22,9 @@
 //!    [`PAGE_ALLOC_PRESSURE_BYTES`] of pages during the call. On Ingero DBs, the part of a call
 //!    outside the thread's scheduler coverage (first to last recorded switch) is `no_sched_data`.
 
-use causeway_backends::EventId;
 use causeway_model::codes::{self, gpu_role, GpuRole, OpCode};
 use causeway_model::{PrevState, SchedDetail};
+use causeway_store::EventId;
 
 use crate::few_keys::FewKeys;
 use crate::stats::nearest_ranks_unsorted;
@@ -48,7 +48,7 @@ pub fn gpu_call_sources() -> &'static [u8] {
 }
 
 /// One GPU API call, the columns attribution needs: the storage layer's integer-only event row.
-pub use causeway_backends::SlimEvent as Call;
+pub use causeway_store::SlimEvent as Call;
 
 /// One off-CPU interval of a thread (a `sched_switch` row).
 #[derive(Debug, Clone, PartialEq)]
@@ -315,12 +315,6 @@ pub struct CallAttribution {
     pub parts: Vec<Part>,
     /// Bytes of pages the process allocated during the call.
     pub page_alloc_bytes: i64,
-}
-
-impl CallAttribution {
-    pub fn off_cpu_ns(&self) -> i64 {
-        self.parts.iter().filter(|p| p.switch_id.is_some()).map(|p| p.ns).sum()
-    }
 }
 
 /// The span of a thread's recorded scheduler events (Ingero DBs start recording switches late).

@@ -15,8 +15,8 @@
 
 use std::collections::BTreeMap;
 
-use causeway_backends::EventId;
 use causeway_model::time::fmt_ns;
+use causeway_store::EventId;
 
 use crate::attribution::{Cause, Culprit, Part};
 use crate::evidence::CulpritKey;

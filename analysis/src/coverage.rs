@@ -5,9 +5,9 @@
 
 use std::collections::BTreeSet;
 
-use causeway_backends::TraceStore;
 use causeway_model::time::{fmt_since, TimeWindow};
 use causeway_model::LibraryAttach;
+use causeway_store::TraceStore;
 
 use crate::AnalysisError;
 

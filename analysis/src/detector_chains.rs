@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use causeway_backends::EventId;
 use causeway_model::codes::{gpu_role, op, GpuRole, OpCode};
 use causeway_model::time::{fmt_ns, fmt_since};
+use causeway_store::EventId;
 
 use crate::attribution::Call;
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
@@ -134,7 +134,7 @@ pub fn detector_chains(
             format!("{} launches at {before_rate:.1}/s", d.before),
             None,
         )];
-        let launch = |c: &causeway_backends::SlimEvent, what: &str| {
+        let launch = |c: &causeway_store::SlimEvent, what: &str| {
             step(c.ts, c.dur, "CUDA", format!("{what}: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone()))
         };
         timeline.extend(last_before.as_ref().map(|c| launch(c, "last launch at the old rate")));

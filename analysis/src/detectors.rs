@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use causeway_backends::EventId;
 use causeway_model::codes::{self, gpu_role, op, GpuRole, OpCode};
+use causeway_store::EventId;
 
 use crate::attribution::{Call, CallSpan, ThreadOrder};
 use crate::few_keys::FewKeys;

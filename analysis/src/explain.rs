@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_backends::{EventId, StoredEvent, TraceFormat, TraceStore};
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, TimeWindow};
+use causeway_store::{EventId, StoredEvent, TraceFormat, TraceStore};
 
 use crate::attribution::{self as attr, CallAttribution, Cause, Coverage, OffCpu, OpDistribution, Part};
 use crate::chains::{self, Chain, ChainAccumulator, ChainKind, Evidence, Group, Severity, TimelineStep};

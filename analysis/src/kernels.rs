@@ -18,10 +18,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_backends::{EventFilter, EventId, TraceStore};
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{ns_to_us, round_us, TimeWindow};
 use causeway_model::{KernelName, LaunchConfig};
+use causeway_store::{EventFilter, EventId, TraceStore};
 
 use crate::stats::nearest_rank;
 use crate::AnalysisError;

@@ -1,29 +1,50 @@
-//! Analysis over any [`causeway_backends::TraceStore`]: exact statistics ([`stats`]). Every figure
-//! is computed from the events the store holds; nothing is estimated.
+//! Analysis over any [`causeway_store::TraceStore`]: every figure is computed from the events the
+//! store holds; nothing is estimated.
+//!
+//! The API, all re-exported here (the modules are private):
+//! - [`compute_stats`]: exact per-op statistics, nearest-rank percentiles.
+//! - [`explain`]: each slow call and each long gap between GPU calls attributed to what its own
+//!   thread went through, grouped into ranked causal [`Chain`]s with the SQL that proves them;
+//!   [`find_chain`] finds one again.
+//! - [`top_stacks`], [`timeline`]: the stacks behind calls, and what each thread did around one.
+//!
+//! **Architecture invariant:** this crate reads traces through the storage traits only
+//! (`causeway-store`); Cargo keeps it from naming an engine. Its sentences (a chain's summary,
+//! details, recommendations) are findings; how a report is laid out for a terminal or an agent
+//! belongs to the CLI (`cli/src/report.rs`) and the MCP server.
 
-pub mod attribution;
-pub mod chains;
-pub mod coverage;
-pub mod detector_chains;
-pub mod detectors;
-pub mod evidence;
-pub mod explain;
-pub mod few_keys;
-pub mod kernels;
-pub mod report;
-pub mod severity;
-pub mod spin;
-pub mod stacks;
-pub mod stats;
-pub mod timeline;
-pub mod trace_data;
-pub mod trace_facts;
+mod attribution;
+mod chains;
+mod compare;
+mod coverage;
+mod detector_chains;
+mod detectors;
+mod evidence;
+mod explain;
+mod few_keys;
+mod kernels;
+mod severity;
+mod spin;
+mod stacks;
+mod stats;
+mod timeline;
+mod trace_data;
+mod trace_facts;
+
+pub use attribution::{gpu_call_sources, Culprit};
+pub use chains::{culprit_words, Chain, ChainKind, CpuTime, Evidence, Severity, TimelineStep};
+pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
+pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
+pub use kernels::{config_words, ChainKernel, KernelReport};
+pub use stacks::{call_site, kernel_filter_words, top_stacks, StackShare, StackSummary, StacksReport, StacksRequest};
+pub use stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats, PERCENTILES};
+pub use timeline::{timeline, TimelineReport, TimelineRequest, DEFAULT_AROUND_NS};
 
 /// Why an analysis could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum AnalysisError {
     #[error(transparent)]
-    Store(#[from] causeway_backends::StoreError),
+    Store(#[from] causeway_store::StoreError),
     #[error("invalid argument: {0}")]
     BadArgument(String),
 }

@@ -35,10 +35,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use causeway_backends::{EventFilter, EventId, QueryLimits, TraceStore};
 use causeway_model::codes::{self, op, GpuRole, OpCode, SchedPolicy};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::PrevState;
+use causeway_store::{EventFilter, EventId, QueryLimits, TraceStore};
 
 use crate::attribution::{Call, Cause, OffCpu, Part};
 use crate::AnalysisError;
@@ -134,7 +134,8 @@ impl SchedPolicies {
     }
 
     /// Policies from flag-setting calls (any order) on a host with `cpus` CPUs.
-    pub fn from_calls(calls: &[Call], cpus: usize) -> SchedPolicies {
+    #[cfg(test)]
+    fn from_calls(calls: &[Call], cpus: usize) -> SchedPolicies {
         let mut out = SchedPolicies { cpus, ..Default::default() };
         out.add_calls(calls);
         out

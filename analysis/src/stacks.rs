@@ -6,9 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use causeway_backends::{EventFilter, EventId, TraceStore};
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
+use causeway_store::{EventFilter, EventId, TraceStore};
 
 use crate::attribution::gpu_call_sources;
 use crate::kernels::{kernel_launch_ops, KernelIndex};

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use causeway_backends::{EventFilter, TraceInfo, TraceStore};
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{ns_to_us, round_us, TimeWindow};
 use causeway_model::LossCounter;
+use causeway_store::{EventFilter, TraceInfo, TraceStore};
 
 use crate::coverage::coverage_notes;
 use crate::kernels::{kernel_report, KernelReport};
@@ -20,7 +20,7 @@ pub const PERCENTILES: [u32; 4] = [500, 900, 950, 990];
 /// Nearest-rank percentile of an ascending slice: the value at 1-based rank `ceil(per_mille * n / 1000)`
 /// (rank at least 1). `None` for an empty slice. The one definition lives in the storage layer, so
 /// engines that compute percentiles themselves (DuckDB) use the same one.
-pub use causeway_backends::summary::{nearest_rank, nearest_rank_sql, nearest_ranks_unsorted};
+pub use causeway_store::summary::{nearest_rank, nearest_rank_sql, nearest_ranks_unsorted};
 
 /// Figures for one (source, op) [and pid]. `*_us` are ns / 1000, exact to 0.001.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -63,7 +63,7 @@ impl OpStats {
     }
 
     /// Figures of one op from an engine's summary (percentiles in [`PERCENTILES`] order).
-    pub fn from_summary(s: &causeway_backends::summary::OpSummary) -> OpStats {
+    pub fn from_summary(s: &causeway_store::summary::OpSummary) -> OpStats {
         let p = |i: usize| ns_to_us(s.percentiles.get(i).copied().unwrap_or(0));
         OpStats {
             source: s.op.source,

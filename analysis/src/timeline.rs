@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use causeway_backends::{EventFilter, EventId, StoredEvent, TraceStore};
 use causeway_model::codes::{op, Source};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::PrevState;
+use causeway_store::{EventFilter, EventId, StoredEvent, TraceStore};
 
 use crate::attribution::{self, is_gpu_call_source, Call};
 use crate::stacks::clean;

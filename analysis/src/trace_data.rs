@@ -1,15 +1,15 @@
 //! Loading what attribution needs from a [`TraceStore`], in bounded memory: the GPU calls of the
 //! window, then only the scheduler rows, page allocations and block requests that touch a slow call
 //! or a long gap. GPU calls and page allocations are read as
-//! [`SlimEvent`](causeway_backends::SlimEvent)s (integers only), other
+//! [`SlimEvent`](causeway_store::SlimEvent)s (integers only), other
 //! events are streamed from the engine, so a ten-million-event trace never sits in memory as full
 //! events.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_backends::{EventFilter, EventId, QueryLimits, StoredEvent, TraceStore};
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::op;
 use causeway_model::time::TimeWindow;
+use causeway_store::{EventFilter, EventId, QueryLimits, StoredEvent, TraceStore};
 
 use crate::attribution::{gpu_call_sources, is_gpu_call_source, Call, Coverage, OffCpu};
 use crate::few_keys::FewKeys;
@@ -350,12 +350,6 @@ pub fn scope_bounds(
     let row = r.rows.first();
     let get = |i: usize| row.and_then(|r| r.get(i)).and_then(|v| v.as_i64());
     Ok(get(0).zip(get(1)))
-}
-
-/// Op codes present among `calls`, in code order.
-pub fn ops_of(calls: &[Call]) -> Vec<OpCode> {
-    let set: BTreeSet<OpCode> = calls.iter().map(|c| c.op).collect();
-    set.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use causeway_backends::{StoredEvent, TraceStore};
 use causeway_model::codes::op;
 use causeway_model::time::{fmt_ns, fmt_since, TimeWindow};
+use causeway_store::{StoredEvent, TraceStore};
 
 use crate::attribution::{Culprit, Part};
 use crate::trace_data::{self, Names};
@@ -31,7 +31,7 @@ pub fn host_work_facts(
     let origin = bounds.map(|b| b.0).unwrap_or(0);
     let mut out = Vec::new();
     if forks.is_none() {
-        let filter = causeway_backends::EventFilter {
+        let filter = causeway_store::EventFilter {
             window,
             pid: pid_scope,
             ops: Some(vec![causeway_model::codes::op::PROCESS_FORK]),

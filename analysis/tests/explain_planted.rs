@@ -4,9 +4,9 @@
 
 mod common;
 
-use causeway_analysis::attribution::Culprit;
-use causeway_analysis::chains::{ChainKind, Severity};
-use causeway_analysis::explain::{explain, find_chain, ExplainRequest, Explanation};
+use causeway_analysis::Culprit;
+use causeway_analysis::{explain, find_chain, ExplainRequest, Explanation};
+use causeway_analysis::{ChainKind, Severity};
 use causeway_backends::{QueryLimits, SqliteStore, TraceStore};
 use causeway_model::codes::op;
 use causeway_model::PrevState;
@@ -92,7 +92,7 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     assert_eq!((c1.calls, c1.stall_ns), (1, 41 * MS));
     assert!((c1.share - 41.0 / 68.0).abs() < 1e-12);
     assert!(c1.summary.contains("on CPU 1"), "{}", c1.summary);
-    assert_eq!(c1.cpus, vec![causeway_analysis::chains::CpuTime { cpu: 1, ns: 41 * MS }]);
+    assert_eq!(c1.cpus, vec![causeway_analysis::CpuTime { cpu: 1, ns: 41 * MS }]);
     assert_eq!((c1.op_p50_ns, c1.op_p99_ns), (Some(8 * MS), Some(20 * MS)));
     // The worst call is the 48 ms sync itself; the timeline has its real timestamps.
     let worst = store.events_by_id(&c1.evidence.event_ids[..1]).unwrap();

@@ -23,11 +23,11 @@
 use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
 
-use crate::error::{Result, StoreError};
-use crate::store::{AggregateRow, StackRecord, TraceStore};
-use crate::Backend;
+use crate::Engine;
+use crate::{AggregateRow, StackRecord, TraceStore};
+use crate::{Result, StoreError};
 
 mod sqlite_side;
 
@@ -52,8 +52,8 @@ pub struct NativeRow {
     pub event: Event,
 }
 
-/// A loss counter row as stored: (session, source, kind, count).
-pub type LossRow = (i64, u8, LossKind, u64);
+/// A loss counter as stored, with the id of its session.
+pub type LossRow = (i64, LossCounter);
 
 /// A trace being read for conversion.
 pub trait ConvertSource {
@@ -100,13 +100,13 @@ pub fn open_source(path: &Path) -> Result<Box<dyn ConvertSource>> {
     Ok(Box::new(SqliteSource::open(path)?))
 }
 
-fn create_target(path: &Path, backend: Backend) -> Result<Box<dyn ConvertTarget>> {
-    match backend {
-        Backend::Sqlite => Ok(Box::new(SqliteTarget::create(path)?)),
+fn create_target(path: &Path, engine: Engine) -> Result<Box<dyn ConvertTarget>> {
+    match engine {
+        Engine::Sqlite => Ok(Box::new(SqliteTarget::create(path)?)),
         #[cfg(feature = "duckdb")]
-        Backend::DuckDb => Ok(Box::new(crate::duckdb::DuckDbTarget::create(path)?)),
+        Engine::DuckDb => Ok(Box::new(crate::duckdb::DuckDbTarget::create(path)?)),
         #[cfg(not(feature = "duckdb"))]
-        Backend::DuckDb => Err(StoreError::InvalidArgument(format!(
+        Engine::DuckDb => Err(StoreError::InvalidArgument(format!(
             "{}: writing DuckDB needs a causeway built with the `duckdb` feature",
             path.display()
         ))),
@@ -118,7 +118,7 @@ fn create_target(path: &Path, backend: Backend) -> Result<Box<dyn ConvertTarget>
 pub struct ConvertReport {
     pub from: PathBuf,
     pub to: PathBuf,
-    pub backend: String,
+    pub backend: Engine,
     pub events: u64,
     pub sessions: u64,
     pub stacks: u64,
@@ -141,29 +141,29 @@ fn partial_path(to: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Convert `from` into a new native trace at `to` with `backend` (`None`: by `to`'s extension).
+/// Convert `from` into a new native trace at `to` with `engine` (`None`: by `to`'s extension).
 /// `progress(done, total)` is called after every chunk of events. `to` must not exist.
 pub fn convert(
     from: &Path,
     to: &Path,
-    backend: Option<Backend>,
+    engine: Option<Engine>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ConvertReport> {
-    let backend = backend.unwrap_or_else(|| Backend::for_path(to));
+    let engine = engine.unwrap_or_else(|| Engine::for_path(to));
     if to.exists() {
         return Err(StoreError::InvalidArgument(format!("{} exists; choose a new file name", to.display())));
     }
     if let (Ok(a), Ok(b)) = (std::fs::canonicalize(from), std::fs::canonicalize(to.parent().unwrap_or(Path::new("."))))
     {
         if Some(a.as_path()) == to.file_name().map(|n| b.join(n)).as_deref() {
-            return Err(StoreError::InvalidArgument("--from and --to are the same file".into()));
+            return Err(StoreError::InvalidArgument("the source and the target are the same file".into()));
         }
     }
     let source = open_source(from)?;
     let partial = partial_path(to);
     let _ = std::fs::remove_file(&partial);
     let result = (|| -> Result<ConvertReport> {
-        let mut target = create_target(&partial, backend)?;
+        let mut target = create_target(&partial, engine)?;
         let store = source.store();
         let info = store.info();
         let total = info.events;
@@ -196,7 +196,7 @@ pub fn convert(
         Ok(ConvertReport {
             from: from.to_path_buf(),
             to: to.to_path_buf(),
-            backend: backend.name().into(),
+            backend: engine,
             events: done,
             sessions: sessions.len() as u64,
             stacks: stacks.len() as u64,

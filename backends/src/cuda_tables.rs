@@ -10,8 +10,8 @@ use std::path::Path;
 
 use causeway_model::{KernelName, LaunchConfig, LibraryAttach};
 
-use crate::error::{Result, StoreError};
 use crate::schema::SqlParam;
+use crate::{Result, StoreError};
 
 /// Adds a launch configuration unless its key is stored already (configurations never change).
 pub(crate) const INSERT_LAUNCH_CONFIG_SQL: &str = "INSERT OR IGNORE INTO launch_configs (key, grid_x, grid_y, grid_z, \
@@ -212,14 +212,14 @@ impl AttachmentRow {
 }
 
 /// The readers of the three tables on an engine's store type (`$store` has `info()` through
-/// [`crate::store::TraceStore`] and `with_conn`, whose connection has rusqlite's `prepare` /
+/// [`crate::TraceStore`] and `with_conn`, whose connection has rusqlite's `prepare` /
 /// `query_map` API, which the duckdb crate mirrors): the same code for SQLite and DuckDB, written
 /// once. Each table is empty for Ingero DBs and for native traces recorded before it existed.
 macro_rules! impl_cuda_table_reads {
     ($store:ty) => {
         impl $store {
-            pub(crate) fn read_launch_configs(&self) -> $crate::error::Result<Vec<causeway_model::LaunchConfig>> {
-                use $crate::store::TraceStore as _;
+            pub(crate) fn read_launch_configs(&self) -> $crate::Result<Vec<causeway_model::LaunchConfig>> {
+                use $crate::TraceStore as _;
                 if !$crate::reader_common::has_native_table(self.info(), "launch_configs") {
                     return Ok(Vec::new());
                 }
@@ -237,8 +237,8 @@ macro_rules! impl_cuda_table_reads {
                 rows.into_iter().map(|row| $crate::cuda_tables::launch_config_from(&self.info().path, row)).collect()
             }
 
-            pub(crate) fn read_kernel_names(&self) -> $crate::error::Result<Vec<causeway_model::KernelName>> {
-                use $crate::store::TraceStore as _;
+            pub(crate) fn read_kernel_names(&self) -> $crate::Result<Vec<causeway_model::KernelName>> {
+                use $crate::TraceStore as _;
                 if !$crate::reader_common::has_native_table(self.info(), "kernel_names") {
                     return Ok(Vec::new());
                 }
@@ -254,8 +254,8 @@ macro_rules! impl_cuda_table_reads {
             }
 
             /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).
-            pub(crate) fn attachment_rows(&self) -> $crate::error::Result<Vec<(i64, causeway_model::LibraryAttach)>> {
-                use $crate::store::TraceStore as _;
+            pub(crate) fn attachment_rows(&self) -> $crate::Result<Vec<(i64, causeway_model::LibraryAttach)>> {
+                use $crate::TraceStore as _;
                 if !$crate::reader_common::has_native_table(self.info(), "attachments") {
                     return Ok(Vec::new());
                 }

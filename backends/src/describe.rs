@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use causeway_model::codes;
 
-use crate::error::Result;
 use crate::schema::{code_name, column_meaning, table_meaning};
-use crate::store::{CodeDescription, ColumnDescription, SchemaDescription, TableDescription, TraceInfo};
+use crate::{CodeDescription, ColumnDescription, SchemaDescription, TableDescription, TraceInfo};
+use crate::{Engine, Result};
 
 /// `(source, op, rows)` for every code in `events`.
 pub(crate) const CODE_COUNTS_SQL: &str =
@@ -36,7 +36,7 @@ pub(crate) trait LiveCatalog {
 
 /// How an engine's description differs: its name and the notes that hold only for it.
 pub(crate) struct EngineNotes {
-    pub engine: &'static str,
+    pub engine: Engine,
     /// How rows with the same timestamp are ordered.
     pub ordering: &'static str,
     /// Notes on the engine's SQL dialect.
@@ -100,7 +100,7 @@ pub(crate) fn describe(catalog: &dyn LiveCatalog, notes_for: &EngineNotes) -> Re
     notes.extend(info.missing.iter().map(|m| format!("not recorded in this DB: {m}")));
     Ok(SchemaDescription {
         format: info.format.clone(),
-        engine: notes_for.engine.into(),
+        engine: notes_for.engine.name().into(),
         tables,
         codes: codes_out,
         notes,

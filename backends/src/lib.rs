@@ -17,61 +17,23 @@ mod cuda_tables;
 mod describe;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
-pub mod error;
 pub mod guard;
-pub mod query;
 mod reader_common;
 pub mod schema;
 pub mod sink;
 pub mod sqlite;
-pub mod store;
-pub mod summary;
 pub mod synth;
 
-pub use error::StoreError;
-pub use query::{QueryLimits, QueryResult};
+// The storage boundary (traits, rows, engine names, the error type), defined in causeway-store and
+// re-exported so that a user of the engines needs one crate.
+pub use causeway_store::*;
 pub use sqlite::{SqliteSink, SqliteStore, SqliteWriter};
-pub use store::*;
 
 use std::path::Path;
 
-/// The storage engines of native traces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Sqlite,
-    DuckDb,
-}
-
-impl Backend {
-    /// The engine a path names by its extension: `.duckdb` is DuckDB, anything else SQLite.
-    pub fn for_path(path: &Path) -> Backend {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some(e) if e.eq_ignore_ascii_case("duckdb") => Backend::DuckDb,
-            _ => Backend::Sqlite,
-        }
-    }
-
-    /// `sqlite` or `duckdb` (as `--backend` spells it).
-    pub fn parse(s: &str) -> Result<Backend, StoreError> {
-        match s.to_ascii_lowercase().as_str() {
-            "sqlite" | "sqlite3" => Ok(Backend::Sqlite),
-            "duckdb" => Ok(Backend::DuckDb),
-            other => Err(StoreError::InvalidArgument(format!("unknown backend {other:?}: use sqlite or duckdb"))),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "sqlite",
-            Backend::DuckDb => "duckdb",
-        }
-    }
-
-    /// Whether this build has the engine (DuckDB is the cargo feature `duckdb`).
-    pub fn available(self) -> bool {
-        self == Backend::Sqlite || cfg!(feature = "duckdb")
-    }
+/// Whether this build has `engine` (DuckDB is the cargo feature `duckdb`).
+pub fn is_built(engine: Engine) -> bool {
+    engine == Engine::Sqlite || cfg!(feature = "duckdb")
 }
 
 #[cfg_attr(feature = "duckdb", allow(dead_code))]
@@ -96,7 +58,7 @@ pub fn open_store(path: &Path) -> Result<Box<dyn TraceStore>, StoreError> {
         std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && &head == b"SQLite format 3\0"
     };
     // DuckDB by its magic; a `.duckdb` name that is not SQLite either gets DuckDB's own verdict.
-    if duck_magic || (!sqlite_magic && Backend::for_path(path) == Backend::DuckDb && path.exists()) {
+    if duck_magic || (!sqlite_magic && Engine::for_path(path) == Engine::DuckDb && path.exists()) {
         #[cfg(feature = "duckdb")]
         return Ok(Box::new(duckdb::DuckDbStore::open(path)?));
         #[cfg(not(feature = "duckdb"))]
@@ -105,17 +67,17 @@ pub fn open_store(path: &Path) -> Result<Box<dyn TraceStore>, StoreError> {
     Ok(Box::new(SqliteStore::open(path)?))
 }
 
-/// A sink writing a native trace at `path` with `backend` (`None`: chosen by the extension).
+/// A sink writing a native trace at `path` with `engine` (`None`: chosen by the extension).
 pub fn create_sink(
     path: &Path,
     session: causeway_model::SessionInfo,
-    backend: Option<Backend>,
+    engine: Option<Engine>,
 ) -> Result<Box<dyn EventSink>, StoreError> {
-    match backend.unwrap_or_else(|| Backend::for_path(path)) {
-        Backend::Sqlite => Ok(Box::new(SqliteSink::create(path, session)?)),
+    match engine.unwrap_or_else(|| Engine::for_path(path)) {
+        Engine::Sqlite => Ok(Box::new(SqliteSink::create(path, session)?)),
         #[cfg(feature = "duckdb")]
-        Backend::DuckDb => Ok(Box::new(duckdb::DuckDbSink::create(path, session)?)),
+        Engine::DuckDb => Ok(Box::new(duckdb::DuckDbSink::create(path, session)?)),
         #[cfg(not(feature = "duckdb"))]
-        Backend::DuckDb => Err(duckdb_missing(path)),
+        Engine::DuckDb => Err(duckdb_missing(path)),
     }
 }

@@ -8,9 +8,9 @@ use std::path::Path;
 use causeway_model::time::TimeWindow;
 use causeway_model::{LossCounter, LossKind};
 
-use crate::error::{Result, StoreError};
 use crate::schema::NATIVE_SCHEMA_VERSION;
-use crate::store::{EventFilter, TraceFormat, TraceInfo};
+use crate::{EventFilter, TraceFormat, TraceInfo};
+use crate::{Result, StoreError};
 
 /// Columns every trace's `events` table must have.
 const REQUIRED_EVENT_COLUMNS: [&str; 6] = ["timestamp", "pid", "tid", "source", "op", "duration"];

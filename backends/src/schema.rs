@@ -8,7 +8,7 @@
 use causeway_model::codes::{self, CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
 use causeway_model::{LossKind, SessionInfo};
 
-use crate::store::AggregateRow;
+use crate::AggregateRow;
 
 /// Version of the native schema this build writes and the newest it reads.
 pub const NATIVE_SCHEMA_VERSION: u32 = 1;

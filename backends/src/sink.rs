@@ -13,15 +13,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot};
 
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SessionInfo};
 
-use crate::error::{Result, StoreError};
-use crate::store::{EventSink, SinkSummary, StackRecord};
+use crate::{EventSink, SinkSummary, StackRecord};
+use crate::{Result, StoreError};
 
-/// Loss counters per (source, kind), absolute values.
-pub type LossCounts = BTreeMap<(u8, LossKind), u64>;
+/// Loss counters per (source, kind), absolute values: the running tally a sink keeps.
+type LossCounts = BTreeMap<(u8, LossKind), u64>;
 
-/// The synchronous writer of one engine: owns the connection of one trace session.
+/// The tally as the [`LossCounter`]s it stands for, by (source, kind).
+fn counters(losses: &LossCounts) -> Vec<LossCounter> {
+    losses.iter().map(|(&(source, kind), &count)| LossCounter { source, kind, count }).collect()
+}
+
+/// The synchronous writer of one engine: owns the connection of one trace session. Its methods
+/// are the engine's whole write API (tests and `convert` call them too), named like
+/// [`EventSink`]'s.
 pub trait EngineWriter: Sized + Send + 'static {
     /// The writer thread's name.
     const THREAD_NAME: &'static str;
@@ -29,12 +36,14 @@ pub trait EngineWriter: Sized + Send + 'static {
     const GROUP_BATCHES: usize;
 
     /// Create a native trace at `path`, or append a new session to an existing native trace.
-    fn create_session(path: &Path, session: &SessionInfo) -> Result<Self>;
-    fn trace_path(&self) -> &Path;
+    fn create(path: &Path, session: &SessionInfo) -> Result<Self>;
+    /// The trace file.
+    fn path(&self) -> &Path;
     /// Write batches of events in one commit; returns how many events were written.
-    fn write_batches(&mut self, batches: &[Vec<Event>]) -> Result<u64>;
+    fn write_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64>;
     /// Add stacks (deduplicated by hash).
     fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()>;
+    /// Record or update a process name.
     fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()>;
     /// Add launch configurations (deduplicated by key).
     fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()>;
@@ -43,61 +52,10 @@ pub trait EngineWriter: Sized + Send + 'static {
     /// Append library attachments, tagged with this session's id.
     fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()>;
     /// Store the session's loss counters (absolute values).
-    fn write_losses(&mut self, losses: &LossCounts) -> Result<()>;
+    fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
-    fn finish_session(self, stopped_at_ns: i64) -> Result<u64>;
+    fn finish(self, stopped_at_ns: i64) -> Result<u64>;
 }
-
-/// `impl EngineWriter for $writer` by its inherent methods of the same meaning (`create`, `path`,
-/// `insert_batches`, `insert_stacks`, `set_process_name`, `insert_launch_configs`,
-/// `insert_kernel_names`, `insert_attachments`, `store_losses`, `finish`), which each engine keeps
-/// as its public API.
-macro_rules! engine_writer_by_inherent_methods {
-    ($writer:ty, thread: $thread:literal, group_batches: $group:expr) => {
-        impl $crate::sink::EngineWriter for $writer {
-            const THREAD_NAME: &'static str = $thread;
-            const GROUP_BATCHES: usize = $group;
-
-            fn create_session(
-                path: &std::path::Path,
-                session: &causeway_model::SessionInfo,
-            ) -> $crate::error::Result<Self> {
-                <$writer>::create(path, session)
-            }
-            fn trace_path(&self) -> &std::path::Path {
-                self.path()
-            }
-            fn write_batches(&mut self, batches: &[Vec<causeway_model::Event>]) -> $crate::error::Result<u64> {
-                self.insert_batches(batches.iter().map(|b| b.as_slice()))
-            }
-            fn write_stacks(&mut self, stacks: &[$crate::store::StackRecord]) -> $crate::error::Result<()> {
-                self.insert_stacks(stacks)
-            }
-            fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> $crate::error::Result<()> {
-                self.set_process_name(pid, name, seen_at_ns)
-            }
-            fn write_launch_configs(&mut self, configs: &[causeway_model::LaunchConfig]) -> $crate::error::Result<()> {
-                self.insert_launch_configs(configs)
-            }
-            fn write_kernel_names(&mut self, names: &[causeway_model::KernelName]) -> $crate::error::Result<()> {
-                self.insert_kernel_names(names)
-            }
-            fn write_attachments(
-                &mut self,
-                attachments: &[causeway_model::LibraryAttach],
-            ) -> $crate::error::Result<()> {
-                self.insert_attachments(attachments)
-            }
-            fn write_losses(&mut self, losses: &$crate::sink::LossCounts) -> $crate::error::Result<()> {
-                self.store_losses(losses)
-            }
-            fn finish_session(self, stopped_at_ns: i64) -> $crate::error::Result<u64> {
-                self.finish(stopped_at_ns)
-            }
-        }
-    };
-}
-pub(crate) use engine_writer_by_inherent_methods;
 
 /// Batches the writer queue holds before `try_write_batch` starts dropping.
 pub const QUEUE_BATCHES: usize = 256;
@@ -135,7 +93,7 @@ impl<W: EngineWriter> QueuedSink<W> {
     /// Like [`QueuedSink::create`] with a chosen queue depth (in batches); tests use tiny queues to
     /// provoke back-pressure.
     pub fn with_queue(path: &Path, session: SessionInfo, batches: usize) -> Result<QueuedSink<W>> {
-        let writer = W::create_session(path, &session)?;
+        let writer = W::create(path, &session)?;
         let (tx, rx) = mpsc::channel::<Msg>(batches.max(1));
         let losses = SharedLosses::default();
         let thread_losses = losses.clone();
@@ -176,18 +134,18 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
             }
         }
         if !pending.is_empty() {
-            if let Err(e) = writer.write_batches(&pending) {
+            if let Err(e) = writer.write_batches(pending.iter().map(Vec::as_slice)) {
                 let mut l = lock(&losses);
                 for ev in pending.iter().flatten() {
                     *l.entry((ev.source, LossKind::Write)).or_default() += 1;
                 }
-                tracing::error!("writing a batch to {} failed: {e}", writer.trace_path().display());
+                tracing::error!("writing a batch to {} failed: {e}", writer.path().display());
                 result = result.and(Err(e));
             }
             pending.clear();
         }
         if !flushes.is_empty() {
-            let snapshot = lock(&losses).clone();
+            let snapshot = counters(&lock(&losses));
             let r = result.and_then(|_| writer.write_losses(&snapshot));
             for f in flushes {
                 let _ = f.send(r.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
@@ -256,13 +214,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
         drop(self); // closes the queue: the writer thread returns its writer
         tokio::task::spawn_blocking(move || -> Result<SinkSummary> {
             let mut writer = thread.join().map_err(|_| StoreError::WriterGone("writer thread panicked".into()))??;
-            let snapshot = lock(&losses).clone();
-            writer.write_losses(&snapshot)?;
-            let events_written = writer.finish_session(stopped_at_ns)?;
-            Ok(SinkSummary {
-                events_written,
-                losses: snapshot.into_iter().map(|((s, k), n)| (s, k.as_str().to_string(), n)).collect(),
-            })
+            let losses = counters(&lock(&losses));
+            writer.write_losses(&losses)?;
+            let events_written = writer.finish(stopped_at_ns)?;
+            Ok(SinkSummary { events_written, losses })
         })
         .await
         .map_err(|e| StoreError::WriterGone(e.to_string()))?

@@ -44,14 +44,14 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-fn file(dir: &Path, b: Backend, name: &str) -> PathBuf {
-    dir.join(format!("{name}.{}", if b == Backend::DuckDb { "duckdb" } else { "db" }))
+fn file(dir: &Path, b: Engine, name: &str) -> PathBuf {
+    dir.join(format!("{name}.{}", b.extension()))
 }
 
 /// A finished trace of `N` synthetic events (written in chunks, not in time order), a stack, two
 /// process names, loss counters and [`launch_tables::Fixture`] (most launches with a launch
 /// configuration); returns the events as the store must give them back.
-fn write_trace(path: &Path, b: Backend, seed: u64) -> Vec<StoredEvent> {
+fn write_trace(path: &Path, b: Engine, seed: u64) -> Vec<StoredEvent> {
     let mut events = SyntheticTrace::new(seed, 1_000_000_000).take(N);
     let fixture = launch_tables::Fixture::new();
     fixture.tag_launches(&mut events);
@@ -89,7 +89,7 @@ fn filtered(all: &[StoredEvent], keep: impl Fn(&Event) -> bool) -> Vec<StoredEve
     all.iter().filter(|s| keep(&s.event)).cloned().collect()
 }
 
-pub fn write_read_back_exactly(b: Backend) {
+pub fn write_read_back_exactly(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "t");
     let expected = write_trace(&path, b, 3);
@@ -97,7 +97,7 @@ pub fn write_read_back_exactly(b: Backend) {
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert_eq!(names.len(), 1, "only the trace file is left: {names:?}");
     let store = open_store(&path).unwrap();
-    assert_eq!(store.engine(), b.name());
+    assert_eq!(store.engine(), b);
     let info = store.info();
     assert_eq!(info.format, TraceFormat::Native { schema_version: 1 });
     assert_eq!(info.events, N as u64);
@@ -149,7 +149,7 @@ pub fn write_read_back_exactly(b: Backend) {
     assert!(store.aggregates(&TimeWindow::default()).unwrap().is_empty(), "native traces have no aggregates");
 }
 
-pub fn typed_queries_and_filters(b: Backend) {
+pub fn typed_queries_and_filters(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "t");
     let all = write_trace(&path, b, 5);
@@ -280,7 +280,7 @@ pub fn typed_queries_and_filters(b: Backend) {
             let scanned = summarize_by_scan(store.as_ref(), &f, &pm, true).unwrap();
             assert_eq!(summary, scanned, "duration summary: {what}");
             #[cfg(feature = "duckdb")]
-            if b == Backend::DuckDb {
+            if b == Engine::DuckDb {
                 let duck = causeway_backends::duckdb::DuckDbStore::open(&path).unwrap();
                 let in_sql = causeway_backends::duckdb::summary::summarize_in_engine(&duck, &f, &pm, true).unwrap();
                 assert_eq!(in_sql, scanned, "duration summary computed in DuckDB: {what}");
@@ -303,49 +303,45 @@ pub fn typed_queries_and_filters(b: Backend) {
 struct RequiredOnly(Box<dyn TraceStore>);
 
 impl TraceStore for RequiredOnly {
-    fn engine(&self) -> &'static str {
+    fn engine(&self) -> Engine {
         self.0.engine()
     }
     fn info(&self) -> &TraceInfo {
         self.0.info()
     }
-    fn sessions(&self) -> causeway_backends::error::Result<Vec<SessionInfo>> {
+    fn sessions(&self) -> causeway_backends::Result<Vec<SessionInfo>> {
         self.0.sessions()
     }
-    fn process_names(&self) -> causeway_backends::error::Result<BTreeMap<u32, String>> {
+    fn process_names(&self) -> causeway_backends::Result<BTreeMap<u32, String>> {
         self.0.process_names()
     }
-    fn loss_counters(&self) -> causeway_backends::error::Result<Vec<LossCounter>> {
+    fn loss_counters(&self) -> causeway_backends::Result<Vec<LossCounter>> {
         self.0.loss_counters()
     }
-    fn scan_events(
-        &self,
-        filter: &EventFilter,
-        f: &mut dyn FnMut(StoredEvent),
-    ) -> causeway_backends::error::Result<u64> {
+    fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> causeway_backends::Result<u64> {
         self.0.scan_events(filter, f)
     }
-    fn stacks(&self, hashes: &[i64]) -> causeway_backends::error::Result<BTreeMap<i64, StackRecord>> {
+    fn stacks(&self, hashes: &[i64]) -> causeway_backends::Result<BTreeMap<i64, StackRecord>> {
         self.0.stacks(hashes)
     }
-    fn launch_configs(&self) -> causeway_backends::error::Result<Vec<causeway_model::LaunchConfig>> {
+    fn launch_configs(&self) -> causeway_backends::Result<Vec<causeway_model::LaunchConfig>> {
         self.0.launch_configs()
     }
-    fn kernel_names(&self) -> causeway_backends::error::Result<Vec<causeway_model::KernelName>> {
+    fn kernel_names(&self) -> causeway_backends::Result<Vec<causeway_model::KernelName>> {
         self.0.kernel_names()
     }
-    fn attachments(&self) -> causeway_backends::error::Result<Vec<causeway_model::LibraryAttach>> {
+    fn attachments(&self) -> causeway_backends::Result<Vec<causeway_model::LibraryAttach>> {
         self.0.attachments()
     }
-    fn query(&self, sql: &str, limits: &QueryLimits) -> causeway_backends::error::Result<QueryResult> {
+    fn query(&self, sql: &str, limits: &QueryLimits) -> causeway_backends::Result<QueryResult> {
         self.0.query(sql, limits)
     }
-    fn describe_schema(&self) -> causeway_backends::error::Result<SchemaDescription> {
+    fn describe_schema(&self) -> causeway_backends::Result<SchemaDescription> {
         self.0.describe_schema()
     }
 }
 
-pub fn summary_is_nearest_rank(b: Backend) {
+pub fn summary_is_nearest_rank(b: Engine) {
     // Durations 1..=20 of one op: p95 is rank 19 (integer ceil), which float arithmetic gets wrong.
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "r");
@@ -381,7 +377,7 @@ pub fn summary_is_nearest_rank(b: Backend) {
     assert_eq!(empty, summary::DurationSummary::default());
 }
 
-pub fn schema_description(b: Backend) {
+pub fn schema_description(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "t");
     write_trace(&path, b, 7);
@@ -406,7 +402,7 @@ pub fn schema_description(b: Backend) {
     assert_eq!(d.codes.iter().map(|c| c.events).sum::<u64>(), N as u64);
 }
 
-pub fn sessions_append(b: Backend) {
+pub fn sessions_append(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "t");
     for i in 0..3i64 {
@@ -434,7 +430,7 @@ pub fn sessions_append(b: Backend) {
     assert_eq!(ids.len(), 300, "ids stay unique across sessions");
 }
 
-pub fn guarded_sql_and_limits(b: Backend) {
+pub fn guarded_sql_and_limits(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "t");
     write_trace(&path, b, 9);
@@ -490,7 +486,7 @@ pub fn guarded_sql_and_limits(b: Backend) {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no file appeared beside the trace");
 }
 
-pub fn bad_input(b: Backend) {
+pub fn bad_input(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let missing = file(dir.path(), b, "missing");
     assert!(matches!(open_store(&missing).err(), Some(StoreError::NotFound(_))));
@@ -500,7 +496,7 @@ pub fn bad_input(b: Backend) {
     let garbage = file(dir.path(), b, "garbage");
     std::fs::write(&garbage, vec![0x5au8; 70_000]).unwrap();
     assert!(matches!(open_store(&garbage).err(), Some(StoreError::NotATrace { .. })));
-    let sub = dir.path().join(format!("d.{}", if b == Backend::DuckDb { "duckdb" } else { "db" }));
+    let sub = dir.path().join(format!("d.{}", b.extension()));
     std::fs::create_dir(&sub).unwrap();
     assert!(matches!(open_store(&sub).err(), Some(StoreError::NotATrace { .. })));
     // Writing into something that is not one of our traces is refused, and the file is untouched.
@@ -518,7 +514,7 @@ macro_rules! conformance {
     ($engine:ident, $backend:expr) => {
         mod $engine {
             use super::*;
-            const B: Backend = $backend;
+            const B: Engine = $backend;
             #[test]
             fn write_read_back_exactly() {
                 super::write_read_back_exactly(B)
@@ -559,9 +555,9 @@ macro_rules! conformance {
     };
 }
 
-conformance!(sqlite, Backend::Sqlite);
+conformance!(sqlite, Engine::Sqlite);
 #[cfg(feature = "duckdb")]
-conformance!(duckdb, Backend::DuckDb);
+conformance!(duckdb, Engine::DuckDb);
 
 /// Without the feature, DuckDB files are refused with a message that says how to get the engine.
 #[cfg(not(feature = "duckdb"))]

@@ -4,6 +4,7 @@
 #![cfg(feature = "duckdb")]
 
 use causeway_backends::duckdb::{DuckDbWriter, PARALLEL_PART_ROWS};
+use causeway_backends::sink::EngineWriter;
 use causeway_backends::synth::SyntheticTrace;
 use causeway_backends::{open_store, EventFilter, EventId};
 use causeway_model::SessionInfo;
@@ -18,9 +19,9 @@ fn a_group_appended_in_parallel_parts_reads_back_exactly() {
     let big = gen.take(3 * PARALLEL_PART_ROWS + 17); // three parts, the last one longer
     let mut w = DuckDbWriter::create(&path, &session).unwrap();
     w.set_parallelism(3);
-    assert_eq!(w.insert_batches([small.as_slice()]).unwrap(), 1_000);
+    assert_eq!(w.write_batches([small.as_slice()]).unwrap(), 1_000);
     let (a, b) = big.split_at(100_000);
-    assert_eq!(w.insert_batches([a, b]).unwrap(), big.len() as u64);
+    assert_eq!(w.write_batches([a, b]).unwrap(), big.len() as u64);
     assert_eq!(w.finish(2_000).unwrap(), (1_000 + big.len()) as u64);
 
     let store = open_store(&path).unwrap();

@@ -5,6 +5,7 @@
 
 mod guard_common;
 
+use causeway_backends::sink::EngineWriter;
 use std::path::Path;
 
 use causeway_backends::guard;
@@ -18,8 +19,8 @@ fn write_trace(path: &Path, events: usize) -> SqliteWriter {
     let session = SessionInfo { started_at_ns: 1_700_000_000_000_000_000, ..SessionInfo::default() };
     let mut w = SqliteWriter::create(path, &session).expect("create native trace");
     let evs = SyntheticTrace::new(7, 1_700_000_000_000_000_000).take(events);
-    w.insert_batches([evs.as_slice()]).expect("insert events");
-    w.insert_stacks(&[StackRecord {
+    w.write_batches([evs.as_slice()]).expect("insert events");
+    w.write_stacks(&[StackRecord {
         hash: 42,
         ips: r#"["0x7f00"]"#.into(),
         frames: r#"[{"s":"cudaLaunchKernel+0x1f","f":"libcudart.so.12"}]"#.into(),

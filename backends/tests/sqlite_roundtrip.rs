@@ -1,6 +1,7 @@
 //! The SQLite engine end to end: what a sink writes, the store reads back unchanged (scheduler
 //! detail, stacks, names, sessions, loss counters), and the file it leaves is self-contained.
 
+use causeway_backends::sink::EngineWriter;
 use causeway_backends::synth::SyntheticTrace;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
@@ -78,7 +79,7 @@ fn filters_select_what_they_say() {
     let path = dir.path().join("f.db");
     let mut w = SqliteWriter::create(&path, &session(0)).unwrap();
     let events = SyntheticTrace::new(9, 0).take(5_000);
-    w.insert_batches([events.as_slice()]).unwrap();
+    w.write_batches([events.as_slice()]).unwrap();
     w.finish(1).unwrap();
     let store = SqliteStore::open(&path).unwrap();
     let mut sorted = events.clone();
@@ -118,7 +119,7 @@ fn a_second_trace_appends_a_session_and_foreign_dbs_are_refused() {
     let path = dir.path().join("a.db");
     for i in 0..2 {
         let mut w = SqliteWriter::create(&path, &session(i)).unwrap();
-        w.insert_batches([SyntheticTrace::new(i as u64 + 1, 0).take(10).as_slice()]).unwrap();
+        w.write_batches([SyntheticTrace::new(i as u64 + 1, 0).take(10).as_slice()]).unwrap();
         w.finish(10).unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
@@ -164,7 +165,7 @@ fn the_schema_describes_itself() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.db");
     let mut w = SqliteWriter::create(&path, &session(0)).unwrap();
-    w.insert_batches([SyntheticTrace::new(1, 0).take(1000).as_slice()]).unwrap();
+    w.write_batches([SyntheticTrace::new(1, 0).take(1000).as_slice()]).unwrap();
     w.finish(1).unwrap();
     let d = SqliteStore::open(&path).unwrap().describe_schema().unwrap();
     let events = d.tables.iter().find(|t| t.name == "events").unwrap();

@@ -1,7 +1,7 @@
 //! `causeway check`: what this host can trace and what is missing, each with its fix. Loads the
 //! probes for real (then detaches). Exit 0 when tracing works, 1 when a required item is missing.
 
-use causeway_probes::check::{mount_tracefs, tracefs_mounted};
+use causeway_probes::{mount_tracefs, tracefs_mounted};
 
 use crate::table::Table;
 

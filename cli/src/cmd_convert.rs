@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use causeway_backends::convert::convert;
-use causeway_backends::Backend;
+use causeway_backends::Engine;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,9 +18,9 @@ pub struct Args {
     /// New trace to write; must not exist. `.duckdb` writes DuckDB, anything else SQLite.
     #[arg(long)]
     to: PathBuf,
-    /// Engine of the new trace, overriding the extension of --to.
-    #[arg(long, value_parser = ["sqlite", "duckdb"])]
-    backend: Option<String>,
+    /// Engine of the new trace, sqlite or duckdb, overriding the extension of --to.
+    #[arg(long, value_parser = Engine::parse)]
+    backend: Option<Engine>,
     /// Print what was written as one JSON object.
     #[arg(long)]
     json: bool,
@@ -66,7 +66,7 @@ impl Bar {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let backend = args.backend.as_deref().map(Backend::parse).transpose()?;
+    let backend = args.backend;
     let mut bar =
         Bar { on: !args.quiet && std::io::stderr().is_terminal(), started: Instant::now(), drawn: Instant::now() };
     let t = Instant::now();

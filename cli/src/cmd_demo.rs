@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::report;
 use anyhow::Context;
-use causeway_analysis::explain::{explain, ExplainRequest};
-use causeway_analysis::report;
+use causeway_analysis::{explain, ExplainRequest};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use causeway_analysis::explain::{explain, find_chain, ExplainRequest};
-use causeway_analysis::report;
+use crate::report;
+use causeway_analysis::{explain, find_chain, ExplainRequest};
 
 use crate::window::WindowArgs;
 

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use causeway_server::capture::CaptureConfig;
-use causeway_server::http::{HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_RESPONSE_CAP_BYTES, TOKEN_ENV};
+use causeway_server::CaptureConfig;
+use causeway_server::{HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_RESPONSE_CAP_BYTES, TOKEN_ENV};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use causeway_analysis::stacks::{top_stacks, StackSummary, StacksRequest};
+use causeway_analysis::{top_stacks, StackSummary, StacksRequest};
 use causeway_model::codes;
 use causeway_model::time::fmt_ns;
 
@@ -83,7 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(0);
     }
-    if let Some(k) = causeway_analysis::stacks::kernel_filter_words(&r) {
+    if let Some(k) = causeway_analysis::kernel_filter_words(&r) {
         println!("{k}");
     }
     println!(

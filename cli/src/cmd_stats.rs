@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use causeway_analysis::kernels::{config_words, KernelReport};
-use causeway_analysis::stats::{compute_stats, OpStats, StatsRequest, TraceStats};
+use causeway_analysis::{compute_stats, OpStats, StatsRequest, TraceStats};
+use causeway_analysis::{config_words, KernelReport};
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, fmt_utc};
 

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use causeway_analysis::stats::resolve_window;
-use causeway_analysis::timeline::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
+use causeway_analysis::resolve_window;
+use causeway_analysis::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
 use causeway_backends::EventId;
 use causeway_model::time::{fmt_ns, parse_duration_ns};
 

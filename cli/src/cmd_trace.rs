@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use causeway_backends::Backend;
+use causeway_backends::Engine;
 use causeway_model::time::{fmt_ns, parse_duration_ns};
 use causeway_probes::{LiveStats, TraceOptions};
 
@@ -17,9 +17,9 @@ pub struct Args {
     /// Trace database to write (default: causeway-<unix time>.db, or .duckdb with --backend duckdb).
     #[arg(long)]
     pub db: Option<PathBuf>,
-    /// Storage engine (default: by the --db extension, `.duckdb` = duckdb, else sqlite).
-    #[arg(long, value_parser = ["sqlite", "duckdb"])]
-    pub backend: Option<String>,
+    /// Storage engine, sqlite or duckdb (default: by the --db extension, `.duckdb` = duckdb, else sqlite).
+    #[arg(long, value_parser = Engine::parse)]
+    pub backend: Option<Engine>,
     /// Process to trace (repeatable); its children are followed.
     #[arg(long = "pid")]
     pub pids: Vec<u32>,
@@ -55,13 +55,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let backend = match (&args.backend, &args.db) {
-        (Some(b), _) => Backend::parse(b)?,
-        (None, Some(db)) => Backend::for_path(db),
-        (None, None) => Backend::Sqlite,
+    let backend = match (args.backend, &args.db) {
+        (Some(b), _) => b,
+        (None, Some(db)) => Engine::for_path(db),
+        (None, None) => Engine::Sqlite,
     };
     anyhow::ensure!(
-        backend.available(),
+        causeway_backends::is_built(backend),
         "--backend {}: this build has no {} engine (build with --features duckdb)",
         backend.name(),
         backend.name()
@@ -73,10 +73,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let duration_ns =
         args.duration.as_deref().map(parse_duration_ns).transpose().map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
-    let db = args.db.clone().unwrap_or_else(|| {
-        let ext = if backend == Backend::DuckDb { "duckdb" } else { "db" };
-        PathBuf::from(format!("causeway-{}.{ext}", now.as_secs()))
-    });
+    let db =
+        args.db.clone().unwrap_or_else(|| PathBuf::from(format!("causeway-{}.{}", now.as_secs(), backend.extension())));
     let session = causeway_probes::new_session_info(
         &args.pids,
         &args.command,
@@ -133,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     report
                         .losses
                         .iter()
-                        .map(|l| format!("source {} {}: {}", l.source, l.kind, l.count))
+                        .map(|l| format!("source {} {}: {}", l.source, l.kind.as_str(), l.count))
                         .collect::<Vec<_>>()
                         .join(", ")
                 )

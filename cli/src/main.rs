@@ -12,6 +12,7 @@ mod cmd_stacks;
 mod cmd_stats;
 mod cmd_timeline;
 mod cmd_trace;
+mod report;
 mod table;
 mod window;
 

@@ -1,7 +1,7 @@
 //! The time window of a trace as the read commands take it: `--since`, `--from`, `--to`, resolved
 //! against the trace's own first and last event.
 
-use causeway_analysis::stats::resolve_window;
+use causeway_analysis::resolve_window;
 use causeway_backends::TraceInfo;
 use causeway_model::time::{parse_duration_ns, TimeWindow};
 

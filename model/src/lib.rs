@@ -186,10 +186,12 @@ impl Event {
     }
 }
 
-/// Counts of events lost on the way to storage, by the place they were lost.
+/// Counts of events lost on the way to storage, by the place they were lost. Serialized by its
+/// stored name ([`LossKind::as_str`]), as the `loss_kinds` table spells it.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
 )]
+#[serde(rename_all = "snake_case")]
 pub enum LossKind {
     /// The BPF program could not reserve ring-buffer space.
     RingReserve,

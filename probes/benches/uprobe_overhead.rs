@@ -223,7 +223,7 @@ fn main() {
     let build = causeway_testdata::mock_cuda_build();
     let lib = build.join("libcudart.so.12");
     let bin = build.join("launchloop");
-    let _ = causeway_probes::check::mount_tracefs(); // bpftrace detaches through tracefs
+    let _ = causeway_probes::mount_tracefs(); // bpftrace detaches through tracefs
     let runs = env_num("CAUSEWAY_BENCH_RUNS", 9).max(1) as usize;
     let iters = env_num("CAUSEWAY_BENCH_ITERS", 200_000);
     let it = iters.to_string();

@@ -149,7 +149,8 @@ impl Decoder {
                     wire::PROC_FORK => op::PROCESS_FORK,
                     wire::PROC_EXEC => op::PROCESS_EXEC,
                     wire::PROC_EXIT => op::PROCESS_EXIT,
-                    _ => op::OOM_KILL,
+                    // the wire parser admits no other kind
+                    _ => op::OOM_KILL, // wire::PROC_OOM
                 };
                 Event {
                     ts_ns: self.t(p.ts),

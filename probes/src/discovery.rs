@@ -16,7 +16,7 @@ pub mod static_runtime;
 #[cfg(test)]
 pub(crate) mod testutil;
 
-pub use mapped::{file_id, mapped_cuda_libs, MappedLib};
+pub use mapped::{file_id, mapped_cuda_libs};
 pub use static_runtime::{static_runtime_in_file, static_runtime_of, StaticRuntime};
 
 use std::collections::btree_map::Entry;
@@ -227,13 +227,6 @@ pub fn discover_with_notes(opts: &DiscoveryOptions) -> (Vec<FoundLibrary>, Vec<S
     let mut v: Vec<FoundLibrary> = f.libs.into_values().collect();
     v.sort_by(|a, b| a.path.cmp(&b.path));
     (v, f.notes)
-}
-
-/// CUDA libraries mapped into a process, as paths to open (`/proc/PID/root/...`, checked to be the
-/// mapped file). Superseded by [`mapped_cuda_libs`], which also gives each file's (dev, inode), its
-/// kind and notes on what was skipped; kept while the session's maps poll still calls it.
-pub fn libs_in_maps(pid: u32) -> Vec<PathBuf> {
-    mapped_cuda_libs(pid).0.into_iter().map(|m| m.open_path).collect()
 }
 
 fn ldconfig_libs() -> Vec<PathBuf> {

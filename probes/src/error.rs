@@ -35,7 +35,7 @@ pub enum ProbeError {
     Follow { pid: u32, detail: String },
     /// The trace's storage failed (creating, flushing or finishing it).
     #[error("trace storage: {0}")]
-    Storage(#[from] causeway_backends::StoreError),
+    Storage(#[from] causeway_store::StoreError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -1,34 +1,44 @@
-//! The user-space half of Causeway's eBPF probes.
+//! The user-space half of Causeway's eBPF probes. The modules are private; the API is re-exported
+//! below ([`trace`] and its options and report, [`host_check`], library discovery, the probe table
+//! and the loader for tests and benches).
+//!
+//! **Architecture invariant:** the probes write through the storage traits only
+//! (`causeway-store`'s [`EventSink`](causeway_store::EventSink)); Cargo keeps them from naming an
+//! engine.
 //!
 //! - [`discovery`]: where the CUDA libraries are (explicit path, `/proc/PID/maps`, ldconfig, CUDA
 //!   install paths, pip `nvidia-*` wheels).
 //! - [`loader`]: loads `ebpf/causeway.bpf.o` (built by build.rs) with aya, attaches uprobe/uretprobe
 //!   pairs by symbol and the host tracepoints.
 //! - [`wire`] and [`decode`]: ring records to [`causeway_model::Event`].
-//! - [`session`]: [`trace`], one complete trace into an [`causeway_backends::EventSink`], with loss
+//! - [`session`]: [`trace`], one complete trace into an [`causeway_store::EventSink`], with loss
 //!   accounting; [`stats`]: the live per-op table.
 //! - [`python`]: the CPython frames of a call (layout per interpreter, line tables, the merge
 //!   with native frames).
 //! - [`check`]: [`host_check`], what this host can trace and how to fix what is missing.
 
-pub mod check;
-pub mod cuda_table;
-pub mod decode;
-pub mod discovery;
+mod check;
+mod cuda_table;
+mod decode;
+mod discovery;
 mod error;
-pub mod kernels;
-pub mod libraries;
-pub mod loader;
-pub mod multi;
-pub mod process;
-pub mod python;
+mod kernels;
+mod libraries;
+mod loader;
+mod multi;
+mod process;
+mod python;
 mod rings;
-pub mod session;
-pub mod stats;
-pub mod symbols;
-pub mod wire;
+mod session;
+mod stats;
+mod symbols;
+mod wire;
 
-pub use check::{host_check, CheckReport};
+pub use check::{host_check, mount_tracefs, tracefs_mounted, CheckReport};
+pub use cuda_table::{ProbeLib, CUDA_PROBES};
+pub use discovery::{discover, site_packages_of_program, DiscoveryOptions, FoundLibrary, LibKind};
 pub use error::ProbeError;
-pub use session::{new_session_info, trace, LossRow, TraceOptions, TraceReport, UnwrittenRows};
+pub use loader::{file_id, LoadOptions, Probes};
+pub use session::{new_session_info, trace, TraceOptions, TraceReport, UnwrittenRows};
 pub use stats::{LiveStats, OpStats};
+pub use symbols::ElfSymbols;

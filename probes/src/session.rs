@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use causeway_backends::{EventSink, StackRecord};
 use causeway_model::codes::op;
-use causeway_model::LossKind;
+use causeway_model::{LossCounter, LossKind};
+use causeway_store::{EventSink, StackRecord};
 
 use crate::error::ProbeError;
 use crate::kernels::KernelNamer;
@@ -98,14 +98,6 @@ impl Default for TraceOptions {
     }
 }
 
-/// Events lost at one place, for one source.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
-pub struct LossRow {
-    pub source: u8,
-    pub kind: String,
-    pub count: u64,
-}
-
 /// What a finished trace did.
 #[derive(Debug, Clone, Default, serde::Serialize, schemars::JsonSchema)]
 pub struct TraceReport {
@@ -116,7 +108,7 @@ pub struct TraceReport {
     /// Events the sink accepted, by op name.
     pub events_by_op: BTreeMap<String, u64>,
     /// Every loss, where it happened (also stored in the trace).
-    pub losses: Vec<LossRow>,
+    pub losses: Vec<LossCounter>,
     pub libraries: Vec<AttachedLib>,
     /// Host tracepoints attached.
     pub host_probes: Vec<String>,
@@ -149,7 +141,7 @@ impl TraceReport {
     }
 
     /// Count a side write that failed (nothing is silently dropped; the trace goes on).
-    fn check_write(&mut self, table: &str, rows: usize, result: Result<(), causeway_backends::StoreError>) -> bool {
+    fn check_write(&mut self, table: &str, rows: usize, result: Result<(), causeway_store::StoreError>) -> bool {
         let Err(e) = result else { return true };
         let u = self.unwritten.entry(table.to_string()).or_default();
         if u.rows == 0 {
@@ -513,7 +505,7 @@ pub async fn trace(
                 if kind != LossKind::SinkBackpressure || !opts.drop_on_backpressure {
                     sink.add_loss(src, kind, n);
                 }
-                report.losses.push(LossRow { source: src, kind: kind.as_str().into(), count: n });
+                report.losses.push(LossCounter { source: src, kind, count: n });
             }
         }
     }

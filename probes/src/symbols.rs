@@ -229,10 +229,6 @@ impl Symbolizer {
         }
     }
 
-    pub fn knows(&self, pid: u32) -> bool {
-        self.maps.contains_key(&pid)
-    }
-
     pub fn resolve(&mut self, pid: u32, addr: u64) -> Option<Resolved> {
         let find = |maps: &HashMap<u32, Vec<Mapping>>| {
             maps.get(&pid)?.iter().find(|m| addr >= m.start && addr < m.end).cloned()

@@ -213,6 +213,8 @@ pub enum WireError {
     UnknownKind(u8),
     #[error("name record of unknown kind {0}")]
     UnknownName(u8),
+    #[error("process record of unknown kind {0}")]
+    UnknownProc(u8),
     #[error("record kind {kind}: {len} bytes, expected {want}")]
     Size { kind: u8, len: usize, want: usize },
 }
@@ -435,6 +437,9 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
         REC_PROC => {
             need(kind, buf.len(), PROC_SIZE)?;
             let what = r.u8();
+            if !matches!(what, PROC_FORK | PROC_EXEC | PROC_EXIT | PROC_OOM) {
+                return Err(WireError::UnknownProc(what));
+            }
             r.skip(2);
             let (cpu, pid, tid, ts, child_pid, child_tid) = (r.u32(), r.u32(), r.u32(), r.u64(), r.u32(), r.u32());
             let exit_code = r.u32() as i32;

@@ -286,13 +286,13 @@ fn a_process_in_its_own_mount_namespace_gets_its_own_file_probed() {
         ];
     });
     assert_eq!(report.command_exit, Some(0), "{:?} {:?}", w.values, report.notes);
-    let host_id = causeway_probes::loader::file_id(&path).unwrap();
+    let host_id = causeway_probes::file_id(&path).unwrap();
     assert!(
         !report.libraries.iter().any(|l| l.file_id == host_id),
         "the host's file at the same path must not be probed: {:?}",
         report.libraries
     );
-    let ns_id = causeway_probes::loader::file_id(&other).unwrap();
+    let ns_id = causeway_probes::file_id(&other).unwrap();
     assert!(
         report.libraries.iter().any(|l| l.file_id == ns_id),
         "the namespace's file is probed: {:?}",
@@ -305,12 +305,12 @@ fn a_process_in_its_own_mount_namespace_gets_its_own_file_probed() {
 fn every_symbol_of_the_table_is_exported_by_the_mock() {
     let build = common::mock_build();
     for (lib, which) in [
-        ("libcudart.so.12", causeway_probes::cuda_table::ProbeLib::Runtime),
-        ("cu13/libcudart.so.13", causeway_probes::cuda_table::ProbeLib::Runtime),
-        ("libcuda.so.1", causeway_probes::cuda_table::ProbeLib::Driver),
+        ("libcudart.so.12", causeway_probes::ProbeLib::Runtime),
+        ("cu13/libcudart.so.13", causeway_probes::ProbeLib::Runtime),
+        ("libcuda.so.1", causeway_probes::ProbeLib::Driver),
     ] {
-        let syms = causeway_probes::symbols::ElfSymbols::load(&build.join(lib)).unwrap();
-        for p in causeway_probes::cuda_table::CUDA_PROBES.iter().filter(|p| p.lib == which) {
+        let syms = causeway_probes::ElfSymbols::load(&build.join(lib)).unwrap();
+        for p in causeway_probes::CUDA_PROBES.iter().filter(|p| p.lib == which) {
             // the primary symbol of every row (twins such as cudaMemcpy_ptds and the other CUDA
             // versions' context creators are optional)
             let s = p.symbols[0];

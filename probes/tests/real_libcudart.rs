@@ -9,9 +9,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use causeway_probes::cuda_table::{ProbeLib, CUDA_PROBES};
-use causeway_probes::discovery::{self, DiscoveryOptions};
 use causeway_probes::TraceOptions;
+use causeway_probes::{discover, site_packages_of_program, DiscoveryOptions};
+use causeway_probes::{ProbeLib, CUDA_PROBES};
 
 fn venv_python() -> PathBuf {
     let venv = std::env::var_os("CAUSEWAY_VENV")
@@ -40,10 +40,7 @@ fn real_runtime(flavour: &str, suffix: &str) {
     common::require_root();
     let py = venv_python();
     // `check`'s host-wide discovery finds the wheel's library too
-    let found = discovery::discover(&DiscoveryOptions {
-        site_packages: discovery::site_packages_of_program(&py),
-        ..Default::default()
-    });
+    let found = discover(&DiscoveryOptions { site_packages: site_packages_of_program(&py), ..Default::default() });
     let wheel = found
         .iter()
         .find(|f| f.path.to_string_lossy().ends_with(suffix))

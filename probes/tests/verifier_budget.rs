@@ -6,8 +6,8 @@
 
 mod common;
 
-use causeway_probes::discovery::{FoundLibrary, LibKind};
-use causeway_probes::loader::{LoadOptions, Probes};
+use causeway_probes::{FoundLibrary, LibKind};
+use causeway_probes::{LoadOptions, Probes};
 use common::*;
 
 /// Half the kernel's limit: room for a compiler or kernel that explores a little more.

@@ -2,11 +2,11 @@
 //! CLI calls too (`causeway_analysis`, `causeway_backends`, `causeway_probes`), and bound the answer
 //! (default limits, `truncated`, a `hint` to narrow). No analysis happens here.
 
-use causeway_analysis::chains::Severity;
-use causeway_analysis::stacks::{top_stacks, StacksRequest};
-use causeway_analysis::stats::{compute_stats, resolve_window, StatsRequest};
-use causeway_analysis::timeline::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
-use causeway_backends::query::QueryCancel;
+use causeway_analysis::Severity;
+use causeway_analysis::{compute_stats, resolve_window, StatsRequest};
+use causeway_analysis::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
+use causeway_analysis::{top_stacks, StacksRequest};
+use causeway_backends::QueryCancel;
 use causeway_backends::{EventId, QueryLimits, TraceInfo};
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, parse_duration_ns, TimeWindow};
@@ -213,7 +213,7 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
 }
 
 /// Keep the first `steps` steps of every chain's timeline; true when one was cut.
-pub fn cut_timelines(chains: &mut [causeway_analysis::chains::Chain], steps: usize) -> bool {
+pub fn cut_timelines(chains: &mut [causeway_analysis::Chain], steps: usize) -> bool {
     let mut cut = false;
     for c in chains {
         if c.timeline.len() > steps {
@@ -242,7 +242,7 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
         parse_op(op)?;
     }
     let e = set.explanation(&entry, window, a.pid)?;
-    let matching: Vec<&causeway_analysis::chains::Chain> = e
+    let matching: Vec<&causeway_analysis::Chain> = e
         .chains
         .iter()
         .filter(|c| c.severity <= min)
@@ -333,7 +333,7 @@ pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<Stac
         ),
         None => format!("{} calls, none with a recorded stack (trace with stacks enabled to get them)", stacks.calls),
     };
-    let summary = match causeway_analysis::stacks::kernel_filter_words(&stacks) {
+    let summary = match causeway_analysis::kernel_filter_words(&stacks) {
         Some(k) => format!("{k}; {summary}"),
         None => summary,
     };
@@ -405,7 +405,7 @@ pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<
 /// timeline centers when the trace has no chain.
 fn longest_call(store: &dyn causeway_backends::TraceStore, pid: Option<u32>) -> Result<EventId, String> {
     let filter = pid.map(|p| format!(" WHERE pid = {p}")).unwrap_or_default();
-    let gpu: Vec<String> = causeway_analysis::attribution::gpu_call_sources().iter().map(u8::to_string).collect();
+    let gpu: Vec<String> = causeway_analysis::gpu_call_sources().iter().map(u8::to_string).collect();
     let sql = format!(
         "SELECT id FROM events{filter} ORDER BY source IN ({}) DESC, duration DESC, timestamp LIMIT 1",
         gpu.join(", ")

@@ -234,7 +234,7 @@ mod tests {
             extra_origins: vec![],
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             response_cap_bytes: DEFAULT_RESPONSE_CAP_BYTES,
-            request_timeout: Duration::from_secs(60),
+            request_timeout: crate::handler::DEFAULT_REQUEST_TIMEOUT,
         }
     }
 

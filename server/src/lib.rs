@@ -12,29 +12,35 @@
 //! - [`stdio`], [`http`]: the transports; [`schemas`]: the generated `tool-schemas/`, in the
 //!   portable style of [`schema_style`].
 //! - [`sanitize`]: untrusted traced strings made safe to show.
+//!
+//! The modules are private but two: [`tools`] (the catalogue and a direct `call`, for tests and
+//! embedders) and [`schemas`] (the generated `tool-schemas/`); the rest of the API is re-exported
+//! here.
 
-pub mod answers;
-pub mod args;
-pub mod capture;
-pub mod compare;
-pub mod handler;
-pub mod http;
-pub mod outputs;
-pub mod prompts;
-pub mod resources;
-pub mod sanitize;
-pub mod schema_style;
+mod answers;
+mod args;
+mod capture;
+mod compare;
+mod handler;
+mod http;
+mod outputs;
+mod prompts;
+mod resources;
+mod sanitize;
+mod schema_style;
 pub mod schemas;
-pub mod stdio;
+mod stdio;
 pub mod tools;
-pub mod traces;
+mod traces;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use handler::CausewayServer;
-pub use http::HttpOptions;
+pub use capture::CaptureConfig;
+pub use handler::{CausewayServer, DEFAULT_REQUEST_TIMEOUT};
+pub use http::{HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_RESPONSE_CAP_BYTES, TOKEN_ENV};
+pub use traces::TraceSet;
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(2).max_blocking_threads(16).build()?)

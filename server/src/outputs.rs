@@ -5,14 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use causeway_analysis::chains::Chain;
-use causeway_analysis::stacks::StacksReport;
-use causeway_analysis::stats::TraceStats;
-use causeway_analysis::timeline::TimelineReport;
+use causeway_analysis::Chain;
+use causeway_analysis::StacksReport;
+use causeway_analysis::TimelineReport;
+use causeway_analysis::TraceStats;
 use causeway_backends::{SchemaDescription, TraceFormat};
 use causeway_model::SessionInfo;
-use causeway_probes::check::CheckReport;
-use causeway_probes::LossRow;
+use causeway_probes::CheckReport;
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -174,7 +173,7 @@ pub struct CaptureOutput {
     /// Events counted lost, all places together (details in losses; also stored in the trace).
     pub lost: u64,
     pub events_by_op: BTreeMap<String, u64>,
-    pub losses: Vec<LossRow>,
+    pub losses: Vec<causeway_model::LossCounter>,
     /// Processes traced (the pids given, the command, their children).
     pub traced_pids: Vec<u32>,
     /// The launched program (canonical path) and its arguments; empty with pids only.

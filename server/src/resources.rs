@@ -7,7 +7,7 @@
 //! - `causeway://traces/{trace}/chains`: every chain of the whole trace (id, severity, op, summary).
 //! - `causeway://traces/{trace}/chains/{chain_id}`: one chain in full, evidence SQL included.
 
-use causeway_analysis::explain::find_chain;
+use causeway_analysis::find_chain;
 use causeway_model::time::TimeWindow;
 use rmcp::model::{Resource, ResourceContents, ResourceTemplate};
 use schemars::JsonSchema;
@@ -103,7 +103,7 @@ struct ChainIndex {
 struct ChainResource {
     summary: String,
     trace: String,
-    chain: causeway_analysis::chains::Chain,
+    chain: causeway_analysis::Chain,
     untrusted: String,
 }
 
@@ -115,7 +115,7 @@ pub fn read(set: &TraceSet, uri: &str) -> Result<ResourceContents, ReadError> {
             sanitize_str(uri, 300)
         ))
     };
-    let cancel = causeway_backends::query::QueryCancel::new();
+    let cancel = causeway_backends::QueryCancel::new();
     let text = if uri == PREFIX {
         finish(&answers::list_traces(set, NoArgs {}, &cancel).map_err(ReadError::Failed)?)
     } else if uri == "causeway://schema" {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use causeway_analysis::explain::{explain, ExplainRequest, Explanation};
+use causeway_analysis::{explain, ExplainRequest, Explanation};
 use causeway_backends::TraceStore;
 use causeway_model::time::TimeWindow;
 

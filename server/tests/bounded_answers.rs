@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use causeway_backends::query::QueryCancel;
+use causeway_backends::QueryCancel;
 use causeway_server::tools::{call, catalogue};
-use causeway_server::traces::TraceSet;
+use causeway_server::TraceSet;
 use serde_json::{json, Value};
 
 /// About 8,000 tokens.

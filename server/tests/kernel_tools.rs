@@ -3,12 +3,12 @@
 
 use std::path::Path;
 
-use causeway_backends::query::QueryCancel;
+use causeway_backends::QueryCancel;
 use causeway_backends::{EventSink, SqliteSink, StackRecord};
 use causeway_model::codes::op;
 use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, SessionInfo};
 use causeway_server::tools::{call, catalogue};
-use causeway_server::traces::TraceSet;
+use causeway_server::TraceSet;
 use serde_json::json;
 
 const T0: i64 = 1_774_015_573_000_000_000;

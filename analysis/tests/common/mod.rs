@@ -174,3 +174,4 @@ pub fn training_loop(
     }
     syncs
 }
+pub mod kernel_trace;

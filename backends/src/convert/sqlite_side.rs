@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, Row};
 
-use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
+use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SessionInfo};
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
-use crate::error::{Result, StoreError};
 use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
 use crate::sqlite::rows::{column_or_default, decode_event, event_select_list, int, opt_int, EVENT_SELECT_WIDTH};
-use crate::store::{AggregateRow, StackRecord, TraceStore};
 use crate::SqliteStore;
+use crate::{AggregateRow, StackRecord, TraceStore};
+use crate::{Result, StoreError};
 
 /// A SQLite trace (native or Ingero) read for conversion.
 pub struct SqliteSource {
@@ -120,7 +120,9 @@ impl ConvertSource for SqliteSource {
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows
             .into_iter()
-            .filter_map(|(s, src, k, n)| Some((s, src as u8, LossKind::parse(&k)?, n.max(0) as u64)))
+            .filter_map(|(s, src, k, n)| {
+                Some((s, LossCounter { source: src as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 }))
+            })
             .collect())
     }
 
@@ -252,8 +254,8 @@ impl ConvertTarget for SqliteTarget {
             let mut st = tx.prepare(
                 "INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?1, ?2, ?3, ?4)",
             )?;
-            for (s, src, k, n) in losses {
-                st.execute(params![s, src, k.as_str(), *n as i64])?;
+            for (s, l) in losses {
+                st.execute(params![s, l.source, l.kind.as_str(), l.count as i64])?;
             }
         }
         tx.commit()?;

@@ -6,14 +6,15 @@ use std::path::Path;
 use duckdb::params;
 
 use causeway_model::codes::PrevState;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SchedDetail, SessionInfo};
 
 use super::reader::{ints, launch_config_column, texts};
 use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
 use crate::convert::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
-use crate::error::{Result, StoreError};
 use crate::schema::{SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
-use crate::store::{AggregateRow, StackRecord, TraceStore};
+use crate::sink::EngineWriter;
+use crate::{AggregateRow, StackRecord, TraceStore};
+use crate::{Result, StoreError};
 
 /// A native DuckDB trace read for conversion.
 pub struct DuckDbSource {
@@ -141,7 +142,9 @@ impl ConvertSource for DuckDbSource {
         })?;
         Ok(rows
             .into_iter()
-            .filter_map(|(s, src, k, n)| Some((s, src as u8, LossKind::parse(&k)?, n.max(0) as u64)))
+            .filter_map(|(s, src, k, n)| {
+                Some((s, LossCounter { source: src as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 }))
+            })
             .collect())
     }
 
@@ -191,7 +194,7 @@ impl ConvertTarget for DuckDbTarget {
     }
 
     fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
-        self.writer.insert_stacks(stacks)
+        self.writer.write_stacks(stacks)
     }
 
     fn write_process_names(&mut self, names: &[(u32, String, i64)]) -> Result<()> {
@@ -209,19 +212,19 @@ impl ConvertTarget for DuckDbTarget {
             let mut st = c.prepare(
                 "INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)",
             )?;
-            for (s, src, k, n) in losses {
-                st.execute(params![s, src, k.as_str(), *n as i64])?;
+            for (s, l) in losses {
+                st.execute(params![s, l.source, l.kind.as_str(), l.count as i64])?;
             }
             Ok(())
         })
     }
 
     fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
-        self.writer.insert_launch_configs(configs)
+        self.writer.write_launch_configs(configs)
     }
 
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
-        self.writer.insert_kernel_names(names)
+        self.writer.write_kernel_names(names)
     }
 
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {

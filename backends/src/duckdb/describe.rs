@@ -3,8 +3,8 @@
 
 use super::reader::DuckDbStore;
 use crate::describe::{EngineNotes, LiveCatalog, CODE_COUNTS_SQL, OP_NAMES_SQL};
-use crate::error::Result;
-use crate::store::*;
+use crate::Result;
+use causeway_store::*;
 
 impl LiveCatalog for DuckDbStore {
     fn info(&self) -> &TraceInfo {
@@ -44,7 +44,7 @@ impl LiveCatalog for DuckDbStore {
 }
 
 const DUCKDB_NOTES: EngineNotes = EngineNotes {
-    engine: "duckdb",
+    engine: Engine::DuckDb,
     ordering: "then id",
     dialect: &["engine DuckDB: integer division is //, percentiles: quantile_disc takes a float fraction and is not \
                 guaranteed to be nearest-rank; use list_sort(list(x))[greatest(1, (p * count(*) + 99) // 100)] for \

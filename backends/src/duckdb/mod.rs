@@ -22,7 +22,7 @@ pub use writer::{DuckDbSink, DuckDbWriter, PARALLEL_PART_ROWS};
 
 use std::path::Path;
 
-use crate::error::StoreError;
+use crate::StoreError;
 
 /// The first bytes of a DuckDB database file are a checksum; the magic `DUCK` follows at offset 8.
 pub const MAGIC_OFFSET: usize = 8;

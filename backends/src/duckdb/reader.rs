@@ -20,14 +20,14 @@ use causeway_model::time::TimeWindow;
 use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, SchedDetail, SessionInfo};
 
 use super::{base_config, is_duckdb_file};
-use crate::error::{Result, StoreError};
-use crate::query::{QueryLimits, QueryResult};
 pub(super) use crate::reader_common::where_clause;
 use crate::reader_common::{
     aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
     require_event_columns, trace_info,
 };
-use crate::store::*;
+use crate::{QueryLimits, QueryResult};
+use crate::{Result, StoreError};
+use causeway_store::*;
 
 /// A read-only DuckDB trace.
 pub struct DuckDbStore {
@@ -237,8 +237,8 @@ fn batch_rows_to_events(b: &RecordBatch, rows: impl Iterator<Item = usize>, out:
 }
 
 impl TraceStore for DuckDbStore {
-    fn engine(&self) -> &'static str {
-        "duckdb"
+    fn engine(&self) -> Engine {
+        Engine::DuckDb
     }
 
     fn info(&self) -> &TraceInfo {

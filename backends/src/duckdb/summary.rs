@@ -18,9 +18,9 @@ use duckdb::arrow::compute::cast;
 use duckdb::arrow::datatypes::{DataType, Int64Type};
 
 use super::reader::{ints, texts, where_clause, DuckDbStore};
-use crate::error::{Result, StoreError};
-use crate::store::EventFilter;
 use crate::summary::{DurationSummary, OpSummary};
+use crate::EventFilter;
+use crate::{Result, StoreError};
 
 /// `per_mille` as an exact DECIMAL fraction literal (`990` -> `0.990`), the form that makes
 /// `quantile_disc` use integer arithmetic.

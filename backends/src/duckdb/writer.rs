@@ -15,14 +15,14 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SessionInfo};
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
 use crate::convert::{NativeRow, RowExtra};
 use crate::cuda_tables::{self, AttachmentJson};
-use crate::error::{Result, StoreError};
-use crate::sink::{engine_writer_by_inherent_methods, LossCounts, QueuedSink};
-use crate::store::{StackRecord, TraceStore};
+use crate::sink::{EngineWriter, QueuedSink};
+use crate::{Result, StoreError};
+use crate::{StackRecord, TraceStore};
 
 enum Builder {
     I(Int64Builder),
@@ -176,15 +176,6 @@ pub struct DuckDbWriter {
 }
 
 impl DuckDbWriter {
-    /// Create a native DuckDB trace at `path`, or append a new session to an existing one.
-    pub fn create(path: &Path, session: &SessionInfo) -> Result<DuckDbWriter> {
-        let mut w = Self::create_empty(path)?;
-        let id = w.next_session_id()?;
-        w.insert_session(id, session)?;
-        w.session_id = id;
-        Ok(w)
-    }
-
     /// Create (or open) a native DuckDB trace without starting a session (`causeway convert` writes
     /// the original's sessions itself).
     pub fn create_empty(path: &Path) -> Result<DuckDbWriter> {
@@ -247,10 +238,6 @@ impl DuckDbWriter {
         self.session_id
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
@@ -269,22 +256,6 @@ impl DuckDbWriter {
         append_to(&self.conn, cols.finish()?).map_err(engine_err(&self.path))?;
         self.written += n;
         Ok(n)
-    }
-
-    /// Append batches of events (ids assigned in order) in one commit, or, for a large group (a
-    /// writer that has fallen behind), in parallel parts of at least [`PARALLEL_PART_ROWS`] events,
-    /// one connection and one commit each, all or nothing (see [`DuckDbWriter::append_parts`]).
-    pub fn insert_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
-        let batches: Vec<&[Event]> = batches.into_iter().collect();
-        let total: usize = batches.iter().map(|b| b.len()).sum();
-        let first_id = self.next_id;
-        self.next_id += total as i64;
-        let parts = (total / PARALLEL_PART_ROWS).clamp(1, self.parallelism);
-        if parts == 1 {
-            return self.append(columns_of(first_id, self.session_id, total, batches.into_iter().flatten()));
-        }
-        let events: Vec<&Event> = batches.into_iter().flatten().collect();
-        self.append_parts(first_id, &events, parts)
     }
 
     /// Build and append `parts` slices of `events` on as many threads and connections. DuckDB's
@@ -366,29 +337,6 @@ impl DuckDbWriter {
         self.append(cols)
     }
 
-    pub fn insert_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
-        let err = engine_err(&self.path);
-        self.conn.execute_batch("BEGIN").map_err(&err)?;
-        {
-            let mut st = self
-                .conn
-                .prepare_cached("INSERT OR IGNORE INTO stack_traces (hash, ips, frames) VALUES (?, ?, ?)")
-                .map_err(&err)?;
-            for s in stacks {
-                st.execute(params![s.hash, s.ips, s.frames]).map_err(&err)?;
-            }
-        }
-        self.conn.execute_batch("COMMIT").map_err(&err)
-    }
-
-    pub fn set_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()> {
-        self.conn
-            .prepare_cached("INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?, ?, ?)")
-            .and_then(|mut st| st.execute(params![pid, name, seen_at_ns]))
-            .map_err(engine_err(&self.path))?;
-        Ok(())
-    }
-
     /// Run `f` in one transaction: committed when it succeeds, rolled back when it fails.
     fn in_transaction(&self, f: impl FnOnce(&Connection) -> Result<()>) -> Result<()> {
         let err = engine_err(&self.path);
@@ -400,37 +348,6 @@ impl DuckDbWriter {
                 Err(e)
             }
         }
-    }
-
-    /// Add launch configurations (`INSERT OR IGNORE`: a key is stored once), in one transaction.
-    pub fn insert_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
-        let err = engine_err(&self.path);
-        self.in_transaction(|c| {
-            let mut st = c.prepare_cached(cuda_tables::INSERT_LAUNCH_CONFIG_SQL).map_err(&err)?;
-            for cfg in configs {
-                st.execute(duckdb::params_from_iter(cuda_tables::launch_config_params(cfg))).map_err(&err)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Record kernel names (a later name for the same (pid, handle) replaces the earlier one), in
-    /// one transaction.
-    pub fn insert_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
-        let err = engine_err(&self.path);
-        self.in_transaction(|c| {
-            let mut st = c.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL).map_err(&err)?;
-            for k in cuda_tables::last_name_per_key(names) {
-                st.execute(duckdb::params_from_iter(cuda_tables::kernel_name_params(k))).map_err(&err)?;
-            }
-            Ok(())
-        })
-    }
-
-    /// Append library attachments of this session, in one transaction.
-    pub fn insert_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {
-        let rows: Vec<(i64, &LibraryAttach)> = attachments.iter().map(|a| (self.session_id, a)).collect();
-        self.insert_attachments_of(rows)
     }
 
     /// Append library attachments, each with its own session id (conversion), in one transaction.
@@ -451,7 +368,7 @@ impl DuckDbWriter {
     }
 
     /// Store loss counters of a session (absolute values).
-    pub fn store_losses_of(&mut self, session_id: i64, losses: &LossCounts) -> Result<()> {
+    pub fn store_losses_of<'a>(&mut self, rows: impl IntoIterator<Item = (i64, &'a LossCounter)>) -> Result<()> {
         let err = engine_err(&self.path);
         self.conn.execute_batch("BEGIN").map_err(&err)?;
         {
@@ -461,20 +378,109 @@ impl DuckDbWriter {
                     "INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?, ?, ?, ?)",
                 )
                 .map_err(&err)?;
-            for ((source, kind), count) in losses {
-                st.execute(params![session_id, source, kind.as_str(), *count as i64]).map_err(&err)?;
+            for (session_id, l) in rows {
+                st.execute(params![session_id, l.source, l.kind.as_str(), l.count as i64]).map_err(&err)?;
+            }
+        }
+        self.conn.execute_batch("COMMIT").map_err(&err)
+    }
+}
+
+impl EngineWriter for DuckDbWriter {
+    const THREAD_NAME: &'static str = "causeway-duckdb-writer";
+    const GROUP_BATCHES: usize = 256;
+
+    /// Create a native DuckDB trace at `path`, or append a new session to an existing one.
+    fn create(path: &Path, session: &SessionInfo) -> Result<DuckDbWriter> {
+        let mut w = Self::create_empty(path)?;
+        let id = w.next_session_id()?;
+        w.insert_session(id, session)?;
+        w.session_id = id;
+        Ok(w)
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append batches of events (ids assigned in order) in one commit, or, for a large group (a
+    /// writer that has fallen behind), in parallel parts of at least [`PARALLEL_PART_ROWS`] events,
+    /// one connection and one commit each, all or nothing (see [`DuckDbWriter::append_parts`]).
+    fn write_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
+        let batches: Vec<&[Event]> = batches.into_iter().collect();
+        let total: usize = batches.iter().map(|b| b.len()).sum();
+        let first_id = self.next_id;
+        self.next_id += total as i64;
+        let parts = (total / PARALLEL_PART_ROWS).clamp(1, self.parallelism);
+        if parts == 1 {
+            return self.append(columns_of(first_id, self.session_id, total, batches.into_iter().flatten()));
+        }
+        let events: Vec<&Event> = batches.into_iter().flatten().collect();
+        self.append_parts(first_id, &events, parts)
+    }
+
+    fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.conn.execute_batch("BEGIN").map_err(&err)?;
+        {
+            let mut st = self
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO stack_traces (hash, ips, frames) VALUES (?, ?, ?)")
+                .map_err(&err)?;
+            for s in stacks {
+                st.execute(params![s.hash, s.ips, s.frames]).map_err(&err)?;
             }
         }
         self.conn.execute_batch("COMMIT").map_err(&err)
     }
 
+    fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()> {
+        self.conn
+            .prepare_cached("INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?, ?, ?)")
+            .and_then(|mut st| st.execute(params![pid, name, seen_at_ns]))
+            .map_err(engine_err(&self.path))?;
+        Ok(())
+    }
+
+    /// Add launch configurations (`INSERT OR IGNORE`: a key is stored once), in one transaction.
+    fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_LAUNCH_CONFIG_SQL).map_err(&err)?;
+            for cfg in configs {
+                st.execute(duckdb::params_from_iter(cuda_tables::launch_config_params(cfg))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Record kernel names (a later name for the same (pid, handle) replaces the earlier one), in
+    /// one transaction.
+    fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL).map_err(&err)?;
+            for k in cuda_tables::last_name_per_key(names) {
+                st.execute(duckdb::params_from_iter(cuda_tables::kernel_name_params(k))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Append library attachments of this session, in one transaction.
+    fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {
+        let rows: Vec<(i64, &LibraryAttach)> = attachments.iter().map(|a| (self.session_id, a)).collect();
+        self.insert_attachments_of(rows)
+    }
+
     /// Store this session's loss counters (absolute values).
-    pub fn store_losses(&mut self, losses: &LossCounts) -> Result<()> {
-        self.store_losses_of(self.session_id, losses)
+    fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()> {
+        let session_id = self.session_id;
+        self.store_losses_of(losses.iter().map(|l| (session_id, l)))
     }
 
     /// Close the session (stopped_at) and checkpoint, so the file is self-contained (no `.wal`).
-    pub fn finish(self, stopped_at_ns: i64) -> Result<u64> {
+    fn finish(self, stopped_at_ns: i64) -> Result<u64> {
         let err = engine_err(&self.path);
         if self.session_id > 0 {
             self.conn
@@ -522,8 +528,6 @@ fn fill_lookup_tables(conn: &Connection) -> duckdb::Result<()> {
     }
     conn.execute_batch("COMMIT")
 }
-
-engine_writer_by_inherent_methods!(DuckDbWriter, thread: "causeway-duckdb-writer", group_batches: 256);
 
 /// [`EventSink`](crate::EventSink) over DuckDB: a [`DuckDbWriter`] on its own thread behind a
 /// bounded queue.

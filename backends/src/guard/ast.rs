@@ -212,7 +212,7 @@ impl Visitor for Checker {
             Expr::BinaryOp { op, .. } if !binary_operator_allowed(self.engine, op) => refuse(format!(
                 "the {op} operator (on {} it calls a function that is not on the allow-list); use LIKE, glob(p, x) or \
                  plain comparisons",
-                self.engine.name()
+                self.engine.label()
             )),
             Expr::UnaryOp { op, .. }
                 if !duck
@@ -515,7 +515,7 @@ fn is_plain_identifier(s: &str) -> bool {
 
 /// What sqlparser could not parse, with hints for the SQLite syntax it does not know.
 fn parse_refusal(engine: Engine, sql: &str, err: &str) -> Refusal {
-    let mut msg = format!("the query could not be parsed as {} SQL ({err})", engine.name());
+    let mut msg = format!("the query could not be parsed as {} SQL ({err})", engine.label());
     let first: String = sql
         .trim_start_matches(|c: char| c.is_whitespace() || c == ';' || c == '(')
         .chars()

@@ -25,8 +25,8 @@ use duckdb::{AccessMode, Config, Connection};
 use serde_json::Value as J;
 
 use super::{ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_TIMEOUT_MS};
-use crate::error::StoreError;
-use crate::query::{QueryCancel, QueryLimits, QueryResult};
+use crate::StoreError;
+use crate::{QueryCancel, QueryLimits, QueryResult};
 
 /// Largest response a caller may ask for, in bytes of JSON rows.
 const MAX_RESPONSE_BYTES: usize = 16 << 20;

@@ -28,10 +28,10 @@ mod sqlite_engine;
 
 use std::fmt;
 
-use crate::error::StoreError;
-use crate::query::{QueryLimits, QueryResult};
+use crate::StoreError;
+use crate::{QueryLimits, QueryResult};
 
-pub use crate::query::QueryCancel;
+pub use crate::QueryCancel;
 
 /// Longest SQL text accepted, in bytes (also SQLite's `SQLITE_LIMIT_SQL_LENGTH` for user queries).
 pub const MAX_SQL_BYTES: usize = 100_000;
@@ -49,21 +49,9 @@ pub const MAX_TIMEOUT_MS: u64 = 300_000;
 /// Stack of the thread that parses and checks: deep left-leaning operator chains recurse per node.
 const CHECK_STACK_BYTES: usize = 64 << 20;
 
-/// Which SQL engine (and so which sqlparser dialect and allow-lists) a query is checked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Engine {
-    Sqlite,
-    DuckDb,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::Sqlite => "SQLite",
-            Engine::DuckDb => "DuckDB",
-        }
-    }
-}
+/// Which SQL engine (and so which sqlparser dialect and allow-lists) a query is checked for: the
+/// storage engines' one enum.
+pub use causeway_store::Engine;
 
 /// Why a query was refused: what was refused and what is allowed instead.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,8 +31,8 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use super::{allow, ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_TIMEOUT_MS, MAX_VALUE_BYTES};
-use crate::error::StoreError;
-use crate::query::{QueryCancel, QueryLimits, QueryResult};
+use crate::StoreError;
+use crate::{QueryCancel, QueryLimits, QueryResult};
 
 /// Largest response a caller may ask for, in bytes of JSON rows.
 const MAX_RESPONSE_BYTES: usize = 16 << 20;

@@ -3,8 +3,8 @@
 
 use super::reader::SqliteStore;
 use crate::describe::{EngineNotes, LiveCatalog, CODE_COUNTS_SQL, OP_NAMES_SQL};
-use crate::error::Result;
-use crate::store::*;
+use crate::Result;
+use causeway_store::*;
 
 impl LiveCatalog for SqliteStore {
     fn info(&self) -> &TraceInfo {
@@ -40,7 +40,7 @@ impl LiveCatalog for SqliteStore {
     }
 }
 
-const SQLITE_NOTES: EngineNotes = EngineNotes { engine: "sqlite", ordering: "not id", dialect: &[] };
+const SQLITE_NOTES: EngineNotes = EngineNotes { engine: Engine::Sqlite, ordering: "not id", dialect: &[] };
 
 pub(super) fn describe(store: &SqliteStore) -> Result<SchemaDescription> {
     crate::describe::describe(store, &SQLITE_NOTES)

@@ -19,13 +19,13 @@ use causeway_model::time::TimeWindow;
 use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
 
 use super::rows::{column_or_default, decode_event, event_select_list, int};
-use crate::error::{Result, StoreError};
-use crate::query::{QueryLimits, QueryResult};
 use crate::reader_common::{
     self, aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
     require_event_columns, trace_info,
 };
-use crate::store::*;
+use crate::{QueryLimits, QueryResult};
+use crate::{Result, StoreError};
+use causeway_store::*;
 
 /// Newest Ingero schema this reader understands.
 const INGERO_NEWEST: (u32, u32) = (0, 10);
@@ -192,8 +192,8 @@ fn where_clause(f: &EventFilter) -> (String, Vec<Value>) {
 }
 
 impl TraceStore for SqliteStore {
-    fn engine(&self) -> &'static str {
-        "sqlite"
+    fn engine(&self) -> Engine {
+        Engine::Sqlite
     }
 
     fn info(&self) -> &TraceInfo {

@@ -8,7 +8,7 @@ use rusqlite::Row;
 use causeway_model::codes::PrevState;
 use causeway_model::{Event, SchedDetail};
 
-use crate::store::TraceInfo;
+use crate::TraceInfo;
 
 /// An integer column, whatever its storage class (Ingero stores some numbers as text); 0 when unreadable.
 pub(crate) fn int(r: &Row<'_>, i: usize) -> rusqlite::Result<i64> {

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
 
 use crate::cuda_tables::{self, AttachmentJson};
-use crate::error::{Result, StoreError};
 use crate::schema::{self, INDEXES, NATIVE_DDL};
-use crate::sink::{engine_writer_by_inherent_methods, LossCounts, QueuedSink};
-use crate::store::{StackRecord, TraceStore};
+use crate::sink::{EngineWriter, QueuedSink};
+use crate::{Result, StoreError};
+use crate::{StackRecord, TraceStore};
 
 /// The columns every event row binds, in binding order (a macro so both INSERTs are literals).
 macro_rules! event_columns {
@@ -98,14 +98,24 @@ pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo
 }
 
 impl SqliteWriter {
+    /// The id of the session this writer appends (`sessions.id`).
+    pub fn session_id(&self) -> i64 {
+        self.session_id
+    }
+}
+
+impl EngineWriter for SqliteWriter {
+    const THREAD_NAME: &'static str = "causeway-sqlite-writer";
+    const GROUP_BATCHES: usize = 64;
+
     /// Create a native trace at `path`, or append a new session to an existing native trace.
-    pub fn create(path: &Path, session: &SessionInfo) -> Result<SqliteWriter> {
+    fn create(path: &Path, session: &SessionInfo) -> Result<SqliteWriter> {
         if path.exists() {
             // Refuse to write into anything that is not one of ours (an Ingero DB, a random file).
             let store = super::SqliteStore::open(path)?;
             if !matches!(store.info().format, crate::TraceFormat::Native { .. }) {
                 return Err(StoreError::InvalidArgument(format!(
-                    "{} is not a Causeway trace; convert it or choose another --db",
+                    "{} is not a Causeway trace; convert it or choose another file",
                     path.display()
                 )));
             }
@@ -129,16 +139,12 @@ impl SqliteWriter {
         Ok(SqliteWriter { conn, path: path.to_path_buf(), session_id, written: 0 })
     }
 
-    pub fn session_id(&self) -> i64 {
-        self.session_id
-    }
-
-    pub fn path(&self) -> &Path {
+    fn path(&self) -> &Path {
         &self.path
     }
 
     /// Insert batches of events in one transaction.
-    pub fn insert_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
+    fn write_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
         let tx = self.conn.transaction()?;
         let mut n = 0u64;
         {
@@ -194,7 +200,7 @@ impl SqliteWriter {
         Ok(n)
     }
 
-    pub fn insert_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
+    fn write_stacks(&mut self, stacks: &[StackRecord]) -> Result<()> {
         let tx = self.conn.transaction()?;
         {
             let mut st =
@@ -207,7 +213,7 @@ impl SqliteWriter {
         Ok(())
     }
 
-    pub fn set_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()> {
+    fn write_process_name(&mut self, pid: u32, name: &str, seen_at_ns: i64) -> Result<()> {
         self.conn
             .prepare_cached("INSERT OR REPLACE INTO process_names (pid, name, seen_at) VALUES (?1, ?2, ?3)")?
             .execute(params![pid, name, seen_at_ns])?;
@@ -215,7 +221,7 @@ impl SqliteWriter {
     }
 
     /// Add launch configurations (deduplicated by key), in one transaction.
-    pub fn insert_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
+    fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_launch_configs(&tx, configs)?;
         tx.commit()?;
@@ -223,7 +229,7 @@ impl SqliteWriter {
     }
 
     /// Record kernel names (a later one for the same (pid, handle) replaces it), in one transaction.
-    pub fn insert_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
+    fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_kernel_names(&tx, names)?;
         tx.commit()?;
@@ -231,7 +237,7 @@ impl SqliteWriter {
     }
 
     /// Append library attachments of this session, in one transaction.
-    pub fn insert_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {
+    fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_attachments(&tx, attachments.iter().map(|a| (self.session_id, a)))?;
         tx.commit()?;
@@ -239,14 +245,14 @@ impl SqliteWriter {
     }
 
     /// Store the session's loss counters (absolute values).
-    pub fn store_losses(&mut self, losses: &LossCounts) -> Result<()> {
+    fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()> {
         let tx = self.conn.transaction()?;
         {
             let mut st = tx.prepare_cached(
                 "INSERT OR REPLACE INTO loss_counters (session_id, source, kind, count) VALUES (?1, ?2, ?3, ?4)",
             )?;
-            for ((source, kind), count) in losses {
-                st.execute(params![self.session_id, source, kind.as_str(), *count as i64])?;
+            for l in losses {
+                st.execute(params![self.session_id, l.source, l.kind.as_str(), l.count as i64])?;
             }
         }
         tx.commit()?;
@@ -255,7 +261,7 @@ impl SqliteWriter {
 
     /// Close the session: stopped_at, indexes, checkpoint, and back to a rollback journal so the file
     /// is self-contained (readable read-only, copyable, no sidecar files).
-    pub fn finish(self, stopped_at_ns: i64) -> Result<u64> {
+    fn finish(self, stopped_at_ns: i64) -> Result<u64> {
         self.conn
             .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
         self.conn.execute_batch("PRAGMA threads=2;")?;
@@ -264,8 +270,6 @@ impl SqliteWriter {
         Ok(self.written)
     }
 }
-
-engine_writer_by_inherent_methods!(SqliteWriter, thread: "causeway-sqlite-writer", group_batches: 64);
 
 /// [`EventSink`](crate::EventSink) over SQLite: a [`SqliteWriter`] on its own thread behind a bounded queue.
 pub type SqliteSink = QueuedSink<SqliteWriter>;

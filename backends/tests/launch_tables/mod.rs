@@ -148,12 +148,12 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
 }
 
 /// Make a trace look recorded before the tables and the column existed.
-fn make_older(path: &Path, b: Backend) {
+fn make_older(path: &Path, b: Engine) {
     let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; \
                ALTER TABLE events DROP COLUMN launch_config;";
     match b {
-        Backend::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
-        Backend::DuckDb => {
+        Engine::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
+        Engine::DuckDb => {
             #[cfg(feature = "duckdb")]
             {
                 let c = ::duckdb::Connection::open(path).unwrap();
@@ -174,7 +174,7 @@ fn zeroed(all: &[StoredEvent]) -> Vec<StoredEvent> {
     v
 }
 
-pub fn older_trace_reads_empty_then_gains_them(b: Backend) {
+pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "old");
     let all = write_trace(&path, b, 11);
@@ -242,8 +242,8 @@ pub fn older_trace_reads_empty_then_gains_them(b: Backend) {
     }
 }
 
-fn backends() -> Vec<Backend> {
-    [Backend::Sqlite, Backend::DuckDb].into_iter().filter(|b| b.available()).collect()
+fn backends() -> Vec<Engine> {
+    Engine::ALL.into_iter().filter(|b| causeway_backends::is_built(*b)).collect()
 }
 
 /// `(session_id, pid, attached_at)` of every attachment, as stored.
@@ -257,7 +257,7 @@ fn attachment_sessions(store: &dyn TraceStore) -> Vec<Vec<serde_json::Value>> {
         .rows
 }
 
-pub fn convert_keeps_them(b: Backend) {
+pub fn convert_keeps_them(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let path = file(dir.path(), b, "src");
     write_trace(&path, b, 13);

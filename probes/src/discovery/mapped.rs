@@ -267,7 +267,8 @@ mod tests {
         assert_eq!((m.dev, m.ino), file_id(&lib).unwrap());
         assert_eq!(file_id(&m.open_path).unwrap(), (m.dev, m.ino));
         assert!(notes.is_empty(), "{notes:?}");
-        assert_eq!(super::super::libs_in_maps(pid), vec![m.open_path.clone()]);
+        let opened: Vec<_> = mapped_cuda_libs(pid).0.into_iter().map(|l| l.open_path).collect();
+        assert_eq!(opened, vec![m.open_path.clone()]);
         // discovery names it by its plain path, the same file, which outlives the process
         let found = maps_discovery(pid);
         assert_eq!(found.len(), 1, "{found:?}");

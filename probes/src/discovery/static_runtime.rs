@@ -41,7 +41,8 @@ pub enum StaticRuntime {
 }
 
 impl StaticRuntime {
-    pub fn path(&self) -> &Path {
+    #[cfg(test)]
+    fn path(&self) -> &Path {
         match self {
             StaticRuntime::Symbols(p) | StaticRuntime::Stripped(p) => p,
         }

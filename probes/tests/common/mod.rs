@@ -40,7 +40,7 @@ pub struct Collected {
     pub refuse_side_writes: bool,
 }
 
-fn refused() -> causeway_backends::error::Result<()> {
+fn refused() -> causeway_backends::Result<()> {
     Err(causeway_backends::StoreError::Engine("refused by the test sink".into()))
 }
 
@@ -51,7 +51,7 @@ pub struct MemSink(pub Arc<Mutex<Collected>>);
 
 #[async_trait::async_trait]
 impl EventSink for MemSink {
-    async fn write_batch(&mut self, events: Vec<Event>) -> causeway_backends::error::Result<()> {
+    async fn write_batch(&mut self, events: Vec<Event>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().events.extend(events);
         Ok(())
     }
@@ -59,7 +59,7 @@ impl EventSink for MemSink {
         self.0.lock().unwrap().events.extend(events);
         true
     }
-    async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> causeway_backends::error::Result<()> {
+    async fn write_stacks(&mut self, stacks: Vec<StackRecord>) -> causeway_backends::Result<()> {
         let mut c = self.0.lock().unwrap();
         if c.refuse_side_writes {
             return refused();
@@ -67,12 +67,7 @@ impl EventSink for MemSink {
         c.stacks.extend(stacks);
         Ok(())
     }
-    async fn write_process_name(
-        &mut self,
-        pid: u32,
-        name: String,
-        _seen_at_ns: i64,
-    ) -> causeway_backends::error::Result<()> {
+    async fn write_process_name(&mut self, pid: u32, name: String, _seen_at_ns: i64) -> causeway_backends::Result<()> {
         let mut c = self.0.lock().unwrap();
         if c.refuse_side_writes {
             return refused();
@@ -80,31 +75,31 @@ impl EventSink for MemSink {
         c.names.insert(pid, name);
         Ok(())
     }
-    async fn write_launch_configs(&mut self, configs: Vec<LaunchConfig>) -> causeway_backends::error::Result<()> {
+    async fn write_launch_configs(&mut self, configs: Vec<LaunchConfig>) -> causeway_backends::Result<()> {
         let mut c = self.0.lock().unwrap();
         for cfg in configs {
             c.launch_configs.insert(cfg.key(), cfg);
         }
         Ok(())
     }
-    async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> causeway_backends::error::Result<()> {
+    async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> causeway_backends::Result<()> {
         let mut c = self.0.lock().unwrap();
         for k in names {
             c.kernel_names.insert((k.pid, k.handle), k);
         }
         Ok(())
     }
-    async fn write_attachments(&mut self, rows: Vec<LibraryAttach>) -> causeway_backends::error::Result<()> {
+    async fn write_attachments(&mut self, rows: Vec<LibraryAttach>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().attachments.extend(rows);
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
         *self.0.lock().unwrap().losses.entry((source, kind.as_str().to_string())).or_default() += n;
     }
-    async fn flush(&mut self) -> causeway_backends::error::Result<()> {
+    async fn flush(&mut self) -> causeway_backends::Result<()> {
         Ok(())
     }
-    async fn finish(self: Box<Self>, _stopped_at_ns: i64) -> causeway_backends::error::Result<SinkSummary> {
+    async fn finish(self: Box<Self>, _stopped_at_ns: i64) -> causeway_backends::Result<SinkSummary> {
         let mut c = self.0.lock().unwrap();
         c.finished = true;
         Ok(SinkSummary { events_written: c.events.len() as u64, losses: Vec::new() })
@@ -252,22 +247,19 @@ pub fn assert_exact_and_nested(w: &Workload, events: &[Event]) {
 }
 
 /// The op a probed symbol's calls are stored under, and its library (from the one probe table).
-pub fn symbol_op(symbol: &str) -> Option<(OpCode, causeway_probes::cuda_table::ProbeLib)> {
-    causeway_probes::cuda_table::CUDA_PROBES
-        .iter()
-        .find(|p| p.symbols.contains(&symbol))
-        .and_then(|p| p.op().map(|o| (o, p.lib)))
+pub fn symbol_op(symbol: &str) -> Option<(OpCode, causeway_probes::ProbeLib)> {
+    causeway_probes::CUDA_PROBES.iter().find(|p| p.symbols.contains(&symbol)).and_then(|p| p.op().map(|o| (o, p.lib)))
 }
 
 /// The library of an op's probes.
-fn op_lib(code: OpCode) -> Option<causeway_probes::cuda_table::ProbeLib> {
-    causeway_probes::cuda_table::CUDA_PROBES.iter().find(|p| p.op() == Some(code)).map(|p| p.lib)
+fn op_lib(code: OpCode) -> Option<causeway_probes::ProbeLib> {
+    causeway_probes::CUDA_PROBES.iter().find(|p| p.op() == Some(code)).map(|p| p.lib)
 }
 
 /// Events of `pid` that are not a driver call inside a runtime call of the same thread: what the
 /// program itself called.
 pub fn top_level(events: &[Event], pid: u32) -> Vec<&Event> {
-    use causeway_probes::cuda_table::ProbeLib;
+    use causeway_probes::ProbeLib;
     let runtime: Vec<&Event> = events
         .iter()
         .filter(|e| e.pid == pid && op_lib(OpCode::new(e.source, e.op)) == Some(ProbeLib::Runtime))

@@ -6,8 +6,7 @@ use std::fmt::Write;
 
 use causeway_model::time::{fmt_ns, fmt_since};
 
-use crate::chains::{culprit_words, Chain};
-use crate::explain::Explanation;
+use causeway_analysis::{culprit_words, Chain, Explanation, StackShare};
 
 /// Chains shown in detail in the one-screen report.
 const DETAILED: usize = 3;
@@ -89,8 +88,8 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
 
 /// Where a chain's top stack was called from, in one line: the user's Python line and its
 /// callers, else the native frames outside the CUDA libraries.
-fn stack_line(s: &crate::stacks::StackShare) -> Option<String> {
-    let site = crate::stacks::call_site(&s.frames, 3);
+fn stack_line(s: &StackShare) -> Option<String> {
+    let site = causeway_analysis::call_site(&s.frames, 3);
     let first = s.user_frame.clone().or_else(|| site.first().cloned())?;
     let callers: Vec<&String> = site.iter().skip_while(|f| **f != first).skip(1).collect();
     let callers: String = callers.iter().map(|f| format!(" ← {f}")).collect();

@@ -25,6 +25,7 @@ impl Default for QueryLimits {
 }
 
 impl QueryLimits {
+    /// The most rows a caller may ask for.
     pub const MAX_ROWS: usize = 10_000;
 
     /// Limits with a row cap chosen by the caller, clamped to 1..=10,000.
@@ -55,6 +56,7 @@ struct CancelState {
 }
 
 impl QueryCancel {
+    /// A handle not yet cancelled.
     pub fn new() -> QueryCancel {
         QueryCancel::default()
     }
@@ -67,6 +69,7 @@ impl QueryCancel {
         }
     }
 
+    /// Whether [`QueryCancel::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
         self.0.cancelled.load(Ordering::SeqCst)
     }
@@ -92,7 +95,9 @@ impl std::fmt::Debug for QueryCancel {
 /// Rows of a user query. Cells are JSON values: integers, floats, text, null; blobs as hex strings.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct QueryResult {
+    /// Column names, in the query's order.
     pub columns: Vec<String>,
+    /// Rows, each one cell per column.
     pub rows: Vec<Vec<serde_json::Value>>,
     /// True when the row or byte cap cut the result.
     pub truncated: bool,

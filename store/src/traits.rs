@@ -1,6 +1,5 @@
 //! The storage traits ([`EventSink`], [`TraceStore`]) and the plain data types that cross them.
 //! Every engine and every reader of a trace goes through them: each public item says what it is.
-#![warn(missing_docs)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -11,6 +10,7 @@ use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter
 
 use crate::error::Result;
 use crate::query::{QueryLimits, QueryResult};
+use crate::Engine;
 
 /// Which tool wrote a trace and which schema it has.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
@@ -319,8 +319,8 @@ pub struct CodeDescription {
 /// the engine overrides with a fast path when it has one (the conformance suite runs every check
 /// on the defaults too).
 pub trait TraceStore: Send + Sync {
-    /// Engine name, e.g. `sqlite`.
-    fn engine(&self) -> &'static str;
+    /// The engine that reads the trace (an Ingero DB is read by [`Engine::Sqlite`]).
+    fn engine(&self) -> Engine;
     /// What a reader knows about the trace before any analysis.
     fn info(&self) -> &TraceInfo;
     /// The recording sessions (one per `trace` run; none in an Ingero DB without a sessions table).
@@ -452,8 +452,8 @@ pub trait TraceStore: Send + Sync {
 pub struct SinkSummary {
     /// Events the sink stored.
     pub events_written: u64,
-    /// Every loss counted, as (source, kind, count).
-    pub losses: Vec<(u8, String, u64)>,
+    /// Every loss counted, per source and kind.
+    pub losses: Vec<LossCounter>,
 }
 
 /// The write side. A tracer owns one sink per trace; batches go to a writer that commits them in

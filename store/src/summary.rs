@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use causeway_model::codes::OpCode;
 
 use crate::error::Result;
-use crate::store::{EventFilter, TraceStore};
+use crate::traits::{EventFilter, TraceStore};
 
 /// Nearest-rank percentile of an ascending slice: the value at 1-based rank `ceil(per_mille * n / 1000)`
 /// (rank at least 1). `None` for an empty slice.
@@ -72,12 +72,17 @@ pub fn nearest_rank_sql(per_mille: u32, n_expr: &str) -> String {
 /// Exact figures of the durations of one (source, op), optionally of one pid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpSummary {
+    /// The (source, op).
     pub op: OpCode,
     /// `Some` in per-process summaries.
     pub pid: Option<u32>,
+    /// Events.
     pub count: u64,
+    /// Sum of their durations.
     pub sum_ns: i128,
+    /// Shortest duration.
     pub min_ns: i64,
+    /// Longest duration.
     pub max_ns: i64,
     /// Nearest-rank values, one per requested per-mille, in the order asked.
     pub percentiles: Vec<i64>,
@@ -88,8 +93,9 @@ pub struct OpSummary {
 pub struct DurationSummary {
     /// Events matching the filter.
     pub events: u64,
-    /// Earliest and latest timestamp among them (0 when none).
+    /// Earliest timestamp among them (0 when none).
     pub first_ns: i64,
+    /// Latest timestamp among them (0 when none).
     pub last_ns: i64,
     /// Per (source, op), sorted by (source, op).
     pub ops: Vec<OpSummary>,
