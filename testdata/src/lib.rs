@@ -23,8 +23,19 @@ pub const INGERO_DBS: &[&str] = &[
     "sample-gpu-node-03.db",
 ];
 
-/// The root of the repository (the workspace).
+/// The root of the repository (the workspace) whose tests are running.
+///
+/// Found at run time from the package directory cargo gives the running test
+/// (`CARGO_MANIFEST_DIR`), not from where this crate was compiled: clones that share one target
+/// directory (CI's clean clone and a working tree) reuse this crate's build, and a compiled-in path
+/// would send one clone's tests to the other's files.
 pub fn repo_root() -> PathBuf {
+    let is_root = |d: &Path| d.join("testdata/src/lib.rs").is_file() && d.join("Cargo.toml").is_file();
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        if let Some(root) = Path::new(&dir).ancestors().find(|d| is_root(d)) {
+            return root.to_path_buf();
+        }
+    }
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testdata/ sits in the workspace root").to_path_buf()
 }
 
