@@ -1,28 +1,39 @@
-//! `explain`: the incident report. Loads the GPU calls of the scope, finds the slow calls and the long
-//! gaps between calls, attributes each to what its thread went through ([`crate::attribution`]),
-//! aggregates into chains ([`crate::chains`]), adds the detectors' findings ([`crate::detectors`]),
-//! ranks them, and attaches to every chain a SQL query that reproduces its headline figure.
+//! `explain`: the incident report, as named stages over one view of the trace
+//! ([`view::TraceView`], the only place that reads the store):
+//!
+//! 1. load the GPU calls of the scope;
+//! 2. [`find_slow_calls_and_gaps`] (pure): each op's exact distribution, nesting, the slow calls
+//!    and the long gaps between calls, the threads' feeding spans;
+//! 3. load what those need: off-CPU intervals, coverage, page allocations, kernel names;
+//! 4. [`attribute_slow_calls`] (pure but for the scheduling policies, read only when a
+//!    synchronizing call that may have spun was preempted): each slow call split by cause
+//!    ([`crate::attribution`]), grouped per op;
+//! 5. [`slow_call_chains`] and [`gap_chains`]: each (cause, culprit) group becomes a chain
+//!    ([`subject::attributed_chain`]) with the facts behind it; the detectors' findings
+//!    ([`crate::detectors`]) add theirs;
+//! 6. rank, keep the top, attach the stacks behind each kept chain, and [`assemble`] the report,
+//!    every chain with a SQL query that reproduces its headline figure.
+
+mod subject;
+mod view;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, TimeWindow};
-use causeway_store::{EventId, StoredEvent, TraceFormat, TraceStore};
+use causeway_store::{EventId, TraceFormat, TraceStore};
 
-use crate::attribution::{self as attr, CallAttribution, Cause, Coverage, OffCpu, OpDistribution, Part};
-use crate::chains::{self, Chain, ChainAccumulator, ChainKind, Evidence, Group, Severity, TimelineStep};
+use crate::attribution::{self as attr, Cause, OpDistribution};
+use crate::chains::{self, Chain, ChainAccumulator, ChainKind, Severity};
 use crate::detector_chains;
 use crate::detectors::{self, Gap};
-use crate::evidence::{self, CulpritKey, SqlScope};
 use crate::few_keys::FewKeys;
-use crate::kernels::{self, KernelIndex};
-use crate::spin::{self, SchedPolicies, WaitMode};
-use crate::trace_data::{self, Names, Spans};
-use crate::trace_facts;
+use crate::kernels;
+use crate::spin::{self, SchedPolicies};
+use crate::trace_data::Spans;
 use crate::AnalysisError;
-
-/// Kernels a slow-launch chain names in its summary (its JSON lists them all).
-const KERNELS_IN_SUMMARY: usize = 3;
+use subject::{attributed_chain, stack_sample_ids, Item, Subject};
+use view::{Context, TraceView};
 
 /// What to explain.
 #[derive(Debug, Clone)]
@@ -91,59 +102,75 @@ pub fn find_chain<'a>(e: &'a Explanation, id: &str) -> Option<&'a Chain> {
     e.chains.iter().find(|c| c.id == id || c.key == id)
 }
 
-/// Everything one attributed subject (an op, or a thread's gaps) needs to become chains.
-struct Subject<'a> {
-    kind: ChainKind,
-    op_name: String,
-    op: Option<OpCode>,
-    tid: Option<u32>,
-    dist: Option<OpDistribution>,
-    /// Denominator of `share`.
-    total_ns: i64,
-    share_of: String,
-    /// Attributions by interval id.
-    items: &'a HashMap<EventId, Item>,
-}
-
-/// One attributed interval: a slow call, or a gap (keyed by the call that ends it).
-struct Item {
-    ts: i64,
-    dur: i64,
-    pid: u32,
-    tid: u32,
-    label: String,
-    parts: Vec<Part>,
-    /// How a slow synchronizing call that was preempted waited for the GPU ([`crate::spin`]).
-    wait: Option<WaitMode>,
-    /// The kernel a slow kernel launch ran ([`crate::kernels::launch_kernel`]).
-    kernel: Option<String>,
-}
-
 pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
-    let info = store.info();
     let mut phase = PhaseClock::start();
-    let scope = SqlScope {
-        window: req.window,
-        pid: req.pid,
-        sched_detail: info.has_column("prev_state"),
-        has_cpu: info.has_column("cpu"),
-    };
-    let mut names = Names::of_store(store)?;
-    let calls = trace_data::load_calls(store, req.window, req.pid, &mut names)?;
+    let mut view = TraceView::open(store, req)?;
+    let calls = view.load_calls()?;
     phase.lap("load calls");
-    // Two independent passes over the calls, one per core: the ops' distributions, and each
-    // thread's order with the nesting and gaps it gives.
+    let found = find_slow_calls_and_gaps(&calls);
+    phase.lap("distributions, nesting, gaps");
+    let ctx = view.load_context(&calls, &found)?;
+    phase.lap("off-CPU intervals, names, coverage, page allocations");
+    let mut slow = attribute_slow_calls(&view, &calls, &found, &ctx)?;
+    phase.lap("attribute slow calls");
+    // per attributed chain (by key): the calls whose stacks it shows, its worst first
+    let mut stack_sample: HashMap<String, Vec<EventId>> = HashMap::new();
+    let mut chains_out = slow_call_chains(&view, &found, &mut slow, &mut stack_sample)?;
+    chains_out.extend(gap_chains(&view, &found, &ctx, &mut stack_sample)?);
+    phase.lap("slow-call and gap chains");
+    let findings = detector_chains::detector_findings(&calls, &found.nested, ctx.bounds, view.info.has_column("arg2"));
+    phase.lap("detector passes");
+    chains_out.extend(detector_chains::detector_chains(&view.scope, findings, &found.spans_by_tid, &view.names)?);
+    phase.lap("detector chains");
+
+    if let Some(n) = &ctx.sample_note {
+        for c in &mut chains_out {
+            c.details.push(format!("{n}: figures cover the stored events only"));
+        }
+    }
+    chains::rank(&mut chains_out);
+    let chains_total = chains_out.len();
+    let truncated = chains_total > req.top;
+    chains_out.truncate(req.top);
+    // without a stack in the trace, the chains' calls are not read again
+    if view.holds_stacks()? {
+        for c in &mut chains_out {
+            let ids = stack_sample.remove(&c.key).unwrap_or_else(|| c.evidence.event_ids.clone());
+            view.add_call_stacks(c, &ids)?;
+        }
+    }
+    phase.lap("chain stacks");
+    Ok(assemble(&view, calls.len(), &found, &ctx, &slow, chains_out, chains_total, truncated))
+}
+
+/// What the calls alone say: each op's distribution, which calls are nested in another GPU call of
+/// their thread, the slow top-level calls, the long gaps, each thread's feeding span.
+struct Found {
+    dists: BTreeMap<OpCode, OpDistribution>,
+    nested: Vec<bool>,
+    gaps: Vec<Gap>,
+    /// tid -> (first call start, last call end).
+    spans_by_tid: BTreeMap<u32, (i64, i64)>,
+    /// Indexes of the slow top-level calls.
+    slow: Vec<usize>,
+    /// Processes with a slow call.
+    slow_pids: BTreeSet<u32>,
+    /// Per thread, the intervals of its slow calls and gaps (what off-CPU rows to read).
+    spans: Spans,
+}
+
+/// Stage 2, pure. Two independent passes over the calls, one per core: the ops' distributions, and
+/// each thread's order with the nesting and gaps it gives.
+fn find_slow_calls_and_gaps(calls: &[attr::Call]) -> Found {
     let (dists, (nested, gaps, spans_by_tid)) = std::thread::scope(|s| {
-        let dists = s.spawn(|| op_distributions(&calls));
-        let by_thread = attr::ThreadOrder::of(&calls);
-        let nested = attr::nested_flags(&calls, &by_thread);
-        let gaps = detectors::long_gaps(&calls, &by_thread);
+        let dists = s.spawn(|| op_distributions(calls));
+        let by_thread = attr::ThreadOrder::of(calls);
+        let nested = attr::nested_flags(calls, &by_thread);
+        let gaps = detectors::long_gaps(calls, &by_thread);
         (dists.join().expect("op distributions"), (nested, gaps, detectors::thread_spans(&by_thread)))
     });
-    phase.lap("distributions, nesting, gaps");
     let slow: Vec<usize> =
         (0..calls.len()).filter(|&i| !nested[i] && calls[i].dur >= dists[&calls[i].op].slow_threshold()).collect();
-
     let mut spans = Spans::default();
     for &i in &slow {
         spans.add(calls[i].tid, calls[i].ts, calls[i].end());
@@ -152,54 +179,72 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         spans.add(g.tid, g.start, g.end);
     }
     spans.finish();
-    let off = trace_data::load_off_cpu(store, &spans)?;
-    phase.lap("load off-CPU intervals");
-    let wakers = off.values().flatten().filter_map(|o| o.sched.as_ref()).map(|s| s.waker_tid);
-    names.resolve_threads(store, wakers)?;
-    let coverage: Option<HashMap<u32, Coverage>> =
-        if scope.sched_detail { None } else { Some(trace_data::load_coverage(store)?) };
-    let cov_of = |tid: u32| coverage.as_ref().map(|m| m.get(&tid).copied());
-    let slow_pids: BTreeSet<u32> = slow.iter().map(|&i| calls[i].pid).collect();
-    let pages = trace_data::load_page_allocs(store, &slow_pids, spans.earliest().unwrap_or(0))?;
-    let no_off: Vec<OffCpu> = Vec::new();
-    phase.lap("names, coverage, page allocations");
+    let slow_pids = slow.iter().map(|&i| calls[i].pid).collect();
+    Found { dists, nested, gaps, spans_by_tid, slow, slow_pids, spans }
+}
 
-    // Slow calls, attributed, per op.
-    let mut per_op: BTreeMap<OpCode, (ChainAccumulator, HashMap<EventId, Item>)> = BTreeMap::new();
-    let mut op_slow: BTreeMap<OpCode, (u64, i64)> = BTreeMap::new();
-    let mut page_bytes: BTreeMap<OpCode, i64> = BTreeMap::new();
-    // Read only when a slow synchronizing call was preempted: the flags and the host's CPUs.
-    let mut policies: Option<SchedPolicies> = None;
-    let mut any_spun = false;
-    // Read only when a kernel launch is slow.
-    let mut kernel_index: Option<KernelIndex> = None;
-    for &i in &slow {
+/// The slow calls attributed, per op.
+struct SlowCalls {
+    per_op: BTreeMap<OpCode, (ChainAccumulator, HashMap<EventId, Item>)>,
+    /// (slow calls, their total duration) per op.
+    op_slow: BTreeMap<OpCode, (u64, i64)>,
+    /// Pages allocated during slow calls under page-allocation pressure, per op.
+    page_bytes: BTreeMap<OpCode, i64>,
+    /// Read when a slow synchronizing call was preempted: the flags and the host's CPUs.
+    policies: Option<SchedPolicies>,
+    /// Whether a preempted synchronizing call spun on the CPU.
+    any_spun: bool,
+}
+
+/// Stage 4: each slow call split by cause over its thread's off-CPU intervals; a preempted
+/// synchronizing call that spun keeps only the preemption that can have delayed it
+/// ([`crate::spin`]); a slow launch names its kernel.
+fn attribute_slow_calls(
+    view: &TraceView,
+    calls: &[attr::Call],
+    found: &Found,
+    ctx: &Context,
+) -> Result<SlowCalls, AnalysisError> {
+    let attributed: Vec<attr::CallAttribution> = found
+        .slow
+        .iter()
+        .map(|&i| {
+            let c = &calls[i];
+            attr::attribute_call(c, ctx.off_of(c.tid), ctx.coverage_of(c.tid), ctx.pages_of(c.pid))
+        })
+        .collect();
+    let preempted_wait = |i: usize, a: &attr::CallAttribution| {
+        spin::is_spin_bounded_op(calls[i].op) && a.parts.iter().any(|p| p.cause == Cause::Preempted)
+    };
+    let policies = if found.slow.iter().zip(&attributed).any(|(&i, a)| preempted_wait(i, a)) {
+        Some(view.sched_policies(&found.slow_pids)?)
+    } else {
+        None
+    };
+    let mut out = SlowCalls {
+        per_op: BTreeMap::new(),
+        op_slow: BTreeMap::new(),
+        page_bytes: BTreeMap::new(),
+        policies: None,
+        any_spun: false,
+    };
+    for (&i, mut a) in found.slow.iter().zip(attributed) {
         let c = &calls[i];
-        let offs = off.get(&c.tid).unwrap_or(&no_off);
-        let mut a: CallAttribution =
-            attr::attribute_call(c, offs, cov_of(c.tid), pages.get(&c.pid).map(Vec::as_slice).unwrap_or(&[]));
         let mut wait = None;
-        if spin::is_spin_bounded_op(c.op) && a.parts.iter().any(|p| p.cause == Cause::Preempted) {
-            if policies.is_none() {
-                policies = Some(SchedPolicies::load(store, &slow_pids)?);
-            }
-            let w = policies.as_ref().expect("loaded").wait_mode(c, offs);
+        if preempted_wait(i, &a) {
+            let w = policies.as_ref().expect("read when a wait was preempted").wait_mode(c, ctx.off_of(c.tid));
             if w.spins {
                 spin::bound_spin_wait(&mut a.parts, c.end());
-                any_spun = true;
+                out.any_spun = true;
             }
             wait = Some(w);
         }
-        let mut kernel = None;
-        if codes::is_kernel_launch(c.op) {
-            if kernel_index.is_none() {
-                kernel_index = Some(KernelIndex::load(store)?);
-            }
-            // A trace that records no kernel name (older traces, Ingero DBs) has only raw handles to
-            // offer: its launches name no kernel.
-            kernel = kernel_index.as_ref().filter(|k| !k.is_empty()).and_then(|k| kernels::launch_kernel(&calls, i, k));
-        }
-        let (acc, items) = per_op.entry(c.op).or_default();
+        let kernel = if codes::is_kernel_launch(c.op) {
+            ctx.kernel_index.as_ref().filter(|k| !k.is_empty()).and_then(|k| kernels::launch_kernel(calls, i, k))
+        } else {
+            None
+        };
+        let (acc, items) = out.per_op.entry(c.op).or_default();
         acc.add(&c.id, c.ts, c.dur, &a.parts);
         items.insert(
             c.id.clone(),
@@ -214,60 +259,75 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
                 kernel,
             },
         );
-        let s = op_slow.entry(c.op).or_default();
+        let s = out.op_slow.entry(c.op).or_default();
         s.0 += 1;
         s.1 += c.dur;
         if a.page_alloc_bytes >= attr::PAGE_ALLOC_PRESSURE_BYTES {
-            *page_bytes.entry(c.op).or_default() += a.page_alloc_bytes;
+            *out.page_bytes.entry(c.op).or_default() += a.page_alloc_bytes;
         }
     }
-    let slow_time_ns: i64 = op_slow.values().map(|s| s.1).sum();
-    phase.lap("attribute slow calls");
-    let mut chains_out = Vec::new();
-    // per attributed chain (by key): the calls whose stacks it shows, its worst first
-    let mut stack_sample: HashMap<String, Vec<EventId>> = HashMap::new();
-    for (op, (acc, items)) in per_op {
+    out.policies = policies;
+    Ok(out)
+}
+
+impl SlowCalls {
+    fn time_ns(&self) -> i64 {
+        self.op_slow.values().map(|s| s.1).sum()
+    }
+}
+
+/// Stage 5a: the chains of each op's slow calls, one per (cause, culprit).
+fn slow_call_chains(
+    view: &TraceView,
+    found: &Found,
+    slow: &mut SlowCalls,
+    stack_sample: &mut HashMap<String, Vec<EventId>>,
+) -> Result<Vec<Chain>, AnalysisError> {
+    let mut out = Vec::new();
+    let slow_time_ns = slow.time_ns();
+    for (op, (acc, items)) in std::mem::take(&mut slow.per_op) {
         let subject = Subject {
             kind: ChainKind::SlowCalls,
             op_name: op.name().into_owned(),
             op: Some(op),
             tid: None,
-            dist: dists.get(&op).copied(),
+            dist: found.dists.get(&op).copied(),
             total_ns: slow_time_ns,
             share_of: "all slow-call time in scope".into(),
             items: &items,
         };
         for (key, group) in acc.into_groups() {
             let sample = stack_sample_ids(&group);
-            let mut chain = attributed_chain(store, &scope, &subject, key, group, &names)?;
+            let mut chain = attributed_chain(view, &subject, key, group)?;
             stack_sample.insert(chain.key.clone(), sample);
             if chain.cause == Cause::PageAllocPressure.as_str() {
-                let b = page_bytes.get(&op).copied().unwrap_or(0);
+                let b = slow.page_bytes.get(&op).copied().unwrap_or(0);
                 chain.details.push(format!("the process allocated {} MiB of pages during these calls", b >> 20));
             }
-            chains_out.push(chain);
+            out.push(chain);
         }
     }
+    Ok(out)
+}
 
-    // Long gaps between GPU calls, attributed, per thread.
+/// Stage 5b: the chains of each thread's long gaps between GPU calls, one per (cause, culprit).
+fn gap_chains(
+    view: &TraceView,
+    found: &Found,
+    ctx: &Context,
+    stack_sample: &mut HashMap<String, Vec<EventId>>,
+) -> Result<Vec<Chain>, AnalysisError> {
+    let mut out = Vec::new();
     let mut per_tid: BTreeMap<u32, Vec<&Gap>> = BTreeMap::new();
-    for g in &gaps {
+    for g in &found.gaps {
         per_tid.entry(g.tid).or_default().push(g);
     }
-    let sample_note = sampled_note(store, req)?;
-    let bounds = trace_data::scope_bounds(store, req.window, req.pid)?;
-    let mut forks: Option<Vec<StoredEvent>> = None; // read once, for every host-work chain
     for (tid, gs) in per_tid {
         let mut acc = ChainAccumulator::default();
         let mut items = HashMap::new();
         for g in gs {
-            let parts = attr::attribute_interval(
-                g.start,
-                g.end,
-                off.get(&tid).unwrap_or(&no_off),
-                cov_of(tid),
-                Cause::HostCompute,
-            );
+            let parts =
+                attr::attribute_interval(g.start, g.end, ctx.off_of(tid), ctx.coverage_of(tid), Cause::HostCompute);
             acc.add(&g.before, g.start, g.end - g.start, &parts);
             let label = format!("gap from the end of event {} to event {}", g.after, g.before);
             items.insert(
@@ -275,7 +335,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
                 Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts, wait: None, kernel: None },
             );
         }
-        let span = spans_by_tid.get(&tid).map(|s| s.1 - s.0).unwrap_or(1).max(1);
+        let span = found.spans_by_tid.get(&tid).map(|s| s.1 - s.0).unwrap_or(1).max(1);
         let subject = Subject {
             kind: ChainKind::FeedingGap,
             op_name: "gap between GPU calls".into(),
@@ -288,22 +348,12 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         };
         for (key, group) in acc.into_groups() {
             let sample = stack_sample_ids(&group);
-            let mut chain = attributed_chain(store, &scope, &subject, key, group, &names)?;
+            let mut chain = attributed_chain(view, &subject, key, group)?;
             stack_sample.insert(chain.key.clone(), sample);
             if chain.cause == Cause::HostCompute.as_str() {
                 let last_gap_end = items.values().map(|it| it.ts + it.dur).max().unwrap_or(0);
                 let first_gap = items.values().map(|it| it.ts).min().unwrap_or(0);
-                chain.details.extend(trace_facts::host_work_facts(
-                    store,
-                    req.window,
-                    req.pid,
-                    &mut forks,
-                    chain.pid,
-                    first_gap,
-                    last_gap_end,
-                    bounds,
-                    &names,
-                )?);
+                chain.details.extend(view.host_work_facts(chain.pid, first_gap, last_gap_end, ctx.bounds)?);
             }
             chain.details.push(format!(
                 "a gap is long when it lasts at least max({}, {} x the thread's p50 gap, {} x its p75 gap)",
@@ -311,38 +361,31 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
                 detectors::GAP_P50_MULTIPLE,
                 detectors::GAP_P75_MULTIPLE
             ));
-            chains_out.push(chain);
+            out.push(chain);
         }
     }
+    Ok(out)
+}
 
-    phase.lap("slow-call and gap chains");
-    let found = detector_chains::detector_findings(&calls, &nested, bounds, info.has_column("arg2"));
-    phase.lap("detector passes");
-    chains_out.extend(detector_chains::detector_chains(&scope, found, &spans_by_tid, &names)?);
-    phase.lap("detector chains");
-
-    if let Some(n) = &sample_note {
-        for c in &mut chains_out {
-            c.details.push(format!("{n}: figures cover the stored events only"));
-        }
-    }
-    chains::rank(&mut chains_out);
-    let chains_total = chains_out.len();
-    let truncated = chains_total > req.top;
-    chains_out.truncate(req.top);
-    // without a stack in the trace, the chains' calls are not read again
-    if trace_data::holds_stacks(store)? {
-        for c in &mut chains_out {
-            let ids = stack_sample.remove(&c.key).unwrap_or_else(|| c.evidence.event_ids.clone());
-            add_call_stacks(store, c, &ids)?;
-        }
-    }
-    phase.lap("chain stacks");
-    let verdict = verdict(&chains_out, slow.len());
-    let ops = dists
+/// Stage 6: the report around the ranked chains.
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    view: &TraceView,
+    gpu_calls: usize,
+    found: &Found,
+    ctx: &Context,
+    slow: &SlowCalls,
+    chains_out: Vec<Chain>,
+    chains_total: usize,
+    truncated: bool,
+) -> Explanation {
+    let (info, req, bounds) = (view.info, view.req, ctx.bounds);
+    let verdict = verdict(&chains_out, found.slow.len());
+    let ops = found
+        .dists
         .iter()
         .map(|(op, d)| {
-            let s = op_slow.get(op).copied().unwrap_or((0, 0));
+            let s = slow.op_slow.get(op).copied().unwrap_or((0, 0));
             OpFigures {
                 op: op.name().into_owned(),
                 source: op.source,
@@ -358,21 +401,21 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         })
         .collect();
     let mut notes = Vec::new();
-    if let Some(n) = sample_note {
-        notes.push(n);
+    if let Some(n) = &ctx.sample_note {
+        notes.push(n.clone());
     }
-    if let Some(p) = policies.as_ref().filter(|_| any_spun) {
+    if let Some(p) = slow.policies.as_ref().filter(|_| slow.any_spun) {
         notes.push(format!(
             "synchronizing calls that spun on the CPU: only the last preemption, ending within {} of the return, can have delayed a call (the GPU kept working while the thread was preempted); the host's CPUs are counted as the {} distinct CPUs in this trace's sched_switch rows (the trace records no CPU count)",
             fmt_ns(spin::SPIN_RETURN_EPSILON_NS),
             p.cpus
         ));
     }
-    if !scope.sched_detail {
+    if !view.scope.sched_detail {
         notes.push("this DB's sched_switch rows give each thread's off-CPU intervals but not why it left the CPU nor which task took it: such time is reported as off_cpu_unrecorded, with no culprit".into());
         notes.push("the part of a call or gap outside the thread's recorded sched_switch span is reported as no_sched_data, never as on-CPU time".into());
     }
-    Ok(Explanation {
+    Explanation {
         db: info.path.display().to_string(),
         format: info.format.clone(),
         window: req.window,
@@ -387,16 +430,16 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
             fmt_ns(attr::SLOW_FLOOR_NS)
         ),
         severity_rules: crate::severity::rules(),
-        slow_calls: slow.len() as u64,
-        slow_time_ns,
-        gpu_calls: calls.len() as u64,
+        slow_calls: found.slow.len() as u64,
+        slow_time_ns: slow.time_ns(),
+        gpu_calls: gpu_calls as u64,
         ops,
         chains: chains_out,
         chains_total,
         truncated,
         missing: info.missing.clone(),
         notes,
-    })
+    }
 }
 
 /// Debug-level timings of explain's phases (`CAUSEWAY_LOG=causeway_analysis=debug`).
@@ -429,302 +472,4 @@ fn verdict(chains: &[Chain], slow: usize) -> String {
         None if slow == 0 => "no slow GPU calls and no long gaps between GPU calls in scope".into(),
         None => "no chain found".into(),
     }
-}
-
-/// When `events` is a sample, what `event_aggregates` says about the GPU calls in scope.
-fn sampled_note(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Option<String>, AnalysisError> {
-    if !store.info().sampled {
-        return Ok(None);
-    }
-    let (mut count, mut stored) = (0u64, 0u64);
-    for r in store.aggregates(&req.window)? {
-        if attr::is_gpu_call_source(r.source) && req.pid.is_none_or(|p| p == r.pid) {
-            count += r.count;
-            stored += r.stored;
-        }
-    }
-    Ok(Some(format!(
-        "events is a sample (selective storage): event_aggregates counts {count} GPU calls in the minute buckets of this scope, {stored} of them stored"
-    )))
-}
-
-fn subject_words(names: &Names, pid: u32, tid: Option<u32>) -> String {
-    let name = names.of(pid, tid.unwrap_or(pid));
-    let name = if name.is_empty() { String::new() } else { format!(" ({})", crate::stacks::clean(&name)) };
-    match tid {
-        Some(t) => format!("tid {t}{name} of pid {pid}"),
-        None => format!("pid {pid}{name}"),
-    }
-}
-
-fn layer(source: u8) -> &'static str {
-    match source {
-        1 => "CUDA",
-        4 => "DRIVER",
-        8 => "CUDA_GRAPH",
-        5 => "IO",
-        _ => "HOST",
-    }
-}
-
-/// Calls of a chain whose stacks it shows: its worst (they come first in a group).
-const STACK_SAMPLE_CALLS: usize = 64;
-/// Stacks shown per chain, and frames per stack.
-const CHAIN_STACKS: usize = 3;
-const CHAIN_STACK_FRAMES: usize = 24;
-
-fn stack_sample_ids(g: &Group) -> Vec<EventId> {
-    g.items.iter().take(STACK_SAMPLE_CALLS).map(|i| i.1.clone()).collect()
-}
-
-/// The stacks behind a chain's calls `ids` (its worst first), and a recommendation naming the
-/// user's own Python function behind most of them.
-fn add_call_stacks(store: &dyn TraceStore, c: &mut Chain, ids: &[EventId]) -> Result<(), AnalysisError> {
-    let mut stacks = crate::stacks::stacks_of_calls(store, ids, CHAIN_STACK_FRAMES)?;
-    let with_stack: u64 = stacks.iter().map(|s| s.calls).sum();
-    // one line of the user's code can be behind several stacks (other kernels, other callers)
-    let mut by_line: BTreeMap<&str, u64> = BTreeMap::new();
-    for s in &stacks {
-        if let Some(u) = &s.user_frame {
-            *by_line.entry(u.as_str()).or_default() += s.calls;
-        }
-    }
-    if let Some((line, n)) = by_line.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) {
-        let (at, func) = crate::stacks::python_parts(line).unwrap_or((line, "?"));
-        let rec = format!(
-            "Start in {func} ({at}), the Python line behind {n} of this chain's {with_stack} worst calls with a stack"
-        );
-        c.recommendations.insert(c.recommendations.len().min(1), rec);
-    }
-    stacks.truncate(CHAIN_STACKS);
-    c.stacks = stacks;
-    Ok(())
-}
-
-/// Turn one (cause, culprit) group of a subject into a chain.
-fn attributed_chain(
-    store: &dyn TraceStore,
-    scope: &SqlScope,
-    s: &Subject,
-    (cause, ckey): (Cause, CulpritKey),
-    g: Group,
-    names: &Names,
-) -> Result<Chain, AnalysisError> {
-    let mut culprit = chains::culprit_of(&ckey, &|p, t| names.of(p, t));
-    let calls = g.items.len() as u64;
-    let share = g.stall_ns as f64 / s.total_ns.max(1) as f64;
-    let worst: Vec<&(i64, EventId, i64, i64)> = g.items.iter().take(5).collect();
-    let pid = worst.first().and_then(|w| s.items.get(&w.1)).map(|it| it.pid).unwrap_or(0);
-    let tid = s.tid;
-    let mut timeline = Vec::new();
-    let mut details = Vec::new();
-    let mut io_window: Option<(i64, i64)> = None;
-    for w in worst.iter().take(3) {
-        let Some(Item { ts, dur, tid: itid, label, parts, wait, kernel, .. }) = s.items.get(&w.1) else { continue };
-        let of_kernel = kernel.as_ref().map(|k| format!(" of {k}")).unwrap_or_default();
-        let mut what = match (s.kind, s.dist) {
-            (ChainKind::SlowCalls, Some(d)) => {
-                format!("{}{of_kernel} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50))
-            }
-            _ => format!("{label}: tid {itid} made no GPU call for {}", fmt_ns(*dur)),
-        };
-        if let Some(w) = wait.filter(|w| w.spins) {
-            what.push_str(&format!("; spun on the CPU (scheduling: {})", w.policy_words()));
-        }
-        let lay = s.op.map(|o| layer(o.source)).unwrap_or("HOST");
-        timeline.push(TimelineStep { ts_ns: *ts, dur_ns: *dur, layer: lay.into(), what, event_id: Some(w.1.clone()) });
-        for p in parts.iter().filter(|p| p.cause == cause && chains::culprit_key(p) == ckey) {
-            let cpu = if p.cpu >= 0 { format!(" on CPU {}", p.cpu) } else { String::new() };
-            let who = match (&culprit, &p.culprit) {
-                (Some(c), _) if c.role == "took_cpu" => format!(", {} ran", chains::culprit_words(&Some(c.clone()))),
-                (Some(c), _) => format!(", woken by {}", chains::culprit_words(&Some(c.clone()))),
-                (None, Some((pid, tid, comm))) if cause == Cause::SpinGpuBusy => {
-                    let comm = if comm.is_empty() { names.of(*pid, *tid) } else { comm.clone() };
-                    format!(", {comm} (pid {pid}, tid {tid}) ran while the GPU was still busy")
-                }
-                (None, _) => String::new(),
-            };
-            timeline.push(TimelineStep {
-                ts_ns: p.start,
-                dur_ns: p.ns,
-                layer: "HOST".into(),
-                what: format!("{} {}{who}{cpu}", fmt_ns(p.ns), cause.as_str()),
-                event_id: p.switch_id.clone(),
-            });
-            if cause == Cause::Uninterruptible {
-                io_window = Some(io_window.map_or((p.start, p.end), |(a, b)| (a.min(p.start), b.max(p.end))));
-            }
-        }
-    }
-    if cause == Cause::Preempted && g.cpus.len() > 1 {
-        let per: Vec<String> = g.cpus.iter().map(|(c, ns)| format!("CPU {c}: {}", fmt_ns(*ns))).collect();
-        details.push(format!("preempted time by CPU: {}", per.join(", ")));
-    }
-    let mut summary_tail = String::new();
-    let kernels =
-        kernels::chain_kernels(g.items.iter().filter_map(|w| s.items.get(&w.1)?.kernel.as_deref().map(|k| (k, w.0))));
-    if !kernels.is_empty() {
-        let named: Vec<String> = kernels
-            .iter()
-            .take(KERNELS_IN_SUMMARY)
-            .map(|k| format!("{} ({} calls, {})", k.kernel, k.calls, fmt_ns(k.ns)))
-            .collect();
-        let more = kernels.len().saturating_sub(KERNELS_IN_SUMMARY);
-        summary_tail.push_str(&format!(
-            "; kernels: {}{}",
-            named.join(", "),
-            if more > 0 { format!(" and {more} more") } else { String::new() }
-        ));
-    }
-    if let Some(op) = s.op.filter(|o| s.kind == ChainKind::SlowCalls && spin::is_spin_bounded_op(*o)) {
-        let (tail, lines) = spin_facts(op, cause, &ckey, &culprit, s.items, names);
-        summary_tail.push_str(&tail);
-        details.extend(lines);
-    }
-    if cause == Cause::OffCpuUnrecorded {
-        details.push(
-            "this DB does not record who took the CPU nor why the thread left it (no prev_state / next task columns)"
-                .into(),
-        );
-    }
-    if let (Some((a, b)), true) = (io_window, pid != 0) {
-        let reqs = trace_data::block_requests(store, pid, a, b)?;
-        for r in reqs.iter().take(5) {
-            let e = &r.event;
-            details.push(format!(
-                "{} of {} KiB on device {}:{} by pid {}, {} (event {})",
-                e.op_name(),
-                e.arg0 >> 10,
-                e.arg1 >> 20,
-                e.arg1 & 0xfffff,
-                e.pid,
-                fmt_ns(e.dur_ns),
-                r.id
-            ));
-        }
-        if reqs.is_empty() {
-            details.push(format!(
-                "no block requests of pid {pid} recorded during the worst waits: likely page faults or swap"
-            ));
-        }
-    }
-    if cause == Cause::Uninterruptible {
-        let (who, lines) = trace_facts::io_contenders(store, pid, &g.worst_parts)?;
-        culprit = who;
-        details.extend(lines);
-    }
-    let sql = match (s.kind, s.op, s.tid) {
-        (ChainKind::FeedingGap, _, Some(t)) => evidence::gap_chain_sql(scope, t, cause, &ckey),
-        (_, Some(op), _) => evidence::slow_call_chain_sql(scope, op, cause, &ckey),
-        _ => return Err(AnalysisError::BadArgument("chain without subject".into())),
-    };
-    let op_label = s.op.map(|o| o.name().into_owned()).unwrap_or_else(|| "gap".into());
-    let mut recommendations = chains::recommendations(s.kind, cause, &s.op_name, &culprit, pid);
-    let tracer_effect = culprit.as_ref().is_some_and(|c| names.tracers.contains(&c.pid));
-    if let Some(c) = culprit.as_ref().filter(|c| names.tracers.contains(&c.pid)) {
-        details.push(format!(
-            "pid {} is Causeway itself, the tracer that recorded this trace: its ring reader and writer threads ran on the workload's CPUs",
-            c.pid
-        ));
-        recommendations.insert(
-            0,
-            format!("Keep the tracer off the workload's cores (taskset -c <free cores> causeway trace ...) or record fewer events (no --stacks); this chain is an effect of tracing, not of the workload (pid {})", c.pid),
-        );
-    }
-    Ok(Chain {
-        id: String::new(),
-        key: chains::chain_key(s.kind, &op_label, cause, &ckey)
-            + &s.tid.map(|t| format!("/tid:{t}")).unwrap_or_default(),
-        // an effect of tracing is said, never ranked HIGH as the workload's problem
-        severity: match chains::attributed_severity(s.kind, cause, share, g.stall_ns) {
-            sev if tracer_effect => sev.max(Severity::Medium),
-            sev => sev,
-        },
-        kind: s.kind,
-        op: s.op_name.clone(),
-        cause: cause.as_str().into(),
-        cause_text: cause.describe().into(),
-        summary: chains::attributed_summary(
-            s.kind,
-            &s.op_name,
-            &subject_words(names, pid, tid),
-            cause,
-            &culprit,
-            calls,
-            g.stall_ns,
-            share,
-            &g.cpus,
-        ) + &summary_tail,
-        recommendations,
-        culprit,
-        pid,
-        tid,
-        calls,
-        stall_ns: g.stall_ns,
-        share,
-        share_of: s.share_of.clone(),
-        op_p50_ns: s.dist.map(|d| d.p50),
-        op_p99_ns: s.dist.map(|d| d.p99),
-        details,
-        cpus: chains::cpu_times(&g.cpus),
-        kernels,
-        timeline,
-        stacks: Vec::new(),
-        evidence: Evidence {
-            event_ids: worst.iter().map(|w| w.1.clone()).collect(),
-            sql,
-            value: g.stall_ns,
-            unit: "ns".into(),
-        },
-    })
-}
-
-/// What spinning did to a slow-call chain of a synchronizing op ([`crate::spin`]): for a
-/// preemption chain, the text that bounds the culprit's share ("; N of these calls spun ...") and
-/// how each policy was found; for the `spin_gpu_busy` chain, who held the CPU while the GPU worked.
-fn spin_facts(
-    op: OpCode,
-    cause: Cause,
-    ckey: &CulpritKey,
-    culprit: &Option<attr::Culprit>,
-    items: &HashMap<EventId, Item>,
-    names: &Names,
-) -> (String, Vec<String>) {
-    let mut lines = Vec::new();
-    let reasons: BTreeSet<String> =
-        items.values().filter_map(|it| it.wait.filter(|w| w.spins || w.slept)).map(|w| w.reason()).collect();
-    let mut tail = String::new();
-    match (cause, ckey) {
-        (Cause::Preempted, CulpritKey::TookCpu(p, t, comm)) => {
-            let share =
-                spin::spin_share(items.values().map(|it| (it.parts.as_slice(), it.wait)), &(*p, *t, comm.clone()));
-            if share.calls == 0 {
-                return (tail, lines);
-            }
-            tail = format!("; {}", share.words(&op.name(), &chains::culprit_words(culprit)));
-        }
-        (Cause::SpinGpuBusy, _) => {
-            let mut by: BTreeMap<(u32, u32, String), i64> = BTreeMap::new();
-            for p in items.values().flat_map(|it| &it.parts).filter(|p| p.cause == Cause::SpinGpuBusy) {
-                *by.entry(p.culprit.clone().unwrap_or((0, 0, String::new()))).or_default() += p.ns;
-            }
-            let mut by: Vec<_> = by.into_iter().collect();
-            by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let who: Vec<String> = by
-                .iter()
-                .take(5)
-                .map(|((p, t, c), ns)| {
-                    let c = if c.is_empty() { names.of(*p, *t) } else { c.clone() };
-                    format!("{c} (pid {p}, tid {t}): {}", fmt_ns(*ns))
-                })
-                .collect();
-            lines.push(format!(
-                "who held the CPU while these calls spun and the GPU was still busy: {}",
-                who.join(", ")
-            ));
-        }
-        _ => return (tail, lines),
-    }
-    lines.extend(reasons.into_iter().map(|r| format!("{}: {r}", op.name())));
-    (tail, lines)
 }

@@ -1,0 +1,196 @@
+//! The one view of a trace that `explain` reads through: the store, the scope, the names, and
+//! every read the stages make (the calls; the off-CPU intervals, coverage and page allocations
+//! the slow calls and gaps need; the scheduling policies and kernel names when a call needs them;
+//! block requests, I/O contenders, forks and stacks behind a chain). The stages in between
+//! (`super::find_slow_calls_and_gaps`, `super::attribute_slow_calls`, the detectors) are pure
+//! functions over what this view loaded.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use causeway_store::{EventId, StoredEvent, TraceInfo, TraceStore};
+
+use super::{ExplainRequest, Found};
+use crate::attribution::{self as attr, Coverage, Culprit, OffCpu, Part};
+use crate::chains::Chain;
+use crate::evidence::SqlScope;
+use crate::kernels::KernelIndex;
+use crate::spin::SchedPolicies;
+use crate::trace_data::{self, Names};
+use crate::trace_facts;
+use crate::AnalysisError;
+
+/// Stacks shown per chain, and frames per stack.
+const CHAIN_STACKS: usize = 3;
+const CHAIN_STACK_FRAMES: usize = 24;
+
+/// The store and request of one `explain`, with what every stage shares.
+pub(super) struct TraceView<'s> {
+    store: &'s dyn TraceStore,
+    pub(super) req: &'s ExplainRequest,
+    pub(super) info: &'s TraceInfo,
+    /// The scope as the evidence SQL states it.
+    pub(super) scope: SqlScope,
+    /// Process and thread names (threads added as the stages meet them).
+    pub(super) names: Names,
+    /// Forks in scope, read once for every host-work chain.
+    forks: std::cell::RefCell<Option<Vec<StoredEvent>>>,
+}
+
+/// What the slow calls and gaps need beyond the calls, read once.
+pub(super) struct Context {
+    /// Off-CPU intervals per thread, those touching a slow call or a gap.
+    pub(super) off: HashMap<u32, Vec<OffCpu>>,
+    /// Each thread's recorded scheduler span, where the trace lacks scheduler detail.
+    pub(super) coverage: Option<HashMap<u32, Coverage>>,
+    /// Page allocations of the processes with slow calls.
+    pub(super) pages: HashMap<u32, Vec<(i64, i64)>>,
+    /// Kernel names, when a kernel launch is slow.
+    pub(super) kernel_index: Option<KernelIndex>,
+    /// First and last event in scope.
+    pub(super) bounds: Option<(i64, i64)>,
+    /// Set when `events` is a sample (Ingero's selective storage).
+    pub(super) sample_note: Option<String>,
+    no_off: Vec<OffCpu>,
+}
+
+impl Context {
+    pub(super) fn off_of(&self, tid: u32) -> &[OffCpu] {
+        self.off.get(&tid).unwrap_or(&self.no_off)
+    }
+
+    /// `None` with scheduler detail (no coverage needed), else the thread's span if recorded.
+    pub(super) fn coverage_of(&self, tid: u32) -> Option<Option<Coverage>> {
+        self.coverage.as_ref().map(|m| m.get(&tid).copied())
+    }
+
+    pub(super) fn pages_of(&self, pid: u32) -> &[(i64, i64)] {
+        self.pages.get(&pid).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+impl<'s> TraceView<'s> {
+    pub(super) fn open(store: &'s dyn TraceStore, req: &'s ExplainRequest) -> Result<TraceView<'s>, AnalysisError> {
+        let info = store.info();
+        let scope = SqlScope {
+            window: req.window,
+            pid: req.pid,
+            sched_detail: info.has_column("prev_state"),
+            has_cpu: info.has_column("cpu"),
+        };
+        Ok(TraceView { store, req, info, scope, names: Names::of_store(store)?, forks: Default::default() })
+    }
+
+    /// The GPU calls in scope (integer rows), naming their threads on the way.
+    pub(super) fn load_calls(&mut self) -> Result<Vec<attr::Call>, AnalysisError> {
+        trace_data::load_calls(self.store, self.req.window, self.req.pid, &mut self.names)
+    }
+
+    /// What the attribution of `found` needs: off-CPU intervals (and their wakers' names),
+    /// coverage, page allocations, kernel names, the scope's bounds.
+    pub(super) fn load_context(&mut self, calls: &[attr::Call], found: &Found) -> Result<Context, AnalysisError> {
+        let off = trace_data::load_off_cpu(self.store, &found.spans)?;
+        let wakers = off.values().flatten().filter_map(|o| o.sched.as_ref()).map(|s| s.waker_tid);
+        self.names.resolve_threads(self.store, wakers)?;
+        let coverage = if self.scope.sched_detail { None } else { Some(trace_data::load_coverage(self.store)?) };
+        let pages = trace_data::load_page_allocs(self.store, &found.slow_pids, found.spans.earliest().unwrap_or(0))?;
+        // A trace that records no kernel name (older traces, Ingero DBs) has only raw handles to
+        // offer: its launches name no kernel.
+        let slow_launch = found.slow.iter().any(|&i| causeway_model::codes::is_kernel_launch(calls[i].op));
+        let kernel_index = if slow_launch { Some(KernelIndex::load(self.store)?) } else { None };
+        Ok(Context {
+            off,
+            coverage,
+            pages,
+            kernel_index,
+            bounds: trace_data::scope_bounds(self.store, self.req.window, self.req.pid)?,
+            sample_note: sampled_note(self.store, self.req)?,
+            no_off: Vec::new(),
+        })
+    }
+
+    /// The scheduling policies in force for `pids`, and the host's CPUs.
+    pub(super) fn sched_policies(&self, pids: &BTreeSet<u32>) -> Result<SchedPolicies, AnalysisError> {
+        SchedPolicies::load(self.store, pids)
+    }
+
+    /// Block requests of `pid` between `a` and `b`.
+    pub(super) fn block_requests(&self, pid: u32, a: i64, b: i64) -> Result<Vec<StoredEvent>, AnalysisError> {
+        trace_data::block_requests(self.store, pid, a, b)
+    }
+
+    /// Who else had block I/O in flight while `victim` waited in `parts`.
+    pub(super) fn io_contenders(
+        &self,
+        victim: u32,
+        parts: &[(i64, Part)],
+    ) -> Result<(Option<Culprit>, Vec<String>), AnalysisError> {
+        trace_facts::io_contenders(self.store, victim, parts)
+    }
+
+    /// What a process did on the CPU between GPU calls (forks, page work), for a host-work chain.
+    pub(super) fn host_work_facts(
+        &self,
+        pid: u32,
+        first_gap: i64,
+        last_gap_end: i64,
+        bounds: Option<(i64, i64)>,
+    ) -> Result<Vec<String>, AnalysisError> {
+        trace_facts::host_work_facts(
+            self.store,
+            self.req.window,
+            self.req.pid,
+            &mut self.forks.borrow_mut(),
+            pid,
+            first_gap,
+            last_gap_end,
+            bounds,
+            &self.names,
+        )
+    }
+
+    /// Whether the trace holds any stack (else the chains' calls are not read again).
+    pub(super) fn holds_stacks(&self) -> Result<bool, AnalysisError> {
+        trace_data::holds_stacks(self.store)
+    }
+
+    /// The stacks behind a chain's calls `ids` (its worst first), and a recommendation naming the
+    /// user's own Python function behind most of them.
+    pub(super) fn add_call_stacks(&self, c: &mut Chain, ids: &[EventId]) -> Result<(), AnalysisError> {
+        let mut stacks = crate::stacks::stacks_of_calls(self.store, ids, CHAIN_STACK_FRAMES)?;
+        let with_stack: u64 = stacks.iter().map(|s| s.calls).sum();
+        // one line of the user's code can be behind several stacks (other kernels, other callers)
+        let mut by_line: BTreeMap<&str, u64> = BTreeMap::new();
+        for s in &stacks {
+            if let Some(u) = &s.user_frame {
+                *by_line.entry(u.as_str()).or_default() += s.calls;
+            }
+        }
+        if let Some((line, n)) = by_line.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) {
+            let (at, func) = crate::stacks::python_parts(line).unwrap_or((line, "?"));
+            let rec = format!(
+                "Start in {func} ({at}), the Python line behind {n} of this chain's {with_stack} worst calls with a stack"
+            );
+            c.recommendations.insert(c.recommendations.len().min(1), rec);
+        }
+        stacks.truncate(CHAIN_STACKS);
+        c.stacks = stacks;
+        Ok(())
+    }
+}
+
+/// When `events` is a sample, what `event_aggregates` says about the GPU calls in scope.
+fn sampled_note(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Option<String>, AnalysisError> {
+    if !store.info().sampled {
+        return Ok(None);
+    }
+    let (mut count, mut stored) = (0u64, 0u64);
+    for r in store.aggregates(&req.window)? {
+        if attr::is_gpu_call_source(r.source) && req.pid.is_none_or(|p| p == r.pid) {
+            count += r.count;
+            stored += r.stored;
+        }
+    }
+    Ok(Some(format!(
+        "events is a sample (selective storage): event_aggregates counts {count} GPU calls in the minute buckets of this scope, {stored} of them stored"
+    )))
+}
