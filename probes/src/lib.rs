@@ -29,6 +29,7 @@ mod multi;
 mod process;
 mod python;
 mod rings;
+mod running;
 mod session;
 mod stats;
 mod symbols;

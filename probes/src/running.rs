@@ -1,0 +1,546 @@
+//! The running trace behind [`trace`](crate::trace): the state its event loop updates, and one
+//! stage per thing the loop waits on, in the order a trace meets them:
+//!
+//! 1. [`Running::start`]: probes loaded, the targets started or adopted with their libraries
+//!    probed, the first attachment rows written; [`Running::spawn_reader`] starts the ring reader.
+//! 2. [`Running::on_loaded`]: a process loaded a library (the loader hook's notice): attach what
+//!    it mapped, walk its Python frames if it is an interpreter, then let it go on.
+//! 3. [`Running::on_batch`]: a batch from the reader: maps, kernel names, process names, stacks,
+//!    then the events into the sink (or counted as back-pressure losses).
+//! 4. [`Running::on_poll`]: the end conditions (stop flag, deadline, command exit, pids gone),
+//!    libraries the loader hook did not report, Python processes not seen yet.
+//! 5. [`Running::on_tick`]: each second, the in-kernel aggregates as summary events and the live
+//!    figures.
+//! 6. [`Running::finish`]: drain, last names and coverage, every loss counter, the sink finished,
+//!    the report.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use causeway_model::codes::op;
+use causeway_model::{LossCounter, LossKind};
+use causeway_store::{EventSink, StackRecord};
+use tokio::sync::mpsc;
+
+use crate::error::ProbeError;
+use crate::kernels::KernelNamer;
+use crate::libraries::LibraryTracker;
+use crate::loader::{LoadOptions, Probes};
+use crate::process::{alive, resume, stopped, GatedChild};
+use crate::python::{merge, Merged, NativeFrame, PyProcs};
+use crate::rings::{read_rings, summary_events, Msg, StackMsg};
+use crate::session::{TraceOptions, TraceReport};
+use crate::stats::{LiveStats, StatsBuilder};
+use crate::symbols::Symbolizer;
+use crate::wire::{self, cnt};
+
+/// One trace between its start and its report.
+pub(crate) struct Running<'o> {
+    opts: &'o TraceOptions,
+    load: LoadOptions,
+    sink: Box<dyn EventSink>,
+    report: TraceReport,
+    probes: Probes,
+    libs: LibraryTracker,
+    /// The launched command, if any.
+    child: Option<GatedChild>,
+    python: PyProcs,
+    walk_python: bool,
+    /// Raised when the end is decided: the reader returns after its last read.
+    reader_stop: Arc<AtomicBool>,
+    /// Records the reader could not decode, by source.
+    decode_errors: Arc<Mutex<[u64; 16]>>,
+    started: Instant,
+    deadline: Option<Instant>,
+    stats: StatsBuilder,
+    symbolizer: Symbolizer,
+    namer: KernelNamer,
+    /// Processes whose name is written.
+    named: HashSet<u32>,
+    prev_counters: Vec<u64>,
+    prev_pages: HashMap<u32, (u64, u64)>,
+    /// Events dropped because the sink was behind, by source.
+    backpressure: HashMap<u8, u64>,
+    /// The end was decided (the poll stops; the loop runs until the reader's channel closes).
+    pub(crate) stopping: bool,
+}
+
+/// The ring reader thread and its two channels: event batches, and the loader hook's notices
+/// (apart, so that a process stopped at a dlopen never waits behind batches).
+pub(crate) struct Reader {
+    pub(crate) thread: std::thread::JoinHandle<()>,
+    pub(crate) batches: mpsc::Receiver<Msg>,
+    pub(crate) loads: mpsc::UnboundedReceiver<wire::DlRec>,
+}
+
+impl<'o> Running<'o> {
+    /// Check the targets, load the probes, start or adopt the targets, write the first attachments.
+    pub(crate) async fn start(opts: &'o TraceOptions, sink: Box<dyn EventSink>) -> Result<Running<'o>, ProbeError> {
+        let report = TraceReport { started_at_ns: now_ns(), ..Default::default() };
+        if opts.pids.is_empty() && opts.command.is_empty() {
+            return Err(ProbeError::NothingToTrace);
+        }
+        if let Some(&p) = opts.pids.iter().find(|&&p| !alive(p)) {
+            return Err(ProbeError::NoSuchProcess(p));
+        }
+        let load = load_options(opts);
+        let mut probes = Probes::load(&load).map_err(|e| ProbeError::load_failure(&e))?;
+        let mut libs = LibraryTracker::with_explicit(&mut probes, &opts.cuda_libs)?;
+        libs.defer_polled = opts.stop_on_load;
+        let started = Instant::now();
+        let mut run = Running {
+            opts,
+            load,
+            sink,
+            report,
+            probes,
+            libs,
+            child: None,
+            python: PyProcs::default(),
+            walk_python: opts.stacks && opts.python_frames,
+            reader_stop: Arc::new(AtomicBool::new(false)),
+            decode_errors: Arc::new(Mutex::new([0u64; 16])),
+            started,
+            deadline: opts.duration_ns.map(|d| started + Duration::from_nanos(d.max(0) as u64)),
+            stats: StatsBuilder::default(),
+            symbolizer: Symbolizer::default(),
+            namer: KernelNamer::default(),
+            named: HashSet::new(),
+            prev_counters: vec![0u64; cnt::N as usize],
+            prev_pages: HashMap::new(),
+            backpressure: HashMap::new(),
+            stopping: false,
+        };
+        run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
+        if run.walk_python {
+            for &p in &opts.pids {
+                run.python.check(&mut run.probes, p, true);
+            }
+        }
+        write_attachments(&mut run.libs, &mut run.sink, &mut run.report).await;
+        Ok(run)
+    }
+
+    /// Start the ring reader on its own thread.
+    pub(crate) fn spawn_reader(&mut self) -> Result<Reader, ProbeError> {
+        let rings =
+            self.probes.take_rings().ok_or_else(|| ProbeError::Load("the ring buffers were taken already".into()))?;
+        let (tx, batches) = mpsc::channel::<Msg>(64);
+        let (dl_tx, loads) = mpsc::unbounded_channel::<wire::DlRec>();
+        let stop = self.reader_stop.clone();
+        let errs = self.decode_errors.clone();
+        let delay = Duration::from_micros(self.opts.reader_delay_us);
+        let thread = std::thread::Builder::new()
+            .name("causeway-rings".into())
+            .spawn(move || read_rings(rings, tx, dl_tx, stop, errs, delay))?;
+        Ok(Reader { thread, batches, loads })
+    }
+
+    /// A process loaded a library and may be stopped until its new libraries are attached.
+    pub(crate) async fn on_loaded(&mut self, dl: wire::DlRec) {
+        if self.opts.follow_mapped_libs {
+            self.libs.scan(&mut self.probes, dl.pid, "loaded", dl.stopped);
+        }
+        if self.walk_python {
+            // before the process goes on: its next CUDA call may be its first
+            self.python.check(&mut self.probes, dl.pid, true);
+        }
+        if dl.stopped {
+            resume(dl.pid);
+        }
+        write_attachments(&mut self.libs, &mut self.sink, &mut self.report).await;
+    }
+
+    /// One batch from the reader.
+    pub(crate) async fn on_batch(&mut self, mut msg: Msg) {
+        for (pid, maps) in std::mem::take(&mut msg.maps) {
+            self.symbolizer.set_maps(pid, maps);
+        }
+        for n in &msg.names {
+            self.namer.fact(n);
+        }
+        if !msg.launch_configs.is_empty() {
+            let n = msg.launch_configs.len();
+            let written = self.sink.write_launch_configs(std::mem::take(&mut msg.launch_configs)).await;
+            self.report.check_write("launch_configs", n, written);
+        }
+        self.stats.add_batch(&msg.events);
+        for e in &msg.events {
+            if op::PROCESS_EXEC.is(e.source, e.op) {
+                self.symbolizer.refresh(e.pid);
+                self.named.remove(&e.pid);
+                if self.opts.follow_mapped_libs && e.pid == e.tid {
+                    self.libs.exec(&mut self.probes, e.pid);
+                }
+                if e.pid == e.tid {
+                    self.python.exec(&mut self.probes, e.pid);
+                }
+            }
+            if !self.named.contains(&e.pid)
+                && e.pid != 0
+                && (causeway_model::codes::is_gpu_call_source(e.source) || e.sched.is_some())
+            {
+                self.named.insert(e.pid);
+                self.symbolizer.refresh(e.pid);
+                let name = std::fs::read_to_string(format!("/proc/{}/comm", e.pid))
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_else(|_| e.comm.clone());
+                let written = self.sink.write_process_name(e.pid, name, e.ts_ns).await;
+                self.report.check_write("process_names", 1, written);
+            }
+        }
+        self.namer.launches(&msg.events);
+        write_kernel_names(&mut self.namer, &mut self.symbolizer, false, &mut self.sink, &mut self.report).await;
+        write_attachments(&mut self.libs, &mut self.sink, &mut self.report).await;
+        if !msg.stacks.is_empty() {
+            let recs: Vec<_> = msg.stacks.iter().map(|st| stack_record(&mut self.symbolizer, st)).collect();
+            let n = recs.len();
+            let written = self.sink.write_stacks(recs).await;
+            self.report.check_write("stack_traces", n, written);
+        }
+        let n = msg.events.len() as u64;
+        let mut codes: HashMap<(u8, u16), u64> = HashMap::new();
+        for e in &msg.events {
+            *codes.entry((e.source, e.op)).or_default() += 1;
+        }
+        let ok = if self.opts.drop_on_backpressure {
+            self.sink.try_write_batch(msg.events)
+        } else {
+            self.sink.write_batch(msg.events).await.is_ok()
+        };
+        if ok {
+            self.report.events_written += n;
+            for ((s, o), k) in codes {
+                *self.report.events_by_op.entry(causeway_model::codes::op_name(s, o).into_owned()).or_default() += k;
+            }
+        } else {
+            for ((s, _), k) in codes {
+                *self.backpressure.entry(s).or_default() += k;
+            }
+        }
+    }
+
+    /// The poll: decide the end, attach what the loader hook did not report, find new Python
+    /// processes.
+    pub(crate) async fn on_poll(&mut self) {
+        let mut end = self.opts.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| Instant::now() >= d);
+        if let Some(c) = self.child.as_mut() {
+            if let Some(code) = c.try_wait() {
+                self.report.command_exit = Some(code);
+                end = true;
+            }
+        } else if !self.opts.pids.is_empty() && !self.opts.pids.iter().any(|&p| alive(p)) {
+            end = true;
+        }
+        if self.walk_python {
+            for pid in self.probes.traced_pids() {
+                if self.python.unseen(pid) && !stopped(pid) {
+                    self.python.check(&mut self.probes, pid, false);
+                }
+            }
+        }
+        if self.opts.follow_mapped_libs {
+            for pid in self.probes.traced_pids() {
+                // stopped by the loader hook: its notice is on the way and attaches what
+                // the process loaded as complete (nothing ran since); a poll now would
+                // attach the same libraries first and mark them incomplete
+                if self.opts.stop_on_load && stopped(pid) {
+                    continue;
+                }
+                if self.libs.needs_poll(pid) {
+                    self.libs.scan(&mut self.probes, pid, "poll", false);
+                }
+            }
+            write_attachments(&mut self.libs, &mut self.sink, &mut self.report).await;
+        }
+        if end {
+            self.stopping = true;
+            self.reader_stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Each second: the in-kernel aggregates as summary events, and the live figures.
+    pub(crate) async fn on_tick(&mut self) -> LiveStats {
+        self.write_summaries().await;
+        let lost_now: u64 = self.probes.counters()[..32].iter().sum::<u64>() + self.backpressure.values().sum::<u64>();
+        LiveStats {
+            elapsed_ns: self.started.elapsed().as_nanos() as i64,
+            events: self.report.events_written,
+            lost: lost_now,
+            traced_pids: self.probes.traced_pids(),
+            ops: self.stats.rows(),
+        }
+    }
+
+    /// The in-kernel aggregates since the last call, as summary events.
+    async fn write_summaries(&mut self) {
+        let summaries = summary_events(&self.probes, &mut self.prev_counters, &mut self.prev_pages);
+        if !summaries.is_empty() {
+            let n = summaries.len();
+            let written = self.sink.write_batch(summaries).await;
+            if self.report.check_write("events (summaries)", n, written) {
+                self.report.events_written += n as u64;
+            }
+        }
+    }
+
+    /// After the reader returned: release what waits, write what is left and every loss counter,
+    /// detach, finish the sink; the report.
+    pub(crate) async fn finish(
+        mut self,
+        loads: &mut mpsc::UnboundedReceiver<wire::DlRec>,
+    ) -> Result<TraceReport, ProbeError> {
+        // a process the loader hook stopped after the reader's last read waits for nobody now
+        while let Ok(dl) = loads.try_recv() {
+            if dl.stopped {
+                resume(dl.pid);
+            }
+        }
+        if self.load.stop_on_load {
+            release_stopped(&mut self.probes);
+        }
+
+        // final aggregates, names, coverage and every loss counter
+        self.write_summaries().await;
+        write_kernel_names(&mut self.namer, &mut self.symbolizer, true, &mut self.sink, &mut self.report).await;
+        let traced = self.probes.traced_pids();
+        let last_rows = self.libs.finish();
+        if !last_rows.is_empty() {
+            self.report.attachments.extend(last_rows.iter().cloned());
+            let n = last_rows.len();
+            let written = self.sink.write_attachments(last_rows).await;
+            self.report.check_write("attachments", n, written);
+        }
+        let counters = self.probes.counters();
+        if self.namer.unnamed() > 0 {
+            self.probes.notes.push(format!(
+                "{} launched kernel handle(s) could not be named (no registration, module or symbol seen for them)",
+                self.namer.unnamed()
+            ));
+        }
+        let names_lost = counters[cnt::NAME_LOST as usize];
+        if names_lost > 0 {
+            self.probes
+                .notes
+                .push(format!("{names_lost} kernel-name record(s) lost (ring full): some launches may be unnamed"));
+        }
+        if self.namer.truncated > 0 {
+            self.probes.notes.push(format!(
+                "{} kernel name(s) longer than {} bytes were cut short",
+                self.namer.truncated,
+                wire::NAME_MAX - 1
+            ));
+        }
+        python_notes(&counters, &self.python, &mut self.probes.notes);
+        let decode = *self.decode_errors.lock().unwrap();
+        for src in 0..16u8 {
+            let ring = counters[(cnt::LOST_BASE + src as u32) as usize]
+                + counters[(cnt::STASH_FAIL_BASE + src as u32) as usize];
+            let rows = [
+                (LossKind::RingReserve, ring),
+                (LossKind::Decode, decode[src as usize]),
+                (LossKind::SinkBackpressure, self.backpressure.get(&src).copied().unwrap_or(0)),
+            ];
+            for (kind, n) in rows {
+                if n > 0 {
+                    // the sink counts its own back-pressure drops; the rest we add
+                    if kind != LossKind::SinkBackpressure || !self.opts.drop_on_backpressure {
+                        self.sink.add_loss(src, kind, n);
+                    }
+                    self.report.losses.push(LossCounter { source: src, kind, count: n });
+                }
+            }
+        }
+        self.report.traced_pids = traced;
+        self.report.libraries = self.probes.attached.values().cloned().collect();
+        self.report.host_probes = self.probes.host_attached.clone();
+        self.report.notes = std::mem::take(&mut self.probes.notes);
+        self.report.notes.append(&mut self.libs.notes);
+        self.report.notes.extend(self.report.unwritten_notes());
+        drop(self.probes); // detach every uprobe and tracepoint before the sink's final work
+        self.report.stopped_at_ns = now_ns();
+        self.sink.flush().await?;
+        self.sink.finish(self.report.stopped_at_ns).await?;
+        Ok(self.report)
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// At the end of a trace that holds its command at each dlopen: a notice still in the ring when
+/// the reader stopped is never read, so its process would stay stopped for good (and a signal sent
+/// to it meanwhile, even SIGTERM, waits with it). No process is stopped from here on, and every
+/// stopped one of the command's tree (the only processes this mode ever stops) goes on.
+fn release_stopped(probes: &mut Probes) {
+    let pids = probes.traced_pids();
+    for &pid in &pids {
+        probes.quiet_loads(pid);
+    }
+    for pid in pids {
+        if stopped(pid) {
+            resume(pid);
+        }
+    }
+}
+
+fn load_options(opts: &TraceOptions) -> LoadOptions {
+    LoadOptions {
+        ring_cuda_bytes: opts.ring_cuda_bytes,
+        ring_sched_bytes: opts.ring_sched_bytes,
+        ring_host_bytes: opts.ring_host_bytes,
+        stacks: opts.stacks,
+        host_probes: opts.host_probes,
+        perf_uprobes: opts.perf_uprobes,
+        stop_on_load: opts.stop_on_load && opts.follow_mapped_libs && opts.pids.is_empty() && !opts.command.is_empty(),
+    }
+}
+
+/// Put the targets in the traced map with their libraries probed: the pids as they are now, the
+/// command gated until its program's runtime (if linked in) and its dynamic loader are probed.
+fn start_targets(
+    opts: &TraceOptions,
+    probes: &mut Probes,
+    libs: &mut LibraryTracker,
+    report: &mut TraceReport,
+) -> Result<Option<GatedChild>, ProbeError> {
+    for &p in &opts.pids {
+        if opts.follow_mapped_libs {
+            libs.scan(probes, p, "maps", true);
+        }
+        probes.trace_pid(p).map_err(|e| ProbeError::Follow { pid: p, detail: format!("{e:#}") })?;
+    }
+    if opts.command.is_empty() {
+        return Ok(None);
+    }
+    let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref(), opts.command_stdin_null)
+        .map_err(|e| ProbeError::Command { command: opts.command.join(" "), detail: format!("{e:#}") })?;
+    if opts.follow_mapped_libs {
+        if let Some(prog) = opts.command.first().and_then(|p| which(p)) {
+            libs.attach_loader_of_program(probes, &prog);
+            libs.attach_program(probes, c.pid, &prog);
+        }
+    }
+    probes.trace_pid(c.pid).map_err(|e| ProbeError::Follow { pid: c.pid, detail: format!("{e:#}") })?;
+    c.release();
+    report.command_pid = Some(c.pid);
+    Ok(Some(c))
+}
+
+/// Write the attachment rows the tracker has collected (and keep them for the report).
+async fn write_attachments(libs: &mut LibraryTracker, sink: &mut Box<dyn EventSink>, report: &mut TraceReport) {
+    let rows = libs.take_rows();
+    if !rows.is_empty() {
+        report.attachments.extend(rows.iter().cloned());
+        let n = rows.len();
+        let written = sink.write_attachments(rows).await;
+        report.check_write("attachments", n, written);
+    }
+}
+
+/// Write the kernel names that can be given now (all that are left, at the last chance).
+async fn write_kernel_names(
+    namer: &mut KernelNamer,
+    symbolizer: &mut Symbolizer,
+    last_chance: bool,
+    sink: &mut Box<dyn EventSink>,
+    report: &mut TraceReport,
+) {
+    let names = namer.resolve(symbolizer, last_chance);
+    if !names.is_empty() {
+        for k in &names {
+            report.kernel_symbols.insert(format!("{:#x}", k.handle), k.name.clone());
+        }
+        let n = names.len();
+        let written = sink.write_kernel_names(names).await;
+        report.check_write("kernel_names", n, written);
+    }
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    if prog.contains('/') {
+        return Some(PathBuf::from(prog));
+    }
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join(prog)).find(|p| p.is_file())
+}
+
+/// A stack as stored: native frames symbolized, Python frames merged in (see [`merge`]), and a
+/// note where the Python stack is incomplete.
+fn stack_record(sym: &mut Symbolizer, st: &StackMsg) -> StackRecord {
+    let native: Vec<NativeFrame<serde_json::Value>> = st
+        .ips
+        .iter()
+        .map(|&ip| {
+            let r = sym.resolve(st.pid, ip);
+            let value = match &r {
+                Some(r) => match &r.symbol {
+                    Some(s) => serde_json::json!({"s": format!("{s}+{:#x}", r.offset), "f": r.file}),
+                    None => serde_json::json!({"i": format!("{ip:#x}"), "f": r.file}),
+                },
+                None => serde_json::json!({"i": format!("{ip:#x}")}),
+            };
+            let (symbol, file) = r.map(|r| (r.symbol, r.file)).unwrap_or_default();
+            NativeFrame { symbol, file, value }
+        })
+        .collect();
+    let mut frames: Vec<serde_json::Value> = match &st.python {
+        None => native.into_iter().map(|n| n.value).collect(),
+        Some(py) => merge(native, &py.frames)
+            .into_iter()
+            .map(|m| match m {
+                Merged::Native(v) => v,
+                Merged::Python(f) => serde_json::json!({"pf": f.file, "pfn": f.function, "pl": f.line.unwrap_or(0)}),
+            })
+            .collect(),
+    };
+    if let Some(py) = &st.python {
+        if py.truncated {
+            frames.push(
+                serde_json::json!({"note": format!("Python stack cut: deeper than {} frames", crate::python::DEPTH)}),
+            );
+        }
+        if py.fault {
+            frames.push(
+                serde_json::json!({"note": "Python stack cut: a frame could not be read (it changed under the walk)"}),
+            );
+        }
+        if py.unnamed > 0 {
+            frames.push(
+                serde_json::json!({"note": format!("{} Python frame(s) without a code object record", py.unnamed)}),
+            );
+        }
+    }
+    let ips: Vec<String> = st.ips.iter().map(|ip| format!("{ip:#x}")).collect();
+    StackRecord {
+        hash: st.hash,
+        ips: serde_json::to_string(&ips).unwrap_or_default(),
+        frames: serde_json::Value::Array(frames).to_string(),
+    }
+}
+
+/// What the Python walk did, for the report: which processes had it, and every call whose Python
+/// stack is missing or incomplete, by reason.
+fn python_notes(counters: &[u64], python: &PyProcs, notes: &mut Vec<String>) {
+    for (pid, what) in python.walked() {
+        notes.push(format!("Python frames of pid {pid}: {what}"));
+    }
+    notes.extend(python.notes.iter().cloned());
+    let reasons = [
+        (cnt::PY_NO_THREAD, "no Python thread state for the calling thread (a thread Python did not start)"),
+        (cnt::PY_TRUNCATED, "Python stack cut: deeper than the frames kept"),
+        (cnt::PY_FAULT, "Python stack cut: a frame could not be read"),
+        (cnt::PY_TABLE_FULL, "no Python stack: the stack table is full"),
+        (cnt::PY_COLLISION, "no Python stack: two stacks with one key"),
+        (cnt::PY_CODE_LOST, "code object records lost (ring full): their frames are unnamed"),
+    ];
+    for (idx, why) in reasons {
+        let n = counters[idx as usize];
+        if n > 0 {
+            notes.push(format!("{n} call(s): {why}"));
+        }
+    }
+}
