@@ -46,8 +46,9 @@ pub struct LibraryTracker {
     /// rows not yet written to the trace
     rows: Vec<LibraryAttach>,
     pub notes: Vec<String>,
-    /// Leave a library the poll finds to the loader hook's notice for one poll round (set when
-    /// processes are stopped at the hook, which makes the notice's attach complete).
+    /// Leave a library the poll finds to the loader hook's notice for one poll round, and leave
+    /// an exec'd process stopped at the hook to its notice (set when processes are stopped at
+    /// the hook, which makes the notice's attach complete).
     pub defer_polled: bool,
 }
 
@@ -155,10 +156,11 @@ impl LibraryTracker {
         let (libs, notes) = discovery::mapped_cuda_libs(pid);
         self.notes.extend(notes);
         for lib in libs {
-            if how == "poll" && self.defer_polled {
-                // mapped by a dlopen whose loader-hook notice is due (the process is stopped in the
-                // hook before any of the library's code runs): the notice attaches it as complete;
-                // the poll attaches it only if it is still unattached on its next round
+            if (how == "poll" || how == "exec") && self.defer_polled {
+                // mapped by a dlopen whose loader-hook notice is due (the loader maps and relocates
+                // the library, then stops the process in the hook before any of its code runs;
+                // relocation from a cold page cache takes a while): the notice attaches it as
+                // complete; the poll attaches it only if it is still unattached on its next round
                 let Some(id) = crate::loader::file_id(&lib.open_path) else { continue };
                 let p = self.procs.entry(pid).or_default();
                 if !p.files.contains(&id) && p.poll_seen.insert(id) {
@@ -187,6 +189,13 @@ impl LibraryTracker {
     /// reported its libraries.)
     pub fn exec(&mut self, probes: &mut Probes, pid: u32) {
         self.procs.entry(pid).or_default().program_checked = false;
+        // Stopped by the loader hook: its notice is on the way and scans the new program and what
+        // it loaded as complete (none of it ran yet). Scanning here first would attach the same
+        // libraries as incomplete; the exec event and the notice travel on separate channels, so
+        // either may be handled first.
+        if self.defer_polled && crate::process::stopped(pid) {
+            return;
+        }
         self.scan(probes, pid, "exec", false);
     }
 

@@ -69,7 +69,9 @@ fn real_runtime(flavour: &str, suffix: &str) {
         .iter()
         .find(|l| l.path.to_string_lossy().ends_with(suffix))
         .unwrap_or_else(|| panic!("{suffix} not attached: {:?}", report.libraries));
-    // (a rare failure here once, unexplained: the libraries and notes say which path found it)
+    // The exec event of the process and the loader hook's notice travel on separate channels; an
+    // exec scan handled first used to attach the library as `exec:` (incomplete) while the
+    // process sat stopped at the hook (`LibraryTracker::exec` now leaves it to the notice).
     assert!(
         lib.how.starts_with("loaded:"),
         "attached when python mapped it: {} (libraries {:?}, notes {:?})",
