@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use causeway_analysis::{compute_stats, StatsRequest};
 use causeway_analysis::{explain, ExplainRequest};
-use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::SyntheticTrace;
 use causeway_backends::{open_store, Engine, EventSink};
 use causeway_model::{Event, SessionInfo};
 

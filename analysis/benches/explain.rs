@@ -8,8 +8,8 @@
 use std::time::Instant;
 
 use causeway_analysis::{explain, ExplainRequest};
-use causeway_backends::sink::EngineWriter;
-use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::EngineWriter;
+use causeway_backends::SyntheticTrace;
 use causeway_backends::{QueryLimits, SqliteStore, SqliteWriter, TraceStore};
 use causeway_model::SessionInfo;
 

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use causeway_analysis::{compute_stats, StatsRequest};
-use causeway_backends::sink::EngineWriter;
-use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::EngineWriter;
+use causeway_backends::SyntheticTrace;
 use causeway_backends::{EventSink, SqliteSink, SqliteStore, SqliteWriter, TraceStore};
 use causeway_model::SessionInfo;
 

@@ -11,23 +11,31 @@
 //! which columns and tables Ingero has. [`open_store`] picks the right one for a path.
 //! With the cargo feature `duckdb`, [`duckdb`] is a second native engine (DuckDB files, `.duckdb`),
 //! chosen by extension and file magic; [`create_sink`] picks the writer the same way.
+//!
+//! The public modules are the engines' own namespaces ([`sqlite`], [`duckdb`]) and the SQL guard
+//! ([`guard`]); everything else is re-exported here: the storage boundary of `causeway-store`,
+//! [`convert`], the queued sink every engine shares ([`QueuedSink`] over an [`EngineWriter`]), and
+//! [`SyntheticTrace`] for benches and tests.
 
-pub mod convert;
+mod conversion;
 mod cuda_tables;
 mod describe;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
 pub mod guard;
 mod reader_common;
-pub mod schema;
-pub mod sink;
+mod schema;
+mod sink;
 pub mod sqlite;
-pub mod synth;
+mod synth;
 
 // The storage boundary (traits, rows, engine names, the error type), defined in causeway-store and
 // re-exported so that a user of the engines needs one crate.
 pub use causeway_store::*;
+pub use conversion::{convert, ConvertReport};
+pub use sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 pub use sqlite::{SqliteSink, SqliteStore, SqliteWriter};
+pub use synth::SyntheticTrace;
 
 use std::path::Path;
 

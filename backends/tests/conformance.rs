@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use causeway_backends::summary::{nearest_rank, summarize_by_scan};
-use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::SyntheticTrace;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;

@@ -4,8 +4,8 @@
 #![cfg(feature = "duckdb")]
 
 use causeway_backends::duckdb::{DuckDbWriter, PARALLEL_PART_ROWS};
-use causeway_backends::sink::EngineWriter;
-use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::EngineWriter;
+use causeway_backends::SyntheticTrace;
 use causeway_backends::{open_store, EventFilter, EventId};
 use causeway_model::SessionInfo;
 

@@ -5,12 +5,12 @@
 
 mod guard_common;
 
-use causeway_backends::sink::EngineWriter;
+use causeway_backends::EngineWriter;
 use std::path::Path;
 
 use causeway_backends::guard;
 use causeway_backends::sqlite::SqliteWriter;
-use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::SyntheticTrace;
 use causeway_backends::{QueryLimits, StackRecord, StoreError};
 use causeway_model::SessionInfo;
 use guard_common::{corpus, corpus_limits};

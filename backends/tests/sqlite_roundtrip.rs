@@ -1,8 +1,8 @@
 //! The SQLite engine end to end: what a sink writes, the store reads back unchanged (scheduler
 //! detail, stacks, names, sessions, loss counters), and the file it leaves is self-contained.
 
-use causeway_backends::sink::EngineWriter;
-use causeway_backends::synth::SyntheticTrace;
+use causeway_backends::EngineWriter;
+use causeway_backends::SyntheticTrace;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;

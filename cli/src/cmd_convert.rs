@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use causeway_backends::convert::convert;
+use causeway_backends::convert;
 use causeway_backends::Engine;
 
 #[derive(clap::Args)]

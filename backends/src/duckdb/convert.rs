@@ -10,7 +10,7 @@ use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter
 
 use super::reader::{ints, launch_config_column, texts};
 use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
-use crate::convert::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
+use crate::conversion::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::schema::{SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
 use crate::sink::EngineWriter;
 use crate::{AggregateRow, StackRecord, TraceStore};

@@ -18,7 +18,7 @@ use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES
 use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SessionInfo};
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
-use crate::convert::{NativeRow, RowExtra};
+use crate::conversion::{NativeRow, RowExtra};
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::sink::{EngineWriter, QueuedSink};
 use crate::{Result, StoreError};

@@ -48,7 +48,7 @@ impl Fixture {
         let tmp = tempfile::tempdir().expect("tempdir");
         let (dir, out) = fixture_dirs(tmp.path());
         let db = dir.join("trace.duckdb");
-        causeway_backends::convert::convert(&ingero_dir().join(name), &db, None, &mut |_, _| {}).unwrap();
+        causeway_backends::convert(&ingero_dir().join(name), &db, None, &mut |_, _| {}).unwrap();
         Fixture::seal(tmp, dir, db, out, None)
     }
 

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use causeway_backends::convert::convert;
+use causeway_backends::convert;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach};
