@@ -48,7 +48,11 @@ int cw_dl_state(struct pt_regs *ctx) {
     r->tid = task->pid;
     r->pad2 = 0;
     r->ts = bpf_ktime_get_ns();
-    bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+    /* The stop is made pending before user space can read the notice: this task may be preempted
+     * between the two, and a SIGCONT sent for the notice before the SIGSTOP was generated would
+     * leave the process stopped for good. A SIGCONT after it continues the process or discards the
+     * stop still pending, whichever comes first. */
     if (stop) bpf_send_signal(CW_SIGSTOP);
+    bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
     return 0;
 }
