@@ -151,11 +151,12 @@ pub(crate) fn aggregate_bucket_bounds(window: &TimeWindow) -> (i64, i64) {
 
 /// Loss counters from `(source, kind, count)` rows; kinds this build does not know are skipped.
 pub(crate) fn loss_counters_from(rows: Vec<(i64, String, i64)>) -> Vec<LossCounter> {
-    rows.into_iter()
-        .filter_map(|(s, k, n)| {
-            Some(LossCounter { source: s as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 })
-        })
-        .collect()
+    rows.into_iter().filter_map(|(s, k, n)| loss_counter(s, &k, n)).collect()
+}
+
+/// One stored `loss_counters` row as a [`LossCounter`]; `None` for a kind this build does not know.
+pub(crate) fn loss_counter(source: i64, kind: &str, count: i64) -> Option<LossCounter> {
+    Some(LossCounter { source: source as u8, kind: LossKind::parse(kind)?, count: count.max(0) as u64 })
 }
 
 /// The [`TraceInfo`] of an opened trace from what its reader read: `extent` is `count(*)`,

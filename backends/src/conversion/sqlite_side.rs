@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, Row};
 
-use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SessionInfo};
+use causeway_model::{KernelName, LaunchConfig, LibraryAttach, SessionInfo};
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
@@ -120,9 +120,7 @@ impl ConvertSource for SqliteSource {
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows
             .into_iter()
-            .filter_map(|(s, src, k, n)| {
-                Some((s, LossCounter { source: src as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 }))
-            })
+            .filter_map(|(s, src, k, n)| Some((s, crate::reader_common::loss_counter(src, &k, n)?)))
             .collect())
     }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use duckdb::params;
 
 use causeway_model::codes::PrevState;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, SchedDetail, SessionInfo};
 
 use super::reader::{ints, launch_config_column, texts};
 use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
@@ -142,9 +142,7 @@ impl ConvertSource for DuckDbSource {
         })?;
         Ok(rows
             .into_iter()
-            .filter_map(|(s, src, k, n)| {
-                Some((s, LossCounter { source: src as u8, kind: LossKind::parse(&k)?, count: n.max(0) as u64 }))
-            })
+            .filter_map(|(s, src, k, n)| Some((s, crate::reader_common::loss_counter(src, &k, n)?)))
             .collect())
     }
 
