@@ -1,13 +1,15 @@
 /* Mock CUDA driver (soname libcuda.so.1). The "GPU" is one worker thread per stream: launches and
  * async copies and memsets enqueue work with a simulated duration, synchronize calls block until the
  * stream's queue has drained up to the point they were called at, cuStreamWaitEvent enqueues a wait
- * for another stream. Stream capture (cuStreamBeginCapture_v2 .. cuStreamEndCapture) diverts what a
- * stream is given into a graph, whose instantiation cuGraphLaunch replays as one item of their summed
- * duration. The device allocator is a first-fit free list over a heap of MOCK_CUDA_HEAP_MB (beyond
- * it allocations fail with CUDA_ERROR_OUT_OF_MEMORY); with MOCK_CUDA_FRAG=1 freed blocks never
- * coalesce and every block visited costs MOCK_CUDA_FRAG_NS, so allocation latency grows as the heap
- * fragments. Modules, libraries, kernels and functions are distinct heap objects; the same name asked
- * twice of one module (library) gives the same CUfunction (CUkernel).
+ * for another stream, cuLaunchHostFunc a host function the worker calls in stream order (mock NCCL's
+ * collectives are such functions, waiting for the other ranks). Stream capture
+ * (cuStreamBeginCapture_v2 .. cuStreamEndCapture) diverts what a stream is given into a graph, whose
+ * instantiation cuGraphLaunch replays as one item of their summed duration. The device allocator is
+ * a first-fit free list over a heap of MOCK_CUDA_HEAP_MB (beyond it allocations fail with
+ * CUDA_ERROR_OUT_OF_MEMORY); with MOCK_CUDA_FRAG=1 freed blocks never coalesce and every block
+ * visited costs MOCK_CUDA_FRAG_NS, so allocation latency grows as the heap fragments. Modules,
+ * libraries, kernels and functions are distinct heap objects; the same name asked twice of one module
+ * (library) gives the same CUfunction (CUkernel).
  *
  * How a synchronize call waits is the scheduling policy (the low 3 bits of the flags) of the calling
  * thread's context: the one cuCtxCreate_v2 made current, else the primary context
@@ -45,8 +47,9 @@ enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_HANDLE = 400, ILLEG
        NOT_READY = 600, STREAM_CAPTURE_UNSUPPORTED = 900 };
 
 /* One item of GPU work: `dur` ns of running, after waiting (cuStreamWaitEvent) until `wait_s` has
- * completed `wait_seq` items when `wait_s` is set. */
-struct qitem { uint64_t dur; struct CUstream_st *wait_s; uint64_t wait_seq; };
+ * completed `wait_seq` items when `wait_s` is set; a host function (cuLaunchHostFunc) is `fn(arg)`,
+ * run by the stream's worker when the stream gets to it, the stream held until it returns. */
+struct qitem { uint64_t dur; struct CUstream_st *wait_s; uint64_t wait_seq; CUhostFn fn; void *arg; };
 struct CUgraph_st { uint64_t ns; unsigned nodes; };
 struct CUgraphExec_st { uint64_t ns; unsigned nodes; struct CUgraphExec_st *next; };
 struct CUstream_st {
@@ -101,6 +104,7 @@ static void *stream_worker(void *arg) {
             while (it.wait_s->completed < it.wait_seq) pthread_cond_wait(&it.wait_s->cv, &it.wait_s->mu);
             pthread_mutex_unlock(&it.wait_s->mu);
         }
+        if (it.fn) it.fn(it.arg); /* cuLaunchHostFunc: the stream waits for the host function */
         if (it.dur) sleep_until(now_ns() + it.dur); /* the GPU runs the kernel */
         pthread_mutex_lock(&s->mu);
         __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
@@ -464,6 +468,25 @@ API CUresult cuEventQuery(CUevent ev) {
     if (!ev) return INVALID_HANDLE;
     if (ev->stream && __atomic_load_n(&ev->stream->completed, __ATOMIC_ACQUIRE) < ev->seq) return NOT_READY;
     return OK;
+}
+/* A host function runs on the stream's worker after the work before it, and the work after it waits
+ * for it to return (what NCCL's kernels look like to the mock: they block the stream until the peers
+ * get there). The mock's graphs replay durations only, so capturing one is unsupported. */
+static CUresult launch_host_func(CUstream stream, CUhostFn fn, void *userData) {
+    if (!fn) return INVALID_VALUE;
+    CUstream s = resolve(stream);
+    pthread_mutex_lock(&s->mu);
+    int capturing = s->capture != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (capturing) return STREAM_CAPTURE_UNSUPPORTED;
+    enqueue_item(s, (struct qitem){.fn = fn, .arg = userData});
+    return OK;
+}
+API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData) {
+    return launch_host_func(hStream, fn, userData);
+}
+API CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData) {
+    return launch_host_func(ptsz(hStream), fn, userData);
 }
 API CUresult cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags) {
     (void)flags;

@@ -19,6 +19,7 @@ typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 typedef int CUdevice;
 typedef unsigned long long CUmemGenericAllocationHandle;
+typedef void (*CUhostFn)(void *userData);
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 #define CU_CTX_SCHED_AUTO 0x00
@@ -192,6 +193,8 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 CUresult cuEventQuery(CUevent ev);
 CUresult cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags);
+CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData);
+CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData);
 CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags);
@@ -214,6 +217,7 @@ typedef struct CUevent_st *cudaEvent_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUkern_st *cudaKernel_t; /* __cudaGetKernel's opaque handle (CUDA 12.1+; nvcc 13 launches by it) */
+typedef void (*cudaHostFn_t)(void *userData);
 typedef struct { unsigned int x, y, z; } dim3;
 typedef struct uint3 { unsigned int x, y, z; } uint3;
 #define cudaStreamLegacy ((cudaStream_t)0x1)
@@ -226,7 +230,8 @@ typedef struct uint3 { unsigned int x, y, z; } uint3;
 #define cudaHostAllocPortable 0x01
 #define cudaHostAllocMapped 0x02
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-       cudaErrorInvalidDeviceFunction = 98, cudaErrorInvalidResourceHandle = 400, cudaErrorNotReady = 600 };
+       cudaErrorInvalidDeviceFunction = 98, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400,
+       cudaErrorNotReady = 600 };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
                              cudaStreamCaptureModeRelaxed = 2 };
 
@@ -340,6 +345,10 @@ cudaError_t cudaSetDeviceFlags(unsigned int flags);
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *pGraph);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData);
+cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *userData);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDevice(int *device);
 
 /* what nvcc's generated code calls: registration from a constructor, and (CUDA 13) the kernel
  * handle its launch stubs pass to cudaLaunchKernel instead of the host stub's address */

@@ -216,4 +216,23 @@ API cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { return re
 API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
     return ret(cuGraphInstantiateWithFlags(e, g, flags));
 }
+API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData) {
+    return ret(cuLaunchHostFunc(s, fn, userData));
+}
+API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *userData) {
+    return ret(cuLaunchHostFunc(ptsz(s), fn, userData));
+}
+/* The current device is the calling thread's, as in the real runtime (NCCL reads it at init); the
+ * mock accepts any device number >= 0 and runs every device's work on its one set of streams. */
+static __thread int t_device;
+API cudaError_t cudaSetDevice(int device) {
+    if (device < 0) return ret(cudaErrorInvalidDevice);
+    t_device = device;
+    return cudaSuccess;
+}
+API cudaError_t cudaGetDevice(int *device) {
+    if (!device) return ret(cudaErrorInvalidValue);
+    *device = t_device;
+    return cudaSuccess;
+}
 API cudaError_t cudaGetLastError(void) { cudaError_t e = t_last; t_last = 0; return e; }

@@ -91,13 +91,18 @@ static inline const char *opt_str(int argc, char **argv, const char *name, const
     const char *v = getenv(env);
     return v ? v : dflt;
 }
-static void wl_report(void) {
-    printf("PID %d\n", getpid());
+/* What every line of the report starts with: nothing, except where processes share one stdout
+ * (nccl_ranks: "RANK <r> "). */
+static const char *wl_prefix = "";
+static void wl_report_to(FILE *f) {
+    fprintf(f, "%sPID %d\n", wl_prefix, getpid());
 #ifndef WL_NAMED_ONLY
-    for (int i = 0; i < C_N; i++) printf("CALLS %s %lu\n", C_NAMES[i], (unsigned long)g_calls[i]);
+    for (int i = 0; i < C_N; i++) fprintf(f, "%sCALLS %s %lu\n", wl_prefix, C_NAMES[i], (unsigned long)g_calls[i]);
 #endif
-    for (int i = 0; i < g_nnamed; i++) printf("CALLS %s %lu\n", g_named[i].name, (unsigned long)g_named[i].n);
-    printf("ERRORS %lu\n", (unsigned long)g_errors);
-    fflush(stdout);
+    for (int i = 0; i < g_nnamed; i++)
+        fprintf(f, "%sCALLS %s %lu\n", wl_prefix, g_named[i].name, (unsigned long)g_named[i].n);
+    fprintf(f, "%sERRORS %lu\n", wl_prefix, (unsigned long)g_errors);
+    fflush(f);
 }
+static inline void wl_report(void) { wl_report_to(stdout); }
 #endif
