@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, SessionInfo};
 
 use crate::Engine;
 use crate::{AggregateRow, StackRecord, TraceStore};
@@ -79,6 +79,7 @@ pub trait ConvertTarget {
     fn write_losses(&mut self, losses: &[LossRow]) -> Result<()>;
     fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()>;
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
+    fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     /// Attachments with their own session ids.
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()>;
     fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()>;
@@ -127,6 +128,7 @@ pub struct ConvertReport {
     pub aggregate_rows: u64,
     pub launch_configs: u64,
     pub kernel_names: u64,
+    pub nccl_calls: u64,
     pub attachments: u64,
     /// True when text ids were replaced by integers (see the module docs).
     pub ids_renumbered: bool,
@@ -187,6 +189,8 @@ pub fn convert(
         target.write_launch_configs(&configs)?;
         let kernels = store.kernel_names()?;
         target.write_kernel_names(&kernels)?;
+        let nccl = store.nccl_calls(&TimeWindow::ALL)?;
+        target.write_nccl_calls(&nccl)?;
         let attachments = source.attachment_rows()?;
         target.write_attachments(&attachments)?;
         let aggregates = store.aggregates(&TimeWindow::default())?;
@@ -205,6 +209,7 @@ pub fn convert(
             aggregate_rows: aggregates.len() as u64,
             launch_configs: configs.len() as u64,
             kernel_names: kernels.len() as u64,
+            nccl_calls: nccl.len() as u64,
             attachments: attachments.len() as u64,
             ids_renumbered: source.renumbers_ids(),
         })

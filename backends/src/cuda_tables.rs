@@ -1,14 +1,15 @@
-//! The three tables that say how kernels were launched and what a trace covers: `launch_configs`
-//! (one row per distinct [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
-//! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)) and `attachments`
-//! ([`LibraryAttach`] per session). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
+//! The tables beside `events` that the probes fill: `launch_configs` (one row per distinct
+//! [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
+//! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)), `attachments`
+//! ([`LibraryAttach`] per session) and `nccl_calls` ([`NcclCall`] per NCCL call event). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
 //! what every engine shares: the INSERTs with their parameters as [`SqlParam`]s (each engine binds
 //! them), the SELECTs, and the checked decoding of their rows (a value that does not fit its field
 //! is an error naming the table, never a wrapped number).
 
 use std::path::Path;
 
-use causeway_model::{KernelName, LaunchConfig, LibraryAttach};
+use causeway_model::time::TimeWindow;
+use causeway_model::{KernelName, LaunchConfig, LibraryAttach, NcclCall};
 
 use crate::schema::SqlParam;
 use crate::{Result, StoreError};
@@ -37,6 +38,73 @@ complete, symbols, missing, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 /// Every attachment, by session and then in the order the probes were placed.
 pub(crate) const SELECT_ATTACHMENTS_SQL: &str = "SELECT session_id, pid, path, kind, how, attached_at, complete, \
 symbols, missing, note FROM attachments ORDER BY session_id, attached_at, pid, path, kind, how";
+
+/// Appends the detail of one NCCL call.
+pub(crate) const INSERT_NCCL_CALL_SQL: &str =
+    "INSERT INTO nccl_calls (pid, tid, timestamp, op, comm_hash, comm, rank, \
+nranks, seq, count, datatype, redop, peer, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// The NCCL calls of a window (`{where}` is [`nccl_window_clause`]), in time order.
+const SELECT_NCCL_CALLS_SQL: &str = "SELECT pid, tid, timestamp, op, comm_hash, comm, rank, nranks, seq, count, \
+datatype, redop, peer, device FROM nccl_calls {where} ORDER BY timestamp, pid, tid";
+
+/// [`SELECT_NCCL_CALLS_SQL`] for `window` (bounds are integers: nothing user-written is spliced).
+pub(crate) fn select_nccl_calls_sql(window: &TimeWindow) -> String {
+    let mut cond = Vec::new();
+    if let Some(from) = window.from_ns {
+        cond.push(format!("timestamp >= {from}"));
+    }
+    if let Some(to) = window.to_ns {
+        cond.push(format!("timestamp <= {to}"));
+    }
+    let clause = if cond.is_empty() { String::new() } else { format!("WHERE {}", cond.join(" AND ")) };
+    SELECT_NCCL_CALLS_SQL.replace("{where}", &clause)
+}
+
+/// The parameters of [`INSERT_NCCL_CALL_SQL`], in order.
+pub(crate) fn nccl_call_params(c: &NcclCall) -> [SqlParam<'static>; 14] {
+    let i = |v: i32| SqlParam::Int(i64::from(v));
+    [
+        SqlParam::Int(i64::from(c.pid)),
+        SqlParam::Int(i64::from(c.tid)),
+        SqlParam::Int(c.ts_ns),
+        SqlParam::Int(i64::from(c.op)),
+        SqlParam::Int(c.comm_hash),
+        SqlParam::Int(c.comm),
+        i(c.rank),
+        i(c.nranks),
+        SqlParam::Int(c.seq),
+        SqlParam::Int(c.count),
+        i(c.datatype),
+        i(c.redop),
+        i(c.peer),
+        i(c.device),
+    ]
+}
+
+/// A row of [`SELECT_NCCL_CALLS_SQL`]: every value must fit its field.
+pub(crate) fn nccl_call_from(db: &Path, row: [i64; 14]) -> Result<NcclCall> {
+    let small = |column: &str, v: i64| {
+        i32::try_from(v).map_err(|_| damaged(db, format!("nccl_calls.{column} holds {v}, not a 32-bit value")))
+    };
+    Ok(NcclCall {
+        pid: fits_u32(db, "nccl_calls", "pid", row[0])?,
+        tid: fits_u32(db, "nccl_calls", "tid", row[1])?,
+        ts_ns: row[2],
+        op: u16::try_from(row[3])
+            .map_err(|_| damaged(db, format!("nccl_calls.op holds {}, not an op code", row[3])))?,
+        comm_hash: row[4],
+        comm: row[5],
+        rank: small("rank", row[6])?,
+        nranks: small("nranks", row[7])?,
+        seq: row[8],
+        count: row[9],
+        datatype: small("datatype", row[10])?,
+        redop: small("redop", row[11])?,
+        peer: small("peer", row[12])?,
+        device: small("device", row[13])?,
+    })
+}
 
 /// The parameters of [`INSERT_LAUNCH_CONFIG_SQL`], in order.
 pub(crate) fn launch_config_params(c: &LaunchConfig) -> [SqlParam<'static>; 11] {
@@ -251,6 +319,29 @@ macro_rules! impl_cuda_table_reads {
                 rows.into_iter()
                     .map(|(p, h, n, m, how)| $crate::cuda_tables::kernel_name_from(db, p, h, n, m, how))
                     .collect()
+            }
+
+            pub(crate) fn read_nccl_calls(
+                &self,
+                window: &causeway_model::time::TimeWindow,
+            ) -> $crate::Result<Vec<causeway_model::NcclCall>> {
+                use $crate::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "nccl_calls") {
+                    return Ok(Vec::new());
+                }
+                let sql = $crate::cuda_tables::select_nccl_calls_sql(window);
+                let rows: Vec<[i64; 14]> = self.with_conn(|c| {
+                    c.prepare(&sql)?
+                        .query_map([], |r| {
+                            let mut row = [0i64; 14];
+                            for (i, v) in row.iter_mut().enumerate() {
+                                *v = r.get(i)?;
+                            }
+                            Ok(row)
+                        })?
+                        .collect()
+                })?;
+                rows.into_iter().map(|row| $crate::cuda_tables::nccl_call_from(&self.info().path, row)).collect()
             }
 
             /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).

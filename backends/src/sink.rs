@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot};
 
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo};
 
 use crate::{EventSink, SinkSummary, StackRecord};
 use crate::{Result, StoreError};
@@ -51,6 +51,8 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
     /// Append library attachments, tagged with this session's id.
     fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()>;
+    /// Append what NCCL calls did (`nccl_calls`).
+    fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -74,6 +76,7 @@ enum Msg {
     LaunchConfigs(Vec<LaunchConfig>),
     KernelNames(Vec<KernelName>),
     Attachments(Vec<LibraryAttach>),
+    NcclCalls(Vec<NcclCall>),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -121,6 +124,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::LaunchConfigs(c) => w.write_launch_configs(&c)?,
                 Msg::KernelNames(k) => w.write_kernel_names(&k)?,
                 Msg::Attachments(a) => w.write_attachments(&a)?,
+                Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
                 Msg::Flush(done) => flushes.push(done),
             }
             Ok(())
@@ -193,6 +197,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()> {
         self.tx.send(Msg::Attachments(attachments)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_nccl_calls(&mut self, calls: Vec<NcclCall>) -> Result<()> {
+        self.tx.send(Msg::NcclCalls(calls)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

@@ -117,6 +117,7 @@ pub fn write_read_back_exactly(b: Engine) {
         "launch_configs",
         "kernel_names",
         "attachments",
+        "nccl_calls",
     ] {
         assert!(info.has_table(t), "{t} missing");
     }
@@ -332,6 +333,12 @@ impl TraceStore for RequiredOnly {
     }
     fn attachments(&self) -> causeway_backends::Result<Vec<causeway_model::LibraryAttach>> {
         self.0.attachments()
+    }
+    fn nccl_calls(
+        &self,
+        window: &causeway_model::time::TimeWindow,
+    ) -> causeway_backends::Result<Vec<causeway_model::NcclCall>> {
+        self.0.nccl_calls(window)
     }
     fn query(&self, sql: &str, limits: &QueryLimits) -> causeway_backends::Result<QueryResult> {
         self.0.query(sql, limits)

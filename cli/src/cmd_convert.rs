@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         println!(
             "{} -> {} ({}): {} events, {} sessions, {} stacks, {} process names, {} launch configurations, {} kernel names, \
-             {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
+             {} NCCL calls, {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
             report.from.display(),
             report.to.display(),
             report.backend,
@@ -89,6 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             report.process_names,
             report.launch_configs,
             report.kernel_names,
+            report.nccl_calls,
             report.attachments,
             report.loss_rows,
             report.aggregate_rows,

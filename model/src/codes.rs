@@ -62,15 +62,16 @@ impl Source {
     }
 
     /// Whether every event of this source is a host-side call into the GPU stack (CUDA runtime,
-    /// driver, graphs), unknown op codes included: the one definition of "a GPU call", the
+    /// driver, graphs, NCCL), unknown op codes included: the one definition of "a GPU call", the
     /// candidates for slow-call attribution. [`OpKind::GpuCall`] marks exactly their ops.
     pub const fn is_gpu_api(self) -> bool {
-        matches!(self, Source::Cuda | Source::Driver | Source::CudaGraph)
+        matches!(self, Source::Cuda | Source::Driver | Source::CudaGraph | Source::Nccl)
     }
 }
 
 /// The stored codes of the GPU API sources ([`Source::is_gpu_api`]), ascending.
-pub const GPU_CALL_SOURCES: [u8; 3] = [Source::Cuda.code(), Source::Driver.code(), Source::CudaGraph.code()];
+pub const GPU_CALL_SOURCES: [u8; 4] =
+    [Source::Cuda.code(), Source::Driver.code(), Source::CudaGraph.code(), Source::Nccl.code()];
 
 /// Whether events of stored source `source` are GPU API calls ([`Source::is_gpu_api`]).
 pub const fn is_gpu_call_source(source: u8) -> bool {
@@ -90,7 +91,7 @@ pub const SOURCES: &[(u8, &str, &str)] = &[
     (6, "TCP", "TCP events (tracepoints)"),
     (7, "NET", "Network socket events (syscall tracepoints)"),
     (8, "CUDA_GRAPH", "CUDA graph capture, instantiation and launch"),
-    (9, "NCCL", "NCCL collective operations"),
+    (9, "NCCL", "NCCL (libnccl) collectives, point-to-point and communicator calls, uprobes + uretprobes; per-call detail in nccl_calls"),
 ];
 
 /// A (source, op) pair.
@@ -154,6 +155,7 @@ pub mod op {
     pub const CUDA_EVENT_QUERY: OpCode = OpCode::new(1, 19);
     pub const CUDA_STREAM_WAIT_EVENT: OpCode = OpCode::new(1, 20);
     pub const CUDA_SET_DEVICE_FLAGS: OpCode = OpCode::new(1, 21);
+    pub const CUDA_SET_DEVICE: OpCode = OpCode::new(1, 22);
     // source 3: host
     pub const SCHED_SWITCH: OpCode = OpCode::new(3, 1);
     pub const SCHED_WAKEUP: OpCode = OpCode::new(3, 2);
@@ -196,6 +198,32 @@ pub mod op {
     pub const GRAPH_INSTANTIATE: OpCode = OpCode::new(8, 3);
     pub const GRAPH_LAUNCH: OpCode = OpCode::new(8, 4);
     pub const CU_GRAPH_LAUNCH: OpCode = OpCode::new(8, 5);
+    // source 9: NCCL (Causeway's numbering: Ingero names the source only)
+    pub const NCCL_ALL_REDUCE: OpCode = OpCode::new(9, 1);
+    pub const NCCL_ALL_GATHER: OpCode = OpCode::new(9, 2);
+    pub const NCCL_REDUCE_SCATTER: OpCode = OpCode::new(9, 3);
+    pub const NCCL_BROADCAST: OpCode = OpCode::new(9, 4);
+    pub const NCCL_REDUCE: OpCode = OpCode::new(9, 5);
+    pub const NCCL_SEND: OpCode = OpCode::new(9, 6);
+    pub const NCCL_RECV: OpCode = OpCode::new(9, 7);
+    pub const NCCL_GROUP_START: OpCode = OpCode::new(9, 8);
+    pub const NCCL_GROUP_END: OpCode = OpCode::new(9, 9);
+    pub const NCCL_COMM_INIT_RANK: OpCode = OpCode::new(9, 10);
+    pub const NCCL_COMM_INIT_ALL: OpCode = OpCode::new(9, 11);
+    pub const NCCL_COMM_SPLIT: OpCode = OpCode::new(9, 12);
+    pub const NCCL_COMM_DESTROY: OpCode = OpCode::new(9, 13);
+    pub const NCCL_COMM_ABORT: OpCode = OpCode::new(9, 14);
+    pub const NCCL_COMM_FINALIZE: OpCode = OpCode::new(9, 15);
+}
+
+/// The NCCL ops that are collectives: every rank of a communicator calls them in the same order,
+/// so (communicator, sequence number) names one collective on every rank.
+pub const NCCL_COLLECTIVES: [OpCode; 5] =
+    [op::NCCL_ALL_REDUCE, op::NCCL_ALL_GATHER, op::NCCL_REDUCE_SCATTER, op::NCCL_BROADCAST, op::NCCL_REDUCE];
+
+/// Whether a stored (source, op) is an NCCL collective ([`NCCL_COLLECTIVES`]).
+pub fn is_nccl_collective(source: u8, op: u16) -> bool {
+    NCCL_COLLECTIVES.iter().any(|c| c.is(source, op))
 }
 
 /// What kind of thing an op is; drives which analysis applies to it.
@@ -239,6 +267,7 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (1, 19, "cudaEventQuery", OpKind::GpuCall, "non-blocking event poll (600 = cudaErrorNotReady: not yet); arg2 = event handle"),
     (1, 20, "cudaStreamWaitEvent", OpKind::GpuCall, "make a stream wait for an event on the GPU (returns at once); arg0 = event, arg1 = flags, arg2 = stream"),
     (1, 21, "cudaSetDeviceFlags", OpKind::GpuCall, "device flags; arg0 = flags (scheduling: 0 auto, 1 spin, 2 yield, 4 blocking sync)"),
+    (1, 22, "cudaSetDevice", OpKind::GpuCall, "makes a device current for the calling thread (NCCL communicators created next use it); arg0 = device"),
     (3, 1, "sched_switch", OpKind::OffCpu, "off-CPU interval of a traced thread; timestamp = switch-in, interval = [timestamp - duration, timestamp]; arg1 = pid"),
     (3, 2, "sched_wakeup", OpKind::Point, "wake-up; pid/tid = waker, arg1 = woken pid, arg2 = woken tid, cpu = target CPU"),
     (3, 3, "mm_page_alloc", OpKind::Point, "page allocation; arg0 = bytes (4096 << order)"),
@@ -283,6 +312,21 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (8, 3, "graph_instantiate", OpKind::GpuCall, "cudaGraphInstantiate"),
     (8, 4, "cudaGraphLaunch", OpKind::GpuCall, "cudaGraphLaunch; arg0 = graph exec handle, arg2 = stream"),
     (8, 5, "cuGraphLaunch", OpKind::GpuCall, "driver graph launch; arg0 = graph exec handle, arg2 = stream"),
+    (9, 1, "ncclAllReduce", OpKind::GpuCall, "all-reduce enqueued on a stream (returns before the data moves: the wait shows in a later synchronize); arg0 = bytes, arg1 = elements, arg2 = stream; communicator, rank, sequence, datatype and op in nccl_calls"),
+    (9, 2, "ncclAllGather", OpKind::GpuCall, "all-gather enqueued on a stream; arg0 = bytes received (send count * size * ranks), arg1 = elements sent, arg2 = stream"),
+    (9, 3, "ncclReduceScatter", OpKind::GpuCall, "reduce-scatter enqueued on a stream; arg0 = bytes sent (receive count * size * ranks), arg1 = elements received, arg2 = stream"),
+    (9, 4, "ncclBroadcast", OpKind::GpuCall, "broadcast enqueued on a stream; arg0 = bytes, arg1 = elements, arg2 = stream; root in nccl_calls.peer"),
+    (9, 5, "ncclReduce", OpKind::GpuCall, "reduce enqueued on a stream; arg0 = bytes, arg1 = elements, arg2 = stream; root in nccl_calls.peer"),
+    (9, 6, "ncclSend", OpKind::GpuCall, "point-to-point send enqueued on a stream; arg0 = bytes, arg1 = elements, arg2 = stream; peer in nccl_calls.peer"),
+    (9, 7, "ncclRecv", OpKind::GpuCall, "point-to-point receive enqueued on a stream; arg0 = bytes, arg1 = elements, arg2 = stream; peer in nccl_calls.peer"),
+    (9, 8, "ncclGroupStart", OpKind::GpuCall, "opens a group: the calls up to ncclGroupEnd are launched together"),
+    (9, 9, "ncclGroupEnd", OpKind::GpuCall, "closes a group and launches its calls"),
+    (9, 10, "ncclCommInitRank", OpKind::GpuCall, "communicator creation (ncclCommInitRank / ncclCommInitRankConfig), blocks until every rank joined; arg1 = ranks, arg2 = returned communicator; its hash, rank and device in nccl_calls"),
+    (9, 11, "ncclCommInitAll", OpKind::GpuCall, "one process creates a communicator per device; arg1 = devices, arg2 = the array of returned communicators"),
+    (9, 12, "ncclCommSplit", OpKind::GpuCall, "communicator split (collective over the parent); arg1 = parent communicator, arg2 = returned communicator; color and key in nccl_calls"),
+    (9, 13, "ncclCommDestroy", OpKind::GpuCall, "communicator destruction; arg1 = communicator"),
+    (9, 14, "ncclCommAbort", OpKind::GpuCall, "communicator abort; arg1 = communicator"),
+    (9, 15, "ncclCommFinalize", OpKind::GpuCall, "communicator finalization (flushes outstanding work); arg1 = communicator"),
 ];
 
 fn find(source: u8, op: u16) -> Option<&'static (u8, u16, &'static str, OpKind, &'static str)> {
@@ -351,6 +395,9 @@ pub enum GpuRole {
     Alloc,
     /// Gives memory back.
     Free,
+    /// Queues an NCCL collective or point-to-point transfer: GPU work that completes only when the
+    /// other ranks get there too.
+    Collective,
     /// Everything else (async copies and memsets, event polls, flags, mapping).
     Other,
 }
@@ -372,6 +419,8 @@ pub fn gpu_role(code: OpCode) -> GpuRole {
         CUDA_MALLOC | CUDA_MALLOC_MANAGED | CUDA_MALLOC_ASYNC | CUDA_HOST_ALLOC | CU_MEM_ALLOC
         | CU_MEM_ALLOC_MANAGED | CU_MEM_ALLOC_ASYNC | CU_MEM_CREATE => GpuRole::Alloc,
         CUDA_FREE | CUDA_FREE_ASYNC | CU_MEM_FREE | CU_MEM_FREE_ASYNC | CU_MEM_RELEASE => GpuRole::Free,
+        NCCL_ALL_REDUCE | NCCL_ALL_GATHER | NCCL_REDUCE_SCATTER | NCCL_BROADCAST | NCCL_REDUCE | NCCL_SEND
+        | NCCL_RECV => GpuRole::Collective,
         _ => GpuRole::Other,
     }
 }

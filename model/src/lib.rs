@@ -139,6 +139,88 @@ pub struct LibraryAttach {
     pub note: String,
 }
 
+/// What an NCCL call did, beside its `events` row (source 9): the communicator as every rank knows
+/// it, this rank's place in it, and the collective's sequence number on it. Stored in `nccl_calls`,
+/// keyed like its event by (pid, tid, ts_ns). Every rank calls a communicator's collectives in the
+/// same order, so (`comm_hash`, `seq`) of a collective names the same collective on every rank.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct NcclCall {
+    /// The calling process.
+    pub pid: u32,
+    /// The calling thread.
+    pub tid: u32,
+    /// The call's entry time (its event's `ts_ns`).
+    pub ts_ns: i64,
+    /// The NCCL op ([`codes::op`] `NCCL_*`, source 9).
+    pub op: u16,
+    /// A stable hash of the communicator's unique id, the same on every rank (0: the communicator
+    /// was created before the trace saw it, so it cannot be matched across ranks).
+    pub comm_hash: i64,
+    /// The `ncclComm_t` handle in this process.
+    pub comm: i64,
+    /// This process's rank in the communicator (-1 unknown).
+    pub rank: i32,
+    /// Ranks in the communicator (-1 unknown).
+    pub nranks: i32,
+    /// The collective's sequence number on this communicator in this process, from 1 (point to point:
+    /// the transfer's number between this rank and `peer` in its direction); 0 for other calls.
+    pub seq: i64,
+    /// Elements (send count for all-gather, receive count for reduce-scatter).
+    pub count: i64,
+    /// `ncclDataType_t` (-1 for calls without data).
+    pub datatype: i32,
+    /// `ncclRedOp_t` (-1 for calls without a reduction).
+    pub redop: i32,
+    /// The peer (send / receive), the root (broadcast / reduce), the color (split); -1 otherwise.
+    pub peer: i32,
+    /// The CUDA device of the communicator (-1 unknown).
+    pub device: i32,
+}
+
+impl NcclCall {
+    /// The bytes of one element of an `ncclDataType_t` (0 for an unknown type).
+    pub fn element_bytes(datatype: i32) -> i64 {
+        match datatype {
+            0 | 1 | 10 | 11 => 1,
+            6 | 9 => 2,
+            2 | 3 | 7 => 4,
+            4 | 5 | 8 => 8,
+            _ => 0,
+        }
+    }
+
+    /// The name of an `ncclDataType_t` (`float32`), `type_N` for unknown ones.
+    pub fn datatype_name(datatype: i32) -> std::borrow::Cow<'static, str> {
+        const NAMES: [&str; 12] = [
+            "int8",
+            "uint8",
+            "int32",
+            "uint32",
+            "int64",
+            "uint64",
+            "float16",
+            "float32",
+            "float64",
+            "bfloat16",
+            "float8e4m3",
+            "float8e5m2",
+        ];
+        match usize::try_from(datatype).ok().and_then(|i| NAMES.get(i)) {
+            Some(n) => std::borrow::Cow::Borrowed(n),
+            None => std::borrow::Cow::Owned(format!("type_{datatype}")),
+        }
+    }
+
+    /// The name of an `ncclRedOp_t` (`sum`), `op_N` for unknown ones (user-defined ops included).
+    pub fn redop_name(redop: i32) -> std::borrow::Cow<'static, str> {
+        const NAMES: [&str; 5] = ["sum", "prod", "max", "min", "avg"];
+        match usize::try_from(redop).ok().and_then(|i| NAMES.get(i)) {
+            Some(n) => std::borrow::Cow::Borrowed(n),
+            None => std::borrow::Cow::Owned(format!("op_{redop}")),
+        }
+    }
+}
+
 /// What per-call attribution needs to know about one off-CPU interval of a traced thread.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct SchedDetail {

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SchedDetail, SessionInfo};
+use causeway_model::{
+    Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SchedDetail, SessionInfo,
+};
 
 use crate::error::Result;
 use crate::query::{QueryLimits, QueryResult};
@@ -430,6 +432,9 @@ pub trait TraceStore: Send + Sync {
     /// Every library attachment (`attachments`), by session and then by `attached_at`: what the
     /// trace covers. Empty for traces without the table.
     fn attachments(&self) -> Result<Vec<LibraryAttach>>;
+    /// The NCCL calls (`nccl_calls`) that started in `window`, in time order; empty for traces
+    /// without the table (Ingero DBs, native traces recorded before it).
+    fn nccl_calls(&self, window: &TimeWindow) -> Result<Vec<NcclCall>>;
     /// Run user SQL, read-only, with limits.
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
@@ -476,6 +481,8 @@ pub trait EventSink: Send {
     async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> Result<()>;
     /// Record library attachments of this session (appended, tagged with the session's id).
     async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()>;
+    /// Record what NCCL calls did (their events go through `write_batch`).
+    async fn write_nccl_calls(&mut self, calls: Vec<NcclCall>) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).

@@ -505,6 +505,10 @@ impl TraceStore for DuckDbStore {
         Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
     }
 
+    fn nccl_calls(&self, window: &TimeWindow) -> Result<Vec<causeway_model::NcclCall>> {
+        self.read_nccl_calls(window)
+    }
+
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         crate::guard::run_duckdb(&self.info.path, sql, limits)
     }

@@ -15,7 +15,7 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo};
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
 use crate::conversion::{NativeRow, RowExtra};
@@ -471,6 +471,18 @@ impl EngineWriter for DuckDbWriter {
     fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {
         let rows: Vec<(i64, &LibraryAttach)> = attachments.iter().map(|a| (self.session_id, a)).collect();
         self.insert_attachments_of(rows)
+    }
+
+    /// Append NCCL call details, in one transaction.
+    fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_NCCL_CALL_SQL).map_err(&err)?;
+            for call in calls {
+                st.execute(duckdb::params_from_iter(cuda_tables::nccl_call_params(call))).map_err(&err)?;
+            }
+            Ok(())
+        })
     }
 
     /// Store this session's loss counters (absolute values).

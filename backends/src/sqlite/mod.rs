@@ -7,5 +7,7 @@ pub(crate) mod rows;
 mod writer;
 
 pub use reader::SqliteStore;
-pub(crate) use writer::{insert_attachments, insert_kernel_names, insert_launch_configs, insert_session};
+pub(crate) use writer::{
+    insert_attachments, insert_kernel_names, insert_launch_configs, insert_nccl_calls, insert_session,
+};
 pub use writer::{SqliteSink, SqliteWriter};

@@ -474,6 +474,10 @@ impl TraceStore for SqliteStore {
         Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
     }
 
+    fn nccl_calls(&self, window: &TimeWindow) -> Result<Vec<causeway_model::NcclCall>> {
+        self.read_nccl_calls(window)
+    }
+
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         crate::guard::run_sqlite(&self.uri, sql, limits)
     }

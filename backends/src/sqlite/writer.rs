@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, SessionInfo};
 
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::schema::{self, INDEXES, NATIVE_DDL};
@@ -74,6 +74,15 @@ pub(crate) fn insert_kernel_names(conn: &Connection, names: &[KernelName]) -> ru
     let mut st = conn.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL)?;
     for k in cuda_tables::last_name_per_key(names) {
         st.execute(params_from_iter(cuda_tables::kernel_name_params(k)))?;
+    }
+    Ok(())
+}
+
+/// Append NCCL call details, in the caller's transaction.
+pub(crate) fn insert_nccl_calls(conn: &Connection, calls: &[NcclCall]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_NCCL_CALL_SQL)?;
+    for c in calls {
+        st.execute(params_from_iter(cuda_tables::nccl_call_params(c)))?;
     }
     Ok(())
 }
@@ -232,6 +241,14 @@ impl EngineWriter for SqliteWriter {
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_kernel_names(&tx, names)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Append NCCL call details, in one transaction.
+    fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_nccl_calls(&tx, calls)?;
         tx.commit()?;
         Ok(())
     }

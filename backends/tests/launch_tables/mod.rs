@@ -1,5 +1,5 @@
-//! The conformance tests of `events.launch_config` and the `launch_configs`, `kernel_names` and
-//! `attachments` tables, for every engine (listed in `conformance!`): what a sink writes reads back
+//! The conformance tests of `events.launch_config` and the `launch_configs`, `kernel_names`,
+//! `attachments` and `nccl_calls` tables, for every engine (listed in `conformance!`): what a sink writes reads back
 //! exactly (configurations stored once per key, a later kernel name replacing an earlier one, 0 as
 //! NULL), a trace recorded before them reads as empty and gains them when a session is appended,
 //! `convert` carries them across engines with their sessions, and Ingero DBs have none.
@@ -9,7 +9,8 @@ use std::path::Path;
 use causeway_backends::convert;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach};
+use causeway_model::time::TimeWindow;
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, NcclCall};
 
 use super::{file, rt, session, write_trace, N};
 
@@ -21,6 +22,8 @@ pub struct Fixture {
     /// What `kernel_names()` must return, by (pid, handle).
     pub names: Vec<KernelName>,
     pub attachments: Vec<LibraryAttach>,
+    /// NCCL call details, in time order (written out of order, in two calls).
+    pub nccl: Vec<NcclCall>,
 }
 
 fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
@@ -93,7 +96,29 @@ impl Fixture {
                 note: "runtime statically linked without symbols: only driver calls are visible".into(),
             },
         ];
-        Fixture { configs, name_calls, names, attachments }
+        let nccl_call = |ts_ns: i64, tid: u32, op: OpCode, seq: i64, peer: i32| NcclCall {
+            pid: 4821,
+            tid,
+            ts_ns,
+            op: op.op,
+            comm_hash: -0x1234_5678_9abc_def0,
+            comm: 0x5555_0000_1000,
+            rank: 1,
+            nranks: 8,
+            seq,
+            count: 16 << 20,
+            datatype: 7,
+            redop: if op == op::NCCL_ALL_REDUCE { 0 } else { -1 },
+            peer,
+            device: 1,
+        };
+        let nccl = vec![
+            nccl_call(1_000_000_010, 4821, op::NCCL_COMM_INIT_RANK, 0, -1),
+            nccl_call(1_000_000_500, 4821, op::NCCL_ALL_REDUCE, 1, -1),
+            nccl_call(1_000_000_900, 4822, op::NCCL_SEND, 1, 2),
+            nccl_call(1_000_001_500, 4821, op::NCCL_ALL_REDUCE, 2, -1),
+        ];
+        Fixture { configs, name_calls, names, attachments, nccl }
     }
 
     /// Give three launches in four a configuration (so launches without one stay 0).
@@ -116,6 +141,8 @@ impl Fixture {
         }
         sink.write_attachments(self.attachments[..1].to_vec()).await.unwrap();
         sink.write_attachments(self.attachments[1..].to_vec()).await.unwrap();
+        sink.write_nccl_calls(vec![self.nccl[2].clone(), self.nccl[0].clone()]).await.unwrap();
+        sink.write_nccl_calls(vec![self.nccl[3].clone(), self.nccl[1].clone()]).await.unwrap();
     }
 
     /// The configurations as `launch_configs()` returns them (by key).
@@ -137,6 +164,9 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
     assert_eq!(store.launch_configs().unwrap(), fx.configs_by_key(), "launch configurations, once per key");
     assert_eq!(store.kernel_names().unwrap(), fx.names, "kernel names, the last per (pid, handle)");
     assert_eq!(store.attachments().unwrap(), fx.attachments, "attachments");
+    assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl, "NCCL calls, in time order");
+    let window = TimeWindow { from_ns: Some(1_000_000_500), to_ns: Some(1_000_000_900) };
+    assert_eq!(store.nccl_calls(&window).unwrap(), fx.nccl[1..3], "NCCL calls of a window, both ends included");
     let tagged = all.iter().filter(|s| s.event.launch_config != 0).count();
     assert!(tagged > 100 && tagged < N / 2, "fixture: some launches carry a configuration ({tagged})");
     let null = count(store, "SELECT count(*) FROM events WHERE launch_config IS NULL");
@@ -149,7 +179,7 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
 
 /// Make a trace look recorded before the tables and the column existed.
 fn make_older(path: &Path, b: Engine) {
-    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; \
+    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; \
                ALTER TABLE events DROP COLUMN launch_config;";
     match b {
         Engine::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
@@ -181,9 +211,10 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     make_older(&path, b);
     let store = open_store(&path).unwrap();
     assert!(!store.info().has_column("launch_config"));
-    for t in ["launch_configs", "kernel_names", "attachments"] {
+    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls"] {
         assert!(!store.info().has_table(t), "{t} was dropped");
     }
+    assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.launch_configs().unwrap().is_empty());
     assert!(store.kernel_names().unwrap().is_empty());
     assert!(store.attachments().unwrap().is_empty());
@@ -218,6 +249,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert_eq!(store.launch_configs().unwrap(), fx.configs_by_key());
     assert_eq!(store.kernel_names().unwrap(), fx.names);
     assert_eq!(store.attachments().unwrap(), fx.attachments);
+    assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
     let back = store.events(&EventFilter::default()).unwrap();
     assert_eq!(back.len(), N + 10);
     assert_eq!(back[..N], zeroed(&all)[..], "the older session's events still read as 0");
@@ -231,7 +263,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     let d = store.describe_schema().unwrap();
     let events = d.tables.iter().find(|t| t.name == "events").unwrap();
     assert_eq!(events.columns.last().map(|c| c.name.as_str()), Some("launch_config"), "added last");
-    for t in ["launch_configs", "kernel_names", "attachments"] {
+    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls"] {
         let table = d.tables.iter().find(|x| x.name == t).unwrap_or_else(|| panic!("{t} not described"));
         assert!(!table.meaning.is_empty(), "{t} has a meaning");
         assert!(
@@ -277,8 +309,8 @@ pub fn convert_keeps_them(b: Engine) {
         let out = file(dir.path(), to, &format!("converted-{}", b.name()));
         let report = convert(&path, &out, Some(to), &mut |_, _| {}).unwrap();
         assert_eq!(
-            (report.launch_configs, report.kernel_names, report.attachments),
-            (3, 4, 5),
+            (report.launch_configs, report.kernel_names, report.attachments, report.nccl_calls),
+            (3, 4, 5, 4),
             "{} -> {}",
             b.name(),
             to.name()
@@ -287,6 +319,7 @@ pub fn convert_keeps_them(b: Engine) {
         assert_eq!(conv.events(&EventFilter::default()).unwrap(), events, "{} -> {}: events", b.name(), to.name());
         assert_eq!(conv.launch_configs().unwrap(), src.launch_configs().unwrap());
         assert_eq!(conv.kernel_names().unwrap(), fx.names);
+        assert_eq!(conv.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
         assert_eq!(conv.attachments().unwrap(), src.attachments().unwrap());
         assert_eq!(attachment_sessions(conv.as_ref()), stored, "{} -> {}: attachment sessions", b.name(), to.name());
     }
