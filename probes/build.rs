@@ -29,6 +29,7 @@ fn gen_cuda_probes(dst: &Path) {
         let slot = match p.lib {
             ProbeLib::Runtime => "CW_SLOT_RUNTIME",
             ProbeLib::Driver => "CW_SLOT_DRIVER",
+            ProbeLib::Nccl => "CW_SLOT_NCCL",
         };
         let _ = match p.reads {
             Reads::Call { op, arg0, arg1, arg2, out } => writeln!(
@@ -44,6 +45,22 @@ fn gen_cuda_probes(dst: &Path) {
                 };
                 writeln!(h, "CW_LAUNCH({}, {}, {}, {slot}, {reader})", p.program, op.source, op.op)
             }
+            Reads::Nccl { op, args: a } => writeln!(
+                h,
+                "CW_NCCL({}, {}, ({}), ({}), ({}), ({}), ({}), ({}), ({}), ({}), ({}), {})",
+                p.program,
+                op.op,
+                a.count,
+                a.comm,
+                a.stream,
+                a.out,
+                a.datatype,
+                a.redop,
+                a.peer,
+                a.nranks,
+                a.rank,
+                u8::from(a.hash_id)
+            ),
             Reads::Name(abi) => {
                 let reader = match abi {
                     NameAbi::RegisterFunction => "cw_name_register",

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use crate::cuda_table::{ProbeLib, Reads, CUDA_PROBES};
-use crate::discovery::{self, DiscoveryOptions, FoundLibrary, LibKind};
+use crate::cuda_table::{Reads, CUDA_PROBES};
+use crate::discovery::{self, DiscoveryOptions, FoundLibrary};
 use crate::loader::{LoadOptions, Probes};
 use crate::symbols::ElfSymbols;
 
@@ -25,10 +25,7 @@ pub struct LibraryCoverage {
 
 /// The probe table against one library file.
 pub fn library_coverage(lib: &FoundLibrary) -> LibraryCoverage {
-    let want = match lib.kind {
-        LibKind::Runtime => ProbeLib::Runtime,
-        LibKind::Driver => ProbeLib::Driver,
-    };
+    let want = lib.kind.probes();
     let mut c = LibraryCoverage {
         path: lib.path.display().to_string(),
         launch_symbols: Vec::new(),

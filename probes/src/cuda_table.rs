@@ -1,4 +1,4 @@
-//! The one table of the CUDA functions Causeway probes. Each row names the BPF entry program, the
+//! The one table of the CUDA and NCCL functions Causeway probes. Each row names the BPF entry program, the
 //! library it attaches to, the op code its calls are stored under, the symbols (the primary one
 //! first, then the `_v2` / `_ptsz` / `_ptds` twins that only some builds export) and how the entry
 //! program reads the arguments. This file is compiled twice: into the crate (the loader's symbol
@@ -13,11 +13,12 @@
 use causeway_model::codes::{op, OpCode};
 
 /// The library a probe attaches to. It also picks the in-flight slot of the call: a runtime call
-/// and the driver call it makes run nested on one thread.
+/// and the driver call it makes run nested on one thread, and an NCCL call makes both inside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeLib {
     Runtime,
     Driver,
+    Nccl,
 }
 
 /// The argument layouts of kernel launches; each is a C helper in `ebpf/cuda_common.bpf.h` that
@@ -61,7 +62,41 @@ pub enum Reads {
     Launch { op: OpCode, abi: LaunchAbi },
     /// A name fact (no event).
     Name(NameAbi),
+    /// An NCCL call event (`ebpf/cuda_common.bpf.h` `CW_NCCL`): C expressions for the element count,
+    /// the communicator, the stream, the out-parameter (the communicator an init returns), the
+    /// datatype, the reduction, the peer (root, color), the ranks and the rank (key); `hash_id`
+    /// when the call takes an `ncclUniqueId` by value (on the stack, above the return address).
+    Nccl { op: OpCode, args: NcclArgs },
 }
+
+/// The arguments of an NCCL call, as C expressions ("0" / "-1" where the call has none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclArgs {
+    pub count: &'static str,
+    pub comm: &'static str,
+    pub stream: &'static str,
+    pub out: &'static str,
+    pub datatype: &'static str,
+    pub redop: &'static str,
+    pub peer: &'static str,
+    pub nranks: &'static str,
+    pub rank: &'static str,
+    pub hash_id: bool,
+}
+
+/// No NCCL argument: what each row's [`NcclArgs`] starts from.
+const NO_NCCL_ARGS: NcclArgs = NcclArgs {
+    count: "0",
+    comm: "0",
+    stream: "0",
+    out: "0",
+    datatype: "-1",
+    redop: "-1",
+    peer: "-1",
+    nranks: "-1",
+    rank: "-1",
+    hash_id: false,
+};
 
 /// One probed CUDA function (or family of twins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +115,7 @@ impl CudaProbe {
     /// The op code its calls are stored under (None for name facts).
     pub const fn op(&self) -> Option<OpCode> {
         match self.reads {
-            Reads::Call { op, .. } | Reads::Launch { op, .. } => Some(op),
+            Reads::Call { op, .. } | Reads::Launch { op, .. } | Reads::Nccl { op, .. } => Some(op),
             Reads::Name(_) => None,
         }
     }
@@ -98,6 +133,7 @@ impl CudaProbe {
             (Reads::Launch { .. }, ProbeLib::Driver) => "drv_launch_ret",
             (Reads::Call { .. }, ProbeLib::Runtime) => "rt_ret",
             (Reads::Call { .. }, ProbeLib::Driver) => "drv_ret",
+            (Reads::Nccl { .. }, _) | (_, ProbeLib::Nccl) => "nccl_ret",
         }
     }
 }
@@ -130,6 +166,10 @@ const fn launch(
 
 const fn name(program: &'static str, lib: ProbeLib, symbols: &'static [&'static str], abi: NameAbi) -> CudaProbe {
     CudaProbe { program, lib, symbols, reads: Reads::Name(abi), own_link: false }
+}
+
+const fn nccl(program: &'static str, op: OpCode, symbols: &'static [&'static str], args: NcclArgs) -> CudaProbe {
+    CudaProbe { program, lib: ProbeLib::Nccl, symbols, reads: Reads::Nccl { op, args }, own_link: false }
 }
 
 use ProbeLib::{Driver as D, Runtime as R};
@@ -214,6 +254,7 @@ pub const CUDA_PROBES: &[CudaProbe] = &[
         &["cudaStreamWaitEvent", "cudaStreamWaitEvent_ptsz"],
         ["P2", "P3", "P1", "0"],
     ),
+    call("rt_set_device", R, op::CUDA_SET_DEVICE, &["cudaSetDevice"], ["P1", "0", "0", "0"]),
     call("rt_set_device_flags", R, op::CUDA_SET_DEVICE_FLAGS, &["cudaSetDeviceFlags"], ["P1", "0", "0", "0"]),
     // graphs: cudaStreamBeginCapture(stream, mode), cudaStreamEndCapture(stream, cudaGraph_t *out),
     // cudaGraphInstantiate(cudaGraphExec_t *out, graph, flags), cudaGraphLaunch(exec, stream)
@@ -363,4 +404,80 @@ pub const CUDA_PROBES: &[CudaProbe] = &[
     name("nm_module_fn", D, &["cuModuleGetFunction"], NameAbi::ModuleGetFunction),
     name("nm_library_kernel", D, &["cuLibraryGetKernel"], NameAbi::LibraryGetKernel),
     name("nm_kernel_fn", D, &["cuKernelGetFunction"], NameAbi::KernelGetFunction),
+    // ---- NCCL (libnccl.so.2) ----
+    // ncclAllReduce(send, recv, count, datatype, op, comm, stream [sp+8])
+    nccl(
+        "nccl_all_reduce",
+        op::NCCL_ALL_REDUCE,
+        &["ncclAllReduce"],
+        NcclArgs { count: "P3", datatype: "P4", redop: "P5", comm: "P6", stream: "S(1)", ..NO_NCCL_ARGS },
+    ),
+    // ncclAllGather(send, recv, sendcount, datatype, comm, stream)
+    nccl(
+        "nccl_all_gather",
+        op::NCCL_ALL_GATHER,
+        &["ncclAllGather"],
+        NcclArgs { count: "P3", datatype: "P4", comm: "P5", stream: "P6", ..NO_NCCL_ARGS },
+    ),
+    // ncclReduceScatter(send, recv, recvcount, datatype, op, comm, stream [sp+8])
+    nccl(
+        "nccl_reduce_scatter",
+        op::NCCL_REDUCE_SCATTER,
+        &["ncclReduceScatter"],
+        NcclArgs { count: "P3", datatype: "P4", redop: "P5", comm: "P6", stream: "S(1)", ..NO_NCCL_ARGS },
+    ),
+    // ncclBroadcast(send, recv, count, datatype, root, comm, stream [sp+8])
+    nccl(
+        "nccl_broadcast",
+        op::NCCL_BROADCAST,
+        &["ncclBroadcast"],
+        NcclArgs { count: "P3", datatype: "P4", peer: "P5", comm: "P6", stream: "S(1)", ..NO_NCCL_ARGS },
+    ),
+    // ncclReduce(send, recv, count, datatype, op, root, comm [sp+8], stream [sp+16])
+    nccl(
+        "nccl_reduce",
+        op::NCCL_REDUCE,
+        &["ncclReduce"],
+        NcclArgs { count: "P3", datatype: "P4", redop: "P5", peer: "P6", comm: "S(1)", stream: "S(2)", ..NO_NCCL_ARGS },
+    ),
+    // ncclSend(send, count, datatype, peer, comm, stream) / ncclRecv(recv, count, datatype, peer, comm, stream)
+    nccl(
+        "nccl_send",
+        op::NCCL_SEND,
+        &["ncclSend"],
+        NcclArgs { count: "P2", datatype: "P3", peer: "P4", comm: "P5", stream: "P6", ..NO_NCCL_ARGS },
+    ),
+    nccl(
+        "nccl_recv",
+        op::NCCL_RECV,
+        &["ncclRecv"],
+        NcclArgs { count: "P2", datatype: "P3", peer: "P4", comm: "P5", stream: "P6", ..NO_NCCL_ARGS },
+    ),
+    nccl("nccl_group_start", op::NCCL_GROUP_START, &["ncclGroupStart"], NO_NCCL_ARGS),
+    nccl("nccl_group_end", op::NCCL_GROUP_END, &["ncclGroupEnd"], NO_NCCL_ARGS),
+    // ncclCommInitRank(comm *out, nranks, ncclUniqueId id [by value, on the stack], rank) and
+    // ncclCommInitRankConfig(..., rank, config): the same registers
+    nccl(
+        "nccl_init_rank",
+        op::NCCL_COMM_INIT_RANK,
+        &["ncclCommInitRank", "ncclCommInitRankConfig"],
+        NcclArgs { out: "P1", nranks: "P2", rank: "P3", hash_id: true, ..NO_NCCL_ARGS },
+    ),
+    // ncclCommInitAll(comm *comms, ndev, const int *devlist): arg2 = the array (read in user space)
+    nccl(
+        "nccl_init_all",
+        op::NCCL_COMM_INIT_ALL,
+        &["ncclCommInitAll"],
+        NcclArgs { stream: "P1", nranks: "P2", count: "P3", ..NO_NCCL_ARGS },
+    ),
+    // ncclCommSplit(comm, color, key, comm *newcomm, config)
+    nccl(
+        "nccl_comm_split",
+        op::NCCL_COMM_SPLIT,
+        &["ncclCommSplit"],
+        NcclArgs { comm: "P1", peer: "P2", rank: "P3", out: "P4", ..NO_NCCL_ARGS },
+    ),
+    nccl("nccl_comm_destroy", op::NCCL_COMM_DESTROY, &["ncclCommDestroy"], NcclArgs { comm: "P1", ..NO_NCCL_ARGS }),
+    nccl("nccl_comm_abort", op::NCCL_COMM_ABORT, &["ncclCommAbort"], NcclArgs { comm: "P1", ..NO_NCCL_ARGS }),
+    nccl("nccl_comm_finalize", op::NCCL_COMM_FINALIZE, &["ncclCommFinalize"], NcclArgs { comm: "P1", ..NO_NCCL_ARGS }),
 ];

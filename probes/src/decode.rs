@@ -33,7 +33,9 @@ pub fn mono_to_realtime_offset() -> i64 {
 /// (they come from the CUDA libraries), the scheduler and process records to 3.
 pub fn loss_source(buf: &[u8]) -> u8 {
     match buf.first() {
-        Some(&wire::REC_CALL) | Some(&wire::REC_LAUNCH) => buf.get(1).copied().filter(|s| *s < 16).unwrap_or(1),
+        Some(&wire::REC_CALL) | Some(&wire::REC_LAUNCH) | Some(&wire::REC_NCCL) => {
+            buf.get(1).copied().filter(|s| *s < 16).unwrap_or(1)
+        }
         Some(&wire::REC_BLOCK) => 5,
         Some(&wire::REC_NAME) => 1,
         _ => 3,
@@ -104,6 +106,7 @@ impl Decoder {
         let event = match rec {
             Record::Call(c) => self.call(c, 0),
             Record::Launch(c, cfg) => self.call(c, cfg.to_model().key()),
+            Record::Nccl(c, _) => self.call(c, 0),
             Record::Name(_) | Record::Dl(_) | Record::PyCode(_) => return None,
             Record::Switch(mut s) => {
                 s.comm = self.comm_of(s.tid, std::mem::take(&mut s.comm));

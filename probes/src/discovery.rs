@@ -33,6 +33,28 @@ pub enum LibKind {
     Runtime,
     /// libcuda: the CUDA driver API.
     Driver,
+    /// libnccl: NCCL collectives (system installs, `nvidia-nccl-cu12` / `-cu13` wheels).
+    Nccl,
+}
+
+impl LibKind {
+    /// The probes of the table (`cuda_table.rs`) that attach to a library of this kind.
+    pub fn probes(self) -> crate::cuda_table::ProbeLib {
+        match self {
+            LibKind::Runtime => crate::cuda_table::ProbeLib::Runtime,
+            LibKind::Driver => crate::cuda_table::ProbeLib::Driver,
+            LibKind::Nccl => crate::cuda_table::ProbeLib::Nccl,
+        }
+    }
+
+    /// How `attachments.kind` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LibKind::Runtime => "runtime",
+            LibKind::Driver => "driver",
+            LibKind::Nccl => "nccl",
+        }
+    }
 }
 
 /// A library found on this host.
@@ -47,12 +69,13 @@ pub struct FoundLibrary {
     pub how: String,
 }
 
-/// The kind of a CUDA library, from its file name: `libcudart.so.12.4.127`, `libcuda.so.1`, and the
+/// The kind of a CUDA library, from its file name: `libcudart.so.12.4.127`, `libcuda.so.1`,
+/// `libnccl.so.2.27.3`, and the
 /// auditwheel-renamed copies `libcudart-<8 hex>.so[.N...]` / `libcuda-<8 hex>.so[.N...]` that
 /// LibTorch and older torch wheels ship (`libcudart-8774224f.so.12`, `libcudart-d0da41ae.so.11.0`).
 pub fn classify(path: &Path) -> Option<LibKind> {
     let name = path.file_name()?.to_str()?;
-    for (stem, kind) in [("libcudart", LibKind::Runtime), ("libcuda", LibKind::Driver)] {
+    for (stem, kind) in [("libcudart", LibKind::Runtime), ("libcuda", LibKind::Driver), ("libnccl", LibKind::Nccl)] {
         let Some(rest) = name.strip_prefix(stem) else {
             continue;
         };
@@ -77,6 +100,7 @@ pub fn classify(path: &Path) -> Option<LibKind> {
 /// Functions whose definition makes a file the CUDA runtime, or the CUDA driver.
 const RUNTIME_MARKS: [&str; 2] = ["cudaLaunchKernel", "cudaMalloc"];
 const DRIVER_MARKS: [&str; 2] = ["cuLaunchKernel", "cuInit"];
+const NCCL_MARKS: [&str; 2] = ["ncclAllReduce", "ncclCommInitRank"];
 
 /// The kind of any file: by its name when that says (see [`classify`]), else by the functions the
 /// ELF file defines (`.dynsym` or `.symtab`, local ones included): `cudaLaunchKernel` or
@@ -89,7 +113,7 @@ pub fn classify_file(path: &Path) -> anyhow::Result<LibKind> {
     if let Some(kind) = classify(path) {
         return Ok(kind);
     }
-    let wanted: Vec<&str> = RUNTIME_MARKS.iter().chain(&DRIVER_MARKS).copied().collect();
+    let wanted: Vec<&str> = RUNTIME_MARKS.iter().chain(&DRIVER_MARKS).chain(&NCCL_MARKS).copied().collect();
     let defined = crate::symbols::defined_functions(path, &wanted)
         .with_context(|| format!("{}: not a readable ELF file", path.display()))?;
     let defines = |marks: &[&str]| marks.iter().any(|m| defined.iter().any(|d| d == m));
@@ -97,12 +121,15 @@ pub fn classify_file(path: &Path) -> anyhow::Result<LibKind> {
         Ok(LibKind::Runtime)
     } else if defines(&DRIVER_MARKS) {
         Ok(LibKind::Driver)
+    } else if defines(&NCCL_MARKS) {
+        Ok(LibKind::Nccl)
     } else {
         anyhow::bail!(
-            "{} defines neither the CUDA runtime's symbols ({}) nor the driver's ({})",
+            "{} defines none of the CUDA runtime's symbols ({}), the driver's ({}) or NCCL's ({})",
             path.display(),
             RUNTIME_MARKS.join(", "),
-            DRIVER_MARKS.join(", ")
+            DRIVER_MARKS.join(", "),
+            NCCL_MARKS.join(", ")
         )
     }
 }
@@ -323,15 +350,18 @@ pub fn site_packages_of_program(program: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The CUDA libraries of one site-packages directory: `nvidia/*/lib/libcud*` (CUDA 12 wheels'
-/// `nvidia/cuda_runtime/lib/libcudart.so.12`, CUDA 13 wheels' `nvidia/cu13/lib/libcudart.so.13`)
-/// and the copies a torch wheel carries in `torch/lib` (`libcudart-8774224f.so.12`).
+/// The CUDA libraries of one site-packages directory: `nvidia/*/lib/libcud*` and `libnccl*` (CUDA
+/// 12 wheels' `nvidia/cuda_runtime/lib/libcudart.so.12`, CUDA 13 wheels'
+/// `nvidia/cu13/lib/libcudart.so.13`, `nvidia/nccl/lib/libnccl.so.2` of `nvidia-nccl-cu12` /
+/// `-cu13`) and the copies a torch wheel carries in `torch/lib` (`libcudart-8774224f.so.12`).
 pub fn wheel_libs(site: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = children(&site.join("nvidia"), "").into_iter().map(|pkg| pkg.join("lib")).collect();
     dirs.push(site.join("torch/lib"));
     let mut v = Vec::new();
     for dir in dirs {
-        v.extend(children(&dir, "libcud").into_iter().filter(|f| classify(f).is_some()));
+        for prefix in ["libcud", "libnccl"] {
+            v.extend(children(&dir, prefix).into_iter().filter(|f| classify(f).is_some()));
+        }
     }
     v
 }
@@ -356,6 +386,10 @@ mod tests {
             ("libcudart-5e1c0ffe.so.13", Some(LibKind::Runtime)),
             ("libcudart-5e1c0ffe.so", Some(LibKind::Runtime)),
             ("libcuda-0123abcd.so.1", Some(LibKind::Driver)),
+            ("libnccl.so.2", Some(LibKind::Nccl)),
+            ("libnccl.so.2.27.3", Some(LibKind::Nccl)),
+            ("libnccl.so", Some(LibKind::Nccl)),
+            ("libnccl-net.so", None),
             ("libcudart_static.a", None),
             ("libcudart-xyz.so.12", None),
             ("libcudart-8774224g.so.12", None),
@@ -385,9 +419,11 @@ mod tests {
         assert_eq!(classify_file(&p("shim.so")).unwrap(), LibKind::Runtime);
         compile("int cuInit(unsigned f) { return (int)f; }\n", &p("drv.so"), &["-shared", "-fPIC"]);
         assert_eq!(classify_file(&p("drv.so")).unwrap(), LibKind::Driver);
+        compile("int ncclAllReduce(void *s) { return s != 0; }\n", &p("collectives.so"), &["-shared", "-fPIC"]);
+        assert_eq!(classify_file(&p("collectives.so")).unwrap(), LibKind::Nccl);
         compile("int cublasCreate_v2(void *h) { return h != 0; }\n", &p("other.so"), &["-shared", "-fPIC"]);
         let e = format!("{:#}", classify_file(&p("other.so")).unwrap_err());
-        assert!(e.contains("defines neither") && e.contains("other.so"), "{e}");
+        assert!(e.contains("defines none of") && e.contains("other.so"), "{e}");
         // not ELF, cut short, missing, a directory: errors naming the file, no panic
         std::fs::write(p("notes.txt"), b"cudaLaunchKernel cuInit").unwrap();
         let bytes = std::fs::read(p("drv.so")).unwrap();

@@ -26,6 +26,7 @@ mod kernels;
 mod libraries;
 mod loader;
 mod multi;
+mod nccl;
 mod process;
 mod python;
 mod rings;

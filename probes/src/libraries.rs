@@ -56,13 +56,6 @@ fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
-fn kind_name(k: LibKind) -> &'static str {
-    match k {
-        LibKind::Runtime => "runtime",
-        LibKind::Driver => "driver",
-    }
-}
-
 impl LibraryTracker {
     /// Attach every `--cuda-lib` file (a directory: the CUDA libraries in it). A file that is not a
     /// CUDA library, or cannot be read, is an error: a library the user named is never dropped.
@@ -226,6 +219,7 @@ impl LibraryTracker {
         match kind {
             LibKind::Runtime => p.runtime = true,
             LibKind::Driver => p.driver = true,
+            LibKind::Nccl => {}
         }
         if let Some(e) = self.explicit.get_mut(&id) {
             e.1 = true;
@@ -234,7 +228,7 @@ impl LibraryTracker {
         self.rows.push(LibraryAttach {
             pid,
             path: shown.display().to_string(),
-            kind: if how == "static" { "runtime_static".into() } else { kind_name(kind).into() },
+            kind: if how == "static" { "runtime_static".into() } else { kind.name().into() },
             how: if attached_before { format!("{how} (probes already in place)") } else { how.to_string() },
             attached_at_ns: now_ns(),
             // probes placed earlier for another process cover this one from its first call

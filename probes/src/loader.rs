@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use aya::maps::Map;
 
-use crate::cuda_table::{ProbeLib, CUDA_PROBES};
+use crate::cuda_table::CUDA_PROBES;
 use crate::discovery::{FoundLibrary, LibKind};
 use crate::symbols::ElfSymbols;
 use crate::wire::cnt;
@@ -50,7 +50,7 @@ pub struct Pages {
 unsafe impl aya::Pod for Pages {}
 
 /// The return programs of `ebpf/cuda_probes.bpf.c` (see `CudaProbe::return_program`).
-const RETURN_PROGRAMS: [&str; 5] = ["rt_ret", "drv_ret", "rt_launch_ret", "drv_launch_ret", "nm_ret"];
+const RETURN_PROGRAMS: [&str; 6] = ["rt_ret", "drv_ret", "rt_launch_ret", "drv_launch_ret", "nm_ret", "nccl_ret"];
 
 /// The programs of the uprobe_multi path: `cw_entry` dispatches most symbols by their cookie; the
 /// rows with a link of their own (the launches) skip that helper call and switch; the return
@@ -327,10 +327,7 @@ impl Probes {
             return Ok(0);
         }
         let syms = ElfSymbols::load(&lib.path)?;
-        let want = match lib.kind {
-            LibKind::Runtime => ProbeLib::Runtime,
-            LibKind::Driver => ProbeLib::Driver,
-        };
+        let want = lib.kind.probes();
         let mut done = AttachedLib {
             path: lib.path.clone(),
             file_id: id,

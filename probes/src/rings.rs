@@ -12,6 +12,7 @@ use causeway_model::Event;
 
 use crate::decode::{loss_source, stack_hash, Decoder};
 use crate::loader::{Probes, Rings};
+use crate::nccl::NcclTracker;
 use crate::python::{PyCodes, PyStack};
 use crate::wire::{self, cnt};
 
@@ -25,6 +26,8 @@ pub(crate) struct Msg {
     pub launch_configs: Vec<causeway_model::LaunchConfig>,
     /// kernel-name facts
     pub names: Vec<wire::NameRec>,
+    /// what the batch's NCCL calls did (`nccl_calls`)
+    pub nccl: Vec<causeway_model::NcclCall>,
 }
 
 /// A stack not sent before: its hash, the process, the native instruction pointers (innermost
@@ -105,6 +108,7 @@ pub(crate) fn read_rings(
 ) {
     use std::os::fd::AsRawFd;
     let mut decoder = Decoder::new();
+    let mut nccl = NcclTracker::default();
     let mut seen_stacks: HashSet<i64> = HashSet::new();
     let mut py_codes = PyCodes::default();
     let mut seen_configs: HashSet<i64> = HashSet::new();
@@ -159,7 +163,7 @@ pub(crate) fn read_rings(
                         }
                         Some(c)
                     }
-                    wire::Record::Call(c) => Some(c),
+                    wire::Record::Call(c) | wire::Record::Nccl(c, _) => Some(c),
                     wire::Record::PyCode(p) => {
                         py_codes.add(p.clone());
                         continue;
@@ -192,9 +196,20 @@ pub(crate) fn read_rings(
                         stack = Some(h);
                     }
                 }
+                let nccl_args = match &rec {
+                    wire::Record::Nccl(_, a) => Some(*a),
+                    _ => None,
+                };
                 if let Some(mut e) = decoder.event(rec) {
                     if let Some(h) = stack {
                         e.stack_hash = h;
+                    }
+                    match nccl_args {
+                        Some(a) => batch.nccl.push(nccl.call(&mut e, &a, &mut read_process_words)),
+                        None => nccl.observe(&e),
+                    }
+                    if op::PROCESS_EXIT.is(e.source, e.op) && e.pid == e.tid {
+                        nccl.forget(e.pid);
                     }
                     batch.events.push(e);
                 }
@@ -217,6 +232,15 @@ pub(crate) fn read_rings(
             return;
         }
     }
+}
+
+/// `n` 8-byte words at `addr` of another process's memory.
+fn read_process_words(pid: u32, addr: u64, n: usize) -> Option<Vec<i64>> {
+    use std::os::unix::fs::FileExt;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut buf = vec![0u8; n * 8];
+    mem.read_exact_at(&mut buf, addr).ok()?;
+    Some(buf.chunks_exact(8).map(|w| i64::from_ne_bytes(w.try_into().unwrap_or_default())).collect())
 }
 
 /// A NUL-terminated string of at most `max` bytes from another process's memory (page faults are

@@ -211,6 +211,11 @@ impl<'o> Running<'o> {
         } else {
             self.sink.write_batch(msg.events).await.is_ok()
         };
+        if ok && !msg.nccl.is_empty() {
+            let n = msg.nccl.len();
+            let written = self.sink.write_nccl_calls(std::mem::take(&mut msg.nccl)).await;
+            self.report.check_write("nccl_calls", n, written);
+        }
         if ok {
             self.report.events_written += n;
             for ((s, o), k) in codes {

@@ -11,6 +11,7 @@ pub const REC_LAUNCH: u8 = 6;
 pub const REC_NAME: u8 = 7;
 pub const REC_DL: u8 = 8;
 pub const REC_PY_CODE: u8 = 9;
+pub const REC_NCCL: u8 = 10;
 
 pub const PROC_FORK: u8 = 1;
 pub const PROC_EXEC: u8 = 2;
@@ -55,6 +56,22 @@ pub struct CallRec {
     /// Key of the call's Python stack in `cw_py_stacks` (0: none).
     pub py_stack: u32,
     pub comm: String,
+}
+
+/// `struct cw_nccl_args`: what an NCCL call says beside its [`CallRec`] (whose `arg0` is the element
+/// count, `arg1` the communicator and `arg2` the stream, or the communicator an init returned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclArgs {
+    /// FNV-1a over the `ncclUniqueId`'s 16 words (ncclCommInitRank*); 0 otherwise.
+    pub id_hash: u64,
+    pub datatype: i32,
+    pub redop: i32,
+    /// Peer (send / receive), root (broadcast / reduce) or color (split); -1 otherwise.
+    pub peer: i32,
+    /// Ranks (init; InitAll: devices); -1 otherwise.
+    pub nranks: i32,
+    /// This rank (init) or the key (split); -1 otherwise.
+    pub rank: i32,
 }
 
 /// `struct cw_launch_cfg`: grid, block, dynamic shared memory, cluster (0: none set at the launch).
@@ -178,6 +195,8 @@ pub enum Record {
     Call(CallRec),
     /// A kernel launch: the call and its configuration.
     Launch(CallRec, LaunchCfg),
+    /// An NCCL call and its NCCL arguments.
+    Nccl(CallRec, NcclArgs),
     Name(NameRec),
     Dl(DlRec),
     Switch(SwitchRec),
@@ -225,6 +244,7 @@ pub const WAKEUP_SIZE: usize = 48;
 pub const PROC_SIZE: usize = 56;
 pub const BLOCK_SIZE: usize = 64;
 pub const LAUNCH_SIZE: usize = 128;
+pub const NCCL_SIZE: usize = 120;
 /// CW_NAME_MAX in causeway.h.
 pub const NAME_MAX: usize = 1024;
 pub const NAME_SIZE: usize = 32 + NAME_MAX;
@@ -333,6 +353,17 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
                 cluster: [dims[7], dims[8], dims[9]],
             };
             Ok(Record::Launch(call, cfg))
+        }
+        REC_NCCL => {
+            need(kind, buf.len(), NCCL_SIZE)?;
+            let call = call_rec(&mut r);
+            let id_hash = r.u64();
+            let mut v = [0i32; 5];
+            for x in &mut v {
+                *x = r.u32() as i32;
+            }
+            let [datatype, redop, peer, nranks, rank] = v;
+            Ok(Record::Nccl(call, NcclArgs { id_hash, datatype, redop, peer, nranks, rank }))
         }
         REC_NAME => {
             need(kind, buf.len(), NAME_SIZE)?;
@@ -510,6 +541,24 @@ mod tests {
         let none = LaunchCfg { cluster: [0; 3], ..cfg }.to_model();
         assert_eq!(none.cluster, [1, 1, 1], "no cluster attribute: clusters of one block");
         assert!(parse(&b[..LAUNCH_SIZE - 1]).is_err());
+    }
+
+    #[test]
+    fn nccl_record_carries_its_arguments() {
+        let mut b = vec![0u8; NCCL_SIZE];
+        b[0] = REC_NCCL;
+        b[1] = 9;
+        b[2..4].copy_from_slice(&10u16.to_ne_bytes());
+        b[8..12].copy_from_slice(&42u32.to_ne_bytes());
+        b[48..56].copy_from_slice(&0x7f00_1234u64.to_ne_bytes());
+        b[88..96].copy_from_slice(&0xfeed_beefu64.to_ne_bytes());
+        for (i, v) in [7i32, 0, -1, 8, 3].iter().enumerate() {
+            b[96 + 4 * i..100 + 4 * i].copy_from_slice(&v.to_ne_bytes());
+        }
+        let Record::Nccl(c, a) = parse(&b).unwrap() else { panic!("not an NCCL call") };
+        assert_eq!((c.source, c.op, c.pid, c.arg2), (9, 10, 42, 0x7f00_1234));
+        assert_eq!(a, NcclArgs { id_hash: 0xfeed_beef, datatype: 7, redop: 0, peer: -1, nranks: 8, rank: 3 });
+        assert!(parse(&b[..NCCL_SIZE - 1]).is_err());
     }
 
     #[test]

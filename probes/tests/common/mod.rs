@@ -35,6 +35,7 @@ pub struct Collected {
     pub launch_configs: BTreeMap<i64, LaunchConfig>,
     pub kernel_names: BTreeMap<(u32, i64), KernelName>,
     pub attachments: Vec<LibraryAttach>,
+    pub nccl_calls: Vec<causeway_model::NcclCall>,
     pub finished: bool,
     /// Refuse every stack and process-name write (a sink whose side tables fail).
     pub refuse_side_writes: bool,
@@ -91,6 +92,10 @@ impl EventSink for MemSink {
     }
     async fn write_attachments(&mut self, rows: Vec<LibraryAttach>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().attachments.extend(rows);
+        Ok(())
+    }
+    async fn write_nccl_calls(&mut self, calls: Vec<causeway_model::NcclCall>) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().nccl_calls.extend(calls);
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
@@ -256,22 +261,24 @@ fn op_lib(code: OpCode) -> Option<causeway_probes::ProbeLib> {
     causeway_probes::CUDA_PROBES.iter().find(|p| p.op() == Some(code)).map(|p| p.lib)
 }
 
-/// Events of `pid` that are not a driver call inside a runtime call of the same thread: what the
-/// program itself called.
+/// Events of `pid` that are not a runtime or driver call inside a call of a library above it (an
+/// NCCL call, a runtime call) on the same thread: what the program itself called.
 pub fn top_level(events: &[Event], pid: u32) -> Vec<&Event> {
     use causeway_probes::ProbeLib;
-    let runtime: Vec<&Event> = events
-        .iter()
-        .filter(|e| e.pid == pid && op_lib(OpCode::new(e.source, e.op)) == Some(ProbeLib::Runtime))
-        .collect();
+    let of = |lib: ProbeLib| -> Vec<&Event> {
+        events.iter().filter(|e| e.pid == pid && op_lib(OpCode::new(e.source, e.op)) == Some(lib)).collect()
+    };
+    let (nccl, runtime) = (of(ProbeLib::Nccl), of(ProbeLib::Runtime));
+    let inside = |outer: &[&Event], e: &Event| {
+        outer.iter().any(|r| r.tid == e.tid && r.ts_ns <= e.ts_ns && e.end_ns() <= r.end_ns())
+    };
     events
         .iter()
         .filter(|e| e.pid == pid)
         .filter(|e| match op_lib(OpCode::new(e.source, e.op)) {
-            Some(ProbeLib::Runtime) => true,
-            Some(ProbeLib::Driver) => {
-                !runtime.iter().any(|r| r.tid == e.tid && r.ts_ns <= e.ts_ns && e.end_ns() <= r.end_ns())
-            }
+            Some(ProbeLib::Nccl) => true,
+            Some(ProbeLib::Runtime) => !inside(&nccl, e),
+            Some(ProbeLib::Driver) => !inside(&runtime, e) && !inside(&nccl, e),
             None => false,
         })
         .collect()
