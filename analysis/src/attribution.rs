@@ -496,7 +496,7 @@ mod tests {
     #[test]
     fn gpu_calls_and_gpu_waits_come_from_the_model() {
         use causeway_model::codes::op;
-        assert_eq!(gpu_call_sources(), &[1, 4, 8]);
+        assert_eq!(gpu_call_sources(), &[1, 4, 8, 9]);
         // The ops that wait for the GPU: every sync and synchronous copy, and nothing that returns at once.
         let waits: Vec<OpCode> =
             codes::OPS.iter().map(|e| OpCode::new(e.0, e.1)).filter(|&c| is_gpu_wait_op(c)).collect();

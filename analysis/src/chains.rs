@@ -9,8 +9,9 @@
 //! "no scheduler data" chains, and unfreed memory are always LOW.
 //!
 //! Ranking: a throughput drop is a symptom, never a cause: it comes after every HIGH or MEDIUM chain
-//! that names a cause and before the LOW ones, whatever its own severity. Otherwise severity first,
-//! then stall time, then the stable key. Ids are `c1`, `c2`, ... in that order
+//! that names a cause and before the LOW ones, whatever its own severity. Otherwise severity first;
+//! within a severity a straggler chain comes first (the other ranks' waits are its effect, and its
+//! own thread's causes are in it); then stall time, then the stable key. Ids are `c1`, `c2`, ... in that order
 //! (stable for the same DB and request); `key` names the chain independently of rank.
 
 use std::collections::BTreeMap;
@@ -62,6 +63,9 @@ pub enum ChainKind {
     AllocatorImbalance,
     /// Many cudaFree calls.
     FreeStorm,
+    /// One rank reached a communicator's NCCL collectives late, again and again: the other ranks
+    /// waited for it.
+    Straggler,
 }
 
 /// One step of a chain's timeline, with real timestamps.
@@ -263,6 +267,7 @@ pub fn rank(chains: &mut [Chain]) {
         group(a)
             .cmp(&group(b))
             .then(a.severity.cmp(&b.severity))
+            .then((b.kind == ChainKind::Straggler).cmp(&(a.kind == ChainKind::Straggler)))
             .then(b.stall_ns.cmp(&a.stall_ns))
             .then(a.key.cmp(&b.key))
     });

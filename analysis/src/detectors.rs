@@ -218,7 +218,7 @@ pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Top
             }
             GpuRole::Alloc => allocs.entry(c.pid).or_default().push(c),
             GpuRole::Free => frees.entry(c.pid).or_default().push(c),
-            GpuRole::SyncCopy | GpuRole::Other => {}
+            GpuRole::SyncCopy | GpuRole::Collective | GpuRole::Other => {}
         }
     }
     let storms = per_thread

@@ -14,6 +14,7 @@
 //! 6. rank, keep the top, attach the stacks behind each kept chain, and [`assemble`] the report,
 //!    every chain with a SQL query that reproduces its headline figure.
 
+mod straggler;
 mod subject;
 mod view;
 
@@ -122,6 +123,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     phase.lap("detector passes");
     chains_out.extend(detector_chains::detector_chains(&view.scope, findings, &found.spans_by_tid, &view.names)?);
     phase.lap("detector chains");
+    chains_out.extend(straggler::straggler_chains(&mut view, &ctx)?);
+    phase.lap("stragglers at NCCL collectives");
 
     if let Some(n) = &ctx.sample_note {
         for c in &mut chains_out {

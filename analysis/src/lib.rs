@@ -15,6 +15,7 @@
 
 mod attribution;
 mod chains;
+mod collectives;
 mod compare;
 mod coverage;
 mod detector_chains;

@@ -60,6 +60,18 @@ pub const DETECTORS: ShareRule = ShareRule {
     medium_ns: NO_FLOOR,
 };
 
+/// A straggler rank at NCCL collectives; the share is of the other ranks' time from their first
+/// collective to their last that they waited for it.
+pub const STRAGGLER: ShareRule = ShareRule {
+    subject: "a straggler rank at NCCL collectives",
+    share_of: "of the other ranks' collective span waited for it",
+    measure: "wait ",
+    high_pct: 10,
+    high_ns: 20 * MS,
+    medium_pct: 3,
+    medium_ns: 5 * MS,
+};
+
 /// A throughput drop: HIGH when the launch rate fell to `high_rate_pct` percent or less and
 /// `high_lost_ns` was lost; MEDIUM from `medium_lost_ns` lost; else LOW.
 #[derive(Debug, Clone, Copy)]
@@ -143,6 +155,7 @@ pub fn rules() -> Vec<String> {
         FEEDING_GAPS.describe(),
         THROUGHPUT_DROP.describe(),
         DETECTORS.describe(),
+        STRAGGLER.describe(),
         ALWAYS_LOW.to_string(),
     ]
 }
@@ -160,6 +173,7 @@ mod tests {
                 "gaps between GPU calls with a host cause: HIGH if share >= 25% of the thread's feeding span and stall >= 100 ms; MEDIUM if share >= 5% and stall >= 10 ms; else LOW",
                 "throughput drop: HIGH if the launch rate fell to <= 25% and >= 1 s was lost; MEDIUM if >= 100 ms was lost; else LOW",
                 "sync storm, allocator latency growth, cudaFree storm: HIGH if share >= 25% of the thread's or process's feeding span and >= 100 ms; MEDIUM if share >= 10%; else LOW",
+                "a straggler rank at NCCL collectives: HIGH if share >= 10% of the other ranks' collective span waited for it and wait >= 20 ms; MEDIUM if share >= 3% and wait >= 5 ms; else LOW",
                 "no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW",
             ]
         );

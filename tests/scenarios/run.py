@@ -5,7 +5,8 @@ the planted cause as the first chain, with the right culprit.
 
     python3 tests/scenarios/run.py [--runs N] [--variants default,alt] [--keep DIR] [NAME ...]
 
-Scenarios: cpu-contention, io-storm, dataloader-starvation, allocator-churn, sync-storm, clean.
+Scenarios: cpu-contention, io-storm, dataloader-starvation, allocator-churn, sync-storm, clean,
+nccl-straggler, nccl-slow-input, nccl-clean (ranks of one NCCL job, one of them late).
 Variants change process names, intensities and pinning, so a pass is not tuned to one setting.
 Needs root (eBPF). Prints one line per run and ends with 'N passed, M failed'; exits non-zero on
 any failure. Only the standard library is used.
@@ -29,10 +30,12 @@ BUILD = os.path.join(HERE, "build")
 VARIANTS = {
     "default": {"cpu": 0, "other_cpu": 1, "hog": "backup-rsync", "hog_threads": 1, "storm": "nightly-backup",
                 "innocent": "log-shipper", "producer_us": 20000, "churn": 60, "iters": 300, "kernel_us": 200, "host_spin_us": 1500,
-                "read_mib": 16, "storm_threads": 2},
+                "read_mib": 16, "storm_threads": 2, "ranks": 2, "straggler": 1, "steps": 60,
+                "late_from": 15, "late_to": 44, "late_us": 6000},
     "alt": {"cpu": 1, "other_cpu": 0, "hog": "spark-executor", "hog_threads": 2, "storm": "pg_dump",
             "innocent": "metrics-agent", "producer_us": 35000, "churn": 90, "iters": 240, "kernel_us": 350,
-            "host_spin_us": 2500, "read_mib": 24, "storm_threads": 3},
+            "host_spin_us": 2500, "read_mib": 24, "storm_threads": 3, "ranks": 2, "straggler": 0, "steps": 50,
+            "late_from": 5, "late_to": 29, "late_us": 9000},
 }
 
 
@@ -85,14 +88,37 @@ def train(v, *extra, iters=None):
     return [os.path.join(MOCK, "train"), "--iters", str(iters), "--kernel-us", str(v["kernel_us"])] + list(extra)
 
 
-# Each scenario: (planted process argvs, workload argv, workload environment, check).
+def nccl_ranks(v, *extra):
+    """One process per rank of an NCCL job (mock-cuda's nccl_ranks, launched like torchrun)."""
+    return [os.path.join(MOCK, "nccl_ranks"), "--ranks", str(v["ranks"]), "--steps", str(v["steps"])] + list(extra)
+
+
+def straggler_args(v, mode):
+    return ["--straggler", str(v["straggler"]), "--late-mode", mode, "--late-from", str(v["late_from"]),
+            "--late-to", str(v["late_to"]), "--late-us", str(v["late_us"])]
+
+
+def rank_pids(out):
+    """{rank: pid} and the hog's pid from what nccl_ranks printed."""
+    ranks, hog = {}, None
+    for line in (out or "").splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0] == "RANK" and f[2] == "PID":
+            ranks[int(f[1])] = int(f[3])
+        elif len(f) == 3 and f[0] == "HOG":
+            hog = int(f[1])
+    return ranks, hog
+
+
+# Each scenario: (planted process argvs, workload argv, workload environment, check); a check gets
+# the explanation, the planted processes, the variant and what the workload printed.
 
 def first(ex):
     chains = ex.get("chains") or []
     return chains[0] if chains else None
 
 
-def check_cpu_contention(ex, planted, v):
+def check_cpu_contention(ex, planted, v, out=None):
     c = first(ex)
     hog = planted[0]
     if not c:
@@ -110,7 +136,7 @@ def check_cpu_contention(ex, planted, v):
     return None
 
 
-def check_io_storm(ex, planted, v):
+def check_io_storm(ex, planted, v, out=None):
     c = first(ex)
     storm = planted[0]
     if not c:
@@ -123,7 +149,7 @@ def check_io_storm(ex, planted, v):
     return None
 
 
-def check_starvation(ex, planted, v):
+def check_starvation(ex, planted, v, out=None):
     c = first(ex)
     if not c:
         return "no chain"
@@ -135,7 +161,7 @@ def check_starvation(ex, planted, v):
     return None
 
 
-def check_allocator(ex, planted, v):
+def check_allocator(ex, planted, v, out=None):
     c = first(ex)
     if not c:
         return "no chain"
@@ -147,7 +173,7 @@ def check_allocator(ex, planted, v):
     return None
 
 
-def check_sync_storm(ex, planted, v):
+def check_sync_storm(ex, planted, v, out=None):
     c = first(ex)
     if not c:
         return "no chain"
@@ -156,18 +182,54 @@ def check_sync_storm(ex, planted, v):
     return None
 
 
-def check_clean(ex, planted, v):
+def check_straggler(cause):
+    def check(ex, planted, v, out=None):
+        c = first(ex)
+        ranks, hog = rank_pids(out)
+        late = ranks.get(v["straggler"])
+        if not c:
+            return "no chain"
+        if c["kind"] != "straggler" or c["pid"] != late:
+            return f"first chain is {c['kind']} of pid {c['pid']}, not the straggler rank {v['straggler']} (pid {late})"
+        if c["severity"] != "HIGH":
+            return f"straggler chain is {c['severity']}: {c['summary']}"
+        if c["cause"] != cause:
+            return f"straggler cause is {c['cause']}, not {cause}: {c['summary']}"
+        if f"rank {v['straggler']} (pid {late}" not in c["summary"]:
+            return f"summary does not name rank {v['straggler']}: {c['summary']}"
+        if cause == "preempted":
+            cul = c.get("culprit") or {}
+            if cul.get("pid") != hog or cul.get("comm") != "nccl-hog":
+                return f"culprit {cul} is not the hog (pid {hog})"
+        # the late collectives are the planted steps (collective n is step n - 1), give or take the
+        # edges of the window
+        planted_steps = v["late_to"] - v["late_from"] + 1
+        if not planted_steps // 2 <= c["calls"] <= planted_steps + 2:
+            return f"{c['calls']} late collectives, {planted_steps} planted: {c['summary']}"
+        return None
+    return check
+
+
+def check_nccl_clean(ex, planted, v, out=None):
+    """Ranks arriving together: no straggler chain above LOW and nothing HIGH of the run's making."""
+    for c in ex.get("chains", []):
+        if c["kind"] == "straggler" and c["severity"] != "LOW":
+            return f"straggler on a clean run: {c['summary']}"
+    return check_clean(ex, [], v, out)
+
+
+def check_clean(ex, planted, v, out=None):
     """A clean run blames nothing the scenario started and raises no HIGH chain of its own making.
     The one HIGH chain a clean run may carry is a true one about the host: the workload preempted
     by a task outside the scenario (a kernel thread such as kdamond, another tenant), which the
     chain names with its pid. The innocent neighbour, the workload itself or the tracer's own
     threads at HIGH is a failure: the first is a false accusation, the others a cause the run
     made up or the tracer's cost passed off as the workload's trouble."""
-    innocent = planted[0]
-    for c in ex.get("chains", []):
-        cul = c.get("culprit") or {}
-        if cul.get("pid") == innocent.pid:
-            return f"innocent {innocent.name} blamed: {c['summary']}"
+    for innocent in planted:
+        for c in ex.get("chains", []):
+            cul = c.get("culprit") or {}
+            if cul.get("pid") == innocent.pid:
+                return f"innocent {innocent.name} blamed: {c['summary']}"
     for c in ex.get("chains", []):
         if c["severity"] != "HIGH":
             continue
@@ -218,6 +280,11 @@ def scenarios(v):
         "clean": (
             [taskset(v["other_cpu"], [hog, "--name", v["innocent"], "--secs", "120"])],
             train(v, *feeding), spin, check_clean),
+        # one rank shares its CPU with a hog the job starts (nccl-hog) during the late steps
+        "nccl-straggler": ([], nccl_ranks(v, *straggler_args(v, "hog")), {}, check_straggler("preempted")),
+        # one rank does more host work itself (a slow input pipeline) during the late steps
+        "nccl-slow-input": ([], nccl_ranks(v, *straggler_args(v, "input")), {}, check_straggler("host_compute")),
+        "nccl-clean": ([], nccl_ranks(v), {}, check_nccl_clean),
     }
 
 
@@ -242,7 +309,7 @@ def run_one(cw, name, variant, keep, shrink=False):
     if e.returncode != 0:
         return f"explain exited {e.returncode}: {e.stderr.strip()[-400:]}", None
     ex = json.loads(e.stdout)
-    err = check(ex, planted, v)
+    err = check(ex, planted, v, t.stdout)
     if keep:
         os.makedirs(keep, exist_ok=True)
         shutil.copy(db, os.path.join(keep, f"{name}-{variant}.db"))

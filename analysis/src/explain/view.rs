@@ -15,7 +15,7 @@ use crate::chains::Chain;
 use crate::evidence::SqlScope;
 use crate::kernels::KernelIndex;
 use crate::spin::SchedPolicies;
-use crate::trace_data::{self, Names};
+use crate::trace_data::{self, Names, Spans};
 use crate::trace_facts;
 use crate::AnalysisError;
 
@@ -106,6 +106,48 @@ impl<'s> TraceView<'s> {
             sample_note: sampled_note(self.store, self.req)?,
             no_off: Vec::new(),
         })
+    }
+
+    /// The NCCL calls in scope (`nccl_calls`), of the request's process only when it names one.
+    pub(super) fn nccl_calls(&self) -> Result<Vec<causeway_model::NcclCall>, AnalysisError> {
+        let mut v = self.store.nccl_calls(&self.req.window)?;
+        // a straggler is found across ranks: a pid filter keeps the ranks that share a
+        // communicator with that process
+        if let Some(pid) = self.req.pid {
+            let comms: BTreeSet<i64> = v.iter().filter(|c| c.pid == pid).map(|c| c.comm_hash).collect();
+            v.retain(|c| comms.contains(&c.comm_hash));
+        }
+        Ok(v)
+    }
+
+    /// The off-CPU intervals of `spans` (threads and their intervals), naming the threads in them.
+    pub(super) fn off_cpu(&mut self, spans: &Spans) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
+        let off = trace_data::load_off_cpu(self.store, spans)?;
+        self.names.resolve_threads(self.store, spans.by_tid.keys().copied())?;
+        Ok(off)
+    }
+
+    /// The ids of the events of NCCL calls, by (pid, tid, ts).
+    pub(super) fn nccl_event_ids(
+        &self,
+        keys: &BTreeSet<(u32, u32, i64)>,
+    ) -> Result<HashMap<(u32, u32, i64), EventId>, AnalysisError> {
+        let mut out = HashMap::new();
+        let (Some(first), Some(last)) = (keys.iter().map(|k| k.2).min(), keys.iter().map(|k| k.2).max()) else {
+            return Ok(out);
+        };
+        let filter = causeway_store::EventFilter {
+            window: causeway_model::time::TimeWindow { from_ns: Some(first), to_ns: Some(last) },
+            sources: Some(vec![causeway_model::codes::Source::Nccl.code()]),
+            ..Default::default()
+        };
+        self.store.scan_events(&filter, &mut |s| {
+            let k = (s.event.pid, s.event.tid, s.event.ts_ns);
+            if keys.contains(&k) {
+                out.insert(k, s.id);
+            }
+        })?;
+        Ok(out)
     }
 
     /// The scheduling policies in force for `pids`, and the host's CPUs.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use causeway_backends::{EventSink, SqliteSink, StackRecord};
 use causeway_model::codes::{op, OpCode};
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, PrevState, SchedDetail, SessionInfo};
+use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, NcclCall, PrevState, SchedDetail, SessionInfo};
 
 pub const MS: i64 = 1_000_000;
 pub const US: i64 = 1_000;
@@ -24,6 +24,7 @@ pub struct Trace {
     pub launch_configs: Vec<LaunchConfig>,
     pub attachments: Vec<LibraryAttach>,
     pub stacks: Vec<StackRecord>,
+    pub nccl: Vec<NcclCall>,
 }
 
 impl Trace {
@@ -138,6 +139,7 @@ impl Trace {
             sink.write_launch_configs(std::mem::take(&mut self.launch_configs)).await.unwrap();
             sink.write_attachments(std::mem::take(&mut self.attachments)).await.unwrap();
             sink.write_stacks(std::mem::take(&mut self.stacks)).await.unwrap();
+            sink.write_nccl_calls(std::mem::take(&mut self.nccl)).await.unwrap();
             let last = self.events.iter().map(|e| e.ts_ns).max().unwrap_or(T0);
             for chunk in self.events.chunks(10_000) {
                 sink.write_batch(chunk.to_vec()).await.unwrap();

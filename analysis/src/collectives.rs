@@ -1,0 +1,288 @@
+//! Stragglers at NCCL collectives, from the `nccl_calls` rows alone (pure; `explain/straggler.rs`
+//! adds what the late rank's thread went through).
+//!
+//! Every rank calls a communicator's collectives in the same order, so (`comm_hash`, `seq`) names
+//! one collective on every rank, and the ranks' entry times into it are comparable (ranks traced on
+//! one host share its clock). A collective completes only when its last rank arrives: the others
+//! wait, on the GPU, from their own entry to the last one's. For each collective the last rank is
+//! **late** by the time between its entry and the entry before it, and the others **waited**
+//! `sum(last entry - their entry)`. A collective counts as late when that lateness is at least
+//! [`LATE_FLOOR_NS`] and at least `1/LATE_PERIOD_DIVISOR` of the communicator's median period (the
+//! nearest-rank median time between consecutive collectives): jitter below that is noise. A rank
+//! that is the late one in [`MIN_LATE`] collectives or more is a straggler of that communicator.
+
+use std::collections::BTreeMap;
+
+use causeway_model::codes::{is_nccl_collective, Source};
+use causeway_model::NcclCall;
+
+use crate::attribution::OpDistribution;
+
+/// Lateness below this is never late (entry jitter of ranks that share a host).
+pub const LATE_FLOOR_NS: i64 = 1_000_000;
+/// Late from this fraction of the communicator's median period between collectives.
+pub const LATE_PERIOD_DIVISOR: i64 = 10;
+/// A rank late this often is a straggler.
+pub const MIN_LATE: usize = 2;
+
+/// One rank's entry into one collective.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    pub pid: u32,
+    pub tid: u32,
+    pub rank: i32,
+    pub ts_ns: i64,
+    /// The entry of this rank's previous collective on the communicator (None for its first).
+    pub prev_ts_ns: Option<i64>,
+}
+
+/// One collective on which a rank was late.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateCollective {
+    pub seq: i64,
+    pub op: u16,
+    /// Elements of the collective (as the late rank passed them).
+    pub count: i64,
+    /// The late rank's entry.
+    pub late: Arrival,
+    /// The other ranks' entries, earliest first.
+    pub others: Vec<Arrival>,
+    /// Late rank's entry minus the entry before it.
+    pub late_ns: i64,
+    /// Sum over the other ranks of (late entry - their entry).
+    pub waited_ns: i64,
+}
+
+/// A rank that reached a communicator's collectives late, again and again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Straggler {
+    pub comm_hash: i64,
+    /// Ranks of the communicator (as its init said; -1 unknown).
+    pub nranks: i32,
+    pub pid: u32,
+    pub tid: u32,
+    pub rank: i32,
+    /// Collectives of the communicator matched across at least two ranks.
+    pub collectives: u64,
+    /// The communicator's median period between collectives (nearest rank).
+    pub period_ns: i64,
+    /// From the first entry to the last entry of the communicator's collectives, per other rank:
+    /// what the waits are a share of.
+    pub others_span_ns: i64,
+    /// Other ranks in the communicator's collectives.
+    pub other_ranks: u32,
+    /// Its late collectives, in sequence order.
+    pub late: Vec<LateCollective>,
+}
+
+impl Straggler {
+    /// What the other ranks waited for it in total.
+    pub fn waited_ns(&self) -> i64 {
+        self.late.iter().map(|l| l.waited_ns).sum()
+    }
+
+    /// The late collectives' sequence numbers as ranges: `#11-#30, #34`.
+    pub fn seq_ranges(&self) -> String {
+        let mut out: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < self.late.len() {
+            let mut j = i;
+            while j + 1 < self.late.len() && self.late[j + 1].seq == self.late[j].seq + 1 {
+                j += 1;
+            }
+            out.push(if i == j {
+                format!("#{}", self.late[i].seq)
+            } else {
+                format!("#{}-#{}", self.late[i].seq, self.late[j].seq)
+            });
+            i = j + 1;
+        }
+        out.join(", ")
+    }
+}
+
+/// The stragglers of every communicator in `calls` (any order), the most waited-for first.
+pub fn find_stragglers(calls: &[NcclCall]) -> Vec<Straggler> {
+    let nccl = Source::Nccl.code();
+    // (comm, seq) -> the ranks' calls
+    let mut instances: BTreeMap<(i64, i64), Vec<&NcclCall>> = BTreeMap::new();
+    for c in calls.iter().filter(|c| c.comm_hash != 0 && c.seq > 0 && is_nccl_collective(nccl, c.op)) {
+        instances.entry((c.comm_hash, c.seq)).or_default().push(c);
+    }
+    let mut by_comm: BTreeMap<i64, Vec<(i64, Vec<&NcclCall>)>> = BTreeMap::new();
+    for ((comm, seq), mut v) in instances {
+        // one entry per process (a process calls a collective once per communicator handle)
+        v.sort_by_key(|c| (c.ts_ns, c.pid, c.tid));
+        v.dedup_by_key(|c| c.pid);
+        if v.len() >= 2 {
+            by_comm.entry(comm).or_default().push((seq, v));
+        }
+    }
+    let mut out = Vec::new();
+    for (comm_hash, instances) in by_comm {
+        out.extend(comm_stragglers(comm_hash, &instances));
+    }
+    out.sort_by(|a, b| b.waited_ns().cmp(&a.waited_ns()).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+/// The stragglers of one communicator: `instances` are (seq, entries earliest first), by seq.
+fn comm_stragglers(comm_hash: i64, instances: &[(i64, Vec<&NcclCall>)]) -> Vec<Straggler> {
+    // the period: between the first entries of consecutive collectives
+    let mut gaps: Vec<i64> = instances
+        .windows(2)
+        .filter(|w| w[1].0 == w[0].0 + 1)
+        .map(|w| w[1].1[0].ts_ns - w[0].1[0].ts_ns)
+        .filter(|g| *g > 0)
+        .collect();
+    let period_ns = if gaps.is_empty() { 0 } else { OpDistribution::from_durations(&mut gaps).p50 };
+    let threshold = LATE_FLOOR_NS.max(period_ns / LATE_PERIOD_DIVISOR);
+    // each rank's entry per seq, for the previous entry
+    let mut entry_of: BTreeMap<(u32, i64), i64> = BTreeMap::new();
+    for (seq, v) in instances {
+        for c in v {
+            entry_of.insert((c.pid, *seq), c.ts_ns);
+        }
+    }
+    let arrival = |c: &NcclCall, seq: i64| Arrival {
+        pid: c.pid,
+        tid: c.tid,
+        rank: c.rank,
+        ts_ns: c.ts_ns,
+        prev_ts_ns: entry_of.get(&(c.pid, seq - 1)).copied(),
+    };
+    let mut late_by_pid: BTreeMap<u32, Vec<LateCollective>> = BTreeMap::new();
+    let mut first_last: BTreeMap<u32, (i64, i64)> = BTreeMap::new();
+    for (seq, v) in instances {
+        for c in v {
+            let e = first_last.entry(c.pid).or_insert((c.ts_ns, c.ts_ns));
+            e.0 = e.0.min(c.ts_ns);
+            e.1 = e.1.max(c.ts_ns);
+        }
+        let (last, before) = (v[v.len() - 1], v[v.len() - 2]);
+        let late_ns = last.ts_ns - before.ts_ns;
+        if late_ns < threshold {
+            continue;
+        }
+        let others: Vec<Arrival> = v[..v.len() - 1].iter().map(|c| arrival(c, *seq)).collect();
+        let waited_ns = others.iter().map(|o| last.ts_ns - o.ts_ns).sum();
+        late_by_pid.entry(last.pid).or_default().push(LateCollective {
+            seq: *seq,
+            op: last.op,
+            count: last.count,
+            late: arrival(last, *seq),
+            others,
+            late_ns,
+            waited_ns,
+        });
+    }
+    let ranks = first_last.len() as u32;
+    late_by_pid
+        .into_iter()
+        .filter(|(_, late)| late.len() >= MIN_LATE)
+        .map(|(pid, late)| {
+            let others_span_ns =
+                first_last.iter().filter(|(p, _)| **p != pid).map(|(_, (a, b))| b - a).sum::<i64>().max(1);
+            let first = &late[0].late;
+            let nranks = instances.iter().flat_map(|(_, v)| v.iter()).find(|c| c.pid == pid).map_or(-1, |c| c.nranks);
+            Straggler {
+                comm_hash,
+                nranks,
+                pid,
+                tid: first.tid,
+                rank: first.rank,
+                collectives: instances.len() as u64,
+                period_ns,
+                others_span_ns,
+                other_ranks: ranks.saturating_sub(1),
+                late,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use causeway_model::codes::op;
+
+    const MS: i64 = 1_000_000;
+
+    fn call(pid: u32, rank: i32, seq: i64, ts_ns: i64) -> NcclCall {
+        NcclCall {
+            pid,
+            tid: pid,
+            ts_ns,
+            op: op::NCCL_ALL_REDUCE.op,
+            comm_hash: 77,
+            comm: 0xc0,
+            rank,
+            nranks: 3,
+            seq,
+            count: 1 << 20,
+            datatype: 7,
+            redop: 0,
+            peer: -1,
+            device: rank,
+        }
+    }
+
+    /// Three ranks, a collective every 10 ms; rank 2 is `late(seq)` ms late.
+    fn run(late: impl Fn(i64) -> i64) -> Vec<NcclCall> {
+        let mut v = Vec::new();
+        for seq in 1..=40 {
+            let t = seq * 10 * MS;
+            v.push(call(100, 0, seq, t));
+            v.push(call(101, 1, seq, t + 100_000));
+            v.push(call(102, 2, seq, t + 200_000 + late(seq) * MS));
+        }
+        v
+    }
+
+    #[test]
+    fn the_late_rank_is_found_with_its_collectives_and_the_others_wait() {
+        let s = find_stragglers(&run(|seq| if (11..=30).contains(&seq) { 8 } else { 0 }));
+        assert_eq!(s.len(), 1, "{s:?}");
+        let s = &s[0];
+        assert_eq!((s.pid, s.rank, s.nranks, s.other_ranks, s.collectives), (102, 2, 3, 2, 40));
+        assert_eq!(s.late.len(), 20);
+        assert_eq!(s.seq_ranges(), "#11-#30");
+        // late by 8.1 ms each after rank 1; rank 0 waited 8.2 ms, rank 1 8.1 ms
+        assert!(s.late.iter().all(|l| l.late_ns == 8 * MS + 100_000));
+        assert_eq!(s.waited_ns(), 20 * (16 * MS + 300_000));
+        assert_eq!(s.late[0].late.prev_ts_ns, Some(10 * 10 * MS + 200_000));
+        assert_eq!(s.late[0].others.iter().map(|a| a.rank).collect::<Vec<_>>(), vec![0, 1]);
+        // the period is the median time between collectives: 10 ms (late ones shift the last rank only)
+        assert_eq!(s.period_ns, 10 * MS);
+    }
+
+    #[test]
+    fn jitter_below_the_threshold_and_a_single_late_collective_are_not_stragglers() {
+        assert!(find_stragglers(&run(|_| 0)).is_empty());
+        // 0.9 ms late every time: under the 1 ms floor
+        let v: Vec<NcclCall> = run(|_| 0)
+            .into_iter()
+            .map(|mut c| {
+                if c.pid == 102 {
+                    c.ts_ns += 700_000;
+                }
+                c
+            })
+            .collect();
+        assert!(find_stragglers(&v).is_empty());
+        // once late: not a straggler
+        assert!(find_stragglers(&run(|seq| if seq == 7 { 20 } else { 0 })).is_empty());
+    }
+
+    #[test]
+    fn unmatched_and_unknown_communicators_are_left_out() {
+        let mut v = run(|seq| if seq > 20 { 5 } else { 0 });
+        for c in &mut v {
+            c.comm_hash = 0;
+        }
+        assert!(find_stragglers(&v).is_empty(), "hash 0: not matched across ranks");
+        // only one rank traced: nothing to compare
+        let one: Vec<NcclCall> = run(|_| 9).into_iter().filter(|c| c.pid == 102).collect();
+        assert!(find_stragglers(&one).is_empty());
+    }
+}

@@ -1,0 +1,299 @@
+//! The straggler stage of `explain`: each rank that reached a communicator's collectives late
+//! (found by [`crate::collectives::find_stragglers`]) becomes a chain that says which rank, in
+//! which collectives, by how much, how long the other ranks waited for it, and what its thread went
+//! through before each late entry that the other ranks' threads did not: each rank's step (from
+//! its previous collective's entry to this one's) is split by cause over its off-CPU intervals,
+//! and the cause with the largest excess over the other ranks' median is the chain's cause.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use causeway_model::codes::{op_name, Source};
+use causeway_model::time::fmt_ns;
+use causeway_model::NcclCall;
+
+use super::view::{Context, TraceView};
+use crate::attribution::{self as attr, Cause, Culprit, Part};
+use crate::chains::{self, Chain, ChainKind, Evidence, TimelineStep};
+use crate::collectives::{self, Straggler};
+use crate::severity;
+use crate::trace_data::Spans;
+use crate::AnalysisError;
+
+/// Timeline steps shown: the worst late collectives, each with every rank's entry.
+const TIMELINE_COLLECTIVES: usize = 3;
+
+/// Per cause (and, for preemptions, the task that took the CPU): ns over a rank's steps.
+type CauseTotals = BTreeMap<(Cause, Option<(u32, u32, String)>), i64>;
+
+fn add_parts(totals: &mut CauseTotals, parts: &[Part]) {
+    for p in parts {
+        let who = if p.cause == Cause::Preempted { p.culprit.clone() } else { None };
+        *totals.entry((p.cause, who)).or_default() += p.ns;
+    }
+}
+
+fn by_cause(t: &CauseTotals) -> BTreeMap<Cause, i64> {
+    let mut m = BTreeMap::new();
+    for ((c, _), ns) in t {
+        *m.entry(*c).or_default() += ns;
+    }
+    m
+}
+
+/// The chains of every straggler in scope (none for traces without NCCL calls).
+pub(super) fn straggler_chains(view: &mut TraceView, ctx: &Context) -> Result<Vec<Chain>, AnalysisError> {
+    let calls = view.nccl_calls()?;
+    let stragglers = collectives::find_stragglers(&calls);
+    if stragglers.is_empty() {
+        return Ok(Vec::new());
+    }
+    // every rank's step before each late collective
+    let mut spans = Spans::default();
+    for s in &stragglers {
+        for l in &s.late {
+            for a in std::iter::once(&l.late).chain(&l.others) {
+                if let Some(prev) = a.prev_ts_ns {
+                    spans.add(a.tid, prev, a.ts_ns);
+                }
+            }
+        }
+    }
+    spans.finish();
+    let off = view.off_cpu(&spans)?;
+    let no_off = Vec::new();
+    let mut keys = BTreeSet::new();
+    for s in &stragglers {
+        for l in worst(s) {
+            keys.extend(std::iter::once(&l.late).chain(&l.others).map(|a| (a.pid, a.tid, a.ts_ns)));
+        }
+    }
+    let ids = view.nccl_event_ids(&keys)?;
+    let mut out = Vec::new();
+    for s in &stragglers {
+        let step_parts = |tid: u32, a: i64, b: i64| {
+            attr::attribute_interval(a, b, off.get(&tid).unwrap_or(&no_off), ctx.coverage_of(tid), Cause::HostCompute)
+        };
+        let mut late_totals = CauseTotals::new();
+        let mut other_totals: BTreeMap<u32, CauseTotals> = BTreeMap::new();
+        let mut steps = 0u64;
+        for l in &s.late {
+            let Some(prev) = l.late.prev_ts_ns else { continue };
+            steps += 1;
+            add_parts(&mut late_totals, &step_parts(l.late.tid, prev, l.late.ts_ns));
+            for o in &l.others {
+                if let Some(op) = o.prev_ts_ns {
+                    add_parts(other_totals.entry(o.pid).or_default(), &step_parts(o.tid, op, o.ts_ns));
+                }
+            }
+        }
+        out.push(chain(view, s, &calls, &late_totals, &other_totals, steps, &ids));
+    }
+    Ok(out)
+}
+
+/// The late collectives shown in the timeline: the longest waits first.
+fn worst(s: &Straggler) -> Vec<&collectives::LateCollective> {
+    let mut v: Vec<_> = s.late.iter().collect();
+    v.sort_by(|a, b| b.waited_ns.cmp(&a.waited_ns).then(a.seq.cmp(&b.seq)));
+    v.truncate(TIMELINE_COLLECTIVES);
+    v
+}
+
+/// The nearest-rank median of the other ranks' totals per cause (0 for a rank without it).
+fn others_median(other_totals: &BTreeMap<u32, CauseTotals>) -> BTreeMap<Cause, i64> {
+    let per_rank: Vec<BTreeMap<Cause, i64>> = other_totals.values().map(by_cause).collect();
+    let causes: BTreeSet<Cause> = per_rank.iter().flat_map(|m| m.keys().copied()).collect();
+    causes
+        .into_iter()
+        .map(|c| {
+            let mut v: Vec<i64> = per_rank.iter().map(|m| m.get(&c).copied().unwrap_or(0)).collect();
+            (c, attr::OpDistribution::from_durations(&mut v).p50)
+        })
+        .collect()
+}
+
+fn rank_words(rank: i32, pid: u32, name: &str) -> String {
+    let who = if name.is_empty() { format!("pid {pid}") } else { format!("pid {pid} {name}") };
+    if rank >= 0 {
+        format!("rank {rank} ({who})")
+    } else {
+        who
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn chain(
+    view: &TraceView,
+    s: &Straggler,
+    calls: &[NcclCall],
+    late_totals: &CauseTotals,
+    other_totals: &BTreeMap<u32, CauseTotals>,
+    steps: u64,
+    ids: &HashMap<(u32, u32, i64), causeway_store::EventId>,
+) -> Chain {
+    let names = &view.names;
+    let op = op_name(Source::Nccl.code(), s.late[0].op).into_owned();
+    let waited = s.waited_ns();
+    let share = waited as f64 / s.others_span_ns as f64;
+    let mut lates: Vec<i64> = s.late.iter().map(|l| l.late_ns).collect();
+    let late_dist = attr::OpDistribution::from_durations(&mut lates);
+    let max_late = s.late.iter().map(|l| l.late_ns).max().unwrap_or(0);
+    let who = rank_words(s.rank, s.pid, &crate::stacks::clean(&names.of(s.pid, s.tid)));
+    let comm = format!("{:016x}", s.comm_hash as u64);
+    let ranks =
+        if s.nranks > 0 { format!("{} ranks", s.nranks) } else { format!("{} ranks traced", s.other_ranks + 1) };
+    // what the late rank's thread went through beyond the other ranks
+    let mine = by_cause(late_totals);
+    let median = others_median(other_totals);
+    let excess = |c: Cause| mine.get(&c).copied().unwrap_or(0) - median.get(&c).copied().unwrap_or(0);
+    let cause = mine
+        .keys()
+        .copied()
+        .filter(|c| c.is_host_cause())
+        .max_by_key(|c| (excess(*c), std::cmp::Reverse(*c)))
+        .filter(|c| excess(*c) > 0)
+        .unwrap_or(Cause::OnCpuOrGpu);
+    let culprit: Option<Culprit> = if cause == Cause::Preempted {
+        late_totals
+            .iter()
+            .filter(|((c, who), _)| *c == Cause::Preempted && who.is_some())
+            .max_by_key(|(_, ns)| **ns)
+            .and_then(|((_, who), _)| who.clone())
+            .map(|(pid, tid, comm)| Culprit {
+                comm: if comm.is_empty() { names.of(pid, tid) } else { comm },
+                pid,
+                tid,
+                role: "took_cpu".into(),
+            })
+    } else {
+        None
+    };
+    let cause_words = match (&culprit, cause) {
+        (Some(c), Cause::Preempted) => format!("preempted by {}", chains::culprit_words(&Some(c.clone()))),
+        _ => format!("in {} ({})", cause.as_str(), cause.describe()),
+    };
+    let per_step = |ns: i64| if steps > 0 { fmt_ns(ns / steps as i64) } else { fmt_ns(0) };
+    let went_through = if cause == Cause::OnCpuOrGpu {
+        "its thread went through nothing the other ranks' threads did not before those collectives".to_string()
+    } else {
+        format!(
+            "before those collectives its thread spent {} ({} per collective more than the other ranks' median) {cause_words}",
+            fmt_ns(mine.get(&cause).copied().unwrap_or(0)),
+            per_step(excess(cause))
+        )
+    };
+    let summary = format!(
+        "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last); {went_through}",
+        s.late.len(),
+        s.collectives,
+        s.seq_ranges(),
+        fmt_ns(late_dist.p50),
+        fmt_ns(max_late),
+        fmt_ns(waited),
+        share * 100.0,
+    );
+    let mut details = vec![
+        format!(
+            "a collective is late when its last rank entered at least max({}, 1/{} of the communicator's median period {}) after the rank before it; entry times are the host calls' (ranks on one host share its clock)",
+            fmt_ns(collectives::LATE_FLOOR_NS),
+            collectives::LATE_PERIOD_DIVISOR,
+            fmt_ns(s.period_ns)
+        ),
+        format!(
+            "NCCL calls enqueue and return: the other ranks' wait is on the GPU and shows up in their next synchronizing call ({} for rank {})",
+            op,
+            s.rank
+        ),
+    ];
+    let mut causes: Vec<(Cause, i64)> = mine.iter().map(|(c, ns)| (*c, *ns)).collect();
+    causes.sort_by_key(|c| std::cmp::Reverse(c.1));
+    let breakdown: Vec<String> = causes
+        .iter()
+        .map(|(c, ns)| {
+            format!("{} {} (others' median {})", c.as_str(), fmt_ns(*ns), fmt_ns(median.get(c).copied().unwrap_or(0)))
+        })
+        .collect();
+    if !breakdown.is_empty() {
+        details
+            .push(format!("the late rank's {steps} steps before its late entries, by cause: {}", breakdown.join(", ")));
+    }
+    if let Some(c) = calls.iter().find(|c| c.pid == s.pid && c.comm_hash == s.comm_hash && c.device >= 0) {
+        details.push(format!("rank {} runs on CUDA device {}", s.rank, c.device));
+    }
+    let mut recommendations = Vec::new();
+    if cause != Cause::OnCpuOrGpu {
+        recommendations.extend(chains::recommendations(ChainKind::FeedingGap, cause, &op, &culprit, s.pid));
+    }
+    if cause == Cause::HostCompute {
+        recommendations.push(format!(
+            "{who} does more host work per step than the other ranks before the collective: check its input pipeline (DataLoader workers, pinned memory, its shard of the data) or what only that rank computes"
+        ));
+    }
+    recommendations.push(format!(
+        "Every rank waits for the slowest at each collective: fix {who} first; the other ranks' long synchronizing calls are its effect, not their own problem"
+    ));
+    let mut timeline = Vec::new();
+    for l in worst(s) {
+        for a in l.others.iter().chain(std::iter::once(&l.late)) {
+            let name = crate::stacks::clean(&names.of(a.pid, a.tid));
+            timeline.push(TimelineStep {
+                ts_ns: a.ts_ns,
+                dur_ns: l.late.ts_ns - a.ts_ns,
+                layer: "NCCL".into(),
+                what: format!(
+                    "{} entered {op} #{}{}",
+                    rank_words(a.rank, a.pid, &name),
+                    l.seq,
+                    if a.pid == s.pid { format!(" {} late", fmt_ns(l.late_ns)) } else { String::new() }
+                ),
+                event_id: ids.get(&(a.pid, a.tid, a.ts_ns)).cloned(),
+            });
+        }
+    }
+    let seqs: Vec<String> = s.late.iter().map(|l| l.seq.to_string()).collect();
+    let sql = format!(
+        "SELECT sum(l.timestamp - o.timestamp) AS value FROM nccl_calls l JOIN nccl_calls o ON o.comm_hash = l.comm_hash AND o.seq = l.seq AND o.op = l.op AND o.pid <> l.pid WHERE l.comm_hash = {} AND l.pid = {} AND l.op = {} AND l.seq IN ({})",
+        s.comm_hash,
+        s.pid,
+        s.late[0].op,
+        seqs.join(", ")
+    );
+    let severity = severity::STRAGGLER.grade(share, waited);
+    Chain {
+        id: String::new(),
+        key: format!("straggler/{op}/{comm}/pid:{}", s.pid),
+        severity,
+        kind: ChainKind::Straggler,
+        op,
+        cause: cause.as_str().into(),
+        cause_text: cause.describe().into(),
+        culprit,
+        pid: s.pid,
+        tid: Some(s.tid),
+        calls: s.late.len() as u64,
+        stall_ns: waited,
+        share,
+        share_of: "of the other ranks' time from their first collective to their last".into(),
+        op_p50_ns: Some(late_dist.p50),
+        op_p99_ns: Some(late_dist.p99),
+        summary,
+        details,
+        cpus: Vec::new(),
+        kernels: Vec::new(),
+        timeline: {
+            timeline.sort_by_key(|t| t.ts_ns);
+            timeline
+        },
+        stacks: Vec::new(),
+        recommendations,
+        evidence: Evidence {
+            event_ids: worst(s)
+                .iter()
+                .filter_map(|l| ids.get(&(l.late.pid, l.late.tid, l.late.ts_ns)).cloned())
+                .collect(),
+            sql,
+            value: waited,
+            unit: "ns".into(),
+        },
+    }
+}
