@@ -17,13 +17,22 @@
  * current one. 1 = spin (busy-poll the GPU's completion counter), 2 = yield (poll with sched_yield),
  * 4 = blocking sync (sleep on a condition variable), 0 = auto: MOCK_CUDA_SYNC decides.
  *
+ * A planted slowdown (MOCK_GPU_THROTTLE, parsed by mock_gpu.h, which the mock NVML reads too): while
+ * the wall clock (CLOCK_REALTIME) is inside a window for an item's device, the item's work runs
+ * `factor` times slower, pro rata for an item that straddles a window's edge (it makes 1/factor of
+ * the progress per ns inside). That is kernels, copies, memsets and graph replays; host functions
+ * (mock NCCL's transfers) and stream waits are not slowed. An item's device is the current device of
+ * the thread that enqueued it: the runtime's cudaSetDevice tells the driver (mockcuSetDevice, a
+ * per-thread value, default 0; cuCtxCreate_v2 sets it to the context's device).
+ *
  * Environment: MOCK_CUDA_KERNEL_US (default kernel duration, default 50), MOCK_CUDA_BW_MBPS (copy
  * bandwidth in MB/s, default 10000), MOCK_CUDA_HEAP_MB (device memory, default 81920), MOCK_CUDA_FRAG,
  * MOCK_CUDA_FRAG_NS (default 200), MOCK_CUDA_SYNC=spin (what auto means: busy-poll like
  * cudaDeviceScheduleSpin, the real runtime's choice when it has fewer contexts than cores; default:
- * block on a condition variable like cudaDeviceScheduleBlockingSync). */
+ * block on a condition variable like cudaDeviceScheduleBlockingSync), MOCK_GPU_THROTTLE (above). */
 #define _GNU_SOURCE
 #include "mock_cuda.h"
+#include "mock_gpu.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -46,10 +55,11 @@ _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig is 56 bytes");
 enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_HANDLE = 400, ILLEGAL_STATE = 401,
        NOT_READY = 600, STREAM_CAPTURE_UNSUPPORTED = 900 };
 
-/* One item of GPU work: `dur` ns of running, after waiting (cuStreamWaitEvent) until `wait_s` has
- * completed `wait_seq` items when `wait_s` is set; a host function (cuLaunchHostFunc) is `fn(arg)`,
- * run by the stream's worker when the stream gets to it, the stream held until it returns. */
-struct qitem { uint64_t dur; struct CUstream_st *wait_s; uint64_t wait_seq; CUhostFn fn; void *arg; };
+/* One item of GPU work: `dur` ns of running (at full speed) on device `dev`, after waiting
+ * (cuStreamWaitEvent) until `wait_s` has completed `wait_seq` items when `wait_s` is set; a host
+ * function (cuLaunchHostFunc) is `fn(arg)`, run by the stream's worker when the stream gets to it,
+ * the stream held until it returns. */
+struct qitem { uint64_t dur; struct CUstream_st *wait_s; uint64_t wait_seq; CUhostFn fn; void *arg; int dev; };
 struct CUgraph_st { uint64_t ns; unsigned nodes; };
 struct CUgraphExec_st { uint64_t ns; unsigned nodes; struct CUgraphExec_st *next; };
 struct CUstream_st {
@@ -73,6 +83,9 @@ static int g_frag, g_auto_spins;
 static unsigned int g_primary_flags; /* cuDevicePrimaryCtxSetFlags_v2 */
 static __thread CUstream t_ptsz;
 static __thread CUcontext t_ctx;     /* cuCtxCreate_v2 makes its context current */
+static __thread int t_dev;           /* the thread's current device (mockcuSetDevice) */
+static struct mock_throttle g_throttle[MOCK_THROTTLE_MAX]; /* MOCK_GPU_THROTTLE */
+static int g_nthrottle;
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -92,6 +105,25 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
     return v && *v ? strtoull(v, NULL, 10) : dflt;
 }
 
+/* The GPU runs `dur` ns of work on device `dev`: slower while a MOCK_GPU_THROTTLE window for it is in
+ * force, pro rata across a window's edges. */
+static void run_work(uint64_t dur, int dev) {
+    if (!g_nthrottle) { sleep_until(now_ns() + dur); return; }
+    double left = (double)dur; /* ns of work at full speed still to do */
+    for (;;) {
+        uint64_t mono = now_ns(), real = mock_unix_ns(), edge;
+        double f = mock_throttle_at(g_throttle, g_nthrottle, dev, real, NULL, &edge);
+        double need = left * f; /* wall ns it takes at the current speed */
+        if (edge == UINT64_MAX || need <= (double)(edge - real)) {
+            sleep_until(mono + (uint64_t)(need + 0.5));
+            return;
+        }
+        sleep_until(mono + (edge - real)); /* up to the edge, then on at the new speed */
+        left -= (double)(edge - real) / f;
+        if (left < 1.0) return;
+    }
+}
+
 static void *stream_worker(void *arg) {
     CUstream s = arg;
     pthread_mutex_lock(&s->mu);
@@ -105,7 +137,7 @@ static void *stream_worker(void *arg) {
             pthread_mutex_unlock(&it.wait_s->mu);
         }
         if (it.fn) it.fn(it.arg); /* cuLaunchHostFunc: the stream waits for the host function */
-        if (it.dur) sleep_until(now_ns() + it.dur); /* the GPU runs the kernel */
+        if (it.dur) run_work(it.dur, it.dev); /* the GPU runs the kernel */
         pthread_mutex_lock(&s->mu);
         __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&s->cv);
@@ -136,8 +168,12 @@ static void init_once(void) {
     g_frag_ns = env_u64("MOCK_CUDA_FRAG_NS", 200);
     const char *sync = getenv("MOCK_CUDA_SYNC");
     g_auto_spins = sync && !strcmp(sync, "spin");
+    g_nthrottle = mock_throttle_parse("mockcuda", g_throttle);
     g_default = stream_new();
 }
+/* The calling thread's current device, which the runtime's cudaSetDevice sets (the driver keys the
+ * planted slowdown by it). */
+API void mockcuSetDevice(int dev) { t_dev = dev; }
 API CUstream mockcuPerThreadStream(void) {
     pthread_once(&g_once, init_once);
     if (!t_ptsz) t_ptsz = stream_new();
@@ -165,6 +201,7 @@ static uint64_t enqueue_item(CUstream s, struct qitem it) {
         return seq;
     }
     while (s->submitted - s->completed >= QCAP) pthread_cond_wait(&s->cv, &s->mu);
+    it.dev = t_dev; /* the device the enqueuing thread has current */
     s->q[s->submitted % QCAP] = it;
     uint64_t seq = ++s->submitted;
     pthread_cond_broadcast(&s->cv);
@@ -421,6 +458,7 @@ API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     c->flags = flags;
     c->dev = dev;
     t_ctx = c; /* a new context is current on the calling thread */
+    t_dev = dev;
     *pctx = c;
     return OK;
 }

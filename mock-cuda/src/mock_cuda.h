@@ -209,6 +209,7 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 /* mock-only controls */
 void mockcuSetKernelNs(const void *func, uint64_t ns); /* simulated duration of one kernel */
 CUstream mockcuPerThreadStream(void);                  /* the per-thread default stream (ptsz) */
+void mockcuSetDevice(int dev); /* the calling thread's current device (cudaSetDevice tells the driver) */
 
 /* ---- runtime API (libcudart.so.12) ---- */
 typedef int cudaError_t;

@@ -223,11 +223,14 @@ API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *u
     return ret(cuLaunchHostFunc(ptsz(s), fn, userData));
 }
 /* The current device is the calling thread's, as in the real runtime (NCCL reads it at init); the
- * mock accepts any device number >= 0 and runs every device's work on its one set of streams. */
+ * mock accepts any device number >= 0 and runs every device's work on its one set of streams. The
+ * driver is told too (mockcuSetDevice, no CUDA call): it slows the work of a device while a planted
+ * MOCK_GPU_THROTTLE window for that device is in force. */
 static __thread int t_device;
 API cudaError_t cudaSetDevice(int device) {
     if (device < 0) return ret(cudaErrorInvalidDevice);
     t_device = device;
+    mockcuSetDevice(device);
     return cudaSuccess;
 }
 API cudaError_t cudaGetDevice(int *device) {
