@@ -1,7 +1,8 @@
 //! The tables beside `events` that the probes fill: `launch_configs` (one row per distinct
 //! [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
 //! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)), `attachments`
-//! ([`LibraryAttach`] per session) and `nccl_calls` ([`NcclCall`] per NCCL call event). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
+//! ([`LibraryAttach`] per session), `nccl_calls` ([`NcclCall`] per NCCL call event) and
+//! `gpu_samples` ([`GpuSample`]s read through NVML). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
 //! what every engine shares: the INSERTs with their parameters as [`SqlParam`]s (each engine binds
 //! them), the SELECTs, and the checked decoding of their rows (a value that does not fit its field
 //! is an error naming the table, never a wrapped number).
@@ -9,7 +10,7 @@
 use std::path::Path;
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{KernelName, LaunchConfig, LibraryAttach, NcclCall};
+use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall};
 
 use crate::schema::SqlParam;
 use crate::{Result, StoreError};
@@ -48,8 +49,78 @@ nranks, seq, count, datatype, redop, peer, device) VALUES (?, ?, ?, ?, ?, ?, ?, 
 const SELECT_NCCL_CALLS_SQL: &str = "SELECT pid, tid, timestamp, op, comm_hash, comm, rank, nranks, seq, count, \
 datatype, redop, peer, device FROM nccl_calls {where} ORDER BY timestamp, pid, tid";
 
-/// [`SELECT_NCCL_CALLS_SQL`] for `window` (bounds are integers: nothing user-written is spliced).
-pub(crate) fn select_nccl_calls_sql(window: &TimeWindow) -> String {
+/// The columns of `gpu_samples`, in table order.
+const GPU_SAMPLE_COLUMNS: &str = "timestamp, gpu, sm_clock_mhz, sm_clock_max_mhz, mem_clock_mhz, throttle_reasons, \
+temperature_c, power_mw, power_limit_mw, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_total_bytes, pcie_tx_kbps, \
+pcie_rx_kbps, nvlink_tx_kib, nvlink_rx_kib, ecc_corrected, ecc_uncorrected";
+
+/// Appends one GPU sample.
+pub(crate) fn insert_gpu_sample_sql() -> String {
+    format!("INSERT INTO gpu_samples ({GPU_SAMPLE_COLUMNS}) VALUES ({})", vec!["?"; 19].join(", "))
+}
+
+/// The GPU samples of a window, by time then GPU.
+pub(crate) fn select_gpu_samples_sql(window: &TimeWindow) -> String {
+    format!("SELECT {GPU_SAMPLE_COLUMNS} FROM gpu_samples {} ORDER BY timestamp, gpu", window_clause(window))
+}
+
+/// The parameters of [`insert_gpu_sample_sql`], in order.
+pub(crate) fn gpu_sample_params(s: &GpuSample) -> [SqlParam<'static>; 19] {
+    let i = |v: i32| SqlParam::Int(i64::from(v));
+    [
+        SqlParam::Int(s.ts_ns),
+        i(s.gpu),
+        i(s.sm_clock_mhz),
+        i(s.sm_clock_max_mhz),
+        i(s.mem_clock_mhz),
+        SqlParam::Int(s.throttle_reasons),
+        i(s.temperature_c),
+        SqlParam::Int(s.power_mw),
+        SqlParam::Int(s.power_limit_mw),
+        i(s.util_gpu_pct),
+        i(s.util_mem_pct),
+        SqlParam::Int(s.mem_used_bytes),
+        SqlParam::Int(s.mem_total_bytes),
+        SqlParam::Int(s.pcie_tx_kbps),
+        SqlParam::Int(s.pcie_rx_kbps),
+        SqlParam::Int(s.nvlink_tx_kib),
+        SqlParam::Int(s.nvlink_rx_kib),
+        SqlParam::Int(s.ecc_corrected),
+        SqlParam::Int(s.ecc_uncorrected),
+    ]
+}
+
+/// A row of [`select_gpu_samples_sql`]: the 32-bit columns must fit.
+pub(crate) fn gpu_sample_from(db: &Path, r: [i64; 19]) -> Result<GpuSample> {
+    let small = |column: &str, v: i64| {
+        i32::try_from(v).map_err(|_| damaged(db, format!("gpu_samples.{column} holds {v}, not a 32-bit value")))
+    };
+    Ok(GpuSample {
+        ts_ns: r[0],
+        gpu: small("gpu", r[1])?,
+        sm_clock_mhz: small("sm_clock_mhz", r[2])?,
+        sm_clock_max_mhz: small("sm_clock_max_mhz", r[3])?,
+        mem_clock_mhz: small("mem_clock_mhz", r[4])?,
+        throttle_reasons: r[5],
+        temperature_c: small("temperature_c", r[6])?,
+        power_mw: r[7],
+        power_limit_mw: r[8],
+        util_gpu_pct: small("util_gpu_pct", r[9])?,
+        util_mem_pct: small("util_mem_pct", r[10])?,
+        mem_used_bytes: r[11],
+        mem_total_bytes: r[12],
+        pcie_tx_kbps: r[13],
+        pcie_rx_kbps: r[14],
+        nvlink_tx_kib: r[15],
+        nvlink_rx_kib: r[16],
+        ecc_corrected: r[17],
+        ecc_uncorrected: r[18],
+    })
+}
+
+/// `WHERE` over `timestamp` for `window`, both ends included (integers: nothing user-written is
+/// spliced); empty for the whole trace.
+fn window_clause(window: &TimeWindow) -> String {
     let mut cond = Vec::new();
     if let Some(from) = window.from_ns {
         cond.push(format!("timestamp >= {from}"));
@@ -57,8 +128,16 @@ pub(crate) fn select_nccl_calls_sql(window: &TimeWindow) -> String {
     if let Some(to) = window.to_ns {
         cond.push(format!("timestamp <= {to}"));
     }
-    let clause = if cond.is_empty() { String::new() } else { format!("WHERE {}", cond.join(" AND ")) };
-    SELECT_NCCL_CALLS_SQL.replace("{where}", &clause)
+    if cond.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", cond.join(" AND "))
+    }
+}
+
+/// [`SELECT_NCCL_CALLS_SQL`] for `window`.
+pub(crate) fn select_nccl_calls_sql(window: &TimeWindow) -> String {
+    SELECT_NCCL_CALLS_SQL.replace("{where}", &window_clause(window))
 }
 
 /// The parameters of [`INSERT_NCCL_CALL_SQL`], in order.
@@ -342,6 +421,29 @@ macro_rules! impl_cuda_table_reads {
                         .collect()
                 })?;
                 rows.into_iter().map(|row| $crate::cuda_tables::nccl_call_from(&self.info().path, row)).collect()
+            }
+
+            pub(crate) fn read_gpu_samples(
+                &self,
+                window: &causeway_model::time::TimeWindow,
+            ) -> $crate::Result<Vec<causeway_model::GpuSample>> {
+                use $crate::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "gpu_samples") {
+                    return Ok(Vec::new());
+                }
+                let sql = $crate::cuda_tables::select_gpu_samples_sql(window);
+                let rows: Vec<[i64; 19]> = self.with_conn(|c| {
+                    c.prepare(&sql)?
+                        .query_map([], |r| {
+                            let mut row = [0i64; 19];
+                            for (i, v) in row.iter_mut().enumerate() {
+                                *v = r.get(i)?;
+                            }
+                            Ok(row)
+                        })?
+                        .collect()
+                })?;
+                rows.into_iter().map(|row| $crate::cuda_tables::gpu_sample_from(&self.info().path, row)).collect()
             }
 
             /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, oneshot};
 
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo};
+use causeway_model::{
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo,
+};
 
 use crate::{EventSink, SinkSummary, StackRecord};
 use crate::{Result, StoreError};
@@ -53,6 +55,8 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()>;
     /// Append what NCCL calls did (`nccl_calls`).
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
+    /// Append GPU state samples (`gpu_samples`).
+    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -77,6 +81,7 @@ enum Msg {
     KernelNames(Vec<KernelName>),
     Attachments(Vec<LibraryAttach>),
     NcclCalls(Vec<NcclCall>),
+    GpuSamples(Vec<GpuSample>),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -125,6 +130,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::KernelNames(k) => w.write_kernel_names(&k)?,
                 Msg::Attachments(a) => w.write_attachments(&a)?,
                 Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
+                Msg::GpuSamples(s) => w.write_gpu_samples(&s)?,
                 Msg::Flush(done) => flushes.push(done),
             }
             Ok(())
@@ -201,6 +207,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_nccl_calls(&mut self, calls: Vec<NcclCall>) -> Result<()> {
         self.tx.send(Msg::NcclCalls(calls)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()> {
+        self.tx.send(Msg::GpuSamples(samples)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

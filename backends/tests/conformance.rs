@@ -118,6 +118,7 @@ pub fn write_read_back_exactly(b: Engine) {
         "kernel_names",
         "attachments",
         "nccl_calls",
+        "gpu_samples",
     ] {
         assert!(info.has_table(t), "{t} missing");
     }
@@ -339,6 +340,12 @@ impl TraceStore for RequiredOnly {
         window: &causeway_model::time::TimeWindow,
     ) -> causeway_backends::Result<Vec<causeway_model::NcclCall>> {
         self.0.nccl_calls(window)
+    }
+    fn gpu_samples(
+        &self,
+        window: &causeway_model::time::TimeWindow,
+    ) -> causeway_backends::Result<Vec<causeway_model::GpuSample>> {
+        self.0.gpu_samples(window)
     }
     fn query(&self, sql: &str, limits: &QueryLimits) -> causeway_backends::Result<QueryResult> {
         self.0.query(sql, limits)

@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         println!(
             "{} -> {} ({}): {} events, {} sessions, {} stacks, {} process names, {} launch configurations, {} kernel names, \
-             {} NCCL calls, {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
+             {} NCCL calls, {} GPU samples, {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
             report.from.display(),
             report.to.display(),
             report.backend,
@@ -90,6 +90,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             report.launch_configs,
             report.kernel_names,
             report.nccl_calls,
+            report.gpu_samples,
             report.attachments,
             report.loss_rows,
             report.aggregate_rows,

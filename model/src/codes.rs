@@ -12,7 +12,7 @@ use std::borrow::Cow;
 pub enum Source {
     /// CUDA runtime API calls (libcudart).
     Cuda = 1,
-    /// The NVIDIA kernel driver (reserved, not traced).
+    /// The NVIDIA kernel driver: its Xid error events, read through NVML.
     Nvidia = 2,
     /// Host kernel events: scheduler, memory, process lifecycle.
     Host = 3,
@@ -84,7 +84,7 @@ pub const fn is_gpu_call_source(source: u8) -> bool {
 /// (code, name, meaning) of every source, written into the `sources` lookup table.
 pub const SOURCES: &[(u8, &str, &str)] = &[
     (1, "CUDA", "CUDA Runtime API (libcudart) calls, uprobes + uretprobes"),
-    (2, "NVIDIA", "NVIDIA kernel driver (nvidia.ko): reserved, not traced"),
+    (2, "NVIDIA", "NVIDIA kernel driver (nvidia.ko): Xid error events, read through NVML's event API"),
     (3, "HOST", "Host kernel events: scheduler, memory, process lifecycle (tracepoints)"),
     (4, "DRIVER", "CUDA Driver API (libcuda) calls, uprobes + uretprobes"),
     (5, "IO", "Block I/O requests, issue to completion (tracepoints)"),
@@ -156,6 +156,8 @@ pub mod op {
     pub const CUDA_STREAM_WAIT_EVENT: OpCode = OpCode::new(1, 20);
     pub const CUDA_SET_DEVICE_FLAGS: OpCode = OpCode::new(1, 21);
     pub const CUDA_SET_DEVICE: OpCode = OpCode::new(1, 22);
+    // source 2: the NVIDIA kernel driver
+    pub const GPU_XID: OpCode = OpCode::new(2, 1);
     // source 3: host
     pub const SCHED_SWITCH: OpCode = OpCode::new(3, 1);
     pub const SCHED_WAKEUP: OpCode = OpCode::new(3, 2);
@@ -268,6 +270,7 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (1, 20, "cudaStreamWaitEvent", OpKind::GpuCall, "make a stream wait for an event on the GPU (returns at once); arg0 = event, arg1 = flags, arg2 = stream"),
     (1, 21, "cudaSetDeviceFlags", OpKind::GpuCall, "device flags; arg0 = flags (scheduling: 0 auto, 1 spin, 2 yield, 4 blocking sync)"),
     (1, 22, "cudaSetDevice", OpKind::GpuCall, "makes a device current for the calling thread (NCCL communicators created next use it); arg0 = device"),
+    (2, 1, "gpu_xid", OpKind::Point, "an Xid error the NVIDIA driver reported for a GPU (NVML critical Xid event); arg0 = Xid code, gpu_id = the GPU"),
     (3, 1, "sched_switch", OpKind::OffCpu, "off-CPU interval of a traced thread; timestamp = switch-in, interval = [timestamp - duration, timestamp]; arg1 = pid"),
     (3, 2, "sched_wakeup", OpKind::Point, "wake-up; pid/tid = waker, arg1 = woken pid, arg2 = woken tid, cpu = target CPU"),
     (3, 3, "mm_page_alloc", OpKind::Point, "page allocation; arg0 = bytes (4096 << order)"),

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SchedDetail, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SchedDetail,
+    SessionInfo,
 };
 
 use crate::error::Result;
@@ -435,6 +436,9 @@ pub trait TraceStore: Send + Sync {
     /// The NCCL calls (`nccl_calls`) that started in `window`, in time order; empty for traces
     /// without the table (Ingero DBs, native traces recorded before it).
     fn nccl_calls(&self, window: &TimeWindow) -> Result<Vec<NcclCall>>;
+    /// The GPU state samples (`gpu_samples`, read through NVML) taken in `window`, by time then
+    /// GPU; empty for traces without the table or recorded without NVML.
+    fn gpu_samples(&self, window: &TimeWindow) -> Result<Vec<GpuSample>>;
     /// Run user SQL, read-only, with limits.
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
@@ -483,6 +487,8 @@ pub trait EventSink: Send {
     async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()>;
     /// Record what NCCL calls did (their events go through `write_batch`).
     async fn write_nccl_calls(&mut self, calls: Vec<NcclCall>) -> Result<()>;
+    /// Record GPU state samples.
+    async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).

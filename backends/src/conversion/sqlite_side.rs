@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, Row};
 
-use causeway_model::{KernelName, LaunchConfig, LibraryAttach, NcclCall, SessionInfo};
+use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, SessionInfo};
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
@@ -277,6 +277,13 @@ impl ConvertTarget for SqliteTarget {
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()> {
         let tx = self.conn.transaction()?;
         crate::sqlite::insert_nccl_calls(&tx, calls)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_gpu_samples(&tx, samples)?;
         tx.commit()?;
         Ok(())
     }

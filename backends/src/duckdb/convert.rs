@@ -6,7 +6,7 @@ use std::path::Path;
 use duckdb::params;
 
 use causeway_model::codes::PrevState;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, NcclCall, SchedDetail, SessionInfo};
+use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, SchedDetail, SessionInfo};
 
 use super::reader::{ints, launch_config_column, texts};
 use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
@@ -227,6 +227,10 @@ impl ConvertTarget for DuckDbTarget {
 
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()> {
         self.writer.write_nccl_calls(calls)
+    }
+
+    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
+        self.writer.write_gpu_samples(samples)
     }
 
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {

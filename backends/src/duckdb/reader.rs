@@ -509,6 +509,10 @@ impl TraceStore for DuckDbStore {
         self.read_nccl_calls(window)
     }
 
+    fn gpu_samples(&self, window: &TimeWindow) -> Result<Vec<causeway_model::GpuSample>> {
+        self.read_gpu_samples(window)
+    }
+
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         crate::guard::run_duckdb(&self.info.path, sql, limits)
     }

@@ -15,7 +15,9 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo};
+use causeway_model::{
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo,
+};
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
 use crate::conversion::{NativeRow, RowExtra};
@@ -480,6 +482,19 @@ impl EngineWriter for DuckDbWriter {
             let mut st = c.prepare_cached(cuda_tables::INSERT_NCCL_CALL_SQL).map_err(&err)?;
             for call in calls {
                 st.execute(duckdb::params_from_iter(cuda_tables::nccl_call_params(call))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Append GPU state samples, in one transaction.
+    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
+        let err = engine_err(&self.path);
+        let sql = cuda_tables::insert_gpu_sample_sql();
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(&sql).map_err(&err)?;
+            for s in samples {
+                st.execute(duckdb::params_from_iter(cuda_tables::gpu_sample_params(s))).map_err(&err)?;
             }
             Ok(())
         })

@@ -8,6 +8,7 @@ mod writer;
 
 pub use reader::SqliteStore;
 pub(crate) use writer::{
-    insert_attachments, insert_kernel_names, insert_launch_configs, insert_nccl_calls, insert_session,
+    insert_attachments, insert_gpu_samples, insert_kernel_names, insert_launch_configs, insert_nccl_calls,
+    insert_session,
 };
 pub use writer::{SqliteSink, SqliteWriter};

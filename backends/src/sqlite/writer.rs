@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, SessionInfo};
+use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, SessionInfo};
 
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::schema::{self, INDEXES, NATIVE_DDL};
@@ -83,6 +83,15 @@ pub(crate) fn insert_nccl_calls(conn: &Connection, calls: &[NcclCall]) -> rusqli
     let mut st = conn.prepare_cached(cuda_tables::INSERT_NCCL_CALL_SQL)?;
     for c in calls {
         st.execute(params_from_iter(cuda_tables::nccl_call_params(c)))?;
+    }
+    Ok(())
+}
+
+/// Append GPU state samples, in the caller's transaction.
+pub(crate) fn insert_gpu_samples(conn: &Connection, samples: &[GpuSample]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(&cuda_tables::insert_gpu_sample_sql())?;
+    for s in samples {
+        st.execute(params_from_iter(cuda_tables::gpu_sample_params(s)))?;
     }
     Ok(())
 }
@@ -249,6 +258,14 @@ impl EngineWriter for SqliteWriter {
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_nccl_calls(&tx, calls)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Append GPU state samples, in one transaction.
+    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_gpu_samples(&tx, samples)?;
         tx.commit()?;
         Ok(())
     }

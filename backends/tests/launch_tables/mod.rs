@@ -10,7 +10,7 @@ use causeway_backends::convert;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, NcclCall};
+use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall};
 
 use super::{file, rt, session, write_trace, N};
 
@@ -24,6 +24,8 @@ pub struct Fixture {
     pub attachments: Vec<LibraryAttach>,
     /// NCCL call details, in time order (written out of order, in two calls).
     pub nccl: Vec<NcclCall>,
+    /// GPU samples of two GPUs, in (time, gpu) order.
+    pub gpu: Vec<GpuSample>,
 }
 
 fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
@@ -118,7 +120,34 @@ impl Fixture {
             nccl_call(1_000_000_900, 4822, op::NCCL_SEND, 1, 2),
             nccl_call(1_000_001_500, 4821, op::NCCL_ALL_REDUCE, 2, -1),
         ];
-        Fixture { configs, name_calls, names, attachments, nccl }
+        let sample = |ts_ns: i64, gpu: i32, reasons: i64| GpuSample {
+            ts_ns,
+            gpu,
+            sm_clock_mhz: if reasons == 0 { 1980 } else { 495 },
+            sm_clock_max_mhz: 1980,
+            mem_clock_mhz: 2619,
+            throttle_reasons: reasons,
+            temperature_c: 91,
+            power_mw: 700_000,
+            power_limit_mw: 700_000,
+            util_gpu_pct: 97,
+            util_mem_pct: -1,
+            mem_used_bytes: 80 << 30,
+            mem_total_bytes: 81_559 << 20,
+            pcie_tx_kbps: 123_456,
+            pcie_rx_kbps: 654_321,
+            nvlink_tx_kib: i64::MAX - 1,
+            nvlink_rx_kib: 0,
+            ecc_corrected: 2,
+            ecc_uncorrected: 0,
+        };
+        let gpu = vec![
+            sample(1_000_000_000, 0, 0),
+            sample(1_000_000_000, 1, 0x40),
+            sample(1_100_000_000, 0, 0x20 | 0x4),
+            sample(1_100_000_000, 1, 0x1),
+        ];
+        Fixture { configs, name_calls, names, attachments, nccl, gpu }
     }
 
     /// Give three launches in four a configuration (so launches without one stay 0).
@@ -143,6 +172,8 @@ impl Fixture {
         sink.write_attachments(self.attachments[1..].to_vec()).await.unwrap();
         sink.write_nccl_calls(vec![self.nccl[2].clone(), self.nccl[0].clone()]).await.unwrap();
         sink.write_nccl_calls(vec![self.nccl[3].clone(), self.nccl[1].clone()]).await.unwrap();
+        sink.write_gpu_samples(vec![self.gpu[2].clone(), self.gpu[0].clone()]).await.unwrap();
+        sink.write_gpu_samples(vec![self.gpu[3].clone(), self.gpu[1].clone()]).await.unwrap();
     }
 
     /// The configurations as `launch_configs()` returns them (by key).
@@ -167,6 +198,9 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
     assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl, "NCCL calls, in time order");
     let window = TimeWindow { from_ns: Some(1_000_000_500), to_ns: Some(1_000_000_900) };
     assert_eq!(store.nccl_calls(&window).unwrap(), fx.nccl[1..3], "NCCL calls of a window, both ends included");
+    assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu, "GPU samples, by time then GPU");
+    let later = TimeWindow { from_ns: Some(1_000_000_001), to_ns: None };
+    assert_eq!(store.gpu_samples(&later).unwrap(), fx.gpu[2..], "GPU samples of a window");
     let tagged = all.iter().filter(|s| s.event.launch_config != 0).count();
     assert!(tagged > 100 && tagged < N / 2, "fixture: some launches carry a configuration ({tagged})");
     let null = count(store, "SELECT count(*) FROM events WHERE launch_config IS NULL");
@@ -179,7 +213,7 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
 
 /// Make a trace look recorded before the tables and the column existed.
 fn make_older(path: &Path, b: Engine) {
-    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; \
+    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; DROP TABLE gpu_samples; \
                ALTER TABLE events DROP COLUMN launch_config;";
     match b {
         Engine::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
@@ -211,10 +245,11 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     make_older(&path, b);
     let store = open_store(&path).unwrap();
     assert!(!store.info().has_column("launch_config"));
-    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls"] {
+    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples"] {
         assert!(!store.info().has_table(t), "{t} was dropped");
     }
     assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
+    assert!(store.gpu_samples(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.launch_configs().unwrap().is_empty());
     assert!(store.kernel_names().unwrap().is_empty());
     assert!(store.attachments().unwrap().is_empty());
@@ -250,6 +285,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert_eq!(store.kernel_names().unwrap(), fx.names);
     assert_eq!(store.attachments().unwrap(), fx.attachments);
     assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
+    assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
     let back = store.events(&EventFilter::default()).unwrap();
     assert_eq!(back.len(), N + 10);
     assert_eq!(back[..N], zeroed(&all)[..], "the older session's events still read as 0");
@@ -263,7 +299,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     let d = store.describe_schema().unwrap();
     let events = d.tables.iter().find(|t| t.name == "events").unwrap();
     assert_eq!(events.columns.last().map(|c| c.name.as_str()), Some("launch_config"), "added last");
-    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls"] {
+    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples"] {
         let table = d.tables.iter().find(|x| x.name == t).unwrap_or_else(|| panic!("{t} not described"));
         assert!(!table.meaning.is_empty(), "{t} has a meaning");
         assert!(
@@ -309,8 +345,8 @@ pub fn convert_keeps_them(b: Engine) {
         let out = file(dir.path(), to, &format!("converted-{}", b.name()));
         let report = convert(&path, &out, Some(to), &mut |_, _| {}).unwrap();
         assert_eq!(
-            (report.launch_configs, report.kernel_names, report.attachments, report.nccl_calls),
-            (3, 4, 5, 4),
+            (report.launch_configs, report.kernel_names, report.attachments, report.nccl_calls, report.gpu_samples),
+            (3, 4, 5, 4, 4),
             "{} -> {}",
             b.name(),
             to.name()
@@ -320,6 +356,7 @@ pub fn convert_keeps_them(b: Engine) {
         assert_eq!(conv.launch_configs().unwrap(), src.launch_configs().unwrap());
         assert_eq!(conv.kernel_names().unwrap(), fx.names);
         assert_eq!(conv.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
+        assert_eq!(conv.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
         assert_eq!(conv.attachments().unwrap(), src.attachments().unwrap());
         assert_eq!(attachment_sessions(conv.as_ref()), stored, "{} -> {}: attachment sessions", b.name(), to.name());
     }
