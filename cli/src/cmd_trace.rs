@@ -49,6 +49,14 @@ pub struct Args {
     /// Do not attach the scheduler, process, block I/O and memory tracepoints.
     #[arg(long)]
     pub no_host: bool,
+    /// Samples per second of every GPU's own state through NVML (clocks, throttle reasons,
+    /// temperature, power, utilization, memory, PCIe / NVLink, ECC) and its Xid errors; 0: off.
+    /// Without NVML on the host the trace goes on and says "no NVML".
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub nvml_hz: u32,
+    /// The NVML library to load (default: libnvidia-ml.so.1 from the loader's search path).
+    #[arg(long, env = "CAUSEWAY_NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
     /// Command to launch and trace, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -96,6 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         python_frames: !args.no_python_frames,
         host_probes: !args.no_host,
         drop_on_backpressure: true,
+        nvml: causeway_probes::NvmlOptions { hz: args.nvml_hz, lib: args.nvml_lib.clone() },
         ..Default::default()
     };
     let stop = opts.stop.clone();

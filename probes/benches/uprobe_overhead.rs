@@ -479,6 +479,9 @@ impl EventSink for CountingSink {
     async fn write_nccl_calls(&mut self, _: Vec<causeway_model::NcclCall>) -> SinkResult<()> {
         Ok(())
     }
+    async fn write_gpu_samples(&mut self, _: Vec<causeway_model::GpuSample>) -> SinkResult<()> {
+        Ok(())
+    }
     fn add_loss(&mut self, _: u8, _: LossKind, _: u64) {}
     async fn flush(&mut self) -> SinkResult<()> {
         Ok(())

@@ -228,6 +228,35 @@ impl<'o> Running<'o> {
         }
     }
 
+    /// What the trace has of the GPUs' own state (NVML found, or why not).
+    pub(crate) async fn on_nvml(&mut self, row: causeway_model::LibraryAttach) {
+        if row.note.starts_with("no NVML") {
+            self.probes.notes.push(row.note.clone());
+        }
+        self.report.attachments.push(row.clone());
+        let written = self.sink.write_attachments(vec![row]).await;
+        self.report.check_write("attachments", 1, written);
+    }
+
+    /// GPU samples or an Xid event from the NVML sampler.
+    pub(crate) async fn on_gpu(&mut self, msg: crate::gpu_state::GpuMsg) {
+        match msg {
+            crate::gpu_state::GpuMsg::Samples(s) => {
+                let n = s.len();
+                let written = self.sink.write_gpu_samples(s).await;
+                self.report.check_write("gpu_samples", n, written);
+            }
+            crate::gpu_state::GpuMsg::Xid(e) => {
+                self.report.events_written += 1;
+                *self.report.events_by_op.entry(e.op_name().into_owned()).or_default() += 1;
+                if self.sink.write_batch(vec![e]).await.is_err() {
+                    self.report.events_written -= 1;
+                    *self.backpressure.entry(op::GPU_XID.source).or_default() += 1;
+                }
+            }
+        }
+    }
+
     /// The poll: decide the end, attach what the loader hook did not report, find new Python
     /// processes.
     pub(crate) async fn on_poll(&mut self) {

@@ -64,6 +64,8 @@ pub struct TraceOptions {
     pub reader_delay_us: u64,
     /// One perf-event uprobe per symbol instead of uprobe_multi links (the fallback path).
     pub perf_uprobes: bool,
+    /// The GPUs' own state, sampled through NVML while tracing.
+    pub nvml: crate::gpu_state::NvmlOptions,
 }
 
 impl Default for TraceOptions {
@@ -89,6 +91,7 @@ impl Default for TraceOptions {
             lib_poll_ms: 250,
             reader_delay_us: 0,
             perf_uprobes: false,
+            nvml: crate::gpu_state::NvmlOptions::default(),
         }
     }
 }
@@ -172,6 +175,9 @@ pub async fn trace(
 ) -> Result<TraceReport, ProbeError> {
     let mut run = Running::start(&opts, sink).await?;
     let mut reader = run.spawn_reader()?;
+    let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
+    run.on_nvml(nvml_row).await;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut poll = tokio::time::interval(Duration::from_millis(opts.lib_poll_ms.max(10)));
     loop {
@@ -184,9 +190,16 @@ pub async fn trace(
             },
             _ = poll.tick(), if !run.stopping => run.on_poll().await,
             _ = tick.tick() => progress(&run.on_tick().await),
+            Some(g) = gpu_rx.recv() => run.on_gpu(g).await,
         }
     }
     let _ = reader.thread.join();
+    if let Some(s) = sampler {
+        s.stop();
+    }
+    while let Ok(g) = gpu_rx.try_recv() {
+        run.on_gpu(g).await;
+    }
     run.finish(&mut reader.loads).await
 }
 

@@ -36,6 +36,7 @@ pub struct Collected {
     pub kernel_names: BTreeMap<(u32, i64), KernelName>,
     pub attachments: Vec<LibraryAttach>,
     pub nccl_calls: Vec<causeway_model::NcclCall>,
+    pub gpu_samples: Vec<causeway_model::GpuSample>,
     pub finished: bool,
     /// Refuse every stack and process-name write (a sink whose side tables fail).
     pub refuse_side_writes: bool,
@@ -96,6 +97,10 @@ impl EventSink for MemSink {
     }
     async fn write_nccl_calls(&mut self, calls: Vec<causeway_model::NcclCall>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().nccl_calls.extend(calls);
+        Ok(())
+    }
+    async fn write_gpu_samples(&mut self, samples: Vec<causeway_model::GpuSample>) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().gpu_samples.extend(samples);
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

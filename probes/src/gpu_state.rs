@@ -1,0 +1,236 @@
+//! The GPUs' own state while tracing, read through NVML: a sampler thread reads every GPU of the
+//! host at a fixed rate (clocks, throttle reasons, temperature, power, utilization, memory, PCIe
+//! and NVLink traffic, ECC counts) into [`GpuSample`]s, and waits between samples on NVML's event
+//! set for Xid errors, which become `gpu_xid` events (source 2). NVML is loaded at run time
+//! (`nvml-wrapper`): a host without it traces as before, and the trace says why it has no GPU
+//! samples (an `attachments` row of kind `nvml`).
+//!
+//! Every GPU is sampled, not only the traced processes' (a host runs one job's ranks on its GPUs;
+//! a call's `gpu_id` names the GPU its thread set current).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use causeway_model::codes::op;
+use causeway_model::{Event, GpuSample, LibraryAttach};
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::{Device, Nvml};
+
+/// NVML's library file, found by the dynamic loader's search path.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+/// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX` / `_RX` (nvml.h): cumulative NVLink data, KiB.
+const NVLINK_DATA_TX: u32 = 138;
+const NVLINK_DATA_RX: u32 = 139;
+
+/// How the GPUs are sampled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvmlOptions {
+    /// Samples per second of every GPU (0: NVML is not used).
+    pub hz: u32,
+    /// The NVML library (default [`DEFAULT_NVML_LIB`]).
+    pub lib: Option<PathBuf>,
+}
+
+impl Default for NvmlOptions {
+    fn default() -> Self {
+        NvmlOptions { hz: 10, lib: None }
+    }
+}
+
+/// What the sampler sends the trace loop.
+pub(crate) enum GpuMsg {
+    Samples(Vec<GpuSample>),
+    Xid(Event),
+}
+
+/// The running sampler: stop it to join its thread.
+pub(crate) struct GpuSampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GpuSampler {
+    /// Stop sampling and wait for the thread (its last samples are sent before it ends).
+    pub(crate) fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// Start sampling as `opts` says. Returns the sampler (None when NVML is off or missing) and the
+/// `attachments` row that says what the trace has of the GPUs' state.
+pub(crate) fn start(
+    opts: &NvmlOptions,
+    tx: tokio::sync::mpsc::UnboundedSender<GpuMsg>,
+) -> (Option<GpuSampler>, LibraryAttach) {
+    let lib = opts.lib.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_NVML_LIB));
+    let mut row = LibraryAttach {
+        pid: 0,
+        path: lib.display().to_string(),
+        kind: "nvml".into(),
+        how: "dlopen".into(),
+        attached_at_ns: now_ns(),
+        ..Default::default()
+    };
+    if opts.hz == 0 {
+        row.note = "no NVML: GPU sampling is off (--nvml-hz 0)".into();
+        return (None, row);
+    }
+    let nvml = match Nvml::builder().lib_path(lib.as_os_str()).init() {
+        Ok(n) => n,
+        Err(e) => {
+            row.note = format!("no NVML: {} could not be used ({e}): the trace has no GPU samples", lib.display());
+            return (None, row);
+        }
+    };
+    let count = match nvml.device_count() {
+        Ok(n) => n,
+        Err(e) => {
+            row.note = format!("no NVML: no GPU could be counted ({e}): the trace has no GPU samples");
+            return (None, row);
+        }
+    };
+    let names: Vec<String> =
+        (0..count).map(|i| nvml.device_by_index(i).and_then(|d| d.name()).unwrap_or_else(|_| "?".into())).collect();
+    let driver = nvml.sys_driver_version().unwrap_or_default();
+    row.complete = true;
+    row.symbols = names.iter().enumerate().map(|(i, n)| format!("GPU {i}: {n}")).collect();
+    row.note = format!(
+        "NVML (driver {driver}): {count} GPU(s) sampled {} times a second; Xid errors recorded as gpu_xid events",
+        opts.hz
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let period = Duration::from_nanos(1_000_000_000 / u64::from(opts.hz.max(1)));
+    let thread_stop = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("causeway-nvml".into())
+        .spawn(move || sample_loop(nvml, count, period, thread_stop, tx))
+        .ok();
+    (Some(GpuSampler { stop, thread }), row)
+}
+
+/// Sample every `period` until `stop`; between samples wait for Xid events.
+fn sample_loop(
+    nvml: Nvml,
+    count: u32,
+    period: Duration,
+    stop: Arc<AtomicBool>,
+    tx: tokio::sync::mpsc::UnboundedSender<GpuMsg>,
+) {
+    let devices: Vec<(i32, Device)> =
+        (0..count).filter_map(|i| nvml.device_by_index(i).ok().map(|d| (i as i32, d))).collect();
+    let max_sm: Vec<i32> = devices.iter().map(|(_, d)| opt_u32(d.max_clock_info(Clock::SM))).collect();
+    // one event set for every GPU that can report Xid errors
+    let mut events = nvml.create_event_set().ok();
+    for (_, d) in &devices {
+        if let Some(set) = events.take() {
+            events = match d.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(s) => Some(s),
+                Err(_) => nvml.create_event_set().ok(),
+            };
+        }
+    }
+    let mut next = Instant::now();
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        if Instant::now() >= next || stopping {
+            let ts = now_ns();
+            let samples: Vec<GpuSample> =
+                devices.iter().zip(&max_sm).map(|((i, d), &max)| sample(ts, *i, d, max)).collect();
+            if tx.send(GpuMsg::Samples(samples)).is_err() || stopping {
+                return;
+            }
+            next += period;
+            if next < Instant::now() {
+                next = Instant::now() + period; // fell behind: skip, do not burst
+            }
+        }
+        let wait = next.saturating_duration_since(Instant::now()).min(Duration::from_millis(50));
+        match events.as_ref().map(|set| set.wait(wait.as_millis().max(1) as u32)) {
+            Some(Ok(ev)) => {
+                let gpu = ev.device.index().map_or(-1, |i| i as i32);
+                let xid = ev.event_data.map_or(0, |x| match x {
+                    nvml_wrapper::enums::event::XidError::Value(v) => v as i64,
+                    nvml_wrapper::enums::event::XidError::Unknown => -1,
+                });
+                let e = Event {
+                    ts_ns: now_ns(),
+                    cpu: -1,
+                    source: op::GPU_XID.source,
+                    op: op::GPU_XID.op,
+                    arg0: xid,
+                    gpu_id: gpu,
+                    ..Default::default()
+                };
+                if tx.send(GpuMsg::Xid(e)).is_err() {
+                    return;
+                }
+            }
+            Some(Err(NvmlError::Timeout)) => {}
+            // no event set, or it broke: sleep instead
+            _ => std::thread::sleep(wait),
+        }
+    }
+}
+
+fn opt_u32(r: Result<u32, NvmlError>) -> i32 {
+    r.ok().and_then(|v| i32::try_from(v).ok()).unwrap_or(-1)
+}
+
+fn opt_u64(r: Result<u64, NvmlError>) -> i64 {
+    r.ok().and_then(|v| i64::try_from(v).ok()).unwrap_or(-1)
+}
+
+/// One sample of one GPU; what it does not report is -1.
+fn sample(ts_ns: i64, gpu: i32, d: &Device, sm_clock_max_mhz: i32) -> GpuSample {
+    let util = d.utilization_rates().ok();
+    let mem = d.memory_info().ok();
+    let (mut nvlink_tx_kib, mut nvlink_rx_kib) = (-1, -1);
+    if let Ok(values) = d.field_values_for(&[FieldId(NVLINK_DATA_TX), FieldId(NVLINK_DATA_RX)]) {
+        let read = |v: &Result<nvml_wrapper::struct_wrappers::device::FieldValueSample, NvmlError>| -> i64 {
+            use nvml_wrapper::enums::device::SampleValue;
+            match v.as_ref().ok().and_then(|s| s.value.as_ref().ok()) {
+                Some(SampleValue::U64(x)) => i64::try_from(*x).unwrap_or(-1),
+                Some(SampleValue::U32(x)) => i64::from(*x),
+                Some(SampleValue::I64(x)) => *x,
+                _ => -1,
+            }
+        };
+        if values.len() == 2 {
+            (nvlink_tx_kib, nvlink_rx_kib) = (read(&values[0]), read(&values[1]));
+        }
+    }
+    GpuSample {
+        ts_ns,
+        gpu,
+        sm_clock_mhz: opt_u32(d.clock_info(Clock::SM)),
+        sm_clock_max_mhz,
+        mem_clock_mhz: opt_u32(d.clock_info(Clock::Memory)),
+        throttle_reasons: opt_u64(d.current_throttle_reasons().map(|r| r.bits())),
+        temperature_c: opt_u32(d.temperature(TemperatureSensor::Gpu)),
+        power_mw: d.power_usage().map_or(-1, i64::from),
+        power_limit_mw: d.enforced_power_limit().map_or(-1, i64::from),
+        util_gpu_pct: util.as_ref().map_or(-1, |u| u.gpu as i32),
+        util_mem_pct: util.as_ref().map_or(-1, |u| u.memory as i32),
+        mem_used_bytes: mem.as_ref().map_or(-1, |m| m.used as i64),
+        mem_total_bytes: mem.as_ref().map_or(-1, |m| m.total as i64),
+        pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).map_or(-1, i64::from),
+        pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).map_or(-1, i64::from),
+        nvlink_tx_kib,
+        nvlink_rx_kib,
+        ecc_corrected: opt_u64(d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)),
+        ecc_uncorrected: opt_u64(d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)),
+    }
+}
