@@ -14,6 +14,7 @@
 //! 6. rank, keep the top, attach the stacks behind each kept chain, and [`assemble`] the report,
 //!    every chain with a SQL query that reproduces its headline figure.
 
+mod gpu_time;
 mod straggler;
 mod subject;
 mod view;
@@ -116,7 +117,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     phase.lap("attribute slow calls");
     // per attributed chain (by key): the calls whose stacks it shows, its worst first
     let mut stack_sample: HashMap<String, Vec<EventId>> = HashMap::new();
-    let mut chains_out = slow_call_chains(&view, &found, &mut slow, &mut stack_sample)?;
+    let mut chains_out = slow_call_chains(&view, &found, &ctx, &mut slow, &mut stack_sample)?;
     chains_out.extend(gap_chains(&view, &found, &ctx, &mut stack_sample)?);
     phase.lap("slow-call and gap chains");
     let findings = detector_chains::detector_findings(&calls, &found.nested, ctx.bounds, view.info.has_column("arg2"));
@@ -125,6 +126,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     phase.lap("detector chains");
     chains_out.extend(straggler::straggler_chains(&mut view, &ctx)?);
     phase.lap("stragglers at NCCL collectives");
+    gpu_time::grade(&mut chains_out, slow.time_ns());
 
     if let Some(n) = &ctx.sample_note {
         for c in &mut chains_out {
@@ -283,6 +285,7 @@ impl SlowCalls {
 fn slow_call_chains(
     view: &TraceView,
     found: &Found,
+    ctx: &Context,
     slow: &mut SlowCalls,
     stack_sample: &mut HashMap<String, Vec<EventId>>,
 ) -> Result<Vec<Chain>, AnalysisError> {
@@ -299,8 +302,16 @@ fn slow_call_chains(
             share_of: "all slow-call time in scope".into(),
             items: &items,
         };
+        // the op's largest GPU-time group on a throttled GPU is the throttle's chain
+        let mut throttled: Option<(usize, i64, crate::gpu_state::ThrottleFacts)> = None;
+        let first = out.len();
         for (key, group) in acc.into_groups() {
             let sample = stack_sample_ids(&group);
+            if let Some(facts) = gpu_time::throttle_of(&ctx.gpu, op, key.0, &group) {
+                if throttled.as_ref().is_none_or(|t| group.stall_ns > t.1) {
+                    throttled = Some((out.len(), group.stall_ns, facts));
+                }
+            }
             let mut chain = attributed_chain(view, &subject, key, group)?;
             stack_sample.insert(chain.key.clone(), sample);
             if chain.cause == Cause::PageAllocPressure.as_str() {
@@ -308,6 +319,9 @@ fn slow_call_chains(
                 chain.details.push(format!("the process allocated {} MiB of pages during these calls", b >> 20));
             }
             out.push(chain);
+        }
+        if let Some((i, _, facts)) = throttled.filter(|t| t.0 >= first) {
+            gpu_time::name_throttle(&mut out[i], &facts);
         }
     }
     Ok(out)

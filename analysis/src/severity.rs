@@ -72,6 +72,32 @@ pub const STRAGGLER: ShareRule = ShareRule {
     medium_ns: 5 * MS,
 };
 
+/// When the GPU is the bottleneck: if the slow calls' GPU time (waits for the GPU, a throttled GPU)
+/// is at least `majority_pct` percent of all slow-call time, the GPU-time chains are graded like a
+/// cause ([`SLOW_CALLS`]), so the first line says the GPU was slower, and a host cause below
+/// `host_medium_pct` percent is not MEDIUM on its own.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuBoundRule {
+    pub majority_pct: u32,
+    pub host_medium_pct: u32,
+}
+
+pub const GPU_BOUND: GpuBoundRule = GpuBoundRule { majority_pct: 50, host_medium_pct: 10 };
+
+impl GpuBoundRule {
+    /// Whether `gpu_share` (0..1) of slow-call time is GPU time makes the GPU the bottleneck.
+    pub fn gpu_bound(&self, gpu_share: f64) -> bool {
+        gpu_share >= self.majority_pct as f64 / 100.0
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "when >= {}% of slow-call time is GPU time (gpu_wait, spin_gpu_busy, gpu_throttled): GPU-time chains are graded as slow calls with a cause (at most MEDIUM unless gpu_throttled), and a host cause under {}% of slow-call time is at most LOW",
+            self.majority_pct, self.host_medium_pct
+        )
+    }
+}
+
 /// A throughput drop: HIGH when the launch rate fell to `high_rate_pct` percent or less and
 /// `high_lost_ns` was lost; MEDIUM from `medium_lost_ns` lost; else LOW.
 #[derive(Debug, Clone, Copy)]
@@ -85,7 +111,7 @@ pub const THROUGHPUT_DROP: DropRule = DropRule { high_rate_pct: 25, high_lost_ns
 
 /// The chains that are always LOW, in words.
 pub const ALWAYS_LOW: &str =
-    "no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW";
+    "otherwise no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW";
 
 /// `10 ms`, `1 s`: a threshold in its own unit.
 fn threshold(ns: i64) -> String {
@@ -156,6 +182,7 @@ pub fn rules() -> Vec<String> {
         THROUGHPUT_DROP.describe(),
         DETECTORS.describe(),
         STRAGGLER.describe(),
+        GPU_BOUND.describe(),
         ALWAYS_LOW.to_string(),
     ]
 }
@@ -174,7 +201,8 @@ mod tests {
                 "throughput drop: HIGH if the launch rate fell to <= 25% and >= 1 s was lost; MEDIUM if >= 100 ms was lost; else LOW",
                 "sync storm, allocator latency growth, cudaFree storm: HIGH if share >= 25% of the thread's or process's feeding span and >= 100 ms; MEDIUM if share >= 10%; else LOW",
                 "a straggler rank at NCCL collectives: HIGH if share >= 10% of the other ranks' collective span waited for it and wait >= 20 ms; MEDIUM if share >= 3% and wait >= 5 ms; else LOW",
-                "no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW",
+                "when >= 50% of slow-call time is GPU time (gpu_wait, spin_gpu_busy, gpu_throttled): GPU-time chains are graded as slow calls with a cause (at most MEDIUM unless gpu_throttled), and a host cause under 10% of slow-call time is at most LOW",
+                "otherwise no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW",
             ]
         );
     }

@@ -146,6 +146,9 @@ pub struct TraceStats {
     /// Per-kernel figures of the launches, when asked for ([`StatsRequest::by_kernel`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernels: Option<KernelReport>,
+    /// The GPUs' own state over the window, from the NVML samples (empty: recorded without NVML).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<crate::gpu_state::GpuSummary>,
 }
 
 /// What to compute.
@@ -233,6 +236,7 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         missing: info.missing.clone(),
         coverage: coverage_notes(store, req.window, req.pid, info.first_ns)?,
         kernels: if req.by_kernel { Some(kernel_report(store, req.window, req.pid)?) } else { None },
+        gpus: crate::gpu_state::GpuState::of(&store.gpu_samples(&req.window)?).summaries(),
     })
 }
 

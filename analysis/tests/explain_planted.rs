@@ -319,13 +319,19 @@ fn a_spinning_sync_blames_the_hog_only_for_the_last_preemption() {
     t.write(&path);
     let (_, e) = explain_all(&path);
     assert_eq!(e.slow_time_ns, slow_ns);
-    // The launch's preemption is all the hog's and comes first; the syncs' only where it can have delayed them.
-    let c1 = &e.chains[0];
+    // Most of the slow time is the GPU's (the syncs spun while the GPU was still busy): the first
+    // chain says so. The launch's preemption is all the hog's and comes next; the syncs' only where
+    // it can have delayed them.
+    let c0 = &e.chains[0];
+    assert_eq!((c0.cause.as_str(), c0.severity), ("spin_gpu_busy", Severity::Medium), "{:#?}", e.chains);
+    assert!(c0.details.iter().any(|d| d.contains("of slow-call time is GPU time")), "{:?}", c0.details);
+    let c1 = &e.chains[1];
     assert_eq!(
         (c1.op.as_str(), c1.cause.as_str(), c1.stall_ns, c1.severity),
         ("cudaLaunchKernel", "preempted", 25 * MS, Severity::Medium)
     );
-    let c2 = &e.chains[1];
+    let c2 =
+        e.chains.iter().find(|c| c.op == "cudaStreamSync" && c.cause == "preempted").expect("the syncs' preemption");
     assert_eq!(
         (c2.op.as_str(), c2.cause.as_str(), c2.culprit.as_ref().map(|c| c.pid)),
         ("cudaStreamSync", "preempted", Some(9912))
@@ -340,7 +346,7 @@ fn a_spinning_sync_blames_the_hog_only_for_the_last_preemption() {
     assert!(c2.details.iter().any(|d| d.contains("auto -> spin (no scheduling flags recorded: the default; 1 context(s), 1 CPU(s) seen")), "{:?}", c2.details);
     assert!(c2.details.iter().any(|d| d.contains("the thread slept inside the call: it blocked")), "{:?}", c2.details);
     let busy = e.chains.iter().find(|c| c.cause == "spin_gpu_busy").expect("spin_gpu_busy chain");
-    assert_eq!((busy.stall_ns, busy.severity, busy.culprit.clone(), busy.calls), (59 * MS, Severity::Low, None, 2));
+    assert_eq!((busy.stall_ns, busy.severity, busy.culprit.clone(), busy.calls), (59 * MS, Severity::Medium, None, 2));
     assert!(
         busy.details.iter().any(|d| d.contains("backup-rsync (pid 9912, tid 9912): 59.00 ms")),
         "{:?}",

@@ -167,7 +167,36 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
     for c in &s.coverage {
         out.push_str(&format!("coverage: {c}\n"));
     }
+    for g in &s.gpus {
+        out.push_str(&gpu_line(g));
+    }
     out
+}
+
+/// One GPU's state over the window, from the NVML samples.
+fn gpu_line(g: &causeway_analysis::GpuSummary) -> String {
+    let known = |v: i64, unit: &str| if v < 0 { "-".to_string() } else { format!("{v}{unit}") };
+    let mut line = format!(
+        "GPU {}: {} samples, SM clock p50 {} (min {}, max {}), up to {}, {} of {}, utilization p50 {}",
+        g.gpu,
+        g.samples,
+        known(i64::from(g.sm_clock_p50_mhz), " MHz"),
+        known(i64::from(g.sm_clock_min_mhz), " MHz"),
+        known(i64::from(g.sm_clock_max_mhz), " MHz"),
+        known(i64::from(g.temperature_max_c), " °C"),
+        known(if g.power_max_mw < 0 { -1 } else { g.power_max_mw / 1000 }, " W"),
+        known(if g.power_limit_mw < 0 { -1 } else { g.power_limit_mw / 1000 }, " W"),
+        known(i64::from(g.util_gpu_p50_pct), "%"),
+    );
+    if g.throttled_ns > 0 {
+        let by: Vec<String> =
+            g.throttled_by_reason.iter().map(|(r, ns)| format!("{r} {}", causeway_model::time::fmt_ns(*ns))).collect();
+        line.push_str(&format!("; throttled {} ({})", causeway_model::time::fmt_ns(g.throttled_ns), by.join(", ")));
+    }
+    if g.ecc_corrected > 0 || g.ecc_uncorrected > 0 {
+        line.push_str(&format!("; ECC errors {} corrected, {} uncorrected", g.ecc_corrected, g.ecc_uncorrected));
+    }
+    line + "\n"
 }
 
 /// The per-kernel table, with each kernel's launch APIs and configurations below it.

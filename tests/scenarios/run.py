@@ -6,7 +6,8 @@ the planted cause as the first chain, with the right culprit.
     python3 tests/scenarios/run.py [--runs N] [--variants default,alt] [--keep DIR] [NAME ...]
 
 Scenarios: cpu-contention, io-storm, dataloader-starvation, allocator-churn, sync-storm, clean,
-nccl-straggler, nccl-slow-input, nccl-clean (ranks of one NCCL job, one of them late).
+nccl-straggler, nccl-slow-input, nccl-clean (ranks of one NCCL job, one of them late), gpu-throttle (the
+GPU itself slowed down: a planted throttle the mock GPU and the mock NVML both follow).
 Variants change process names, intensities and pinning, so a pass is not tuned to one setting.
 Needs root (eBPF). Prints one line per run and ends with 'N passed, M failed'; exits non-zero on
 any failure. Only the standard library is used.
@@ -31,11 +32,11 @@ VARIANTS = {
     "default": {"cpu": 0, "other_cpu": 1, "hog": "backup-rsync", "hog_threads": 1, "storm": "nightly-backup",
                 "innocent": "log-shipper", "producer_us": 20000, "churn": 60, "iters": 300, "kernel_us": 200, "host_spin_us": 1500,
                 "read_mib": 16, "storm_threads": 2, "ranks": 2, "straggler": 1, "steps": 60,
-                "late_from": 15, "late_to": 44, "late_us": 6000},
+                "late_from": 15, "late_to": 44, "late_us": 6000, "throttle": (0x40, "hw_thermal_slowdown", 4)},
     "alt": {"cpu": 1, "other_cpu": 0, "hog": "spark-executor", "hog_threads": 2, "storm": "pg_dump",
             "innocent": "metrics-agent", "producer_us": 35000, "churn": 90, "iters": 240, "kernel_us": 350,
             "host_spin_us": 2500, "read_mib": 24, "storm_threads": 3, "ranks": 2, "straggler": 0, "steps": 50,
-            "late_from": 5, "late_to": 29, "late_us": 9000},
+            "late_from": 5, "late_to": 29, "late_us": 9000, "throttle": (0x4, "sw_power_cap", 3)},
 }
 
 
@@ -210,6 +211,32 @@ def check_straggler(cause):
     return check
 
 
+def check_gpu_throttle(ex, planted, v, out=None):
+    """The GPU slowed itself: the first chain names the throttle and its reason, and no host cause
+    is above LOW."""
+    c = first(ex)
+    _, reason, _ = v["throttle"]
+    if not c:
+        return "no chain"
+    if c["cause"] != "gpu_throttled" or c["severity"] != "HIGH":
+        return f"first chain is {c['severity']} {c['cause']}, not the throttled GPU: {c['summary']}"
+    if reason not in c["summary"] or "SM clock down to" not in c["summary"]:
+        return f"the throttle's reason ({reason}) or clock is not named: {c['summary']}"
+    for x in ex.get("chains", [])[1:]:
+        if x["severity"] != "LOW" and x["cause"] not in ("gpu_throttled",):
+            return f"a host cause above LOW beside a throttled GPU: {x['summary']}"
+    return None
+
+
+def gpu_throttle(v):
+    """A steady loop of launches and syncs whose GPU is throttled from +1.0 s to +2.0 s of its run."""
+    mask, _, factor = v["throttle"]
+    t0 = int(time.time() * 1000) + 300  # the trace starts the workload within ~0.3 s
+    env = {"MOCK_GPU_THROTTLE": f"{t0 + 1000}:{t0 + 2000}:{mask:#x}:{factor}",
+           "CAUSEWAY_NVML_LIB": os.path.join(MOCK, "libnvidia-ml.so.1")}
+    return [os.path.join(MOCK, "steady"), "--ms", "3000", "--kernel-us", str(v["kernel_us"] * 10)], env
+
+
 def check_nccl_clean(ex, planted, v, out=None):
     """Ranks arriving together: no straggler chain above LOW and nothing HIGH of the run's making."""
     for c in ex.get("chains", []):
@@ -285,6 +312,7 @@ def scenarios(v):
         # one rank does more host work itself (a slow input pipeline) during the late steps
         "nccl-slow-input": ([], nccl_ranks(v, *straggler_args(v, "input")), {}, check_straggler("host_compute")),
         "nccl-clean": ([], nccl_ranks(v), {}, check_nccl_clean),
+        "gpu-throttle": ([], *gpu_throttle(v), check_gpu_throttle),
     }
 
 

@@ -50,6 +50,8 @@ pub(super) struct Context {
     pub(super) bounds: Option<(i64, i64)>,
     /// Set when `events` is a sample (Ingero's selective storage).
     pub(super) sample_note: Option<String>,
+    /// The GPUs' own state from the NVML samples in scope (empty without them).
+    pub(super) gpu: crate::gpu_state::GpuState,
     no_off: Vec<OffCpu>,
 }
 
@@ -102,6 +104,7 @@ impl<'s> TraceView<'s> {
             coverage,
             pages,
             kernel_index,
+            gpu: crate::gpu_state::GpuState::of(&self.store.gpu_samples(&self.req.window)?),
             bounds: trace_data::scope_bounds(self.store, self.req.window, self.req.pid)?,
             sample_note: sampled_note(self.store, self.req)?,
             no_off: Vec::new(),

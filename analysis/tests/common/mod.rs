@@ -7,7 +7,9 @@ use std::path::Path;
 
 use causeway_backends::{EventSink, SqliteSink, StackRecord};
 use causeway_model::codes::{op, OpCode};
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, NcclCall, PrevState, SchedDetail, SessionInfo};
+use causeway_model::{
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, PrevState, SchedDetail, SessionInfo,
+};
 
 pub const MS: i64 = 1_000_000;
 pub const US: i64 = 1_000;
@@ -25,6 +27,7 @@ pub struct Trace {
     pub attachments: Vec<LibraryAttach>,
     pub stacks: Vec<StackRecord>,
     pub nccl: Vec<NcclCall>,
+    pub gpu_samples: Vec<GpuSample>,
 }
 
 impl Trace {
@@ -140,6 +143,7 @@ impl Trace {
             sink.write_attachments(std::mem::take(&mut self.attachments)).await.unwrap();
             sink.write_stacks(std::mem::take(&mut self.stacks)).await.unwrap();
             sink.write_nccl_calls(std::mem::take(&mut self.nccl)).await.unwrap();
+            sink.write_gpu_samples(std::mem::take(&mut self.gpu_samples)).await.unwrap();
             let last = self.events.iter().map(|e| e.ts_ns).max().unwrap_or(T0);
             for chunk in self.events.chunks(10_000) {
                 sink.write_batch(chunk.to_vec()).await.unwrap();
