@@ -13,6 +13,7 @@
 #define CW_REC_NAME 7   /* a fact about a kernel's name (cw_name) */
 #define CW_REC_DL 8     /* a traced process finished a dlopen/dlclose (the loader's debugger hook) */
 #define CW_REC_PY_CODE 9 /* a CPython code object first seen in a Python stack (cw_py_code) */
+#define CW_REC_NCCL 10   /* an NCCL call: a cw_call followed by its NCCL arguments (cw_nccl) */
 
 /* what a cw_name says (probes/src/cuda_table.rs NameAbi) */
 #define CW_NAME_REGISTER 1   /* handle = host stub, name = device function (__cudaRegisterFunction) */
@@ -32,6 +33,7 @@
 #define CW_SRC_HOST 3
 #define CW_SRC_DRIVER 4
 #define CW_SRC_IO 5
+#define CW_SRC_NCCL 9
 
 /* indexes into the per-CPU counter array `cw_counters` */
 #define CW_CNT_LOST_BASE 0         /* + source: ring reserve failures of that source */
@@ -83,6 +85,23 @@ struct cw_launch {
     struct cw_call call; /* call.kind == CW_REC_LAUNCH */
     struct cw_launch_cfg cfg;
 }; /* 128 bytes */
+
+/* what an NCCL call says beside its cw_call (arg0 = count, arg1 = communicator, arg2 = stream, or
+ * the communicator an init call returned) */
+struct cw_nccl_args {
+    __u64 id_hash;  /* ncclCommInitRank*: FNV-1a over the ncclUniqueId's 16 words; 0 otherwise */
+    __s32 datatype; /* -1: none */
+    __s32 redop;    /* -1: none */
+    __s32 peer;     /* send/recv peer, broadcast/reduce root, split color; -1 otherwise */
+    __s32 nranks;   /* init: ranks (InitAll: devices); -1 otherwise */
+    __s32 rank;     /* init: this rank; split: the key; -1 otherwise */
+    __u32 pad;
+}; /* 32 bytes */
+
+struct cw_nccl {
+    struct cw_call call; /* call.kind == CW_REC_NCCL, call.source == CW_SRC_NCCL */
+    struct cw_nccl_args a;
+}; /* 120 bytes */
 
 struct cw_name {
     __u8 kind;

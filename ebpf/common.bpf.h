@@ -78,16 +78,21 @@ struct cw_stash {
     __u8 comm_sent; /* [0] only: the thread's comm went out with an earlier record */
     __u8 submits;   /* [0] only: records this thread sent, modulo 256 (the ring's fill level is asked at 0) */
     __u8 pad[3];
-    struct cw_launch_cfg cfg; /* launches only */
+    union {
+        struct cw_launch_cfg cfg;  /* launches */
+        struct cw_nccl_args nccl;  /* NCCL calls */
+    };
 };
 
 #define CW_SLOT_RUNTIME 0
 #define CW_SLOT_DRIVER 1
 #define CW_SLOT_NAME 2
+#define CW_SLOT_NCCL 3
 
-/* per-thread slots for the calls in flight: runtime, driver (they nest) and a name-giving call */
+/* per-thread slots for the calls in flight: runtime, driver, a name-giving call and an NCCL call
+ * (an NCCL call makes runtime and driver calls inside it) */
 struct cw_slots {
-    struct cw_stash s[3];
+    struct cw_stash s[4];
     __u64 py_tstate; /* the thread's CPython thread state, when found once (python.bpf.h) */
 };
 

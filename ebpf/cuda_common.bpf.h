@@ -250,6 +250,40 @@ static __always_inline int cw_name_kernel_fn(struct pt_regs *ctx, struct cw_stas
     }                                                                                               \
     CW_ENTRY_PROG(name)
 
+/* ncclCommInitRank(comm *out, nranks, ncclUniqueId id, rank) and ...Config(..., config): the
+ * 128-byte id travels by value on the stack, above the return address. FNV-1a over its 16 words:
+ * the same on every rank, so it names the communicator across processes. */
+static __always_inline __u64 cw_nccl_id_hash(struct pt_regs *ctx) {
+    __u64 id[16] = {};
+    if (bpf_probe_read_user(id, sizeof(id), (void *)(PT_REGS_SP(ctx) + 8)) != 0) return 0;
+    __u64 h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 16; i++) {
+        h ^= id[i];
+        h *= 0x100000001b3ull;
+    }
+    return h ? h : 1;
+}
+
+/* CW_NCCL: an NCCL call; every argument is a C expression over the entry registers and stack slots
+ * ("-1" / "0" where the call has none), `hash_id_` 1 for the calls that carry an ncclUniqueId. */
+#define CW_NCCL(name, op_, count_, comm_, stream_, out_, dtype_, redop_, peer_, nranks_, rank_, hash_id_)    \
+    static __always_inline int name##_do(struct pt_regs *ctx) {                                      \
+        struct cw_stash *s = cw_stash_for(CW_SLOT_NCCL, CW_SRC_NCCL);                                \
+        if (!s) return 0;                                                                           \
+        s->arg0 = (count_);                                                                         \
+        s->arg1 = (comm_);                                                                          \
+        s->arg2 = (stream_);                                                                        \
+        s->nccl.datatype = (dtype_);                                                                \
+        s->nccl.redop = (redop_);                                                                   \
+        s->nccl.peer = (peer_);                                                                     \
+        s->nccl.nranks = (nranks_);                                                                 \
+        s->nccl.rank = (rank_);                                                                     \
+        s->nccl.pad = 0;                                                                            \
+        s->nccl.id_hash = (hash_id_) ? cw_nccl_id_hash(ctx) : 0;                                    \
+        return cw_stamp(s, op_, CW_SRC_NCCL, (out_));                                               \
+    }                                                                                               \
+    CW_ENTRY_PROG(name)
+
 /* The common part of a call or launch record, from the slot. */
 static __always_inline void cw_fill_call(struct pt_regs *ctx, struct cw_call *r, struct cw_slots *slots,
                                          struct cw_stash *s, struct task_struct *task, __u64 now, __u8 kind,
@@ -331,6 +365,28 @@ static __always_inline int cw_leave_launch(struct pt_regs *ctx, int slot) {
     }
     cw_fill_call(ctx, &r->call, slots, s, task, now, CW_REC_LAUNCH, py);
     r->cfg = s->cfg;
+    cw_submit_call(r, slots);
+    s->ts = 0;
+    return 0;
+}
+
+/* The return of an NCCL call: one cw_nccl record (the call and its NCCL arguments). */
+static __always_inline int cw_leave_nccl(struct pt_regs *ctx) {
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct cw_slots *slots = bpf_task_storage_get(&cw_inflight, task, 0, 0);
+    if (!slots) return 0;
+    struct cw_stash *s = &slots->s[CW_SLOT_NCCL];
+    if (s->ts == 0) return 0;
+    __u64 now = bpf_ktime_get_ns();
+    __u32 py = cfg_stacks ? cw_py_stack_of(task, slots) : 0;
+    struct cw_nccl *r = bpf_ringbuf_reserve(&cw_rb_cuda, sizeof(*r), 0);
+    if (!r) {
+        cw_count(CW_CNT_LOST_BASE + CW_SRC_NCCL, 1);
+        s->ts = 0;
+        return 0;
+    }
+    cw_fill_call(ctx, &r->call, slots, s, task, now, CW_REC_NCCL, py);
+    r->a = s->nccl;
     cw_submit_call(r, slots);
     s->ts = 0;
     return 0;
