@@ -18,6 +18,9 @@
 #      windows vs torch.profiler (CUPTI), the kernel gap by name family; overhead vs an untraced run
 #   4  a CPU hog (backup-rsync) pinned to the training thread's CPU: `causeway explain` must rank it
 #      first; again under cudaSetDeviceFlags(blocking sync); late attach
+#   4c one rank of torch.distributed over NCCL traced: every ncclAllReduce with its nccl_calls row
+#      (communicator hash, rank 0 of 1, sequence 1..N), libnccl attached; the GPU's own state
+#      sampled through NVML while tracing (gpu_samples: clocks, reasons, temperature, power)
 #   5  one summary table; exit 1 when any row is FAIL
 #
 # Environment knobs: GPU_CHECK_BUDGET (seconds for the whole run, default 480), GPU_CHECK_DIAG_SECS
@@ -525,6 +528,59 @@ step_compare() {
         --blocking-json "$LOGS/diag-blocking.json" 2>&1 | tee "$LOGS/diag-compare.log"
 }
 
+# --------------------------------------------------------------------------- 4c. NCCL and NVML
+
+step_nccl() {
+    say "4c. one NCCL rank (torch.distributed) traced, with NVML samples"
+    ((HAVE_CW && HAVE_TORCH)) || {
+        row "nccl: traced" "run" "skipped: no causeway or no torch with CUDA" FAIL
+        return
+    }
+    local t rc n=50
+    if ! t=$(budget 120 40); then
+        row "nccl: traced" "run" "skipped: no time left" FAIL
+        return
+    fi
+    cw_trace nccl "$t" "$PY" "$SRC/nccl_one_rank.py" "$n" 16
+    rc=$?
+    trace_report nccl
+    cat "$LOGS/nccl.out"
+    if ((rc != 0)) || ! grep -q "^ALLREDUCES $n" "$LOGS/nccl.out"; then
+        row "nccl: torch.distributed all-reduces" "exit 0, $n all-reduces" "exit $rc: $(tail -n 1 "$LOGS/nccl.out")" FAIL
+        return
+    fi
+    timeout 60 "$CW" stats --db "$TRACES/nccl.db" >"$LOGS/nccl.stats.txt" 2>&1
+    "$PY" - "$TRACES/nccl.db" "$n" "$ROWS" <<'PYEOF' 2>&1 | tee "$LOGS/nccl.check.log"
+import sqlite3, sys
+db, n, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+out = open(rows, "a")
+def row(check, want, got, ok):
+    status = ok if isinstance(ok, str) else ("PASS" if ok else "FAIL")
+    out.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in (check, want, got, status)) + "\n")
+    print(check, want, got, status)
+def one(sql):
+    try:
+        return c.execute(sql).fetchone()
+    except sqlite3.Error as e:
+        return (f"error: {e}",)
+libs = c.execute("SELECT DISTINCT path, '' FROM attachments WHERE kind = 'nccl'").fetchall()
+row("nccl: libnccl attached", "a libnccl.so.2", "; ".join(p for p, _ in libs) or "none", bool(libs))
+ar = one("SELECT count(*), count(DISTINCT comm_hash), min(seq), max(seq), min(rank), max(nranks), min(comm_hash <> 0) FROM nccl_calls WHERE op = 1")
+row("nccl: ncclAllReduce rows", f">= {n}, one communicator, rank 0 of 1, hashed", ar, bool(ar and isinstance(ar[0], int) and ar[0] >= n and ar[1] == 1 and ar[4] == 0 and ar[5] == 1 and ar[6] == 1))
+ev = one("SELECT count(*) FROM events WHERE source = 9 AND op = 1")
+row("nccl: ncclAllReduce events = rows", ar[0] if ar else "?", ev[0] if ev else "?", bool(ev and ar and ev[0] == ar[0]))
+init = one("SELECT count(*), group_concat(DISTINCT op) FROM nccl_calls WHERE op IN (10, 11, 12)")
+row("nccl: communicator creation seen", ">= 1 init", init, bool(init and isinstance(init[0], int) and init[0] >= 1))
+kinds = c.execute("SELECT o.name, count(*) FROM events e JOIN ops o ON o.source_id = e.source AND o.op_id = e.op WHERE e.source = 9 GROUP BY 1 ORDER BY 2 DESC").fetchall()
+row("nccl: NCCL ops recorded", "info", ", ".join(f"{k} {v}" for k, v in kinds), "INFO")
+nv = c.execute("SELECT note FROM attachments WHERE kind = 'nvml'").fetchall()
+row("nvml: NVML found", "NVML (driver ...)", nv[0][0] if nv else "no row", bool(nv and nv[0][0].startswith("NVML")))
+s = one("SELECT count(*), count(DISTINCT gpu), min(sm_clock_mhz), max(sm_clock_mhz), max(sm_clock_max_mhz), max(temperature_c), max(power_mw), max(power_limit_mw), max(util_gpu_pct), group_concat(DISTINCT throttle_reasons) FROM gpu_samples")
+row("nvml: GPU samples", ">= 1 per GPU, SM clock > 0", s, bool(s and isinstance(s[0], int) and s[0] > 0 and (s[3] or 0) > 0))
+PYEOF
+}
+
 # ------------------------------------------------------------------------------------------ summary
 
 summary() {
@@ -579,6 +635,7 @@ main() {
     step_train
     diag spin 1
     step_late
+    step_nccl
     diag blocking 0 --blocking-sync
     step_compare
     step_overhead
