@@ -2,7 +2,8 @@
 # Test dependencies, all under $HOME/.cache/causeway (reused by CI and later runs):
 # - venv/: the real CUDA runtimes of the PyPI wheels nvidia-cuda-runtime-cu12 (libcudart.so.12 in
 #   nvidia/cuda_runtime/lib) and nvidia-cuda-runtime 13 (libcudart.so.13 in nvidia/cu13/lib, the
-#   layout of CUDA 13 wheels and PyTorch >= 2.11), used by probes/tests/real_libcudart.rs through ctypes; the Python MCP SDK (`mcp`) and pytest, used by
+#   layout of CUDA 13 wheels and PyTorch >= 2.11), used by probes/tests/real_libcudart.rs through ctypes;
+#   the real libnccl.so.2 of nvidia-nccl-cu12 (nvidia/nccl/lib), used by probes/tests/real_libnccl.rs; the Python MCP SDK (`mcp`) and pytest, used by
 #   tests/mcp (run from cli/tests/mcp_clients.rs).
 # - venv-sqlite-ref/: the Python reference SQLite MCP server (`mcp-server-sqlite`), the baseline of
 #   the MCP latency bench (its own venv: it pins its own `mcp`).
@@ -15,7 +16,7 @@ VENV="${CAUSEWAY_VENV:-$CACHE/venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet "nvidia-cuda-runtime-cu12>=12,<13" "nvidia-cuda-runtime==13.0.96" "mcp>=2.3,<3" "pytest>=8" "anyio>=4"
+"$VENV/bin/python" -m pip install --quiet "nvidia-cuda-runtime-cu12>=12,<13" "nvidia-cuda-runtime==13.0.96" "nvidia-nccl-cu12==2.32.3" "mcp>=2.3,<3" "pytest>=8" "anyio>=4"
 "$VENV/bin/python" - <<'PY'
 import glob, os, sys
 libs = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cuda_runtime", "lib", "libcudart.so.12"))

@@ -6,7 +6,10 @@
 //! 3. the workload's slowdown at 20,000 launches/s;
 //! 4. the Python walk's cost: with `--stacks`, the BPF program time per CUDA call of a Python
 //!    process (ctypes calls at a fixed Python depth) with and without its Python frames, on every
-//!    installed CPython, in ns per call and as a ratio.
+//!    installed CPython, in ns per call and as a ratio;
+//! 5. an NCCL call's probes: the BPF time of `nccl_ret` (the NCCL return program) per NCCL call
+//!    and of the entry dispatch `cw_entry`, beside the runtime's `rt_ret` in the same run, as a
+//!    ratio (mock-cuda's `nccl_ranks` in one process: group, all-reduce, sync per step).
 //!
 //! Each figure is the median of several runs (the host is shared and noisy).
 //!
@@ -17,7 +20,7 @@
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 9),
 //! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
-//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
+//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`, `nccl`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
 //! (Python frames on the stack of each call in part `python`, default 32), `CAUSEWAY_BENCH_SINK=null` (Causeway
 //! counts events instead of storing them: the storing's share of the cost).
 
@@ -349,6 +352,10 @@ fn main() {
         }
     }
 
+    if part("nccl") {
+        nccl_cost(&build);
+    }
+
     if part("python") {
         python_walk(&lib);
     }
@@ -387,6 +394,41 @@ fn main() {
             (traced / plain - 1.0) * 100.0
         );
     }
+}
+
+/// Part `nccl`: the BPF programs' time per NCCL call (kernel.bpf_stats_enabled), next to the
+/// runtime return program's per CUDA call in the same runs; the median of the interleaved runs.
+fn nccl_cost(build: &Path) {
+    let bin = build.join("nccl_ranks");
+    let steps = env_num("CAUSEWAY_BENCH_NCCL_STEPS", 4000).to_string();
+    let args = ["--all-in-one", "1", "--steps", steps.as_str(), "--bytes", "64", "--kernel-us", "0"];
+    // the mock's transfer time is not what is measured: make it nil
+    std::env::set_var("MOCK_NCCL_LAT_US", "0");
+    let runs = env_num("CAUSEWAY_BENCH_RUNS", 9).clamp(1, 5) as usize;
+    let (mut nccl, mut entry, mut rt, mut ratio) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let opts = TraceOptions { follow_mapped_libs: true, ..Default::default() };
+        let lib = build.join("libcudart.so.12");
+        let Some(r) = bpf_program_ns(&["nccl_ret", "cw_entry", "rt_ret"], || {
+            let (_, report) = with_causeway_opts(&lib, &bin, &args, opts);
+            assert!(report.events_by_op.get("ncclAllReduce").copied().unwrap_or(0) >= 1, "{:?}", report.events_by_op);
+        }) else {
+            println!("nccl: kernel.bpf_stats_enabled or bpftool unavailable: no figure");
+            return;
+        };
+        let per = |i: usize| r[i].0 / r[i].1;
+        nccl.push(per(0));
+        entry.push(per(1));
+        rt.push(per(2));
+        ratio.push(per(0) / per(2));
+    }
+    println!(
+        "NCCL call probes: nccl_ret {:.0} ns per NCCL call, cw_entry {:.0} ns per dispatched call; rt_ret {:.0} ns per runtime call; NCCL return / runtime return {:.2}x (median of {runs} runs, bpf_stats on)",
+        median(nccl),
+        median(entry),
+        median(rt),
+        median(ratio)
+    );
 }
 
 /// Part `python`: the BPF time per call of the runtime's return program `rt_ret` (where the stack

@@ -1,0 +1,73 @@
+//! The real NCCL of the PyPI wheel `nvidia-nccl-cu12` (`nvidia/nccl/lib/libnccl.so.2`, what
+//! PyTorch's CUDA 12 wheels load; scripts/install-test-deps.sh installs it into
+//! $HOME/.cache/causeway/venv), called through Python ctypes: found by discovery as a pip wheel of
+//! kind NCCL, attached by symbol when the process maps it (every NCCL function of the probe table
+//! attached or reported missing), and its calls that work without a GPU (group start / end)
+//! recorded exactly, each with its `nccl_calls` row.
+
+mod common;
+
+use std::path::PathBuf;
+
+use causeway_model::codes::op;
+use causeway_probes::{discover, site_packages_of_program, DiscoveryOptions, LibKind, TraceOptions};
+use causeway_probes::{ProbeLib, CUDA_PROBES};
+
+fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("CAUSEWAY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/causeway/venv"));
+    let py = venv.join("bin/python");
+    assert!(py.exists(), "{} missing: run scripts/install-test-deps.sh (installs the NCCL wheel)", py.display());
+    py
+}
+
+#[test]
+fn real_libnccl_from_the_pip_wheel_is_found_attached_and_traced() {
+    common::require_root();
+    let py = venv_python();
+    let suffix = "nvidia/nccl/lib/libnccl.so.2";
+    let found = discover(&DiscoveryOptions { site_packages: site_packages_of_program(&py), ..Default::default() });
+    let wheel = found
+        .iter()
+        .find(|f| f.path.to_string_lossy().ends_with(suffix))
+        .unwrap_or_else(|| panic!("pip wheel {suffix} not discovered: {found:?}"));
+    assert_eq!((wheel.how.as_str(), wheel.kind), ("pip-wheel", LibKind::Nccl));
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let script = common::root().join("probes/tests/py/call_libnccl.py");
+    let n = 6u64;
+    let opts = TraceOptions {
+        command: vec![py.to_string_lossy().into(), script.to_string_lossy().into(), n.to_string()],
+        command_stdout: Some(out.clone()),
+        ..Default::default()
+    };
+    let sink = common::MemSink::default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {})).expect("trace");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(report.command_exit, Some(0), "python failed: {text}");
+    let pid: u32 = text.lines().find_map(|l| l.strip_prefix("PID ")).unwrap().trim().parse().unwrap();
+    let lib = report
+        .libraries
+        .iter()
+        .find(|l| l.path.to_string_lossy().ends_with(suffix))
+        .unwrap_or_else(|| panic!("{suffix} not attached: {:?}", report.libraries));
+    // every NCCL symbol of the probe table attached or reported missing; this NCCL has them all
+    let mut table: Vec<&str> =
+        CUDA_PROBES.iter().filter(|p| p.lib == ProbeLib::Nccl).flat_map(|p| p.symbols.iter().copied()).collect();
+    let mut attached: Vec<&str> = lib.symbols.iter().map(String::as_str).collect();
+    table.sort();
+    attached.sort();
+    assert_eq!(attached, table, "missing: {:?}", lib.missing);
+    let c = sink.0.lock().unwrap();
+    for code in [op::NCCL_GROUP_START, op::NCCL_GROUP_END] {
+        let events: Vec<_> = c.events.iter().filter(|e| e.pid == pid && code.is(e.source, e.op)).collect();
+        assert_eq!(events.len() as u64, n, "{}", code.name());
+        assert!(events.iter().all(|e| e.ret_code == 0));
+        let rows = c.nccl_calls.iter().filter(|r| r.pid == pid && r.op == code.op).count();
+        assert_eq!(rows as u64, n, "{} rows", code.name());
+    }
+    assert!(c.attachments.iter().any(|a| a.pid == pid && a.kind == "nccl" && a.path.ends_with(suffix)));
+}
