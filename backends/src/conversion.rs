@@ -23,7 +23,9 @@
 use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, SessionInfo};
+use causeway_model::{
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessRank, SessionInfo,
+};
 
 use crate::Engine;
 use crate::{AggregateRow, StackRecord, TraceStore};
@@ -81,6 +83,7 @@ pub trait ConvertTarget {
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
+    fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
     /// Attachments with their own session ids.
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()>;
     fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()>;
@@ -131,6 +134,7 @@ pub struct ConvertReport {
     pub kernel_names: u64,
     pub nccl_calls: u64,
     pub gpu_samples: u64,
+    pub process_ranks: u64,
     pub attachments: u64,
     /// True when text ids were replaced by integers (see the module docs).
     pub ids_renumbered: bool,
@@ -195,6 +199,8 @@ pub fn convert(
         target.write_nccl_calls(&nccl)?;
         let gpu = store.gpu_samples(&TimeWindow::ALL)?;
         target.write_gpu_samples(&gpu)?;
+        let ranks = store.process_ranks()?;
+        target.write_process_ranks(&ranks)?;
         let attachments = source.attachment_rows()?;
         target.write_attachments(&attachments)?;
         let aggregates = store.aggregates(&TimeWindow::default())?;
@@ -215,6 +221,7 @@ pub fn convert(
             kernel_names: kernels.len() as u64,
             nccl_calls: nccl.len() as u64,
             gpu_samples: gpu.len() as u64,
+            process_ranks: ranks.len() as u64,
             attachments: attachments.len() as u64,
             ids_renumbered: source.renumbers_ids(),
         })

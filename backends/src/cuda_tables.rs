@@ -2,7 +2,7 @@
 //! [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
 //! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)), `attachments`
 //! ([`LibraryAttach`] per session), `nccl_calls` ([`NcclCall`] per NCCL call event) and
-//! `gpu_samples` ([`GpuSample`]s read through NVML). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
+//! `gpu_samples` ([`GpuSample`]s read through NVML) and `process_ranks` ([`ProcessRank`] per pid). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
 //! what every engine shares: the INSERTs with their parameters as [`SqlParam`]s (each engine binds
 //! them), the SELECTs, and the checked decoding of their rows (a value that does not fit its field
 //! is an error naming the table, never a wrapped number).
@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall};
+use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank};
 
 use crate::schema::SqlParam;
 use crate::{Result, StoreError};
@@ -48,6 +48,54 @@ nranks, seq, count, datatype, redop, peer, device) VALUES (?, ?, ?, ?, ?, ?, ?, 
 /// The NCCL calls of a window (`{where}` is [`nccl_window_clause`]), in time order.
 const SELECT_NCCL_CALLS_SQL: &str = "SELECT pid, tid, timestamp, op, comm_hash, comm, rank, nranks, seq, count, \
 datatype, redop, peer, device FROM nccl_calls {where} ORDER BY timestamp, pid, tid";
+
+/// Records a process's rank; a later row for the same pid replaces the earlier one.
+pub(crate) const INSERT_PROCESS_RANK_SQL: &str = "INSERT OR REPLACE INTO process_ranks (pid, rank, local_rank, \
+world_size, local_world_size, launcher, job) VALUES (?, ?, ?, ?, ?, ?, ?)";
+
+/// Every process rank, by pid.
+pub(crate) const SELECT_PROCESS_RANKS_SQL: &str =
+    "SELECT pid, rank, local_rank, world_size, local_world_size, launcher, job FROM process_ranks ORDER BY pid";
+
+/// The parameters of [`INSERT_PROCESS_RANK_SQL`], in order.
+pub(crate) fn process_rank_params(r: &ProcessRank) -> [SqlParam<'_>; 7] {
+    let i = |v: i32| SqlParam::Int(i64::from(v));
+    [
+        SqlParam::Int(i64::from(r.pid)),
+        i(r.rank),
+        i(r.local_rank),
+        i(r.world_size),
+        i(r.local_world_size),
+        SqlParam::Text(&r.launcher),
+        SqlParam::Text(&r.job),
+    ]
+}
+
+/// The ranks of a batch with each pid once, holding its last row (each row written once per
+/// transaction: no engine has to replace a row the same transaction wrote).
+pub(crate) fn last_rank_per_pid(ranks: &[ProcessRank]) -> Vec<&ProcessRank> {
+    let mut by_pid: std::collections::BTreeMap<u32, &ProcessRank> = std::collections::BTreeMap::new();
+    for r in ranks {
+        by_pid.insert(r.pid, r);
+    }
+    by_pid.into_values().collect()
+}
+
+/// A row of [`SELECT_PROCESS_RANKS_SQL`].
+pub(crate) fn process_rank_from(db: &Path, n: [i64; 5], launcher: String, job: String) -> Result<ProcessRank> {
+    let small = |column: &str, v: i64| {
+        i32::try_from(v).map_err(|_| damaged(db, format!("process_ranks.{column} holds {v}, not a 32-bit value")))
+    };
+    Ok(ProcessRank {
+        pid: fits_u32(db, "process_ranks", "pid", n[0])?,
+        rank: small("rank", n[1])?,
+        local_rank: small("local_rank", n[2])?,
+        world_size: small("world_size", n[3])?,
+        local_world_size: small("local_world_size", n[4])?,
+        launcher,
+        job,
+    })
+}
 
 /// The columns of `gpu_samples`, in table order.
 const GPU_SAMPLE_COLUMNS: &str = "timestamp, gpu, sm_clock_mhz, sm_clock_max_mhz, mem_clock_mhz, throttle_reasons, \
@@ -444,6 +492,22 @@ macro_rules! impl_cuda_table_reads {
                         .collect()
                 })?;
                 rows.into_iter().map(|row| $crate::cuda_tables::gpu_sample_from(&self.info().path, row)).collect()
+            }
+
+            pub(crate) fn read_process_ranks(&self) -> $crate::Result<Vec<causeway_model::ProcessRank>> {
+                use $crate::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "process_ranks") {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<([i64; 5], String, String)> = self.with_conn(|c| {
+                    c.prepare($crate::cuda_tables::SELECT_PROCESS_RANKS_SQL)?
+                        .query_map([], |r| {
+                            Ok(([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?], r.get(5)?, r.get(6)?))
+                        })?
+                        .collect()
+                })?;
+                let db = &self.info().path;
+                rows.into_iter().map(|(n, l, j)| $crate::cuda_tables::process_rank_from(db, n, l, j)).collect()
             }
 
             /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).

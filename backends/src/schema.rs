@@ -116,6 +116,15 @@ CREATE TABLE IF NOT EXISTS nccl_calls (
     peer      INTEGER NOT NULL,
     device    INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS process_ranks (
+    pid              INTEGER PRIMARY KEY,
+    rank             INTEGER NOT NULL,
+    local_rank       INTEGER NOT NULL,
+    world_size       INTEGER NOT NULL,
+    local_world_size INTEGER NOT NULL,
+    launcher         TEXT NOT NULL,
+    job              TEXT NOT NULL DEFAULT ''
+);
 CREATE TABLE IF NOT EXISTS gpu_samples (
     timestamp        INTEGER NOT NULL,
     gpu              INTEGER NOT NULL,
@@ -332,6 +341,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "kernel_names" => "kernel names per (pid, handle): the handle is what that process's launches carry in events.arg0",
         "attachments" => "the CUDA libraries attached per traced process and session, with the symbols probed and missing: what the trace covers",
         "nccl_calls" => "what each NCCL call did, beside its events row (source 9; join on pid, tid, timestamp): the communicator as every rank knows it (comm_hash), this rank, and the collective's sequence number: (comm_hash, seq) names one collective on every rank",
+        "process_ranks" => "where each traced process stands in its distributed job, from its launcher's environment (torchrun RANK/LOCAL_RANK/WORLD_SIZE, Open MPI, Slurm); -1 = not given",
         "gpu_samples" => "the GPUs' own state sampled through NVML while tracing (default 10 Hz): clocks, throttle reasons, temperature, power, utilization, memory, PCIe / NVLink traffic, ECC errors; -1 = not reported by the device",
         "loss_counters" => "events lost before storage, per session, source and place (kind); see loss_kinds",
         "sources" => "lookup: events.source code -> name",
@@ -416,6 +426,13 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("nccl_calls", "redop") => "ncclRedOp_t: 0 sum, 1 prod, 2 max, 3 min, 4 avg; -1 none",
         ("nccl_calls", "peer") => "send/recv: the peer rank; broadcast/reduce: the root rank; split: the color; -1 otherwise",
         ("nccl_calls", "device") => "CUDA device of the communicator (the caller's current device at its creation; -1 unknown)",
+        ("process_ranks", "pid") => "process id (tgid)",
+        ("process_ranks", "rank") => "the process's rank in the job (RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)",
+        ("process_ranks", "local_rank") => "its rank on this node (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID; -1 not given)",
+        ("process_ranks", "world_size") => "processes in the job (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS; -1 not given)",
+        ("process_ranks", "local_world_size") => "the job's processes on this node (-1 not given)",
+        ("process_ranks", "launcher") => "which variables said so: torch, openmpi, slurm",
+        ("process_ranks", "job") => "the job's id where the launcher names it (TORCHELASTIC_RUN_ID, SLURM_JOB_ID)",
         ("gpu_samples", "timestamp") => "unix ns when the sample was read",
         ("gpu_samples", "gpu") => "NVML device index (events.gpu_id of the calls that addressed it)",
         ("gpu_samples", "sm_clock_mhz") => "SM clock, MHz",

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessRank,
+    SessionInfo,
 };
 
 use crate::{EventSink, SinkSummary, StackRecord};
@@ -57,6 +58,8 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     /// Append GPU state samples (`gpu_samples`).
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
+    /// Record processes' ranks (a later row for a pid replaces the earlier one).
+    fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -82,6 +85,7 @@ enum Msg {
     Attachments(Vec<LibraryAttach>),
     NcclCalls(Vec<NcclCall>),
     GpuSamples(Vec<GpuSample>),
+    ProcessRanks(Vec<ProcessRank>),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -131,6 +135,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::Attachments(a) => w.write_attachments(&a)?,
                 Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
                 Msg::GpuSamples(s) => w.write_gpu_samples(&s)?,
+                Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
                 Msg::Flush(done) => flushes.push(done),
             }
             Ok(())
@@ -211,6 +216,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()> {
         self.tx.send(Msg::GpuSamples(samples)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_process_ranks(&mut self, ranks: Vec<ProcessRank>) -> Result<()> {
+        self.tx.send(Msg::ProcessRanks(ranks)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

@@ -119,6 +119,7 @@ pub fn write_read_back_exactly(b: Engine) {
         "attachments",
         "nccl_calls",
         "gpu_samples",
+        "process_ranks",
     ] {
         assert!(info.has_table(t), "{t} missing");
     }
@@ -346,6 +347,9 @@ impl TraceStore for RequiredOnly {
         window: &causeway_model::time::TimeWindow,
     ) -> causeway_backends::Result<Vec<causeway_model::GpuSample>> {
         self.0.gpu_samples(window)
+    }
+    fn process_ranks(&self) -> causeway_backends::Result<Vec<causeway_model::ProcessRank>> {
+        self.0.process_ranks()
     }
     fn query(&self, sql: &str, limits: &QueryLimits) -> causeway_backends::Result<QueryResult> {
         self.0.query(sql, limits)

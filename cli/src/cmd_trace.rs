@@ -49,6 +49,9 @@ pub struct Args {
     /// Do not attach the scheduler, process, block I/O and memory tracepoints.
     #[arg(long)]
     pub no_host: bool,
+    /// This host's name in the trace (default: the host name): what a fleet tells nodes apart by.
+    #[arg(long)]
+    pub node: Option<String>,
     /// Samples per second of every GPU's own state through NVML (clocks, throttle reasons,
     /// temperature, power, utilization, memory, PCIe / NVLink, ECC) and its Xid errors; 0: off.
     /// Without NVML on the host the trace goes on and says "no NVML".
@@ -83,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let db =
         args.db.clone().unwrap_or_else(|| PathBuf::from(format!("causeway-{}.{}", now.as_secs(), backend.extension())));
-    let session = causeway_probes::new_session_info(
+    let mut session = causeway_probes::new_session_info(
         &args.pids,
         &args.command,
         format!(
@@ -93,6 +96,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             !args.no_host
         ),
     );
+    if let Some(node) = &args.node {
+        anyhow::ensure!(!node.trim().is_empty(), "--node: an empty name");
+        session.node = node.trim().to_string();
+    }
     let sink = causeway_backends::create_sink(&db, session, Some(backend))?;
     let opts = TraceOptions {
         pids: args.pids.clone(),

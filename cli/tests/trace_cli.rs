@@ -42,6 +42,37 @@ fn a_working_trace_prints_no_warning() {
 }
 
 #[test]
+fn the_node_name_is_the_one_given_and_a_blank_one_is_refused() {
+    require_root();
+    let build = mock_build();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("n.db");
+    let trace = |node: &str| {
+        Command::new(env!("CARGO_BIN_EXE_causeway"))
+            .args(["trace", "--nvml-hz", "0", "--node", node, "--db"])
+            .arg(&db)
+            .arg("--")
+            .arg(build.join("train"))
+            .args(["--iters", "5"])
+            .output()
+            .expect("causeway trace runs")
+    };
+    let out = trace("rack7-gpu3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let q = Command::new(env!("CARGO_BIN_EXE_causeway"))
+        .args(["query", "--json", "--db"])
+        .arg(&db)
+        .arg("SELECT node FROM sessions")
+        .output()
+        .expect("causeway query runs");
+    let text = String::from_utf8_lossy(&q.stdout);
+    assert!(text.contains("rack7-gpu3"), "{text}");
+    let blank = trace("  ");
+    assert!(!blank.status.success());
+    assert!(String::from_utf8_lossy(&blank.stderr).contains("--node"), "{}", String::from_utf8_lossy(&blank.stderr));
+}
+
+#[test]
 fn check_reports_the_loader_hook_and_coverage_per_library() {
     require_root();
     let out =

@@ -221,6 +221,78 @@ impl NcclCall {
     }
 }
 
+/// Where a traced process stands in a distributed job, from the environment its launcher gave it
+/// (torchrun / torch.distributed `RANK`, `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`; Open MPI's
+/// `OMPI_COMM_WORLD_*`; Slurm's `SLURM_PROCID` / `SLURM_LOCALID` / `SLURM_NTASKS`). Stored in
+/// `process_ranks`, one row per process that has one; -1 = not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct ProcessRank {
+    /// The process.
+    pub pid: u32,
+    /// The process's rank in the job.
+    pub rank: i32,
+    /// Its rank among the job's processes on this node.
+    pub local_rank: i32,
+    /// Processes in the job.
+    pub world_size: i32,
+    /// The job's processes on this node.
+    pub local_world_size: i32,
+    /// Which variables said so: `torch` (RANK, ...), `openmpi`, `slurm`.
+    pub launcher: String,
+    /// The job's id where the launcher names it (`TORCHELASTIC_RUN_ID`, `SLURM_JOB_ID`), else empty.
+    pub job: String,
+}
+
+impl ProcessRank {
+    /// The identity in `environ` (a process's `/proc/PID/environ`: NUL-separated `KEY=VALUE`),
+    /// None when no launcher's rank variable is set. torchrun's variables win over MPI's, MPI's over
+    /// Slurm's (a torchrun inside a Slurm allocation sets its own).
+    pub fn from_environ(pid: u32, environ: &[u8]) -> Option<ProcessRank> {
+        let vars: std::collections::HashMap<&str, &str> = environ
+            .split(|b| *b == 0)
+            .filter_map(|kv| std::str::from_utf8(kv).ok())
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        let num = |k: &str| vars.get(k).and_then(|v| v.trim().parse::<i32>().ok());
+        let schemes: [(&str, [&str; 4], &str); 3] = [
+            ("torch", ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"], "TORCHELASTIC_RUN_ID"),
+            (
+                "openmpi",
+                [
+                    "OMPI_COMM_WORLD_RANK",
+                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "OMPI_COMM_WORLD_SIZE",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE",
+                ],
+                "",
+            ),
+            ("slurm", ["SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NTASKS_PER_NODE"], "SLURM_JOB_ID"),
+        ];
+        schemes.iter().find_map(|(launcher, keys, job)| {
+            let rank = num(keys[0])?;
+            Some(ProcessRank {
+                pid,
+                rank,
+                local_rank: num(keys[1]).unwrap_or(-1),
+                world_size: num(keys[2]).unwrap_or(-1),
+                local_world_size: num(keys[3]).unwrap_or(-1),
+                launcher: launcher.to_string(),
+                job: vars.get(job).map(|s| s.to_string()).unwrap_or_default(),
+            })
+        })
+    }
+
+    /// `RANK 1 of 8 (local 1 of 4)`.
+    pub fn words(&self) -> String {
+        let of = |n: i32| if n > 0 { format!(" of {n}") } else { String::new() };
+        let mut w = format!("RANK {}{}", self.rank, of(self.world_size));
+        if self.local_rank >= 0 {
+            w.push_str(&format!(" (local {}{})", self.local_rank, of(self.local_world_size)));
+        }
+        w
+    }
+}
+
 /// One sample of a GPU's own state, read through NVML while tracing (`gpu_samples`). A value the
 /// device does not report is -1.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -316,6 +388,27 @@ pub struct SchedDetail {
 /// after `dur` off the CPU.
 pub fn off_cpu_interval(ts: i64, dur: i64) -> (i64, i64) {
     (ts.saturating_sub(dur), ts)
+}
+
+#[cfg(test)]
+mod rank_tests {
+    use super::ProcessRank;
+
+    #[test]
+    fn launcher_variables_give_the_rank_torchrun_first() {
+        let env = b"PATH=/bin\0RANK=3\0LOCAL_RANK=1\0WORLD_SIZE=8\0LOCAL_WORLD_SIZE=4\0TORCHELASTIC_RUN_ID=job7\0SLURM_PROCID=0\0";
+        let r = ProcessRank::from_environ(42, env).unwrap();
+        assert_eq!((r.rank, r.local_rank, r.world_size, r.local_world_size), (3, 1, 8, 4));
+        assert_eq!((r.launcher.as_str(), r.job.as_str(), r.pid), ("torch", "job7", 42));
+        assert_eq!(r.words(), "RANK 3 of 8 (local 1 of 4)");
+        let mpi = ProcessRank::from_environ(1, b"OMPI_COMM_WORLD_RANK=5\0OMPI_COMM_WORLD_SIZE=16\0").unwrap();
+        assert_eq!((mpi.rank, mpi.local_rank, mpi.world_size, mpi.launcher.as_str()), (5, -1, 16, "openmpi"));
+        assert_eq!(mpi.words(), "RANK 5 of 16");
+        let slurm = ProcessRank::from_environ(1, b"SLURM_PROCID=2\0SLURM_LOCALID=0\0SLURM_JOB_ID=991\0").unwrap();
+        assert_eq!((slurm.rank, slurm.launcher.as_str(), slurm.job.as_str()), (2, "slurm", "991"));
+        assert!(ProcessRank::from_environ(1, b"HOME=/root\0RANK=not-a-number\0").is_none());
+        assert!(ProcessRank::from_environ(1, b"").is_none());
+    }
 }
 
 impl Event {

@@ -524,6 +524,9 @@ impl EventSink for CountingSink {
     async fn write_gpu_samples(&mut self, _: Vec<causeway_model::GpuSample>) -> SinkResult<()> {
         Ok(())
     }
+    async fn write_process_ranks(&mut self, _: Vec<causeway_model::ProcessRank>) -> SinkResult<()> {
+        Ok(())
+    }
     fn add_loss(&mut self, _: u8, _: LossKind, _: u64) {}
     async fn flush(&mut self) -> SinkResult<()> {
         Ok(())

@@ -190,6 +190,12 @@ impl<'o> Running<'o> {
                     .unwrap_or_else(|_| e.comm.clone());
                 let written = self.sink.write_process_name(e.pid, name, e.ts_ns).await;
                 self.report.check_write("process_names", 1, written);
+                // its place in a distributed job, as its launcher's environment says
+                let environ = std::fs::read(format!("/proc/{}/environ", e.pid)).unwrap_or_default();
+                if let Some(rank) = causeway_model::ProcessRank::from_environ(e.pid, &environ) {
+                    let written = self.sink.write_process_ranks(vec![rank]).await;
+                    self.report.check_write("process_ranks", 1, written);
+                }
             }
         }
         self.namer.launches(&msg.events);

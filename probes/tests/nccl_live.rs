@@ -89,6 +89,10 @@ fn every_rank_records_its_collectives_exactly_with_one_communicator() {
             rows(&c, wl.pid, op::NCCL_ALL_REDUCE).into_iter().filter(|n| n.comm_hash == split[0].comm_hash).collect();
         assert_eq!(on_split.iter().map(|n| n.seq).collect::<Vec<_>>(), vec![1]);
         assert_eq!(rows(&c, wl.pid, op::NCCL_COMM_DESTROY).len(), 2);
+        // the launcher's environment (RANK, LOCAL_RANK, WORLD_SIZE, as torchrun sets them); a
+        // process is read again after its exec, and the last row for a pid is what the table keeps
+        let job = c.process_ranks.iter().rev().find(|p| p.pid == wl.pid).expect("a process_ranks row");
+        assert_eq!((job.rank, job.local_rank, job.world_size, job.launcher.as_str()), (rank, rank, 2, "torch"));
     }
     assert_eq!(hashes.len(), 1, "one world communicator on both ranks");
     // the two colors are two communicators

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SchedDetail,
-    SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessRank,
+    SchedDetail, SessionInfo,
 };
 
 use crate::error::Result;
@@ -439,6 +439,9 @@ pub trait TraceStore: Send + Sync {
     /// The GPU state samples (`gpu_samples`, read through NVML) taken in `window`, by time then
     /// GPU; empty for traces without the table or recorded without NVML.
     fn gpu_samples(&self, window: &TimeWindow) -> Result<Vec<GpuSample>>;
+    /// Where the traced processes stand in their distributed jobs (`process_ranks`), by pid; empty
+    /// for traces without the table or processes without a launcher's rank.
+    fn process_ranks(&self) -> Result<Vec<ProcessRank>>;
     /// Run user SQL, read-only, with limits.
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
@@ -489,6 +492,8 @@ pub trait EventSink: Send {
     async fn write_nccl_calls(&mut self, calls: Vec<NcclCall>) -> Result<()>;
     /// Record GPU state samples.
     async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()>;
+    /// Record processes' ranks in their jobs (a later row for a pid replaces the earlier one).
+    async fn write_process_ranks(&mut self, ranks: Vec<ProcessRank>) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).

@@ -198,6 +198,8 @@ def check_straggler(cause):
             return f"straggler cause is {c['cause']}, not {cause}: {c['summary']}"
         if f"rank {v['straggler']} (pid {late}" not in c["summary"]:
             return f"summary does not name rank {v['straggler']}: {c['summary']}"
+        if f"RANK {v['straggler']} of {v['ranks']}" not in c["summary"]:
+            return f"summary does not give the launcher's RANK of {v['ranks']}: {c['summary']}"
         if cause == "preempted":
             cul = c.get("culprit") or {}
             if cul.get("pid") != hog or cul.get("comm") != "nccl-hog":

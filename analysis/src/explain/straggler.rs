@@ -68,6 +68,7 @@ pub(super) fn straggler_chains(view: &mut TraceView, ctx: &Context) -> Result<Ve
         }
     }
     let ids = view.nccl_event_ids(&keys)?;
+    let job_ranks = view.process_ranks()?;
     let mut out = Vec::new();
     for s in &stragglers {
         let step_parts = |tid: u32, a: i64, b: i64| {
@@ -86,7 +87,7 @@ pub(super) fn straggler_chains(view: &mut TraceView, ctx: &Context) -> Result<Ve
                 }
             }
         }
-        out.push(chain(view, s, &calls, &late_totals, &other_totals, steps, &ids));
+        out.push(chain(view, s, &calls, &late_totals, &other_totals, steps, &ids, &job_ranks));
     }
     Ok(out)
 }
@@ -112,8 +113,13 @@ fn others_median(other_totals: &BTreeMap<u32, CauseTotals>) -> BTreeMap<Cause, i
         .collect()
 }
 
-fn rank_words(rank: i32, pid: u32, name: &str) -> String {
-    let who = if name.is_empty() { format!("pid {pid}") } else { format!("pid {pid} {name}") };
+/// `rank 1 (pid 4711 train.py)`, with the launcher's rank when it says more (`; RANK 9 of 16 (local
+/// 1 of 8)`): a communicator's rank is the job's rank only on the world communicator.
+fn rank_words(rank: i32, pid: u32, name: &str, job: Option<&causeway_model::ProcessRank>) -> String {
+    let mut who = if name.is_empty() { format!("pid {pid}") } else { format!("pid {pid} {name}") };
+    if let Some(j) = job {
+        who.push_str(&format!("; {}", j.words()));
+    }
     if rank >= 0 {
         format!("rank {rank} ({who})")
     } else {
@@ -130,6 +136,7 @@ fn chain(
     other_totals: &BTreeMap<u32, CauseTotals>,
     steps: u64,
     ids: &HashMap<(u32, u32, i64), causeway_store::EventId>,
+    job_ranks: &HashMap<u32, causeway_model::ProcessRank>,
 ) -> Chain {
     let names = &view.names;
     let op = op_name(Source::Nccl.code(), s.late[0].op).into_owned();
@@ -138,7 +145,7 @@ fn chain(
     let mut lates: Vec<i64> = s.late.iter().map(|l| l.late_ns).collect();
     let late_dist = attr::OpDistribution::from_durations(&mut lates);
     let max_late = s.late.iter().map(|l| l.late_ns).max().unwrap_or(0);
-    let who = rank_words(s.rank, s.pid, &crate::stacks::clean(&names.of(s.pid, s.tid)));
+    let who = rank_words(s.rank, s.pid, &crate::stacks::clean(&names.of(s.pid, s.tid)), job_ranks.get(&s.pid));
     let comm = format!("{:016x}", s.comm_hash as u64);
     let ranks =
         if s.nranks > 0 { format!("{} ranks", s.nranks) } else { format!("{} ranks traced", s.other_ranks + 1) };
@@ -242,7 +249,7 @@ fn chain(
                 layer: "NCCL".into(),
                 what: format!(
                     "{} entered {op} #{}{}",
-                    rank_words(a.rank, a.pid, &name),
+                    rank_words(a.rank, a.pid, &name, job_ranks.get(&a.pid)),
                     l.seq,
                     if a.pid == s.pid { format!(" {} late", fmt_ns(l.late_ns)) } else { String::new() }
                 ),

@@ -123,6 +123,11 @@ impl<'s> TraceView<'s> {
         Ok(v)
     }
 
+    /// Where the traced processes stand in their jobs (the launcher's RANK, ...), by pid.
+    pub(super) fn process_ranks(&self) -> Result<HashMap<u32, causeway_model::ProcessRank>, AnalysisError> {
+        Ok(self.store.process_ranks()?.into_iter().map(|r| (r.pid, r)).collect())
+    }
+
     /// The off-CPU intervals of `spans` (threads and their intervals), naming the threads in them.
     pub(super) fn off_cpu(&mut self, spans: &Spans) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
         let off = trace_data::load_off_cpu(self.store, spans)?;

@@ -6,7 +6,9 @@ use std::path::Path;
 use duckdb::params;
 
 use causeway_model::codes::PrevState;
-use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, SchedDetail, SessionInfo};
+use causeway_model::{
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank, SchedDetail, SessionInfo,
+};
 
 use super::reader::{ints, launch_config_column, texts};
 use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
@@ -231,6 +233,10 @@ impl ConvertTarget for DuckDbTarget {
 
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
         self.writer.write_gpu_samples(samples)
+    }
+
+    fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {
+        self.writer.write_process_ranks(ranks)
     }
 
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {

@@ -16,7 +16,8 @@ use duckdb::{params, Connection};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessRank,
+    SessionInfo,
 };
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
@@ -495,6 +496,18 @@ impl EngineWriter for DuckDbWriter {
             let mut st = c.prepare_cached(&sql).map_err(&err)?;
             for s in samples {
                 st.execute(duckdb::params_from_iter(cuda_tables::gpu_sample_params(s))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Record processes' ranks (the last per pid wins), in one transaction.
+    fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_PROCESS_RANK_SQL).map_err(&err)?;
+            for r in cuda_tables::last_rank_per_pid(ranks) {
+                st.execute(duckdb::params_from_iter(cuda_tables::process_rank_params(r))).map_err(&err)?;
             }
             Ok(())
         })

@@ -9,6 +9,6 @@ mod writer;
 pub use reader::SqliteStore;
 pub(crate) use writer::{
     insert_attachments, insert_gpu_samples, insert_kernel_names, insert_launch_configs, insert_nccl_calls,
-    insert_session,
+    insert_process_ranks, insert_session,
 };
 pub use writer::{SqliteSink, SqliteWriter};

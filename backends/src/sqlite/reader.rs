@@ -482,6 +482,10 @@ impl TraceStore for SqliteStore {
         self.read_gpu_samples(window)
     }
 
+    fn process_ranks(&self) -> Result<Vec<causeway_model::ProcessRank>> {
+        self.read_process_ranks()
+    }
+
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         crate::guard::run_sqlite(&self.uri, sql, limits)
     }

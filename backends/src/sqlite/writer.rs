@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
-use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, SessionInfo};
+use causeway_model::{
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessRank, SessionInfo,
+};
 
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::schema::{self, INDEXES, NATIVE_DDL};
@@ -92,6 +94,15 @@ pub(crate) fn insert_gpu_samples(conn: &Connection, samples: &[GpuSample]) -> ru
     let mut st = conn.prepare_cached(&cuda_tables::insert_gpu_sample_sql())?;
     for s in samples {
         st.execute(params_from_iter(cuda_tables::gpu_sample_params(s)))?;
+    }
+    Ok(())
+}
+
+/// Record processes' ranks (the last per pid wins), in the caller's transaction.
+pub(crate) fn insert_process_ranks(conn: &Connection, ranks: &[ProcessRank]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_PROCESS_RANK_SQL)?;
+    for r in cuda_tables::last_rank_per_pid(ranks) {
+        st.execute(params_from_iter(cuda_tables::process_rank_params(r)))?;
     }
     Ok(())
 }
@@ -266,6 +277,14 @@ impl EngineWriter for SqliteWriter {
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_gpu_samples(&tx, samples)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Record processes' ranks, in one transaction.
+    fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_process_ranks(&tx, ranks)?;
         tx.commit()?;
         Ok(())
     }

@@ -10,7 +10,7 @@ use causeway_backends::convert;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall};
+use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank};
 
 use super::{file, rt, session, write_trace, N};
 
@@ -26,6 +26,8 @@ pub struct Fixture {
     pub nccl: Vec<NcclCall>,
     /// GPU samples of two GPUs, in (time, gpu) order.
     pub gpu: Vec<GpuSample>,
+    /// Process ranks as `process_ranks()` returns them (by pid, the last per pid).
+    pub ranks: Vec<ProcessRank>,
 }
 
 fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
@@ -147,7 +149,17 @@ impl Fixture {
             sample(1_100_000_000, 0, 0x20 | 0x4),
             sample(1_100_000_000, 1, 0x1),
         ];
-        Fixture { configs, name_calls, names, attachments, nccl, gpu }
+        let rank = |pid: u32, rank: i32, launcher: &str, job: &str| ProcessRank {
+            pid,
+            rank,
+            local_rank: rank % 4,
+            world_size: 8,
+            local_world_size: -1,
+            launcher: launcher.into(),
+            job: job.into(),
+        };
+        let ranks = vec![rank(77, 0, "slurm", "991"), rank(4821, 3, "torch", "run \"7\"")];
+        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks }
     }
 
     /// Give three launches in four a configuration (so launches without one stay 0).
@@ -174,6 +186,10 @@ impl Fixture {
         sink.write_nccl_calls(vec![self.nccl[3].clone(), self.nccl[1].clone()]).await.unwrap();
         sink.write_gpu_samples(vec![self.gpu[2].clone(), self.gpu[0].clone()]).await.unwrap();
         sink.write_gpu_samples(vec![self.gpu[3].clone(), self.gpu[1].clone()]).await.unwrap();
+        // 4821 first with a stale row (replaced twice: across calls and within one)
+        let stale = ProcessRank { rank: 9, ..self.ranks[1].clone() };
+        sink.write_process_ranks(vec![stale.clone()]).await.unwrap();
+        sink.write_process_ranks(vec![stale, self.ranks[1].clone(), self.ranks[0].clone()]).await.unwrap();
     }
 
     /// The configurations as `launch_configs()` returns them (by key).
@@ -199,6 +215,7 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
     let window = TimeWindow { from_ns: Some(1_000_000_500), to_ns: Some(1_000_000_900) };
     assert_eq!(store.nccl_calls(&window).unwrap(), fx.nccl[1..3], "NCCL calls of a window, both ends included");
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu, "GPU samples, by time then GPU");
+    assert_eq!(store.process_ranks().unwrap(), fx.ranks, "process ranks, the last per pid");
     let later = TimeWindow { from_ns: Some(1_000_000_001), to_ns: None };
     assert_eq!(store.gpu_samples(&later).unwrap(), fx.gpu[2..], "GPU samples of a window");
     let tagged = all.iter().filter(|s| s.event.launch_config != 0).count();
@@ -213,7 +230,7 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
 
 /// Make a trace look recorded before the tables and the column existed.
 fn make_older(path: &Path, b: Engine) {
-    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; DROP TABLE gpu_samples; \
+    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; DROP TABLE gpu_samples; DROP TABLE process_ranks; \
                ALTER TABLE events DROP COLUMN launch_config;";
     match b {
         Engine::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
@@ -245,11 +262,12 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     make_older(&path, b);
     let store = open_store(&path).unwrap();
     assert!(!store.info().has_column("launch_config"));
-    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples"] {
+    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples", "process_ranks"] {
         assert!(!store.info().has_table(t), "{t} was dropped");
     }
     assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.gpu_samples(&TimeWindow::ALL).unwrap().is_empty());
+    assert!(store.process_ranks().unwrap().is_empty());
     assert!(store.launch_configs().unwrap().is_empty());
     assert!(store.kernel_names().unwrap().is_empty());
     assert!(store.attachments().unwrap().is_empty());
@@ -286,6 +304,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert_eq!(store.attachments().unwrap(), fx.attachments);
     assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
+    assert_eq!(store.process_ranks().unwrap(), fx.ranks);
     let back = store.events(&EventFilter::default()).unwrap();
     assert_eq!(back.len(), N + 10);
     assert_eq!(back[..N], zeroed(&all)[..], "the older session's events still read as 0");
@@ -299,7 +318,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     let d = store.describe_schema().unwrap();
     let events = d.tables.iter().find(|t| t.name == "events").unwrap();
     assert_eq!(events.columns.last().map(|c| c.name.as_str()), Some("launch_config"), "added last");
-    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples"] {
+    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples", "process_ranks"] {
         let table = d.tables.iter().find(|x| x.name == t).unwrap_or_else(|| panic!("{t} not described"));
         assert!(!table.meaning.is_empty(), "{t} has a meaning");
         assert!(
@@ -345,8 +364,15 @@ pub fn convert_keeps_them(b: Engine) {
         let out = file(dir.path(), to, &format!("converted-{}", b.name()));
         let report = convert(&path, &out, Some(to), &mut |_, _| {}).unwrap();
         assert_eq!(
-            (report.launch_configs, report.kernel_names, report.attachments, report.nccl_calls, report.gpu_samples),
-            (3, 4, 5, 4, 4),
+            (
+                report.launch_configs,
+                report.kernel_names,
+                report.attachments,
+                report.nccl_calls,
+                report.gpu_samples,
+                report.process_ranks
+            ),
+            (3, 4, 5, 4, 4, 2),
             "{} -> {}",
             b.name(),
             to.name()
@@ -357,6 +383,7 @@ pub fn convert_keeps_them(b: Engine) {
         assert_eq!(conv.kernel_names().unwrap(), fx.names);
         assert_eq!(conv.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
         assert_eq!(conv.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
+        assert_eq!(conv.process_ranks().unwrap(), fx.ranks);
         assert_eq!(conv.attachments().unwrap(), src.attachments().unwrap());
         assert_eq!(attachment_sessions(conv.as_ref()), stored, "{} -> {}: attachment sessions", b.name(), to.name());
     }

@@ -37,6 +37,7 @@ pub struct Collected {
     pub attachments: Vec<LibraryAttach>,
     pub nccl_calls: Vec<causeway_model::NcclCall>,
     pub gpu_samples: Vec<causeway_model::GpuSample>,
+    pub process_ranks: Vec<causeway_model::ProcessRank>,
     pub finished: bool,
     /// Refuse every stack and process-name write (a sink whose side tables fail).
     pub refuse_side_writes: bool,
@@ -101,6 +102,10 @@ impl EventSink for MemSink {
     }
     async fn write_gpu_samples(&mut self, samples: Vec<causeway_model::GpuSample>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().gpu_samples.extend(samples);
+        Ok(())
+    }
+    async fn write_process_ranks(&mut self, ranks: Vec<causeway_model::ProcessRank>) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().process_ranks.extend(ranks);
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
