@@ -188,6 +188,17 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
     if !stats.coverage.is_empty() {
         summary.push_str(&format!("; coverage: {}", stats.coverage.join("; ")));
     }
+    // the GPUs' own state beside the host's (NVML samples; see stats.gpus)
+    for g in &stats.gpus {
+        summary.push_str(&format!(
+            "; GPU {}: SM clock p50 {} MHz (min {}), up to {} °C",
+            g.gpu, g.sm_clock_p50_mhz, g.sm_clock_min_mhz, g.temperature_max_c
+        ));
+        if g.throttled_ns > 0 {
+            let reasons: Vec<&str> = g.throttled_by_reason.keys().map(String::as_str).collect();
+            summary.push_str(&format!(", throttled {} ({})", fmt_ns(g.throttled_ns), reasons.join(", ")));
+        }
+    }
     truncated |= kernels_cut;
     let hint = if kernels_cut {
         Some(format!(

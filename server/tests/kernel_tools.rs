@@ -1,12 +1,13 @@
 //! get_trace_stats with group_by "kernel" and get_stacks with a kernel filter, through the tool
-//! catalogue on a native trace with kernel names, launch configurations and a late attach.
+//! catalogue on a native trace with kernel names, launch configurations, a late attach and NVML
+//! samples of a GPU throttled for one sample.
 
 use std::path::Path;
 
 use causeway_backends::QueryCancel;
 use causeway_backends::{EventSink, SqliteSink, StackRecord};
 use causeway_model::codes::op;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, SessionInfo};
+use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, SessionInfo};
 use causeway_server::tools::{call, catalogue};
 use causeway_server::TraceSet;
 use serde_json::json;
@@ -78,6 +79,19 @@ fn write_trace(path: &Path) {
         sink.write_launch_configs(vec![cfg]).await.unwrap();
         sink.write_attachments(vec![attach]).await.unwrap();
         sink.write_stacks(stacks).await.unwrap();
+        // GPU 0 every 5 ms, thermally throttled at the third sample
+        let samples = (0..4i64)
+            .map(|i| GpuSample {
+                ts_ns: T0 + i * 5_000_000,
+                gpu: 0,
+                sm_clock_mhz: if i == 2 { 495 } else { 1980 },
+                sm_clock_max_mhz: 1980,
+                throttle_reasons: if i == 2 { 0x40 } else { 0 },
+                temperature_c: if i == 2 { 91 } else { 55 },
+                ..Default::default()
+            })
+            .collect();
+        sink.write_gpu_samples(samples).await.unwrap();
         sink.write_batch(events).await.unwrap();
         sink.finish(T0 + 20_000_000).await.unwrap();
     });
@@ -116,6 +130,13 @@ fn stats_group_by_kernel_and_stacks_by_kernel_name() {
         "{summary}"
     );
     assert_eq!(a["stats"]["coverage"].as_array().unwrap().len(), 1);
+    // the GPU's own state beside the host's
+    assert!(
+        summary
+            .contains("GPU 0: SM clock p50 1980 MHz (min 495), up to 91 °C, throttled 5.00 ms (hw_thermal_slowdown)"),
+        "{summary}"
+    );
+    assert_eq!(a["stats"]["gpus"][0]["throttled_ns"].as_i64(), Some(5_000_000));
     // limit cuts the kernel list and says so.
     let a =
         call(&tools, &set, "get_trace_stats", json!({"group_by": "kernel", "limit": 1}), &cancel).unwrap().structured;
