@@ -304,7 +304,6 @@ fn slow_call_chains(
         };
         // the op's largest GPU-time group on a throttled GPU is the throttle's chain
         let mut throttled: Option<(usize, i64, crate::gpu_state::ThrottleFacts)> = None;
-        let first = out.len();
         for (key, group) in acc.into_groups() {
             let sample = stack_sample_ids(&group);
             if let Some(facts) = gpu_time::throttle_of(&ctx.gpu, op, key.0, &group) {
@@ -320,7 +319,7 @@ fn slow_call_chains(
             }
             out.push(chain);
         }
-        if let Some((i, _, facts)) = throttled.filter(|t| t.0 >= first) {
+        if let Some((i, _, facts)) = throttled {
             gpu_time::name_throttle(&mut out[i], &facts);
         }
     }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use causeway_model::{throttle_reason_names, GpuSample, SLOWING_REASONS};
 
 use crate::attribution::overlap;
+use crate::stats::nearest_ranks_unsorted;
 use crate::trace_data::merge_intervals;
 
 /// One GPU's state over the trace (or window).
@@ -76,12 +77,9 @@ pub struct ThrottleFacts {
     pub last_ns: i64,
 }
 
+/// The nearest-rank median of `v`, -1 for none.
 fn median(mut v: Vec<i64>) -> i64 {
-    if v.is_empty() {
-        return -1;
-    }
-    v.sort_unstable();
-    v[v.len().div_ceil(2) - 1]
+    nearest_ranks_unsorted(&mut v, &[500]).map_or(-1, |p| p[0])
 }
 
 impl GpuState {

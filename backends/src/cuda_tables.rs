@@ -1,8 +1,9 @@
 //! The tables beside `events` that the probes fill: `launch_configs` (one row per distinct
 //! [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
 //! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)), `attachments`
-//! ([`LibraryAttach`] per session), `nccl_calls` ([`NcclCall`] per NCCL call event) and
-//! `gpu_samples` ([`GpuSample`]s read through NVML) and `process_ranks` ([`ProcessRank`] per pid). Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
+//! ([`LibraryAttach`] per session), `nccl_calls` ([`NcclCall`] per NCCL call event),
+//! `gpu_samples` ([`GpuSample`]s read through NVML) and `process_ranks` ([`ProcessRank`] per pid).
+//! Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
 //! what every engine shares: the INSERTs with their parameters as [`SqlParam`]s (each engine binds
 //! them), the SELECTs, and the checked decoding of their rows (a value that does not fit its field
 //! is an error naming the table, never a wrapped number).
@@ -45,9 +46,9 @@ pub(crate) const INSERT_NCCL_CALL_SQL: &str =
     "INSERT INTO nccl_calls (pid, tid, timestamp, op, comm_hash, comm, rank, \
 nranks, seq, count, datatype, redop, peer, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
-/// The NCCL calls of a window (`{where}` is [`nccl_window_clause`]), in time order.
-const SELECT_NCCL_CALLS_SQL: &str = "SELECT pid, tid, timestamp, op, comm_hash, comm, rank, nranks, seq, count, \
-datatype, redop, peer, device FROM nccl_calls {where} ORDER BY timestamp, pid, tid";
+/// The columns of `nccl_calls`, in table order.
+const NCCL_CALL_COLUMNS: &str =
+    "pid, tid, timestamp, op, comm_hash, comm, rank, nranks, seq, count, datatype, redop, peer, device";
 
 /// Records a process's rank; a later row for the same pid replaces the earlier one.
 pub(crate) const INSERT_PROCESS_RANK_SQL: &str = "INSERT OR REPLACE INTO process_ranks (pid, rank, local_rank, \
@@ -71,21 +72,9 @@ pub(crate) fn process_rank_params(r: &ProcessRank) -> [SqlParam<'_>; 7] {
     ]
 }
 
-/// The ranks of a batch with each pid once, holding its last row (each row written once per
-/// transaction: no engine has to replace a row the same transaction wrote).
-pub(crate) fn last_rank_per_pid(ranks: &[ProcessRank]) -> Vec<&ProcessRank> {
-    let mut by_pid: std::collections::BTreeMap<u32, &ProcessRank> = std::collections::BTreeMap::new();
-    for r in ranks {
-        by_pid.insert(r.pid, r);
-    }
-    by_pid.into_values().collect()
-}
-
 /// A row of [`SELECT_PROCESS_RANKS_SQL`].
 pub(crate) fn process_rank_from(db: &Path, n: [i64; 5], launcher: String, job: String) -> Result<ProcessRank> {
-    let small = |column: &str, v: i64| {
-        i32::try_from(v).map_err(|_| damaged(db, format!("process_ranks.{column} holds {v}, not a 32-bit value")))
-    };
+    let small = |column: &str, v: i64| fits_i32(db, "process_ranks", column, v);
     Ok(ProcessRank {
         pid: fits_u32(db, "process_ranks", "pid", n[0])?,
         rank: small("rank", n[1])?,
@@ -140,9 +129,7 @@ pub(crate) fn gpu_sample_params(s: &GpuSample) -> [SqlParam<'static>; 19] {
 
 /// A row of [`select_gpu_samples_sql`]: the 32-bit columns must fit.
 pub(crate) fn gpu_sample_from(db: &Path, r: [i64; 19]) -> Result<GpuSample> {
-    let small = |column: &str, v: i64| {
-        i32::try_from(v).map_err(|_| damaged(db, format!("gpu_samples.{column} holds {v}, not a 32-bit value")))
-    };
+    let small = |column: &str, v: i64| fits_i32(db, "gpu_samples", column, v);
     Ok(GpuSample {
         ts_ns: r[0],
         gpu: small("gpu", r[1])?,
@@ -183,9 +170,9 @@ fn window_clause(window: &TimeWindow) -> String {
     }
 }
 
-/// [`SELECT_NCCL_CALLS_SQL`] for `window`.
+/// The NCCL calls of a window, in time order.
 pub(crate) fn select_nccl_calls_sql(window: &TimeWindow) -> String {
-    SELECT_NCCL_CALLS_SQL.replace("{where}", &window_clause(window))
+    format!("SELECT {NCCL_CALL_COLUMNS} FROM nccl_calls {} ORDER BY timestamp, pid, tid", window_clause(window))
 }
 
 /// The parameters of [`INSERT_NCCL_CALL_SQL`], in order.
@@ -209,11 +196,9 @@ pub(crate) fn nccl_call_params(c: &NcclCall) -> [SqlParam<'static>; 14] {
     ]
 }
 
-/// A row of [`SELECT_NCCL_CALLS_SQL`]: every value must fit its field.
+/// A row of [`select_nccl_calls_sql`]: every value must fit its field.
 pub(crate) fn nccl_call_from(db: &Path, row: [i64; 14]) -> Result<NcclCall> {
-    let small = |column: &str, v: i64| {
-        i32::try_from(v).map_err(|_| damaged(db, format!("nccl_calls.{column} holds {v}, not a 32-bit value")))
-    };
+    let small = |column: &str, v: i64| fits_i32(db, "nccl_calls", column, v);
     Ok(NcclCall {
         pid: fits_u32(db, "nccl_calls", "pid", row[0])?,
         tid: fits_u32(db, "nccl_calls", "tid", row[1])?,
@@ -262,18 +247,19 @@ pub(crate) fn kernel_name_params(k: &KernelName) -> [SqlParam<'_>; 5] {
     ]
 }
 
-/// The names of a batch with each (pid, handle) once, holding its last name, in the order the keys
-/// first appear: what the table must hold after the batch, with each row written once per
-/// transaction (no engine has to replace a row that the same transaction wrote).
-pub(crate) fn last_name_per_key(names: &[KernelName]) -> Vec<&KernelName> {
-    let mut slot: std::collections::HashMap<(u32, i64), usize> = std::collections::HashMap::new();
-    let mut out: Vec<&KernelName> = Vec::with_capacity(names.len());
-    for k in names {
-        match slot.get(&(k.pid, k.handle)) {
-            Some(&i) => out[i] = k,
+/// The rows of a batch with each key once (kernel names by (pid, handle), process ranks by pid),
+/// holding its last row, in the order the keys first appear: what the table must hold after the
+/// batch, with each row written once per transaction (no engine has to replace a row that the same
+/// transaction wrote).
+pub(crate) fn last_per_key<T, K: Eq + std::hash::Hash>(rows: &[T], key: impl Fn(&T) -> K) -> Vec<&T> {
+    let mut slot: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
+    let mut out: Vec<&T> = Vec::with_capacity(rows.len());
+    for r in rows {
+        match slot.get(&key(r)) {
+            Some(&i) => out[i] = r,
             None => {
-                slot.insert((k.pid, k.handle), out.len());
-                out.push(k);
+                slot.insert(key(r), out.len());
+                out.push(r);
             }
         }
     }
@@ -317,6 +303,10 @@ pub(crate) fn attachment_params<'a>(
 
 fn damaged(db: &Path, detail: String) -> StoreError {
     StoreError::Corrupt { path: db.to_path_buf(), detail }
+}
+
+fn fits_i32(db: &Path, table: &str, column: &str, v: i64) -> Result<i32> {
+    i32::try_from(v).map_err(|_| damaged(db, format!("{table}.{column} holds {v}, not a 32-bit value")))
 }
 
 fn fits_u32(db: &Path, table: &str, column: &str, v: i64) -> Result<u32> {
@@ -413,22 +403,27 @@ impl AttachmentRow {
 macro_rules! impl_cuda_table_reads {
     ($store:ty) => {
         impl $store {
-            pub(crate) fn read_launch_configs(&self) -> $crate::Result<Vec<causeway_model::LaunchConfig>> {
-                use $crate::TraceStore as _;
-                if !$crate::reader_common::has_native_table(self.info(), "launch_configs") {
-                    return Ok(Vec::new());
-                }
-                let rows: Vec<[i64; 11]> = self.with_conn(|c| {
-                    c.prepare($crate::cuda_tables::SELECT_LAUNCH_CONFIGS_SQL)?
+            /// The rows of `sql`, whose columns are all integers, as arrays.
+            fn int_rows<const N: usize>(&self, sql: &str) -> $crate::Result<Vec<[i64; N]>> {
+                self.with_conn(|c| {
+                    c.prepare(sql)?
                         .query_map([], |r| {
-                            let mut row = [0i64; 11];
+                            let mut row = [0i64; N];
                             for (i, v) in row.iter_mut().enumerate() {
                                 *v = r.get(i)?;
                             }
                             Ok(row)
                         })?
                         .collect()
-                })?;
+                })
+            }
+
+            pub(crate) fn read_launch_configs(&self) -> $crate::Result<Vec<causeway_model::LaunchConfig>> {
+                use $crate::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "launch_configs") {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<[i64; 11]> = self.int_rows($crate::cuda_tables::SELECT_LAUNCH_CONFIGS_SQL)?;
                 rows.into_iter().map(|row| $crate::cuda_tables::launch_config_from(&self.info().path, row)).collect()
             }
 
@@ -457,17 +452,7 @@ macro_rules! impl_cuda_table_reads {
                     return Ok(Vec::new());
                 }
                 let sql = $crate::cuda_tables::select_nccl_calls_sql(window);
-                let rows: Vec<[i64; 14]> = self.with_conn(|c| {
-                    c.prepare(&sql)?
-                        .query_map([], |r| {
-                            let mut row = [0i64; 14];
-                            for (i, v) in row.iter_mut().enumerate() {
-                                *v = r.get(i)?;
-                            }
-                            Ok(row)
-                        })?
-                        .collect()
-                })?;
+                let rows: Vec<[i64; 14]> = self.int_rows(&sql)?;
                 rows.into_iter().map(|row| $crate::cuda_tables::nccl_call_from(&self.info().path, row)).collect()
             }
 
@@ -480,17 +465,7 @@ macro_rules! impl_cuda_table_reads {
                     return Ok(Vec::new());
                 }
                 let sql = $crate::cuda_tables::select_gpu_samples_sql(window);
-                let rows: Vec<[i64; 19]> = self.with_conn(|c| {
-                    c.prepare(&sql)?
-                        .query_map([], |r| {
-                            let mut row = [0i64; 19];
-                            for (i, v) in row.iter_mut().enumerate() {
-                                *v = r.get(i)?;
-                            }
-                            Ok(row)
-                        })?
-                        .collect()
-                })?;
+                let rows: Vec<[i64; 19]> = self.int_rows(&sql)?;
                 rows.into_iter().map(|row| $crate::cuda_tables::gpu_sample_from(&self.info().path, row)).collect()
             }
 
@@ -549,7 +524,7 @@ mod tests {
     fn a_later_name_for_the_same_key_wins_in_first_seen_order() {
         let k = |pid, handle, name: &str| KernelName { pid, handle, name: name.into(), ..Default::default() };
         let names = vec![k(1, 10, "a"), k(2, 10, "b"), k(1, 10, "c"), k(1, 11, "d")];
-        let got: Vec<&str> = last_name_per_key(&names).iter().map(|k| k.name.as_str()).collect();
+        let got: Vec<&str> = last_per_key(&names, |k| (k.pid, k.handle)).iter().map(|k| k.name.as_str()).collect();
         assert_eq!(got, ["c", "b", "d"]);
     }
 

@@ -7,24 +7,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use causeway_probes::TraceOptions;
 use causeway_probes::{discover, site_packages_of_program, DiscoveryOptions};
 use causeway_probes::{ProbeLib, CUDA_PROBES};
-
-fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("CAUSEWAY_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/causeway/venv"));
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} missing: run scripts/install-test-deps.sh (installs the CUDA runtime wheels into a venv)",
-        py.display()
-    );
-    py
-}
 
 #[test]
 fn real_libcudart_12_from_the_pip_wheel_is_found_attached_and_traced() {
@@ -38,7 +23,7 @@ fn real_libcudart_13_from_the_cu13_wheel_is_found_attached_and_traced() {
 
 fn real_runtime(flavour: &str, suffix: &str) {
     common::require_root();
-    let py = venv_python();
+    let py = common::venv_python();
     // `check`'s host-wide discovery finds the wheel's library too
     let found = discover(&DiscoveryOptions { site_packages: site_packages_of_program(&py), ..Default::default() });
     let wheel = found

@@ -7,25 +7,14 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use causeway_model::codes::op;
 use causeway_probes::{discover, site_packages_of_program, DiscoveryOptions, LibKind, TraceOptions};
 use causeway_probes::{ProbeLib, CUDA_PROBES};
 
-fn venv_python() -> PathBuf {
-    let venv = std::env::var_os("CAUSEWAY_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/causeway/venv"));
-    let py = venv.join("bin/python");
-    assert!(py.exists(), "{} missing: run scripts/install-test-deps.sh (installs the NCCL wheel)", py.display());
-    py
-}
-
 #[test]
 fn real_libnccl_from_the_pip_wheel_is_found_attached_and_traced() {
     common::require_root();
-    let py = venv_python();
+    let py = common::venv_python();
     let suffix = "nvidia/nccl/lib/libnccl.so.2";
     let found = discover(&DiscoveryOptions { site_packages: site_packages_of_program(&py), ..Default::default() });
     let wheel = found

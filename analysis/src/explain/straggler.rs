@@ -239,8 +239,9 @@ fn chain(
     recommendations.push(format!(
         "Every rank waits for the slowest at each collective: fix {who} first; the other ranks' long synchronizing calls are its effect, not their own problem"
     ));
+    let shown = worst(s);
     let mut timeline = Vec::new();
-    for l in worst(s) {
+    for l in &shown {
         for a in l.others.iter().chain(std::iter::once(&l.late)) {
             let name = crate::stacks::clean(&names.of(a.pid, a.tid));
             timeline.push(TimelineStep {
@@ -294,10 +295,7 @@ fn chain(
         stacks: Vec::new(),
         recommendations,
         evidence: Evidence {
-            event_ids: worst(s)
-                .iter()
-                .filter_map(|l| ids.get(&(l.late.pid, l.late.tid, l.late.ts_ns)).cloned())
-                .collect(),
+            event_ids: shown.iter().filter_map(|l| ids.get(&(l.late.pid, l.late.tid, l.late.ts_ns)).cloned()).collect(),
             sql,
             value: waited,
             unit: "ns".into(),

@@ -463,7 +463,7 @@ impl EngineWriter for DuckDbWriter {
         let err = engine_err(&self.path);
         self.in_transaction(|c| {
             let mut st = c.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL).map_err(&err)?;
-            for k in cuda_tables::last_name_per_key(names) {
+            for k in cuda_tables::last_per_key(names, |k| (k.pid, k.handle)) {
                 st.execute(duckdb::params_from_iter(cuda_tables::kernel_name_params(k))).map_err(&err)?;
             }
             Ok(())
@@ -506,7 +506,7 @@ impl EngineWriter for DuckDbWriter {
         let err = engine_err(&self.path);
         self.in_transaction(|c| {
             let mut st = c.prepare_cached(cuda_tables::INSERT_PROCESS_RANK_SQL).map_err(&err)?;
-            for r in cuda_tables::last_rank_per_pid(ranks) {
+            for r in cuda_tables::last_per_key(ranks, |r| r.pid) {
                 st.execute(duckdb::params_from_iter(cuda_tables::process_rank_params(r))).map_err(&err)?;
             }
             Ok(())

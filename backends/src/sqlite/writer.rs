@@ -74,7 +74,7 @@ pub(crate) fn insert_launch_configs(conn: &Connection, configs: &[LaunchConfig])
 /// caller's transaction.
 pub(crate) fn insert_kernel_names(conn: &Connection, names: &[KernelName]) -> rusqlite::Result<()> {
     let mut st = conn.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL)?;
-    for k in cuda_tables::last_name_per_key(names) {
+    for k in cuda_tables::last_per_key(names, |k| (k.pid, k.handle)) {
         st.execute(params_from_iter(cuda_tables::kernel_name_params(k)))?;
     }
     Ok(())
@@ -101,7 +101,7 @@ pub(crate) fn insert_gpu_samples(conn: &Connection, samples: &[GpuSample]) -> ru
 /// Record processes' ranks (the last per pid wins), in the caller's transaction.
 pub(crate) fn insert_process_ranks(conn: &Connection, ranks: &[ProcessRank]) -> rusqlite::Result<()> {
     let mut st = conn.prepare_cached(cuda_tables::INSERT_PROCESS_RANK_SQL)?;
-    for r in cuda_tables::last_rank_per_pid(ranks) {
+    for r in cuda_tables::last_per_key(ranks, |r| r.pid) {
         st.execute(params_from_iter(cuda_tables::process_rank_params(r)))?;
     }
     Ok(())

@@ -19,6 +19,21 @@ pub fn mock_build() -> PathBuf {
     causeway_testdata::mock_cuda_build()
 }
 
+/// The Python of the test venv (scripts/install-test-deps.sh installs the CUDA runtime and NCCL
+/// wheels into it; `CAUSEWAY_VENV` overrides where).
+pub fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("CAUSEWAY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/causeway/venv"));
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} missing: run scripts/install-test-deps.sh (installs the CUDA runtime and NCCL wheels into a venv)",
+        py.display()
+    );
+    py
+}
+
 /// Refuse to run silently without privileges: these tests trace for real.
 pub fn require_root() {
     // SAFETY: geteuid has no preconditions.
