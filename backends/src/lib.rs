@@ -35,7 +35,7 @@ pub use causeway_store::*;
 pub use conversion::{convert, ConvertReport};
 pub use sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 pub use sqlite::{SqliteSink, SqliteStore, SqliteWriter};
-pub use synth::SyntheticTrace;
+pub use synth::{SyntheticJob, SyntheticRank, SyntheticTrace, SYNTHETIC_RANK_PID};
 
 use std::path::Path;
 

@@ -148,3 +148,159 @@ mod tests {
         }
     }
 }
+
+/// A synthetic distributed training job, one rank at a time, for the fleet's tests and bench: every
+/// rank runs `steps` steps of `period_ns`; each step it launches `launches_per_step` kernels, enters
+/// an all-reduce on one communicator (rank `r` enters `r * 10 us` after the step starts, the
+/// planted straggler `late_ns` later on the planted sequence numbers), and synchronizes until the
+/// collective completes (`transfer_ns` after the last rank entered). Timestamps are what the rank's
+/// host clock reads: true time plus `skew_ns`.
+#[derive(Debug, Clone)]
+pub struct SyntheticJob {
+    pub world: u32,
+    pub steps: i64,
+    pub period_ns: i64,
+    pub start_ns: i64,
+    pub comm_hash: i64,
+    pub launches_per_step: u32,
+    pub transfer_ns: i64,
+    /// (rank, first seq, last seq, extra lateness ns).
+    pub straggler: Option<(u32, i64, i64, i64)>,
+}
+
+/// One rank's share of a [`SyntheticJob`].
+#[derive(Debug, Clone)]
+pub struct SyntheticRank {
+    pub events: Vec<Event>,
+    pub nccl_calls: Vec<causeway_model::NcclCall>,
+    pub rank: causeway_model::ProcessRank,
+}
+
+/// Every rank of a synthetic job runs as this pid on its own node (pids collide across hosts).
+pub const SYNTHETIC_RANK_PID: u32 = 4242;
+
+impl SyntheticJob {
+    /// When rank `r` enters the collective of step `seq` (1-based), true time.
+    pub fn entry_ns(&self, r: u32, seq: i64) -> i64 {
+        let base = self.start_ns + (seq - 1) * self.period_ns;
+        let late = match self.straggler {
+            Some((sr, a, b, late)) if sr == r && (a..=b).contains(&seq) => late,
+            _ => 0,
+        };
+        base + i64::from(r) * 10_000 + late
+    }
+
+    /// When the collective of step `seq` completes, true time.
+    pub fn completion_ns(&self, seq: i64) -> i64 {
+        (0..self.world).map(|r| self.entry_ns(r, seq)).max().unwrap_or(0) + self.transfer_ns
+    }
+
+    /// Rank `r`'s trace as its host (clock off by `skew_ns`) records it.
+    pub fn rank(&self, r: u32, skew_ns: i64) -> SyntheticRank {
+        let pid = SYNTHETIC_RANK_PID;
+        let mut events = Vec::new();
+        let mut nccl_calls = Vec::new();
+        let ev = |ts: i64, dur: i64, code: causeway_model::codes::OpCode| Event {
+            ts_ns: ts + skew_ns,
+            dur_ns: dur,
+            pid,
+            tid: pid,
+            cpu: 0,
+            source: code.source,
+            op: code.op,
+            comm: "python3".into(),
+            ..Default::default()
+        };
+        for seq in 1..=self.steps {
+            let base = self.start_ns + (seq - 1) * self.period_ns;
+            for k in 0..i64::from(self.launches_per_step) {
+                let mut e = ev(base + 100_000 + k * 20_000, 5_000, op::CUDA_LAUNCH_KERNEL);
+                e.arg0 = 0x7f00_0000_1000;
+                events.push(e);
+            }
+            let enter = self.entry_ns(r, seq);
+            let mut e = ev(enter, 20_000, op::NCCL_ALL_REDUCE);
+            e.arg0 = 4 << 20;
+            e.arg1 = 1 << 20;
+            events.push(e);
+            nccl_calls.push(causeway_model::NcclCall {
+                pid,
+                tid: pid,
+                ts_ns: enter + skew_ns,
+                op: op::NCCL_ALL_REDUCE.op,
+                comm_hash: self.comm_hash,
+                comm: 0x5500_0000,
+                rank: r as i32,
+                nranks: self.world as i32,
+                seq,
+                count: 1 << 20,
+                datatype: 7,
+                redop: 0,
+                peer: -1,
+                device: 0,
+            });
+            let sync_at = enter + 30_000;
+            events.push(ev(sync_at, self.completion_ns(seq) - sync_at, op::CUDA_STREAM_SYNC));
+        }
+        let rank = causeway_model::ProcessRank {
+            pid,
+            rank: r as i32,
+            local_rank: 0,
+            world_size: self.world as i32,
+            local_world_size: 1,
+            launcher: "torch".into(),
+            job: "synthetic".into(),
+        };
+        SyntheticRank { events, nccl_calls, rank }
+    }
+}
+
+impl SyntheticJob {
+    /// Write a native SQLite trace at `path` of `node` holding the given ranks (each with the skew
+    /// of its host's clock and, when given, its own pid), with `lost` ring-buffer losses counted.
+    pub fn write_node(
+        &self,
+        path: &std::path::Path,
+        node: &str,
+        ranks: &[(u32, i64, Option<u32>)],
+        lost: u64,
+    ) -> Result<(), crate::StoreError> {
+        use crate::EventSink;
+        let session = causeway_model::SessionInfo {
+            started_at_ns: self.start_ns - 1_000_000,
+            tool_version: "synthetic".into(),
+            node: node.into(),
+            hostname: node.into(),
+            tracer_pid: 1,
+            ..Default::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| crate::StoreError::Engine(e.to_string()))?;
+        rt.block_on(async move {
+            let mut sink: Box<dyn EventSink> = Box::new(crate::SqliteSink::create(path, session)?);
+            let mut last = self.start_ns;
+            for &(r, skew, pid) in ranks {
+                let mut t = self.rank(r, skew);
+                if let Some(pid) = pid {
+                    t.events.iter_mut().for_each(|e| (e.pid, e.tid) = (pid, pid));
+                    t.nccl_calls.iter_mut().for_each(|c| (c.pid, c.tid) = (pid, pid));
+                    t.rank.pid = pid;
+                }
+                t.events.sort_by_key(|e| e.ts_ns);
+                last = last.max(t.events.iter().map(|e| e.ts_ns + e.dur_ns).max().unwrap_or(last));
+                sink.write_process_ranks(vec![t.rank]).await?;
+                for chunk in t.events.chunks(10_000) {
+                    sink.write_batch(chunk.to_vec()).await?;
+                }
+                sink.write_nccl_calls(t.nccl_calls).await?;
+            }
+            if lost > 0 {
+                sink.add_loss(1, causeway_model::LossKind::RingReserve, lost);
+            }
+            sink.finish(last + 1).await?;
+            Ok(())
+        })
+    }
+}

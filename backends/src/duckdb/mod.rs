@@ -17,8 +17,8 @@ pub mod summary;
 mod writer;
 
 pub use convert::{DuckDbSource, DuckDbTarget};
-pub use reader::DuckDbStore;
-pub use writer::{DuckDbSink, DuckDbWriter, PARALLEL_PART_ROWS};
+pub use reader::{DuckDbStore, Reopen};
+pub use writer::{init_native_schema, DuckDbSink, DuckDbWriter, PARALLEL_PART_ROWS};
 
 use std::path::Path;
 

@@ -35,7 +35,13 @@ pub struct DuckDbStore {
     info: TraceInfo,
     /// [`select_events`] for this trace's columns.
     select_events: String,
+    /// For a store over views ([`DuckDbStore::from_connection`]): how to make the hardened
+    /// connection a guarded query runs on (a file's store opens the file instead).
+    reopen: Option<Reopen>,
 }
+
+/// Makes a fresh, hardened connection showing the same trace (see `guard::run_duckdb_on`).
+pub type Reopen = std::sync::Arc<dyn Fn() -> Result<Connection> + Send + Sync>;
 
 /// The event columns the store reads, in this order, then `launch_config` (see [`select_events`]).
 const EVENT_SELECT_LIST: &str = "id, timestamp, duration, pid, tid, cpu, source, op, arg0, arg1, arg2, ret_code, \
@@ -80,6 +86,16 @@ impl DuckDbStore {
                 corrupt(e)
             }
         })?;
+        Self::from_connection(conn, path.to_path_buf(), None)
+    }
+
+    /// A store over a connection whose default database shows a native trace's tables (or views of
+    /// the same shape: the fleet's node-scoped views over a lake). `label` names it in messages;
+    /// guarded queries run on connections from `reopen` (None: the file at `label`).
+    pub fn from_connection(conn: Connection, label: std::path::PathBuf, reopen: Option<Reopen>) -> Result<DuckDbStore> {
+        let path = label.as_path();
+        let not_trace = |reason: &str| not_a_trace(path, reason);
+        let corrupt = |e: duckdb::Error| StoreError::Corrupt { path: path.to_path_buf(), detail: e.to_string() };
         let strings = |sql: &str| -> Result<Vec<String>> {
             conn.prepare(sql).and_then(|mut st| st.query_map([], |r| r.get(0))?.collect()).map_err(corrupt)
         };
@@ -118,7 +134,7 @@ impl DuckDbStore {
         let format = TraceFormat::Native { schema_version: v };
         let info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
         let select_events = select_events(&info);
-        Ok(DuckDbStore { conn: Mutex::new(conn), info, select_events })
+        Ok(DuckDbStore { conn: Mutex::new(conn), info, select_events, reopen })
     }
 
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> duckdb::Result<T>) -> Result<T> {
@@ -136,8 +152,10 @@ impl DuckDbStore {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let err = |e: duckdb::Error| StoreError::Engine(format!("{}: {e}", self.info.path.display()));
         let mut st = conn.prepare(sql).map_err(err)?;
-        for batch in st.stream_arrow(params_from_iter(params.iter())).map_err(err)? {
-            f(&batch.map_err(err)?)?;
+        // Started streaming, then stepped here: the crate's own iterator panics on a failed fetch.
+        drop(st.stream_arrow(params_from_iter(params.iter())).map_err(err)?);
+        while let Some(chunk) = st.step().map_err(err)? {
+            f(&RecordBatch::from(&chunk))?;
         }
         Ok(())
     }
@@ -518,7 +536,10 @@ impl TraceStore for DuckDbStore {
     }
 
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
-        crate::guard::run_duckdb(&self.info.path, sql, limits)
+        match &self.reopen {
+            Some(reopen) => crate::guard::run_duckdb_on(|| reopen(), sql, limits),
+            None => crate::guard::run_duckdb(&self.info.path, sql, limits),
+        }
     }
 
     fn describe_schema(&self) -> Result<SchemaDescription> {

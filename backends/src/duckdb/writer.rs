@@ -194,18 +194,7 @@ impl DuckDbWriter {
         let err = engine_err(path);
         let config = base_config(false).map_err(&err)?;
         let conn = Connection::open_with_flags(path, config).map_err(&err)?;
-        conn.execute_batch(&format!("BEGIN; {} COMMIT;", native_ddl())).map_err(&err)?;
-        // Columns added after the first version of the schema, for traces written before them.
-        for (name, _) in crate::schema::LATER_SESSION_COLUMNS {
-            conn.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {name} BIGINT DEFAULT 0"))
-                .map_err(&err)?;
-        }
-        // Added at the end of the table, where EVENT_COLUMNS (the Appender's row order) has them.
-        for (name, ddl) in crate::schema::LATER_EVENT_COLUMNS {
-            let ddl = ddl.replace("INTEGER", "BIGINT");
-            conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {ddl}")).map_err(&err)?;
-        }
-        fill_lookup_tables(&conn).map_err(&err)?;
+        init_native_schema(&conn).map_err(&err)?;
         let next_id: i64 =
             conn.query_row("SELECT coalesce(max(id), 0) + 1 FROM events", [], |r| r.get(0)).map_err(&err)?;
         let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
@@ -532,6 +521,22 @@ impl EngineWriter for DuckDbWriter {
         self.conn.close().map_err(|(_, e)| err(e))?;
         Ok(written)
     }
+}
+
+/// Create the native schema in `conn` (idempotent: a trace written by an older version gains the
+/// columns added since) and fill its lookup tables and `schema_info`.
+pub fn init_native_schema(conn: &Connection) -> duckdb::Result<()> {
+    conn.execute_batch(&format!("BEGIN; {} COMMIT;", native_ddl()))?;
+    // Columns added after the first version of the schema, for traces written before them.
+    for (name, _) in crate::schema::LATER_SESSION_COLUMNS {
+        conn.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {name} BIGINT DEFAULT 0"))?;
+    }
+    // Added at the end of the table, where EVENT_COLUMNS (the Appender's row order) has them.
+    for (name, ddl) in crate::schema::LATER_EVENT_COLUMNS {
+        let ddl = ddl.replace("INTEGER", "BIGINT");
+        conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {ddl}"))?;
+    }
+    fill_lookup_tables(conn)
 }
 
 /// Insert the lookup rows and `schema_info` (idempotent).

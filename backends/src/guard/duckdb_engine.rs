@@ -57,6 +57,16 @@ fn open(path: &Path) -> Result<Connection, StoreError> {
 
 /// Run `sql` (already checked, or deliberately not, in tests) on a hardened instance over `path`.
 pub(crate) fn execute(path: &Path, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
+    execute_with(|| open(path), sql, limits)
+}
+
+/// Run `sql` under `limits` on the connection `open` makes, which the caller hardened as [`open`]
+/// does (read-only, no external access, locked configuration).
+pub(crate) fn execute_with(
+    open: impl FnOnce() -> Result<Connection, StoreError>,
+    sql: &str,
+    limits: &QueryLimits,
+) -> Result<QueryResult, StoreError> {
     let timeout_ms = limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS);
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     let max_rows = limits.max_rows.clamp(1, QueryLimits::MAX_ROWS);
@@ -74,7 +84,7 @@ pub(crate) fn execute(path: &Path, sql: &str, limits: &QueryLimits) -> Result<Qu
     if cancel.as_ref().is_some_and(QueryCancel::is_cancelled) {
         return Err(cancelled());
     }
-    let conn = open(path)?;
+    let conn = open()?;
     let stop = Arc::new(AtomicU8::new(STOP_NONE));
     if let Some(c) = &cancel {
         let h = conn.interrupt_handle();
@@ -138,16 +148,18 @@ fn collect(
     stop: &AtomicU8,
 ) -> Result<QueryResult, Failure> {
     let mut stmt = conn.prepare(sql).map_err(Failure::Duck)?;
-    let mut stream = stmt.stream_arrow([]).map_err(Failure::Duck)?;
-    let schema = stream.get_schema();
+    // Started streaming, then stepped below: the crate's own iterator panics on a failed fetch
+    // (an interrupt at the deadline is one), where a query must fail with its reason.
+    drop(stmt.stream_arrow([]).map_err(Failure::Duck)?);
+    let schema = stmt.schema();
     let columns: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     if columns.is_empty() {
         return Err(Failure::NoColumns);
     }
     let mut bytes = serde_json::to_string(&columns).map_or(0, |s| s.len());
     let mut out = QueryResult { columns, rows: Vec::new(), truncated: false };
-    'batches: for batch in stream.by_ref() {
-        let batch = batch.map_err(Failure::Duck)?;
+    'batches: while let Some(chunk) = stmt.step().map_err(Failure::Duck)? {
+        let batch = duckdb::arrow::record_batch::RecordBatch::from(&chunk);
         let cols: Vec<Column> = batch.columns().iter().map(Column::new).collect();
         for r in 0..batch.num_rows() {
             if out.rows.len() == max_rows {

@@ -158,6 +158,20 @@ pub fn run_duckdb(path: &std::path::Path, sql: &str, limits: &QueryLimits) -> Re
     duckdb_engine::execute(path, sql, limits)
 }
 
+/// Run user SQL on a DuckDB connection that `open` makes (the fleet's lake, attached read-only):
+/// the AST check with the DuckDB dialect, then the limits of [`run_duckdb`]. `open` must harden the
+/// connection as the file engine does: read-only data, `enable_external_access=false`, no extension
+/// autoloading, a memory limit and `lock_configuration=true`.
+#[cfg(feature = "duckdb")]
+pub fn run_duckdb_on(
+    open: impl FnOnce() -> Result<duckdb::Connection, StoreError>,
+    sql: &str,
+    limits: &QueryLimits,
+) -> Result<QueryResult, StoreError> {
+    check(sql, Engine::DuckDb)?;
+    duckdb_engine::execute_with(open, sql, limits)
+}
+
 /// The DuckDB engine layer alone, without the AST check: only for tests that prove the second layer
 /// holds by itself. Never call this with user SQL.
 #[cfg(feature = "duckdb")]

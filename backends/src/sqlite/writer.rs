@@ -319,6 +319,9 @@ impl EngineWriter for SqliteWriter {
             .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
         self.conn.execute_batch("PRAGMA threads=2;")?;
         self.conn.execute_batch(INDEXES)?;
+        // A reader of the live trace (`causeway ship --follow`) may hold it for a moment: wait for
+        // it rather than fail to leave WAL mode.
+        self.conn.busy_timeout(std::time::Duration::from_secs(30))?;
         self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;")?;
         Ok(self.written)
     }
