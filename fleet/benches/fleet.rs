@@ -1,0 +1,134 @@
+//! The fleet bench (`cargo bench -p causeway-fleet --bench fleet`), against a real PostgreSQL
+//! catalog and DuckLake, all in one run:
+//!
+//! 1. ingest: 8 shippers at once (one per simulated node, each its own DuckDB connection and
+//!    catalog session), tier `all`, 10,000-event transactions: aggregate rows/s and the commit
+//!    latency p50/p99 (target: >= 100,000 rows/s, p99 < 3 s);
+//! 2. the straggler query over 10M `nccl_calls` rows in the lake (8 ranks x 1.25M collectives,
+//!    generated in the engine; target < 1 s), and the per-rank waits over the same rows;
+//! 3. the drill-down: one node's trace opened from the lake (`node_store`) and explained.
+//!
+//! Figures are printed with their target and the ratio to it.
+
+use std::time::Instant;
+
+use causeway_backends::SyntheticJob;
+use causeway_fleet::{connect, node_store, Access, Fleet, LakeSpec, ShipOptions, Shipper, Tier};
+use causeway_testdata::FleetCatalog;
+
+const NODES: u32 = 8;
+
+fn nearest_rank(v: &mut [u64], per_mille: usize) -> u64 {
+    v.sort_unstable();
+    let k = (v.len() * per_mille).div_ceil(1000).max(1);
+    v[k - 1]
+}
+
+fn main() {
+    let catalog = FleetCatalog::start("fleet-bench");
+    let lake = |s: String| LakeSpec::parse(&s).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let steps: i64 = std::env::var("FLEET_BENCH_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5_000);
+    let job = SyntheticJob {
+        world: NODES,
+        steps,
+        period_ns: 10_000_000,
+        start_ns: 1_790_000_000_000_000_000,
+        comm_hash: 0xbe7c,
+        launches_per_step: 28,
+        transfer_ns: 2_000_000,
+        straggler: Some((3, steps / 2, steps / 2 + 99, 20_000_000)),
+    };
+    let t = Instant::now();
+    let traces: Vec<_> = (0..NODES)
+        .map(|k| {
+            let p = dir.path().join(format!("n{k}.db"));
+            job.write_node(&p, &format!("node-{k}"), &[(k, 0, None)], 0).unwrap();
+            p
+        })
+        .collect();
+    println!("generated {NODES} node traces of {} events each in {:.1} s", steps * 30, t.elapsed().as_secs_f64());
+
+    // 1. ingest
+    let t = Instant::now();
+    let reports: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = traces
+            .iter()
+            .map(|p| {
+                let (ship, data) = (catalog.ship_lake(), catalog.data_path());
+                s.spawn(move || {
+                    let opts = ShipOptions {
+                        tier: Tier::All,
+                        batch_rows: 10_000,
+                        data_path: Some(data),
+                        ..Default::default()
+                    };
+                    Shipper::open(&lake(ship), p, &opts).unwrap().ship_all().unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let secs = t.elapsed().as_secs_f64();
+    let rows: u64 = reports.iter().flat_map(|r| r.rows.values()).sum();
+    let mut commits: Vec<u64> = reports.iter().flat_map(|r| r.commit_ms.iter().copied()).collect();
+    let (p50, p99) = (nearest_rank(&mut commits, 500), nearest_rank(&mut commits, 990));
+    let rate = rows as f64 / secs;
+    println!(
+        "ingest: {NODES} shippers, {rows} rows in {secs:.1} s = {rate:.0} rows/s (target >= 100000: {:.2}x); {} commits, p50 {p50} ms, p99 {p99} ms (target < 3000 ms: {:.2}x)",
+        rate / 100_000.0,
+        commits.len(),
+        p99 as f64 / 3000.0
+    );
+
+    // 2. the straggler query over 10M lake rows
+    let w = connect(&lake(catalog.ship_lake()), &Access::Ship { data_path: None }).unwrap();
+    let per_rank: i64 = 1_250_000;
+    let t = Instant::now();
+    w.execute_batch(&format!(
+        "INSERT INTO lake.nccl_calls BY NAME
+         SELECT 'bulk' AS trace_uid, 'bulk-' || r AS node, 9000 + r AS pid, 9000 + r AS tid,
+                1790000000000000000 + s * 10000000 + r * 10000 + CASE WHEN r = 5 AND s % 1000 < 40 THEN 25000000 ELSE 0 END AS timestamp,
+                1 AS op, 4242 AS comm_hash, 1 AS comm, r AS rank, 8 AS nranks, s + 1 AS seq, 1048576 AS count,
+                7 AS datatype, 0 AS redop, -1 AS peer, 0 AS device
+         FROM range(8) t(r), range({per_rank}) u(s)"
+    ))
+    .unwrap();
+    println!("loaded {} nccl_calls rows in {:.1} s", 8 * per_rank, t.elapsed().as_secs_f64());
+    drop(w);
+    let fleet = Fleet::new(connect(&lake(catalog.read_lake()), &Access::Read).unwrap()).unwrap();
+    let t = Instant::now();
+    let st = fleet.stragglers().unwrap();
+    let q = t.elapsed().as_secs_f64();
+    let bulk = st.iter().find(|s| s.node == "bulk-5").expect("the planted bulk straggler");
+    println!(
+        "stragglers over {} rows: {q:.2} s (target < 1 s: {:.2}x); found rank {} late at {} collectives in {} episodes",
+        8 * per_rank + i64::from(NODES) * steps,
+        q,
+        bulk.rank,
+        bulk.late_collectives,
+        bulk.episodes.len()
+    );
+    let t = Instant::now();
+    let waits = fleet.waits().unwrap();
+    println!("waits over the same rows: {:.2} s ({} rank/communicator rows)", t.elapsed().as_secs_f64(), waits.len());
+
+    // 3. the drill-down
+    let t = Instant::now();
+    let store = node_store(&lake(catalog.read_lake()), "node-3", None).unwrap();
+    let opened = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let ex = causeway_analysis::explain(&store, &Default::default()).unwrap();
+    println!(
+        "drill-down on node-3 ({} events): opened in {opened:.2} s, explained in {:.2} s, {} chains, top: {}",
+        store_events(&store),
+        t.elapsed().as_secs_f64(),
+        ex.chains.len(),
+        ex.chains.first().map(|c| format!("{:?}", c.kind)).unwrap_or_default()
+    );
+}
+
+fn store_events(s: &causeway_backends::duckdb::DuckDbStore) -> u64 {
+    use causeway_backends::TraceStore;
+    s.info().events
+}

@@ -1,0 +1,531 @@
+//! The cross-host analyses, as SQL that runs in DuckDB over the lake: the nodes and what each has
+//! shipped, the clocks, the straggler per collective and the per-rank waits.
+//!
+//! **Aligned time.** Stored timestamps are each host's own clock. [`align_views`] puts them on the
+//! catalog server's clock in views: `clock_offsets` (the best round trip of each flush: offset and
+//! bound), `clock_chosen` (per flush, the tightest of its node's flushes within
+//! [`CHOICE_WINDOW_NS`]), then `collectives` (every rank's entry into every NCCL collective,
+//! `enter_ns` = its timestamp plus the chosen offset of its node's latest flush before it, or of its
+//! first flush for rows older than every sample, as in a trace shipped after it ended; `err_ns` =
+//! that offset's bound).
+//!
+//! **Straggler.** The definitions are `causeway-analysis`'s `collectives` (one host), over aligned
+//! entries: per (comm_hash, seq) with two ranks or more, the last rank in is late by its entry minus
+//! the one before it; late counts when that is at least max([`LATE_FLOOR_NS`], the communicator's
+//! median period / [`LATE_PERIOD_DIVISOR`], twice the two entries' clock bounds when they are on
+//! two nodes); a rank late
+//! [`MIN_LATE`] times or more is a straggler. Consecutive late sequence numbers form an episode.
+//! Medians are `quantile_disc(x, 0.5)`, which is the exact nearest-rank median (rank ceil(n/2)).
+//! Scoped to one node with zero offset, the answer is the one-host answer, figure for figure.
+
+use causeway_analysis::{LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE};
+use causeway_model::codes::{gpu_role, GpuRole, OpCode, NCCL_COLLECTIVES, OPS};
+use duckdb::Connection;
+use serde::Serialize;
+
+use crate::lake::LAKE;
+use crate::FleetError;
+
+/// Server-clock resolution added to every round-trip bound (PostgreSQL keeps microseconds).
+pub const SERVER_RESOLUTION_NS: i64 = 500;
+/// A row is aligned with the tightest round trip of its node's flushes within this much of the
+/// flush before it: a loaded round trip (a wide bound) does not stand for its neighbours' better
+/// ones, and clocks drift far less than a bound over a minute (10 ppm is 0.6 ms).
+pub const CHOICE_WINDOW_NS: i64 = 60_000_000_000;
+
+/// The views every cross-host answer reads (temporary: they live in the reader's connection).
+pub fn align_views() -> String {
+    let collectives: Vec<String> = NCCL_COLLECTIVES.iter().map(|c| c.op.to_string()).collect();
+    format!(
+        "CREATE OR REPLACE TEMP VIEW clock_offsets AS
+  SELECT node, trace_uid, flush_id,
+         arg_min(server_ns - (local_send_ns + local_recv_ns) // 2, local_recv_ns - local_send_ns) AS offset_ns,
+         min(local_recv_ns - local_send_ns) // 2 + {SERVER_RESOLUTION_NS} AS err_ns,
+         max(local_recv_ns) AS sampled_at
+  FROM {LAKE}.clock_samples GROUP BY node, trace_uid, flush_id;
+CREATE OR REPLACE TEMP VIEW clock_chosen AS
+  SELECT f.node, f.sampled_at, arg_min(g.offset_ns, g.err_ns) AS offset_ns, min(g.err_ns) AS err_ns
+  FROM clock_offsets f JOIN clock_offsets g
+    ON g.node = f.node AND g.sampled_at BETWEEN f.sampled_at - {CHOICE_WINDOW_NS} AND f.sampled_at + {CHOICE_WINDOW_NS}
+  GROUP BY f.node, f.sampled_at;
+CREATE OR REPLACE TEMP VIEW node_first_offset AS
+  SELECT node, arg_min(offset_ns, sampled_at) AS offset_ns, arg_min(err_ns, sampled_at) AS err_ns
+  FROM clock_chosen GROUP BY node;
+CREATE OR REPLACE TEMP VIEW collectives AS
+  SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.seq, n.op, n.count,
+         n.timestamp AS enter_raw,
+         n.timestamp + coalesce(o.offset_ns, f.offset_ns, 0) AS enter_ns,
+         coalesce(o.err_ns, f.err_ns, 0) AS err_ns
+  FROM {LAKE}.nccl_calls n
+  ASOF LEFT JOIN clock_chosen o ON n.node = o.node AND n.timestamp >= o.sampled_at
+  LEFT JOIN node_first_offset f ON f.node = n.node
+  WHERE n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({});",
+        collectives.join(", ")
+    )
+}
+
+/// The late collectives (one row per late one), over the `collectives` view.
+fn late_sql() -> String {
+    format!(
+        "WITH c AS (
+  SELECT * FROM collectives
+  QUALIFY row_number() OVER (PARTITION BY comm_hash, seq, node, trace_uid, pid ORDER BY enter_ns, tid) = 1),
+inst AS (SELECT comm_hash, seq, min(enter_ns) AS first_ns FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2),
+gaps AS (
+  SELECT comm_hash, first_ns - lag(first_ns) OVER (PARTITION BY comm_hash ORDER BY seq) AS gap,
+         seq - lag(seq) OVER (PARTITION BY comm_hash ORDER BY seq) AS dseq
+  FROM inst),
+period AS (
+  SELECT comm_hash, coalesce(quantile_disc(gap, 0.5) FILTER (WHERE dseq = 1 AND gap > 0), 0) AS period_ns
+  FROM gaps GROUP BY comm_hash),
+ordered AS (
+  SELECT c.*,
+         row_number() OVER (PARTITION BY c.comm_hash, c.seq ORDER BY c.enter_ns DESC, c.node DESC, c.pid DESC, c.tid DESC) AS pos,
+         max(c.enter_ns) OVER (PARTITION BY c.comm_hash, c.seq) AS last_ns
+  FROM c JOIN inst USING (comm_hash, seq)),
+per AS (
+  SELECT comm_hash, seq,
+         any_value(node) FILTER (WHERE pos = 1) AS node, any_value(trace_uid) FILTER (WHERE pos = 1) AS trace_uid,
+         any_value(pid) FILTER (WHERE pos = 1) AS pid, any_value(tid) FILTER (WHERE pos = 1) AS tid,
+         any_value(rank) FILTER (WHERE pos = 1) AS rank, any_value(nranks) FILTER (WHERE pos = 1) AS nranks,
+         max(enter_ns) FILTER (WHERE pos = 1) - max(enter_ns) FILTER (WHERE pos = 2) AS late_ns,
+         -- two entries on one node share its clock: its offset's error cancels
+         CASE WHEN any_value(node) FILTER (WHERE pos = 1) = any_value(node) FILTER (WHERE pos = 2) THEN 0
+              ELSE max(err_ns) FILTER (WHERE pos = 1) + max(err_ns) FILTER (WHERE pos = 2) END AS err_ns,
+         sum(last_ns - enter_ns) AS waited_ns,
+         max(last_ns) AS last_ns, count(*) AS ranks_in
+  FROM ordered GROUP BY comm_hash, seq)
+SELECT per.*, period.period_ns FROM per JOIN period USING (comm_hash)
+WHERE late_ns >= greatest({LATE_FLOOR_NS}, period.period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns)"
+    )
+}
+
+/// One run of consecutive late collectives of a straggler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Episode {
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub collectives: i64,
+    /// Nearest-rank median lateness, ns.
+    pub median_late_ns: i64,
+    pub max_late_ns: i64,
+    /// What the other ranks waited for it over the episode, ns.
+    pub waited_ns: i64,
+    /// Its first and last late entry, on the catalog's clock (unix ns).
+    pub from_ns: i64,
+    pub to_ns: i64,
+}
+
+/// A rank late at a communicator's collectives again and again, across the fleet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct FleetStraggler {
+    pub comm_hash: i64,
+    pub node: String,
+    pub trace_uid: String,
+    pub pid: i64,
+    pub tid: i64,
+    pub rank: i64,
+    pub nranks: i64,
+    /// Collectives it was late at.
+    pub late_collectives: i64,
+    pub median_late_ns: i64,
+    pub max_late_ns: i64,
+    /// What the other ranks waited for it in total, ns.
+    pub waited_ns: i64,
+    /// The communicator's median period between collectives, ns.
+    pub period_ns: i64,
+    pub episodes: Vec<Episode>,
+}
+
+/// One rank's waits at one communicator's collectives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct RankWait {
+    pub comm_hash: i64,
+    pub node: String,
+    pub pid: i64,
+    pub rank: i64,
+    /// Collectives matched across at least two ranks.
+    pub collectives: i64,
+    /// Times it was the last one in.
+    pub times_last: i64,
+    /// Sum, nearest-rank median and maximum of (last rank's entry - its entry), ns.
+    pub waited_ns: i64,
+    pub median_wait_ns: i64,
+    pub max_wait_ns: i64,
+}
+
+/// A node's clock as the fleet measured it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct NodeClock {
+    pub node: String,
+    /// Flushes that sampled the catalog clock.
+    pub flushes: i64,
+    /// The catalog's clock minus the node's, from its tightest round trip, and that bound, ns.
+    pub offset_ns: i64,
+    pub error_ns: i64,
+    /// Largest minus smallest offset over its flushes (drift, steps), ns.
+    pub spread_ns: i64,
+    /// The kernel's last report: synchronised (adjtimex STA_UNSYNC clear), estimated error µs.
+    pub kernel_synced: Option<bool>,
+    pub kernel_esterror_us: Option<i64>,
+    /// After alignment: the nearest-rank median of (its completion of a collective - the median
+    /// completion of all ranks), over collectives seen on two nodes or more; `None` without such.
+    pub residual_ns: Option<i64>,
+    pub residual_collectives: i64,
+    /// `true` when the residual is larger than max(error, 1 ms): the offsets and the collectives
+    /// disagree, and the cross-host answers are less certain than their bounds say.
+    pub disagrees: bool,
+}
+
+/// A node and what it has shipped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct NodeSummary {
+    pub node: String,
+    pub traces: i64,
+    pub tiers: String,
+    /// Ranks of the traced processes (torchrun RANK etc.), comma separated.
+    pub ranks: String,
+    pub events: i64,
+    pub nccl_calls: i64,
+    pub first_ns: Option<i64>,
+    pub last_ns: Option<i64>,
+    pub flushes: i64,
+    pub last_shipped_ns: Option<i64>,
+    /// Every trace of the node shipped to its end.
+    pub finished: bool,
+    /// Events the node's tracer counted as lost (all kinds).
+    pub lost: i64,
+}
+
+/// One node's figures of one op beside the whole fleet's, exact nearest-rank over the shipped rows.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct NodeOp {
+    pub node: String,
+    pub op: String,
+    pub source: i64,
+    pub op_code: i64,
+    pub calls: i64,
+    pub p50_ns: i64,
+    pub p90_ns: i64,
+    pub p99_ns: i64,
+    /// The same figures over every node's calls of the op.
+    pub fleet_calls: i64,
+    pub fleet_p50_ns: i64,
+    pub fleet_p99_ns: i64,
+    /// Nodes that shipped calls of the op.
+    pub nodes: i64,
+    /// At least [`OUTLIER_MIN_CALLS`] calls and a p50 or p99 at least [`OUTLIER_RATIO`] times the
+    /// fleet's, on an op more than one node made.
+    pub outlier: bool,
+}
+
+/// Calls a node needs of an op before its figures can make it an outlier.
+pub const OUTLIER_MIN_CALLS: i64 = 20;
+/// How many times the fleet's p50 or p99 a node's must be to stand out.
+pub const OUTLIER_RATIO: i64 = 2;
+
+/// The SQL of the 1-based nearest rank (ceil(per_mille * n / 1000), integer arithmetic).
+fn rank_sql(per_mille: u32, n: &str) -> String {
+    format!("greatest(1, ({per_mille} * {n} + 999) // 1000)")
+}
+
+/// A read-only connection to a lake and the analyses over it.
+pub struct Fleet {
+    conn: Connection,
+}
+
+fn strings(conn: &Connection, sql: &str) -> Result<Vec<String>, FleetError> {
+    let mut st = conn.prepare(sql)?;
+    let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The synchronizing calls (their end is when a rank saw its collective complete).
+pub fn sync_predicate() -> String {
+    let codes: Vec<String> = OPS
+        .iter()
+        .map(|e| OpCode::new(e.0, e.1))
+        .filter(|c| matches!(gpu_role(*c), GpuRole::Sync))
+        .map(|c| format!("({}, {})", c.source, c.op))
+        .collect();
+    format!("(source, op) IN ({})", codes.join(", "))
+}
+
+/// Run user SQL over the lake through the SQL guard: the AST check (one read statement of allowed
+/// functions: no `ducklake_*` maintenance or listing functions, no `postgres_query`, no file
+/// readers), then a fresh connection with the lake attached read-only, as the serving role, with
+/// external access off, a memory limit and the configuration locked; bare table names are the
+/// lake's (`USE lake`).
+pub fn query(
+    lake: &crate::LakeSpec,
+    sql: &str,
+    limits: &causeway_backends::QueryLimits,
+) -> Result<causeway_backends::QueryResult, FleetError> {
+    let open = || -> Result<Connection, causeway_backends::StoreError> {
+        let engine = |e: FleetError| causeway_backends::StoreError::Engine(e.to_string());
+        let conn = crate::lake::connect(lake, &crate::Access::Read).map_err(engine)?;
+        conn.execute_batch(&format!("USE {LAKE}")).map_err(|e| engine(e.into()))?;
+        crate::lake::harden(&conn).map_err(engine)?;
+        Ok(conn)
+    };
+    causeway_backends::guard::run_duckdb_on(open, sql, limits).map_err(|e| match e {
+        causeway_backends::StoreError::Refused(m) => FleetError::Refused(m),
+        other => FleetError::Engine(other.to_string()),
+    })
+}
+
+impl Fleet {
+    /// Wrap a connection that has the lake attached as [`LAKE`] (see `lake::connect`).
+    pub fn new(conn: Connection) -> Result<Fleet, FleetError> {
+        let lake_tables = strings(
+            &conn,
+            &format!("SELECT table_name FROM information_schema.tables WHERE table_catalog = '{LAKE}'"),
+        )?;
+        for t in ["ship_traces", "clock_samples", "nccl_calls"] {
+            if !lake_tables.iter().any(|x| x == t) {
+                return Err(FleetError::Empty(format!(
+                    "the lake has no `{t}` table yet: nothing with NCCL calls was shipped to it (causeway ship --db TRACE --lake LAKE)"
+                )));
+            }
+        }
+        conn.execute_batch(&align_views())?;
+        Ok(Fleet { conn })
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Every node, with what it shipped.
+    pub fn nodes(&self) -> Result<Vec<NodeSummary>, FleetError> {
+        let sql = format!(
+            "SELECT t.node, count(*) AS traces, string_agg(DISTINCT t.tier, ',') AS tiers,
+  coalesce((SELECT string_agg(DISTINCT rank::VARCHAR, ',' ORDER BY rank::VARCHAR) FROM {LAKE}.process_ranks p WHERE p.node = t.node AND p.rank >= 0), '') AS ranks,
+  (SELECT count(*) FROM {LAKE}.events e WHERE e.node = t.node) AS events,
+  (SELECT count(*) FROM {LAKE}.nccl_calls n WHERE n.node = t.node) AS nccl_calls,
+  (SELECT min(timestamp) FROM {LAKE}.events e WHERE e.node = t.node) AS first_ns,
+  (SELECT max(timestamp + duration) FROM {LAKE}.events e WHERE e.node = t.node) AS last_ns,
+  (SELECT count(*) FROM {LAKE}.ship_watermarks w WHERE w.node = t.node) AS flushes,
+  (SELECT max(shipped_at_ns) FROM {LAKE}.ship_watermarks w WHERE w.node = t.node) AS last_shipped_ns,
+  coalesce((SELECT count(DISTINCT trace_uid) FILTER (WHERE finished) FROM {LAKE}.ship_watermarks w WHERE w.node = t.node), 0) = count(*) AS finished,
+  coalesce((SELECT sum(count) FROM {LAKE}.loss_counters l WHERE l.node = t.node), 0)::BIGINT AS lost
+FROM {LAKE}.ship_traces t GROUP BY t.node ORDER BY t.node"
+        );
+        let mut st = self.conn.prepare(&sql)?;
+        let rows = st.query_map([], |r| {
+            Ok(NodeSummary {
+                node: r.get(0)?,
+                traces: r.get(1)?,
+                tiers: r.get(2)?,
+                ranks: r.get(3)?,
+                events: r.get(4)?,
+                nccl_calls: r.get(5)?,
+                first_ns: r.get(6)?,
+                last_ns: r.get(7)?,
+                flushes: r.get(8)?,
+                last_shipped_ns: r.get(9)?,
+                finished: r.get(10)?,
+                lost: r.get(11)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every node's clock: offset, bound, spread, the kernel's view, and the cross-check with the
+    /// completions of collectives.
+    pub fn clocks(&self) -> Result<Vec<NodeClock>, FleetError> {
+        let sync = sync_predicate();
+        let sql = format!(
+            "WITH per AS (
+  SELECT node, count(*) AS flushes, arg_min(offset_ns, err_ns) AS offset_ns, min(err_ns) AS err_ns,
+         max(offset_ns) - min(offset_ns) AS spread_ns
+  FROM clock_offsets GROUP BY node),
+kern AS (SELECT node, arg_max(sync_status, sampled_at_ns) AS status, arg_max(esterror_us, sampled_at_ns) AS est
+         FROM {LAKE}.clock_state GROUP BY node),
+syncs AS (SELECT node, trace_uid, tid, timestamp, timestamp + duration AS end_raw FROM {LAKE}.events WHERE {sync}),
+comp AS (
+  SELECT c.node, c.comm_hash, c.seq, s.end_raw + (c.enter_ns - c.enter_raw) AS done_ns
+  FROM collectives c ASOF JOIN syncs s
+    ON c.node = s.node AND c.trace_uid = s.trace_uid AND c.tid = s.tid AND s.timestamp >= c.enter_raw),
+med AS (SELECT comm_hash, seq, quantile_disc(done_ns, 0.5) AS med FROM comp GROUP BY comm_hash, seq
+        HAVING count(DISTINCT node) >= 2),
+resid AS (SELECT node, quantile_disc(done_ns - med, 0.5) AS residual_ns, count(*) AS n
+          FROM comp JOIN med USING (comm_hash, seq) GROUP BY node)
+SELECT per.node, per.flushes, per.offset_ns, per.err_ns, per.spread_ns,
+       CASE WHEN kern.status IS NULL OR kern.status < 0 THEN NULL ELSE (kern.status & 64) = 0 END,
+       CASE WHEN kern.est IS NULL OR kern.est < 0 THEN NULL ELSE kern.est END,
+       resid.residual_ns, coalesce(resid.n, 0)
+FROM per LEFT JOIN kern USING (node) LEFT JOIN resid USING (node) ORDER BY per.node"
+        );
+        let mut st = self.conn.prepare(&sql)?;
+        let rows = st.query_map([], |r| {
+            let err: i64 = r.get(3)?;
+            let residual: Option<i64> = r.get(7)?;
+            Ok(NodeClock {
+                node: r.get(0)?,
+                flushes: r.get(1)?,
+                offset_ns: r.get(2)?,
+                error_ns: err,
+                spread_ns: r.get(4)?,
+                kernel_synced: r.get(5)?,
+                kernel_esterror_us: r.get(6)?,
+                residual_ns: residual,
+                residual_collectives: r.get(8)?,
+                disagrees: residual.is_some_and(|x| x.abs() > err.max(1_000_000)),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The stragglers of every communicator, the most waited-for first, with their episodes.
+    pub fn stragglers(&self) -> Result<Vec<FleetStraggler>, FleetError> {
+        let sql = format!(
+            "WITH late AS ({}),
+isl AS (SELECT *, seq - row_number() OVER (PARTITION BY comm_hash, node, trace_uid, pid ORDER BY seq) AS island FROM late),
+s AS (SELECT comm_hash, node, trace_uid, pid FROM late GROUP BY ALL HAVING count(*) >= {MIN_LATE})
+SELECT comm_hash, node, trace_uid, pid, any_value(tid), any_value(rank), any_value(nranks), island,
+       min(seq), max(seq), count(*), quantile_disc(late_ns, 0.5), max(late_ns), sum(waited_ns)::BIGINT,
+       min(last_ns), max(last_ns), any_value(period_ns)
+FROM isl JOIN s USING (comm_hash, node, trace_uid, pid)
+GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace_uid, pid, min(seq)",
+            late_sql()
+        );
+        let mut st = self.conn.prepare(&sql)?;
+        type Key = (i64, String, String, i64);
+        let mut out: Vec<(Key, FleetStraggler)> = Vec::new();
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            let key: Key = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+            let ep = Episode {
+                first_seq: r.get(8)?,
+                last_seq: r.get(9)?,
+                collectives: r.get(10)?,
+                median_late_ns: r.get(11)?,
+                max_late_ns: r.get(12)?,
+                waited_ns: r.get(13)?,
+                from_ns: r.get(14)?,
+                to_ns: r.get(15)?,
+            };
+            if out.last().is_none_or(|(k, _)| *k != key) {
+                out.push((
+                    key.clone(),
+                    FleetStraggler {
+                        comm_hash: key.0,
+                        node: key.1.clone(),
+                        trace_uid: key.2.clone(),
+                        pid: key.3,
+                        tid: r.get(4)?,
+                        rank: r.get(5)?,
+                        nranks: r.get(6)?,
+                        late_collectives: 0,
+                        median_late_ns: 0,
+                        max_late_ns: 0,
+                        waited_ns: 0,
+                        period_ns: r.get(16)?,
+                        episodes: Vec::new(),
+                    },
+                ));
+            }
+            let s = &mut out.last_mut().expect("pushed above").1;
+            s.late_collectives += ep.collectives;
+            s.max_late_ns = s.max_late_ns.max(ep.max_late_ns);
+            s.waited_ns += ep.waited_ns;
+            s.episodes.push(ep);
+        }
+        // the median over all its late collectives (not a median of episode medians)
+        let medians = format!(
+            "WITH late AS ({}) SELECT comm_hash, node, trace_uid, pid, quantile_disc(late_ns, 0.5) FROM late GROUP BY ALL",
+            late_sql()
+        );
+        let mut st = self.conn.prepare(&medians)?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            let key: Key = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+            if let Some((_, s)) = out.iter_mut().find(|(k, _)| *k == key) {
+                s.median_late_ns = r.get(4)?;
+            }
+        }
+        let mut out: Vec<FleetStraggler> = out.into_iter().map(|(_, s)| s).collect();
+        out.sort_by(|a, b| b.waited_ns.cmp(&a.waited_ns).then(a.node.cmp(&b.node)).then(a.pid.cmp(&b.pid)));
+        Ok(out)
+    }
+
+    /// For fleets without collectives (inference): each node's exact p50/p90/p99 of every GPU op
+    /// it shipped, beside the same figures over the whole fleet, outliers marked.
+    pub fn op_distributions(&self) -> Result<Vec<NodeOp>, FleetError> {
+        let gpu_sources: Vec<String> = causeway_model::codes::GPU_CALL_SOURCES.iter().map(|s| s.to_string()).collect();
+        let at = |p: u32| format!("max(duration) FILTER (WHERE k = {})", rank_sql(p, "n"));
+        let sql = format!(
+            "WITH e AS (SELECT node, source, op, duration FROM {LAKE}.events WHERE source IN ({src})),
+n AS (SELECT node, source, op, duration,
+             row_number() OVER (PARTITION BY node, source, op ORDER BY duration) AS k,
+             count(*) OVER (PARTITION BY node, source, op) AS n FROM e),
+f AS (SELECT source, op, duration,
+             row_number() OVER (PARTITION BY source, op ORDER BY duration) AS k,
+             count(*) OVER (PARTITION BY source, op) AS n FROM e),
+pn AS (SELECT node, source, op, any_value(n) AS calls, {p50} AS p50, {p90} AS p90, {p99} AS p99 FROM n GROUP BY ALL),
+pf AS (SELECT source, op, any_value(n) AS calls, {p50} AS p50, {p99} AS p99 FROM f GROUP BY ALL),
+nodes AS (SELECT source, op, count(DISTINCT node) AS nodes FROM e GROUP BY ALL)
+SELECT pn.node, pn.source, pn.op, pn.calls, pn.p50, pn.p90, pn.p99, pf.calls, pf.p50, pf.p99, nodes.nodes
+FROM pn JOIN pf USING (source, op) JOIN nodes USING (source, op) ORDER BY pn.source, pn.op, pn.node",
+            src = gpu_sources.join(", "),
+            p50 = at(500),
+            p90 = at(900),
+            p99 = at(990)
+        );
+        let mut st = self.conn.prepare(&sql)?;
+        let rows = st.query_map([], |r| {
+            let (source, op_code): (i64, i64) = (r.get(1)?, r.get(2)?);
+            let (calls, p50, p99, fp50, fp99, nodes): (i64, i64, i64, i64, i64, i64) =
+                (r.get(3)?, r.get(4)?, r.get(6)?, r.get(8)?, r.get(9)?, r.get(10)?);
+            Ok(NodeOp {
+                node: r.get(0)?,
+                op: causeway_model::codes::op_name(source as u8, op_code as u16).into_owned(),
+                source,
+                op_code,
+                calls,
+                p50_ns: p50,
+                p90_ns: r.get(5)?,
+                p99_ns: p99,
+                fleet_calls: r.get(7)?,
+                fleet_p50_ns: fp50,
+                fleet_p99_ns: fp99,
+                nodes,
+                outlier: nodes > 1
+                    && calls >= OUTLIER_MIN_CALLS
+                    && (p50 >= OUTLIER_RATIO * fp50.max(1) || p99 >= OUTLIER_RATIO * fp99.max(1)),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Per rank and communicator: how long it waited at collectives for the last rank in.
+    pub fn waits(&self) -> Result<Vec<RankWait>, FleetError> {
+        let sql = "WITH c AS (
+  SELECT * FROM collectives
+  QUALIFY row_number() OVER (PARTITION BY comm_hash, seq, node, trace_uid, pid ORDER BY enter_ns, tid) = 1),
+inst AS (SELECT comm_hash, seq FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2),
+o AS (
+  SELECT c.*, max(c.enter_ns) OVER (PARTITION BY c.comm_hash, c.seq) AS last_ns,
+         row_number() OVER (PARTITION BY c.comm_hash, c.seq ORDER BY c.enter_ns DESC, c.node DESC, c.pid DESC, c.tid DESC) AS pos
+  FROM c JOIN inst USING (comm_hash, seq))
+SELECT comm_hash, node, pid, any_value(rank), count(*), count(*) FILTER (WHERE pos = 1),
+       sum(last_ns - enter_ns)::BIGINT, quantile_disc(last_ns - enter_ns, 0.5), max(last_ns - enter_ns)
+FROM o GROUP BY comm_hash, node, trace_uid, pid ORDER BY comm_hash, any_value(rank), node, pid";
+        let mut st = self.conn.prepare(sql)?;
+        let rows = st.query_map([], |r| {
+            Ok(RankWait {
+                comm_hash: r.get(0)?,
+                node: r.get(1)?,
+                pid: r.get(2)?,
+                rank: r.get(3)?,
+                collectives: r.get(4)?,
+                times_last: r.get(5)?,
+                waited_ns: r.get(6)?,
+                median_wait_ns: r.get(7)?,
+                max_wait_ns: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

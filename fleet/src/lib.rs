@@ -1,0 +1,69 @@
+//! The fleet: many hosts' traces in one lake, and the questions only a fleet answers.
+//!
+//! The engine is DuckLake: a PostgreSQL catalog (`scripts/fleet-catalog.sh`), Parquet data under a
+//! data path, DuckDB as the query engine (DuckDB 1.5.5 with the `ducklake`, `postgres_scanner` and
+//! `sqlite_scanner` extensions, loaded from files with the signature check on). Causeway writes no
+//! engine of its own: only
+//!
+//! - [`Shipper`] (`ship.rs`): a local trace into the lake, exactly once (rows and watermark in one
+//!   transaction), in tiers, with clock samples at each flush;
+//! - the lake's tables (`schema.rs`): the local tables mirrored with `node` and `trace_uid`, and
+//!   the fleet's own (watermarks, clocks, aggregates);
+//! - [`Fleet`] (`analyses.rs`): the cross-host analyses as SQL over the lake (clock alignment in
+//!   views, stragglers per collective with episodes, per-rank waits, nodes);
+//! - [`node_store`] (`store.rs`): one node's trace in the lake as a `TraceStore`, so every
+//!   per-host analysis runs on it unchanged;
+//! - [`maintain`]: the lake's housekeeping through DuckLake's own procedures;
+//! - [`lake`]: the `--lake` string, the extension files, attaching to ship or to serve.
+//!
+//! The local trace stays each host's source of truth; nothing here rewrites a stored timestamp.
+
+mod analyses;
+pub mod clock;
+pub mod lake;
+mod maintain;
+mod schema;
+mod ship;
+mod store;
+
+pub use analyses::{
+    align_views, query, sync_predicate, Episode, Fleet, FleetStraggler, NodeClock, NodeOp, NodeSummary, RankWait,
+    OUTLIER_MIN_CALLS, OUTLIER_RATIO,
+};
+pub use lake::{connect, Access, LakeSpec};
+pub use maintain::{maintain, MaintainStep};
+pub use schema::{FLEET_DDL, MIRRORED, TABLE_DOCS};
+pub use ship::{summary_predicate, Marks, ShipOptions, ShipReport, Shipper, Tier};
+pub use store::{node_store, node_traces};
+
+/// What can go wrong in the fleet, worded for the person who can fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The `--lake` string (or a ship option) is not usable.
+    #[error("{0}")]
+    BadLake(String),
+    /// The DuckDB extension files are not installed.
+    #[error("{0}")]
+    Extensions(String),
+    /// The catalog cannot be reached or refused us.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The local trace cannot be shipped.
+    #[error("{0}")]
+    Local(String),
+    /// The lake holds nothing to answer with yet.
+    #[error("{0}")]
+    Empty(String),
+    /// The SQL guard refused a query (what and why, and what is allowed).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// DuckDB (or DuckLake through it) failed.
+    #[error("{0}")]
+    Engine(String),
+}
+
+impl From<duckdb::Error> for FleetError {
+    fn from(e: duckdb::Error) -> Self {
+        FleetError::Engine(e.to_string())
+    }
+}

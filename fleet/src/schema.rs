@@ -1,0 +1,128 @@
+//! The lake's tables.
+//!
+//! Two kinds. **Mirrored** tables have a local trace's shape plus the columns that place a row in
+//! the fleet (`node`, `trace_uid`): they are created from the first shipped trace's own tables
+//! (`CREATE TABLE ... AS SELECT ... LIMIT 0`), and a trace with a newer schema adds its new columns
+//! (`ALTER TABLE ... ADD COLUMN`), so the native schema (`causeway-backends`' `schema.rs`) stays the
+//! one definition; a node's slice of them reads exactly like its local trace. **Fleet** tables are
+//! the lake's own: what was shipped up to where (the watermark), clock samples, per-window
+//! aggregates, shipped windows, findings.
+//!
+//! DuckLake has no keys or unique constraints: exactly-once comes from the shipper writing rows
+//! and their watermark in one transaction (see `ship.rs`), never from the table.
+
+use duckdb::Connection;
+
+use crate::lake::{lit, retry_conflicts, LAKE};
+use crate::FleetError;
+
+/// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
+/// beyond it are new), or `None` for the small tables it replaces whole at each flush.
+pub const MIRRORED: [(&str, Option<&str>); 11] = [
+    ("events", Some("id")),
+    ("nccl_calls", Some("rowid")),
+    ("gpu_samples", Some("rowid")),
+    ("stack_traces", None),
+    ("sessions", None),
+    ("process_names", None),
+    ("process_ranks", None),
+    ("loss_counters", None),
+    ("kernel_names", None),
+    ("launch_configs", None),
+    ("attachments", None),
+];
+
+/// The fleet's own tables.
+pub const FLEET_DDL: &str = "
+CREATE TABLE IF NOT EXISTS lake.ship_traces (
+    node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, tier VARCHAR NOT NULL, hostname VARCHAR NOT NULL,
+    local_path VARCHAR NOT NULL, engine VARCHAR NOT NULL, tool_version VARCHAR NOT NULL, first_shipped_ns BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS lake.ship_watermarks (
+    node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL,
+    events_hi BIGINT NOT NULL, nccl_calls_hi BIGINT NOT NULL, gpu_samples_hi BIGINT NOT NULL,
+    rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS lake.clock_samples (
+    node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, sample INTEGER NOT NULL,
+    local_send_ns BIGINT NOT NULL, server_ns BIGINT NOT NULL, local_recv_ns BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS lake.clock_state (
+    node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, sampled_at_ns BIGINT NOT NULL,
+    sync_status BIGINT NOT NULL, esterror_us BIGINT NOT NULL, maxerror_us BIGINT NOT NULL,
+    mono_to_realtime_ns BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS lake.op_windows (
+    node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, bucket_ns BIGINT NOT NULL,
+    source BIGINT NOT NULL, op BIGINT NOT NULL, pid BIGINT NOT NULL, calls BIGINT NOT NULL,
+    sum_dur BIGINT NOT NULL, min_dur BIGINT NOT NULL, max_dur BIGINT NOT NULL, sum_arg0 BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS lake.ship_windows (
+    node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, from_ns BIGINT NOT NULL, to_ns BIGINT NOT NULL,
+    rows BIGINT NOT NULL, shipped_at_ns BIGINT NOT NULL);
+";
+
+/// One-line descriptions of the lake's tables, for `describe` answers and the docs.
+pub const TABLE_DOCS: [(&str, &str); 9] = [
+    (
+        "events",
+        "the shipped events of every node (the local `events` columns; `node` set, `trace_uid` names the local trace)",
+    ),
+    ("nccl_calls", "every node's NCCL calls: (comm_hash, seq) names one collective on every rank of every node"),
+    ("ship_traces", "one row per shipped local trace: node, tier (summary/all), where it came from"),
+    (
+        "ship_watermarks",
+        "one row per flush: how far each table of a trace is shipped (rows and watermark in one transaction)",
+    ),
+    (
+        "clock_samples",
+        "NTP-style samples against the catalog server's clock at each flush (offset = server - (send+recv)/2)",
+    ),
+    ("clock_state", "the kernel's clock discipline at each flush (adjtimex status, estimated and maximum error)"),
+    ("op_windows", "per-second per-op aggregates of every shipped event range (all events, whatever the tier)"),
+    ("ship_windows", "raw-event windows shipped on request for a drill-down"),
+    ("process_ranks", "each traced process's rank, local rank and world size, per node"),
+];
+
+/// Columns of a table, in order, with DuckDB types.
+fn columns(conn: &Connection, db: &str, table: &str) -> Result<Vec<(String, String)>, FleetError> {
+    let sql = format!(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_catalog = {} AND \
+         table_name = {} ORDER BY ordinal_position",
+        lit(db),
+        lit(table)
+    );
+    let mut st = conn.prepare(&sql)?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Tables of an attached database.
+pub(crate) fn tables(conn: &Connection, db: &str) -> Result<Vec<String>, FleetError> {
+    let sql = format!("SELECT table_name FROM information_schema.tables WHERE table_catalog = {}", lit(db));
+    let mut st = conn.prepare(&sql)?;
+    let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Make the lake able to take the local trace attached as `local`: the fleet tables, and each
+/// mirrored table the trace has, with every column it has. Safe to run from many shippers at once
+/// (a commit conflict with another shipper doing the same is retried).
+pub fn ensure(conn: &Connection, local: &str) -> Result<(), FleetError> {
+    retry_conflicts(8, || {
+        conn.execute_batch(FLEET_DDL)?;
+        let local_tables = tables(conn, local)?;
+        for (table, _) in MIRRORED {
+            if !local_tables.iter().any(|t| t == table) {
+                continue;
+            }
+            let local_cols = columns(conn, local, table)?;
+            let node_col = if local_cols.iter().any(|(c, _)| c == "node") { "" } else { "''::VARCHAR AS node, " };
+            conn.execute_batch(&format!(
+                "CREATE TABLE IF NOT EXISTS {LAKE}.{table} AS SELECT ''::VARCHAR AS trace_uid, {node_col}* FROM {local}.{table} LIMIT 0"
+            ))?;
+            let lake_cols = columns(conn, LAKE, table)?;
+            for (c, ty) in &local_cols {
+                if !lake_cols.iter().any(|(l, _)| l == c) {
+                    conn.execute_batch(&format!("ALTER TABLE {LAKE}.{table} ADD COLUMN IF NOT EXISTS \"{c}\" {ty}"))?;
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,695 @@
+//! The shipper: copies a local trace into the lake, exactly once, as it grows or after it ends.
+//!
+//! The local trace stays the source of truth. The shipper attaches it read-only in the same DuckDB
+//! connection as the lake (a SQLite trace through DuckDB's `sqlite_scanner`, a DuckDB trace
+//! directly), so every copy is one `INSERT INTO lake.t SELECT ... FROM local.t` run by the engine.
+//!
+//! **Exactly once.** Each flush ships the rows beyond the trace's watermark (per table: `events.id`,
+//! the `rowid` of `nccl_calls` and `gpu_samples`) up to a high mark, and writes them together with
+//! the new watermark row in **one** DuckLake transaction. A shipper killed at any point leaves either
+//! the whole flush or none of it; a new one reads the watermark back from the lake and goes on. A
+//! lake that cannot be reached fails the flush (rolled back, watermark unmoved) and the next one
+//! retries; the local trace keeps everything meanwhile.
+//!
+//! **Tiers.** `summary` (the default) ships the NCCL calls and the calls that wait for the GPU
+//! (synchronize, synchronous copies, collectives), the stacks they carry, and per-second per-op
+//! aggregates of *every* event (`op_windows`), so the fleet's counts stay exact; `all` ships every
+//! event. A window of raw events can be shipped on request ([`Shipper::ship_window`]) for a
+//! drill-down. The small tables (sessions, process names and ranks, losses, kernel names, launch
+//! configurations, attachments) are replaced whole at each flush, in the same transaction.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use causeway_model::codes::{gpu_role, GpuRole, OpCode, Source, OPS};
+use duckdb::{params, Connection};
+use serde::Serialize;
+
+use crate::clock::{self, ClockSample};
+use crate::lake::{self, lit, Access, LakeSpec, LAKE};
+use crate::schema::{self, MIRRORED};
+use crate::FleetError;
+
+/// The alias of the local trace in the shipper's connection.
+const LOCAL: &str = "local";
+/// What one flush wrote: rows per table, and the fingerprints of the small tables it replaced.
+type FlushRows = (Vec<(&'static str, u64)>, Vec<(&'static str, i64)>);
+
+/// Times a flush is redone after a commit conflict with another shipper.
+const CONFLICT_RETRIES: u32 = 12;
+/// Tables replaced whole at each flush (see the module docs).
+const SNAPSHOT_TABLES: [&str; 7] =
+    ["sessions", "process_names", "process_ranks", "loss_counters", "kernel_names", "launch_configs", "attachments"];
+
+/// Which events a trace ships.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Collectives, synchronizing calls, their stacks, and aggregates of everything.
+    Summary,
+    /// Every event.
+    All,
+}
+
+impl Tier {
+    pub fn parse(s: &str) -> Result<Tier, FleetError> {
+        match s {
+            "summary" => Ok(Tier::Summary),
+            "all" => Ok(Tier::All),
+            _ => Err(FleetError::BadLake(format!("tier `{s}`: summary or all"))),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Summary => "summary",
+            Tier::All => "all",
+        }
+    }
+}
+
+/// The events the summary tier ships: every NCCL call and every call that waits for the GPU.
+pub fn summary_predicate() -> String {
+    let mut codes: Vec<String> = OPS
+        .iter()
+        .map(|e| OpCode::new(e.0, e.1))
+        .filter(|c| matches!(gpu_role(*c), GpuRole::Sync | GpuRole::SyncCopy | GpuRole::Collective))
+        .map(|c| format!("({}, {})", c.source, c.op))
+        .collect();
+    codes.sort();
+    format!("(source = {} OR (source, op) IN ({}))", Source::Nccl.code(), codes.join(", "))
+}
+
+/// How to ship.
+#[derive(Debug, Clone)]
+pub struct ShipOptions {
+    /// The node's name (default: the trace's own `sessions.node`, else this host's name).
+    pub node: Option<String>,
+    pub tier: Tier,
+    /// Events per transaction at most.
+    pub batch_rows: i64,
+    /// Where a new lake keeps its data files.
+    pub data_path: Option<PathBuf>,
+    /// Test hook: plant a clock offset in this shipper's readings (see [`clock::TEST_SKEW_ENV`],
+    /// which sets it for a process).
+    pub test_clock_skew_ns: Option<i64>,
+}
+
+impl Default for ShipOptions {
+    fn default() -> Self {
+        ShipOptions { node: None, tier: Tier::Summary, batch_rows: 50_000, data_path: None, test_clock_skew_ns: None }
+    }
+}
+
+/// How far a trace is shipped (or how far the local trace goes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Marks {
+    pub events: i64,
+    pub nccl_calls: i64,
+    pub gpu_samples: i64,
+}
+
+impl Marks {
+    fn covers(&self, other: &Marks) -> bool {
+        self.events >= other.events && self.nccl_calls >= other.nccl_calls && self.gpu_samples >= other.gpu_samples
+    }
+}
+
+/// What one call shipped.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ShipReport {
+    pub node: String,
+    pub trace_uid: String,
+    pub tier: &'static str,
+    /// Transactions committed.
+    pub flushes: u64,
+    /// Rows written per table (events, nccl_calls, gpu_samples, op_windows, stack_traces).
+    pub rows: std::collections::BTreeMap<String, u64>,
+    /// The watermark after the last commit.
+    pub shipped: Marks,
+    /// The local trace's extent when shipping stopped.
+    pub local: Marks,
+    /// The catalog's clock minus this host's (best sample of the last flush), and its bound.
+    pub clock_offset_ns: Option<i64>,
+    pub clock_error_ns: Option<i64>,
+    /// Commit times of the flushes, ms.
+    pub commit_ms: Vec<u64>,
+}
+
+impl ShipReport {
+    fn add(&mut self, table: &str, n: u64) {
+        *self.rows.entry(table.to_string()).or_default() += n;
+    }
+    /// Events the local trace holds beyond what the lake has (0 when fully shipped).
+    pub fn unshipped_events(&self) -> i64 {
+        (self.local.events - self.shipped.events).max(0)
+    }
+}
+
+/// A shipper for one local trace.
+pub struct Shipper {
+    conn: Connection,
+    /// The local trace, attached as [`LOCAL`] only while the shipper reads it (see
+    /// [`Shipper::release`]).
+    path: PathBuf,
+    attached: std::cell::Cell<bool>,
+    node: String,
+    trace_uid: String,
+    tier: Tier,
+    batch_rows: i64,
+    local_tables: Vec<String>,
+    summary: String,
+    skew_ns: i64,
+    /// Per small table, a fingerprint of what the last commit shipped: unchanged tables are not
+    /// replaced again (replacing is a delete, and concurrent deletes of one table conflict).
+    shipped_snapshots: std::collections::HashMap<&'static str, i64>,
+}
+
+impl Shipper {
+    /// Attach the lake (creating its tables if needed) and the local trace at `trace`.
+    pub fn open(lake: &LakeSpec, trace: &Path, opts: &ShipOptions) -> Result<Shipper, FleetError> {
+        let skew_ns = opts.test_clock_skew_ns.unwrap_or_else(clock::test_skew_ns);
+        let conn = lake::connect(lake, &Access::Ship { data_path: opts.data_path.clone() })?;
+        attach_local(&conn, trace)?;
+        let local_tables = schema::tables(&conn, LOCAL)?;
+        let (trace_uid, trace_node, hostname, tool_version) = identity(&conn, trace)?;
+        let node = opts
+            .node
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| (!trace_node.is_empty()).then_some(trace_node))
+            .unwrap_or_else(|| hostname.clone());
+        schema::ensure(&conn, LOCAL)?;
+        let engine = if causeway_backends::duckdb::is_duckdb_file(trace) { "duckdb" } else { "sqlite" };
+        let tier = lake::retry_conflicts(8, || {
+            let existing: Option<String> = conn
+                .prepare(&format!("SELECT tier FROM {LAKE}.ship_traces WHERE node = ? AND trace_uid = ?"))?
+                .query_map(params![node, trace_uid], |r| r.get(0))?
+                .next()
+                .transpose()?;
+            match existing {
+                Some(t) if t != opts.tier.name() => Err(FleetError::BadLake(format!(
+                    "this trace was shipped to the lake as tier `{t}` before; ship it as `{t}` again \
+                     (one trace has one tier; a window of raw events can be added with --from/--to)"
+                ))),
+                Some(_) => Ok(opts.tier),
+                None => {
+                    conn.execute(
+                        &format!("INSERT INTO {LAKE}.ship_traces VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+                        params![
+                            node,
+                            trace_uid,
+                            opts.tier.name(),
+                            hostname,
+                            trace.display().to_string(),
+                            engine,
+                            tool_version,
+                            clock::realtime_ns(skew_ns)
+                        ],
+                    )?;
+                    Ok(opts.tier)
+                }
+            }
+        })?;
+        Ok(Shipper {
+            conn,
+            path: trace.to_path_buf(),
+            attached: std::cell::Cell::new(true),
+            node,
+            trace_uid,
+            tier,
+            batch_rows: opts.batch_rows.max(1),
+            local_tables,
+            summary: summary_predicate(),
+            skew_ns,
+            shipped_snapshots: Default::default(),
+        })
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+    pub fn trace_uid(&self) -> &str {
+        &self.trace_uid
+    }
+
+    fn has_local(&self, t: &str) -> bool {
+        self.local_tables.iter().any(|x| x == t)
+    }
+
+    fn report(&self) -> ShipReport {
+        ShipReport {
+            node: self.node.clone(),
+            trace_uid: self.trace_uid.clone(),
+            tier: self.tier.name(),
+            ..Default::default()
+        }
+    }
+
+    /// How far the lake has this trace, and the last flush's number.
+    pub fn watermark(&self) -> Result<(Marks, i64), FleetError> {
+        let sql = format!(
+            "SELECT coalesce(max(events_hi), 0), coalesce(max(nccl_calls_hi), 0), coalesce(max(gpu_samples_hi), 0), \
+             coalesce(max(flush_id), 0) FROM {LAKE}.ship_watermarks WHERE node = ? AND trace_uid = ?"
+        );
+        Ok(self.conn.query_row(&sql, params![self.node, self.trace_uid], |r| {
+            Ok((Marks { events: r.get(0)?, nccl_calls: r.get(1)?, gpu_samples: r.get(2)? }, r.get(3)?))
+        })?)
+    }
+
+    /// How far the local trace goes now.
+    pub fn local_marks(&self) -> Result<Marks, FleetError> {
+        self.attach()?;
+        let max = |table: &str, col: &str| -> Result<i64, FleetError> {
+            if !self.has_local(table) {
+                return Ok(0);
+            }
+            Ok(self
+                .conn
+                .query_row(&format!("SELECT coalesce(max({col}), 0) FROM {LOCAL}.{table}"), [], |r| r.get(0))?)
+        };
+        Ok(Marks {
+            events: max("events", "id")?,
+            nccl_calls: max("nccl_calls", "rowid")?,
+            gpu_samples: max("gpu_samples", "rowid")?,
+        })
+    }
+
+    /// Attach the local trace again if [`Shipper::release`] let it go.
+    fn attach(&self) -> Result<(), FleetError> {
+        if !self.attached.get() {
+            attach_local(&self.conn, &self.path)?;
+            self.attached.set(true);
+        }
+        Ok(())
+    }
+
+    /// Let go of the local trace between flushes, so that the tracer finishing it is never held
+    /// up by this reader (it turns the write-ahead log back into a plain file at the end).
+    pub fn release(&self) {
+        if self.attached.replace(false) {
+            let _ = self.conn.execute_batch(&format!("DETACH {LOCAL}"));
+        }
+    }
+
+    /// Whether the tracer has finished the trace (its latest session has stopped).
+    pub fn trace_finished(&self) -> Result<bool, FleetError> {
+        self.attach()?;
+        Ok(self.conn.query_row(
+            &format!("SELECT coalesce(max(stopped_at) FILTER (WHERE id = (SELECT max(id) FROM {LOCAL}.sessions)), 0) != 0 FROM {LOCAL}.sessions"),
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// Ship everything the local trace holds now (a finished trace: all of it), in transactions
+    /// of at most `batch_rows` events.
+    pub fn ship_all(&mut self) -> Result<ShipReport, FleetError> {
+        let upto = self.local_marks()?;
+        let mut report = self.report();
+        self.ship_upto(upto, true, &mut report)?;
+        Ok(report)
+    }
+
+    /// Ship while the trace grows, every `interval`, until `stop` says so (asked once per
+    /// interval); then ship the rest. Each flush ships up to what the previous one saw, so rows the
+    /// tracer writes right after an event (its NCCL row) are committed before they are shipped. A
+    /// flush that fails (the lake unreachable) is retried at the next interval; nothing moves until
+    /// it commits. Between flushes the local trace is let go ([`Shipper::release`]).
+    pub fn ship_live(
+        &mut self,
+        interval: Duration,
+        stop: &mut dyn FnMut(&Shipper) -> bool,
+        on_error: &mut dyn FnMut(&FleetError),
+    ) -> Result<ShipReport, FleetError> {
+        let mut report = self.report();
+        let mut seen = Marks::default();
+        loop {
+            std::thread::sleep(interval);
+            if stop(self) {
+                break;
+            }
+            let upto = seen;
+            match self.local_marks() {
+                Ok(m) => seen = m,
+                Err(e) => on_error(&e),
+            }
+            if let Err(e) = self.ship_upto(upto, false, &mut report) {
+                on_error(&e);
+            }
+            self.release();
+        }
+        let upto = self.local_marks()?;
+        self.ship_upto(upto, true, &mut report)?;
+        self.release();
+        Ok(report)
+    }
+
+    /// Flush until the watermark reaches `upto`.
+    fn ship_upto(&mut self, upto: Marks, finished: bool, report: &mut ShipReport) -> Result<(), FleetError> {
+        report.local = self.local_marks()?;
+        loop {
+            let (wm, flush) = self.watermark()?;
+            report.shipped = wm;
+            if wm.covers(&upto) && !(finished && flush == 0) {
+                // nothing new; a finished trace still gets its final small tables once
+                if finished && !self.finished_flag()? {
+                    self.flush(wm, wm, flush + 1, true, report)?;
+                }
+                return Ok(());
+            }
+            let hi = Marks {
+                events: upto.events.min(wm.events + self.batch_rows).max(wm.events),
+                nccl_calls: upto.nccl_calls.max(wm.nccl_calls),
+                gpu_samples: upto.gpu_samples.max(wm.gpu_samples),
+            };
+            let last = hi.events >= upto.events;
+            self.flush(wm, hi, flush + 1, finished && last, report)?;
+            report.shipped = hi;
+        }
+    }
+
+    fn finished_flag(&self) -> Result<bool, FleetError> {
+        Ok(self.conn.query_row(
+            &format!("SELECT coalesce(bool_or(finished), false) FROM {LAKE}.ship_watermarks WHERE node = ? AND trace_uid = ?"),
+            params![self.node, self.trace_uid],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// [`Shipper::flush_once`], again while its commit conflicts with another shipper's (two
+    /// nodes replacing their rows of one small table at once): the rolled-back flush is redone whole.
+    fn flush(
+        &mut self,
+        wm: Marks,
+        hi: Marks,
+        flush_id: i64,
+        finished: bool,
+        report: &mut ShipReport,
+    ) -> Result<(), FleetError> {
+        let mut attempt = 0u32;
+        loop {
+            match self.flush_once(wm, hi, flush_id, finished, report) {
+                Err(FleetError::Engine(msg)) if attempt < CONFLICT_RETRIES && lake::is_conflict(&msg) => {
+                    attempt += 1;
+                    std::thread::sleep(Duration::from_millis(10 << attempt.min(7)));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One transaction: the rows in (wm, hi] of every table, the small tables, the clock samples and
+    /// the new watermark.
+    fn flush_once(
+        &mut self,
+        wm: Marks,
+        hi: Marks,
+        flush_id: i64,
+        finished: bool,
+        report: &mut ShipReport,
+    ) -> Result<(), FleetError> {
+        self.attach()?;
+        let samples = clock::sample_catalog(&self.conn, self.skew_ns)?;
+        let kernel = clock::kernel_state(self.skew_ns);
+        let started = Instant::now();
+        self.conn.execute_batch("BEGIN TRANSACTION")?;
+        let result = self.flush_in_transaction(wm, hi, flush_id, finished, &samples, kernel);
+        let (counts, snapshots) = match result {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.conn.execute_batch("COMMIT") {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(e.into());
+        }
+        self.shipped_snapshots.extend(snapshots);
+        report.commit_ms.push(started.elapsed().as_millis() as u64);
+        report.flushes += 1;
+        for (t, n) in counts {
+            report.add(t, n);
+        }
+        if let Some(best) = samples.iter().min_by_key(|s| s.rtt_ns()) {
+            report.clock_offset_ns = Some(best.offset_ns());
+            report.clock_error_ns = Some(best.rtt_ns() / 2 + 500);
+        }
+        Ok(())
+    }
+
+    fn flush_in_transaction(
+        &self,
+        wm: Marks,
+        hi: Marks,
+        flush_id: i64,
+        finished: bool,
+        samples: &[ClockSample],
+        kernel: clock::KernelClock,
+    ) -> Result<FlushRows, FleetError> {
+        let (node, uid) = (&self.node, &self.trace_uid);
+        let c = &self.conn;
+        let mut counts = Vec::new();
+        let tier_pred = match self.tier {
+            Tier::Summary => self.summary.clone(),
+            Tier::All => "TRUE".to_string(),
+        };
+        let range = format!("id > {} AND id <= {}", wm.events, hi.events);
+        if hi.events > wm.events {
+            let n = c.execute(
+                &format!(
+                    "INSERT INTO {LAKE}.events BY NAME SELECT ? AS trace_uid, * REPLACE (?::VARCHAR AS node) \
+                     FROM {LOCAL}.events WHERE {range} AND {tier_pred}"
+                ),
+                params![uid, node],
+            )?;
+            counts.push(("events", n as u64));
+            let n = c.execute(
+                &format!(
+                    "INSERT INTO {LAKE}.op_windows SELECT ?, ?, ?, timestamp // 1000000000 * 1000000000, source, op, pid, \
+                     count(*), sum(duration), min(duration), max(duration), sum(arg0) FROM {LOCAL}.events WHERE {range} \
+                     GROUP BY ALL"
+                ),
+                params![node, uid, flush_id],
+            )?;
+            counts.push(("op_windows", n as u64));
+            if self.has_local("stack_traces") {
+                let n = self.ship_stacks(&format!("{range} AND {tier_pred}"))?;
+                counts.push(("stack_traces", n));
+            }
+        }
+        for (table, col) in MIRRORED {
+            let Some(col) = col else { continue };
+            if table == "events" || !self.has_local(table) {
+                continue;
+            }
+            let (lo, up) = match table {
+                "nccl_calls" => (wm.nccl_calls, hi.nccl_calls),
+                _ => (wm.gpu_samples, hi.gpu_samples),
+            };
+            if up > lo {
+                let n = c.execute(
+                    &format!(
+                        "INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, ?::VARCHAR AS node, * FROM {LOCAL}.{table} \
+                         WHERE {col} > {lo} AND {col} <= {up}"
+                    ),
+                    params![uid, node],
+                )?;
+                counts.push((table, n as u64));
+            }
+        }
+        let mut snapshots = Vec::new();
+        for table in SNAPSHOT_TABLES {
+            if !self.has_local(table) {
+                continue;
+            }
+            let fingerprint: i64 = c.query_row(
+                &format!("SELECT (hash(count(*), string_agg(t::VARCHAR, '|' ORDER BY t::VARCHAR)) >> 1)::BIGINT FROM {LOCAL}.{table} t"),
+                [],
+                |r| r.get(0),
+            )?;
+            if self.shipped_snapshots.get(table) == Some(&fingerprint) {
+                continue;
+            }
+            snapshots.push((table, fingerprint));
+            c.execute(&format!("DELETE FROM {LAKE}.{table} WHERE node = ? AND trace_uid = ?"), params![node, uid])?;
+            let select = if table == "sessions" { "* REPLACE (?::VARCHAR AS node)" } else { "?::VARCHAR AS node, *" };
+            c.execute(
+                &format!("INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, {select} FROM {LOCAL}.{table}"),
+                params![uid, node],
+            )?;
+        }
+        let mut st = c.prepare(&format!("INSERT INTO {LAKE}.clock_samples VALUES (?, ?, ?, ?, ?, ?, ?)"))?;
+        for (i, s) in samples.iter().enumerate() {
+            st.execute(params![node, uid, flush_id, i as i32, s.local_send_ns, s.server_ns, s.local_recv_ns])?;
+        }
+        c.execute(
+            &format!("INSERT INTO {LAKE}.clock_state VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+            params![
+                node,
+                uid,
+                flush_id,
+                clock::realtime_ns(self.skew_ns),
+                kernel.status,
+                kernel.esterror_us,
+                kernel.maxerror_us,
+                kernel.mono_to_realtime_ns
+            ],
+        )?;
+        let rows: u64 = counts.iter().map(|(_, n)| n).sum();
+        c.execute(
+            &format!("INSERT INTO {LAKE}.ship_watermarks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            params![
+                node,
+                uid,
+                flush_id,
+                hi.events,
+                hi.nccl_calls,
+                hi.gpu_samples,
+                rows as i64,
+                finished,
+                clock::realtime_ns(self.skew_ns)
+            ],
+        )?;
+        Ok((counts, snapshots))
+    }
+
+    /// The stacks of the local events matching `pred` that the lake does not have for this trace.
+    fn ship_stacks(&self, pred: &str) -> Result<u64, FleetError> {
+        let n = self.conn.execute(
+            &format!(
+                "INSERT INTO {LAKE}.stack_traces BY NAME SELECT ? AS trace_uid, ?::VARCHAR AS node, s.* \
+                 FROM {LOCAL}.stack_traces s WHERE s.hash IN (SELECT DISTINCT stack_hash FROM {LOCAL}.events \
+                 WHERE {pred} AND stack_hash != 0) AND s.hash NOT IN (SELECT hash FROM {LAKE}.stack_traces \
+                 WHERE node = ? AND trace_uid = ?)"
+            ),
+            params![self.trace_uid, self.node, self.node, self.trace_uid],
+        )?;
+        Ok(n as u64)
+    }
+
+    /// Ship the raw events of `[from_ns, to_ns)` that the tier leaves out, once (a window already
+    /// shipped is not shipped again), with their stacks, in one transaction. Returns the events.
+    pub fn ship_window(&mut self, from_ns: i64, to_ns: i64) -> Result<u64, FleetError> {
+        if self.tier == Tier::All {
+            return Ok(0);
+        }
+        self.attach()?;
+        let (node, uid) = (self.node.clone(), self.trace_uid.clone());
+        let pred = format!(
+            "timestamp >= {from_ns} AND timestamp < {to_ns} AND NOT {} AND NOT EXISTS (SELECT 1 FROM {LAKE}.ship_windows w \
+             WHERE w.node = {} AND w.trace_uid = {} AND timestamp >= w.from_ns AND timestamp < w.to_ns)",
+            self.summary,
+            lit(&node),
+            lit(&uid)
+        );
+        lake::retry_conflicts(4, || {
+            self.conn.execute_batch("BEGIN TRANSACTION")?;
+            let run = || -> Result<u64, FleetError> {
+                let n = self.conn.execute(
+                    &format!(
+                        "INSERT INTO {LAKE}.events BY NAME SELECT ? AS trace_uid, * REPLACE (?::VARCHAR AS node) \
+                         FROM {LOCAL}.events WHERE {pred}"
+                    ),
+                    params![uid, node],
+                )? as u64;
+                if self.has_local("stack_traces") {
+                    self.ship_stacks(&pred)?;
+                }
+                self.conn.execute(
+                    &format!("INSERT INTO {LAKE}.ship_windows VALUES (?, ?, ?, ?, ?, ?)"),
+                    params![node, uid, from_ns, to_ns, n as i64, clock::realtime_ns(self.skew_ns)],
+                )?;
+                Ok(n)
+            };
+            match run() {
+                Ok(n) => {
+                    self.conn.execute_batch("COMMIT")?;
+                    Ok(n)
+                }
+                Err(e) => {
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                    Err(e)
+                }
+            }
+        })
+    }
+}
+
+/// Attach the trace at `path` read-only as [`LOCAL`]: a native trace only (an Ingero DB is
+/// converted first).
+fn attach_local(conn: &Connection, path: &Path) -> Result<(), FleetError> {
+    let p = lit(&path.to_string_lossy());
+    let meta = std::fs::metadata(path).map_err(|e| FleetError::Local(format!("{}: {e}", path.display())))?;
+    if !meta.is_file() {
+        return Err(FleetError::Local(format!("{}: not a file", path.display())));
+    }
+    let sql = if causeway_backends::duckdb::is_duckdb_file(path) {
+        format!("ATTACH {p} AS {LOCAL} (READ_ONLY)")
+    } else {
+        format!("ATTACH {p} AS {LOCAL} (TYPE sqlite, READ_ONLY)")
+    };
+    conn.execute_batch(&sql)
+        .map_err(|e| FleetError::Local(format!("{}: cannot open it as a trace: {e}", path.display())))?;
+    let tables = schema::tables(conn, LOCAL)?;
+    let native = tables.iter().any(|t| t == "schema_info")
+        && conn
+            .query_row(
+                &format!("SELECT count(*) FROM {LOCAL}.schema_info WHERE key = 'format' AND value = 'causeway'"),
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap_or(0)
+            > 0;
+    if !native {
+        let _ = conn.execute_batch(&format!("DETACH {LOCAL}"));
+        let what = if tables.iter().any(|t| t == "events") {
+            "not a Causeway trace (an Ingero DB? `causeway convert` it to a native trace first)"
+        } else {
+            "not a trace (no events table)"
+        };
+        return Err(FleetError::Local(format!("{}: {what}", path.display())));
+    }
+    Ok(())
+}
+
+/// The trace's identity: a uid stable across shipper restarts (its first session's start and
+/// tracer pid), the node it recorded, its host name and tool version.
+fn identity(conn: &Connection, path: &Path) -> Result<(String, String, String, String), FleetError> {
+    // traces written before the column existed have no tracer_pid
+    let has_tracer: bool = conn.query_row(
+        &format!(
+            "SELECT count(*) > 0 FROM information_schema.columns WHERE table_catalog = '{LOCAL}' AND table_name = 'sessions' \
+             AND column_name = 'tracer_pid'"
+        ),
+        [],
+        |r| r.get(0),
+    )?;
+    let tracer = if has_tracer { "tracer_pid" } else { "0" };
+    let row = conn
+        .query_row(
+            &format!(
+                "SELECT started_at, {tracer}, node, hostname, tool_version FROM {LOCAL}.sessions ORDER BY id LIMIT 1"
+            ),
+            [],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            },
+        )
+        .map_err(|e| {
+            FleetError::Local(format!("{}: no session recorded, so no identity to ship under: {e}", path.display()))
+        })?;
+    let (started, tracer, node, hostname, version) = row;
+    let hostname = if hostname.is_empty() {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+    } else {
+        hostname
+    };
+    Ok((format!("{started:x}-{tracer}"), node, hostname, version))
+}

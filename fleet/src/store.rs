@@ -1,0 +1,109 @@
+//! One node's trace read back from the lake, as a [`TraceStore`]: every per-host analysis (`stats`,
+//! `explain`, `timeline`, `stacks`, guarded SQL) runs on it unchanged.
+//!
+//! An in-memory DuckDB database gets the native schema (`causeway-backends`' DuckDB DDL, the one
+//! definition), then each table the lake mirrors is replaced by a view of the same columns over the
+//! lake, filtered on the node and the trace (`WHERE node = .. AND trace_uid = ..`); a column the
+//! lake lacks (a trace shipped by an older version) reads as NULL. The DuckDB engine's reader runs
+//! over those views as over a file. What a node's slice holds is what it shipped: the `summary` tier
+//! has the collectives and synchronizing calls, `all` every event.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use causeway_backends::duckdb::{init_native_schema, DuckDbStore};
+use causeway_backends::StoreError;
+use duckdb::Connection;
+
+use crate::lake::{self, lit, Access, LakeSpec, LAKE};
+use crate::schema::{tables, MIRRORED};
+use crate::FleetError;
+
+/// The traces a node shipped, newest first (by first shipment).
+pub fn node_traces(conn: &Connection, node: &str) -> Result<Vec<String>, FleetError> {
+    let mut st = conn
+        .prepare(&format!("SELECT trace_uid FROM {LAKE}.ship_traces WHERE node = ? ORDER BY first_shipped_ns DESC"))?;
+    let rows = st.query_map([node], |r| r.get::<_, String>(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Columns of a table in the default database, in order.
+fn main_columns(conn: &Connection, table: &str) -> Result<Vec<String>, FleetError> {
+    let mut st = conn.prepare(
+        "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() AND \
+         table_schema = 'main' AND table_name = ? ORDER BY ordinal_position",
+    )?;
+    let rows = st.query_map([table], |r| r.get::<_, String>(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn lake_columns(conn: &Connection, table: &str) -> Result<Vec<String>, FleetError> {
+    let mut st = conn.prepare(
+        "SELECT column_name FROM information_schema.columns WHERE table_catalog = ? AND table_name = ? ORDER BY ordinal_position",
+    )?;
+    let rows = st.query_map([LAKE, table], |r| r.get::<_, String>(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// A connection whose default database shows `(node, trace_uid)` of the lake as a native trace.
+fn scoped_connection(lake: &LakeSpec, node: &str, trace_uid: &str) -> Result<Connection, FleetError> {
+    let conn = lake::connect(lake, &Access::Read)?;
+    init_native_schema(&conn)?;
+    let in_lake = tables(&conn, LAKE)?;
+    for (table, _) in MIRRORED {
+        if !in_lake.iter().any(|t| t == table) {
+            continue;
+        }
+        let native = main_columns(&conn, table)?;
+        let shipped = lake_columns(&conn, table)?;
+        let select: Vec<String> = native
+            .iter()
+            .map(|c| if shipped.iter().any(|s| s == c) { format!("\"{c}\"") } else { format!("NULL AS \"{c}\"") })
+            .collect();
+        conn.execute_batch(&format!(
+            "DROP TABLE main.{table}; CREATE VIEW main.{table} AS SELECT {} FROM {LAKE}.{table} WHERE node = {} AND trace_uid = {}",
+            select.join(", "),
+            lit(node),
+            lit(trace_uid)
+        ))?;
+    }
+    Ok(conn)
+}
+
+/// Open `node`'s trace in the lake as a [`TraceStore`](causeway_backends::TraceStore). With
+/// `trace_uid` None the node must have shipped one trace (else the error lists them).
+pub fn node_store(lake: &LakeSpec, node: &str, trace_uid: Option<&str>) -> Result<DuckDbStore, FleetError> {
+    let probe = lake::connect(lake, &Access::Read)?;
+    let traces = node_traces(&probe, node)?;
+    drop(probe);
+    let uid = match (trace_uid, traces.as_slice()) {
+        (Some(u), _) if traces.iter().any(|t| t == u) => u.to_string(),
+        (Some(u), _) => {
+            return Err(FleetError::Empty(format!(
+                "node `{node}` shipped no trace `{u}` (it shipped: {})",
+                traces.join(", ")
+            )))
+        }
+        (None, [only]) => only.clone(),
+        (None, []) => {
+            return Err(FleetError::Empty(format!("no node `{node}` in the lake (causeway fleet nodes lists them)")))
+        }
+        (None, many) => {
+            return Err(FleetError::BadLake(format!(
+                "node `{node}` shipped {} traces: name one ({})",
+                many.len(),
+                many.join(", ")
+            )))
+        }
+    };
+    let conn = scoped_connection(lake, node, &uid)?;
+    let (lake2, node2, uid2) = (lake.clone(), node.to_string(), uid.clone());
+    let reopen: causeway_backends::duckdb::Reopen = Arc::new(move || {
+        let engine = |e: FleetError| StoreError::Engine(e.to_string());
+        let conn = scoped_connection(&lake2, &node2, &uid2).map_err(engine)?;
+        lake::harden(&conn).map_err(engine)?;
+        Ok(conn)
+    });
+    let label = PathBuf::from(format!("lake:{node}/{uid}"));
+    DuckDbStore::from_connection(conn, label, Some(reopen)).map_err(|e| FleetError::Engine(e.to_string()))
+}

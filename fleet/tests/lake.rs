@@ -1,0 +1,214 @@
+//! The fleet against a real lake: a PostgreSQL catalog started by `scripts/fleet-catalog.sh`,
+//! Parquet data in a directory, DuckDB 1.5.5 with the signed extension files. Eight simulated nodes
+//! of one synthetic training job (planted straggler, planted clock offsets, a planted loss) ship
+//! concurrently; the cross-host answers must name what was planted, within the clocks' bounds.
+
+use std::path::Path;
+
+use causeway_backends::SyntheticJob;
+use causeway_fleet::{connect, Access, Fleet, LakeSpec, ShipOptions, Shipper, Tier};
+use causeway_testdata::FleetCatalog;
+
+const T0: i64 = 1_790_000_000_000_000_000;
+const MS: i64 = 1_000_000;
+const SKEWS: [i64; 8] = [0, 2_500_000, -4_000_000, 7_000_000, -1_200_000, 3_300_000, 800_000, -6_000_000];
+
+fn job() -> SyntheticJob {
+    SyntheticJob {
+        world: 8,
+        steps: 200,
+        period_ns: 10 * MS,
+        start_ns: T0,
+        comm_hash: 0x5eed_1234,
+        launches_per_step: 10,
+        transfer_ns: 2 * MS,
+        straggler: Some((5, 80, 119, 30 * MS)),
+    }
+}
+
+/// Write one node's trace: the given ranks of the job as a host recorded them.
+fn write_node(path: &Path, node: &str, ranks: &[(u32, i64)], pids: Option<&[u32]>, lost: u64) {
+    let ranks: Vec<(u32, i64, Option<u32>)> =
+        ranks.iter().enumerate().map(|(i, &(r, skew))| (r, skew, pids.map(|p| p[i]))).collect();
+    job().write_node(path, node, &ranks, lost).unwrap();
+}
+
+fn lake(s: &str) -> LakeSpec {
+    LakeSpec::parse(s).unwrap()
+}
+
+fn count(conn: &duckdb::Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+#[test]
+fn eight_nodes_ship_once_and_the_straggler_is_named_within_the_clock_bounds() {
+    let catalog = FleetCatalog::start("fleet-lake");
+    let dir = tempfile::tempdir().unwrap();
+    let traces: Vec<_> = (0..8u32)
+        .map(|k| {
+            let p = dir.path().join(format!("node-{k}.db"));
+            write_node(&p, &format!("node-{k}"), &[(k, SKEWS[k as usize])], None, if k == 3 { 17 } else { 0 });
+            p
+        })
+        .collect();
+
+    // eight shippers at once, each in small transactions (commit conflicts on the catalog are retried)
+    std::thread::scope(|s| {
+        for (k, p) in traces.iter().enumerate() {
+            let (ship, data) = (catalog.ship_lake(), catalog.data_path());
+            s.spawn(move || {
+                let opts = ShipOptions {
+                    batch_rows: 500,
+                    data_path: Some(data),
+                    test_clock_skew_ns: Some(SKEWS[k]),
+                    ..Default::default()
+                };
+                let mut shipper = Shipper::open(&lake(&ship), p, &opts).unwrap();
+                assert_eq!(shipper.node(), format!("node-{k}"));
+                let r = shipper.ship_all().unwrap();
+                assert_eq!(r.unshipped_events(), 0, "{r:?}");
+                assert_eq!(r.rows["events"], 400, "summary tier: 200 all-reduces and 200 syncs, no launches: {r:?}");
+                assert!(r.flushes >= 5, "2400 events in batches of 500: {r:?}");
+            });
+        }
+    });
+
+    let fleet = Fleet::new(connect(&lake(&catalog.read_lake()), &Access::Read).unwrap()).unwrap();
+    let conn = fleet.connection();
+
+    // exactly once, and aggregates of everything
+    for k in 0..8 {
+        let n = |sql: &str| count(conn, &sql.replace("NODE", &format!("'node-{k}'")));
+        assert_eq!(n("SELECT count(*) FROM lake.events WHERE node = NODE"), 400);
+        assert_eq!(n("SELECT count(DISTINCT id) FROM lake.events WHERE node = NODE"), 400);
+        assert_eq!(n("SELECT count(*) FROM lake.nccl_calls WHERE node = NODE"), 200);
+        assert_eq!(n("SELECT sum(calls)::BIGINT FROM lake.op_windows WHERE node = NODE"), 2400);
+        assert_eq!(n("SELECT count(*) FROM lake.sessions WHERE node = NODE"), 1);
+    }
+
+    // the nodes, their ranks, the planted loss
+    let nodes = fleet.nodes().unwrap();
+    assert_eq!(nodes.len(), 8);
+    for (k, n) in nodes.iter().enumerate() {
+        assert_eq!(n.node, format!("node-{k}"));
+        assert_eq!(n.ranks, k.to_string());
+        assert!(n.finished, "{n:?}");
+        assert_eq!(n.lost, if k == 3 { 17 } else { 0 }, "{n:?}");
+    }
+
+    // the planted offsets, recovered within the bound each answer states
+    let clocks = fleet.clocks().unwrap();
+    assert_eq!(clocks.len(), 8);
+    let worst = clocks.iter().map(|c| c.error_ns).max().unwrap();
+    for (k, c) in clocks.iter().enumerate() {
+        assert!((c.offset_ns + SKEWS[k]).abs() <= c.error_ns, "node-{k}: planted {} ns, measured {c:?}", -SKEWS[k]);
+        assert!(c.error_ns < MS, "loopback round trips: {c:?}");
+        assert!(c.residual_collectives >= 190, "{c:?}");
+        assert!(!c.disagrees, "the collectives agree with the aligned clocks: {c:?}");
+        // completions after alignment: off by this node's error and the median node's at most
+        assert!(c.residual_ns.unwrap().abs() <= c.error_ns + worst + 20_000, "{c:?} (worst bound {worst})");
+    }
+
+    // the straggler: rank 5, one episode #80-#119, 30 ms late less the 20 us of entry jitter
+    let st = fleet.stragglers().unwrap();
+    assert_eq!(st.len(), 1, "{st:#?}");
+    let s = &st[0];
+    assert_eq!((s.node.as_str(), s.rank, s.nranks, s.late_collectives), ("node-5", 5, 8, 40), "{s:#?}");
+    assert_eq!(s.episodes.len(), 1);
+    assert_eq!((s.episodes[0].first_seq, s.episodes[0].last_seq), (80, 119));
+    let bound = clocks[5].error_ns + clocks[7].error_ns;
+    let planted = 30 * MS + 5 * 10_000 - 7 * 10_000;
+    assert!((s.median_late_ns - planted).abs() <= bound, "median {} vs {planted} ± {bound}", s.median_late_ns);
+    assert_eq!(s.period_ns / MS, 10, "{s:?}");
+
+    // per-rank waits: rank 0 waits 70 us for rank 7 on 160 steps, 30.05 ms for rank 5 on 40
+    let waits = fleet.waits().unwrap();
+    assert_eq!(waits.len(), 8);
+    let w0 = waits.iter().find(|w| w.rank == 0).unwrap();
+    let expect = 160 * 70_000 + 40 * (planted + 5 * 10_000 + 20_000);
+    assert!((w0.waited_ns - expect).abs() <= 200 * (clocks[0].error_ns + clocks[7].error_ns), "{w0:?} vs {expect}");
+    assert_eq!(waits.iter().find(|w| w.rank == 5).unwrap().times_last, 40);
+
+    // the serving role reads and cannot write
+    let e = conn.execute_batch("INSERT INTO lake.ship_windows VALUES ('x', 'x', 0, 0, 0, 0)").unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+
+    // shipping again ships nothing; a window of raw events is added once
+    let opts = ShipOptions { data_path: None, test_clock_skew_ns: Some(SKEWS[2]), ..Default::default() };
+    let mut again = Shipper::open(&lake(&catalog.ship_lake()), &traces[2], &opts).unwrap();
+    let r = again.ship_all().unwrap();
+    assert_eq!(r.rows.get("events").copied().unwrap_or(0), 0, "{r:?}");
+    let from = T0 + SKEWS[2] + 79 * 10 * MS;
+    let to = from + 10 * 10 * MS;
+    assert_eq!(again.ship_window(from, to).unwrap(), 100, "10 steps of 10 launches");
+    assert_eq!(again.ship_window(from - 5 * MS, to).unwrap(), 0, "already shipped");
+    let fresh = connect(&lake(&catalog.read_lake()), &Access::Read).unwrap();
+    assert_eq!(count(&fresh, "SELECT count(*) FROM lake.events WHERE node = 'node-2'"), 500);
+    assert_eq!(count(&fresh, "SELECT count(DISTINCT id) FROM lake.events WHERE node = 'node-2'"), 500);
+
+    // a tier cannot change under a trace
+    let all = ShipOptions { tier: Tier::All, ..Default::default() };
+    let e = Shipper::open(&lake(&catalog.ship_lake()), &traces[2], &all).err().unwrap().to_string();
+    assert!(e.contains("tier `summary`"), "{e}");
+}
+
+/// Scoped to one node with every rank on it, the fleet's straggler is the one-host analysis's,
+/// figure for figure (one node's offset shifts every rank alike).
+#[test]
+fn one_node_straggler_matches_the_local_analysis() {
+    let catalog = FleetCatalog::start("fleet-one");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("one.db");
+    let ranks: Vec<(u32, i64)> = (0..8).map(|r| (r, 0)).collect();
+    let pids: Vec<u32> = (0..8).map(|r| 6000 + r).collect();
+    write_node(&p, "solo", &ranks, Some(&pids), 0);
+    let opts = ShipOptions { data_path: Some(catalog.data_path()), ..Default::default() };
+    Shipper::open(&lake(&catalog.ship_lake()), &p, &opts).unwrap().ship_all().unwrap();
+
+    let store = causeway_backends::open_store(&p).unwrap();
+    let local = causeway_analysis::find_stragglers(&store.nccl_calls(&Default::default()).unwrap());
+    let fleet = Fleet::new(connect(&lake(&catalog.read_lake()), &Access::Read).unwrap()).unwrap();
+    let remote = fleet.stragglers().unwrap();
+    assert_eq!(local.len(), 1);
+    assert_eq!(remote.len(), 1);
+    let (l, r) = (&local[0], &remote[0]);
+    assert_eq!((r.pid, r.rank, r.comm_hash), (i64::from(l.pid), i64::from(l.rank), l.comm_hash));
+    assert_eq!(r.late_collectives as usize, l.late.len());
+    assert_eq!(r.waited_ns, l.waited_ns());
+    assert_eq!(r.period_ns, l.period_ns);
+    let mut lates: Vec<i64> = l.late.iter().map(|c| c.late_ns).collect();
+    lates.sort();
+    assert_eq!(r.median_late_ns, lates[lates.len().div_ceil(2) - 1], "nearest-rank median");
+    assert_eq!(r.max_late_ns, *lates.last().unwrap());
+    assert_eq!(format!("#{}-#{}", r.episodes[0].first_seq, r.episodes[0].last_seq), l.seq_ranges());
+}
+
+/// An inference-like fleet (no collective across nodes): one node's synchronize calls take five
+/// times the others'; its figures, exact nearest-rank, stand out against the fleet's.
+#[test]
+fn a_slow_node_stands_out_in_the_op_distributions() {
+    let catalog = FleetCatalog::start("fleet-ops");
+    let dir = tempfile::tempdir().unwrap();
+    for (k, transfer) in [(0, 2 * MS), (1, 2 * MS), (2, 10 * MS)] {
+        let job =
+            SyntheticJob { world: 1, steps: 100, transfer_ns: transfer, straggler: None, comm_hash: 100 + k, ..job() };
+        let p = dir.path().join(format!("srv{k}.db"));
+        job.write_node(&p, &format!("srv-{k}"), &[(0, 0, None)], 0).unwrap();
+        let opts = ShipOptions { data_path: Some(catalog.data_path()), ..Default::default() };
+        Shipper::open(&lake(&catalog.ship_lake()), &p, &opts).unwrap().ship_all().unwrap();
+    }
+    let fleet = Fleet::new(connect(&lake(&catalog.read_lake()), &Access::Read).unwrap()).unwrap();
+    let ops = fleet.op_distributions().unwrap();
+    let sync: Vec<_> = ops.iter().filter(|o| o.op == "cudaStreamSync").collect();
+    assert_eq!(sync.len(), 3, "{ops:#?}");
+    for o in &sync {
+        // every sync waits `transfer` less the 30 us between the entry and the sync, exactly
+        let expect = if o.node == "srv-2" { 10 * MS - 30_000 } else { 2 * MS - 30_000 };
+        assert_eq!((o.calls, o.p50_ns, o.p99_ns), (100, expect, expect), "{o:?}");
+        assert_eq!(o.fleet_calls, 300);
+        assert_eq!(o.fleet_p50_ns, 2 * MS - 30_000, "the nearest-rank median of 200 fast and 100 slow");
+        assert_eq!(o.fleet_p99_ns, 10 * MS - 30_000);
+        assert_eq!(o.outlier, o.node == "srv-2", "{o:?}");
+    }
+}

@@ -1,0 +1,122 @@
+//! One node's trace read back from the lake (`node_store`) answers every `TraceStore` question
+//! exactly as the local trace it was shipped from: events, ids and order, every filter, stacks,
+//! names, losses, sessions, the CUDA and NCCL side tables, the nearest-rank summary, the explain
+//! report, and guarded SQL (with the lake's own functions refused).
+
+use causeway_backends::{open_store, EventFilter, QueryLimits, SyntheticJob, SyntheticTrace, TraceStore};
+use causeway_fleet::{node_store, LakeSpec, ShipOptions, Shipper, Tier};
+use causeway_model::codes::op;
+use causeway_model::time::TimeWindow;
+use causeway_testdata::FleetCatalog;
+
+fn lake(s: &str) -> LakeSpec {
+    LakeSpec::parse(s).unwrap()
+}
+
+/// A host trace (SyntheticTrace: launches, syncs, copies, scheduler detail, block I/O) plus the
+/// NCCL ranks of a job, in one SQLite file.
+fn write_rich_trace(path: &std::path::Path) {
+    let job = SyntheticJob {
+        world: 2,
+        steps: 50,
+        period_ns: 10_000_000,
+        start_ns: 1_000_000_000,
+        comm_hash: 0x77,
+        launches_per_step: 3,
+        transfer_ns: 1_000_000,
+        straggler: Some((1, 10, 20, 5_000_000)),
+    };
+    job.write_node(path, "rich", &[(0, 0, Some(100)), (1, 0, Some(101))], 9).unwrap();
+    // append the host trace as a second session of the same file
+    let events = SyntheticTrace::new(5, 1_000_000_000).take(20_000);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let session = causeway_model::SessionInfo {
+            started_at_ns: 1_000_000_000,
+            tool_version: "test".into(),
+            node: "rich".into(),
+            ..Default::default()
+        };
+        let mut sink = causeway_backends::create_sink(path, session, None).unwrap();
+        sink.write_process_name(4821, "python3".into(), 1_000_000_000).await.unwrap();
+        for c in events.chunks(5000) {
+            sink.write_batch(c.to_vec()).await.unwrap();
+        }
+        sink.finish(2_000_000_000).await.unwrap();
+    });
+}
+
+#[test]
+fn a_node_in_the_lake_reads_like_its_local_trace() {
+    let catalog = FleetCatalog::start("fleet-store");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rich.db");
+    write_rich_trace(&path);
+    let opts =
+        ShipOptions { tier: Tier::All, data_path: Some(catalog.data_path()), batch_rows: 7_000, ..Default::default() };
+    Shipper::open(&lake(&catalog.ship_lake()), &path, &opts).unwrap().ship_all().unwrap();
+
+    let local = open_store(&path).unwrap();
+    let remote = node_store(&lake(&catalog.read_lake()), "rich", None).unwrap();
+    let (l, r) = (local.info(), remote.info());
+    assert_eq!((l.events, l.first_ns, l.last_ns, l.sampled), (r.events, r.first_ns, r.last_ns, r.sampled));
+    assert_eq!(r.format, l.format);
+    assert!(r.missing.is_empty(), "{:?}", r.missing);
+
+    let all = EventFilter::default();
+    let back = remote.events(&all).unwrap();
+    assert_eq!(back.len(), 20_000 + 2 * 50 * 5);
+    assert!(back == local.events(&all).unwrap(), "events, ids and order");
+    let window = TimeWindow { from_ns: Some(1_100_000_000), to_ns: Some(1_300_000_000) };
+    for f in [
+        EventFilter::window(window),
+        EventFilter { pid: Some(4821), ..Default::default() },
+        EventFilter { tids: Some(vec![4822, 4823]), ..Default::default() },
+        EventFilter { sources: Some(vec![9]), ..Default::default() },
+        EventFilter { ops: Some(vec![op::CUDA_STREAM_SYNC, op::SCHED_SWITCH]), window, ..Default::default() },
+    ] {
+        let (a, b) = (remote.events(&f).unwrap(), local.events(&f).unwrap());
+        assert!(a == b, "events differ for {f:?}: {} vs {} rows", a.len(), b.len());
+        // a scan's order is the engine's: compare the same rows by id
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        remote.scan_slim(&f, &mut |e| a.push(e)).unwrap();
+        local.scan_slim(&f, &mut |e| b.push(e)).unwrap();
+        a.sort_by(|x, y| x.id.cmp(&y.id));
+        b.sort_by(|x, y| x.id.cmp(&y.id));
+        assert!(a == b, "slim scans differ for {f:?}: {} vs {} rows", a.len(), b.len());
+    }
+    assert_eq!(remote.sessions().unwrap(), local.sessions().unwrap());
+    assert_eq!(remote.process_names().unwrap(), local.process_names().unwrap());
+    assert_eq!(remote.loss_counters().unwrap(), local.loss_counters().unwrap());
+    assert_eq!(remote.nccl_calls(&TimeWindow::ALL).unwrap(), local.nccl_calls(&TimeWindow::ALL).unwrap());
+    assert_eq!(remote.process_ranks().unwrap(), local.process_ranks().unwrap());
+    assert_eq!(remote.gpu_samples(&TimeWindow::ALL).unwrap(), local.gpu_samples(&TimeWindow::ALL).unwrap());
+    assert_eq!(remote.thread_comms(&all, true).unwrap(), local.thread_comms(&all, true).unwrap());
+    let per_mille = [500, 900, 990];
+    assert_eq!(
+        remote.duration_summary(&all, &per_mille, false).unwrap(),
+        local.duration_summary(&all, &per_mille, false).unwrap(),
+        "nearest-rank figures"
+    );
+
+    // the analyses over it: the same report
+    let req = causeway_analysis::ExplainRequest::default();
+    let a = causeway_analysis::explain(remote_ref(&remote), &req).unwrap();
+    let b = causeway_analysis::explain(local.as_ref(), &req).unwrap();
+    assert_eq!(serde_json::to_value(&a.chains).unwrap(), serde_json::to_value(&b.chains).unwrap());
+    assert!(a.chains.iter().any(|c| c.kind == causeway_analysis::ChainKind::Straggler), "{:?}", a.chains.len());
+
+    // guarded SQL over the node's views: answers, and the lake's functions are refused
+    let q = |sql: &str| remote.query(sql, &QueryLimits::default());
+    let n = q("SELECT count(*) FROM events WHERE source = 9").unwrap();
+    assert_eq!(n.rows[0][0], serde_json::json!(100));
+    for bad in
+        ["SELECT * FROM ducklake_snapshots('lake')", "SELECT * FROM lake.events", "SELECT * FROM read_parquet('x')"]
+    {
+        assert!(q(bad).is_err(), "{bad} answered");
+    }
+}
+
+fn remote_ref(s: &causeway_backends::duckdb::DuckDbStore) -> &dyn TraceStore {
+    s
+}
