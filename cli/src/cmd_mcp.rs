@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use causeway_server::CaptureConfig;
+use causeway_server::{CaptureConfig, Extras};
 use causeway_server::{HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_RESPONSE_CAP_BYTES, TOKEN_ENV};
 
 #[derive(clap::Args)]
@@ -42,6 +42,11 @@ pub struct Args {
     /// Where capture_trace writes new traces (default: a new private directory under the temp dir).
     #[arg(long, value_name = "DIR")]
     capture_dir: Option<PathBuf>,
+    /// Also serve a fleet lake (`postgres:...`, the read-only role; password from PGPASSWORD or
+    /// PGPASSFILE): the fleet tools (nodes, stragglers, collective waits, clocks, SQL over the lake)
+    /// and every node as a trace named `node:NAME` for the per-host tools.
+    #[arg(long, env = "CAUSEWAY_LAKE", value_name = "LAKE")]
+    lake: Option<String>,
     /// Write the JSON Schemas of every tool's input and output into DIR and exit.
     #[arg(long, value_name = "DIR")]
     write_schemas: Option<PathBuf>,
@@ -56,9 +61,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if !args.allow_capture && (!args.capture_allow.is_empty() || args.capture_dir.is_some()) {
         anyhow::bail!("--capture-allow and --capture-dir need --allow-capture");
     }
-    if args.dbs.is_empty() && !args.allow_capture {
+    if args.dbs.is_empty() && !args.allow_capture && args.lake.is_none() {
         anyhow::bail!(
-            "give at least one --db PATH (a Causeway trace or an Ingero DB), or --allow-capture to record one"
+            "give at least one --db PATH (a Causeway trace or an Ingero DB), --lake LAKE, or --allow-capture to record one"
         );
     }
     let capture =
@@ -66,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let ns = causeway_model::time::parse_duration_ns(&args.timeout).map_err(anyhow::Error::msg)?;
     let request_timeout = Duration::from_nanos(ns.max(1_000_000) as u64);
     match args.http {
-        None => causeway_server::run_stdio(&args.dbs, request_timeout, capture)?,
+        None => causeway_server::run_stdio(&args.dbs, request_timeout, Extras { capture, lake: args.lake })?,
         Some(bind) => {
             let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
             let opts = HttpOptions {
@@ -78,7 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 response_cap_bytes: DEFAULT_RESPONSE_CAP_BYTES,
                 request_timeout,
             };
-            causeway_server::run_http(&args.dbs, opts, capture)?
+            causeway_server::run_http(&args.dbs, opts, Extras { capture, lake: args.lake })?
         }
     }
     Ok(0)

@@ -35,6 +35,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string(&result)?);
         return Ok(0);
     }
+    print_table(&result);
+    Ok(0)
+}
+
+/// A query's rows as a table, with the row count and whether it was cut.
+pub fn print_table(result: &causeway_backends::QueryResult) {
     let headers: Vec<&str> = result.columns.iter().map(String::as_str).collect();
     let mut t = Table::new(&headers);
     for r in &result.rows {
@@ -55,5 +61,4 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         if result.rows.len() == 1 { "" } else { "s" },
         if result.truncated { ", truncated: raise --limit or narrow the query" } else { "" }
     );
-    Ok(0)
 }

@@ -60,6 +60,9 @@ pub struct Args {
     /// The NVML library to load (default: libnvidia-ml.so.1 from the loader's search path).
     #[arg(long, env = "CAUSEWAY_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
+    #[cfg(feature = "duckdb")]
+    #[command(flatten)]
+    pub ship: crate::cmd_ship::TraceShipArgs,
     /// Command to launch and trace, after `--`.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -100,7 +103,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         anyhow::ensure!(!node.trim().is_empty(), "--node: an empty name");
         session.node = node.trim().to_string();
     }
+    #[cfg(feature = "duckdb")]
+    anyhow::ensure!(
+        args.ship.ship.is_none() || backend == Engine::Sqlite,
+        "--ship reads the trace while it is written, which a DuckDB file does not allow: trace into SQLite \
+         (the default), or `causeway ship` the DuckDB trace once it ends"
+    );
+    let node = session.node.clone();
     let sink = causeway_backends::create_sink(&db, session, Some(backend))?;
+    #[cfg(feature = "duckdb")]
+    let ship = crate::cmd_ship::LiveShip::start(&args.ship, &db, &node)?;
+    #[cfg(not(feature = "duckdb"))]
+    let _ = node;
     let opts = TraceOptions {
         pids: args.pids.clone(),
         command: args.command.clone(),
@@ -130,6 +144,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         });
         causeway_probes::trace(opts, sink, move |s| show(s, json)).await
     })?;
+    #[cfg(feature = "duckdb")]
+    if let Some(ship) = ship {
+        ship.finish(&db);
+    }
 
     let lost = report.lost();
     if json {

@@ -6,8 +6,12 @@ mod cmd_check;
 mod cmd_convert;
 mod cmd_demo;
 mod cmd_explain;
+#[cfg(feature = "duckdb")]
+mod cmd_fleet;
 mod cmd_mcp;
 mod cmd_query;
+#[cfg(feature = "duckdb")]
+mod cmd_ship;
 mod cmd_stacks;
 mod cmd_stats;
 mod cmd_timeline;
@@ -51,6 +55,12 @@ enum Command {
     Mcp(cmd_mcp::Args),
     /// Convert a trace (Ingero DB, native SQLite or DuckDB) into a new native SQLite or DuckDB trace.
     Convert(cmd_convert::Args),
+    /// Ship a trace into a fleet lake (DuckLake on PostgreSQL), exactly once; again to ship what was added.
+    #[cfg(feature = "duckdb")]
+    Ship(cmd_ship::Args),
+    /// Questions across hosts, over a lake: nodes, clocks, stragglers at collectives, per-rank waits.
+    #[cfg(feature = "duckdb")]
+    Fleet(cmd_fleet::Args),
 }
 
 /// The log filter when CAUSEWAY_LOG is not set: warnings, except aya's loader, whose one warning on
@@ -79,6 +89,10 @@ fn main() {
         Command::Trace(a) => cmd_trace::run(a),
         Command::Check(a) => cmd_check::run(a),
         Command::Convert(a) => cmd_convert::run(a),
+        #[cfg(feature = "duckdb")]
+        Command::Ship(a) => cmd_ship::run(a),
+        #[cfg(feature = "duckdb")]
+        Command::Fleet(a) => cmd_fleet::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

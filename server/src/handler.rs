@@ -52,7 +52,12 @@ impl CausewayServer {
         request_timeout: Duration,
         capture: Option<Arc<CaptureConfig>>,
     ) -> CausewayServer {
-        CausewayServer(Arc::new(ServerState { traces, tools: tools::catalogue_with(capture), request_timeout }))
+        Self::with_tools(traces, request_timeout, tools::catalogue_with(capture))
+    }
+
+    /// A server offering exactly `tools`.
+    pub fn with_tools(traces: TraceSet, request_timeout: Duration, tools: Vec<ToolSpec>) -> CausewayServer {
+        CausewayServer(Arc::new(ServerState { traces, tools, request_timeout }))
     }
 
     fn default_trace_name(&self) -> String {

@@ -6,6 +6,7 @@
 //! - [`traces`]: the DBs served (`--db`, several allowed), by name or index.
 //! - [`args`], [`outputs`], [`compare`]: the schemars types of tool inputs and outputs.
 //! - [`tools`]: the catalogue and dispatch; [`answers`]: what each tool does.
+//! - `fleet_tools` (feature `fleet`): the fleet's tools over a lake, and its nodes as traces.
 //! - [`capture`]: `capture_trace`, recording a new trace from the agent (opt-in: `--allow-capture`).
 //! - [`prompts`], [`resources`]: prompts from `prompts/*.md`, resources under `causeway://`.
 //! - [`handler`]: the rmcp `ServerHandler` (timeouts, cancellation, progress).
@@ -21,6 +22,8 @@ mod answers;
 mod args;
 mod capture;
 mod compare;
+#[cfg(feature = "fleet")]
+mod fleet_tools;
 mod handler;
 mod http;
 mod outputs;
@@ -46,20 +49,42 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().enable_all().worker_threads(2).max_blocking_threads(16).build()?)
 }
 
-/// Serve the given traces over stdin/stdout until stdin closes (with `capture_trace` when `capture`
-/// is given).
-pub fn run_stdio(
-    dbs: &[PathBuf],
-    request_timeout: Duration,
-    capture: Option<capture::CaptureConfig>,
-) -> anyhow::Result<()> {
-    let server = CausewayServer::with_capture(traces::TraceSet::open(dbs), request_timeout, capture.map(Arc::new));
+/// What a server serves besides its trace files.
+#[derive(Default)]
+pub struct Extras {
+    /// Offer `capture_trace` under this configuration.
+    pub capture: Option<capture::CaptureConfig>,
+    /// A fleet lake (`postgres:...`, read-only role): the fleet tools, and each node as a trace
+    /// `node:NAME` (cargo feature `fleet`).
+    pub lake: Option<String>,
+}
+
+fn server(dbs: &[PathBuf], request_timeout: Duration, extras: Extras) -> anyhow::Result<CausewayServer> {
+    let traces = traces::TraceSet::open(dbs);
+    let mut tools = tools::catalogue_with(extras.capture.map(Arc::new));
+    if let Some(lake) = extras.lake {
+        #[cfg(feature = "fleet")]
+        {
+            let lake = Arc::new(causeway_fleet::LakeSpec::parse(&lake)?);
+            let n = fleet_tools::add_nodes(&traces, &lake).map_err(anyhow::Error::msg)?;
+            tracing::info!("serving {n} nodes of the lake");
+            tools.extend(fleet_tools::catalogue(lake));
+        }
+        #[cfg(not(feature = "fleet"))]
+        anyhow::bail!("--lake {lake}: this build has no fleet support (build with the `duckdb` feature)");
+    }
+    Ok(CausewayServer::with_tools(traces, request_timeout, tools))
+}
+
+/// Serve the given traces over stdin/stdout until stdin closes.
+pub fn run_stdio(dbs: &[PathBuf], request_timeout: Duration, extras: Extras) -> anyhow::Result<()> {
+    let server = server(dbs, request_timeout, extras)?;
     runtime()?.block_on(stdio::serve(server))
 }
 
 /// Serve the given traces over streamable HTTP until ctrl-c or SIGTERM.
-pub fn run_http(dbs: &[PathBuf], opts: HttpOptions, capture: Option<capture::CaptureConfig>) -> anyhow::Result<()> {
+pub fn run_http(dbs: &[PathBuf], opts: HttpOptions, extras: Extras) -> anyhow::Result<()> {
     http::check_bind(&opts)?;
-    let server = CausewayServer::with_capture(traces::TraceSet::open(dbs), opts.request_timeout, capture.map(Arc::new));
+    let server = server(dbs, opts.request_timeout, extras)?;
     runtime()?.block_on(http::serve(server, opts))
 }

@@ -199,7 +199,7 @@ pub struct CaptureOutput {
 }
 
 /// Rows of SQL cells: each an integer, a number, a string or null.
-fn sql_rows_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn sql_rows_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "array",
         "items": {

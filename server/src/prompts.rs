@@ -1,6 +1,6 @@
 //! The prompts, from the text files in `prompts/` (built into the binary): `investigate` (optional
 //! `focus`: a pid or an op), `compare-runs` (optional `baseline`, `candidate`) and `explain-chain`
-//! (`chain_id`, optional `trace`). Each tells the agent which tools to call in what order, to use only
+//! (`chain_id`, optional `trace`), and `investigate-fleet` (a lake served with `--lake`). Each tells the agent which tools to call in what order, to use only
 //! numbers that tools returned, and to verify a chain with its evidence SQL through `run_sql`.
 
 use std::collections::BTreeMap;
@@ -12,6 +12,7 @@ use crate::sanitize::sanitize_str;
 const INVESTIGATE: &str = include_str!("../../prompts/investigate.md");
 const COMPARE_RUNS: &str = include_str!("../../prompts/compare-runs.md");
 const EXPLAIN_CHAIN: &str = include_str!("../../prompts/explain-chain.md");
+const INVESTIGATE_FLEET: &str = include_str!("../../prompts/investigate-fleet.md");
 
 /// Longest argument value put into a prompt.
 const MAX_ARG_CHARS: usize = 200;
@@ -47,6 +48,12 @@ pub fn list() -> Vec<Prompt> {
             ]),
         )
         .with_title("Explain a causal chain"),
+        Prompt::new(
+            "investigate-fleet",
+            Some("Find the rank that held a distributed job back across a fleet lake: nodes, clocks, stragglers, then the late node's own chains, verified."),
+            None,
+        )
+        .with_title("Investigate a fleet"),
     ]
 }
 
@@ -89,9 +96,10 @@ pub fn get(name: &str, args: &BTreeMap<String, String>, default_trace: &str) -> 
                 .replace("{{trace}}", trace.as_deref().unwrap_or(default_trace));
             (text, "Explain a causal chain")
         }
+        "investigate-fleet" => (INVESTIGATE_FLEET.to_string(), "Investigate a fleet"),
         other => {
             return Err(format!(
-                "no prompt '{}': this server has investigate, compare-runs, explain-chain",
+                "no prompt '{}': this server has investigate, compare-runs, explain-chain, investigate-fleet",
                 sanitize_str(other, 100)
             ))
         }

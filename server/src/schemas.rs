@@ -1,7 +1,8 @@
 //! `tool-schemas/`: the JSON Schema of every tool's input and output, generated from the schemars
 //! types of [`crate::tools::catalogue`]. `causeway mcp --write-schemas DIR` writes them;
 //! `server/tests/tool_schemas.rs` fails when the checked-in files differ from the code. Every tool
-//! is written, `capture_trace` included, although a server lists it only with `--allow-capture`.
+//! is written, `capture_trace` included, although a server lists it only with `--allow-capture`,
+//! and the fleet tools (feature `fleet`), listed only with `--lake`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,7 +15,12 @@ use crate::tools::catalogue_with;
 pub fn generate() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let capture = CaptureConfig::new(Vec::new(), None).expect("a capture config without programs or directory");
-    for spec in catalogue_with(Some(Arc::new(capture))) {
+    let mut tools = catalogue_with(Some(Arc::new(capture)));
+    #[cfg(feature = "fleet")]
+    tools.extend(crate::fleet_tools::catalogue(Arc::new(
+        causeway_fleet::LakeSpec::parse("postgres:host=127.0.0.1").expect("a lake string without a password"),
+    )));
+    for spec in tools {
         let t = &spec.tool;
         let pretty = |v: serde_json::Value| serde_json::to_string_pretty(&v).expect("json") + "\n";
         out.insert(format!("{}.input.json", t.name), pretty(serde_json::Value::Object((*t.input_schema).clone())));

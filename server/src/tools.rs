@@ -77,7 +77,7 @@ pub struct CallCtx {
     pub progress: Progress,
 }
 
-type Runner = Box<dyn Fn(&TraceSet, Value, &CallCtx) -> Result<Answer, String> + Send + Sync>;
+pub(crate) type Runner = Box<dyn Fn(&TraceSet, Value, &CallCtx) -> Result<Answer, String> + Send + Sync>;
 
 /// One tool: its description for `tools/list` and how to run it.
 pub struct ToolSpec {
@@ -89,6 +89,13 @@ pub struct ToolSpec {
     /// Runs at least this long when asked to (the request time limit is raised to it).
     pub min_timeout: Duration,
     run: Runner,
+}
+
+impl ToolSpec {
+    /// A read-only tool that `run` answers (see [`catalogue`] for the others).
+    pub(crate) fn new(tool: Tool, long_running: bool, run: Runner) -> ToolSpec {
+        ToolSpec { tool, long_running, own_progress: false, min_timeout: Duration::ZERO, run }
+    }
 }
 
 fn spec<I, O>(
@@ -115,7 +122,7 @@ where
     ToolSpec { tool, long_running, own_progress: false, min_timeout: Duration::ZERO, run }
 }
 
-fn parse_args<I: DeserializeOwned>(name: &str, args: Value) -> Result<I, String> {
+pub(crate) fn parse_args<I: DeserializeOwned>(name: &str, args: Value) -> Result<I, String> {
     let args = if args.is_null() { Value::Object(Default::default()) } else { args };
     serde_json::from_value(args).map_err(|e| format!("invalid arguments for {name}: {e}; see its inputSchema"))
 }

@@ -30,13 +30,19 @@ pub enum TraceRef {
     Name(String),
 }
 
+/// Opens a served trace's store (again, after a failure).
+pub type Opener = Box<dyn Fn() -> Result<Arc<dyn TraceStore>, String> + Send + Sync>;
+
 /// One DB the server serves.
 pub struct TraceEntry {
     pub index: usize,
-    /// Unique short name: the file stem (`-2`, `-3` appended on clashes).
+    /// Unique short name: the file stem (`-2`, `-3` appended on clashes), or the name it was added
+    /// under ([`TraceSet::add_opener`]: a fleet node's `node:NAME`).
     pub name: String,
+    /// The file, or for a store that is not a file (a node in a lake) its label.
     pub path: PathBuf,
     store: Mutex<Result<Arc<dyn TraceStore>, String>>,
+    opener: Opener,
 }
 
 impl TraceEntry {
@@ -44,14 +50,15 @@ impl TraceEntry {
     pub fn store(&self) -> Result<Arc<dyn TraceStore>, String> {
         let mut slot = self.store.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_err() {
-            *slot = open(&self.path);
+            *slot = (self.opener)();
         }
         slot.clone()
     }
 }
 
-fn open(path: &Path) -> Result<Arc<dyn TraceStore>, String> {
-    causeway_backends::open_store(path).map(Arc::from).map_err(|e| e.to_string())
+fn file_opener(path: &Path) -> Opener {
+    let path = path.to_path_buf();
+    Box::new(move || causeway_backends::open_store(&path).map(Arc::from).map_err(|e| e.to_string()))
 }
 
 type ExplainKey = (usize, Option<i64>, Option<i64>, Option<u32>);
@@ -82,21 +89,27 @@ impl TraceSet {
 
     /// Append a trace (a unique name derived from its file stem, the next index) and return it.
     pub fn add(&self, path: &Path) -> Arc<TraceEntry> {
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        self.add_opener(stem, path, file_opener(path))
+    }
+
+    /// Append a store `opener` opens (a node of a fleet lake), under `name` (made unique; the
+    /// index when None), labelled `label`; opened now, and again on a later call if that failed.
+    pub fn add_opener(&self, name: Option<String>, label: &Path, opener: Opener) -> Arc<TraceEntry> {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         let index = entries.len();
-        let stem =
-            path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| format!("trace{index}"));
+        let stem = name.unwrap_or_else(|| format!("trace{index}"));
         let mut name = stem.clone();
         let mut n = 2;
         while entries.iter().any(|e| e.name == name) {
             name = format!("{stem}-{n}");
             n += 1;
         }
-        let store = open(path);
+        let store = opener();
         if let Err(e) = &store {
             tracing::warn!("trace {name}: {e} (tools on it will answer with this error)");
         }
-        let entry = Arc::new(TraceEntry { index, name, path: path.to_path_buf(), store: Mutex::new(store) });
+        let entry = Arc::new(TraceEntry { index, name, path: label.to_path_buf(), store: Mutex::new(store), opener });
         entries.push(entry.clone());
         entry
     }

@@ -119,7 +119,7 @@ async def check_errors(client: Client):
 
 async def check_prompts(client: Client):
     prompts = {p.name: p for p in (await client.list_prompts()).prompts}
-    assert set(prompts) == {"investigate", "compare-runs", "explain-chain"}
+    assert set(prompts) == {"investigate", "compare-runs", "explain-chain", "investigate-fleet"}
     text = (await client.get_prompt("investigate", {"focus": "cudaStreamSync"})).messages[0].content.text
     assert "get_trace_stats" in text and "get_causal_chains" in text and "evidence.sql" in text and "cudaStreamSync" in text
     text = (await client.get_prompt("compare-runs", {})).messages[0].content.text

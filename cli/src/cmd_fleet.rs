@@ -1,0 +1,279 @@
+//! `causeway fleet`: questions only a fleet answers, over a lake the hosts shipped to: the nodes,
+//! their clocks, the straggler at each collective, every rank's waits. Every cross-host answer
+//! lists the clock offset and bound of each node it compares.
+
+use causeway_fleet::{Access, Fleet, LakeSpec, NodeClock};
+use causeway_model::time::{fmt_ns, fmt_utc};
+
+use crate::cmd_ship::{signed, LakeArgs};
+use crate::table::Table;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Every node: traces, ranks, events shipped, time range, last flush, losses.
+    Nodes(Common),
+    /// Each node's clock against the catalog server's: offset, bound, spread, and the cross-check
+    /// with when collectives completed.
+    Clock(Common),
+    /// The rank that entered collectives late, again and again: by how much, in which episodes,
+    /// and what it cost the others.
+    Stragglers(Common),
+    /// Per rank and communicator: how long it waited at collectives for the last rank in.
+    Waits(Common),
+    /// Each node's exact p50/p90/p99 of every GPU op beside the whole fleet's, outliers marked
+    /// (fleets without collectives: inference servers).
+    Ops(Common),
+    /// Housekeeping (one instance, the shipping role): flush inlined rows, merge small files, expire
+    /// old snapshots, delete unreferenced files.
+    Maintain(MaintainArgs),
+    /// Read-only SQL over the whole lake (tables by bare name: events, nccl_calls, clock_samples,
+    /// ...), through the SQL guard, with a row cap and a timeout.
+    Query(QueryArgs),
+}
+
+#[derive(clap::Args)]
+struct MaintainArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Keep this much snapshot history (time travel), e.g. 7d, 12h.
+    #[arg(long, default_value = "7d")]
+    keep: String,
+}
+
+#[derive(clap::Args)]
+struct QueryArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Row cap (at most 10000).
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    /// Time limit, e.g. 30s.
+    #[arg(long, default_value = "30s")]
+    timeout: String,
+    /// The SQL (one read-only statement).
+    sql: String,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    #[command(flatten)]
+    lake: LakeArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let (common, what) = match args.what {
+        What::Query(q) => return run_query(&q),
+        What::Maintain(m) => return run_maintain(&m),
+        What::Nodes(c) => (c, Answer::Nodes),
+        What::Clock(c) => (c, Answer::Clock),
+        What::Stragglers(c) => (c, Answer::Stragglers),
+        What::Waits(c) => (c, Answer::Waits),
+        What::Ops(c) => (c, Answer::Ops),
+    };
+    let lake = LakeSpec::parse(&common.lake.lake)?;
+    let fleet = Fleet::new(causeway_fleet::connect(&lake, &Access::Read)?)?;
+    let json = common.json;
+    match what {
+        Answer::Nodes => {
+            let nodes = fleet.nodes()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&nodes)?);
+                return Ok(0);
+            }
+            let mut t = Table::new(&[
+                "node", "ranks", "traces", "tier", "events", "nccl", "from", "to", "flushes", "shipped", "lost",
+            ]);
+            for n in &nodes {
+                t.row(vec![
+                    n.node.clone(),
+                    n.ranks.clone(),
+                    n.traces.to_string(),
+                    n.tiers.clone(),
+                    n.events.to_string(),
+                    n.nccl_calls.to_string(),
+                    n.first_ns.map(fmt_utc).unwrap_or_default(),
+                    n.last_ns.map(fmt_utc).unwrap_or_default(),
+                    n.flushes.to_string(),
+                    if n.finished { "to its end".into() } else { "still shipping".into() },
+                    n.lost.to_string(),
+                ]);
+            }
+            print!("{}", t.render());
+        }
+        Answer::Clock => {
+            let clocks = fleet.clocks()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&clocks)?);
+                return Ok(0);
+            }
+            print_clocks(&clocks);
+        }
+        Answer::Stragglers => {
+            let stragglers = fleet.stragglers()?;
+            let clocks = fleet.clocks()?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({"stragglers": stragglers, "clocks": clocks}))?
+                );
+                return Ok(0);
+            }
+            if stragglers.is_empty() {
+                println!("no straggler: no rank entered two or more collectives late (beyond max(1 ms, period/10, the clocks' bounds))");
+            }
+            for s in &stragglers {
+                println!(
+                    "rank {} (node {}, pid {}) of communicator {:#x} ({} ranks) was late at {} collectives: median {} late, max {}, the others waited {} in total (period {})",
+                    s.rank,
+                    s.node,
+                    s.pid,
+                    s.comm_hash,
+                    s.nranks,
+                    s.late_collectives,
+                    fmt_ns(s.median_late_ns),
+                    fmt_ns(s.max_late_ns),
+                    fmt_ns(s.waited_ns),
+                    fmt_ns(s.period_ns)
+                );
+                for e in &s.episodes {
+                    println!(
+                        "  #{}-#{} ({} collectives, {} to {}): median {} late, max {}, waited {}",
+                        e.first_seq,
+                        e.last_seq,
+                        e.collectives,
+                        fmt_utc(e.from_ns),
+                        fmt_utc(e.to_ns),
+                        fmt_ns(e.median_late_ns),
+                        fmt_ns(e.max_late_ns),
+                        fmt_ns(e.waited_ns)
+                    );
+                }
+            }
+            print_clocks(&clocks);
+        }
+        Answer::Waits => {
+            let waits = fleet.waits()?;
+            let clocks = fleet.clocks()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"waits": waits, "clocks": clocks}))?);
+                return Ok(0);
+            }
+            let mut t =
+                Table::new(&["comm", "rank", "node", "pid", "collectives", "last in", "waited", "median", "max"]);
+            for w in &waits {
+                t.row(vec![
+                    format!("{:#x}", w.comm_hash),
+                    w.rank.to_string(),
+                    w.node.clone(),
+                    w.pid.to_string(),
+                    w.collectives.to_string(),
+                    w.times_last.to_string(),
+                    fmt_ns(w.waited_ns),
+                    fmt_ns(w.median_wait_ns),
+                    fmt_ns(w.max_wait_ns),
+                ]);
+            }
+            print!("{}", t.render());
+            print_clocks(&clocks);
+        }
+        Answer::Ops => {
+            let ops = fleet.op_distributions()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&ops)?);
+                return Ok(0);
+            }
+            let mut t = Table::new(&["op", "node", ">calls", ">p50", ">p90", ">p99", ">fleet p50", ">fleet p99", ""]);
+            for o in &ops {
+                t.row(vec![
+                    o.op.clone(),
+                    o.node.clone(),
+                    o.calls.to_string(),
+                    fmt_ns(o.p50_ns),
+                    fmt_ns(o.p90_ns),
+                    fmt_ns(o.p99_ns),
+                    fmt_ns(o.fleet_p50_ns),
+                    fmt_ns(o.fleet_p99_ns),
+                    if o.outlier { "OUTLIER".into() } else { String::new() },
+                ]);
+            }
+            print!("{}", t.render());
+        }
+    }
+    Ok(0)
+}
+
+fn run_maintain(m: &MaintainArgs) -> anyhow::Result<i32> {
+    let lake = LakeSpec::parse(&m.common.lake.lake)?;
+    let keep = causeway_model::time::parse_duration_ns(&m.keep).map_err(|e| anyhow::anyhow!("--keep: {e}"))?;
+    let steps = causeway_fleet::maintain(&lake, std::time::Duration::from_nanos(keep.max(0) as u64))?;
+    if m.common.json {
+        println!("{}", serde_json::to_string_pretty(&steps)?);
+    } else {
+        for s in &steps {
+            println!("{}: {:.2} s", s.step, s.seconds);
+        }
+    }
+    Ok(0)
+}
+
+/// The answers that need the alignment views.
+enum Answer {
+    Nodes,
+    Clock,
+    Stragglers,
+    Waits,
+    Ops,
+}
+
+fn run_query(q: &QueryArgs) -> anyhow::Result<i32> {
+    let lake = &LakeSpec::parse(&q.common.lake.lake)?;
+    let timeout_ns = causeway_model::time::parse_duration_ns(&q.timeout).map_err(anyhow::Error::msg)?;
+    let limits = causeway_backends::QueryLimits {
+        timeout_ms: (timeout_ns / 1_000_000).max(1) as u64,
+        ..causeway_backends::QueryLimits::with_rows(q.limit)
+    };
+    let result = causeway_fleet::query(lake, &q.sql, &limits)?;
+    if q.common.json {
+        println!("{}", serde_json::to_string(&result)?);
+        return Ok(0);
+    }
+    crate::cmd_query::print_table(&result);
+    Ok(0)
+}
+
+fn print_clocks(clocks: &[NodeClock]) {
+    println!("clocks (catalog server minus node; applied in views, stored timestamps unchanged):");
+    for c in clocks {
+        let kernel = match (c.kernel_synced, c.kernel_esterror_us) {
+            (Some(true), Some(e)) => format!("kernel synchronised, est. error {e} us"),
+            (Some(false), _) => "kernel NOT synchronised".to_string(),
+            _ => "kernel state unknown".to_string(),
+        };
+        let check = match c.residual_ns {
+            Some(r) if c.disagrees => format!(
+                "; DISAGREES with the collectives: after alignment its completions sit {} from the fleet's ({} collectives)",
+                signed(r),
+                c.residual_collectives
+            ),
+            Some(r) => format!("; collectives agree ({} residual over {})", signed(r), c.residual_collectives),
+            None => String::new(),
+        };
+        println!(
+            "  {}: {} ± {} ({} flushes, spread {}; {kernel}){check}",
+            c.node,
+            signed(c.offset_ns),
+            fmt_ns(c.error_ns),
+            c.flushes,
+            fmt_ns(c.spread_ns)
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! The fleet as users run it: `causeway ship` processes against a real PostgreSQL catalog (started by
+//! `scripts/fleet-catalog.sh`), killed with SIGKILL mid-way and run again (exactly once), a catalog
+//! server frozen with SIGSTOP under a shipper and resumed (no loss), `causeway trace --ship` of a
+//! real (mock-NCCL) job whose straggler `causeway fleet stragglers` then names, and the read side's
+//! refusals.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use causeway_backends::SyntheticJob;
+use causeway_testdata::FleetCatalog;
+
+const MS: i64 = 1_000_000;
+
+fn job(straggler: u32) -> SyntheticJob {
+    SyntheticJob {
+        world: 4,
+        steps: 200,
+        period_ns: 10 * MS,
+        start_ns: 1_790_000_000_000_000_000,
+        comm_hash: 0x0a11_0ced,
+        launches_per_step: 10,
+        transfer_ns: 2 * MS,
+        straggler: Some((straggler, 50, 69, 25 * MS)),
+    }
+}
+
+fn causeway(catalog: &FleetCatalog, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
+    c.envs(catalog.env()).env_remove("CAUSEWAY_LAKE").args(args);
+    c
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn ship(catalog: &FleetCatalog, db: &Path, extra: &[&str]) -> Command {
+    let data = catalog.data_path();
+    let mut args = vec!["ship", "--db", db.to_str().unwrap(), "--lake"];
+    let lake = catalog.ship_lake();
+    args.push(&lake);
+    args.extend(["--data-path", data.to_str().unwrap()]);
+    args.extend(extra);
+    let mut c = causeway(catalog, &args);
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    c
+}
+
+fn nodes(catalog: &FleetCatalog) -> serde_json::Value {
+    let out = causeway(catalog, &["fleet", "nodes", "--json", "--lake", &catalog.read_lake()]).output().unwrap();
+    serde_json::from_str(&ok(out, "fleet nodes")).unwrap()
+}
+
+fn flushes_of(catalog: &FleetCatalog, node: &str) -> i64 {
+    let out = causeway(catalog, &["fleet", "nodes", "--json", "--lake", &catalog.read_lake()]).output().unwrap();
+    if !out.status.success() {
+        return 0;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array().and_then(|a| a.iter().find(|n| n["node"] == node)).and_then(|n| n["flushes"].as_i64()).unwrap_or(0)
+}
+
+fn wait_for_flush(catalog: &FleetCatalog, node: &str, child: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while flushes_of(catalog, node) == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "the shipper ended before its first flush was seen");
+        assert!(Instant::now() < deadline, "no flush of {node} within 120 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn signal(pids: &[u32], sig: i32) {
+    for &p in pids {
+        // SAFETY: kill has no memory preconditions; the pids are the catalog's own processes.
+        unsafe { libc::kill(p as i32, sig) };
+    }
+}
+
+fn lake_count(catalog: &FleetCatalog, sql: &str) -> i64 {
+    let out = causeway(catalog, &["fleet", "query", "--json", "--lake", &catalog.read_lake(), sql]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(out, sql)).unwrap();
+    v["rows"][0][0].as_i64().unwrap_or_else(|| panic!("{sql}: {v}"))
+}
+
+#[test]
+fn shippers_resume_after_sigkill_and_wait_out_a_frozen_catalog() {
+    let catalog = FleetCatalog::start("fleet-cli");
+    let dir = tempfile::tempdir().unwrap();
+    let job = job(2);
+    let traces: Vec<PathBuf> = (0..4u32)
+        .map(|r| {
+            let p = dir.path().join(format!("rank{r}.db"));
+            job.write_node(&p, &format!("gpu-{r}"), &[(r, 0, None)], 0).unwrap();
+            p
+        })
+        .collect();
+
+    // gpu-0: killed with SIGKILL after its first commit, then run again to the end
+    let mut first = ship(&catalog, &traces[0], &["--batch", "60"]).spawn().unwrap();
+    wait_for_flush(&catalog, "gpu-0", &mut first);
+    first.kill().unwrap();
+    let _ = first.wait();
+    let partial = lake_count(&catalog, "SELECT count(*) FROM events WHERE node = 'gpu-0'");
+    assert!(partial < 400, "killed mid-way, {partial} events already there");
+    let text = ok(ship(&catalog, &traces[0], &["--batch", "60"]).output().unwrap(), "ship after kill");
+    assert!(text.contains("node gpu-0"), "{text}");
+
+    // gpu-1: the whole catalog server frozen under the shipper, then thawed
+    let mut frozen = ship(&catalog, &traces[1], &["--batch", "60"]).spawn().unwrap();
+    wait_for_flush(&catalog, "gpu-1", &mut frozen);
+    let server = catalog.server_pids();
+    assert!(server.len() >= 2, "postmaster and its children: {server:?}");
+    signal(&server, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    let alive = frozen.try_wait().unwrap().is_none();
+    signal(&server, libc::SIGCONT);
+    assert!(alive, "the shipper waits for a frozen catalog instead of failing");
+    let out = frozen.wait_with_output().unwrap();
+    ok(out, "ship across a frozen catalog");
+
+    // the other two at once
+    let a = ship(&catalog, &traces[2], &[]).spawn().unwrap();
+    let b = ship(&catalog, &traces[3], &[]).spawn().unwrap();
+    ok(a.wait_with_output().unwrap(), "ship gpu-2");
+    ok(b.wait_with_output().unwrap(), "ship gpu-3");
+
+    // exactly once everywhere: 200 all-reduces + 200 syncs per rank, no id twice
+    for r in 0..4 {
+        let q = |what: &str| lake_count(&catalog, &format!("SELECT {what} FROM events WHERE node = 'gpu-{r}'"));
+        assert_eq!(q("count(*)"), 400, "gpu-{r}");
+        assert_eq!(q("count(DISTINCT id)"), 400, "gpu-{r}");
+    }
+    // housekeeping (compaction, snapshot expiry, file cleanup) keeps every row exactly once
+    let out =
+        causeway(&catalog, &["fleet", "maintain", "--keep", "0s", "--lake", &catalog.ship_lake()]).output().unwrap();
+    let text = ok(out, "fleet maintain");
+    assert!(text.contains("merge adjacent files") && text.contains("delete unreferenced files"), "{text}");
+    assert_eq!(lake_count(&catalog, "SELECT count(*) FROM events"), 1600);
+    assert_eq!(lake_count(&catalog, "SELECT count(DISTINCT node || ':' || id) FROM events"), 1600);
+    let n = nodes(&catalog);
+    assert_eq!(n.as_array().unwrap().len(), 4, "{n}");
+    assert!(n.as_array().unwrap().iter().all(|x| x["finished"] == true), "{n}");
+
+    // the straggler across the four nodes, in text and JSON
+    let out = causeway(&catalog, &["fleet", "stragglers", "--lake", &catalog.read_lake()]).output().unwrap();
+    let text = ok(out, "fleet stragglers");
+    assert!(text.contains("rank 2 (node gpu-2"), "{text}");
+    assert!(text.contains("#50-#69 (20 collectives"), "{text}");
+    assert!(text.contains("gpu-0: ") && text.contains(" ± "), "every node's offset and bound: {text}");
+    let out = causeway(&catalog, &["fleet", "stragglers", "--json", "--lake", &catalog.read_lake()]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(out, "stragglers --json")).unwrap();
+    assert_eq!(v["stragglers"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["stragglers"][0]["late_collectives"], 20);
+    assert_eq!(v["clocks"].as_array().unwrap().len(), 4);
+
+    // a real MCP client (the Python MCP SDK) asks `causeway mcp --lake` for the straggler
+    let venv = std::env::var_os("CAUSEWAY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/causeway/venv"));
+    let out = Command::new(venv.join("bin/python"))
+        .arg(causeway_testdata::repo_root().join("tests/mcp/fleet_client.py"))
+        .args([env!("CARGO_BIN_EXE_causeway"), &catalog.read_lake(), "gpu-2", "2", "50", "69"])
+        .envs(catalog.env())
+        .output()
+        .expect("run the MCP client (scripts/install-test-deps.sh installs it)");
+    ok(out, "the fleet MCP client");
+
+    // the read side: guarded SQL, no catalog internals, files or writes
+    for bad in [
+        "SELECT * FROM ducklake_list_files('lake', 'events')",
+        "SELECT * FROM read_parquet('/etc/passwd')",
+        "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT 1')",
+        "CALL ducklake_expire_snapshots('lake', older_than => now())",
+        "DELETE FROM events",
+    ] {
+        let out = causeway(&catalog, &["fleet", "query", "--lake", &catalog.read_lake(), bad]).output().unwrap();
+        assert!(!out.status.success(), "{bad} was run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("refused") || err.contains("not allowed") || err.contains("read-only"), "{bad}: {err}");
+    }
+    // and a password in the lake string is refused before anything connects
+    let out =
+        causeway(&catalog, &["fleet", "nodes", "--lake", "postgres:host=127.0.0.1 password=hunter2"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("PGPASSWORD") && !err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn trace_ships_while_tracing_and_the_fleet_names_the_straggler() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test traces with eBPF and must run as root (CI does)");
+    let catalog = FleetCatalog::start("fleet-trace");
+    let build = causeway_testdata::mock_cuda_build();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("job.db");
+    let lake = catalog.ship_lake();
+    let data = catalog.data_path();
+    let out = causeway(
+        &catalog,
+        &[
+            "trace",
+            "--nvml-hz",
+            "0",
+            "--node",
+            "gpu-a",
+            "--db",
+            db.to_str().unwrap(),
+            "--ship",
+            &lake,
+            "--ship-data-path",
+            data.to_str().unwrap(),
+            "--ship-interval",
+            "500ms",
+            "--",
+            build.join("nccl_ranks").to_str().unwrap(),
+            "--ranks",
+            "2",
+            "--steps",
+            "400",
+            "--straggler",
+            "1",
+            "--late-mode",
+            "input",
+            "--late-from",
+            "10",
+            "--late-to",
+            "29",
+            "--late-us",
+            "20000",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("shipped to the lake as node gpu-a"), "{stderr}");
+    assert!(!stderr.contains("not shipped yet"), "{stderr}");
+    let out = causeway(&catalog, &["fleet", "stragglers", "--json", "--lake", &catalog.read_lake()]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(out, "fleet stragglers")).unwrap();
+    // the lake's answer is the one-host analysis of the local trace, figure for figure (one node:
+    // its clock offset shifts every rank alike), and it names the planted straggler
+    let store = causeway_backends::open_store(&db).unwrap();
+    let local = causeway_analysis::find_stragglers(&store.nccl_calls(&Default::default()).unwrap());
+    let remote = v["stragglers"].as_array().unwrap();
+    assert_eq!(remote.len(), local.len(), "{v}");
+    let (s, l) = (&remote[0], &local[0]);
+    assert_eq!((s["node"].as_str(), s["rank"].as_i64()), (Some("gpu-a"), Some(1)), "{v}");
+    assert_eq!(l.rank, 1);
+    assert_eq!(s["late_collectives"].as_u64(), Some(l.late.len() as u64), "{v}");
+    assert_eq!(s["waited_ns"].as_i64(), Some(l.waited_ns()), "{v}");
+    let planted = l.late.iter().filter(|c| (10..=29).contains(&c.seq)).count();
+    assert!(planted >= 18, "the planted steps 10-29 are late: {}", l.seq_ranges());
+    // shipped while tracing: several flushes, not one at the end
+    let n = nodes(&catalog);
+    assert!(n[0]["flushes"].as_i64().unwrap() >= 2, "{n}\n{stderr}");
+    // the lake's collectives are the trace's, one for one
+    let local = ok(
+        causeway(&catalog, &["query", "--json", "--db", db.to_str().unwrap(), "SELECT count(*) FROM nccl_calls"])
+            .output()
+            .unwrap(),
+        "local count",
+    );
+    let local: serde_json::Value = serde_json::from_str(&local).unwrap();
+    assert_eq!(lake_count(&catalog, "SELECT count(*) FROM nccl_calls"), local["rows"][0][0].as_i64().unwrap());
+}
