@@ -31,26 +31,41 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.window.resolve(store.info())?;
+    let scope =
+        Scope { window: &args.window, pid: args.pid, top: args.top, chain: args.chain.as_deref(), json: args.json };
+    report_on(store.as_ref(), &args.db.display().to_string(), &scope)
+}
+
+/// What to report on a trace, as the flags of `explain` (and `fleet explain`) give it.
+pub struct Scope<'a> {
+    pub window: &'a WindowArgs,
+    pub pid: Option<u32>,
+    pub top: usize,
+    pub chain: Option<&'a str>,
+    pub json: bool,
+}
+
+/// The report (or one chain) of `store`, named `label` in the SQL hints.
+pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, scope: &Scope) -> anyhow::Result<i32> {
+    let window = scope.window.resolve(store.info())?;
     // A chain id is a rank among all chains: look it up in all of them.
-    let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
-    let e = explain(store.as_ref(), &ExplainRequest { window, pid: args.pid, top })?;
-    let db = args.db.display().to_string();
-    if let Some(id) = &args.chain {
+    let top = if scope.chain.is_some() { usize::MAX } else { scope.top.max(1) };
+    let e = explain(store, &ExplainRequest { window, pid: scope.pid, top })?;
+    if let Some(id) = scope.chain {
         let Some(c) = find_chain(&e, id) else {
             anyhow::bail!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total);
         };
-        if args.json {
+        if scope.json {
             println!("{}", serde_json::to_string_pretty(c)?);
         } else {
-            print!("{}", report::render_chain(c, e.first_ns, &db));
+            print!("{}", report::render_chain(c, e.first_ns, label));
         }
         return Ok(0);
     }
-    if args.json {
+    if scope.json {
         println!("{}", serde_json::to_string_pretty(&e)?);
     } else {
-        print!("{}", report::render(&e, &db));
+        print!("{}", report::render(&e, label));
     }
     Ok(0)
 }

@@ -29,12 +29,42 @@ enum What {
     /// Each node's exact p50/p90/p99 of every GPU op beside the whole fleet's, outliers marked
     /// (fleets without collectives: inference servers).
     Ops(Common),
+    /// The per-host report of one node, read from the lake (its shipped rows: `summary` holds the
+    /// collectives and synchronizing calls, `all` or a shipped window everything): the drill-down
+    /// after `stragglers`, over an episode's window.
+    Explain(ExplainArgs),
     /// Housekeeping (one instance, the shipping role): flush inlined rows, merge small files, expire
     /// old snapshots, delete unreferenced files.
     Maintain(MaintainArgs),
     /// Read-only SQL over the whole lake (tables by bare name: events, nccl_calls, clock_samples,
     /// ...), through the SQL guard, with a row cap and a timeout.
     Query(QueryArgs),
+}
+
+#[derive(clap::Args)]
+struct ExplainArgs {
+    #[command(flatten)]
+    lake: LakeArgs,
+    /// The node (`fleet nodes` lists them).
+    #[arg(long)]
+    node: String,
+    /// Which of the node's traces, when it shipped several (`fleet query "SELECT * FROM ship_traces"`).
+    #[arg(long, value_name = "UID")]
+    trace_uid: Option<String>,
+    #[command(flatten)]
+    window: crate::window::WindowArgs,
+    /// Only this process (on that node).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Chains to show.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print one chain in full (id like c1), with the SQL that reproduces its figure.
+    #[arg(long, value_name = "ID")]
+    chain: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -73,6 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let (common, what) = match args.what {
         What::Query(q) => return run_query(&q),
         What::Maintain(m) => return run_maintain(&m),
+        What::Explain(e) => return run_explain(&e),
         What::Nodes(c) => (c, Answer::Nodes),
         What::Clock(c) => (c, Answer::Clock),
         What::Stragglers(c) => (c, Answer::Stragglers),
@@ -209,6 +240,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
+}
+
+fn run_explain(a: &ExplainArgs) -> anyhow::Result<i32> {
+    let lake = LakeSpec::parse(&a.lake.lake)?;
+    let store = causeway_fleet::node_store(&lake, &a.node, a.trace_uid.as_deref())?;
+    let scope = crate::cmd_explain::Scope {
+        window: &a.window,
+        pid: a.pid,
+        top: a.top,
+        chain: a.chain.as_deref(),
+        json: a.json,
+    };
+    let label = format!("lake node {}", a.node);
+    crate::cmd_explain::report_on(&store, &label, &scope)
 }
 
 fn run_maintain(m: &MaintainArgs) -> anyhow::Result<i32> {

@@ -261,6 +261,13 @@ fn trace_ships_while_tracing_and_the_fleet_names_the_straggler() {
     // shipped while tracing: several flushes, not one at the end
     let n = nodes(&catalog);
     assert!(n[0]["flushes"].as_i64().unwrap() >= 2, "{n}\n{stderr}");
+    // the drill-down: the node's own report, read from the lake, names the straggler too
+    let out = causeway(&catalog, &["fleet", "explain", "--json", "--node", "gpu-a", "--lake", &catalog.read_lake()])
+        .output()
+        .unwrap();
+    let e: serde_json::Value = serde_json::from_str(&ok(out, "fleet explain")).unwrap();
+    assert!(e["gpu_calls"].as_u64().unwrap() > 0, "{e}");
+    assert!(e["chains"].as_array().unwrap().iter().any(|c| c["kind"] == "straggler"), "{}", e["verdict"]);
     // the lake's collectives are the trace's, one for one
     let local = ok(
         causeway(&catalog, &["query", "--json", "--db", db.to_str().unwrap(), "SELECT count(*) FROM nccl_calls"])

@@ -212,3 +212,21 @@ fn a_slow_node_stands_out_in_the_op_distributions() {
         assert_eq!(o.outlier, o.node == "srv-2", "{o:?}");
     }
 }
+
+/// A catalog started with `--tls` takes TLS connections only: shipping and reading work with
+/// `sslmode=require`, and a connection without TLS is refused.
+#[test]
+fn a_tls_catalog_ships_and_refuses_plain_connections() {
+    let catalog = FleetCatalog::start_with("fleet-tls", true);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tls.db");
+    job().write_node(&p, "tls-0", &[(0, 0, None)], 0).unwrap();
+    let opts = ShipOptions { data_path: Some(catalog.data_path()), ..Default::default() };
+    let r = Shipper::open(&lake(&catalog.ship_lake()), &p, &opts).unwrap().ship_all().unwrap();
+    assert_eq!(r.rows["events"], 400);
+    let fleet = Fleet::new(connect(&lake(&catalog.read_lake()), &Access::Read).unwrap()).unwrap();
+    assert_eq!(fleet.nodes().unwrap()[0].events, 400);
+    let plain = catalog.read_lake().replace("sslmode=require", "sslmode=disable");
+    let e = connect(&lake(&plain), &Access::Read).map(|_| ()).expect_err("a plain connection is refused").to_string();
+    assert!(e.contains("no pg_hba.conf entry") || e.contains("SSL"), "{e}");
+}

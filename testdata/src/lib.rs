@@ -151,18 +151,26 @@ fn minor_of(name: &str) -> Option<u8> {
 pub struct FleetCatalog {
     pub dir: PathBuf,
     pub port: u16,
+    /// Started with `--tls`: only TLS connections are accepted, the lake strings ask for it.
+    pub tls: bool,
 }
 
 impl FleetCatalog {
     /// Start one. Panics with the script's output when it cannot (a missing PostgreSQL is a
     /// missing install step: `scripts/install-fleet.sh`).
     pub fn start(name: &str) -> FleetCatalog {
+        Self::start_with(name, false)
+    }
+
+    /// Start one, with TLS only (`fleet-catalog.sh --tls`) when `tls`.
+    pub fn start_with(name: &str, tls: bool) -> FleetCatalog {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap();
         let dir = std::env::temp_dir().join(format!("causeway-{name}-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let out = std::process::Command::new("bash")
             .arg(repo_root().join("scripts/fleet-catalog.sh"))
             .args(["start", dir.to_str().unwrap(), "--port", &port.to_string()])
+            .args(if tls { &["--tls"][..] } else { &[][..] })
             .output()
             .unwrap();
         assert!(
@@ -171,7 +179,7 @@ impl FleetCatalog {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        FleetCatalog { dir, port }
+        FleetCatalog { dir, port, tls }
     }
 
     /// libpq's password file with the two roles' passwords.
@@ -189,18 +197,20 @@ impl FleetCatalog {
     /// need no shared environment.
     pub fn ship_lake(&self) -> String {
         format!(
-            "postgres:host=127.0.0.1 port={} dbname=causeway_fleet user=causeway_ship passfile={}",
+            "postgres:host=127.0.0.1 port={} dbname=causeway_fleet user=causeway_ship passfile={}{}",
             self.port,
-            self.pgpass().display()
+            self.pgpass().display(),
+            if self.tls { " sslmode=require" } else { "" }
         )
     }
 
     /// The lake string of the serving role (SELECT only).
     pub fn read_lake(&self) -> String {
         format!(
-            "postgres:host=127.0.0.1 port={} dbname=causeway_fleet user=causeway_read passfile={}",
+            "postgres:host=127.0.0.1 port={} dbname=causeway_fleet user=causeway_read passfile={}{}",
             self.port,
-            self.pgpass().display()
+            self.pgpass().display(),
+            if self.tls { " sslmode=require" } else { "" }
         )
     }
 
