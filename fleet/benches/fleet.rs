@@ -97,6 +97,19 @@ fn main() {
     println!("loaded {} nccl_calls rows in {:.1} s", 8 * per_rank, t.elapsed().as_secs_f64());
     drop(w);
     let fleet = Fleet::new(connect(&lake(catalog.read_lake()), &Access::Read).unwrap()).unwrap();
+    // where the time goes: reading the aligned entries, then one entry per process
+    let c = fleet.connection();
+    for (what, sql) in [
+        ("read the aligned entries", "SELECT count(*), sum(enter_ns % 1000) FROM collectives"),
+        (
+            "one entry per process",
+            "SELECT count(*) FROM (SELECT comm_hash, seq, node, trace_uid, pid, min(enter_ns) FROM collectives GROUP BY ALL)",
+        ),
+    ] {
+        let t = Instant::now();
+        let _: i64 = c.query_row(sql, [], |r| r.get(0)).unwrap();
+        println!("  {what}: {:.2} s", t.elapsed().as_secs_f64());
+    }
     let t = Instant::now();
     let st = fleet.stragglers().unwrap();
     let q = t.elapsed().as_secs_f64();

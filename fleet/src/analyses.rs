@@ -49,54 +49,79 @@ CREATE OR REPLACE TEMP VIEW clock_chosen AS
     ON g.node = f.node AND g.sampled_at BETWEEN f.sampled_at - {CHOICE_WINDOW_NS} AND f.sampled_at + {CHOICE_WINDOW_NS}
   GROUP BY f.node, f.sampled_at;
 CREATE OR REPLACE TEMP VIEW node_first_offset AS
-  SELECT node, arg_min(offset_ns, sampled_at) AS offset_ns, arg_min(err_ns, sampled_at) AS err_ns
+  SELECT node, count(DISTINCT offset_ns) AS offsets, arg_min(offset_ns, sampled_at) AS offset_ns,
+         arg_min(err_ns, sampled_at) AS err_ns
   FROM clock_chosen GROUP BY node;
 CREATE OR REPLACE TEMP VIEW collectives AS
-  SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.seq, n.op, n.count,
+  -- nodes with one chosen offset (or none): a plain join; the others: the flush before each row
+  SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
+         n.timestamp AS enter_raw, n.timestamp + coalesce(f.offset_ns, 0) AS enter_ns, coalesce(f.err_ns, 0) AS err_ns
+  FROM {LAKE}.nccl_calls n LEFT JOIN node_first_offset f ON f.node = n.node
+  WHERE coalesce(f.offsets, 1) = 1 AND n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({0})
+  UNION ALL
+  SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
          n.timestamp AS enter_raw,
-         n.timestamp + coalesce(o.offset_ns, f.offset_ns, 0) AS enter_ns,
-         coalesce(o.err_ns, f.err_ns, 0) AS err_ns
-  FROM {LAKE}.nccl_calls n
+         n.timestamp + coalesce(o.offset_ns, f.offset_ns) AS enter_ns,
+         coalesce(o.err_ns, f.err_ns) AS err_ns
+  FROM {LAKE}.nccl_calls n JOIN node_first_offset f ON f.node = n.node AND f.offsets > 1
   ASOF LEFT JOIN clock_chosen o ON n.node = o.node AND n.timestamp >= o.sampled_at
-  LEFT JOIN node_first_offset f ON f.node = n.node
-  WHERE n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({});",
+  WHERE n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({0});",
         collectives.join(", ")
+    )
+}
+
+/// Every rank's entry into every collective, one per process (its earliest, as the one-host
+/// analysis keeps), over the `collectives` view. Only a process holding several handles of one
+/// communicator (`ncclCommInitAll`) calls a collective more than once: its rows are grouped, every
+/// other row passes as it is (grouping ten million rows that are already one per process would
+/// cost more than the rest of the straggler query).
+const ENTRIES: &str = "WITH multi AS (
+    SELECT node, trace_uid, pid, comm_hash FROM collectives GROUP BY ALL HAVING min(comm) != max(comm))
+  SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM collectives c
+  WHERE NOT EXISTS (SELECT 1 FROM multi m WHERE m.node = c.node AND m.trace_uid = c.trace_uid AND m.pid = c.pid
+                    AND m.comm_hash = c.comm_hash)
+  UNION ALL
+  SELECT comm_hash, seq, node, trace_uid, pid, min(enter_ns), arg_min(tid, enter_ns), any_value(rank),
+         any_value(nranks), any_value(err_ns)
+  FROM collectives c SEMI JOIN multi m USING (node, trace_uid, pid, comm_hash)
+  GROUP BY comm_hash, seq, node, trace_uid, pid";
+
+/// Per collective seen on two ranks or more: the ranks in, the first entry, the sum of entries,
+/// the last two entries (`tops`, latest first) with their clock bounds and nodes, and who entered
+/// last. When the last two entered at the same
+/// nanosecond their order is arbitrary, and nothing depends on it: that collective's lateness is
+/// 0. One hash aggregate over the entries, no sort of them.
+fn instances_sql() -> String {
+    format!(
+        "SELECT comm_hash, seq, count(*) AS n, min(enter_ns) AS first_ns, sum(enter_ns::HUGEINT) AS sum_enter,
+         max(enter_ns, 2) AS tops, arg_max(err_ns, enter_ns, 2) AS errs, arg_max(hash(node), enter_ns, 2) AS nodes,
+         arg_max(node, enter_ns) AS node, arg_max(trace_uid, enter_ns) AS trace_uid, arg_max(pid, enter_ns) AS pid,
+         arg_max(tid, enter_ns) AS tid, arg_max(rank, enter_ns) AS rank, arg_max(nranks, enter_ns) AS nranks
+  FROM ({ENTRIES}) GROUP BY comm_hash, seq HAVING count(*) >= 2"
     )
 }
 
 /// The late collectives (one row per late one), over the `collectives` view.
 fn late_sql() -> String {
     format!(
-        "WITH c AS (
-  SELECT * FROM collectives
-  QUALIFY row_number() OVER (PARTITION BY comm_hash, seq, node, trace_uid, pid ORDER BY enter_ns, tid) = 1),
-inst AS (SELECT comm_hash, seq, min(enter_ns) AS first_ns FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2),
+        "WITH per AS MATERIALIZED ({}),
 gaps AS (
-  SELECT comm_hash, first_ns - lag(first_ns) OVER (PARTITION BY comm_hash ORDER BY seq) AS gap,
-         seq - lag(seq) OVER (PARTITION BY comm_hash ORDER BY seq) AS dseq
-  FROM inst),
+  SELECT comm_hash, first_ns - lag(first_ns) OVER w AS gap, seq - lag(seq) OVER w AS dseq
+  FROM per WINDOW w AS (PARTITION BY comm_hash ORDER BY seq)),
 period AS (
   SELECT comm_hash, coalesce(quantile_disc(gap, 0.5) FILTER (WHERE dseq = 1 AND gap > 0), 0) AS period_ns
   FROM gaps GROUP BY comm_hash),
-ordered AS (
-  SELECT c.*,
-         row_number() OVER (PARTITION BY c.comm_hash, c.seq ORDER BY c.enter_ns DESC, c.node DESC, c.pid DESC, c.tid DESC) AS pos,
-         max(c.enter_ns) OVER (PARTITION BY c.comm_hash, c.seq) AS last_ns
-  FROM c JOIN inst USING (comm_hash, seq)),
-per AS (
-  SELECT comm_hash, seq,
-         any_value(node) FILTER (WHERE pos = 1) AS node, any_value(trace_uid) FILTER (WHERE pos = 1) AS trace_uid,
-         any_value(pid) FILTER (WHERE pos = 1) AS pid, any_value(tid) FILTER (WHERE pos = 1) AS tid,
-         any_value(rank) FILTER (WHERE pos = 1) AS rank, any_value(nranks) FILTER (WHERE pos = 1) AS nranks,
-         max(enter_ns) FILTER (WHERE pos = 1) - max(enter_ns) FILTER (WHERE pos = 2) AS late_ns,
+late AS (
+  SELECT comm_hash, seq, node, trace_uid, pid, tid, rank, nranks,
+         tops[1] - tops[2] AS late_ns,
          -- two entries on one node share its clock: its offset's error cancels
-         CASE WHEN any_value(node) FILTER (WHERE pos = 1) = any_value(node) FILTER (WHERE pos = 2) THEN 0
-              ELSE max(err_ns) FILTER (WHERE pos = 1) + max(err_ns) FILTER (WHERE pos = 2) END AS err_ns,
-         sum(last_ns - enter_ns) AS waited_ns,
-         max(last_ns) AS last_ns, count(*) AS ranks_in
-  FROM ordered GROUP BY comm_hash, seq)
-SELECT per.*, period.period_ns FROM per JOIN period USING (comm_hash)
-WHERE late_ns >= greatest({LATE_FLOOR_NS}, period.period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns)"
+         CASE WHEN nodes[1] = nodes[2] THEN 0 ELSE errs[1] + errs[2] END AS err_ns,
+         (n::HUGEINT * tops[1] - sum_enter)::BIGINT AS waited_ns,
+         tops[1] AS last_ns, n AS ranks_in, period_ns
+  FROM per JOIN period USING (comm_hash))
+SELECT * FROM late
+WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns)",
+        instances_sql()
     )
 }
 
@@ -379,16 +404,16 @@ FROM per LEFT JOIN kern USING (node) LEFT JOIN resid USING (node) ORDER BY per.n
 
     /// The stragglers of every communicator, the most waited-for first, with their episodes.
     pub fn stragglers(&self) -> Result<Vec<FleetStraggler>, FleetError> {
+        // the late collectives once, then the episodes and the medians from them
+        self.conn.execute_batch(&format!("CREATE OR REPLACE TEMP TABLE late AS {}", late_sql()))?;
         let sql = format!(
-            "WITH late AS ({}),
-isl AS (SELECT *, seq - row_number() OVER (PARTITION BY comm_hash, node, trace_uid, pid ORDER BY seq) AS island FROM late),
+            "WITH isl AS (SELECT *, seq - row_number() OVER (PARTITION BY comm_hash, node, trace_uid, pid ORDER BY seq) AS island FROM late),
 s AS (SELECT comm_hash, node, trace_uid, pid FROM late GROUP BY ALL HAVING count(*) >= {MIN_LATE})
 SELECT comm_hash, node, trace_uid, pid, any_value(tid), any_value(rank), any_value(nranks), island,
        min(seq), max(seq), count(*), quantile_disc(late_ns, 0.5), max(late_ns), sum(waited_ns)::BIGINT,
        min(last_ns), max(last_ns), any_value(period_ns)
 FROM isl JOIN s USING (comm_hash, node, trace_uid, pid)
-GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace_uid, pid, min(seq)",
-            late_sql()
+GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace_uid, pid, min(seq)"
         );
         let mut st = self.conn.prepare(&sql)?;
         type Key = (i64, String, String, i64);
@@ -433,11 +458,8 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
             s.episodes.push(ep);
         }
         // the median over all its late collectives (not a median of episode medians)
-        let medians = format!(
-            "WITH late AS ({}) SELECT comm_hash, node, trace_uid, pid, quantile_disc(late_ns, 0.5) FROM late GROUP BY ALL",
-            late_sql()
-        );
-        let mut st = self.conn.prepare(&medians)?;
+        let medians = "SELECT comm_hash, node, trace_uid, pid, quantile_disc(late_ns, 0.5) FROM late GROUP BY ALL";
+        let mut st = self.conn.prepare(medians)?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
             let key: Key = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
@@ -501,18 +523,18 @@ FROM pn JOIN pf USING (source, op) JOIN nodes USING (source, op) ORDER BY pn.sou
 
     /// Per rank and communicator: how long it waited at collectives for the last rank in.
     pub fn waits(&self) -> Result<Vec<RankWait>, FleetError> {
-        let sql = "WITH c AS (
-  SELECT * FROM collectives
-  QUALIFY row_number() OVER (PARTITION BY comm_hash, seq, node, trace_uid, pid ORDER BY enter_ns, tid) = 1),
-inst AS (SELECT comm_hash, seq FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2),
-o AS (
-  SELECT c.*, max(c.enter_ns) OVER (PARTITION BY c.comm_hash, c.seq) AS last_ns,
-         row_number() OVER (PARTITION BY c.comm_hash, c.seq ORDER BY c.enter_ns DESC, c.node DESC, c.pid DESC, c.tid DESC) AS pos
-  FROM c JOIN inst USING (comm_hash, seq))
-SELECT comm_hash, node, pid, any_value(rank), count(*), count(*) FILTER (WHERE pos = 1),
+        let sql = format!(
+            "WITH c AS ({ENTRIES}),
+per AS (SELECT comm_hash, seq, max(enter_ns) AS last_ns,
+               arg_max({{'node': node, 'trace_uid': trace_uid, 'pid': pid}}, enter_ns) AS lastp
+        FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2)
+SELECT c.comm_hash, c.node, c.pid, any_value(c.rank), count(*),
+       count(*) FILTER (WHERE lastp.node = c.node AND lastp.trace_uid = c.trace_uid AND lastp.pid = c.pid),
        sum(last_ns - enter_ns)::BIGINT, quantile_disc(last_ns - enter_ns, 0.5), max(last_ns - enter_ns)
-FROM o GROUP BY comm_hash, node, trace_uid, pid ORDER BY comm_hash, any_value(rank), node, pid";
-        let mut st = self.conn.prepare(sql)?;
+FROM c JOIN per USING (comm_hash, seq)
+GROUP BY c.comm_hash, c.node, c.trace_uid, c.pid ORDER BY c.comm_hash, any_value(c.rank), c.node, c.pid"
+        );
+        let mut st = self.conn.prepare(&sql)?;
         let rows = st.query_map([], |r| {
             Ok(RankWait {
                 comm_hash: r.get(0)?,
