@@ -32,8 +32,21 @@ use crate::FleetError;
 
 /// The alias of the local trace in the shipper's connection.
 const LOCAL: &str = "local";
-/// What one flush wrote: rows per table, and the fingerprints of the small tables it replaced.
-type FlushRows = (Vec<(&'static str, u64)>, Vec<(&'static str, i64)>);
+/// What one flush wrote: rows per table.
+type FlushRows = Vec<(&'static str, u64)>;
+
+/// The small tables (names, ranks, sessions, losses, ...) are replaced at a shipper's first flush,
+/// at the last one, and otherwise at most this often: replacing is a delete, deletes of one table by
+/// shippers at once conflict, and these tables change rarely.
+pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
+
+/// The DuckDB temporary table a flush reads its events from: the local trace is read once per
+/// flush (DuckDB's SQLite reader does not push the id range down: every read is a scan).
+const BATCH: &str = "cw_batch";
+/// The events read ahead for the next flushes (one scan for up to [`PENDING_ROWS`] events).
+const PENDING: &str = "cw_pending";
+/// Events read ahead from the local trace at once (bounds the read-ahead's memory).
+const PENDING_ROWS: i64 = 2_000_000;
 
 /// Times a flush is redone after a commit conflict with another shipper.
 const CONFLICT_RETRIES: u32 = 12;
@@ -159,9 +172,10 @@ pub struct Shipper {
     local_tables: Vec<String>,
     summary: String,
     skew_ns: i64,
-    /// Per small table, a fingerprint of what the last commit shipped: unchanged tables are not
-    /// replaced again (replacing is a delete, and concurrent deletes of one table conflict).
-    shipped_snapshots: std::collections::HashMap<&'static str, i64>,
+    /// When this shipper last replaced the small tables (see [`SNAPSHOT_EVERY`]).
+    snapshot_at: Option<Instant>,
+    /// The id range (lo, hi] of the events read ahead into [`PENDING`]; (0, 0) when none.
+    pending: (i64, i64),
 }
 
 impl Shipper {
@@ -221,7 +235,8 @@ impl Shipper {
             local_tables,
             summary: summary_predicate(),
             skew_ns,
-            shipped_snapshots: Default::default(),
+            snapshot_at: None,
+            pending: (0, 0),
         })
     }
 
@@ -351,6 +366,7 @@ impl Shipper {
             let (wm, flush) = self.watermark()?;
             report.shipped = wm;
             if wm.covers(&upto) && !(finished && flush == 0) {
+                self.drop_pending();
                 // nothing new; a finished trace still gets its final small tables once
                 if finished && !self.finished_flag()? {
                     self.flush(wm, wm, flush + 1, true, report)?;
@@ -362,9 +378,25 @@ impl Shipper {
                 nccl_calls: upto.nccl_calls.max(wm.nccl_calls),
                 gpu_samples: upto.gpu_samples.max(wm.gpu_samples),
             };
+            if hi.events > self.pending.1 {
+                // read ahead: the next PENDING_ROWS events in one scan of the local trace
+                let end = upto.events.min(wm.events + PENDING_ROWS.max(self.batch_rows));
+                self.conn.execute_batch(&format!(
+                    "CREATE OR REPLACE TEMP TABLE {PENDING} AS SELECT * FROM {LOCAL}.events WHERE id > {} AND id <= {end}",
+                    wm.events
+                ))?;
+                self.pending = (wm.events, end);
+            }
             let last = hi.events >= upto.events;
             self.flush(wm, hi, flush + 1, finished && last, report)?;
             report.shipped = hi;
+        }
+    }
+
+    fn drop_pending(&mut self) {
+        if self.pending != (0, 0) {
+            let _ = self.conn.execute_batch(&format!("DROP TABLE IF EXISTS {PENDING}"));
+            self.pending = (0, 0);
         }
     }
 
@@ -411,10 +443,23 @@ impl Shipper {
         self.attach()?;
         let samples = clock::sample_catalog(&self.conn, self.skew_ns)?;
         let kernel = clock::kernel_state(self.skew_ns);
+        // read the new events once, before the transaction (one transaction writes one database)
+        if hi.events > wm.events {
+            let source = if self.pending.0 <= wm.events && hi.events <= self.pending.1 {
+                PENDING.to_string()
+            } else {
+                format!("{LOCAL}.events")
+            };
+            self.conn.execute_batch(&format!(
+                "CREATE OR REPLACE TEMP TABLE {BATCH} AS SELECT * FROM {source} WHERE id > {} AND id <= {}",
+                wm.events, hi.events
+            ))?;
+        }
+        let snapshots = finished || self.snapshot_at.is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
         let started = Instant::now();
         self.conn.execute_batch("BEGIN TRANSACTION")?;
-        let result = self.flush_in_transaction(wm, hi, flush_id, finished, &samples, kernel);
-        let (counts, snapshots) = match result {
+        let result = self.flush_in_transaction(wm, hi, flush_id, finished, snapshots, &samples, kernel);
+        let counts = match result {
             Ok(c) => c,
             Err(e) => {
                 let _ = self.conn.execute_batch("ROLLBACK");
@@ -425,7 +470,10 @@ impl Shipper {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(e.into());
         }
-        self.shipped_snapshots.extend(snapshots);
+        let _ = self.conn.execute_batch(&format!("DROP TABLE IF EXISTS {BATCH}"));
+        if snapshots {
+            self.snapshot_at = Some(Instant::now());
+        }
         report.commit_ms.push(started.elapsed().as_millis() as u64);
         report.flushes += 1;
         for (t, n) in counts {
@@ -444,6 +492,7 @@ impl Shipper {
         hi: Marks,
         flush_id: i64,
         finished: bool,
+        snapshots: bool,
         samples: &[ClockSample],
         kernel: clock::KernelClock,
     ) -> Result<FlushRows, FleetError> {
@@ -454,12 +503,11 @@ impl Shipper {
             Tier::Summary => self.summary.clone(),
             Tier::All => "TRUE".to_string(),
         };
-        let range = format!("id > {} AND id <= {}", wm.events, hi.events);
         if hi.events > wm.events {
             let n = c.execute(
                 &format!(
                     "INSERT INTO {LAKE}.events BY NAME SELECT ? AS trace_uid, * REPLACE (?::VARCHAR AS node) \
-                     FROM {LOCAL}.events WHERE {range} AND {tier_pred}"
+                     FROM {BATCH} WHERE {tier_pred}"
                 ),
                 params![uid, node],
             )?;
@@ -467,14 +515,13 @@ impl Shipper {
             let n = c.execute(
                 &format!(
                     "INSERT INTO {LAKE}.op_windows SELECT ?, ?, ?, timestamp // 1000000000 * 1000000000, source, op, pid, \
-                     count(*), sum(duration), min(duration), max(duration), sum(arg0) FROM {LOCAL}.events WHERE {range} \
-                     GROUP BY ALL"
+                     count(*), sum(duration), min(duration), max(duration), sum(arg0) FROM {BATCH} GROUP BY ALL"
                 ),
                 params![node, uid, flush_id],
             )?;
             counts.push(("op_windows", n as u64));
             if self.has_local("stack_traces") {
-                let n = self.ship_stacks(&format!("{range} AND {tier_pred}"))?;
+                let n = self.ship_stacks(BATCH, &tier_pred)?;
                 counts.push(("stack_traces", n));
             }
         }
@@ -498,20 +545,10 @@ impl Shipper {
                 counts.push((table, n as u64));
             }
         }
-        let mut snapshots = Vec::new();
         for table in SNAPSHOT_TABLES {
-            if !self.has_local(table) {
+            if !snapshots || !self.has_local(table) {
                 continue;
             }
-            let fingerprint: i64 = c.query_row(
-                &format!("SELECT (hash(count(*), string_agg(t::VARCHAR, '|' ORDER BY t::VARCHAR)) >> 1)::BIGINT FROM {LOCAL}.{table} t"),
-                [],
-                |r| r.get(0),
-            )?;
-            if self.shipped_snapshots.get(table) == Some(&fingerprint) {
-                continue;
-            }
-            snapshots.push((table, fingerprint));
             c.execute(&format!("DELETE FROM {LAKE}.{table} WHERE node = ? AND trace_uid = ?"), params![node, uid])?;
             let select = if table == "sessions" { "* REPLACE (?::VARCHAR AS node)" } else { "?::VARCHAR AS node, *" };
             c.execute(
@@ -551,15 +588,16 @@ impl Shipper {
                 clock::realtime_ns(self.skew_ns)
             ],
         )?;
-        Ok((counts, snapshots))
+        Ok(counts)
     }
 
-    /// The stacks of the local events matching `pred` that the lake does not have for this trace.
-    fn ship_stacks(&self, pred: &str) -> Result<u64, FleetError> {
+    /// The stacks of the events of `events` (a table of local events) matching `pred` that the lake
+    /// does not have for this trace.
+    fn ship_stacks(&self, events: &str, pred: &str) -> Result<u64, FleetError> {
         let n = self.conn.execute(
             &format!(
                 "INSERT INTO {LAKE}.stack_traces BY NAME SELECT ? AS trace_uid, ?::VARCHAR AS node, s.* \
-                 FROM {LOCAL}.stack_traces s WHERE s.hash IN (SELECT DISTINCT stack_hash FROM {LOCAL}.events \
+                 FROM {LOCAL}.stack_traces s WHERE s.hash IN (SELECT DISTINCT stack_hash FROM {events} \
                  WHERE {pred} AND stack_hash != 0) AND s.hash NOT IN (SELECT hash FROM {LAKE}.stack_traces \
                  WHERE node = ? AND trace_uid = ?)"
             ),
@@ -594,7 +632,7 @@ impl Shipper {
                     params![uid, node],
                 )? as u64;
                 if self.has_local("stack_traces") {
-                    self.ship_stacks(&pred)?;
+                    self.ship_stacks(&format!("{LOCAL}.events"), &pred)?;
                 }
                 self.conn.execute(
                     &format!("INSERT INTO {LAKE}.ship_windows VALUES (?, ?, ?, ?, ?, ?)"),
