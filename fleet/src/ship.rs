@@ -32,6 +32,17 @@ use crate::FleetError;
 
 /// The alias of the local trace in the shipper's connection.
 const LOCAL: &str = "local";
+/// What one flush ships: the rows in (wm, hi], its number, whether it ends the trace and whether
+/// it replaces the small tables.
+#[derive(Debug, Clone, Copy)]
+struct FlushPlan {
+    wm: Marks,
+    hi: Marks,
+    flush_id: i64,
+    finished: bool,
+    snapshots: bool,
+}
+
 /// What one flush wrote: rows per table.
 type FlushRows = Vec<(&'static str, u64)>;
 
@@ -458,7 +469,8 @@ impl Shipper {
         let snapshots = finished || self.snapshot_at.is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
         let started = Instant::now();
         self.conn.execute_batch("BEGIN TRANSACTION")?;
-        let result = self.flush_in_transaction(wm, hi, flush_id, finished, snapshots, &samples, kernel);
+        let plan = FlushPlan { wm, hi, flush_id, finished, snapshots };
+        let result = self.flush_in_transaction(&plan, &samples, kernel);
         let counts = match result {
             Ok(c) => c,
             Err(e) => {
@@ -488,14 +500,11 @@ impl Shipper {
 
     fn flush_in_transaction(
         &self,
-        wm: Marks,
-        hi: Marks,
-        flush_id: i64,
-        finished: bool,
-        snapshots: bool,
+        plan: &FlushPlan,
         samples: &[ClockSample],
         kernel: clock::KernelClock,
     ) -> Result<FlushRows, FleetError> {
+        let FlushPlan { wm, hi, flush_id, finished, snapshots } = *plan;
         let (node, uid) = (&self.node, &self.trace_uid);
         let c = &self.conn;
         let mut counts = Vec::new();
