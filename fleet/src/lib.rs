@@ -21,10 +21,12 @@
 mod analyses;
 pub mod clock;
 pub mod lake;
+mod local;
 mod maintain;
 mod schema;
 mod ship;
 mod store;
+mod tier;
 
 pub use analyses::{
     align_views, query, sync_predicate, Episode, Fleet, FleetStraggler, NodeClock, NodeOp, NodeSummary, RankWait,
@@ -33,8 +35,9 @@ pub use analyses::{
 pub use lake::{connect, Access, LakeSpec};
 pub use maintain::{maintain, MaintainStep};
 pub use schema::{FLEET_DDL, MIRRORED, TABLE_DOCS};
-pub use ship::{summary_predicate, Marks, ShipOptions, ShipReport, Shipper, Tier};
+pub use ship::{Marks, ShipOptions, ShipReport, Shipper};
 pub use store::{node_store, node_traces};
+pub use tier::{summary_predicate, Tier};
 
 /// What can go wrong in the fleet, worded for the person who can fix it.
 #[derive(Debug, thiserror::Error)]

@@ -21,17 +21,16 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use causeway_model::codes::{gpu_role, GpuRole, OpCode, Source, OPS};
 use duckdb::{params, Connection};
 use serde::Serialize;
 
 use crate::clock::{self, ClockSample};
 use crate::lake::{self, lit, Access, LakeSpec, LAKE};
+use crate::local::{attach_local, identity, LOCAL};
 use crate::schema::{self, MIRRORED};
+use crate::tier::{summary_predicate, Tier};
 use crate::FleetError;
 
-/// The alias of the local trace in the shipper's connection.
-const LOCAL: &str = "local";
 /// What one flush ships: the rows in (wm, hi], its number, whether it ends the trace and whether
 /// it replaces the small tables.
 #[derive(Debug, Clone, Copy)]
@@ -64,44 +63,6 @@ const CONFLICT_RETRIES: u32 = 12;
 /// Tables replaced whole at each flush (see the module docs).
 const SNAPSHOT_TABLES: [&str; 7] =
     ["sessions", "process_names", "process_ranks", "loss_counters", "kernel_names", "launch_configs", "attachments"];
-
-/// Which events a trace ships.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    /// Collectives, synchronizing calls, their stacks, and aggregates of everything.
-    Summary,
-    /// Every event.
-    All,
-}
-
-impl Tier {
-    pub fn parse(s: &str) -> Result<Tier, FleetError> {
-        match s {
-            "summary" => Ok(Tier::Summary),
-            "all" => Ok(Tier::All),
-            _ => Err(FleetError::BadLake(format!("tier `{s}`: summary or all"))),
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::Summary => "summary",
-            Tier::All => "all",
-        }
-    }
-}
-
-/// The events the summary tier ships: every NCCL call and every call that waits for the GPU.
-pub fn summary_predicate() -> String {
-    let mut codes: Vec<String> = OPS
-        .iter()
-        .map(|e| OpCode::new(e.0, e.1))
-        .filter(|c| matches!(gpu_role(*c), GpuRole::Sync | GpuRole::SyncCopy | GpuRole::Collective))
-        .map(|c| format!("({}, {})", c.source, c.op))
-        .collect();
-    codes.sort();
-    format!("(source = {} OR (source, op) IN ({}))", Source::Nccl.code(), codes.join(", "))
-}
 
 /// How to ship.
 #[derive(Debug, Clone)]
@@ -661,82 +622,4 @@ impl Shipper {
             }
         })
     }
-}
-
-/// Attach the trace at `path` read-only as [`LOCAL`]: a native trace only (an Ingero DB is
-/// converted first).
-fn attach_local(conn: &Connection, path: &Path) -> Result<(), FleetError> {
-    let p = lit(&path.to_string_lossy());
-    let meta = std::fs::metadata(path).map_err(|e| FleetError::Local(format!("{}: {e}", path.display())))?;
-    if !meta.is_file() {
-        return Err(FleetError::Local(format!("{}: not a file", path.display())));
-    }
-    let sql = if causeway_backends::duckdb::is_duckdb_file(path) {
-        format!("ATTACH {p} AS {LOCAL} (READ_ONLY)")
-    } else {
-        format!("ATTACH {p} AS {LOCAL} (TYPE sqlite, READ_ONLY)")
-    };
-    conn.execute_batch(&sql)
-        .map_err(|e| FleetError::Local(format!("{}: cannot open it as a trace: {e}", path.display())))?;
-    let tables = schema::tables(conn, LOCAL)?;
-    let native = tables.iter().any(|t| t == "schema_info")
-        && conn
-            .query_row(
-                &format!("SELECT count(*) FROM {LOCAL}.schema_info WHERE key = 'format' AND value = 'causeway'"),
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap_or(0)
-            > 0;
-    if !native {
-        let _ = conn.execute_batch(&format!("DETACH {LOCAL}"));
-        let what = if tables.iter().any(|t| t == "events") {
-            "not a Causeway trace (an Ingero DB? `causeway convert` it to a native trace first)"
-        } else {
-            "not a trace (no events table)"
-        };
-        return Err(FleetError::Local(format!("{}: {what}", path.display())));
-    }
-    Ok(())
-}
-
-/// The trace's identity: a uid stable across shipper restarts (its first session's start and
-/// tracer pid), the node it recorded, its host name and tool version.
-fn identity(conn: &Connection, path: &Path) -> Result<(String, String, String, String), FleetError> {
-    // traces written before the column existed have no tracer_pid
-    let has_tracer: bool = conn.query_row(
-        &format!(
-            "SELECT count(*) > 0 FROM information_schema.columns WHERE table_catalog = '{LOCAL}' AND table_name = 'sessions' \
-             AND column_name = 'tracer_pid'"
-        ),
-        [],
-        |r| r.get(0),
-    )?;
-    let tracer = if has_tracer { "tracer_pid" } else { "0" };
-    let row = conn
-        .query_row(
-            &format!(
-                "SELECT started_at, {tracer}, node, hostname, tool_version FROM {LOCAL}.sessions ORDER BY id LIMIT 1"
-            ),
-            [],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            },
-        )
-        .map_err(|e| {
-            FleetError::Local(format!("{}: no session recorded, so no identity to ship under: {e}", path.display()))
-        })?;
-    let (started, tracer, node, hostname, version) = row;
-    let hostname = if hostname.is_empty() {
-        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
-    } else {
-        hostname
-    };
-    Ok((format!("{started:x}-{tracer}"), node, hostname, version))
 }
