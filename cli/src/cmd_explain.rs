@@ -13,6 +13,13 @@ pub struct Args {
     /// Trace database (native Causeway trace or Ingero DB).
     #[arg(long)]
     db: PathBuf,
+    #[command(flatten)]
+    report: ReportArgs,
+}
+
+/// What to report on a trace: the flags `explain` and `fleet explain` share.
+#[derive(clap::Args)]
+pub struct ReportArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     json: bool,
@@ -31,27 +38,16 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let scope =
-        Scope { window: &args.window, pid: args.pid, top: args.top, chain: args.chain.as_deref(), json: args.json };
-    report_on(store.as_ref(), &args.db.display().to_string(), &scope)
-}
-
-/// What to report on a trace, as the flags of `explain` (and `fleet explain`) give it.
-pub struct Scope<'a> {
-    pub window: &'a WindowArgs,
-    pub pid: Option<u32>,
-    pub top: usize,
-    pub chain: Option<&'a str>,
-    pub json: bool,
+    report_on(store.as_ref(), &args.db.display().to_string(), &args.report)
 }
 
 /// The report (or one chain) of `store`, named `label` in the SQL hints.
-pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, scope: &Scope) -> anyhow::Result<i32> {
+pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, scope: &ReportArgs) -> anyhow::Result<i32> {
     let window = scope.window.resolve(store.info())?;
     // A chain id is a rank among all chains: look it up in all of them.
     let top = if scope.chain.is_some() { usize::MAX } else { scope.top.max(1) };
     let e = explain(store, &ExplainRequest { window, pid: scope.pid, top })?;
-    if let Some(id) = scope.chain {
+    if let Some(id) = scope.chain.as_deref() {
         let Some(c) = find_chain(&e, id) else {
             anyhow::bail!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total);
         };

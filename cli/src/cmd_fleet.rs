@@ -52,19 +52,7 @@ struct ExplainArgs {
     #[arg(long, value_name = "UID")]
     trace_uid: Option<String>,
     #[command(flatten)]
-    window: crate::window::WindowArgs,
-    /// Only this process (on that node).
-    #[arg(long)]
-    pid: Option<u32>,
-    /// Chains to show.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
-    /// Print one chain in full (id like c1), with the SQL that reproduces its figure.
-    #[arg(long, value_name = "ID")]
-    chain: Option<String>,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    report: crate::cmd_explain::ReportArgs,
 }
 
 #[derive(clap::Args)]
@@ -245,15 +233,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 fn run_explain(a: &ExplainArgs) -> anyhow::Result<i32> {
     let lake = LakeSpec::parse(&a.lake.lake)?;
     let store = causeway_fleet::node_store(&lake, &a.node, a.trace_uid.as_deref())?;
-    let scope = crate::cmd_explain::Scope {
-        window: &a.window,
-        pid: a.pid,
-        top: a.top,
-        chain: a.chain.as_deref(),
-        json: a.json,
-    };
     let label = format!("lake node {}", a.node);
-    crate::cmd_explain::report_on(&store, &label, &scope)
+    crate::cmd_explain::report_on(&store, &label, &a.report)
 }
 
 fn run_maintain(m: &MaintainArgs) -> anyhow::Result<i32> {

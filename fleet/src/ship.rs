@@ -390,16 +390,7 @@ impl Shipper {
         finished: bool,
         report: &mut ShipReport,
     ) -> Result<(), FleetError> {
-        let mut attempt = 0u32;
-        loop {
-            match self.flush_once(wm, hi, flush_id, finished, report) {
-                Err(FleetError::Engine(msg)) if attempt < CONFLICT_RETRIES && lake::is_conflict(&msg) => {
-                    attempt += 1;
-                    std::thread::sleep(Duration::from_millis(10 << attempt.min(7)));
-                }
-                other => return other,
-            }
-        }
+        lake::retry_conflicts(CONFLICT_RETRIES + 1, || self.flush_once(wm, hi, flush_id, finished, report))
     }
 
     /// One transaction: the rows in (wm, hi] of every table, the small tables, the clock samples and

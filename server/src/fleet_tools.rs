@@ -11,13 +11,11 @@ use std::sync::Arc;
 
 use causeway_fleet::{Access, Fleet, FleetStraggler, LakeSpec, NodeClock, NodeOp, NodeSummary, RankWait};
 use causeway_model::time::fmt_ns;
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::args::NoArgs;
 use crate::outputs::sql_rows_schema;
-use crate::schema_style;
 use crate::tools::{finish, ToolSpec};
 use crate::traces::TraceSet;
 
@@ -191,15 +189,7 @@ where
     I: serde::de::DeserializeOwned + JsonSchema + 'static,
     O: Serialize + JsonSchema + 'static,
 {
-    let annotations =
-        ToolAnnotations::with_title(title).read_only(true).destructive(false).idempotent(true).open_world(false);
-    let mut tool = Tool::new(name, description, Arc::new(JsonObject::new()))
-        .with_title(title)
-        .with_input_schema::<I>()
-        .with_output_schema::<O>()
-        .with_annotations(annotations);
-    tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
-    tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
+    let tool = crate::tools::read_only_tool::<I, O>(name, title, description);
     let lake = lake.clone();
     let runner: crate::tools::Runner =
         Box::new(move |_set: &TraceSet, args: serde_json::Value, _ctx: &crate::tools::CallCtx| {

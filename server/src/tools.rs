@@ -98,6 +98,25 @@ impl ToolSpec {
     }
 }
 
+/// A read-only, idempotent, closed-world tool's description with its input and output schemas in
+/// the portable style of [`schema_style`].
+pub(crate) fn read_only_tool<I: JsonSchema + 'static, O: JsonSchema + 'static>(
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+) -> Tool {
+    let annotations =
+        ToolAnnotations::with_title(title).read_only(true).destructive(false).idempotent(true).open_world(false);
+    let mut tool = Tool::new(name, description, Arc::new(JsonObject::new()))
+        .with_title(title)
+        .with_input_schema::<I>()
+        .with_output_schema::<O>()
+        .with_annotations(annotations);
+    tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
+    tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
+    tool
+}
+
 fn spec<I, O>(
     name: &'static str,
     title: &'static str,
@@ -109,15 +128,7 @@ where
     I: DeserializeOwned + JsonSchema + 'static,
     O: Serialize + JsonSchema + 'static,
 {
-    let annotations =
-        ToolAnnotations::with_title(title).read_only(true).destructive(false).idempotent(true).open_world(false);
-    let mut tool = Tool::new(name, description, Arc::new(JsonObject::new()))
-        .with_title(title)
-        .with_input_schema::<I>()
-        .with_output_schema::<O>()
-        .with_annotations(annotations);
-    tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
-    tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
+    let tool = read_only_tool::<I, O>(name, title, description);
     let run: Runner = Box::new(move |set, args, ctx| finish(&run(set, parse_args(name, args)?, &ctx.cancel)?));
     ToolSpec { tool, long_running, own_progress: false, min_timeout: Duration::ZERO, run }
 }
