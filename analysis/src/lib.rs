@@ -39,7 +39,7 @@ pub use collectives::{find_stragglers, Straggler, LATE_FLOOR_NS, LATE_PERIOD_DIV
 pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;
-pub use kernels::{config_words, ChainKernel, KernelReport};
+pub use kernels::{config_words, kernel_label, ChainKernel, KernelIndex, KernelReport};
 pub use stacks::{call_site, kernel_filter_words, top_stacks, StackShare, StackSummary, StacksReport, StacksRequest};
 pub use stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats, PERCENTILES};
 pub use timeline::{timeline, TimelineReport, TimelineRequest, DEFAULT_AROUND_NS};

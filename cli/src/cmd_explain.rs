@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+
 use crate::report;
 use causeway_analysis::{explain, find_chain, ExplainRequest};
 
@@ -34,6 +36,9 @@ pub struct ReportArgs {
     /// Print one chain in full (id like c1, or its key), with the SQL that reproduces its figure.
     #[arg(long, value_name = "ID")]
     chain: Option<String>,
+    /// Also write the top chain's picture (or --chain's) as an SVG timeline to FILE.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -47,10 +52,16 @@ pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, scope: 
     // A chain id is a rank among all chains: look it up in all of them.
     let top = if scope.chain.is_some() { usize::MAX } else { scope.top.max(1) };
     let e = explain(store, &ExplainRequest { window, pid: scope.pid, top })?;
-    if let Some(id) = scope.chain.as_deref() {
-        let Some(c) = find_chain(&e, id) else {
-            anyhow::bail!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total);
-        };
+    let chosen = match scope.chain.as_deref() {
+        Some(id) => Some(find_chain(&e, id).ok_or_else(|| {
+            anyhow::anyhow!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total)
+        })?),
+        None => e.chains.first(),
+    };
+    if let Some(path) = &scope.svg {
+        write_picture(store, chosen, path)?;
+    }
+    if let Some(c) = chosen.filter(|_| scope.chain.is_some()) {
         if scope.json {
             println!("{}", serde_json::to_string_pretty(c)?);
         } else {
@@ -64,4 +75,25 @@ pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, scope: 
         print!("{}", report::render(&e, label));
     }
     Ok(0)
+}
+
+/// Writes `chain`'s timeline picture to `path` (an error when there is no chain to draw).
+fn write_picture(
+    store: &dyn causeway_backends::TraceStore,
+    chain: Option<&causeway_analysis::Chain>,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let chain = chain.ok_or_else(|| anyhow::anyhow!("--svg: no causal chain in this scope, nothing to draw"))?;
+    let picture = causeway_render::chain_picture(store, chain)?
+        .ok_or_else(|| anyhow::anyhow!("--svg: chain {} names no event this trace holds", chain.id))?;
+    std::fs::write(path, &picture.svg).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!(
+        "wrote {}: chain {} ({} calls, {} off-CPU intervals, {} culprit bars)",
+        path.display(),
+        picture.chain,
+        picture.calls,
+        picture.off_cpu,
+        picture.culprits
+    );
+    Ok(())
 }

@@ -6,10 +6,12 @@ mod cmd_check;
 mod cmd_convert;
 mod cmd_demo;
 mod cmd_explain;
+mod cmd_export;
 #[cfg(feature = "duckdb")]
 mod cmd_fleet;
 mod cmd_mcp;
 mod cmd_query;
+mod cmd_report;
 #[cfg(feature = "duckdb")]
 mod cmd_ship;
 mod cmd_stacks;
@@ -43,6 +45,8 @@ enum Command {
     Query(cmd_query::Args),
     /// The incident report: causal chains of GPU stalls, ranked, each with SQL that reproduces its figure.
     Explain(cmd_explain::Args),
+    /// The incident report as one self-contained HTML file: verdict, chains with their timeline pictures, percentiles, histograms.
+    Report(cmd_report::Args),
     /// Top call stacks of GPU calls by count and by time, demangled, Python frames as `file:line in function` (the line being executed).
     Stacks(cmd_stacks::Args),
     /// What each thread of a process did, in order, with the off-CPU intervals between.
@@ -53,6 +57,8 @@ enum Command {
     Check(cmd_check::Args),
     /// The MCP server for agents (Claude Code, Cursor, ollmcp): tools, prompts, resources over stdio or HTTP.
     Mcp(cmd_mcp::Args),
+    /// Write a trace as a timeline for Perfetto UI or chrome://tracing: threads, calls, off-CPU time, who took the CPU, chains.
+    Export(cmd_export::Args),
     /// Convert a trace (Ingero DB, native SQLite or DuckDB) into a new native SQLite or DuckDB trace.
     Convert(cmd_convert::Args),
     /// Ship a trace into a fleet lake (DuckLake on PostgreSQL), exactly once; again to ship what was added.
@@ -83,12 +89,14 @@ fn main() {
         Command::Stats(a) => cmd_stats::run(a),
         Command::Query(a) => cmd_query::run(a),
         Command::Explain(a) => cmd_explain::run(a),
+        Command::Report(a) => cmd_report::run(a),
         Command::Stacks(a) => cmd_stacks::run(a),
         Command::Timeline(a) => cmd_timeline::run(a),
         Command::Mcp(a) => cmd_mcp::run(a),
         Command::Trace(a) => cmd_trace::run(a),
         Command::Check(a) => cmd_check::run(a),
         Command::Convert(a) => cmd_convert::run(a),
+        Command::Export(a) => cmd_export::run(a),
         #[cfg(feature = "duckdb")]
         Command::Ship(a) => cmd_ship::run(a),
         #[cfg(feature = "duckdb")]

@@ -297,6 +297,13 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
         hints.push(format!("timelines cut to {steps} steps: raise timeline_steps for one chain (chain_id), or call get_timeline around an evidence event"));
     }
     let hint = (!hints.is_empty()).then(|| hints.join("; "));
+    let mut pictures = Vec::new();
+    if a.picture == Some(true) {
+        if let Some(c) = chains.first() {
+            let p = causeway_render::chain_picture(store.as_ref(), c).map_err(|e| format!("picture of {}: {e}", c.id))?;
+            pictures.extend(p.map(|p| p.svg));
+        }
+    }
     Ok(ChainsOutput {
         summary,
         trace: entry.name.clone(),
@@ -314,6 +321,7 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
         missing: e.missing.clone(),
         notes: e.notes.clone(),
         untrusted: untrusted(),
+        pictures,
     })
 }
 

@@ -75,6 +75,9 @@ pub struct ChainsArgs {
     pub chain_id: Option<String>,
     /// Timeline steps kept per chain (default 12, at most 2000); get_timeline shows the rest.
     pub timeline_steps: Option<usize>,
+    /// Also return the first chain's evidence as a picture (an SVG timeline: threads as rows, calls,
+    /// off-CPU intervals by cause, the task that took the CPU) in an image content block.
+    pub picture: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -145,6 +145,7 @@ impl CausewayServer {
             Ok(answer) => {
                 let mut r = CallToolResult::structured(answer.structured);
                 r.content = vec![ContentBlock::text(answer.text)];
+                r.content.extend(answer.images.into_iter().map(|(mime, data)| ContentBlock::image(data, mime)));
                 Ok(r)
             }
             Err(CallError::Failed(msg)) => Ok(error_result(msg)),

@@ -95,6 +95,10 @@ pub struct ChainsOutput {
     pub missing: Vec<String>,
     pub notes: Vec<String>,
     pub untrusted: String,
+    /// SVG pictures for image content blocks (`picture: true`), not part of the JSON.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub pictures: Vec<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

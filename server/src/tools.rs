@@ -7,6 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use causeway_backends::QueryCancel;
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
@@ -32,6 +34,8 @@ pub const RESPONSE_CAP_BYTES: usize = 1 << 20;
 pub struct Answer {
     pub structured: Value,
     pub text: String,
+    /// Image content blocks after the text: (MIME type, base64 data).
+    pub images: Vec<(String, String)>,
 }
 
 /// Why a call produced no answer.
@@ -133,6 +137,21 @@ where
     ToolSpec { tool, long_running, own_progress: false, min_timeout: Duration::ZERO, run }
 }
 
+/// `spec`, whose answer also carries the output's SVG pictures as image content blocks.
+fn with_pictures(
+    mut spec: ToolSpec,
+    run: fn(&TraceSet, ChainsArgs, &QueryCancel) -> Result<ChainsOutput, String>,
+) -> ToolSpec {
+    let name = spec.tool.name.clone();
+    spec.run = Box::new(move |set, args, ctx| {
+        let out = run(set, parse_args(&name, args)?, &ctx.cancel)?;
+        let mut answer = finish(&out)?;
+        answer.images = out.pictures.iter().map(|svg| ("image/svg+xml".to_string(), BASE64.encode(svg))).collect();
+        Ok(answer)
+    });
+    spec
+}
+
 pub(crate) fn parse_args<I: DeserializeOwned>(name: &str, args: Value) -> Result<I, String> {
     let args = if args.is_null() { Value::Object(Default::default()) } else { args };
     serde_json::from_value(args).map_err(|e| format!("invalid arguments for {name}: {e}; see its inputSchema"))
@@ -188,13 +207,14 @@ pub fn catalogue() -> Vec<ToolSpec> {
              loss counters, what the trace could not see (stats.coverage: runtimes without symbols, calls before a late \
              attach), and the note when the DB holds only a sample (true totals then in stats.sampled). Call it first.",
             true, answers::get_trace_stats),
-        spec::<ChainsArgs, ChainsOutput>("get_causal_chains", "Causal chains: why the GPU stalled",
+        with_pictures(spec::<ChainsArgs, ChainsOutput>("get_causal_chains", "Causal chains: why the GPU stalled",
             "The causal engine's chains, worst first: each names the op, the cause (preempted, sleep, host_compute, ...), \
              the culprit task, how many calls and how much stall time it explains and its share, a timeline, \
              the call stacks behind its worst calls (with the user's Python line, when traced with stacks), \
              recommendations, and evidence (event ids and a SQL query whose `value` reproduces the headline figure: \
-             verify it with run_sql). Filters: window, pid, op, min_severity, chain_id; top_n (default 5).",
-            true, answers::get_causal_chains),
+             verify it with run_sql). Filters: window, pid, op, min_severity, chain_id; top_n (default 5). \
+             picture: true adds the first chain's evidence as an SVG timeline in an image content block.",
+            true, answers::get_causal_chains), answers::get_causal_chains),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
              as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",
@@ -265,7 +285,7 @@ pub fn finish<T: Serialize>(out: &T) -> Result<Answer, String> {
         serde_json::to_value(out).map_err(|e| format!("internal error: cannot encode the answer: {e}"))?;
     sanitize_json(&mut structured, MAX_STRING_CHARS);
     let text = summary_first_text(&structured);
-    Ok(Answer { structured, text })
+    Ok(Answer { structured, text, images: Vec::new() })
 }
 
 /// JSON text of a value whose top-level keys `summary`, `trace`, `verdict`, `truncated` and `hint`

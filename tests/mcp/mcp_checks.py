@@ -2,6 +2,7 @@
 and its annotations, every tool on every shared DB with figures checked against FACTS.json, errors as
 `isError` results, prompts, resources and progress notifications."""
 
+import base64
 import json
 
 from mcp import Client
@@ -71,6 +72,16 @@ async def check_analysis_tools(client: Client, facts):
         assert r["rows"][0][r["columns"].index("value")] == ev["value"], f"chain {c['id']}: evidence SQL does not reproduce its value"
     one = payload(await client.call_tool("get_causal_chains", {"trace": py, "chain_id": "c1"}))
     assert [c["id"] for c in one["chains"]] == ["c1"]
+    assert [b.type for b in (await client.call_tool("get_causal_chains", {"trace": py})).content] == ["text"]
+    pictured = await client.call_tool("get_causal_chains", {"trace": py, "chain_id": "c1", "picture": True})
+    payload(pictured)
+    images = [b for b in pictured.content if b.type == "image"]
+    mime = lambda b: getattr(b, "mime_type", None) or getattr(b, "mimeType")  # noqa: E731
+    assert len(images) == 1 and mime(images[0]) == "image/svg+xml", [b.type for b in pictured.content]
+    svg = base64.b64decode(images[0].data).decode()
+    assert svg.startswith("<svg") and 'data-chain="c1"' in svg and 'class="chain-timeline"' in svg, svg[:200]
+    worst = one["chains"][0]["evidence"]["event_ids"][0]
+    assert f'data-event-id="{worst}"' in svg, "the picture shows the chain's worst call"
 
     want = facts["dbs"]["pytorch-dataloader-starvation.db"]["stacks"]["top_cudaLaunchKernel_stacks"][0]
     stacks = payload(await client.call_tool("get_stacks", {"trace": py, "op": "cudaLaunchKernel"}))["stacks"]

@@ -1,0 +1,42 @@
+//! `causeway report`: the incident report as one self-contained HTML file a person opens (the
+//! verdict, the ranked chains with their timeline pictures, per-op percentiles, histograms).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use causeway_analysis::ExplainRequest;
+
+use crate::window::WindowArgs;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Trace database (native Causeway trace or Ingero DB).
+    #[arg(long)]
+    db: PathBuf,
+    /// The HTML file to write.
+    #[arg(long, value_name = "FILE")]
+    html: PathBuf,
+    #[command(flatten)]
+    window: WindowArgs,
+    /// Only this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Chains in the report.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let store = causeway_backends::open_store(&args.db)?;
+    let window = args.window.resolve(store.info())?;
+    let report = causeway_render::html_report(store.as_ref(), &ExplainRequest { window, pid: args.pid, top: args.top.max(1) })?;
+    std::fs::write(&args.html, &report.html).with_context(|| format!("cannot write {}", args.html.display()))?;
+    eprintln!(
+        "wrote {}: {} chains ({} pictured), {} histograms; open it in a browser (it fetches nothing)",
+        args.html.display(),
+        report.chains,
+        report.pictures,
+        report.histograms
+    );
+    Ok(0)
+}
