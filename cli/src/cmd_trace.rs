@@ -60,6 +60,10 @@ pub struct Args {
     /// The NVML library to load (default: libnvidia-ml.so.1 from the loader's search path).
     #[arg(long, env = "CAUSEWAY_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
+    /// Serve live Prometheus metrics while tracing at ADDR (default 127.0.0.1:9464): calls and
+    /// latency histograms per op, off-CPU time of the traced threads, losses, the tracer's CPU.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::metrics_http::DEFAULT_ADDR)]
+    pub metrics: Option<String>,
     #[cfg(feature = "duckdb")]
     #[command(flatten)]
     pub ship: crate::cmd_ship::TraceShipArgs,
@@ -84,6 +88,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         !args.pids.is_empty() || !args.command.is_empty(),
         "nothing to trace: give --pid N or -- COMMAND ARGS"
     );
+    // a busy port fails the command before anything is written
+    let metrics_listener = args.metrics.as_deref().map(crate::metrics_http::bind).transpose()?;
+    if let Some(l) = &metrics_listener {
+        eprintln!("causeway: metrics at http://{}/metrics", l.addr);
+    }
     let duration_ns =
         args.duration.as_deref().map(parse_duration_ns).transpose().map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
@@ -126,8 +135,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         host_probes: !args.no_host,
         drop_on_backpressure: true,
         nvml: causeway_probes::NvmlOptions { hz: args.nvml_hz, lib: args.nvml_lib.clone() },
+        metrics: args.metrics.as_ref().map(|_| std::sync::Arc::new(causeway_probes::TraceMetrics::new())),
         ..Default::default()
     };
+    let metrics = opts.metrics.clone();
     let stop = opts.stop.clone();
     let json = args.json;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -142,6 +153,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
             stop.store(true, Ordering::Relaxed);
         });
+        if let (Some(l), Some(m)) = (metrics_listener, metrics) {
+            crate::metrics_http::spawn(l, m)?;
+        }
         causeway_probes::trace(opts, sink, move |s| show(s, json)).await
     })?;
     #[cfg(feature = "duckdb")]

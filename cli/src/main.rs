@@ -18,6 +18,7 @@ mod cmd_stacks;
 mod cmd_stats;
 mod cmd_timeline;
 mod cmd_trace;
+mod metrics_http;
 mod report;
 mod table;
 mod window;

@@ -26,6 +26,7 @@ mod gpu_state;
 mod kernels;
 mod libraries;
 mod loader;
+mod metrics;
 mod multi;
 mod nccl;
 mod process;
@@ -43,6 +44,7 @@ pub use discovery::{discover, site_packages_of_program, DiscoveryOptions, FoundL
 pub use error::ProbeError;
 pub use gpu_state::{NvmlOptions, DEFAULT_NVML_LIB};
 pub use loader::{file_id, LoadOptions, Probes};
+pub use metrics::{BatchTally, TraceMetrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use session::{new_session_info, trace, TraceOptions, TraceReport, UnwrittenRows};
 pub use stats::{LiveStats, OpStats};
 pub use symbols::ElfSymbols;

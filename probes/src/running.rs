@@ -212,6 +212,7 @@ impl<'o> Running<'o> {
         for e in &msg.events {
             *codes.entry((e.source, e.op)).or_default() += 1;
         }
+        let tally = self.opts.metrics.as_ref().map(|_| crate::metrics::BatchTally::of(&msg.events));
         let ok = if self.opts.drop_on_backpressure {
             self.sink.try_write_batch(msg.events)
         } else {
@@ -221,6 +222,9 @@ impl<'o> Running<'o> {
             let n = msg.nccl.len();
             let written = self.sink.write_nccl_calls(std::mem::take(&mut msg.nccl)).await;
             self.report.check_write("nccl_calls", n, written);
+        }
+        if let (true, Some(m), Some(t)) = (ok, &self.opts.metrics, tally) {
+            m.observe(t);
         }
         if ok {
             self.report.events_written += n;
@@ -306,6 +310,9 @@ impl<'o> Running<'o> {
     pub(crate) async fn on_tick(&mut self) -> LiveStats {
         self.write_summaries().await;
         let lost_now: u64 = self.probes.counters()[..32].iter().sum::<u64>() + self.backpressure.values().sum::<u64>();
+        if let Some(m) = &self.opts.metrics {
+            m.tick(&self.loss_counters(), self.probes.traced_pids().len());
+        }
         LiveStats {
             elapsed_ns: self.started.elapsed().as_nanos() as i64,
             events: self.report.events_written,
@@ -375,24 +382,12 @@ impl<'o> Running<'o> {
             ));
         }
         python_notes(&counters, &self.python, &mut self.probes.notes);
-        let decode = *self.decode_errors.lock().unwrap();
-        for src in 0..16u8 {
-            let ring = counters[(cnt::LOST_BASE + src as u32) as usize]
-                + counters[(cnt::STASH_FAIL_BASE + src as u32) as usize];
-            let rows = [
-                (LossKind::RingReserve, ring),
-                (LossKind::Decode, decode[src as usize]),
-                (LossKind::SinkBackpressure, self.backpressure.get(&src).copied().unwrap_or(0)),
-            ];
-            for (kind, n) in rows {
-                if n > 0 {
-                    // the sink counts its own back-pressure drops; the rest we add
-                    if kind != LossKind::SinkBackpressure || !self.opts.drop_on_backpressure {
-                        self.sink.add_loss(src, kind, n);
-                    }
-                    self.report.losses.push(LossCounter { source: src, kind, count: n });
-                }
+        for loss in self.loss_counters() {
+            // the sink counts its own back-pressure drops; the rest we add
+            if loss.kind != LossKind::SinkBackpressure || !self.opts.drop_on_backpressure {
+                self.sink.add_loss(loss.source, loss.kind, loss.count);
             }
+            self.report.losses.push(loss);
         }
         self.report.traced_pids = traced;
         self.report.libraries = self.probes.attached.values().cloned().collect();
@@ -405,6 +400,27 @@ impl<'o> Running<'o> {
         self.sink.flush().await?;
         self.sink.finish(self.report.stopped_at_ns).await?;
         Ok(self.report)
+    }
+}
+
+impl Running<'_> {
+    /// Every loss so far, per source and kind (cumulative): ring reservations and stash failures
+    /// in BPF, records the reader could not decode, batches the sink could not take.
+    fn loss_counters(&self) -> Vec<LossCounter> {
+        let counters = self.probes.counters();
+        let decode = *self.decode_errors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = Vec::new();
+        for src in 0..16u8 {
+            let ring = counters[(cnt::LOST_BASE + src as u32) as usize]
+                + counters[(cnt::STASH_FAIL_BASE + src as u32) as usize];
+            let rows = [
+                (LossKind::RingReserve, ring),
+                (LossKind::Decode, decode[src as usize]),
+                (LossKind::SinkBackpressure, self.backpressure.get(&src).copied().unwrap_or(0)),
+            ];
+            v.extend(rows.into_iter().filter(|(_, n)| *n > 0).map(|(kind, count)| LossCounter { source: src, kind, count }));
+        }
+        v
     }
 }
 

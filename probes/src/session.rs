@@ -66,6 +66,8 @@ pub struct TraceOptions {
     pub perf_uprobes: bool,
     /// The GPUs' own state, sampled through NVML while tracing.
     pub nvml: crate::gpu_state::NvmlOptions,
+    /// Live Prometheus metrics, updated at each batch and each second (`trace --metrics`).
+    pub metrics: Option<Arc<crate::metrics::TraceMetrics>>,
 }
 
 impl Default for TraceOptions {
@@ -92,6 +94,7 @@ impl Default for TraceOptions {
             reader_delay_us: 0,
             perf_uprobes: false,
             nvml: crate::gpu_state::NvmlOptions::default(),
+            metrics: None,
         }
     }
 }
