@@ -69,7 +69,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
         let how = match args.format {
             Format::Perfetto => "open it in Perfetto UI (Open trace file), or load it in trace_processor",
-            Format::Chrome => "open it in Perfetto UI or chrome://tracing; ts are microseconds from otherData.origin_unix_ns",
+            Format::Chrome => {
+                "open it in Perfetto UI or chrome://tracing; ts are microseconds from otherData.origin_unix_ns"
+            }
         };
         eprintln!("{how}");
     }

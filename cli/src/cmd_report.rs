@@ -29,7 +29,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
     let window = args.window.resolve(store.info())?;
-    let report = causeway_render::html_report(store.as_ref(), &ExplainRequest { window, pid: args.pid, top: args.top.max(1) })?;
+    let report =
+        causeway_render::html_report(store.as_ref(), &ExplainRequest { window, pid: args.pid, top: args.top.max(1) })?;
     std::fs::write(&args.html, &report.html).with_context(|| format!("cannot write {}", args.html.display()))?;
     eprintln!(
         "wrote {}: {} chains ({} pictured), {} histograms; open it in a browser (it fetches nothing)",

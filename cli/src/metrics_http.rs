@@ -23,7 +23,8 @@ pub struct MetricsListener {
 
 /// Binds `addr` (`HOST:PORT`; port 0 picks a free one).
 pub fn bind(addr: &str) -> anyhow::Result<MetricsListener> {
-    let want: SocketAddr = addr.parse().with_context(|| format!("--metrics {addr}: not an address like 127.0.0.1:9464"))?;
+    let want: SocketAddr =
+        addr.parse().with_context(|| format!("--metrics {addr}: not an address like 127.0.0.1:9464"))?;
     let listener = std::net::TcpListener::bind(want).with_context(|| format!("--metrics: cannot listen on {want}"))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;

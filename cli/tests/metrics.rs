@@ -62,12 +62,18 @@ fn start_prometheus(dir: &Path, target_port: u16) -> Prometheus {
     let p = Prometheus { child, port };
     let t0 = Instant::now();
     while get(port, "/-/ready").map(|r| r.0) != Some(200) {
-        assert!(t0.elapsed() < Duration::from_secs(60), "prometheus not ready: {}", std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default());
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "prometheus not ready: {}",
+            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // ready is not scraping: target discovery reaches the scrape loop a few seconds later (its
     // updates are sent every 5 s); wait for the first attempt (down: nothing listens yet)
-    while !get(port, "/api/v1/targets").is_some_and(|(_, b)| b.contains("\"health\":\"down\"") || b.contains("\"health\":\"up\"")) {
+    while !get(port, "/api/v1/targets")
+        .is_some_and(|(_, b)| b.contains("\"health\":\"down\"") || b.contains("\"health\":\"up\""))
+    {
         assert!(t0.elapsed() < Duration::from_secs(60), "prometheus never scraped its target");
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -88,7 +94,12 @@ fn query(p: &Prometheus, promql: &str) -> Option<f64> {
 }
 
 fn causeway_rows(db: &Path, sql: &str) -> Vec<Vec<serde_json::Value>> {
-    let out = Command::new(env!("CARGO_BIN_EXE_causeway")).args(["query", "--json", "--db"]).arg(db).arg(sql).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
+        .args(["query", "--json", "--db"])
+        .arg(db)
+        .arg(sql)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     serde_json::from_value(v["rows"].clone()).unwrap()
@@ -122,7 +133,12 @@ fn prometheus_scrapes_the_live_trace_and_holds_its_counts() {
     assert!(stderr.contains(&format!("metrics at http://127.0.0.1:{metrics_port}/metrics")), "{stderr}");
 
     let up = query(&prom, "max_over_time(up{job=\"causeway\"}[5m])");
-    assert_eq!(up, Some(1.0), "prometheus never scraped the trace: {}", std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default());
+    assert_eq!(
+        up,
+        Some(1.0),
+        "prometheus never scraped the trace: {}",
+        std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
+    );
     // every GPU op the trace holds, by its stored name
     let ops = causeway_rows(
         &db,
@@ -158,5 +174,9 @@ fn a_busy_metrics_port_fails_the_trace_at_once() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot listen on"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot listen on"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -94,12 +94,29 @@ fn export_writes_beside_the_trace_or_where_asked() {
     assert!(said.contains("t.perfetto-trace"), "{said}");
     assert!(std::fs::metadata(dir.path().join("t.perfetto-trace")).unwrap().len() > 1000);
     let json = dir.path().join("out.json");
-    causeway(&["export", "--db", db.to_str().unwrap(), "--format", "chrome", "--out", json.to_str().unwrap(), "--no-chains"]);
+    causeway(&[
+        "export",
+        "--db",
+        db.to_str().unwrap(),
+        "--format",
+        "chrome",
+        "--out",
+        json.to_str().unwrap(),
+        "--no-chains",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert!(v["traceEvents"].as_array().unwrap().len() > 1000);
     // a bad format is refused with the choices, and nothing is written
     let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
-        .args(["export", "--db", db.to_str().unwrap(), "--format", "svg", "--out", dir.path().join("x").to_str().unwrap()])
+        .args([
+            "export",
+            "--db",
+            db.to_str().unwrap(),
+            "--format",
+            "svg",
+            "--out",
+            dir.path().join("x").to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

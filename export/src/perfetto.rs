@@ -99,7 +99,14 @@ impl<'w> PerfettoWriter<'w> {
     }
 
     /// A track event at `ts` on `track_uuid`, with `slice`'s name, category, arguments and flows.
-    fn event(&mut self, track_uuid: u64, ts: i64, kind: Type, slice: Option<&Slice>, counter: Option<f64>) -> io::Result<()> {
+    fn event(
+        &mut self,
+        track_uuid: u64,
+        ts: i64,
+        kind: Type,
+        slice: Option<&Slice>,
+        counter: Option<f64>,
+    ) -> io::Result<()> {
         let mut e = TrackEvent::new();
         e.set_type(kind);
         e.set_track_uuid(track_uuid);

@@ -120,7 +120,9 @@ impl<'a> Walk<'a> {
             ("temperature", "C", |s| (s.temperature_c >= 0).then_some(f64::from(s.temperature_c))),
             ("power", "W", |s| (s.power_mw >= 0).then_some(s.power_mw as f64 / 1000.0)),
             ("utilization", "%", |s| (s.util_gpu_pct >= 0).then_some(f64::from(s.util_gpu_pct))),
-            ("memory used", "GiB", |s| (s.mem_used_bytes >= 0).then_some(s.mem_used_bytes as f64 / (1u64 << 30) as f64)),
+            ("memory used", "GiB", |s| {
+                (s.mem_used_bytes >= 0).then_some(s.mem_used_bytes as f64 / (1u64 << 30) as f64)
+            }),
             ("throttle reasons", "bitmask", |s| (s.throttle_reasons >= 0).then_some(s.throttle_reasons as f64)),
         ];
         let samples = self.store.gpu_samples(&TimeWindow { from_ns: Some(from), to_ns: Some(to) })?;
@@ -133,7 +135,12 @@ impl<'a> Walk<'a> {
                     None => {
                         let id = self.next_counter;
                         self.next_counter += 1;
-                        w.counter_track(id, &CounterOwner::Gpu(s.gpu), &format!("GPU {} {name} ({unit})", s.gpu), unit)?;
+                        w.counter_track(
+                            id,
+                            &CounterOwner::Gpu(s.gpu),
+                            &format!("GPU {} {name} ({unit})", s.gpu),
+                            unit,
+                        )?;
                         tracks.insert((s.gpu, k), id);
                         id
                     }
@@ -155,8 +162,7 @@ impl<'a> Walk<'a> {
         for (i, chain) in ex.chains.iter().enumerate() {
             let found: Vec<(&EventId, (i64, i64))> =
                 chain.evidence.event_ids.iter().filter_map(|id| spans.get(id).map(|&s| (id, s))).collect();
-            let (Some(start), Some(end)) =
-                (found.iter().map(|(_, s)| s.0).min(), found.iter().map(|(_, s)| s.1).max())
+            let (Some(start), Some(end)) = (found.iter().map(|(_, s)| s.0).min(), found.iter().map(|(_, s)| s.1).max())
             else {
                 continue;
             };
@@ -335,7 +341,10 @@ impl<'a> Walk<'a> {
         }
         if let Some(s) = &ev.sched {
             if s.next_tid != 0 || s.next_pid != 0 {
-                slice.args.push(("took_the_cpu", Arg::Str(format!("{} (pid {}, tid {})", s.next_comm, s.next_pid, s.next_tid))));
+                slice.args.push((
+                    "took_the_cpu",
+                    Arg::Str(format!("{} (pid {}, tid {})", s.next_comm, s.next_pid, s.next_tid)),
+                ));
             }
             if s.wake_ts_ns != 0 {
                 slice.args.push(("woken_after", Arg::Str(fmt_ns(s.wake_ts_ns - start))));

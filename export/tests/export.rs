@@ -59,10 +59,7 @@ fn call_times(store: &dyn TraceStore) -> HashMap<String, (i64, i64)> {
 /// The evidence event ids of each chain explain finds.
 fn evidence(store: &dyn TraceStore) -> Vec<(String, Vec<String>)> {
     let ex = explain(store, &ExplainRequest { top: 50, ..Default::default() }).unwrap();
-    ex.chains
-        .iter()
-        .map(|c| (c.id.clone(), c.evidence.event_ids.iter().map(|i| i.to_string()).collect()))
-        .collect()
+    ex.chains.iter().map(|c| (c.id.clone(), c.evidence.event_ids.iter().map(|i| i.to_string()).collect())).collect()
 }
 
 fn export_to_vec(store: &dyn TraceStore, format: Format, chunk_events: u64) -> (Vec<u8>, ExportSummary) {
@@ -99,9 +96,10 @@ fn check_nesting(events: &[(String, char, i64, Option<Begin>)], what: &str) -> V
                 open.entry(track).or_default().push(b);
             }
             'E' => {
-                let b = open.get_mut(track.as_str()).and_then(|s| s.pop()).unwrap_or_else(|| {
-                    panic!("{what}: track {track}: an end without a begin at {ts}")
-                });
+                let b = open
+                    .get_mut(track.as_str())
+                    .and_then(|s| s.pop())
+                    .unwrap_or_else(|| panic!("{what}: track {track}: an end without a begin at {ts}"));
                 assert!(*ts >= b.ts, "{what}: track {track}: {} ends before it begins", b.name);
                 if let Some(parent) = open.get(track.as_str()).and_then(|s| s.last()) {
                     assert!(parent.ts <= b.ts, "{what}: {track}: improper nesting");
@@ -139,11 +137,8 @@ fn decode_perfetto(bytes: &[u8]) -> Vec<(String, char, i64, Option<Begin>)> {
         let ts = p.timestamp() as i64;
         match e.type_() {
             Type::TYPE_SLICE_BEGIN | Type::TYPE_INSTANT => {
-                let event_id = e
-                    .debug_annotations
-                    .iter()
-                    .find(|a| a.name() == "event_id")
-                    .map(|a| a.string_value().to_string());
+                let event_id =
+                    e.debug_annotations.iter().find(|a| a.name() == "event_id").map(|a| a.string_value().to_string());
                 let b = Begin {
                     track: track.clone(),
                     ts,
@@ -316,12 +311,16 @@ fn an_ingero_db_exports_with_its_calls_and_intervals() {
 fn a_pid_filter_keeps_that_process_only() {
     let path = investigations().into_iter().find(|p| p.to_string_lossy().contains("cpu-contention")).unwrap();
     let store = open_store(&path).unwrap();
-    let pid = count(store.as_ref(), "SELECT pid FROM events WHERE source IN (1, 4) GROUP BY pid ORDER BY count(*) DESC LIMIT 1") as u32;
+    let pid = count(
+        store.as_ref(),
+        "SELECT pid FROM events WHERE source IN (1, 4) GROUP BY pid ORDER BY count(*) DESC LIMIT 1",
+    ) as u32;
     let mut out = Vec::new();
     let req = ExportRequest { pid: Some(pid), ..Default::default() };
     let s = export(store.as_ref(), &req, Format::Chrome, &mut out).unwrap();
     let v: Value = serde_json::from_slice(&out).unwrap();
-    let calls = count(store.as_ref(), &format!("SELECT count(*) FROM events WHERE source IN (1, 4, 8, 9) AND pid = {pid}"));
+    let calls =
+        count(store.as_ref(), &format!("SELECT count(*) FROM events WHERE source IN (1, 4, 8, 9) AND pid = {pid}"));
     assert_eq!(s.calls, calls);
     for e in v["traceEvents"].as_array().unwrap() {
         if e["ph"] == "B" && e["cat"] != "culprit" && e["cat"] != "chain" {

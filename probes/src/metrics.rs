@@ -108,7 +108,11 @@ impl TraceMetrics {
         let events = Counter::default();
         registry.register("events_written", "Events written to the trace", events.clone());
         let lost = Family::<LossLabels, Counter>::default();
-        registry.register("events_lost", "Events lost, by source and kind (ring_reserve, decode, sink_backpressure)", lost.clone());
+        registry.register(
+            "events_lost",
+            "Events lost, by source and kind (ring_reserve, decode, sink_backpressure)",
+            lost.clone(),
+        );
         let tracer_cpu = Counter::<f64, AtomicU64>::default();
         registry.register_with_unit(
             "tracer_cpu",
@@ -152,7 +156,8 @@ impl TraceMetrics {
         for l in losses {
             let before = last.0.iter().find(|p| p.source == l.source && p.kind == l.kind).map_or(0, |p| p.count);
             if l.count > before {
-                let labels = LossLabels { source: source_name(l.source).into_owned(), kind: l.kind.as_str().to_string() };
+                let labels =
+                    LossLabels { source: source_name(l.source).into_owned(), kind: l.kind.as_str().to_string() };
                 self.lost.get_or_create(&labels).inc_by(l.count - before);
             }
         }
@@ -210,7 +215,12 @@ mod tests {
             "{text}"
         );
         // 5 us falls in the bucket up to 16 us; 3 ms in the one up to 4.096 ms
-        assert!(text.contains("causeway_gpu_call_duration_seconds_bucket{le=\"+Inf\",source=\"CUDA\",op=\"cudaLaunchKernel\"} 2"), "{text}");
+        assert!(
+            text.contains(
+                "causeway_gpu_call_duration_seconds_bucket{le=\"+Inf\",source=\"CUDA\",op=\"cudaLaunchKernel\"} 2"
+            ),
+            "{text}"
+        );
         assert!(text.contains("causeway_off_cpu_seconds_total{pid=\"7\",cause=\"preempted\"} 2.0"), "{text}");
         assert!(text.contains("causeway_events_written_total 4"), "{text}");
         assert!(text.contains("causeway_events_lost_total{source=\"CUDA\",kind=\"ring_reserve\"} 5"), "{text}");

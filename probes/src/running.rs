@@ -418,7 +418,11 @@ impl Running<'_> {
                 (LossKind::Decode, decode[src as usize]),
                 (LossKind::SinkBackpressure, self.backpressure.get(&src).copied().unwrap_or(0)),
             ];
-            v.extend(rows.into_iter().filter(|(_, n)| *n > 0).map(|(kind, count)| LossCounter { source: src, kind, count }));
+            v.extend(rows.into_iter().filter(|(_, n)| *n > 0).map(|(kind, count)| LossCounter {
+                source: src,
+                kind,
+                count,
+            }));
         }
         v
     }

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use causeway_analysis::Chain;
 use causeway_model::codes::{self, op, GpuRole, OpCode, OpKind};
 use causeway_model::time::fmt_ns;
+use causeway_model::time::TimeWindow;
 use causeway_model::{Event, PrevState};
 use causeway_store::{EventFilter, StoredEvent, TraceStore};
-use causeway_model::time::TimeWindow;
 use svg::node::element::{Group, Line, Rectangle, Text, Title};
 use svg::Document;
 
@@ -120,9 +120,12 @@ fn rows(
         let (start, end) = span(ev);
         let code = OpCode::new(ev.source, ev.op);
         let id = se.id.to_string();
-        let row = threads
-            .entry(ev.tid)
-            .or_insert_with(|| ThreadRow { tid: ev.tid, comm: ev.comm.clone(), calls: vec![], off_cpu: vec![] });
+        let row = threads.entry(ev.tid).or_insert_with(|| ThreadRow {
+            tid: ev.tid,
+            comm: ev.comm.clone(),
+            calls: vec![],
+            off_cpu: vec![],
+        });
         match codes::op_kind(ev.source, ev.op) {
             OpKind::GpuCall => {
                 let depth = u8::from(open_until.get(&ev.tid).is_some_and(|&u| u >= end));
@@ -146,7 +149,9 @@ fn rows(
             OpKind::OffCpu if code == op::SCHED_SWITCH => {
                 let state = ev.sched.as_ref().map_or(PrevState::Unknown, |s| s.prev_state);
                 let who = ev.sched.as_ref().filter(|s| s.next_tid != 0 || s.next_pid != 0);
-                let took = who.map(|s| format!(", {} (pid {}) took CPU {}", s.next_comm, s.next_pid, ev.cpu)).unwrap_or_default();
+                let took = who
+                    .map(|s| format!(", {} (pid {}) took CPU {}", s.next_comm, s.next_pid, ev.cpu))
+                    .unwrap_or_default();
                 row.off_cpu.push(Bar {
                     start,
                     end,
@@ -183,7 +188,8 @@ fn rows(
             _ => {}
         }
     }
-    let mut rows: Vec<ThreadRow> = threads.into_values().filter(|r| !r.calls.is_empty() || !r.off_cpu.is_empty()).collect();
+    let mut rows: Vec<ThreadRow> =
+        threads.into_values().filter(|r| !r.calls.is_empty() || !r.off_cpu.is_empty()).collect();
     let busy = |r: &ThreadRow| -> i64 { r.calls.iter().chain(&r.off_cpu).map(|b| b.end - b.start).sum() };
     rows.sort_by_key(|r| (r.tid != focus_tid, std::cmp::Reverse(busy(r)), r.tid));
     rows.truncate(MAX_THREADS);
@@ -248,23 +254,37 @@ fn draw(chain: &Chain, threads: &[ThreadRow], cpus: &BTreeMap<i32, Vec<Bar>>, sc
         .set("viewBox", (0, 0, WIDTH, height))
         .set("font-family", "DejaVu Sans, Verdana, sans-serif")
         .add(Rectangle::new().set("width", WIDTH).set("height", height).set("fill", palette::BACKGROUND));
-    doc = doc.add(Text::new(label_wide(&chain.title(), 125)).set("x", 8).set("y", 18).set("font-size", 13).set("font-weight", "bold"));
+    doc = doc.add(
+        Text::new(label_wide(&chain.title(), 125))
+            .set("x", 8)
+            .set("y", 18)
+            .set("font-size", 13)
+            .set("font-weight", "bold"),
+    );
     doc = doc.add(
         Text::new(label_wide(
             &format!("{} (the worst call and {} around it)", chain.summary, fmt_ns(scale.t1 - scale.t0)),
             160,
         ))
-            .set("x", 8)
-            .set("y", 34)
-            .set("font-size", 11)
-            .set("fill", palette::MUTED),
+        .set("x", 8)
+        .set("y", 34)
+        .set("font-size", 11)
+        .set("fill", palette::MUTED),
     );
     let (mut calls, mut off_cpu, mut culprits) = (0, 0, 0);
     let mut y = TOP;
     for t in threads {
         let mut row = Group::new().set("class", "thread-row").set("data-tid", t.tid);
-        row = row.add(Text::new(label(&format!("{} ({})", t.comm, t.tid))).set("x", 8).set("y", y + 15.0).set("font-size", 11));
-        row = row.add(Text::new("off-CPU").set("x", LABEL_W - 44.0).set("y", y + 28.0).set("font-size", 8).set("fill", palette::MUTED));
+        row = row.add(
+            Text::new(label(&format!("{} ({})", t.comm, t.tid))).set("x", 8).set("y", y + 15.0).set("font-size", 11),
+        );
+        row = row.add(
+            Text::new("off-CPU")
+                .set("x", LABEL_W - 44.0)
+                .set("y", y + 28.0)
+                .set("font-size", 8)
+                .set("fill", palette::MUTED),
+        );
         let mut labels = Vec::new();
         for b in &t.calls {
             let (dy, h) = if b.depth == 0 { (2.0, 18.0) } else { (7.0, 8.0) };
@@ -328,11 +348,27 @@ fn separator(y: f64) -> Line {
 
 fn axis(scale: &TimeScale, y: f64) -> Group {
     let mut g = Group::new().set("class", "axis");
-    g = g.add(Line::new().set("x1", scale.x0).set("x2", scale.x1).set("y1", y + 4.0).set("y2", y + 4.0).set("stroke", palette::MUTED));
+    g = g.add(
+        Line::new()
+            .set("x1", scale.x0)
+            .set("x2", scale.x1)
+            .set("y1", y + 4.0)
+            .set("y2", y + 4.0)
+            .set("stroke", palette::MUTED),
+    );
     for (t, text) in scale.ticks(8) {
         let x = scale.x(t);
-        g = g.add(Line::new().set("x1", x).set("x2", x).set("y1", y + 4.0).set("y2", y + 9.0).set("stroke", palette::MUTED));
-        g = g.add(Text::new(text).set("x", x).set("y", y + 20.0).set("font-size", 9).set("text-anchor", "middle").set("fill", palette::MUTED));
+        g = g.add(
+            Line::new().set("x1", x).set("x2", x).set("y1", y + 4.0).set("y2", y + 9.0).set("stroke", palette::MUTED),
+        );
+        g = g.add(
+            Text::new(text)
+                .set("x", x)
+                .set("y", y + 20.0)
+                .set("font-size", 9)
+                .set("text-anchor", "middle")
+                .set("fill", palette::MUTED),
+        );
     }
     g
 }

@@ -81,13 +81,41 @@ pub fn latency_histogram(op: &str, mut durations: Vec<i64>, slow_threshold_ns: O
     }
     doc = doc.add(bars);
     let axis_y = TOP + plot_h;
-    doc = doc.add(Line::new().set("x1", LEFT).set("x2", WIDTH - RIGHT).set("y1", axis_y).set("y2", axis_y).set("stroke", palette::MUTED));
+    doc = doc.add(
+        Line::new()
+            .set("x1", LEFT)
+            .set("x2", WIDTH - RIGHT)
+            .set("y1", axis_y)
+            .set("y2", axis_y)
+            .set("stroke", palette::MUTED),
+    );
     for (ns, text) in scale.decades() {
         let x = scale.x(ns);
-        doc = doc.add(Line::new().set("x1", x).set("x2", x).set("y1", axis_y).set("y2", axis_y + 5.0).set("stroke", palette::MUTED));
-        doc = doc.add(Text::new(text).set("x", x).set("y", axis_y + 17.0).set("font-size", 9).set("text-anchor", "middle").set("fill", palette::MUTED));
+        doc = doc.add(
+            Line::new()
+                .set("x1", x)
+                .set("x2", x)
+                .set("y1", axis_y)
+                .set("y2", axis_y + 5.0)
+                .set("stroke", palette::MUTED),
+        );
+        doc = doc.add(
+            Text::new(text)
+                .set("x", x)
+                .set("y", axis_y + 17.0)
+                .set("font-size", 9)
+                .set("text-anchor", "middle")
+                .set("fill", palette::MUTED),
+        );
     }
-    doc = doc.add(Text::new(format!("{}", top as u64)).set("x", LEFT - 4.0).set("y", TOP + 8.0).set("font-size", 9).set("text-anchor", "end").set("fill", palette::MUTED));
+    doc = doc.add(
+        Text::new(format!("{}", top as u64))
+            .set("x", LEFT - 4.0)
+            .set("y", TOP + 8.0)
+            .set("font-size", 9)
+            .set("text-anchor", "end")
+            .set("fill", palette::MUTED),
+    );
     let mut marks = vec![("p50", p50, palette::MUTED), ("p99", p99, palette::EVIDENCE)];
     if let Some(t) = slow_threshold_ns {
         marks.push(("slow", t, palette::SLOW));
@@ -97,11 +125,32 @@ pub fn latency_histogram(op: &str, mut durations: Vec<i64>, slow_threshold_ns: O
         doc = doc.add(
             Group::new()
                 .set("class", format!("mark {name}"))
-                .add(Line::new().set("x1", x).set("x2", x).set("y1", TOP).set("y2", axis_y).set("stroke", color).set("stroke-dasharray", "4 3"))
-                .add(Text::new(format!("{name} {}", fmt_ns(ns))).set("x", x + 3.0).set("y", TOP + 10.0 + if name == "slow" { 12.0 } else { 0.0 }).set("font-size", 9).set("fill", color)),
+                .add(
+                    Line::new()
+                        .set("x1", x)
+                        .set("x2", x)
+                        .set("y1", TOP)
+                        .set("y2", axis_y)
+                        .set("stroke", color)
+                        .set("stroke-dasharray", "4 3"),
+                )
+                .add(
+                    Text::new(format!("{name} {}", fmt_ns(ns)))
+                        .set("x", x + 3.0)
+                        .set("y", TOP + 10.0 + if name == "slow" { 12.0 } else { 0.0 })
+                        .set("font-size", 9)
+                        .set("fill", color),
+                ),
         );
     }
-    doc = doc.add(Text::new("call duration").set("x", WIDTH / 2.0).set("y", HEIGHT - 6.0).set("font-size", 10).set("text-anchor", "middle").set("fill", palette::MUTED));
+    doc = doc.add(
+        Text::new("call duration")
+            .set("x", WIDTH / 2.0)
+            .set("y", HEIGHT - 6.0)
+            .set("font-size", 10)
+            .set("text-anchor", "middle")
+            .set("fill", palette::MUTED),
+    );
     Some(Histogram { op: op.to_string(), svg: doc.to_string(), calls: durations.len(), bins, p50_ns: p50, p99_ns: p99 })
 }
 

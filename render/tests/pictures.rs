@@ -53,7 +53,10 @@ fn the_contention_chain_shows_each_preemption_and_who_took_the_cpu() {
     for r in &rows {
         let id = r[0].as_i64().unwrap();
         assert!(p.svg.contains(&format!("class=\"culprit\" data-event-id=\"{id}\"")), "no culprit bar for event {id}");
-        assert!(p.svg.contains(&format!("class=\"off-cpu preempted\" data-event-id=\"{id}\"")), "no off-CPU bar for {id}");
+        assert!(
+            p.svg.contains(&format!("class=\"off-cpu preempted\" data-event-id=\"{id}\"")),
+            "no off-CPU bar for {id}"
+        );
     }
     assert!(p.svg.contains(&culprit.comm), "the culprit {} is named", culprit.comm);
     let worst = chain.evidence.event_ids[0].to_string();
@@ -80,7 +83,11 @@ fn every_investigation_gives_a_report_with_its_chains_pictures_and_tables() {
         assert_eq!(r.html.matches("class=\"latency-histogram\"").count(), r.histograms, "{what}");
         assert!(r.histograms >= 1 || stats.ops.is_empty(), "{what}: no histogram");
         assert!(!r.html.contains("<script"), "{what}: the report runs no script");
-        assert!(!r.html.contains("http://") || r.html.matches("http://").count() == r.html.matches("http://www.w3.org/2000/svg").count(), "{what}: fetches nothing");
+        assert!(
+            !r.html.contains("http://")
+                || r.html.matches("http://").count() == r.html.matches("http://www.w3.org/2000/svg").count(),
+            "{what}: fetches nothing"
+        );
     }
 }
 
@@ -95,7 +102,10 @@ fn a_histogram_holds_every_call_of_its_op() {
         ..Default::default()
     };
     store.scan_durations(&filter, &mut |r| durations.push(r.dur_ns)).unwrap();
-    let n = sql_rows(store.as_ref(), &format!("SELECT count(*) FROM events WHERE source = {} AND op = {}", op.source, op.op_code))[0][0]
+    let n = sql_rows(
+        store.as_ref(),
+        &format!("SELECT count(*) FROM events WHERE source = {} AND op = {}", op.source, op.op_code),
+    )[0][0]
         .as_u64()
         .unwrap();
     let h = causeway_render::latency_histogram(&op.op, durations, Some(op.slow_threshold_ns)).unwrap();

@@ -300,7 +300,8 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
     let mut pictures = Vec::new();
     if a.picture == Some(true) {
         if let Some(c) = chains.first() {
-            let p = causeway_render::chain_picture(store.as_ref(), c).map_err(|e| format!("picture of {}: {e}", c.id))?;
+            let p =
+                causeway_render::chain_picture(store.as_ref(), c).map_err(|e| format!("picture of {}: {e}", c.id))?;
             pictures.extend(p.map(|p| p.svg));
         }
     }
