@@ -78,6 +78,9 @@ struct Walk<'a> {
     next_chain: usize,
     next_flow: u64,
     rates: LaunchRates,
+    /// The end of each thread's last top-level GPU call: a launch inside it (the driver launch
+    /// of a runtime launch) is the same kernel and is not counted again.
+    top_call_end: HashMap<u32, i64>,
     next_counter: usize,
     summary: ExportSummary,
 }
@@ -99,7 +102,8 @@ impl<'a> Walk<'a> {
             chains: Vec::new(),
             next_chain: 0,
             next_flow: 1,
-            rates: LaunchRates::new(((to - from) / RATE_BUCKETS).clamp(MIN_BUCKET_NS, MAX_BUCKET_NS)),
+            rates: LaunchRates::new(rate_bucket_ns(from, to)),
+            top_call_end: HashMap::new(),
             next_counter: 0,
             summary: ExportSummary::default(),
         })
@@ -281,7 +285,12 @@ impl<'a> Walk<'a> {
                 let slice = self.call_slice(&e, code, flows_in);
                 self.summary.clipped += self.nesting.begin(w, track, ev.ts_ns, span(ev).1, &slice)?;
                 self.summary.calls += 1;
-                if codes::is_kernel_launch(code) {
+                let end = span(ev).1;
+                let nested = self.top_call_end.get(&ev.tid).is_some_and(|&e| e >= end);
+                if !nested {
+                    self.top_call_end.insert(ev.tid, end);
+                }
+                if codes::is_kernel_launch(code) && !nested {
                     self.launch(w, ev.pid, ev.ts_ns)?;
                 }
             }
@@ -399,7 +408,8 @@ impl<'a> Walk<'a> {
         if !self.rates.tracks.contains_key(&pid) {
             let id = self.next_counter;
             self.next_counter += 1;
-            w.counter_track(id, &CounterOwner::Process(pid), "kernel launches per second", "1/s")?;
+            let name = format!("kernel launches per second (counted per {} ms)", self.rates.bucket_ns / 1_000_000);
+            w.counter_track(id, &CounterOwner::Process(pid), &name, "1/s")?;
             self.rates.tracks.insert(pid, RateTrack { id, bucket: i64::MIN, count: 0 });
         }
         self.summary.counter_values += self.rates.add(w, pid, ts)?;
@@ -412,6 +422,14 @@ impl<'a> Walk<'a> {
         w.finish()?;
         Ok(self.summary)
     }
+}
+
+/// The launch-rate bucket of a window: its span over [`RATE_BUCKETS`], in whole milliseconds
+/// (named in the counter's title), within [`MIN_BUCKET_NS`, `MAX_BUCKET_NS`].
+fn rate_bucket_ns(from: i64, to: i64) -> i64 {
+    let raw = (to - from) / RATE_BUCKETS;
+    let whole_ms = (raw + 999_999) / 1_000_000 * 1_000_000;
+    whole_ms.clamp(MIN_BUCKET_NS, MAX_BUCKET_NS)
 }
 
 /// Where an event's slice lies: a call `[ts, ts + dur]`, an off-CPU row the interval before its
