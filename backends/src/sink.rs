@@ -4,7 +4,10 @@
 //! The writer thread groups whatever is queued into one commit, counts the events of a failed commit
 //! as [`LossKind::Write`], and stores the loss counters at every flush and at the end. When the queue
 //! is full, `try_write_batch` drops the batch and counts its events as
-//! [`LossKind::SinkBackpressure`]. Each engine keeps only its writer (`sqlite::SqliteWriter`,
+//! [`LossKind::SinkBackpressure`]. When the disk fills up, the writer stops writing (one error line),
+//! counts every later event as [`LossKind::Write`] and keeps taking batches, so the tracer goes on
+//! and its report says how many events were written and how many lost; what was committed stays
+//! readable (through the WAL when the session could not be closed). Each engine keeps only its writer (`sqlite::SqliteWriter`,
 //! `duckdb::DuckDbWriter`) and names its sink as `QueuedSink<ItsWriter>`.
 
 use std::collections::BTreeMap;
@@ -64,6 +67,8 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
     fn finish(self, stopped_at_ns: i64) -> Result<u64>;
+    /// Events committed so far.
+    fn written(&self) -> u64;
 }
 
 /// Batches the writer queue holds before `try_write_batch` starts dropping.
@@ -93,7 +98,7 @@ enum Msg {
 pub struct QueuedSink<W: EngineWriter> {
     tx: mpsc::Sender<Msg>,
     losses: SharedLosses,
-    thread: Option<std::thread::JoinHandle<Result<W>>>,
+    thread: Option<std::thread::JoinHandle<Result<Stopped<W>>>>,
     path: PathBuf,
 }
 
@@ -120,14 +125,25 @@ impl<W: EngineWriter> QueuedSink<W> {
     }
 }
 
+/// What the writer thread hands back: the writer, and why it stopped writing early (the disk).
+struct Stopped<W> {
+    writer: W,
+    disk_full: Option<String>,
+}
+
 /// The writer thread: until the queue closes, take what is queued, commit it, answer flushes.
-fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losses: SharedLosses) -> Result<W> {
+fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losses: SharedLosses) -> Result<Stopped<W>> {
     let mut pending: Vec<Vec<Event>> = Vec::new();
+    let mut disk_full: Option<String> = None;
     while let Some(first) = rx.blocking_recv() {
         let mut flushes = Vec::new();
+        let full = disk_full.is_some();
         let mut handle = |m: Msg, w: &mut W, pending: &mut Vec<Vec<Event>>| -> Result<()> {
             match m {
                 Msg::Batch(b) => pending.push(b),
+                Msg::Flush(done) => flushes.push(done),
+                // the disk is full: the side tables wait with the events (nothing more is written)
+                _ if full => {}
                 Msg::Stacks(s) => w.write_stacks(&s)?,
                 Msg::ProcessName(pid, name, at) => w.write_process_name(pid, &name, at)?,
                 Msg::LaunchConfigs(c) => w.write_launch_configs(&c)?,
@@ -136,7 +152,6 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
                 Msg::GpuSamples(s) => w.write_gpu_samples(&s)?,
                 Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
-                Msg::Flush(done) => flushes.push(done),
             }
             Ok(())
         };
@@ -149,25 +164,50 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
             }
         }
         if !pending.is_empty() {
-            if let Err(e) = writer.write_batches(pending.iter().map(Vec::as_slice)) {
+            let written = if disk_full.is_some() {
+                Err(StoreError::DiskFull("writing stopped earlier".into()))
+            } else {
+                writer.write_batches(pending.iter().map(Vec::as_slice))
+            };
+            if let Err(e) = written {
                 let mut l = lock(&losses);
                 for ev in pending.iter().flatten() {
                     *l.entry((ev.source, LossKind::Write)).or_default() += 1;
                 }
-                tracing::error!("writing a batch to {} failed: {e}", writer.path().display());
+                if disk_full.is_none() {
+                    tracing::error!("writing a batch to {} failed: {e}", writer.path().display());
+                }
                 result = result.and(Err(e));
             }
             pending.clear();
         }
+        if let Err(e) = &result {
+            if e.is_disk_full() && disk_full.is_none() {
+                tracing::error!(
+                    "{}: the disk is full after {} events: writing stopped; what was committed stays readable, \
+                     later events are counted as lost (kind write)",
+                    writer.path().display(),
+                    writer.written()
+                );
+                disk_full = Some(e.to_string());
+            }
+            if disk_full.is_some() {
+                result = Ok(());
+            }
+        }
         if !flushes.is_empty() {
-            let snapshot = counters(&lock(&losses));
-            let r = result.and_then(|_| writer.write_losses(&snapshot));
+            let r = if disk_full.is_some() {
+                Ok(())
+            } else {
+                let snapshot = counters(&lock(&losses));
+                result.and_then(|_| writer.write_losses(&snapshot))
+            };
             for f in flushes {
                 let _ = f.send(r.as_ref().map(|_| ()).map_err(|e| StoreError::Engine(e.to_string())));
             }
         }
     }
-    Ok(writer)
+    Ok(Stopped { writer, disk_full })
 }
 
 #[async_trait::async_trait]
@@ -240,11 +280,32 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
         let losses = self.losses.clone();
         drop(self); // closes the queue: the writer thread returns its writer
         tokio::task::spawn_blocking(move || -> Result<SinkSummary> {
-            let mut writer = thread.join().map_err(|_| StoreError::WriterGone("writer thread panicked".into()))??;
+            let Stopped { mut writer, disk_full } =
+                thread.join().map_err(|_| StoreError::WriterGone("writer thread panicked".into()))??;
             let losses = counters(&lock(&losses));
-            writer.write_losses(&losses)?;
-            let events_written = writer.finish(stopped_at_ns)?;
-            Ok(SinkSummary { events_written, losses })
+            let path = writer.path().display().to_string();
+            let mut notes = Vec::new();
+            if let Some(why) = disk_full {
+                notes.push(format!(
+                    "{path}: the disk filled up ({why}): {} events were written before it, the events after it are counted as lost (kind write)",
+                    writer.written()
+                ));
+            }
+            // a disk that is full now keeps the session open: the file opens through its WAL
+            let written = writer.written();
+            let closed = writer.write_losses(&losses).and_then(|_| writer.finish(stopped_at_ns));
+            let events_written = match closed {
+                Ok(n) => n,
+                Err(e) if e.is_disk_full() => {
+                    notes.push(format!(
+                        "{path}: the session could not be closed (the disk is full): the trace opens as it is, \
+                         through its WAL; its loss counters are in this report only"
+                    ));
+                    written
+                }
+                Err(e) => return Err(e),
+            };
+            Ok(SinkSummary { events_written, losses, notes })
         })
         .await
         .map_err(|e| StoreError::WriterGone(e.to_string()))?

@@ -398,7 +398,12 @@ impl<'o> Running<'o> {
         drop(self.probes); // detach every uprobe and tracepoint before the sink's final work
         self.report.stopped_at_ns = now_ns();
         self.sink.flush().await?;
-        self.sink.finish(self.report.stopped_at_ns).await?;
+        let stored = self.sink.finish(self.report.stopped_at_ns).await?;
+        // what the sink could not store (a write that failed, a full disk) is lost too, and only
+        // what it committed was written
+        self.report.events_written = self.report.events_written.min(stored.events_written);
+        self.report.losses.extend(stored.losses.into_iter().filter(|l| l.kind == LossKind::Write));
+        self.report.notes.extend(stored.notes);
         Ok(self.report)
     }
 }

@@ -49,6 +49,9 @@ pub enum StoreError {
     /// The engine failed on an operation of ours.
     #[error("storage error: {0}")]
     Engine(String),
+    /// The file system holding the trace is full: nothing more can be written to it.
+    #[error("the disk is full: {0}")]
+    DiskFull(String),
     /// The writer thread of a sink stopped (its error, or a panic).
     #[error("the writer has stopped: {0}")]
     WriterGone(String),
@@ -57,10 +60,28 @@ pub enum StoreError {
     Io(#[from] std::io::Error),
 }
 
+impl StoreError {
+    /// Whether the error says the file system is full (SQLite's `SQLITE_FULL`, an I/O error of
+    /// kind `StorageFull`, or an engine's words for it, as DuckDB reports it).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::DiskFull(_) => true,
+            StoreError::Io(e) => e.kind() == std::io::ErrorKind::StorageFull,
+            StoreError::Engine(m) | StoreError::WriterGone(m) => {
+                m.contains("No space left on device") || m.contains("database or disk is full")
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(feature = "rusqlite")]
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Engine(e.to_string())
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => StoreError::DiskFull(e.to_string()),
+            _ => StoreError::Engine(e.to_string()),
+        }
     }
 }
 

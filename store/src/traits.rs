@@ -466,6 +466,9 @@ pub struct SinkSummary {
     pub events_written: u64,
     /// Every loss counted, per source and kind.
     pub losses: Vec<LossCounter>,
+    /// What a reader of the trace must know about how it ended (the disk filled up, the session
+    /// could not be closed).
+    pub notes: Vec<String>,
 }
 
 /// The write side. A tracer owns one sink per trace; batches go to a writer that commits them in

@@ -509,6 +509,10 @@ impl EngineWriter for DuckDbWriter {
     }
 
     /// Close the session (stopped_at) and checkpoint, so the file is self-contained (no `.wal`).
+    fn written(&self) -> u64 {
+        self.written
+    }
+
     fn finish(self, stopped_at_ns: i64) -> Result<u64> {
         let err = engine_err(&self.path);
         if self.session_id > 0 {

@@ -2,8 +2,9 @@
 //!
 //! Every file is opened read-only. Ingero DBs and finished native traces are opened `immutable=1`,
 //! so the file stays byte-identical and no `-wal`/`-shm` sidecar appears (Ingero leaves its DBs in
-//! WAL mode, where a plain read-only open would create them). A native trace still being written
-//! (its `-wal` exists) is opened `mode=ro` so the reader sees the writer's latest commits.
+//! WAL mode, where a plain read-only open would create them). A trace with pages in its `-wal` (one
+//! being written, or one whose writer was killed or stopped by a full disk, which may hold even its
+//! schema there) is opened `mode=ro` so the reader sees every commit.
 //! Columns and tables a DB lacks are read as defaults, never as errors.
 
 use std::collections::{BTreeMap, HashMap};
@@ -73,8 +74,16 @@ impl SqliteStore {
             return Err(not_trace("not a SQLite database"));
         }
         let corrupt = |e: rusqlite::Error| StoreError::Corrupt { path: path.to_path_buf(), detail: e.to_string() };
-        let mut uri = uri_for(path, "immutable=1");
-        let mut conn = open_ro(&uri).map_err(corrupt)?;
+        // A file whose writer never closed it (killed, or stopped by a full disk) may hold all of
+        // it in its WAL, even the schema: read it through the WAL when there is one with pages in
+        // it (an immutable open would see the empty main file).
+        let wal_pages = wal_path(path).metadata().is_ok_and(|m| m.len() > 32);
+        let through_wal = if wal_pages { open_ro(&uri_for(path, "mode=ro")).ok() } else { None };
+        let mut uri = uri_for(path, if through_wal.is_some() { "mode=ro" } else { "immutable=1" });
+        let mut conn = match through_wal {
+            Some(c) => c,
+            None => open_ro(&uri).map_err(corrupt)?,
+        };
         let tables: Vec<String> = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
@@ -92,7 +101,7 @@ impl SqliteStore {
         let format = if schema_info.get("format").map(String::as_str) == Some("causeway") {
             let v = native_schema_version(path, &schema_info)?;
             // A trace still being written: read through the WAL.
-            if wal_path(path).exists() {
+            if wal_path(path).exists() && !uri.ends_with("mode=ro") {
                 uri = uri_for(path, "mode=ro");
                 conn = open_ro(&uri).map_err(corrupt)?;
             }

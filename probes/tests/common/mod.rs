@@ -132,7 +132,7 @@ impl EventSink for MemSink {
     async fn finish(self: Box<Self>, _stopped_at_ns: i64) -> causeway_backends::Result<SinkSummary> {
         let mut c = self.0.lock().unwrap();
         c.finished = true;
-        Ok(SinkSummary { events_written: c.events.len() as u64, losses: Vec::new() })
+        Ok(SinkSummary { events_written: c.events.len() as u64, ..Default::default() })
     }
 }
 

@@ -1,0 +1,82 @@
+//! Tracing onto a disk that fills up (a 1 MiB tmpfs, root): the trace stops writing with one error
+//! line, goes on to the end, says how many events it wrote and how many it lost, and the file it
+//! leaves opens with exactly the events it said it wrote.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and mount a tmpfs: root (CI is)");
+}
+
+/// A tmpfs of `size` mounted on a temporary directory, unmounted on drop.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn new(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount -t tmpfs failed");
+        SmallDisk { dir }
+    }
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+fn causeway() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_causeway"))
+}
+
+fn mock_train() -> PathBuf {
+    causeway_testdata::mock_cuda_build().join("train")
+}
+
+#[test]
+fn a_full_disk_stops_writing_cleanly_and_the_trace_still_opens() {
+    require_root();
+    let disk = SmallDisk::new("1m");
+    let db = disk.path().join("t.db");
+    let out = causeway()
+        .env_remove("CAUSEWAY_LOG")
+        .args(["trace", "--nvml-hz", "0", "--db"])
+        .arg(&db)
+        .arg("--")
+        .arg(mock_train())
+        .args(["--iters", "400"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a full disk is not a failed trace:\n{stderr}");
+    let errors = stderr.lines().filter(|l| l.contains("ERROR")).count();
+    assert!(errors <= 2, "one error when the disk fills up, not one per batch ({errors}):\n{stderr}");
+    assert!(stderr.contains("the disk filled up"), "the report says why events were lost:\n{stderr}");
+    // "causeway: N events written to FILE in T; M lost (source 1 write: K, ...)"
+    let line = stderr.lines().find(|l| l.contains(" events written to ")).expect("the summary line");
+    let written: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(line.contains("write:"), "the events after the disk filled up are counted as lost: {line}");
+    let lost: u64 = line.split("; ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(written > 0 && lost > 0, "{line}");
+
+    // the file opens (through its WAL when the session could not be closed) with what was written
+    let q = causeway().args(["query", "--json", "--db"]).arg(&db).arg("SELECT count(*) FROM events").output().unwrap();
+    assert!(q.status.success(), "the trace must open:\n{}", String::from_utf8_lossy(&q.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    assert_eq!(v["rows"][0][0].as_u64(), Some(written), "the events the report says were written");
+    let stats = causeway().args(["stats", "--db"]).arg(&db).output().unwrap();
+    assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
+    assert!(String::from_utf8_lossy(&stats.stdout).contains("cudaLaunchKernel"));
+}
