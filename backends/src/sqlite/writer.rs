@@ -154,6 +154,9 @@ impl EngineWriter for SqliteWriter {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| StoreError::Engine(format!("{}: {e}", path.display())))?;
+        // A reader of the live trace (`ship --follow`, `mcp`) can hold a lock for a moment (the
+        // WAL index's recovery when it opens first): wait for it instead of failing a commit.
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=MEMORY; \
              PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=10000;",
@@ -324,6 +327,10 @@ impl EngineWriter for SqliteWriter {
         self.conn.busy_timeout(std::time::Duration::from_secs(30))?;
         self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;")?;
         Ok(self.written)
+    }
+
+    fn written(&self) -> u64 {
+        self.written
     }
 }
 
