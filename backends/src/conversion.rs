@@ -19,6 +19,12 @@
 //!
 //! The target is written to `<target>.partial` and renamed when complete, so an interrupted
 //! conversion never leaves a half-written trace under the target name.
+//!
+//! [`cut`] is the same copy limited to a [`Scope`] (a window, a process): the incident cut out of a
+//! long trace as a standalone file to share. It keeps every event whose time span overlaps the
+//! window (a slow call that began before it, an off-CPU interval that ended in it), the event ids
+//! (so evidence SQL naming them still works), the stacks those events carry, and the side tables
+//! within the window; the loss counters stay whole-session figures and the file says so.
 
 use std::path::{Path, PathBuf};
 
@@ -118,6 +124,55 @@ fn create_target(path: &Path, engine: Engine) -> Result<Box<dyn ConvertTarget>> 
     }
 }
 
+/// Which part of a trace [`cut`] keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Events whose time span overlaps this window.
+    pub window: TimeWindow,
+    /// Only this process's events (and its names, ranks, kernels, attachments, NCCL calls).
+    pub pid: Option<u32>,
+}
+
+impl Scope {
+    /// The whole trace.
+    pub fn is_all(&self) -> bool {
+        self.window.is_all() && self.pid.is_none()
+    }
+
+    fn keeps_pid(&self, pid: u32) -> bool {
+        self.pid.is_none_or(|p| p == pid)
+    }
+
+    /// Whether `e` is in scope: its process, and its span (an off-CPU row: the interval before
+    /// its switch-in; anything else: `[ts, ts + dur]`) overlapping the window.
+    pub fn keeps(&self, e: &Event) -> bool {
+        let (start, end) = if causeway_model::codes::op::SCHED_SWITCH.is(e.source, e.op) {
+            e.off_cpu_interval()
+        } else {
+            (e.ts_ns, e.ts_ns.saturating_add(e.dur_ns.max(0)))
+        };
+        self.keeps_pid(e.pid)
+            && self.window.from_ns.is_none_or(|f| end >= f)
+            && self.window.to_ns.is_none_or(|t| start <= t)
+    }
+
+    /// The sentence a cut file carries about where it comes from.
+    fn provenance(&self, from: &Path) -> String {
+        let mut s = format!("cut from {}: the events overlapping ", from.display());
+        match (self.window.from_ns, self.window.to_ns) {
+            (Some(a), Some(b)) => s.push_str(&format!("[{a}, {b}] (unix ns)")),
+            (Some(a), None) => s.push_str(&format!("[{a}, end]")),
+            (None, Some(b)) => s.push_str(&format!("[start, {b}]")),
+            (None, None) => s.push_str("the whole trace"),
+        }
+        if let Some(p) = self.pid {
+            s.push_str(&format!(" of pid {p}"));
+        }
+        s.push_str("; loss counters are those of the whole original sessions");
+        s
+    }
+}
+
 /// What a conversion wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConvertReport {
@@ -157,6 +212,18 @@ pub fn convert(
     engine: Option<Engine>,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<ConvertReport> {
+    cut(from, to, engine, &Scope::default(), progress)
+}
+
+/// [`convert`] limited to `scope`: a standalone trace of one window (and process) of `from`.
+/// `progress(read, total)` counts the events read, kept or not.
+pub fn cut(
+    from: &Path,
+    to: &Path,
+    engine: Option<Engine>,
+    scope: &Scope,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ConvertReport> {
     let engine = engine.unwrap_or_else(|| Engine::for_path(to));
     if to.exists() {
         return Err(StoreError::InvalidArgument(format!("{} exists; choose a new file name", to.display())));
@@ -177,35 +244,52 @@ pub fn convert(
         let total = info.events;
         let sessions = store.sessions()?;
         target.write_sessions(&sessions)?;
-        let mut done = 0u64;
+        let (mut read, mut done) = (0u64, 0u64);
+        let mut stack_hashes = std::collections::HashSet::new();
         progress(0, total);
-        source.rows(CHUNK_ROWS, &mut |rows| {
+        source.rows(CHUNK_ROWS, &mut |mut rows| {
+            read += rows.len() as u64;
+            if !scope.is_all() {
+                rows.retain(|r| scope.keeps(&r.event));
+                stack_hashes.extend(rows.iter().map(|r| r.event.stack_hash).filter(|h| *h != 0));
+            }
             target.write_rows(&rows)?;
             done += rows.len() as u64;
-            progress(done, total);
+            progress(read, total);
             Ok(())
         })?;
-        let stacks = source.stacks()?;
-        target.write_stacks(&stacks)?;
-        let names = source.process_rows()?;
-        target.write_process_names(&names)?;
+        let mut stacks = source.stacks()?;
+        let mut names = source.process_rows()?;
         let losses = source.loss_rows()?;
-        target.write_losses(&losses)?;
         let configs = store.launch_configs()?;
+        let mut kernels = store.kernel_names()?;
+        let mut nccl = store.nccl_calls(&scope.window)?;
+        let gpu = store.gpu_samples(&scope.window)?;
+        let mut ranks = store.process_ranks()?;
+        let mut attachments = source.attachment_rows()?;
+        let mut aggregates = store.aggregates(&scope.window)?;
+        let mut missing = info.missing.clone();
+        if !scope.is_all() {
+            stacks.retain(|s| stack_hashes.contains(&s.hash));
+            names.retain(|n| scope.keeps_pid(n.0));
+            kernels.retain(|k| scope.keeps_pid(k.pid));
+            nccl.retain(|c| scope.keeps_pid(c.pid));
+            ranks.retain(|r| scope.keeps_pid(r.pid));
+            attachments.retain(|a| scope.keeps_pid(a.1.pid));
+            aggregates.retain(|a| scope.keeps_pid(a.pid));
+            missing.push(scope.provenance(from));
+        }
+        target.write_stacks(&stacks)?;
+        target.write_process_names(&names)?;
+        target.write_losses(&losses)?;
         target.write_launch_configs(&configs)?;
-        let kernels = store.kernel_names()?;
         target.write_kernel_names(&kernels)?;
-        let nccl = store.nccl_calls(&TimeWindow::ALL)?;
         target.write_nccl_calls(&nccl)?;
-        let gpu = store.gpu_samples(&TimeWindow::ALL)?;
         target.write_gpu_samples(&gpu)?;
-        let ranks = store.process_ranks()?;
         target.write_process_ranks(&ranks)?;
-        let attachments = source.attachment_rows()?;
         target.write_attachments(&attachments)?;
-        let aggregates = store.aggregates(&TimeWindow::default())?;
         target.write_aggregates(&aggregates)?;
-        target.write_provenance(&info.missing, &info.event_columns)?;
+        target.write_provenance(&missing, &info.event_columns)?;
         target.finish()?;
         Ok(ConvertReport {
             from: from.to_path_buf(),

@@ -32,7 +32,7 @@ mod synth;
 // The storage boundary (traits, rows, engine names, the error type), defined in causeway-store and
 // re-exported so that a user of the engines needs one crate.
 pub use causeway_store::*;
-pub use conversion::{convert, ConvertReport};
+pub use conversion::{convert, cut, ConvertReport, Scope as CutScope};
 pub use sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 pub use sqlite::{SqliteSink, SqliteStore, SqliteWriter};
 pub use synth::{SyntheticJob, SyntheticRank, SyntheticTrace, SYNTHETIC_RANK_PID};

@@ -4,6 +4,7 @@
 
 mod cmd_check;
 mod cmd_convert;
+mod cmd_cut;
 mod cmd_demo;
 mod cmd_explain;
 mod cmd_export;
@@ -58,6 +59,8 @@ enum Command {
     Check(cmd_check::Args),
     /// The MCP server for agents (Claude Code, Cursor, ollmcp): tools, prompts, resources over stdio or HTTP.
     Mcp(cmd_mcp::Args),
+    /// Cut a window (and a process) out of a trace as a standalone trace file, to share an incident.
+    Cut(cmd_cut::Args),
     /// Write a trace as a timeline for Perfetto UI or chrome://tracing: threads, calls, off-CPU time, who took the CPU, chains.
     Export(cmd_export::Args),
     /// Convert a trace (Ingero DB, native SQLite or DuckDB) into a new native SQLite or DuckDB trace.
@@ -98,6 +101,7 @@ fn main() {
         Command::Check(a) => cmd_check::run(a),
         Command::Convert(a) => cmd_convert::run(a),
         Command::Export(a) => cmd_export::run(a),
+        Command::Cut(a) => cmd_cut::run(a),
         #[cfg(feature = "duckdb")]
         Command::Ship(a) => cmd_ship::run(a),
         #[cfg(feature = "duckdb")]
