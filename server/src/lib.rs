@@ -61,6 +61,7 @@ pub struct Extras {
 
 fn server(dbs: &[PathBuf], request_timeout: Duration, extras: Extras) -> anyhow::Result<CausewayServer> {
     let traces = traces::TraceSet::open(dbs);
+    #[cfg_attr(not(feature = "fleet"), allow(unused_mut))]
     let mut tools = tools::catalogue_with(extras.capture.map(Arc::new));
     if let Some(lake) = extras.lake {
         #[cfg(feature = "fleet")]

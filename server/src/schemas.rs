@@ -15,6 +15,7 @@ use crate::tools::catalogue_with;
 pub fn generate() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let capture = CaptureConfig::new(Vec::new(), None).expect("a capture config without programs or directory");
+    #[cfg_attr(not(feature = "fleet"), allow(unused_mut))]
     let mut tools = catalogue_with(Some(Arc::new(capture)));
     #[cfg(feature = "fleet")]
     tools.extend(crate::fleet_tools::catalogue(Arc::new(

@@ -96,7 +96,8 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    /// A read-only tool that `run` answers (see [`catalogue`] for the others).
+    /// A read-only tool that `run` answers (see [`catalogue`] for the others); the fleet tools'.
+    #[cfg(feature = "fleet")]
     pub(crate) fn new(tool: Tool, long_running: bool, run: Runner) -> ToolSpec {
         ToolSpec { tool, long_running, own_progress: false, min_timeout: Duration::ZERO, run }
     }
