@@ -110,6 +110,18 @@ pub fn long_gaps_cte(scope: &SqlScope, tid: u32) -> String {
     )
 }
 
+/// `{e}` (a `sched_switch` row) is an off-CPU interval overlapping the subject interval
+/// `[c.ts, c.te]`. The last bound changes no result (an interval that begins before `c.te` ends
+/// before `c.te` plus the longest off-CPU interval of the DB); it lets the `(tid, timestamp)` index
+/// bound the search, where `timestamp - duration < c.te` alone scans the thread to its end.
+fn overlaps_subject(e: &str) -> String {
+    format!(
+        "{e}.timestamp > c.ts AND {e}.timestamp - {e}.duration < c.te \
+         AND {e}.timestamp < c.te + (SELECT MAX(duration) FROM events WHERE {})",
+        op::SCHED_SWITCH.sql("")
+    )
+}
+
 /// A culprit as the SQL keys it: who took the CPU `(pid, tid, comm)` or who woke the thread `(pid, tid)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CulpritKey {
@@ -125,8 +137,9 @@ fn quote(s: &str) -> String {
 /// The measure over `c`: total ns of `cause` (with `culprit`) inside the subject intervals.
 pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> String {
     let sw = format!(
-        "FROM c JOIN events e ON e.tid = c.tid AND {} AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te",
-        op::SCHED_SWITCH.sql("e")
+        "FROM c JOIN events e ON e.tid = c.tid AND {} AND {}",
+        op::SCHED_SWITCH.sql("e"),
+        overlaps_subject("e")
     );
     let so = "(e.timestamp - e.duration)";
     let wake = format!(
@@ -171,12 +184,12 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
             format!(
                 "SELECT COALESCE(SUM(MAX(0, covered - off)), 0) AS value FROM (SELECT {covered} AS covered, \
                  COALESCE((SELECT SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, e.timestamp - e.duration))) \
-                 FROM events e WHERE e.tid = c.tid AND {switch} AND e.timestamp > c.ts \
-                 AND e.timestamp - e.duration < c.te), 0) AS off, \
+                 FROM events e WHERE e.tid = c.tid AND {switch} AND {overlap}), 0) AS off, \
                  (SELECT COALESCE(SUM(p.arg0), 0) FROM events p WHERE p.pid = c.pid AND p.source = {host} \
                  AND p.op IN ({page}, {page_sum}) AND p.timestamp BETWEEN c.ts AND c.te) AS pages \
                  FROM c LEFT JOIN cv ON cv.tid = c.tid){pages}",
                 switch = op::SCHED_SWITCH.sql("e"),
+                overlap = overlaps_subject("e"),
                 host = op::MM_PAGE_ALLOC.source,
                 page = op::MM_PAGE_ALLOC.op,
                 page_sum = op::MM_PAGE_ALLOC_SUMMARY.op,
@@ -224,13 +237,14 @@ pub fn spin_wait_cte(scope: &SqlScope) -> String {
         "fl AS MATERIALIZED (SELECT f0.pid, f0.source, f0.op, f0.timestamp, f0.id, f0.arg0 FROM events f0 WHERE {flags}), \
          nc(n) AS ({cpus}), \
          w AS (SELECT c.tid, c.pid, c.ts, c.te, CASE WHEN EXISTS (SELECT 1 FROM events s WHERE s.tid = c.tid \
-         AND {switch} AND s.prev_state = 1 AND s.timestamp > c.ts AND s.timestamp - s.duration < c.te) THEN 0 \
+         AND {switch} AND s.prev_state = 1 AND {overlap}) THEN 0 \
          ELSE CASE COALESCE((SELECT f.arg0 & 7 FROM fl f WHERE f.pid = c.pid AND f.timestamp < c.ts \
          ORDER BY f.timestamp DESC, f.id DESC LIMIT 1), 0) WHEN 1 THEN 1 WHEN 2 THEN 0 WHEN 4 THEN 0 \
          ELSE MAX(1, (SELECT COUNT(*) FROM fl x WHERE x.pid = c.pid AND x.source = {cs} AND x.op = {co} \
          AND x.timestamp < c.ts)) <= (SELECT n FROM nc) END END AS spin FROM c)",
         flags = ops_condition("f0", &spin::sched_flag_ops()),
         switch = op::SCHED_SWITCH.sql("s"),
+        overlap = overlaps_subject("s"),
         cs = ctx.source,
         co = ctx.op,
     )
@@ -242,14 +256,17 @@ pub fn spin_wait_cte(scope: &SqlScope) -> String {
 fn spin_measure_sql(cause: Cause, culprit: &CulpritKey) -> String {
     let last = format!(
         "(e.timestamp >= c.te - {eps} AND NOT EXISTS (SELECT 1 FROM events l WHERE l.tid = c.tid AND {switch} \
-         AND l.prev_state = 0 AND l.duration > 0 AND l.timestamp > e.timestamp AND l.timestamp - l.duration < c.te))",
+         AND l.prev_state = 0 AND l.duration > 0 AND l.timestamp > e.timestamp AND l.timestamp - l.duration < c.te \
+         AND l.timestamp < c.te + (SELECT MAX(duration) FROM events WHERE {switch_any})))",
         eps = spin::SPIN_RETURN_EPSILON_NS,
         switch = op::SCHED_SWITCH.sql("l"),
+        switch_any = op::SCHED_SWITCH.sql(""),
     );
     let head = format!(
         "SELECT COALESCE(SUM(MAX(0, MIN(c.te, e.timestamp) - MAX(c.ts, (e.timestamp - e.duration)))), 0) AS value \
-         FROM w c JOIN events e ON e.tid = c.tid AND {} AND e.timestamp > c.ts AND e.timestamp - e.duration < c.te",
-        op::SCHED_SWITCH.sql("e")
+         FROM w c JOIN events e ON e.tid = c.tid AND {} AND {}",
+        op::SCHED_SWITCH.sql("e"),
+        overlaps_subject("e")
     );
     match cause {
         Cause::SpinGpuBusy => format!("{head} WHERE e.prev_state = 0 AND c.spin = 1 AND NOT {last}"),
