@@ -187,7 +187,8 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
                  FROM events e WHERE e.tid = c.tid AND {switch} AND {overlap}), 0) AS off, \
                  (SELECT COALESCE(SUM(p.arg0), 0) FROM events p WHERE p.pid = c.pid AND p.source = {host} \
                  AND p.op IN ({page}, {page_sum}) AND p.timestamp BETWEEN c.ts AND c.te) AS pages \
-                 FROM c LEFT JOIN cv ON cv.tid = c.tid){pages}",
+                 FROM c{join_cv}){pages}",
+                join_cv = if scope.sched_detail { "" } else { " LEFT JOIN cv ON cv.tid = c.tid" },
                 switch = op::SCHED_SWITCH.sql("e"),
                 overlap = overlaps_subject("e"),
                 host = op::MM_PAGE_ALLOC.source,
@@ -203,10 +204,20 @@ fn coverage_expr() -> String {
     "COALESCE(MAX(0, MIN(c.te, cv.ce) - MAX(c.ts, cv.cs)), 0)".to_string()
 }
 
-/// `cv(tid, cs, ce)`: each thread's recorded scheduler span over the whole DB.
-fn coverage_cte() -> String {
+/// `, cv(tid, cs, ce)`: each thread's recorded scheduler span over the whole DB, for the measures
+/// that use it (a DB without scheduler detail); empty for the others, which would pay a scan of
+/// every switch for nothing.
+fn coverage_cte(scope: &SqlScope, cause: Cause) -> String {
+    let uses = match cause {
+        Cause::NoSchedData => true,
+        Cause::OnCpuOrGpu | Cause::HostCompute | Cause::PageAllocPressure => !scope.sched_detail,
+        _ => false,
+    };
+    if !uses {
+        return String::new();
+    }
     format!(
-        "cv AS (SELECT tid, MIN(timestamp - duration) AS cs, MAX(timestamp) AS ce FROM events WHERE {} GROUP BY tid)",
+        ", cv AS (SELECT tid, MIN(timestamp - duration) AS cs, MAX(timestamp) AS ce FROM events WHERE {} GROUP BY tid)",
         op::SCHED_SWITCH.sql("")
     )
 }
@@ -222,7 +233,7 @@ pub fn slow_call_chain_sql(scope: &SqlScope, op: OpCode, cause: Cause, culprit: 
             spin_measure_sql(cause, culprit)
         );
     }
-    format!("WITH {}, {} {}", slow_calls_cte(scope, op), coverage_cte(), measure_sql(scope, cause, culprit))
+    format!("WITH {}{} {}", slow_calls_cte(scope, op), coverage_cte(scope, cause), measure_sql(scope, cause, culprit))
 }
 
 /// CTEs `fl` (the flag-setting calls, over the whole trace), `nc(n)` (the host's CPUs) and
@@ -286,7 +297,7 @@ fn preempted_by(culprit: &CulpritKey) -> String {
 
 /// The full query for a feeding-gap chain of thread `tid`.
 pub fn gap_chain_sql(scope: &SqlScope, tid: u32, cause: Cause, culprit: &CulpritKey) -> String {
-    format!("WITH {}, {} {}", long_gaps_cte(scope, tid), coverage_cte(), measure_sql(scope, cause, culprit))
+    format!("WITH {}{} {}", long_gaps_cte(scope, tid), coverage_cte(scope, cause), measure_sql(scope, cause, culprit))
 }
 
 /// SQL condition: `alias` is one of `ops`.
