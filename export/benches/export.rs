@@ -1,0 +1,90 @@
+//! `causeway export` over a generated trace (10,000,000 events by default): wall time, events per
+//! second and peak memory (VmHWM, reset after the trace is opened) of the Perfetto and the Chrome
+//! JSON exports written to a null sink, with and without the chain annotations (explain's own
+//! cost), and the peak against the trace's size: the export streams window by window, so its
+//! memory must not grow with the trace.
+//!
+//! `cargo bench --workspace --bench export` (env CAUSEWAY_BENCH_EVENTS overrides 10,000,000; the
+//! trace is the explain bench's, kept in the temp dir and reused).
+
+use std::time::Instant;
+
+use causeway_backends::{EngineWriter, SqliteStore, SqliteWriter, SyntheticTrace, TraceStore};
+use causeway_export::{export, ExportRequest, Format};
+use causeway_model::SessionInfo;
+
+fn vm_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// The explain bench's trace of `n` events (same name, same generator), written when missing.
+fn trace(n: usize) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("causeway-bench-explain-{n}.db"));
+    if !path.exists() {
+        let t = Instant::now();
+        let tmp = path.with_extension("partial");
+        let _ = std::fs::remove_file(&tmp);
+        let session = SessionInfo {
+            started_at_ns: 1_774_000_000_000_000_000,
+            tool_version: "bench".into(),
+            ..Default::default()
+        };
+        let mut w = SqliteWriter::create(&tmp, &session).expect("create trace");
+        let mut gen = SyntheticTrace::new(42, session.started_at_ns);
+        let mut left = n;
+        while left > 0 {
+            let batch = gen.take(left.min(200_000));
+            left -= batch.len();
+            w.write_batches([batch.as_slice()]).expect("write");
+        }
+        w.finish(gen.take(1)[0].ts_ns).expect("finish");
+        std::fs::rename(&tmp, &path).expect("rename");
+        println!("wrote {n} events to {} in {:.1} s", path.display(), t.elapsed().as_secs_f64());
+    }
+    path
+}
+
+fn main() {
+    let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
+    let path = trace(n);
+    let store = SqliteStore::open(&path).expect("open");
+    let size_mib = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0;
+    println!("trace: {} events, {size_mib:.1} MiB", store.info().events);
+    for (format, chains) in [(Format::Perfetto, false), (Format::Chrome, false), (Format::Perfetto, true)] {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let before = vm_kib("VmRSS:");
+        let t = Instant::now();
+        let mut out = CountingSink(0);
+        let req = ExportRequest { chains, ..Default::default() };
+        let s = export(&store, &req, format, &mut out).expect("export");
+        let secs = t.elapsed().as_secs_f64();
+        let peak = vm_kib("VmHWM:");
+        println!(
+            "{format:?}{}: {secs:.2} s, {:.0} events/s, {:.1} MiB written, {} windows; peak RSS {:.1} MiB \
+             (before {:.1} MiB) = {:.2}x the trace's size",
+            if chains { " with chains" } else { "" },
+            store.info().events as f64 / secs,
+            out.0 as f64 / 1048576.0,
+            s.windows,
+            peak as f64 / 1024.0,
+            before as f64 / 1024.0,
+            peak as f64 / 1024.0 / size_mib
+        );
+    }
+}
+
+/// A writer that keeps nothing and counts bytes.
+struct CountingSink(u64);
+
+impl std::io::Write for CountingSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
