@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use causeway_analysis::{compute_stats, explain, Chain, ExplainRequest, Explanation, StatsRequest};
 use causeway_model::codes::OpCode;
-use causeway_model::time::fmt_ns;
+use causeway_model::time::{fmt_ns, fmt_utc};
 use causeway_store::{EventFilter, TraceStore};
 
 use crate::chain_picture::chain_picture;
@@ -56,10 +56,10 @@ pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlR
     );
     let _ = write!(
         h,
-        "<h1>Why did the GPU stall?</h1>\n<p class=\"meta\">{} · {} to {} ({}) · {} GPU calls, {} slow</p>\n<p class=\"verdict\">{}</p>\n",
+        "<h1>Why did the GPU stall?</h1>\n<p class=\"meta\">{} · {} to {} UTC ({}) · {} GPU calls, {} slow</p>\n<p class=\"verdict\">{}</p>\n",
         esc(&ex.db),
-        ex.first_ns,
-        ex.last_ns,
+        fmt_utc(ex.first_ns),
+        fmt_utc(ex.last_ns),
         fmt_ns(ex.last_ns - ex.first_ns),
         ex.gpu_calls,
         ex.slow_calls,
