@@ -36,6 +36,36 @@ pub struct SyntheticTrace {
     pid: u32,
 }
 
+/// The benches' synthetic SQLite trace of `n` events (seed 42, sessions from a fixed instant),
+/// kept in the temp dir and reused by every bench of that size; the second value says whether
+/// it was written now (and how long that took).
+pub fn synthetic_sqlite_trace(n: usize) -> crate::Result<(std::path::PathBuf, Option<std::time::Duration>)> {
+    use crate::EngineWriter;
+    let path = std::env::temp_dir().join(format!("causeway-bench-explain-{n}.db"));
+    if path.exists() {
+        return Ok((path, None));
+    }
+    let t = std::time::Instant::now();
+    let tmp = path.with_extension("partial");
+    let _ = std::fs::remove_file(&tmp);
+    let session = causeway_model::SessionInfo {
+        started_at_ns: 1_774_000_000_000_000_000,
+        tool_version: "bench".into(),
+        ..Default::default()
+    };
+    let mut w = crate::SqliteWriter::create(&tmp, &session)?;
+    let mut gen = SyntheticTrace::new(42, session.started_at_ns);
+    let mut left = n;
+    while left > 0 {
+        let batch = gen.take(left.min(200_000));
+        left -= batch.len();
+        w.write_batches([batch.as_slice()])?;
+    }
+    w.finish(gen.take(1)[0].ts_ns)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok((path, Some(t.elapsed())))
+}
+
 impl SyntheticTrace {
     pub fn new(seed: u64, start_ns: i64) -> SyntheticTrace {
         SyntheticTrace { rng: Rng::new(seed), cursors: [start_ns; 4], pid: 4821 }

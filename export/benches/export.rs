@@ -9,9 +9,8 @@
 
 use std::time::Instant;
 
-use causeway_backends::{EngineWriter, SqliteStore, SqliteWriter, SyntheticTrace, TraceStore};
+use causeway_backends::{synthetic_sqlite_trace, SqliteStore, TraceStore};
 use causeway_export::{export, ExportRequest, Format};
-use causeway_model::SessionInfo;
 
 fn vm_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -20,36 +19,12 @@ fn vm_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The explain bench's trace of `n` events (same name, same generator), written when missing.
-fn trace(n: usize) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("causeway-bench-explain-{n}.db"));
-    if !path.exists() {
-        let t = Instant::now();
-        let tmp = path.with_extension("partial");
-        let _ = std::fs::remove_file(&tmp);
-        let session = SessionInfo {
-            started_at_ns: 1_774_000_000_000_000_000,
-            tool_version: "bench".into(),
-            ..Default::default()
-        };
-        let mut w = SqliteWriter::create(&tmp, &session).expect("create trace");
-        let mut gen = SyntheticTrace::new(42, session.started_at_ns);
-        let mut left = n;
-        while left > 0 {
-            let batch = gen.take(left.min(200_000));
-            left -= batch.len();
-            w.write_batches([batch.as_slice()]).expect("write");
-        }
-        w.finish(gen.take(1)[0].ts_ns).expect("finish");
-        std::fs::rename(&tmp, &path).expect("rename");
-        println!("wrote {n} events to {} in {:.1} s", path.display(), t.elapsed().as_secs_f64());
-    }
-    path
-}
-
 fn main() {
     let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
-    let path = trace(n);
+    let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
+    if let Some(t) = written {
+        println!("wrote {n} events to {} in {:.1} s", path.display(), t.as_secs_f64());
+    }
     let store = SqliteStore::open(&path).expect("open");
     let size_mib = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0;
     println!("trace: {} events, {size_mib:.1} MiB", store.info().events);

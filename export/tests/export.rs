@@ -19,16 +19,7 @@ use protobuf::Message;
 use serde_json::Value;
 
 fn investigations() -> Vec<PathBuf> {
-    let dir = causeway_testdata::repo_root().join("investigations");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("trace.db"))
-        .filter(|p| p.exists())
-        .collect();
-    v.sort();
-    assert!(v.len() >= 6, "bundled investigations not found in {}", dir.display());
-    v
+    causeway_testdata::investigation_traces()
 }
 
 fn count(store: &dyn TraceStore, sql: &str) -> u64 {

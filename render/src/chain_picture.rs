@@ -205,8 +205,7 @@ fn label(text: &str) -> String {
     }
 }
 
-/// A bar as an element group, and its label (drawn after every bar of the row, so that a nested
-/// call drawn over its parent never hides the parent's name).
+/// A bar as an element group, and its label.
 fn bar(b: &Bar, scale: &TimeScale, y: f64, h: f64) -> (Group, Option<Text>) {
     let (x, w) = scale.extent(b.start, b.end);
     let mut rect = Rectangle::new()
@@ -241,6 +240,22 @@ fn bar(b: &Bar, scale: &TimeScale, y: f64, h: f64) -> (Group, Option<Text>) {
         })
     });
     (g, label)
+}
+
+/// Adds `bars` to `row`, each at the (y, height) `place` gives it, then their labels (after every
+/// bar, so that a nested call drawn over its parent never hides the parent's name).
+fn add_bars(mut row: Group, bars: &[Bar], scale: &TimeScale, place: impl Fn(&Bar) -> (f64, f64)) -> Group {
+    let mut labels = Vec::new();
+    for b in bars {
+        let (y, h) = place(b);
+        let (g, label) = bar(b, scale, y, h);
+        row = row.add(g);
+        labels.extend(label);
+    }
+    for l in labels {
+        row = row.add(l);
+    }
+    row
 }
 
 fn draw(chain: &Chain, threads: &[ThreadRow], cpus: &BTreeMap<i32, Vec<Bar>>, scale: &TimeScale) -> ChainPicture {
@@ -285,21 +300,10 @@ fn draw(chain: &Chain, threads: &[ThreadRow], cpus: &BTreeMap<i32, Vec<Bar>>, sc
                 .set("font-size", 8)
                 .set("fill", palette::MUTED),
         );
-        let mut labels = Vec::new();
-        for b in &t.calls {
-            let (dy, h) = if b.depth == 0 { (2.0, 18.0) } else { (7.0, 8.0) };
-            let (g, label) = bar(b, scale, y + dy, h);
-            row = row.add(g);
-            labels.extend(label);
-            calls += 1;
-        }
-        for b in &t.off_cpu {
-            row = row.add(bar(b, scale, y + 22.0, 9.0).0);
-            off_cpu += 1;
-        }
-        for l in labels {
-            row = row.add(l);
-        }
+        row = add_bars(row, &t.calls, scale, |b| if b.depth == 0 { (y + 2.0, 18.0) } else { (y + 7.0, 8.0) });
+        row = add_bars(row, &t.off_cpu, scale, |_| (y + 22.0, 9.0));
+        calls += t.calls.len();
+        off_cpu += t.off_cpu.len();
         doc = doc.add(row);
         doc = doc.add(separator(y + THREAD_ROW_H - 1.0));
         y += THREAD_ROW_H;
@@ -307,16 +311,8 @@ fn draw(chain: &Chain, threads: &[ThreadRow], cpus: &BTreeMap<i32, Vec<Bar>>, sc
     for (cpu, bars) in cpus {
         let mut row = Group::new().set("class", "cpu-row").set("data-cpu", *cpu);
         row = row.add(Text::new(format!("CPU {cpu}: who took it")).set("x", 8).set("y", y + 14.0).set("font-size", 11));
-        let mut labels = Vec::new();
-        for b in bars {
-            let (g, label) = bar(b, scale, y + 3.0, 15.0);
-            row = row.add(g);
-            labels.extend(label);
-            culprits += 1;
-        }
-        for l in labels {
-            row = row.add(l);
-        }
+        row = add_bars(row, bars, scale, |_| (y + 3.0, 15.0));
+        culprits += bars.len();
         doc = doc.add(row);
         doc = doc.add(separator(y + CPU_ROW_H - 1.0));
         y += CPU_ROW_H;

@@ -13,19 +13,6 @@ fn investigation(name: &str) -> PathBuf {
     causeway_testdata::repo_root().join("investigations").join(name).join("trace.db")
 }
 
-fn all_investigations() -> Vec<PathBuf> {
-    let dir = causeway_testdata::repo_root().join("investigations");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("trace.db"))
-        .filter(|p| p.exists())
-        .collect();
-    v.sort();
-    assert!(v.len() >= 6);
-    v
-}
-
 fn sql_rows(store: &dyn TraceStore, sql: &str) -> Vec<Vec<serde_json::Value>> {
     store.query(sql, &QueryLimits::default()).unwrap().rows
 }
@@ -66,7 +53,7 @@ fn the_contention_chain_shows_each_preemption_and_who_took_the_cpu() {
 
 #[test]
 fn every_investigation_gives_a_report_with_its_chains_pictures_and_tables() {
-    for path in all_investigations() {
+    for path in causeway_testdata::investigation_traces() {
         let store = open_store(&path).unwrap();
         let req = ExplainRequest::default();
         let ex = explain(store.as_ref(), &req).unwrap();

@@ -39,6 +39,20 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testdata/ sits in the workspace root").to_path_buf()
 }
 
+/// The trace of every bundled investigation (`investigations/*/trace.db`), sorted.
+///
+/// # Panics
+/// When fewer than the six bundled ones are found.
+pub fn investigation_traces() -> Vec<PathBuf> {
+    let dir = repo_root().join("investigations");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().join("trace.db")).filter(|p| p.exists()).collect())
+        .unwrap_or_default();
+    v.sort();
+    assert!(v.len() >= 6, "the bundled investigations' traces are not in {}", dir.display());
+    v
+}
+
 /// The directory holding the Ingero DBs and `FACTS.json`.
 ///
 /// # Panics
