@@ -4,11 +4,12 @@
 //! The writer thread groups whatever is queued into one commit, counts the events of a failed commit
 //! as [`LossKind::Write`], and stores the loss counters at every flush and at the end. When the queue
 //! is full, `try_write_batch` drops the batch and counts its events as
-//! [`LossKind::SinkBackpressure`]. When the disk fills up, the writer stops writing (one error line),
-//! counts every later event as [`LossKind::Write`] and keeps taking batches, so the tracer goes on
-//! and its report says how many events were written and how many lost; what was committed stays
-//! readable (through the WAL when the session could not be closed). Each engine keeps only its writer (`sqlite::SqliteWriter`,
-//! `duckdb::DuckDbWriter`) and names its sink as `QueuedSink<ItsWriter>`.
+//! [`LossKind::SinkBackpressure`]. When the disk fills up, the writer stops writing (one error
+//! line), counts every later event as [`LossKind::Write`] and keeps taking batches, so the tracer
+//! goes on and its report says how many events were written and how many lost; what was committed
+//! stays readable (through the WAL when the session could not be closed). Each engine keeps only
+//! its writer (`sqlite::SqliteWriter`, `duckdb::DuckDbWriter`) and names its sink as
+//! `QueuedSink<ItsWriter>`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -164,36 +165,38 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
             }
         }
         if !pending.is_empty() {
-            let written = if disk_full.is_some() {
-                Err(StoreError::DiskFull("writing stopped earlier".into()))
-            } else {
-                writer.write_batches(pending.iter().map(Vec::as_slice))
-            };
-            if let Err(e) = written {
+            // once the disk is full nothing more is tried: the batch is lost like a failed commit
+            let lost = disk_full.is_some()
+                || match writer.write_batches(pending.iter().map(Vec::as_slice)) {
+                    Ok(_) => false,
+                    Err(e) => {
+                        if !e.is_disk_full() {
+                            tracing::error!("writing a batch to {} failed: {e}", writer.path().display());
+                        }
+                        result = result.and(Err(e));
+                        true
+                    }
+                };
+            if lost {
                 let mut l = lock(&losses);
                 for ev in pending.iter().flatten() {
                     *l.entry((ev.source, LossKind::Write)).or_default() += 1;
                 }
-                if disk_full.is_none() {
-                    tracing::error!("writing a batch to {} failed: {e}", writer.path().display());
-                }
-                result = result.and(Err(e));
             }
             pending.clear();
         }
-        if let Err(e) = &result {
-            if e.is_disk_full() && disk_full.is_none() {
-                tracing::error!(
-                    "{}: the disk is full after {} events: writing stopped; what was committed stays readable, \
-                     later events are counted as lost (kind write)",
-                    writer.path().display(),
-                    writer.written()
-                );
-                disk_full = Some(e.to_string());
-            }
-            if disk_full.is_some() {
-                result = Ok(());
-            }
+        // a full disk stops the writing, not the trace: said once, then every error is expected
+        if result.as_ref().is_err_and(|e| e.is_disk_full()) && disk_full.is_none() {
+            tracing::error!(
+                "{}: the disk is full after {} events: writing stopped; what was committed stays readable, \
+                 later events are counted as lost (kind write)",
+                writer.path().display(),
+                writer.written()
+            );
+            disk_full = result.as_ref().err().map(|e| e.to_string());
+        }
+        if disk_full.is_some() {
+            result = Ok(());
         }
         if !flushes.is_empty() {
             let r = if disk_full.is_some() {
