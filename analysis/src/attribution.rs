@@ -263,13 +263,35 @@ impl ThreadOrder {
 pub fn nested_flags(calls: &[Call], order: &ThreadOrder) -> Vec<bool> {
     let mut nested = vec![false; calls.len()];
     for (_, spans) in order.iter() {
-        let mut max_end = i64::MIN;
+        let mut thread = ThreadNesting::default();
         for s in spans {
-            nested[s.idx as usize] = max_end >= s.end();
-            max_end = max_end.max(s.end());
+            nested[s.idx as usize] = thread.nested(s.end());
         }
     }
     nested
+}
+
+/// The nesting rule for one thread's GPU calls seen in order (by start, the longer first): a call
+/// is nested when an earlier call of the thread ends at or after it ends. [`nested_flags`] applies
+/// it to a window's calls; a caller that streams calls (an export, a picture) keeps one per thread.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadNesting {
+    max_end: i64,
+}
+
+impl Default for ThreadNesting {
+    fn default() -> Self {
+        ThreadNesting { max_end: i64::MIN }
+    }
+}
+
+impl ThreadNesting {
+    /// Whether the next call, ending at `end`, is nested in an earlier one; records it.
+    pub fn nested(&mut self, end: i64) -> bool {
+        let nested = self.max_end >= end;
+        self.max_end = self.max_end.max(end);
+        nested
+    }
 }
 
 /// Exact distribution figures of one op in the window.

@@ -146,11 +146,7 @@ impl Scope {
     /// Whether `e` is in scope: its process, and its span (an off-CPU row: the interval before
     /// its switch-in; anything else: `[ts, ts + dur]`) overlapping the window.
     pub fn keeps(&self, e: &Event) -> bool {
-        let (start, end) = if causeway_model::codes::op::SCHED_SWITCH.is(e.source, e.op) {
-            e.off_cpu_interval()
-        } else {
-            (e.ts_ns, e.ts_ns.saturating_add(e.dur_ns.max(0)))
-        };
+        let (start, end) = e.span();
         self.keeps_pid(e.pid)
             && self.window.from_ns.is_none_or(|f| end >= f)
             && self.window.to_ns.is_none_or(|t| start <= t)

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use causeway_analysis::{explain, ExplainRequest, KernelIndex};
+use causeway_analysis::{explain, ExplainRequest, KernelIndex, ThreadNesting};
 use causeway_model::codes::{self, op, GpuRole, OpCode, OpKind};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::{Event, PrevState};
@@ -78,9 +78,9 @@ struct Walk<'a> {
     next_chain: usize,
     next_flow: u64,
     rates: LaunchRates,
-    /// The end of each thread's last top-level GPU call: a launch inside it (the driver launch
-    /// of a runtime launch) is the same kernel and is not counted again.
-    top_call_end: HashMap<u32, i64>,
+    /// Each thread's call nesting: a launch inside another call (the driver launch of a runtime
+    /// launch) is the same kernel and is not counted again.
+    nesting_by_thread: HashMap<u32, ThreadNesting>,
     next_counter: usize,
     summary: ExportSummary,
 }
@@ -103,7 +103,7 @@ impl<'a> Walk<'a> {
             next_chain: 0,
             next_flow: 1,
             rates: LaunchRates::new(rate_bucket_ns(from, to)),
-            top_call_end: HashMap::new(),
+            nesting_by_thread: HashMap::new(),
             next_counter: 0,
             summary: ExportSummary::default(),
         })
@@ -162,7 +162,7 @@ impl<'a> Walk<'a> {
         let ex = explain(self.store, &ExplainRequest { window: self.req.window, pid: self.req.pid, top: MAX_CHAINS })?;
         let ids: Vec<EventId> = ex.chains.iter().flat_map(|c| c.evidence.event_ids.iter().cloned()).collect();
         let spans: HashMap<EventId, (i64, i64)> =
-            self.store.events_by_id(&ids)?.into_iter().map(|e| (e.id.clone(), span(&e.event))).collect();
+            self.store.events_by_id(&ids)?.into_iter().map(|e| (e.id.clone(), e.event.span())).collect();
         for (i, chain) in ex.chains.iter().enumerate() {
             let found: Vec<(&EventId, (i64, i64))> =
                 chain.evidence.event_ids.iter().filter_map(|id| spans.get(id).map(|&s| (id, s))).collect();
@@ -246,7 +246,7 @@ impl<'a> Walk<'a> {
             self.next_chain += 1;
         }
         for e in events {
-            let (s, t) = span(&e.event);
+            let (s, t) = e.event.span();
             items.push((s, t, 1, Item::Event(e)));
         }
         // by start, the longer first (a parent before what it contains), chains first
@@ -283,13 +283,9 @@ impl<'a> Walk<'a> {
         match codes::op_kind(ev.source, ev.op) {
             OpKind::GpuCall => {
                 let slice = self.call_slice(&e, code, flows_in);
-                self.summary.clipped += self.nesting.begin(w, track, ev.ts_ns, span(ev).1, &slice)?;
+                self.summary.clipped += self.nesting.begin(w, track, ev.ts_ns, ev.span().1, &slice)?;
                 self.summary.calls += 1;
-                let end = span(ev).1;
-                let nested = self.top_call_end.get(&ev.tid).is_some_and(|&e| e >= end);
-                if !nested {
-                    self.top_call_end.insert(ev.tid, end);
-                }
+                let nested = self.nesting_by_thread.entry(ev.tid).or_default().nested(ev.span().1);
                 if codes::is_kernel_launch(code) && !nested {
                     self.launch(w, ev.pid, ev.ts_ns)?;
                 }
@@ -336,7 +332,7 @@ impl<'a> Walk<'a> {
         flows_in: Vec<u64>,
     ) -> Result<(), ExportError> {
         let ev = &e.event;
-        let (start, end) = span(ev);
+        let (start, end) = ev.span();
         let state = ev.sched.as_ref().map_or(PrevState::Unknown, |s| s.prev_state);
         let mut slice = Slice {
             name: format!("off-CPU: {}", state.as_str()),
@@ -430,16 +426,6 @@ fn rate_bucket_ns(from: i64, to: i64) -> i64 {
     let raw = (to - from) / RATE_BUCKETS;
     let whole_ms = (raw + 999_999) / 1_000_000 * 1_000_000;
     whole_ms.clamp(MIN_BUCKET_NS, MAX_BUCKET_NS)
-}
-
-/// Where an event's slice lies: a call `[ts, ts + dur]`, an off-CPU row the interval before its
-/// switch-in time, a point event at its time.
-fn span(e: &Event) -> (i64, i64) {
-    if OpCode::new(e.source, e.op) == op::SCHED_SWITCH {
-        e.off_cpu_interval()
-    } else {
-        (e.ts_ns, e.ts_ns.saturating_add(e.dur_ns.max(0)))
-    }
 }
 
 /// Kernel launches per second of each process, counted in fixed buckets of time.

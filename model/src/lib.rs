@@ -422,6 +422,17 @@ impl Event {
         off_cpu_interval(self.ts_ns, self.dur_ns)
     }
 
+    /// The time this event occupies: its off-CPU interval for a sched_switch row, else
+    /// `[ts, ts + dur]` (a negative duration counts as none). What a timeline draws and what a
+    /// window overlaps.
+    pub fn span(&self) -> (i64, i64) {
+        if codes::op::SCHED_SWITCH.is(self.source, self.op) {
+            self.off_cpu_interval()
+        } else {
+            (self.ts_ns, self.ts_ns.saturating_add(self.dur_ns.max(0)))
+        }
+    }
+
     /// This event's (source, op).
     pub const fn code(&self) -> OpCode {
         OpCode::new(self.source, self.op)

@@ -5,11 +5,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use causeway_analysis::Chain;
+use causeway_analysis::{Chain, ThreadNesting};
 use causeway_model::codes::{self, op, GpuRole, OpCode, OpKind};
 use causeway_model::time::fmt_ns;
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, PrevState};
+use causeway_model::PrevState;
 use causeway_store::{EventFilter, StoredEvent, TraceStore};
 use svg::node::element::{Group, Line, Rectangle, Text, Title};
 use svg::Document;
@@ -73,7 +73,7 @@ struct ThreadRow {
 pub fn chain_picture(store: &dyn TraceStore, chain: &Chain) -> Result<Option<ChainPicture>, RenderError> {
     let Some(first) = chain.evidence.event_ids.first() else { return Ok(None) };
     let Some(worst) = store.events_by_id(std::slice::from_ref(first))?.into_iter().next() else { return Ok(None) };
-    let (s, e) = span(&worst.event);
+    let (s, e) = worst.event.span();
     let pad = ((e - s) / 6).max(2_000);
     let (from, to) = (s - pad, e + pad);
     // off-CPU rows are stored at their switch-in: read past the window for those that begin in it
@@ -84,7 +84,7 @@ pub fn chain_picture(store: &dyn TraceStore, chain: &Chain) -> Result<Option<Cha
     };
     let mut events = Vec::new();
     store.scan_events(&filter, &mut |ev| {
-        let (a, b) = span(&ev.event);
+        let (a, b) = ev.event.span();
         if a <= to && b >= from {
             events.push(ev);
         }
@@ -93,14 +93,6 @@ pub fn chain_picture(store: &dyn TraceStore, chain: &Chain) -> Result<Option<Cha
     let (threads, cpus) = rows(&events, worst.event.tid, &evidence);
     let scale = TimeScale::new(from, to, LABEL_W, WIDTH - RIGHT_PAD);
     Ok(Some(draw(chain, &threads, &cpus, &scale)))
-}
-
-fn span(e: &Event) -> (i64, i64) {
-    if OpCode::new(e.source, e.op) == op::SCHED_SWITCH {
-        e.off_cpu_interval()
-    } else {
-        (e.ts_ns, e.ts_ns.saturating_add(e.dur_ns.max(0)))
-    }
 }
 
 /// The thread rows (the worst call's thread first, then by busy time) and the CPU rows.
@@ -112,12 +104,12 @@ fn rows(
     let mut threads: HashMap<u32, ThreadRow> = HashMap::new();
     let mut cpus: BTreeMap<i32, Vec<Bar>> = BTreeMap::new();
     let mut sorted: Vec<&StoredEvent> = events.iter().collect();
-    sorted.sort_by_key(|e| (span(&e.event).0, std::cmp::Reverse(span(&e.event).1)));
-    // the end of the innermost open call of each thread, for the nesting depth
-    let mut open_until: HashMap<u32, i64> = HashMap::new();
+    sorted.sort_by_key(|e| (e.event.span().0, std::cmp::Reverse(e.event.span().1)));
+    // a call inside another call of its thread is drawn thinner, inside it
+    let mut nesting: HashMap<u32, ThreadNesting> = HashMap::new();
     for se in sorted {
         let ev = &se.event;
-        let (start, end) = span(ev);
+        let (start, end) = ev.span();
         let code = OpCode::new(ev.source, ev.op);
         let id = se.id.to_string();
         let row = threads.entry(ev.tid).or_insert_with(|| ThreadRow {
@@ -128,10 +120,7 @@ fn rows(
         });
         match codes::op_kind(ev.source, ev.op) {
             OpKind::GpuCall => {
-                let depth = u8::from(open_until.get(&ev.tid).is_some_and(|&u| u >= end));
-                if depth == 0 {
-                    open_until.insert(ev.tid, end);
-                }
+                let depth = u8::from(nesting.entry(ev.tid).or_default().nested(end));
                 let role = codes::gpu_role(code);
                 row.calls.push(Bar {
                     start,
