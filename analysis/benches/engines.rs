@@ -17,17 +17,6 @@ use causeway_backends::SyntheticTrace;
 use causeway_backends::{open_store, Engine, EventSink};
 use causeway_model::{Event, SessionInfo};
 
-fn vm_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
-}
-
-fn reset_peak() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
 /// Events per batch the tracer hands its sink (the ring reader's batch size).
 const TRACER_BATCH: usize = 8192;
 
@@ -82,11 +71,11 @@ fn measure(dir: &Path, backend: Engine, n: usize) -> Row {
     let (write_s, size) = write(&path, backend, n);
     let store = open_store(&path).expect("open");
     assert_eq!(store.info().events, n as u64);
-    reset_peak();
+    causeway_testdata::reset_peak_rss();
     let t = Instant::now();
     let s = compute_stats(store.as_ref(), &StatsRequest::default()).expect("stats");
     let stats_s = t.elapsed().as_secs_f64();
-    let stats_mib = vm_kib("VmHWM:") as f64 / 1024.0;
+    let stats_mib = causeway_testdata::peak_rss_kib() as f64 / 1024.0;
     assert_eq!(s.events, n as u64);
     // DuckDB computes stats' figures in SQL; the same figures from the Arrow scan with selections in
     // Rust (what SQLite traces use), for the record of why it does.
@@ -105,11 +94,11 @@ fn measure(dir: &Path, backend: Engine, n: usize) -> Row {
         assert_eq!(by_scan, in_sql, "DuckDB's figures and the Rust scan's differ");
         s
     });
-    reset_peak();
+    causeway_testdata::reset_peak_rss();
     let t = Instant::now();
     let e = explain(store.as_ref(), &ExplainRequest::default()).expect("explain");
     let explain_s = t.elapsed().as_secs_f64();
-    let explain_mib = vm_kib("VmHWM:") as f64 / 1024.0;
+    let explain_mib = causeway_testdata::peak_rss_kib() as f64 / 1024.0;
     eprintln!(
         "  {} {n}: {} chains; verdict: {}",
         backend.name(),

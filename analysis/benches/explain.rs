@@ -10,15 +10,6 @@ use std::time::Instant;
 use causeway_analysis::{explain, ExplainRequest};
 use causeway_backends::{synthetic_sqlite_trace, QueryLimits, SqliteStore, TraceStore};
 
-fn vm_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with(key)).map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
-        })
-        .unwrap_or(0)
-}
-
 fn main() {
     let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
     let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
@@ -31,12 +22,12 @@ fn main() {
         store.info().events,
         std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0
     );
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-    let rss_before = vm_kib("VmRSS:");
+    causeway_testdata::reset_peak_rss();
+    let rss_before = causeway_testdata::rss_kib();
     let t = Instant::now();
     let e = explain(&store, &ExplainRequest::default()).expect("explain");
     let secs = t.elapsed().as_secs_f64();
-    let peak = vm_kib("VmHWM:");
+    let peak = causeway_testdata::peak_rss_kib();
     println!(
         "explain: {secs:.2} s, peak RSS {:.1} MiB (RSS before {:.1} MiB); {} GPU calls, {} slow, {} chains",
         peak as f64 / 1024.0,

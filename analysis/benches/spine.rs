@@ -15,20 +15,6 @@ use causeway_backends::SyntheticTrace;
 use causeway_backends::{EventSink, SqliteSink, SqliteStore, SqliteWriter, TraceStore};
 use causeway_model::SessionInfo;
 
-fn vm_hwm_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
-        })
-        .unwrap_or(0)
-}
-
-/// Reset VmHWM to the current RSS (Linux: writing 5 to clear_refs), so later peaks are this step's.
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
 fn session() -> SessionInfo {
     SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() }
 }
@@ -39,7 +25,7 @@ fn write_path(dir: &Path, n: usize) {
     let mut synth = SyntheticTrace::new(7, 1_774_000_000_000_000_000);
     let batches: Vec<Vec<_>> = (0..n / 4096).map(|_| synth.take(4096)).collect();
     let total: usize = batches.iter().map(Vec::len).sum();
-    let before = vm_hwm_kib();
+    let before = causeway_testdata::peak_rss_kib();
     let t = Instant::now();
     let summary = rt.block_on(async {
         let mut sink: Box<dyn EventSink> = Box::new(SqliteSink::create(&path, session()).unwrap());
@@ -67,7 +53,7 @@ fn write_path(dir: &Path, n: usize) {
     println!(
         "              file {:.1} MiB, peak RSS {:.1} MiB (before: {:.1} MiB, batches pre-generated)",
         size as f64 / 1048576.0,
-        vm_hwm_kib() as f64 / 1024.0,
+        causeway_testdata::peak_rss_kib() as f64 / 1024.0,
         before as f64 / 1024.0
     );
 }
@@ -115,7 +101,7 @@ fn read_path(path: &Path, n: usize) {
         let mut buf = vec![0u8; 1 << 20];
         while f.read(&mut buf).unwrap() > 0 {}
     }
-    reset_peak_rss();
+    causeway_testdata::reset_peak_rss();
     let t = Instant::now();
     let store = SqliteStore::open(path).unwrap();
     let stats = compute_stats(&store, &StatsRequest::default()).unwrap();
@@ -159,14 +145,17 @@ fn read_path(path: &Path, n: usize) {
         Ok(o) => println!("              sqlite3 failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => println!("              sqlite3 command-line tool not found ({e}): install the sqlite3 package"),
     }
-    println!("              peak RSS during stats and the comparison: {:.0} MiB", vm_hwm_kib() as f64 / 1024.0);
+    println!(
+        "              peak RSS during stats and the comparison: {:.0} MiB",
+        causeway_testdata::peak_rss_kib() as f64 / 1024.0
+    );
 }
 
 fn main() {
     let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
     let tmp = tempfile::tempdir().unwrap();
     write_path(tmp.path(), 2_000_000.min(n));
-    reset_peak_rss();
+    causeway_testdata::reset_peak_rss();
     let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target-bench");
     let dir = std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from).unwrap_or(cache);
     std::fs::create_dir_all(&dir).unwrap();

@@ -12,13 +12,6 @@ use std::time::Instant;
 use causeway_backends::{synthetic_sqlite_trace, SqliteStore, TraceStore};
 use causeway_export::{export, ExportRequest, Format};
 
-fn vm_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
-}
-
 fn main() {
     let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
     let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
@@ -29,14 +22,14 @@ fn main() {
     let size_mib = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0;
     println!("trace: {} events, {size_mib:.1} MiB", store.info().events);
     for (format, chains) in [(Format::Perfetto, false), (Format::Chrome, false), (Format::Perfetto, true)] {
-        let _ = std::fs::write("/proc/self/clear_refs", "5");
-        let before = vm_kib("VmRSS:");
+        causeway_testdata::reset_peak_rss();
+        let before = causeway_testdata::rss_kib();
         let t = Instant::now();
         let mut out = CountingSink(0);
         let req = ExportRequest { chains, ..Default::default() };
         let s = export(&store, &req, format, &mut out).expect("export");
         let secs = t.elapsed().as_secs_f64();
-        let peak = vm_kib("VmHWM:");
+        let peak = causeway_testdata::peak_rss_kib();
         println!(
             "{format:?}{}: {secs:.2} s, {:.0} events/s, {:.1} MiB written, {} windows; peak RSS {:.1} MiB \
              (before {:.1} MiB) = {:.2}x the trace's size",

@@ -5,7 +5,8 @@
 //!   (see `testdata/ingero-dbs/NOTICE.md` for where they come from and their license);
 //! - the mock CUDA libraries and workloads, built once per test process by `make -C mock-cuda`;
 //! - the CPython interpreters installed on the machine (pyenv's and the system's), for the
-//!   Python-frames tests.
+//!   Python-frames tests;
+//! - the benches' memory figures ([`rss_kib`], [`peak_rss_kib`], [`reset_peak_rss`]).
 //!
 //! `CAUSEWAY_INGERO_DBS` points the Ingero fixtures at another directory (newer Ingero DBs, say);
 //! `PYENV_ROOT` (else `~/.pyenv`) is where pyenv's interpreters are looked for.
@@ -37,6 +38,30 @@ pub fn repo_root() -> PathBuf {
         }
     }
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testdata/ sits in the workspace root").to_path_buf()
+}
+
+/// One `/proc/self/status` figure in KiB (0 when it cannot be read: not Linux).
+fn status_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// This process's resident memory now (`VmRSS`), KiB.
+pub fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// This process's peak resident memory (`VmHWM`) since the start or the last [`reset_peak_rss`], KiB.
+pub fn peak_rss_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
+/// Starts a new peak from the current resident memory (Linux: 5 written to `clear_refs`), so the
+/// next [`peak_rss_kib`] is the peak of what runs in between.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 /// The trace of every bundled investigation (`investigations/*/trace.db`), sorted.
