@@ -134,6 +134,41 @@ fn a_second_trace_appends_a_session_and_foreign_dbs_are_refused() {
     assert!(err.to_string().contains("not a Causeway trace"), "{err}");
 }
 
+/// A reader of the live trace (the shipper of `trace --ship` between polls, a live `causeway mcp`)
+/// keeps SQLite from leaving WAL mode: finishing waits for it to let go, and a reader that never
+/// does leaves a readable WAL-mode file, never a failed trace.
+#[test]
+fn a_reader_attached_at_finish_never_fails_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    // A reader that lets go after 300 ms: the file ends self-contained.
+    let path = dir.path().join("brief.db");
+    let mut w = SqliteWriter::create(&path, &session(0)).unwrap();
+    w.write_batches([SyntheticTrace::new(1, 0).take(1_000).as_slice()]).unwrap();
+    let reader = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let n: i64 = reader.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap();
+    assert_eq!(n, 1_000);
+    let let_go = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        drop(reader);
+    });
+    assert_eq!(w.finish(10).unwrap(), 1_000);
+    let_go.join().unwrap();
+    assert!(!dir.path().join("brief.db-wal").exists(), "the WAL is checkpointed away once the reader left");
+    assert_eq!(SqliteStore::open(&path).unwrap().info().events, 1_000);
+
+    // A reader that holds on: the trace still finishes, every event readable.
+    let path = dir.path().join("held.db");
+    let mut w = SqliteWriter::create(&path, &session(0)).unwrap();
+    w.write_batches([SyntheticTrace::new(2, 0).take(500).as_slice()]).unwrap();
+    let reader = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let _: i64 = reader.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap();
+    assert_eq!(w.finish(10).unwrap(), 500);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.info().events, 500);
+    assert_eq!(store.sessions().unwrap()[0].stopped_at_ns, 10);
+    drop(reader);
+}
+
 #[test]
 fn a_full_queue_drops_and_counts_instead_of_blocking() {
     let dir = tempfile::tempdir().unwrap();

@@ -322,15 +322,45 @@ impl EngineWriter for SqliteWriter {
             .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
         self.conn.execute_batch("PRAGMA threads=2;")?;
         self.conn.execute_batch(INDEXES)?;
-        // A reader of the live trace (`causeway ship --follow`) may hold it for a moment: wait for
-        // it rather than fail to leave WAL mode.
-        self.conn.busy_timeout(std::time::Duration::from_secs(30))?;
-        self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA journal_mode=DELETE;")?;
+        leave_wal_mode(&self.conn, LEAVE_WAL_PATIENCE);
         Ok(self.written)
     }
 
     fn written(&self) -> u64 {
         self.written
+    }
+}
+
+/// How long a finishing writer keeps trying to leave WAL mode while readers hold the file.
+const LEAVE_WAL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Checkpoint and switch back to a rollback journal, retrying while another connection holds the
+/// file. Leaving WAL mode needs the only open connection, and SQLite answers `SQLITE_BUSY` at once
+/// (no busy handler) while a reader is attached: the shipper of `trace --ship` between two polls,
+/// or a live `causeway mcp` that may never let go. Every batch is already committed and the file
+/// is readable in WAL mode too (readers open a file with a non-empty `-wal` read-only), so after
+/// `patience` the trace stays in WAL mode with a warning instead of failing the whole trace.
+fn leave_wal_mode(conn: &Connection, patience: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    let _ = conn.busy_timeout(std::time::Duration::from_millis(200));
+    loop {
+        let attempt = conn
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .and_then(|_| conn.query_row("PRAGMA journal_mode=DELETE", [], |r| r.get::<_, String>(0)));
+        match attempt {
+            Ok(mode) if mode.eq_ignore_ascii_case("delete") => return true,
+            Ok(_) | Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Ok(mode) => {
+                tracing::warn!(mode, "another connection held the trace at finish: it stays in WAL mode (readable)");
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "another connection held the trace at finish: it stays in WAL mode (readable)");
+                return false;
+            }
+        }
     }
 }
 
