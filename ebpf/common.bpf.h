@@ -12,6 +12,9 @@
 
 /* set by the loader before load */
 const volatile __u32 cfg_stacks = 0; /* record a user stack id with every call */
+/* `trace --all`: a process that calls into a probed CUDA library is traced from that call on (its
+ * threads' scheduling too), and the loader hook reports every process's dlopens, traced or not. */
+const volatile __u32 cfg_adopt_callers = 0;
 /* bytes waiting in each ring above which a submit wakes the reader: a quarter of the ring */
 const volatile __u64 cfg_wake_cuda = 4 << 20;
 const volatile __u64 cfg_wake_sched = 2 << 20;
@@ -120,6 +123,17 @@ static __always_inline void cw_set_traced(__u32 tgid, int on) {
     if (!w) return;
     if (on) __sync_fetch_and_or(w, 1ull << (tgid & 63));
     else __sync_fetch_and_and(w, ~(1ull << (tgid & 63)));
+}
+
+/* With cfg_adopt_callers: trace `tgid` from now on (it called into a probed CUDA library). The hash
+ * is filled first (user space lists it); a full hash adopts nothing, and the process is only
+ * found by user space's rescan, which counts what it cannot follow. */
+static __always_inline int cw_adopt(__u32 tgid) {
+    if (!cfg_adopt_callers || tgid == 0) return 0;
+    __u8 one = 1;
+    if (bpf_map_update_elem(&cw_traced, &tgid, &one, BPF_ANY)) return 0;
+    cw_set_traced(tgid, 1);
+    return 1;
 }
 
 static __always_inline __u8 cw_prev_state(bool preempt, unsigned int state) {

@@ -45,7 +45,7 @@ static __always_inline __u64 cw_2d_bytes(__u64 p) {
 /* The slot of a traced thread's call, or NULL (not traced: the common case, one array access). */
 static __always_inline struct cw_stash *cw_stash_for(int slot, __u8 source) {
     struct task_struct *task = bpf_get_current_task_btf();
-    if (!cw_is_traced(task->tgid)) return 0;
+    if (!cw_is_traced(task->tgid) && !cw_adopt(task->tgid)) return 0;
     struct cw_slots *slots = bpf_task_storage_get(&cw_inflight, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
     if (!slots) {
         cw_count(CW_CNT_STASH_FAIL_BASE + source, 1);

@@ -6,7 +6,8 @@
  * It tells user space at once (a forced wake-up) and, when the loader set cfg_stop_on_load (a
  * command Causeway launched), stops the process with SIGSTOP so that user space attaches the new
  * library's probes before the process makes its first call through it, then continues it.
- * Processes in cw_dl_quiet (all their CUDA libraries attached) are only told about. */
+ * Processes in cw_dl_quiet (all their CUDA libraries attached) are only told about; so are
+ * untraced processes with cfg_adopt_callers (`trace --all`: the load may be of a CUDA library). */
 #include "common.bpf.h"
 
 const volatile __u32 cfg_stop_on_load = 0;
@@ -26,7 +27,8 @@ SEC("uprobe")
 int cw_dl_state(struct pt_regs *ctx) {
     struct task_struct *task = bpf_get_current_task_btf();
     __u32 tgid = task->tgid;
-    if (!cw_is_traced(tgid)) return 0;
+    int traced = cw_is_traced(tgid);
+    if (!traced && !cfg_adopt_callers) return 0;
     __s64 delta = (__s64)bpf_get_attach_cookie(ctx);
     if (delta) {
         __s32 state = -1;
@@ -34,7 +36,8 @@ int cw_dl_state(struct pt_regs *ctx) {
         bpf_probe_read_user(&state, sizeof(state), (void *)(PT_REGS_IP(ctx) + delta + CW_R_STATE_OFFSET));
         if (state != CW_RT_CONSISTENT) return 0;
     }
-    int stop = cfg_stop_on_load && !bpf_map_lookup_elem(&cw_dl_quiet, &tgid);
+    /* only a traced process is ever stopped (`trace --all` hears of the others' loads) */
+    int stop = traced && cfg_stop_on_load && !bpf_map_lookup_elem(&cw_dl_quiet, &tgid);
     struct cw_dl *r = bpf_ringbuf_reserve(&cw_rb_host, sizeof(*r), 0);
     if (!r) {
         /* never stop a process user space will not hear about */

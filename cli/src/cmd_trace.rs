@@ -1,5 +1,6 @@
-//! `causeway trace`: record a trace into a database. Traces running pids (`--pid`) or a command it
-//! launches (`-- CMD ARGS`, with its children; ends when it exits), shows a live per-op table each
+//! `causeway trace`: record a trace into a database. Traces running pids (`--pid`), a command it
+//! launches (`-- CMD ARGS`, with its children; ends when it exits) or every process of the host
+//! that uses CUDA (`--all`, one such tracer per host, held by a lock file), shows a live per-op table each
 //! second (or JSON lines with `--json`), and stops cleanly on Ctrl-C or after `--duration`, with
 //! every event and loss counter flushed before it exits 0.
 
@@ -23,6 +24,16 @@ pub struct Args {
     /// Process to trace (repeatable); its children are followed.
     #[arg(long = "pid")]
     pub pids: Vec<u32>,
+    /// Trace every process of this host that uses CUDA (maps libcudart, libcuda or libnccl): those
+    /// running now and those started later, in containers too, each from its first call into a
+    /// library already probed (else from when its load is seen). Runs until Ctrl-C, SIGTERM or
+    /// --duration; one per host (see --lock).
+    #[arg(long, conflicts_with_all = ["pids", "command"])]
+    pub all: bool,
+    /// With --all: the lock file that keeps a second always-on tracer off this host (it names the
+    /// holder's pid and trace).
+    #[arg(long, value_name = "FILE", default_value = "/run/causeway/trace-all.lock")]
+    pub lock: PathBuf,
     /// A CUDA library (or a directory of them) to probe whether or not a traced process maps it,
     /// besides every CUDA library the traced processes map (repeatable). Any file name works
     /// (`libcudart-5e1c0ffe.so.13`): the file's own symbols say whether it is a runtime or a driver.
@@ -46,6 +57,10 @@ pub struct Args {
     /// Print the live statistics as JSON lines on stdout instead of a table on stderr.
     #[arg(long)]
     pub json: bool,
+    /// No live statistics each second (a service: `--metrics` serves them); the start, the notes
+    /// and the final report are still printed.
+    #[arg(long, conflicts_with = "json")]
+    pub quiet: bool,
     /// Do not attach the scheduler, process, block I/O and memory tracepoints.
     #[arg(long)]
     pub no_host: bool,
@@ -85,8 +100,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         backend.name()
     );
     anyhow::ensure!(
-        !args.pids.is_empty() || !args.command.is_empty(),
-        "nothing to trace: give --pid N or -- COMMAND ARGS"
+        !args.pids.is_empty() || !args.command.is_empty() || args.all,
+        "nothing to trace: give --pid N, -- COMMAND ARGS, or --all"
     );
     // a busy port fails the command before anything is written
     let metrics_listener = args.metrics.as_deref().map(crate::metrics_http::bind).transpose()?;
@@ -98,6 +113,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
     let db =
         args.db.clone().unwrap_or_else(|| PathBuf::from(format!("causeway-{}.{}", now.as_secs(), backend.extension())));
+    // held until this process exits (a kill -9 too: the kernel drops the lock with the file)
+    let _host_lock = if args.all { Some(crate::host_lock::acquire(&args.lock, &db)?) } else { None };
     let mut session = causeway_probes::new_session_info(
         &args.pids,
         &args.command,
@@ -108,6 +125,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             !args.no_host
         ),
     );
+    if args.all {
+        session.pid_filter = "all".into();
+    }
     if let Some(node) = &args.node {
         anyhow::ensure!(!node.trim().is_empty(), "--node: an empty name");
         session.node = node.trim().to_string();
@@ -127,6 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let opts = TraceOptions {
         pids: args.pids.clone(),
         command: args.command.clone(),
+        all: args.all,
         cuda_libs: args.cuda_libs.clone(),
         stop_on_load: !args.no_stop_on_load,
         duration_ns,
@@ -140,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let metrics = opts.metrics.clone();
     let stop = opts.stop.clone();
-    let json = args.json;
+    let (json, quiet) = (args.json, args.quiet);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let report = rt.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
@@ -156,7 +177,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         if let (Some(l), Some(m)) = (metrics_listener, metrics) {
             crate::metrics_http::spawn(l, m)?;
         }
-        causeway_probes::trace(opts, sink, move |s| show(s, json)).await
+        causeway_probes::trace(opts, sink, move |s| {
+            if !quiet {
+                show(s, json)
+            }
+        })
+        .await
     })?;
     #[cfg(feature = "duckdb")]
     if let Some(ship) = ship {

@@ -19,6 +19,7 @@ mod cmd_stacks;
 mod cmd_stats;
 mod cmd_timeline;
 mod cmd_trace;
+mod host_lock;
 mod metrics_http;
 mod report;
 mod table;

@@ -183,6 +183,7 @@ pub fn host_check() -> CheckReport {
         host_probes: true,
         perf_uprobes: false,
         stop_on_load: false,
+        adopt_callers: false,
     });
     match load {
         Ok(mut p) => {

@@ -23,6 +23,7 @@ mod decode;
 mod discovery;
 mod error;
 mod gpu_state;
+mod host_watch;
 mod kernels;
 mod libraries;
 mod loader;

@@ -115,7 +115,8 @@ impl LibraryTracker {
         self.attach_loader(probes, &interp);
     }
 
-    fn attach_loader(&mut self, probes: &mut Probes, ld_so: &Path) {
+    /// Probe a dynamic loader's hook (once per file), or note why not.
+    pub fn attach_loader(&mut self, probes: &mut Probes, ld_so: &Path) {
         if let Err(e) = probes.attach_loader(ld_so) {
             self.notes.push(format!(
                 "{}: the dynamic loader's hook is not probed ({e:#}): libraries loaded later are found by polling, and their first calls may be missed",
@@ -308,12 +309,7 @@ fn mapped_loader(pid: u32) -> Option<PathBuf> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     maps.lines()
         .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| {
-            Path::new(p)
-                .file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with("ld-linux") || f.starts_with("ld-musl"))
-        })
+        .find(|p| crate::host_watch::is_loader(Path::new(p)))
         .map(|p| PathBuf::from(format!("/proc/{pid}/root{p}")))
 }
 

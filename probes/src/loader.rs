@@ -113,6 +113,9 @@ pub struct LoadOptions {
     /// Stop a traced process (SIGSTOP) when it finishes a dlopen until its new CUDA libraries are
     /// attached (only for processes Causeway launched: a stop is visible to the parent).
     pub stop_on_load: bool,
+    /// `trace --all`: trace any process from its first call into a probed library, and hear of
+    /// every process's library loads (`cfg_adopt_callers`).
+    pub adopt_callers: bool,
 }
 
 impl Default for LoadOptions {
@@ -125,6 +128,7 @@ impl Default for LoadOptions {
             host_probes: true,
             perf_uprobes: false,
             stop_on_load: false,
+            adopt_callers: false,
         }
     }
 }
@@ -189,6 +193,7 @@ impl Probes {
         raise_memlock();
         let stacks: u32 = opts.stacks.into();
         let stop_on_load: u32 = opts.stop_on_load.into();
+        let adopt_callers: u32 = opts.adopt_callers.into();
         let ring = |bytes: u32| bytes.next_power_of_two().max(4096);
         // a submit wakes the reader once a ring is a quarter full (cw_submit in ebpf/common.bpf.h)
         let wake = |bytes: u32| u64::from(ring(bytes) / 4);
@@ -198,6 +203,7 @@ impl Probes {
             .allow_unsupported_maps() // cw_inflight is task storage, created but not wrapped by aya 0.13
             .set_global("cfg_stacks", &stacks, true)
             .set_global("cfg_stop_on_load", &stop_on_load, true)
+            .set_global("cfg_adopt_callers", &adopt_callers, true)
             .set_global("cfg_wake_cuda", &wake_cuda, true)
             .set_global("cfg_wake_sched", &wake_sched, true)
             .set_global("cfg_wake_host", &wake_host, true)
@@ -304,6 +310,12 @@ impl Probes {
         let _ = self.py_procs.remove(&pid);
     }
 
+    /// Whether `pid` is in the traced set (put there by user space, fork following or `--all`).
+    pub fn is_traced(&self, pid: u32) -> bool {
+        self.traced.get(&pid, 0).is_ok()
+    }
+
+    /// The traced set now (a process leaves it when it exits).
     pub fn traced_pids(&self) -> Vec<u32> {
         self.traced.keys().filter_map(|k| k.ok()).collect()
     }

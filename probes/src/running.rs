@@ -8,7 +8,8 @@
 //! 3. [`Running::on_batch`]: a batch from the reader: maps, kernel names, process names, stacks,
 //!    then the events into the sink (or counted as back-pressure losses).
 //! 4. [`Running::on_poll`]: the end conditions (stop flag, deadline, command exit, pids gone),
-//!    libraries the loader hook did not report, Python processes not seen yet.
+//!    libraries the loader hook did not report, Python processes not seen yet; with `--all`, the
+//!    host's new CUDA processes (`host_watch.rs`).
 //! 5. [`Running::on_tick`]: each second, the in-kernel aggregates as summary events and the live
 //!    figures.
 //! 6. [`Running::finish`]: drain, last names and coverage, every loss counter, the sink finished,
@@ -26,6 +27,7 @@ use causeway_store::{EventSink, StackRecord};
 use tokio::sync::mpsc;
 
 use crate::error::ProbeError;
+use crate::host_watch::{self, HostWatch, Look};
 use crate::kernels::KernelNamer;
 use crate::libraries::LibraryTracker;
 use crate::loader::{LoadOptions, Probes};
@@ -66,6 +68,8 @@ pub(crate) struct Running<'o> {
     backpressure: HashMap<u8, u64>,
     /// The end was decided (the poll stops; the loop runs until the reader's channel closes).
     pub(crate) stopping: bool,
+    /// `trace --all`: the host's processes, looked at for CUDA.
+    watch: Option<HostWatch>,
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -80,7 +84,7 @@ impl<'o> Running<'o> {
     /// Check the targets, load the probes, start or adopt the targets, write the first attachments.
     pub(crate) async fn start(opts: &'o TraceOptions, sink: Box<dyn EventSink>) -> Result<Running<'o>, ProbeError> {
         let report = TraceReport { started_at_ns: now_ns(), ..Default::default() };
-        if opts.pids.is_empty() && opts.command.is_empty() {
+        if opts.pids.is_empty() && opts.command.is_empty() && !opts.all {
             return Err(ProbeError::NothingToTrace);
         }
         if let Some(&p) = opts.pids.iter().find(|&&p| !alive(p)) {
@@ -89,7 +93,8 @@ impl<'o> Running<'o> {
         let load = load_options(opts);
         let mut probes = Probes::load(&load).map_err(|e| ProbeError::load_failure(&e))?;
         let mut libs = LibraryTracker::with_explicit(&mut probes, &opts.cuda_libs)?;
-        libs.defer_polled = opts.stop_on_load;
+        // (`--all` holds no process at its loads: the poll attaches what it finds at once)
+        libs.defer_polled = opts.stop_on_load && !opts.all;
         let started = Instant::now();
         let mut run = Running {
             opts,
@@ -113,6 +118,7 @@ impl<'o> Running<'o> {
             prev_pages: HashMap::new(),
             backpressure: HashMap::new(),
             stopping: false,
+            watch: opts.all.then(|| HostWatch::new(Duration::from_millis(opts.all_rescan_ms.max(10)))),
         };
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
         if run.walk_python {
@@ -120,8 +126,65 @@ impl<'o> Running<'o> {
                 run.python.check(&mut run.probes, p, true);
             }
         }
+        if opts.all {
+            run.watch_host();
+            run.on_watch(true);
+        }
         write_attachments(&mut run.libs, &mut run.sink, &mut run.report).await;
         Ok(run)
+    }
+
+    /// `--all` at the start: probe the host's own loader (every process started from now on under
+    /// it reports its loads) and the host's CUDA libraries (`check`'s list: ldconfig, the CUDA
+    /// paths, pip wheels), so a process started later that calls them is traced from its first
+    /// call.
+    fn watch_host(&mut self) {
+        if let Ok(me) = std::env::current_exe() {
+            self.libs.attach_loader_of_program(&mut self.probes, &me);
+        }
+        let (found, notes) = crate::discovery::discover_with_notes(&crate::discovery::DiscoveryOptions::default());
+        self.probes.notes.extend(notes);
+        for lib in found {
+            if let Err(e) = self.probes.attach_library(&lib) {
+                self.probes.notes.push(format!("{}: not probed ({e:#})", lib.path.display()));
+            }
+        }
+    }
+
+    /// `--all`, when a rescan is due (or `now`): adopt the processes that map a CUDA library and
+    /// probe the loaders of the others.
+    fn on_watch(&mut self, now: bool) {
+        let Some(watch) = self.watch.as_mut() else { return };
+        if !now && !watch.due() {
+            return;
+        }
+        let traced = self.probes.traced_pids();
+        let looks = watch.rescan(&traced);
+        let at_start = now;
+        for (pid, look) in looks {
+            match look {
+                Look::Cuda => self.adopt(pid, if at_start { "maps" } else { "rescan" }, at_start),
+                Look::Other { loader: Some(ld) } => {
+                    if self.watch.as_mut().is_some_and(|w| w.first_loader(&ld)) {
+                        self.libs.attach_loader(&mut self.probes, &ld);
+                    }
+                }
+                Look::Other { loader: None } | Look::Nothing => {}
+            }
+        }
+    }
+
+    /// Trace a running process from now on with the CUDA libraries it maps (`--all`).
+    /// `complete`: the trace starts now, so nothing it did since can have been missed.
+    fn adopt(&mut self, pid: u32, how: &str, complete: bool) {
+        self.libs.scan(&mut self.probes, pid, how, complete);
+        if let Err(e) = self.probes.trace_pid(pid) {
+            self.probes.notes.push(format!("pid {pid}: uses CUDA but could not be traced ({e:#})"));
+            return;
+        }
+        if self.walk_python {
+            self.python.check(&mut self.probes, pid, true);
+        }
     }
 
     /// Start the ring reader on its own thread.
@@ -141,6 +204,14 @@ impl<'o> Running<'o> {
 
     /// A process loaded a library and may be stopped until its new libraries are attached.
     pub(crate) async fn on_loaded(&mut self, dl: wire::DlRec) {
+        if self.watch.is_some() && !self.probes.is_traced(dl.pid) {
+            // `--all` hears of every process's loads: adopt it if this one mapped CUDA
+            if host_watch::look_at(dl.pid) == Look::Cuda {
+                self.adopt(dl.pid, "loaded", false);
+                write_attachments(&mut self.libs, &mut self.sink, &mut self.report).await;
+            }
+            return;
+        }
         if self.opts.follow_mapped_libs {
             self.libs.scan(&mut self.probes, dl.pid, "loaded", dl.stopped);
         }
@@ -276,9 +347,10 @@ impl<'o> Running<'o> {
                 self.report.command_exit = Some(code);
                 end = true;
             }
-        } else if !self.opts.pids.is_empty() && !self.opts.pids.iter().any(|&p| alive(p)) {
+        } else if !self.opts.all && !self.opts.pids.is_empty() && !self.opts.pids.iter().any(|&p| alive(p)) {
             end = true;
         }
+        self.on_watch(false);
         if self.walk_python {
             for pid in self.probes.traced_pids() {
                 if self.python.unseen(pid) && !stopped(pid) {
@@ -462,6 +534,7 @@ fn load_options(opts: &TraceOptions) -> LoadOptions {
         host_probes: opts.host_probes,
         perf_uprobes: opts.perf_uprobes,
         stop_on_load: opts.stop_on_load && opts.follow_mapped_libs && opts.pids.is_empty() && !opts.command.is_empty(),
+        adopt_callers: opts.all,
     }
 }
 

@@ -27,6 +27,11 @@ pub struct TraceOptions {
     pub pids: Vec<u32>,
     /// A command to launch and trace (with its children); the trace ends when it exits.
     pub command: Vec<String>,
+    /// Every process of the host that uses CUDA, now and started later (`trace --all`): the trace
+    /// ends only at the stop flag or the duration.
+    pub all: bool,
+    /// With `all`: how often `/proc` is listed for processes the probes have not caught.
+    pub all_rescan_ms: u64,
     /// Where the command's stdout goes (inherited when None).
     pub command_stdout: Option<PathBuf>,
     /// Give the command /dev/null as stdin instead of ours (an MCP server over stdio).
@@ -76,6 +81,8 @@ impl Default for TraceOptions {
         TraceOptions {
             pids: Vec::new(),
             command: Vec::new(),
+            all: false,
+            all_rescan_ms: 1000,
             command_stdout: None,
             command_stdin_null: false,
             cuda_libs: Vec::new(),
