@@ -7,6 +7,12 @@
 //! cancelled call whose work goes on) waits for it instead of computing it again beside it, which
 //! on a small host would slow both. The list only grows: a trace
 //! recorded by `capture_trace` joins it with the next index ([`TraceSet::add`]).
+//!
+//! A served file may still be written (`causeway trace --all` beside `causeway mcp`): each entry
+//! remembers its file's [`FileVersion`] (size and mtime of the file and its WAL), reopens the store
+//! when it changed (so the trace's info is current), and an explanation computed before a change
+//! is computed again once it is older than [`LIVE_REFRESH`]: answers are never staler than that,
+//! and a burst of parallel calls on a busy trace still shares one computation.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +27,35 @@ use causeway_model::time::TimeWindow;
 const ALL_CHAINS: usize = 1000;
 /// Explanations kept in the cache.
 const CACHED_EXPLANATIONS: usize = 16;
+/// How old an explanation of a trace that changed since may be before it is computed again.
+pub const LIVE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a trace file looked like: (length, mtime in ns) of the file and of its write-ahead log
+/// (SQLite's `-wal`, DuckDB's `.wal`; zeros when absent). A change means new rows may be there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileVersion([(u64, i128); 3]);
+
+impl FileVersion {
+    /// The version of the file at `path` now (None: it cannot be read).
+    pub fn of(path: &Path) -> Option<FileVersion> {
+        let stamp = |p: &Path| {
+            std::fs::metadata(p).ok().map(|m| {
+                let mtime = m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos() as i128);
+                (m.len(), mtime)
+            })
+        };
+        let with = |suffix: &str| {
+            let mut s = path.as_os_str().to_owned();
+            s.push(suffix);
+            stamp(Path::new(&s)).unwrap_or_default()
+        };
+        Some(FileVersion([stamp(path)?, with("-wal"), with(".wal")]))
+    }
+}
 
 /// Which trace a tool call is about: its name (file stem), file name, path, or 0-based index.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -43,16 +78,33 @@ pub struct TraceEntry {
     pub path: PathBuf,
     store: Mutex<Result<Arc<dyn TraceStore>, String>>,
     opener: Opener,
+    /// A file (not a lake's node): watched for changes.
+    is_file: bool,
+    /// The file's version when the store was opened.
+    opened_at: Mutex<Option<FileVersion>>,
 }
 
 impl TraceEntry {
-    /// The opened store, or the error that stops it from opening (retried on every call).
+    /// The opened store, or the error that stops it from opening (retried on every call); opened
+    /// again when its file changed since (a trace still being written).
     pub fn store(&self) -> Result<Arc<dyn TraceStore>, String> {
         let mut slot = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_err() {
+        let now = self.version();
+        let mut opened_at = self.opened_at.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_err() || (self.is_file && *opened_at != now) {
             *slot = (self.opener)();
+            *opened_at = now;
         }
         slot.clone()
+    }
+
+    /// The file's version now (None for a store that is not a file, or a file that is gone).
+    pub fn version(&self) -> Option<FileVersion> {
+        if self.is_file {
+            FileVersion::of(&self.path)
+        } else {
+            None
+        }
     }
 }
 
@@ -65,10 +117,28 @@ type ExplainKey = (usize, Option<i64>, Option<i64>, Option<u32>);
 /// One cached explanation: empty while the first request for it computes it (the others block on it).
 type ExplainSlot = Arc<OnceLock<Result<Arc<Explanation>, String>>>;
 
+/// A cache entry: the slot, and the file version and time it was started at.
+struct Cached {
+    slot: ExplainSlot,
+    version: Option<FileVersion>,
+    at: std::time::Instant,
+}
+
+impl Cached {
+    fn new(version: Option<FileVersion>) -> Cached {
+        Cached { slot: ExplainSlot::default(), version, at: std::time::Instant::now() }
+    }
+
+    /// Still the answer for a trace whose file is at `version` now.
+    fn fresh_for(&self, version: Option<FileVersion>) -> bool {
+        self.version == version || self.at.elapsed() < LIVE_REFRESH
+    }
+}
+
 /// Every DB of this server, plus the explanation cache.
 pub struct TraceSet {
     entries: RwLock<Vec<Arc<TraceEntry>>>,
-    explanations: Mutex<HashMap<ExplainKey, ExplainSlot>>,
+    explanations: Mutex<HashMap<ExplainKey, Cached>>,
     /// Explanations computed so far (not served from the cache).
     explained: AtomicU64,
 }
@@ -90,12 +160,16 @@ impl TraceSet {
     /// Append a trace (a unique name derived from its file stem, the next index) and return it.
     pub fn add(&self, path: &Path) -> Arc<TraceEntry> {
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-        self.add_opener(stem, path, file_opener(path))
+        self.add_entry(stem, path, file_opener(path), true)
     }
 
     /// Append a store `opener` opens (a node of a fleet lake), under `name` (made unique; the
     /// index when None), labelled `label`; opened now, and again on a later call if that failed.
     pub fn add_opener(&self, name: Option<String>, label: &Path, opener: Opener) -> Arc<TraceEntry> {
+        self.add_entry(name, label, opener, false)
+    }
+
+    fn add_entry(&self, name: Option<String>, label: &Path, opener: Opener, is_file: bool) -> Arc<TraceEntry> {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         let index = entries.len();
         let stem = name.unwrap_or_else(|| format!("trace{index}"));
@@ -109,7 +183,15 @@ impl TraceSet {
         if let Err(e) = &store {
             tracing::warn!("trace {name}: {e} (tools on it will answer with this error)");
         }
-        let entry = Arc::new(TraceEntry { index, name, path: label.to_path_buf(), store: Mutex::new(store), opener });
+        let entry = Arc::new(TraceEntry {
+            index,
+            name,
+            path: label.to_path_buf(),
+            store: Mutex::new(store),
+            opener,
+            is_file,
+            opened_at: Mutex::new(if is_file { FileVersion::of(label) } else { None }),
+        });
         entries.push(entry.clone());
         entry
     }
@@ -166,12 +248,16 @@ impl TraceSet {
         pid: Option<u32>,
     ) -> Result<Arc<Explanation>, String> {
         let key = (entry.index, window.from_ns, window.to_ns, pid);
+        let version = entry.version();
         let slot = {
             let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());
-            if !cache.contains_key(&key) && cache.len() >= CACHED_EXPLANATIONS {
-                cache.retain(|_, slot| slot.get().is_none()); // keep the ones being computed
+            if cache.get(&key).is_some_and(|c| !c.fresh_for(version)) {
+                cache.remove(&key); // the trace grew since: computed again
             }
-            cache.entry(key).or_default().clone()
+            if !cache.contains_key(&key) && cache.len() >= CACHED_EXPLANATIONS {
+                cache.retain(|_, c| c.slot.get().is_none()); // keep the ones being computed
+            }
+            cache.entry(key).or_insert_with(|| Cached::new(version)).slot.clone()
         };
         let answer = slot
             .get_or_init(|| {
@@ -184,7 +270,7 @@ impl TraceSet {
         if answer.is_err() {
             // the next request tries again (unless the slot was replaced meanwhile)
             let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());
-            if cache.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+            if cache.get(&key).is_some_and(|c| Arc::ptr_eq(&c.slot, &slot)) {
                 cache.remove(&key);
             }
         }
@@ -255,6 +341,41 @@ mod tests {
         set.explanation(&entry, from_first, None).unwrap();
         set.explanation(&entry, TimeWindow::ALL, None).unwrap();
         assert_eq!(set.explanations_computed(), 2);
+    }
+
+    /// A trace still being written: the store is reopened and the explanation computed again once
+    /// the file changed and the cached one is older than LIVE_REFRESH; an unchanged file is a hit.
+    #[test]
+    fn a_trace_being_written_is_answered_with_fresh_figures() {
+        use causeway_backends::{EngineWriter, SqliteWriter, SyntheticTrace};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("live.db");
+        let session = causeway_model::SessionInfo { started_at_ns: 1, ..Default::default() };
+        let mut w = SqliteWriter::create(&path, &session).unwrap();
+        let mut synth = SyntheticTrace::new(7, 1_000_000_000);
+        w.write_batches([synth.take(2_000).as_slice()]).unwrap();
+        let set = TraceSet::open(std::slice::from_ref(&path));
+        let entry = set.entries()[0].clone();
+        let first = set.explanation(&entry, TimeWindow::ALL, None).unwrap();
+        let events_first = entry.store().unwrap().info().events;
+        assert_eq!(events_first, 2_000);
+        // unchanged: served from the cache, however late
+        std::thread::sleep(LIVE_REFRESH + std::time::Duration::from_millis(50));
+        assert!(Arc::ptr_eq(&first, &set.explanation(&entry, TimeWindow::ALL, None).unwrap()));
+        assert_eq!(set.explanations_computed(), 1);
+
+        w.write_batches([synth.take(3_000).as_slice()]).unwrap();
+        // changed, but the cached answer is younger than LIVE_REFRESH: still shared
+        let second = set.explanation(&entry, TimeWindow::ALL, None).unwrap();
+        assert_eq!(entry.store().unwrap().info().events, 5_000, "the store is reopened at once");
+        assert_eq!(set.explanations_computed(), 2, "older than LIVE_REFRESH and changed: computed again");
+        assert!(second.last_ns > first.last_ns, "the new explanation covers the new events");
+        assert!(second.gpu_calls > first.gpu_calls);
+        w.write_batches([synth.take(1_000).as_slice()]).unwrap();
+        let third = set.explanation(&entry, TimeWindow::ALL, None).unwrap();
+        assert!(Arc::ptr_eq(&second, &third), "a change within LIVE_REFRESH shares the fresh answer");
+        assert_eq!(set.explanations_computed(), 2);
+        w.finish(2_000_000_000).unwrap();
     }
 
     #[test]
