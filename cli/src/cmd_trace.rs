@@ -57,6 +57,11 @@ pub struct Args {
     /// Print the live statistics as JSON lines on stdout instead of a table on stderr.
     #[arg(long)]
     pub json: bool,
+    /// The BPF ring buffers' sizes in MiB, CUDA,SCHED,HOST (each rounded up to a power of two; the
+    /// tracer's largest fixed memory): smaller caps the tracer's memory, and a ring that fills up
+    /// loses events, counted by source as ring_reserve losses.
+    #[arg(long, value_name = "CUDA,SCHED,HOST", default_value = "16,8,2", value_parser = parse_rings)]
+    pub ring_mib: RingSizes,
     /// No live statistics each second (a service: `--metrics` serves them); the start, the notes
     /// and the final report are still printed.
     #[arg(long, conflicts_with = "json")]
@@ -155,6 +160,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         python_frames: !args.no_python_frames,
         host_probes: !args.no_host,
         drop_on_backpressure: true,
+        ring_cuda_bytes: args.ring_mib.0[0] << 20,
+        ring_sched_bytes: args.ring_mib.0[1] << 20,
+        ring_host_bytes: args.ring_mib.0[2] << 20,
         nvml: causeway_probes::NvmlOptions { hz: args.nvml_hz, lib: args.nvml_lib.clone() },
         metrics: args.metrics.as_ref().map(|_| std::sync::Arc::new(causeway_probes::TraceMetrics::new())),
         ..Default::default()
@@ -229,6 +237,24 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// `--ring-mib`: three sizes in MiB.
+#[derive(Debug, Clone, Copy)]
+pub struct RingSizes([u32; 3]);
+
+fn parse_rings(s: &str) -> Result<RingSizes, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [cuda, sched, host] = parts.as_slice() else {
+        return Err(format!("{s:?}: three sizes in MiB, CUDA,SCHED,HOST (e.g. 16,8,2)"));
+    };
+    let mib = |name: &str, v: &str| -> Result<u32, String> {
+        match v.parse::<u32>() {
+            Ok(n) if (1..=1024).contains(&n) => Ok(n),
+            _ => Err(format!("the {name} ring: {v:?} is not a size from 1 to 1024 MiB")),
+        }
+    };
+    Ok(RingSizes([mib("CUDA", cuda)?, mib("SCHED", sched)?, mib("HOST", host)?]))
+}
+
 fn show(s: &LiveStats, json: bool) {
     if json {
         if let Ok(line) = serde_json::to_string(s) {
@@ -254,4 +280,19 @@ fn show(s: &LiveStats, json: bool) {
         s.traced_pids,
         t.render()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rings;
+
+    #[test]
+    fn ring_sizes_are_three_bounded_mib_figures() {
+        assert_eq!(parse_rings("16,8,2").unwrap().0, [16, 8, 2]);
+        assert_eq!(parse_rings(" 4, 1 ,1024").unwrap().0, [4, 1, 1024]);
+        for bad in ["16,8", "0,8,2", "16,8,2048", "a,b,c", "16,8,2,1"] {
+            assert!(parse_rings(bad).is_err(), "{bad} accepted");
+        }
+        assert!(parse_rings("16,x,2").unwrap_err().contains("SCHED"));
+    }
 }
