@@ -262,10 +262,21 @@ def gpu_throttle(v):
 
 
 def check_nccl_clean(ex, planted, v, out=None):
-    """Ranks arriving together: no straggler chain above LOW and nothing HIGH of the run's making."""
+    """Ranks arriving together: no straggler chain above LOW of the run's making. As in
+    check_clean, a rank really made late by a task outside the scenario (kdamond, another tenant:
+    named with its pid by the chain) is true host noise, not a false straggler; a late rank with no
+    outside culprit, or one the other rank or the tracer delayed, is a failure."""
     for c in ex.get("chains", []):
-        if c["kind"] == "straggler" and c["severity"] != "LOW":
+        if c["kind"] != "straggler" or c["severity"] == "LOW":
+            continue
+        cul = c.get("culprit") or {}
+        comm = str(cul.get("comm", ""))
+        outside = (c["cause"] == "preempted" and cul.get("pid") not in (None, 0, c.get("pid"))
+                   and not comm.startswith("causeway") and not comm.startswith("nccl_ranks"))
+        if not outside:
             return f"straggler on a clean run: {c['summary']}"
+        print(f"  note: the clean run carries a straggler made by host noise outside the scenario: "
+              f"{c['summary'][:160]}", flush=True)
     return check_clean(ex, [], v, out)
 
 
