@@ -8,20 +8,10 @@
 use std::time::Instant;
 
 use causeway_analysis::{explain, ExplainRequest};
-use causeway_backends::{synthetic_sqlite_trace, QueryLimits, SqliteStore, TraceStore};
+use causeway_backends::{open_bench_trace, QueryLimits, TraceStore};
 
 fn main() {
-    let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
-    let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
-    if let Some(t) = written {
-        println!("wrote {n} events to {} in {:.1} s", path.display(), t.as_secs_f64());
-    }
-    let store = SqliteStore::open(&path).expect("open");
-    println!(
-        "trace: {} events, {:.1} MiB",
-        store.info().events,
-        std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0
-    );
+    let (_, store) = open_bench_trace();
     causeway_testdata::reset_peak_rss();
     let rss_before = causeway_testdata::rss_kib();
     let t = Instant::now();

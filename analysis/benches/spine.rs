@@ -152,7 +152,7 @@ fn read_path(path: &Path, n: usize) {
 }
 
 fn main() {
-    let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
+    let n = causeway_backends::bench_events();
     let tmp = tempfile::tempdir().unwrap();
     write_path(tmp.path(), 2_000_000.min(n));
     causeway_testdata::reset_peak_rss();

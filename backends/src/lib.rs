@@ -35,7 +35,10 @@ pub use causeway_store::*;
 pub use conversion::{convert, cut, ConvertReport, Scope as CutScope};
 pub use sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 pub use sqlite::{SqliteSink, SqliteStore, SqliteWriter};
-pub use synth::{synthetic_sqlite_trace, SyntheticJob, SyntheticRank, SyntheticTrace, SYNTHETIC_RANK_PID};
+pub use synth::{
+    bench_events, open_bench_trace, synthetic_sqlite_trace, SyntheticJob, SyntheticRank, SyntheticTrace,
+    SYNTHETIC_RANK_PID,
+};
 
 use std::path::Path;
 

@@ -66,6 +66,26 @@ pub fn synthetic_sqlite_trace(n: usize) -> crate::Result<(std::path::PathBuf, Op
     Ok((path, Some(t.elapsed())))
 }
 
+/// How many events a bench works on: `CAUSEWAY_BENCH_EVENTS`, else 10,000,000.
+pub fn bench_events() -> usize {
+    std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000)
+}
+
+/// The benches' trace of [`bench_events`] events ([`synthetic_sqlite_trace`]), opened read-only,
+/// with how long writing it took (when it was written now), its events and its size printed.
+pub fn open_bench_trace() -> (std::path::PathBuf, crate::SqliteStore) {
+    use crate::TraceStore;
+    let n = bench_events();
+    let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
+    if let Some(t) = written {
+        println!("wrote {n} events to {} in {:.1} s", path.display(), t.as_secs_f64());
+    }
+    let store = crate::SqliteStore::open(&path).expect("open the synthetic trace");
+    let size_mib = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0;
+    println!("trace: {} events, {size_mib:.1} MiB", store.info().events);
+    (path, store)
+}
+
 impl SyntheticTrace {
     pub fn new(seed: u64, start_ns: i64) -> SyntheticTrace {
         SyntheticTrace { rng: Rng::new(seed), cursors: [start_ns; 4], pid: 4821 }

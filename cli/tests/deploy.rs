@@ -4,7 +4,7 @@
 //! first); a restart appends a session to the same trace.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn require_root() {
@@ -57,28 +57,17 @@ fn localized(argv: &[String], root: &Path, duration: &str) -> Command {
     cmd
 }
 
-fn sessions(db: &Path) -> usize {
+/// One figure from `causeway query --json` (`{"columns": [..], "rows": [[..]]}`).
+fn count(db: &Path, sql: &str) -> u64 {
     let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
         .args(["query", "--json", "--db"])
         .arg(db)
-        .arg("SELECT id FROM sessions")
+        .arg(sql)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["rows"].as_array().map_or(0, Vec::len)
-}
-
-fn cuda_calls_of(db: &Path, pid: u32) -> u64 {
-    let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
-        .args(["query", "--json", "--db"])
-        .arg(db)
-        .arg(format!("SELECT count(*) AS n FROM events WHERE pid = {pid} AND source = 1"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["rows"][0][0].as_u64().or_else(|| v["rows"][0]["n"].as_u64()).unwrap_or(0)
+    v["rows"][0][0].as_u64().unwrap_or_else(|| panic!("{sql}: no count in {v}"))
 }
 
 fn steady(ms: u32) -> Child {
@@ -87,10 +76,6 @@ fn steady(ms: u32) -> Child {
         .stdout(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-fn wait_output(c: Child) -> Output {
-    c.wait_with_output().unwrap()
 }
 
 fn check_recipe(argv: Vec<String>, what: &str) {
@@ -115,17 +100,22 @@ fn check_recipe(argv: Vec<String>, what: &str) {
         "{what}: {err}"
     );
 
-    let out = wait_output(first);
+    let out = first.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{what}: {stderr}");
     assert!(!stderr.contains("off-CPU"), "{what}: --quiet printed the live table:\n{stderr}");
     assert!(stderr.contains("events written to"), "{what}: the final report is printed:\n{stderr}");
-    assert!(cuda_calls_of(&db, workload.id()) > 0, "{what}: the running CUDA workload was not traced:\n{stderr}");
+    let calls = count(&db, &format!("SELECT count(*) FROM events WHERE pid = {} AND source = 1", workload.id()));
+    assert!(calls > 0, "{what}: the running CUDA workload was not traced:\n{stderr}");
 
     // a restart takes the released lock and appends a session to the same trace
     let again = localized(&argv, dir.path(), "1s").output().unwrap();
     assert!(again.status.success(), "{what}: {}", String::from_utf8_lossy(&again.stderr));
-    assert_eq!(sessions(&db), 2, "{what}: a restart continues the trace with a new session");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM sessions"),
+        2,
+        "{what}: a restart continues the trace with a new session"
+    );
     let _ = workload.kill();
     let _ = workload.wait();
 }

@@ -9,18 +9,12 @@
 
 use std::time::Instant;
 
-use causeway_backends::{synthetic_sqlite_trace, SqliteStore, TraceStore};
+use causeway_backends::{open_bench_trace, TraceStore};
 use causeway_export::{export, ExportRequest, Format};
 
 fn main() {
-    let n: usize = std::env::var("CAUSEWAY_BENCH_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000_000);
-    let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
-    if let Some(t) = written {
-        println!("wrote {n} events to {} in {:.1} s", path.display(), t.as_secs_f64());
-    }
-    let store = SqliteStore::open(&path).expect("open");
+    let (path, store) = open_bench_trace();
     let size_mib = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0;
-    println!("trace: {} events, {size_mib:.1} MiB", store.info().events);
     for (format, chains) in [(Format::Perfetto, false), (Format::Chrome, false), (Format::Perfetto, true)] {
         causeway_testdata::reset_peak_rss();
         let before = causeway_testdata::rss_kib();

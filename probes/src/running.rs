@@ -159,11 +159,10 @@ impl<'o> Running<'o> {
             return;
         }
         let traced = self.probes.traced_pids();
-        let looks = watch.rescan(&traced);
-        let at_start = now;
-        for (pid, look) in looks {
+        for (pid, look) in watch.rescan(&traced) {
             match look {
-                Look::Cuda => self.adopt(pid, if at_start { "maps" } else { "rescan" }, at_start),
+                // at the start (`now`) nothing it did since can have been missed
+                Look::Cuda => self.adopt(pid, if now { "maps" } else { "rescan" }, now),
                 Look::Other { loader: Some(ld) } => {
                     if self.watch.as_mut().is_some_and(|w| w.first_loader(&ld)) {
                         self.libs.attach_loader(&mut self.probes, &ld);
