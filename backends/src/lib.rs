@@ -34,7 +34,7 @@ mod synth;
 pub use causeway_store::*;
 pub use conversion::{convert, cut, ConvertReport, Scope as CutScope};
 pub use sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
-pub use sqlite::{SqliteSink, SqliteStore, SqliteWriter};
+pub use sqlite::{create_series_sink, RollPolicy, RollingWriter, SqliteSink, SqliteStore, SqliteWriter};
 pub use synth::{
     bench_events, open_bench_trace, synthetic_sqlite_trace, SyntheticJob, SyntheticRank, SyntheticTrace,
     SYNTHETIC_RANK_PID,
@@ -55,9 +55,14 @@ fn duckdb_missing(path: &Path) -> StoreError {
     ))
 }
 
-/// Open any trace this build can read (native SQLite, native DuckDB, or an Ingero DB), read-only.
+/// Open any trace this build can read (native SQLite, native DuckDB, an Ingero DB, or a series
+/// directory of SQLite files), read-only.
 /// The engine is chosen by the file's magic bytes, so a misnamed file still opens.
 pub fn open_store(path: &Path) -> Result<Box<dyn TraceStore>, StoreError> {
+    if path.is_dir() {
+        // a series of SQLite files (`trace --max-file-size`), read as one trace
+        return Ok(Box::new(SqliteStore::open(path)?));
+    }
     let duck_magic = {
         use std::io::Read;
         let mut head = [0u8; 12];

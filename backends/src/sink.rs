@@ -111,14 +111,19 @@ impl<W: EngineWriter> QueuedSink<W> {
     /// Like [`QueuedSink::create`] with a chosen queue depth (in batches); tests use tiny queues to
     /// provoke back-pressure.
     pub fn with_queue(path: &Path, session: SessionInfo, batches: usize) -> Result<QueuedSink<W>> {
-        let writer = W::create(path, &session)?;
+        Self::from_writer(W::create(path, &session)?, batches)
+    }
+
+    /// A sink over a writer created already (one with options of its own, like a series').
+    pub fn from_writer(writer: W, batches: usize) -> Result<QueuedSink<W>> {
+        let path = writer.path().to_path_buf();
         let (tx, rx) = mpsc::channel::<Msg>(batches.max(1));
         let losses = SharedLosses::default();
         let thread_losses = losses.clone();
         let thread = std::thread::Builder::new()
             .name(W::THREAD_NAME.into())
             .spawn(move || run_writer(writer, rx, thread_losses))?;
-        Ok(QueuedSink { tx, losses, thread: Some(thread), path: path.to_path_buf() })
+        Ok(QueuedSink { tx, losses, thread: Some(thread), path })
     }
 
     fn gone(&self) -> StoreError {

@@ -84,6 +84,8 @@ pub struct Args {
     /// latency histograms per op, off-CPU time of the traced threads, losses, the tracer's CPU.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::metrics_http::DEFAULT_ADDR)]
     pub metrics: Option<String>,
+    #[command(flatten)]
+    pub series: SeriesArgs,
     #[cfg(feature = "duckdb")]
     #[command(flatten)]
     pub ship: crate::cmd_ship::TraceShipArgs,
@@ -92,12 +94,82 @@ pub struct Args {
     pub command: Vec<String>,
 }
 
+/// Bounded disk: the trace as a series of files in a directory (rollover), the oldest removed
+/// (retention). Any of these makes `--db` a directory; every reader opens it as one trace.
+#[derive(clap::Args, Debug, Default)]
+pub struct SeriesArgs {
+    /// Write the trace as a series of files in the directory --db, the next one begun when the
+    /// one being written reaches SIZE (e.g. 256M, 1G: binary units) [default with any of these
+    /// flags: 256M].
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub max_file_size: Option<u64>,
+    /// ... or when it has been written this long (e.g. 1h, 30m) [default: 1h].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_file_age: Option<std::time::Duration>,
+    /// Remove the oldest files of the series while it holds more than SIZE (never the one being
+    /// written).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub max_size: Option<u64>,
+    /// Remove the files of the series last written longer ago than this (e.g. 7d, 48h).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_age: Option<std::time::Duration>,
+}
+
+impl SeriesArgs {
+    /// The rollover policy, when any flag asks for a series.
+    pub fn policy(&self) -> Option<causeway_backends::RollPolicy> {
+        let asked = self.max_file_size.is_some()
+            || self.max_file_age.is_some()
+            || self.max_size.is_some()
+            || self.max_age.is_some();
+        asked.then(|| {
+            let default = causeway_backends::RollPolicy::default();
+            causeway_backends::RollPolicy {
+                max_part_bytes: self.max_file_size.unwrap_or(default.max_part_bytes),
+                max_part_age: self.max_file_age.unwrap_or(default.max_part_age),
+                max_total_bytes: self.max_size,
+                max_total_age: self.max_age,
+            }
+        })
+    }
+}
+
+/// A size with an optional binary unit: `512K`, `256M`, `1.5G`, `10GiB`, `4096`.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    match parse_size::Config::new().with_binary().parse_size(s) {
+        Ok(0) => Err(format!("{s:?}: a size above zero")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e} (a size like 512K, 256M or 1G)")),
+    }
+}
+
+/// A duration like `30s`, `15m`, `12h` or `7d`.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (number, unit_s) = match s.trim() {
+        t if t.ends_with('d') => (&t[..t.len() - 1], 86_400),
+        t => return parse_duration_ns(t).map(|ns| std::time::Duration::from_nanos(ns.max(0) as u64)),
+    };
+    number
+        .trim()
+        .parse::<u64>()
+        .map(|n| std::time::Duration::from_secs(n * unit_s))
+        .map_err(|_| format!("{s:?}: a duration like 30s, 15m, 12h or 7d"))
+}
+
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    let series = args.series.policy();
     let backend = match (args.backend, &args.db) {
         (Some(b), _) => b,
+        (None, _) if series.is_some() => Engine::Sqlite,
         (None, Some(db)) => Engine::for_path(db),
         (None, None) => Engine::Sqlite,
     };
+    anyhow::ensure!(
+        series.is_none() || backend == Engine::Sqlite,
+        "--max-file-size / --max-file-age / --max-size / --max-age write a series of SQLite files: \
+         drop --backend {}",
+        backend.name()
+    );
     anyhow::ensure!(
         causeway_backends::is_built(backend),
         "--backend {}: this build has no {} engine (build with --features duckdb)",
@@ -116,8 +188,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let duration_ns =
         args.duration.as_deref().map(parse_duration_ns).transpose().map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
-    let db =
-        args.db.clone().unwrap_or_else(|| PathBuf::from(format!("causeway-{}.{}", now.as_secs(), backend.extension())));
+    let db = args.db.clone().unwrap_or_else(|| match series {
+        Some(_) => PathBuf::from(format!("causeway-{}", now.as_secs())),
+        None => PathBuf::from(format!("causeway-{}.{}", now.as_secs(), backend.extension())),
+    });
     // held until this process exits (a kill -9 too: the kernel drops the lock with the file)
     let _host_lock = if args.all { Some(crate::host_lock::acquire(&args.lock, &db)?) } else { None };
     let mut session = causeway_probes::new_session_info(
@@ -144,7 +218,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
          (the default), or `causeway ship` the DuckDB trace once it ends"
     );
     let node = session.node.clone();
-    let sink = causeway_backends::create_sink(&db, session, Some(backend))?;
+    #[cfg(feature = "duckdb")]
+    anyhow::ensure!(
+        args.ship.ship.is_none() || series.is_none(),
+        "--ship follows one trace file: trace without --max-file-size / --max-size (or `causeway ship` each \
+         file of the series)"
+    );
+    let sink = match series {
+        Some(policy) => causeway_backends::create_series_sink(&db, session, policy)?,
+        None => causeway_backends::create_sink(&db, session, Some(backend))?,
+    };
     #[cfg(feature = "duckdb")]
     let ship = crate::cmd_ship::LiveShip::start(&args.ship, &db, &node)?;
     #[cfg(not(feature = "duckdb"))]
@@ -284,7 +367,22 @@ fn show(s: &LiveStats, json: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_rings;
+    use super::{parse_bytes, parse_duration, parse_rings};
+
+    #[test]
+    fn sizes_are_binary_and_durations_take_days() {
+        assert_eq!(parse_bytes("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_bytes("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_bytes("512KiB").unwrap(), 512 << 10);
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        for bad in ["0", "-1M", "big", ""] {
+            assert!(parse_bytes(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(parse_duration("7d").unwrap().as_secs(), 7 * 86_400);
+        assert_eq!(parse_duration("90m").unwrap().as_secs(), 5400);
+        assert_eq!(parse_duration("1h").unwrap().as_secs(), 3600);
+        assert!(parse_duration("xd").is_err() && parse_duration("soon").is_err());
+    }
 
     #[test]
     fn ring_sizes_are_three_bounded_mib_figures() {

@@ -1,7 +1,7 @@
 //! The always-on recipes in `deploy/` run as written (root, eBPF): the systemd unit's ExecStart and
 //! the container's CMD are taken from the files, their host paths moved into a scratch directory,
 //! and run against a mock CUDA workload; one tracer per host (a second is refused, naming the
-//! first); a restart appends a session to the same trace.
+//! first); the trace is a series of files and a restart continues it with a new session.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -80,7 +80,7 @@ fn steady(ms: u32) -> Child {
 
 fn check_recipe(argv: Vec<String>, what: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("state/host.db");
+    let db = dir.path().join("state/host");
     let mut workload = steady(6000);
     std::thread::sleep(Duration::from_millis(300));
 
@@ -108,7 +108,9 @@ fn check_recipe(argv: Vec<String>, what: &str) {
     let calls = count(&db, &format!("SELECT count(*) FROM events WHERE pid = {} AND source = 1", workload.id()));
     assert!(calls > 0, "{what}: the running CUDA workload was not traced:\n{stderr}");
 
-    // a restart takes the released lock and appends a session to the same trace
+    assert!(db.join("000001.db").is_file(), "{what}: the trace is a series of files in {}", db.display());
+
+    // a restart takes the released lock and continues the series with a new session in a new file
     let again = localized(&argv, dir.path(), "1s").output().unwrap();
     assert!(again.status.success(), "{what}: {}", String::from_utf8_lossy(&again.stderr));
     assert_eq!(
@@ -116,6 +118,7 @@ fn check_recipe(argv: Vec<String>, what: &str) {
         2,
         "{what}: a restart continues the trace with a new session"
     );
+    assert!(db.join("000002.db").is_file(), "{what}: the restart writes the next file of the series");
     let _ = workload.kill();
     let _ = workload.wait();
 }

@@ -31,7 +31,8 @@ const CACHED_EXPLANATIONS: usize = 16;
 pub const LIVE_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a trace file looked like: (length, mtime in ns) of the file and of its write-ahead log
-/// (SQLite's `-wal`, DuckDB's `.wal`; zeros when absent). A change means new rows may be there.
+/// (SQLite's `-wal`, DuckDB's `.wal`; zeros when absent); for a series directory, those of its
+/// newest part and (number of parts, first part). A change means new rows may be there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FileVersion([(u64, i128); 3]);
 
@@ -53,6 +54,17 @@ impl FileVersion {
             s.push(suffix);
             stamp(Path::new(&s)).unwrap_or_default()
         };
+        if path.is_dir() {
+            // a series: its newest part (and WAL), and which parts it has
+            let parts = causeway_backends::sqlite::series::list_parts(path).ok()?;
+            let (first, _) = parts.first()?;
+            let (_, newest) = parts.last()?;
+            return Some(FileVersion([
+                stamp(newest)?,
+                FileVersion::of(newest)?.0[1],
+                (parts.len() as u64, *first as i128),
+            ]));
+        }
         Some(FileVersion([stamp(path)?, with("-wal"), with(".wal")]))
     }
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use rusqlite::types::ValueRef;
-use rusqlite::{params, Connection, OpenFlags, Row};
+use rusqlite::{params, Connection, Row};
 
 use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank, SessionInfo};
 
@@ -33,11 +33,7 @@ fn text(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
 impl SqliteSource {
     pub fn open(path: &Path) -> Result<SqliteSource> {
         let store = SqliteStore::open(path)?;
-        let conn = Connection::open_with_flags(
-            store.uri(),
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.execute_batch("PRAGMA query_only=1;")?;
+        let conn = store.connect()?;
         let renumber: bool =
             conn.query_row("SELECT EXISTS (SELECT 1 FROM events WHERE typeof(id) != 'integer')", [], |r| r.get(0))?;
         Ok(SqliteSource { store, conn, renumber })
@@ -67,7 +63,9 @@ impl ConvertSource for SqliteSource {
             self.col("world_size", "NULL"),
             self.col("stack_ips", "''"),
         ]);
-        let sql = format!("SELECT {} FROM events ORDER BY timestamp, rowid", cols.join(", "));
+        // insertion order breaks ties: the rowid of a file, the id of a series (its view has no rowid)
+        let insertion = if self.store.is_series() { "id" } else { "rowid" };
+        let sql = format!("SELECT {} FROM events ORDER BY timestamp, {insertion}", cols.join(", "));
         let mut st = self.conn.prepare(&sql)?;
         let mut rows = st.query([])?;
         let mut buf = Vec::with_capacity(chunk);

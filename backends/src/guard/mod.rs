@@ -28,6 +28,7 @@ mod sqlite_engine;
 
 use std::fmt;
 
+use crate::sqlite::ReadTarget;
 use crate::StoreError;
 use crate::{QueryLimits, QueryResult};
 
@@ -129,8 +130,17 @@ pub fn check(sql: &str, dialect: Engine) -> Result<(), Refusal> {
 /// [`StoreError::Refused`], a timeout is [`StoreError::Timeout`], everything else [`StoreError::Query`].
 /// `limits.cancel`, when set, stops the query from another thread.
 pub fn run_sqlite(uri: &str, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
+    run_sqlite_target(&ReadTarget::File(uri.to_string()), sql, limits)
+}
+
+/// [`run_sqlite`] on what a store reads (one file, or a series of parts joined by views).
+pub(crate) fn run_sqlite_target(
+    target: &ReadTarget,
+    sql: &str,
+    limits: &QueryLimits,
+) -> Result<QueryResult, StoreError> {
     check(sql, Engine::Sqlite)?;
-    sqlite_engine::execute(uri, sql, limits)
+    sqlite_engine::execute(target, sql, limits)
 }
 
 /// The same as [`run_sqlite`] with `cancel` as the cancellation handle.
@@ -147,7 +157,7 @@ pub fn run_sqlite_cancellable(
 /// by itself. Never call this with user SQL.
 #[doc(hidden)]
 pub fn run_sqlite_engine_only(uri: &str, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
-    sqlite_engine::execute(uri, sql, limits)
+    sqlite_engine::execute(&ReadTarget::File(uri.to_string()), sql, limits)
 }
 
 /// Run user SQL against the DuckDB trace at `path` under `limits`: the AST check with the DuckDB

@@ -28,9 +28,10 @@ use rusqlite::ffi;
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{Connection, ErrorCode};
 
 use super::{allow, ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_TIMEOUT_MS, MAX_VALUE_BYTES};
+use crate::sqlite::ReadTarget;
 use crate::StoreError;
 use crate::{QueryCancel, QueryLimits, QueryResult};
 
@@ -52,7 +53,7 @@ type StopReason = Arc<AtomicU8>;
 type Denied = Arc<Mutex<Option<String>>>;
 
 /// Run `sql` (already checked, or deliberately not, in tests) on a hardened connection to `uri`.
-pub(crate) fn execute(uri: &str, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
+pub(crate) fn execute(target: &ReadTarget, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
     let timeout_ms = limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS);
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     let max_rows = limits.max_rows.clamp(1, QueryLimits::MAX_ROWS);
@@ -71,10 +72,10 @@ pub(crate) fn execute(uri: &str, sql: &str, limits: &QueryLimits) -> Result<Quer
         return Err(cancelled());
     }
 
-    let conn = open(uri)?;
+    let conn = open(target)?;
     let denied: Denied = Arc::default();
     let preparing = Arc::new(AtomicBool::new(true));
-    install_authorizer(&conn, own_tables(&conn)?, denied.clone(), preparing.clone());
+    install_authorizer(&conn, target.clone(), own_tables(&conn)?, denied.clone(), preparing.clone());
     let stop: StopReason = Arc::new(AtomicU8::new(STOP_NONE));
     install_progress(&conn, deadline, cancel.clone(), stop.clone());
     if let Some(c) = &cancel {
@@ -91,11 +92,10 @@ pub(crate) fn execute(uri: &str, sql: &str, limits: &QueryLimits) -> Result<Quer
     outcome.map_err(|e| classify(e, &stop, cancel.as_ref(), &denied, timeout_ms))
 }
 
-/// Open `uri` read-only and harden the connection before any user SQL touches it.
-fn open(uri: &str) -> Result<Connection, StoreError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(uri, flags)
-        .map_err(|e| StoreError::Engine(format!("cannot open {uri} read-only: {e}")))?;
+/// Open `target` read-only and harden the connection before any user SQL touches it (a series'
+/// parts are attached and its views created first: the limits below then forbid any more).
+fn open(target: &ReadTarget) -> Result<Connection, StoreError> {
+    let conn = target.connect()?;
     let harden = || -> rusqlite::Result<()> {
         for (limit, value) in [
             (Limit::SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES as i32),
@@ -123,6 +123,7 @@ fn open(uri: &str) -> Result<Connection, StoreError> {
         ] {
             conn.set_db_config(config, on)?;
         }
+        // (a series' connection has temp_store = FILE already: a change would drop its views)
         conn.execute_batch(&format!(
             "PRAGMA query_only = 1; PRAGMA temp_store = FILE; PRAGMA cache_size = -{CACHE_KIB};"
         ))
@@ -131,11 +132,14 @@ fn open(uri: &str) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-/// Lower-cased names of the tables and views of `main`, plus what the authorizer reports for
-/// `sqlite_schema` and the allowed table-valued functions.
+/// Lower-cased names of the tables and views of `main` and of a series' TEMP views, plus what the
+/// authorizer reports for `sqlite_schema` and the allowed table-valued functions.
 fn own_tables(conn: &Connection) -> Result<HashSet<String>, StoreError> {
     let mut stmt = conn
-        .prepare("SELECT lower(name) FROM main.sqlite_schema WHERE type IN ('table', 'view')")
+        .prepare(
+            "SELECT lower(name) FROM main.sqlite_schema WHERE type IN ('table', 'view') \
+             UNION SELECT lower(name) FROM temp.sqlite_schema WHERE type = 'view'",
+        )
         .map_err(|e| StoreError::Engine(format!("cannot read the schema: {e}")))?;
     let mut names: HashSet<String> = stmt
         .query_map([], |r| r.get::<_, String>(0))
@@ -146,13 +150,20 @@ fn own_tables(conn: &Connection) -> Result<HashSet<String>, StoreError> {
     Ok(names)
 }
 
-/// Deny every action but reads of `tables` in `main`, SELECT, recursive CTEs, allowed functions and
-/// the read-only pragmas behind allowed `pragma_*` table functions. Those pragmas are prepared by the
+/// Deny every action but reads of `tables` in the trace's schemas (`main`; a series' views and
+/// parts), SELECT, recursive CTEs, allowed functions and the read-only pragmas behind allowed
+/// `pragma_*` table functions. Those pragmas are prepared by the
 /// table function while the query steps; while the user's statement is being prepared (`preparing`),
 /// every PRAGMA is denied, so a top-level `PRAGMA` never runs.
-fn install_authorizer(conn: &Connection, tables: HashSet<String>, denied: Denied, preparing: Arc<AtomicBool>) {
+fn install_authorizer(
+    conn: &Connection,
+    target: ReadTarget,
+    tables: HashSet<String>,
+    denied: Denied,
+    preparing: Arc<AtomicBool>,
+) {
     conn.authorizer(Some(move |ctx: AuthContext<'_>| {
-        let in_main = ctx.database_name.is_none_or(|d| d.eq_ignore_ascii_case("main"));
+        let in_main = ctx.database_name.is_none_or(|d| target.reads_schema(d));
         let verdict = match ctx.action {
             AuthAction::Select | AuthAction::Recursive => Ok(()),
             AuthAction::Read { table_name, .. } if in_main && tables.contains(&table_name.to_ascii_lowercase()) => {

@@ -1,12 +1,18 @@
 //! The SQLite engine: [`SqliteSink`] writes native traces (WAL, prepared statements, batched
 //! transactions on a writer thread), [`SqliteStore`] reads native traces and Ingero DBs, read-only.
+//! A trace may also be a [`series`] of files, written by [`RollingWriter`] (rollover by size and
+//! age, retention of the oldest) and read as one trace by [`SqliteStore`].
 
 mod describe;
 mod reader;
+mod rolling;
 pub(crate) mod rows;
+pub mod series;
 mod writer;
 
+pub(crate) use reader::ReadTarget;
 pub use reader::SqliteStore;
+pub use rolling::{create_series_sink, RollPolicy, RollingWriter};
 pub(crate) use writer::{
     insert_attachments, insert_gpu_samples, insert_kernel_names, insert_launch_configs, insert_nccl_calls,
     insert_process_ranks, insert_session,

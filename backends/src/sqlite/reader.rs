@@ -20,6 +20,7 @@ use causeway_model::time::TimeWindow;
 use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
 
 use super::rows::{column_or_default, decode_event, event_select_list, int};
+use super::series::SeriesRead;
 use crate::reader_common::{
     self, aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
     require_event_columns, trace_info,
@@ -34,8 +35,51 @@ const INGERO_NEWEST: (u32, u32) = (0, 10);
 /// A read-only SQLite trace.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
-    uri: String,
+    target: ReadTarget,
     info: TraceInfo,
+}
+
+/// What a store reads, and how to open one more read-only connection to it (the SQL guard's,
+/// `convert`'s): one file by its URI, or a series of parts joined by views.
+#[derive(Debug, Clone)]
+pub(crate) enum ReadTarget {
+    /// One file (`file:...?immutable=1` or `?mode=ro`).
+    File(String),
+    /// A series directory ([`super::series`]).
+    Series(SeriesRead),
+}
+
+impl ReadTarget {
+    /// A new read-only connection (`READ_ONLY | URI | NO_MUTEX`) reading the whole trace; the caller
+    /// hardens it.
+    pub(crate) fn connect(&self) -> Result<Connection> {
+        match self {
+            ReadTarget::File(uri) => Connection::open_with_flags(
+                uri,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| StoreError::Engine(format!("cannot open {uri} read-only: {e}"))),
+            ReadTarget::Series(series) => series.connect(),
+        }
+    }
+
+    /// The schemas a query may read: `main`, and a series' `temp` views and attached parts.
+    pub(crate) fn reads_schema(&self, schema: &str) -> bool {
+        schema.eq_ignore_ascii_case("main")
+            || match self {
+                ReadTarget::File(_) => false,
+                ReadTarget::Series(series) => {
+                    schema.eq_ignore_ascii_case("temp") || series.attached.iter().any(|(alias, _)| alias == schema)
+                }
+            }
+    }
+}
+
+/// The URI a reader opens one file with: through its WAL when the WAL has pages (a trace being
+/// written, or whose writer was killed), else immutable.
+fn read_uri(path: &Path) -> String {
+    let wal_pages = wal_path(path).metadata().is_ok_and(|m| m.len() > 32);
+    uri_for(path, if wal_pages { "mode=ro" } else { "immutable=1" })
 }
 
 /// The SQLite URI for a path with the given query parameters (path characters escaped).
@@ -64,8 +108,12 @@ fn open_ro(uri: &str) -> rusqlite::Result<Connection> {
 crate::cuda_tables::impl_cuda_table_reads!(SqliteStore);
 
 impl SqliteStore {
-    /// Open a trace read-only. Errors say what is wrong with the file in one line.
+    /// Open a trace read-only: a file, or a series directory (see [`super::series`]). Errors say
+    /// what is wrong with the file in one line.
     pub fn open(path: &Path) -> Result<SqliteStore> {
+        if path.is_dir() {
+            return Self::open_series(path);
+        }
         check_trace_file(path)?;
         let not_trace = |reason: &str| not_a_trace(path, reason);
         let mut magic = [0u8; 16];
@@ -124,22 +172,71 @@ impl SqliteStore {
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
             .map_err(corrupt)?;
         require_event_columns(path, &columns)?;
-        let extent = conn
-            .query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .map_err(corrupt)?;
-        let sampled = tables.iter().any(|t| t == "event_aggregates")
-            && conn
-                .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))
-                .map_err(corrupt)?;
-        let info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
-        Ok(SqliteStore { conn: Mutex::new(conn), uri, info })
+        let info = Self::describe_trace(path, &conn, format, columns, tables, &schema_info).map_err(corrupt)?;
+        Ok(SqliteStore { conn: Mutex::new(conn), target: ReadTarget::File(uri), info })
     }
 
-    /// The URI this store reads (for opening further read-only connections, e.g. the SQL guard's).
-    pub fn uri(&self) -> &str {
-        &self.uri
+    /// The extent and the sampling of a trace whose format and columns are known.
+    fn describe_trace(
+        path: &Path,
+        conn: &Connection,
+        format: TraceFormat,
+        columns: Vec<String>,
+        tables: Vec<String>,
+        schema_info: &BTreeMap<String, String>,
+    ) -> rusqlite::Result<TraceInfo> {
+        let extent = conn.query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        let sampled = tables.iter().any(|t| t == "event_aggregates")
+            && conn
+                .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))?;
+        Ok(trace_info(path, format, extent, columns, tables, sampled, schema_info))
+    }
+
+    /// Open a series directory as one trace: its parts attached to one connection, joined by views.
+    fn open_series(dir: &Path) -> Result<SqliteStore> {
+        let series = SeriesRead::plan(dir, &read_uri)?;
+        let conn = series.connect()?;
+        let corrupt = |e: rusqlite::Error| StoreError::Corrupt { path: dir.to_path_buf(), detail: e.to_string() };
+        conn.execute_batch("PRAGMA query_only=1;").map_err(corrupt)?;
+        let newest = super::series::part_path(dir, series.seqs.1);
+        let schema_info: BTreeMap<String, String> = conn
+            .prepare("SELECT key, value FROM main.schema_info")
+            .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+            .map_err(|_| not_a_trace(&newest, "a part of a series without schema_info"))?;
+        if schema_info.get("format").map(String::as_str) != Some("causeway") {
+            return Err(not_a_trace(&newest, "a part of a series that is not a Causeway trace"));
+        }
+        let format = TraceFormat::Native { schema_version: native_schema_version(&newest, &schema_info)? };
+        let mut tables: Vec<String> = conn
+            .prepare("SELECT name FROM main.sqlite_master WHERE type = 'table'")
+            .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+            .map_err(corrupt)?;
+        tables.extend(series.view_names.iter().cloned());
+        tables.sort();
+        tables.dedup();
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('events', 'temp')")
+            .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+            .map_err(corrupt)?;
+        require_event_columns(dir, &columns)?;
+        let mut info = Self::describe_trace(dir, &conn, format, columns, tables, &schema_info).map_err(corrupt)?;
+        info.missing.extend(series.notes());
+        Ok(SqliteStore { conn: Mutex::new(conn), target: ReadTarget::Series(series), info })
+    }
+
+    /// Whether this store reads a series of files (whose tables are views: no rowid).
+    pub(crate) fn is_series(&self) -> bool {
+        matches!(self.target, ReadTarget::Series(_))
+    }
+
+    /// A new read-only connection reading the same trace (a series' parts joined as this store
+    /// joins them), for `convert` and other whole-table readers; `query_only` is set.
+    pub(crate) fn connect(&self) -> Result<Connection> {
+        let conn = self.target.connect()?;
+        conn.execute_batch("PRAGMA query_only=1;")?;
+        Ok(conn)
     }
 
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
@@ -496,7 +593,7 @@ impl TraceStore for SqliteStore {
     }
 
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
-        crate::guard::run_sqlite(&self.uri, sql, limits)
+        crate::guard::run_sqlite_target(&self.target, sql, limits)
     }
 
     fn describe_schema(&self) -> Result<SchemaDescription> {

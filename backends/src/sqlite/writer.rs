@@ -19,10 +19,11 @@ use crate::sink::{EngineWriter, QueuedSink};
 use crate::{Result, StoreError};
 use crate::{StackRecord, TraceStore};
 
-/// The columns every event row binds, in binding order (a macro so both INSERTs are literals).
+/// The columns every event row binds, in binding order (a macro so both INSERTs are literals). The
+/// id is bound too: a series of files continues one id sequence (see `SqliteWriter::create_part`).
 macro_rules! event_columns {
     () => {
-        "timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, arg2, ret_code, stack_hash, cgroup_id, comm, \
+        "id, timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, arg2, ret_code, stack_hash, cgroup_id, comm, \
          session_id, cpu, launch_config"
     };
 }
@@ -32,14 +33,14 @@ const INSERT_EVENT: &str = concat!(
     "INSERT INTO events (",
     event_columns!(),
     ", prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
-     ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)"
+     ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
 );
 
 /// An event row without scheduler detail (those columns stay NULL).
 const INSERT_EVENT_NO_SCHED: &str = concat!(
     "INSERT INTO events (",
     event_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
 );
 
 /// The synchronous writer: owns the connection of one trace session.
@@ -47,6 +48,8 @@ pub struct SqliteWriter {
     conn: Connection,
     path: PathBuf,
     session_id: i64,
+    /// The id the next event gets.
+    next_id: i64,
     written: u64,
 }
 
@@ -126,10 +129,117 @@ pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo
     Ok(conn.last_insert_rowid())
 }
 
+/// The tables a part of a series carries over from the part before it, so that each part is a
+/// standalone trace: the events of a later part name stacks, launch configurations and kernels
+/// first seen in an earlier one.
+const CARRIED_TABLES: [&str; 6] =
+    ["stack_traces", "process_names", "launch_configs", "kernel_names", "process_ranks", "attachments"];
+
+/// Open a new or existing native trace for writing: WAL, the native schema (added columns
+/// included) and the lookup tables, in one transaction with `then`.
+fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<()>) -> Result<Connection> {
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| StoreError::Engine(format!("{}: {e}", path.display())))?;
+    // A reader of the live trace (`ship --follow`, `mcp`) can hold a lock for a moment (the
+    // WAL index's recovery when it opens first): wait for it instead of failing a commit.
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=MEMORY; \
+         PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=10000;",
+    )?;
+    let tx = conn.transaction()?;
+    tx.execute_batch(NATIVE_DDL)?;
+    schema::add_missing_columns(&tx)?;
+    schema::fill_lookup_tables(&tx)?;
+    then(&tx)?;
+    tx.commit()?;
+    Ok(conn)
+}
+
+/// Copy `table`'s rows from the attached `prev` into `main` (the columns both have; rows already
+/// there are kept).
+fn copy_carried_table(conn: &Connection, table: &str) -> rusqlite::Result<()> {
+    let columns = |schema: &str| -> rusqlite::Result<Vec<String>> {
+        conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}', '{schema}')"))?
+            .query_map([], |r| r.get(0))?
+            .collect()
+    };
+    let theirs = columns("prev")?;
+    let shared: Vec<String> = columns("main")?.into_iter().filter(|c| theirs.contains(c)).collect();
+    if shared.is_empty() {
+        return Ok(());
+    }
+    let list = shared.join(", ");
+    conn.execute(&format!("INSERT OR IGNORE INTO main.{table} ({list}) SELECT {list} FROM prev.{table}"), [])?;
+    Ok(())
+}
+
 impl SqliteWriter {
     /// The id of the session this writer appends (`sessions.id`).
     pub fn session_id(&self) -> i64 {
         self.session_id
+    }
+
+    /// The id the next event written gets.
+    pub fn next_event_id(&self) -> i64 {
+        self.next_id
+    }
+
+    /// Create `path` (which must not exist) as the next part of a series: the session `session_id`
+    /// continues in it, its events are numbered from `next_id` on (ids stay unique across the
+    /// series), and the side tables later events refer to are copied from `previous`, the part
+    /// before it (a part that cannot be read is skipped with a warning: the series still reads
+    /// them there).
+    pub fn create_part(
+        path: &Path,
+        session: &SessionInfo,
+        session_id: i64,
+        next_id: i64,
+        previous: Option<&Path>,
+    ) -> Result<SqliteWriter> {
+        if path.exists() {
+            return Err(StoreError::InvalidArgument(format!("{} exists: a new part needs a new file", path.display())));
+        }
+        let conn = open_for_writing(path, |tx| {
+            insert_session(tx, Some(session_id), &SessionInfo { stopped_at_ns: 0, ..session.clone() })?;
+            Ok(())
+        })?;
+        if let Some(prev) = previous {
+            let copied = (|| -> rusqlite::Result<()> {
+                conn.execute("ATTACH DATABASE ?1 AS prev", [prev.to_string_lossy()])?;
+                let tx = conn.unchecked_transaction()?;
+                for table in CARRIED_TABLES {
+                    copy_carried_table(&tx, table)?;
+                }
+                tx.commit()?;
+                conn.execute_batch("DETACH DATABASE prev")
+            })();
+            if let Err(e) = copied {
+                let _ = conn.execute_batch("DETACH DATABASE prev");
+                if matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DiskFull)) {
+                    return Err(e.into());
+                }
+                tracing::warn!(
+                    "{}: the side tables of {} could not be carried over ({e}): the series still reads them there",
+                    path.display(),
+                    prev.display()
+                );
+            }
+        }
+        Ok(SqliteWriter { conn, path: path.to_path_buf(), session_id, next_id, written: 0 })
+    }
+
+    /// [`EngineWriter::finish`] waiting at most `patience` for readers before leaving WAL mode.
+    pub fn finish_within(self, stopped_at_ns: i64, patience: std::time::Duration) -> Result<u64> {
+        self.conn
+            .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
+        self.conn.execute_batch("PRAGMA threads=2;")?;
+        self.conn.execute_batch(INDEXES)?;
+        leave_wal_mode(&self.conn, patience);
+        Ok(self.written)
     }
 }
 
@@ -149,26 +259,16 @@ impl EngineWriter for SqliteWriter {
                 )));
             }
         }
-        let mut conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| StoreError::Engine(format!("{}: {e}", path.display())))?;
-        // A reader of the live trace (`ship --follow`, `mcp`) can hold a lock for a moment (the
-        // WAL index's recovery when it opens first): wait for it instead of failing a commit.
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=MEMORY; \
-             PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=10000;",
-        )?;
-        let tx = conn.transaction()?;
-        tx.execute_batch(NATIVE_DDL)?;
-        schema::add_missing_columns(&tx)?;
-        schema::fill_lookup_tables(&tx)?;
-        // A new session is open: stopped_at is set when it finishes.
-        let session_id = insert_session(&tx, None, &SessionInfo { stopped_at_ns: 0, ..session.clone() })?;
-        tx.commit()?;
-        Ok(SqliteWriter { conn, path: path.to_path_buf(), session_id, written: 0 })
+        let mut ids = (0, 0);
+        let conn = open_for_writing(path, |tx| {
+            // A new session is open: stopped_at is set when it finishes.
+            let session_id = insert_session(tx, None, &SessionInfo { stopped_at_ns: 0, ..session.clone() })?;
+            let next_id = tx.query_row("SELECT coalesce(max(id), 0) + 1 FROM events", [], |r| r.get(0))?;
+            ids = (session_id, next_id);
+            Ok(())
+        })?;
+        let (session_id, next_id) = ids;
+        Ok(SqliteWriter { conn, path: path.to_path_buf(), session_id, next_id, written: 0 })
     }
 
     fn path(&self) -> &Path {
@@ -188,7 +288,9 @@ impl EngineWriter for SqliteWriter {
                 for e in batch {
                     // 0 (no configuration) is stored as NULL.
                     let launch_config = (e.launch_config != 0).then_some(e.launch_config);
-                    let row: [&dyn ToSql; 17] = [
+                    let id = self.next_id + n as i64;
+                    let row: [&dyn ToSql; 18] = [
+                        &id,
                         &e.ts_ns,
                         &e.pid,
                         &e.tid,
@@ -229,6 +331,7 @@ impl EngineWriter for SqliteWriter {
         }
         tx.commit()?;
         self.written += n;
+        self.next_id += n as i64;
         Ok(n)
     }
 
@@ -318,12 +421,7 @@ impl EngineWriter for SqliteWriter {
     /// Close the session: stopped_at, indexes, checkpoint, and back to a rollback journal so the file
     /// is self-contained (readable read-only, copyable, no sidecar files).
     fn finish(self, stopped_at_ns: i64) -> Result<u64> {
-        self.conn
-            .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
-        self.conn.execute_batch("PRAGMA threads=2;")?;
-        self.conn.execute_batch(INDEXES)?;
-        leave_wal_mode(&self.conn, LEAVE_WAL_PATIENCE);
-        Ok(self.written)
+        self.finish_within(stopped_at_ns, LEAVE_WAL_PATIENCE)
     }
 
     fn written(&self) -> u64 {

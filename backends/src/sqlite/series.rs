@@ -1,0 +1,278 @@
+//! A trace series: one trace written as a directory of SQLite files, its parts (`000001.db`,
+//! `000002.db`, ...), by `causeway trace --max-file-size / --max-file-age` (the writer is
+//! [`super::RollingWriter`]), and read as one trace.
+//!
+//! Each part is a standalone native trace (it opens, converts and cuts on its own): the session
+//! continues in it under the same id, event ids go on from the part before (unique across the
+//! series), and the side tables later events refer to (stacks, names, launch configurations) are
+//! carried over. Its loss counters are its own (what was lost while it was the live part), so the
+//! sum over the parts is the session's: events produced = stored + lost holds across the series.
+//!
+//! Reading: the newest part is the connection's main database, the older ones are attached
+//! (`part_1`, `part_2`, ...), and TEMP views named like the native tables join them (a TEMP name
+//! hides `main`'s), so the reader's queries, the SQL guard and `convert` / `cut` read a series
+//! with the SQL they use for one file, and SQLite still searches each part's time index (a
+//! window's scan is a merge of per-part index searches). How each table's rows join is
+//! [`MERGES`]. At most [`MAX_PARTS_READ`] parts are read at once (the newest): a longer series
+//! says what it leaves out in the trace's `missing`.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+use crate::{Result, StoreError};
+
+/// Most parts a reader attaches to one connection (the newest ones): the SQL guard's limit on
+/// the terms of a compound SELECT, which a series view is.
+pub const MAX_PARTS_READ: usize = 64;
+
+/// The file of part `seq` of the series in `dir`.
+pub fn part_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(format!("{seq:06}.db"))
+}
+
+/// The parts of the series in `dir`, oldest first: the files named by a sequence number and `.db`.
+pub fn list_parts(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let mut parts = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let seq = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".db"))
+            .filter(|stem| !stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|stem| stem.parse::<u64>().ok());
+        if let Some(seq) = seq {
+            parts.push((seq, path));
+        }
+    }
+    parts.sort();
+    Ok(parts)
+}
+
+/// How the rows of one table of the parts join in the series' view.
+#[derive(Debug, Clone, Copy)]
+enum Merge {
+    /// Every row of every part (time series: events, NCCL calls, GPU samples).
+    All,
+    /// One row per key, from the newest part that has it (sessions go on; names and ranks may
+    /// change; carried rows repeat).
+    NewestBy(&'static str),
+    /// Distinct rows (attachments are carried over whole).
+    Distinct,
+    /// The counts of the same (session, source, kind) summed (each part counts its own losses).
+    SumCount,
+}
+
+/// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
+/// `schema_info` are the same in every part: they are read from the newest.
+const MERGES: [(&str, Merge); 12] = [
+    ("events", Merge::All),
+    ("nccl_calls", Merge::All),
+    ("gpu_samples", Merge::All),
+    ("event_aggregates", Merge::All),
+    ("sessions", Merge::NewestBy("id")),
+    ("stack_traces", Merge::NewestBy("hash")),
+    ("process_names", Merge::NewestBy("pid")),
+    ("process_ranks", Merge::NewestBy("pid")),
+    ("launch_configs", Merge::NewestBy("key")),
+    ("kernel_names", Merge::NewestBy("pid, handle")),
+    ("attachments", Merge::Distinct),
+    ("loss_counters", Merge::SumCount),
+];
+
+/// How to open a series for reading, computed once when it is opened and replayed on every
+/// further connection (the SQL guard opens one per query).
+#[derive(Debug, Clone)]
+pub(crate) struct SeriesRead {
+    /// The series directory.
+    pub dir: PathBuf,
+    /// The URI of the newest part read (the main database).
+    pub main_uri: String,
+    /// (alias, URI) of the older parts read, newest first.
+    pub attached: Vec<(String, String)>,
+    /// The TEMP views' DDL.
+    pub views: Vec<String>,
+    /// The views' names (the tables a reader sees beside `main`'s).
+    pub view_names: Vec<String>,
+    /// Sequence numbers of the first and last part read.
+    pub seqs: (u64, u64),
+    /// Parts of the series not read (older than the [`MAX_PARTS_READ`] newest).
+    pub unread_parts: usize,
+}
+
+impl SeriesRead {
+    /// Plan the reading of the series in `dir`: which parts, with which URIs, joined by which views.
+    /// `uri_of` is the reader's choice of URI for one file (through its WAL or immutable).
+    pub fn plan(dir: &Path, uri_of: &dyn Fn(&Path) -> String) -> Result<SeriesRead> {
+        let parts = list_parts(dir).map_err(|e| StoreError::Engine(format!("{}: {e}", dir.display())))?;
+        if parts.is_empty() {
+            return Err(StoreError::NotATrace {
+                path: dir.to_path_buf(),
+                reason: "it is a directory without trace parts (000001.db, ...): give a trace file or a series \
+                         directory written by `causeway trace --max-file-size`"
+                    .into(),
+            });
+        }
+        let unread_parts = parts.len().saturating_sub(MAX_PARTS_READ);
+        let read = &parts[unread_parts..];
+        let (newest_seq, newest) = read.last().expect("not empty");
+        let attached: Vec<(String, String)> =
+            read.iter().rev().skip(1).map(|(seq, p)| (format!("part_{seq}"), uri_of(p))).collect();
+        let mut plan = SeriesRead {
+            dir: dir.to_path_buf(),
+            main_uri: uri_of(newest),
+            attached,
+            views: Vec::new(),
+            view_names: Vec::new(),
+            seqs: (read[0].0, *newest_seq),
+            unread_parts,
+        };
+        let conn = plan.connect_parts()?;
+        for (table, merge) in MERGES {
+            if let Some(ddl) = plan.view_ddl(&conn, table, merge)? {
+                plan.views.push(ddl);
+                plan.view_names.push(table.to_string());
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The schemas read, newest first.
+    fn schemas(&self) -> impl Iterator<Item = &str> {
+        std::iter::once("main").chain(self.attached.iter().map(|(alias, _)| alias.as_str()))
+    }
+
+    /// A read-only connection with every part attached, without the views.
+    fn connect_parts(&self) -> Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &self.main_uri,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_URI
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| self.unreadable(&self.main_uri, e))?;
+        for (alias, uri) in &self.attached {
+            conn.execute("ATTACH DATABASE ?1 AS ?2", [uri, alias]).map_err(|e| self.unreadable(uri, e))?;
+        }
+        Ok(conn)
+    }
+
+    /// A read-only connection reading the series as one trace (parts attached, views created).
+    pub fn connect(&self) -> Result<Connection> {
+        let conn = self.connect_parts()?;
+        // Changing temp_store later would drop the TEMP views: set it first, to what the SQL
+        // guard sets (big sorts spill to files).
+        conn.execute_batch("PRAGMA temp_store = FILE;")
+            .map_err(|e| StoreError::Engine(format!("{}: {e}", self.dir.display())))?;
+        for ddl in &self.views {
+            conn.execute_batch(ddl)
+                .map_err(|e| StoreError::Engine(format!("{}: joining the parts: {e}", self.dir.display())))?;
+        }
+        Ok(conn)
+    }
+
+    fn unreadable(&self, uri: &str, e: rusqlite::Error) -> StoreError {
+        StoreError::Corrupt {
+            path: self.dir.clone(),
+            detail: format!(
+                "a part of the series cannot be read ({uri}): {e} (was it removed by retention? open again)"
+            ),
+        }
+    }
+
+    /// The TEMP view joining `table` over the parts that have it (None: no part has it).
+    fn view_ddl(&self, conn: &Connection, table: &str, merge: Merge) -> Result<Option<String>> {
+        let columns_in = |schema: &str| -> Result<Vec<String>> {
+            conn.prepare("SELECT name FROM pragma_table_info(?1, ?2)")
+                .and_then(|mut st| st.query_map([table, schema], |r| r.get(0))?.collect())
+                .map_err(|e| StoreError::Engine(format!("{}: {e}", self.dir.display())))
+        };
+        // (schema, its columns), newest first; the newest part that has the table names the columns
+        let mut holders = Vec::new();
+        for schema in self.schemas() {
+            let cols = columns_in(schema)?;
+            if !cols.is_empty() {
+                holders.push((schema.to_string(), cols));
+            }
+        }
+        let Some((_, columns)) = holders.first() else { return Ok(None) };
+        let columns = columns.clone();
+        let list = columns.join(", ");
+        let arm = |rank: usize, schema: &str, has: &[String], with_rank: bool| {
+            let cols: Vec<String> =
+                columns.iter().map(|c| if has.contains(c) { c.clone() } else { format!("NULL AS {c}") }).collect();
+            let rank = if with_rank { format!(", {rank} AS cw_part_rank") } else { String::new() };
+            format!("SELECT {}{rank} FROM {schema}.{table}", cols.join(", "))
+        };
+        let arms = |with_rank: bool, joiner: &str| {
+            holders
+                .iter()
+                .enumerate()
+                .map(|(rank, (schema, has))| arm(rank, schema, has, with_rank))
+                .collect::<Vec<_>>()
+                .join(joiner)
+        };
+        let body = match merge {
+            Merge::All => arms(false, " UNION ALL "),
+            Merge::Distinct => arms(false, " UNION "),
+            Merge::NewestBy(key) => format!(
+                "SELECT {list} FROM (SELECT {list}, row_number() OVER (PARTITION BY {key} ORDER BY cw_part_rank) \
+                 AS cw_newest FROM ({})) WHERE cw_newest = 1",
+                arms(true, " UNION ALL ")
+            ),
+            Merge::SumCount => {
+                let keys: Vec<&str> = columns.iter().map(String::as_str).filter(|c| *c != "count").collect();
+                let select: Vec<String> = columns
+                    .iter()
+                    .map(|c| if c == "count" { "sum(count) AS count".into() } else { c.clone() })
+                    .collect();
+                format!(
+                    "SELECT {} FROM ({}) GROUP BY {}",
+                    select.join(", "),
+                    arms(false, " UNION ALL "),
+                    keys.join(", ")
+                )
+            }
+        };
+        Ok(Some(format!("CREATE TEMP VIEW {table} AS {body};")))
+    }
+
+    /// What a reader of this series must know that one file would not say.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.unread_parts > 0 {
+            notes.push(format!(
+                "the {} oldest parts of the series {} (before part {}) are not read: at most {MAX_PARTS_READ} parts \
+                 are read at once; `causeway cut` a window of them, or open a part on its own",
+                self.unread_parts,
+                self.dir.display(),
+                self.seqs.0
+            ));
+        } else if self.seqs.0 > 1 {
+            notes.push(format!(
+                "the series {} starts at part {}: the {} parts before it were removed by retention",
+                self.dir.display(),
+                self.seqs.0,
+                self.seqs.0 - 1
+            ));
+        }
+        notes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_the_numbered_db_files_in_sequence_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["000010.db", "000002.db", "000002.db-wal", "notes.db", "x000003.db", "000001.db"] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let seqs: Vec<u64> = list_parts(dir.path()).unwrap().into_iter().map(|(s, _)| s).collect();
+        assert_eq!(seqs, vec![1, 2, 10]);
+        assert_eq!(part_path(dir.path(), 7), dir.path().join("000007.db"));
+    }
+}
