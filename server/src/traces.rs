@@ -391,6 +391,34 @@ mod tests {
     }
 
     #[test]
+    fn a_series_being_written_is_served_as_one_trace_across_rollovers() {
+        use causeway_backends::{EngineWriter, RollPolicy, RollingWriter, SyntheticTrace};
+        let dir = tempfile::tempdir().unwrap();
+        let series = dir.path().join("host");
+        let session = causeway_model::SessionInfo { started_at_ns: 1, ..Default::default() };
+        let policy = RollPolicy { max_part_bytes: 64 << 10, ..RollPolicy::default() };
+        let mut w = RollingWriter::open(&series, &session, policy).unwrap();
+        let mut synth = SyntheticTrace::new(7, 1_000_000_000);
+        w.write_batches([synth.take(2_000).as_slice()]).unwrap();
+        let set = TraceSet::open(std::slice::from_ref(&series));
+        let entry = set.entries()[0].clone();
+        assert_eq!(entry.name, "host");
+        let first = set.explanation(&entry, TimeWindow::ALL, None).unwrap();
+        assert_eq!(entry.store().unwrap().info().events, 2_000);
+        for _ in 0..4 {
+            w.write_batches([synth.take(2_000).as_slice()]).unwrap();
+        }
+        let parts = causeway_backends::sqlite::series::list_parts(&series).unwrap().len();
+        assert!(parts >= 3, "the writes rolled over: {parts} parts");
+        std::thread::sleep(LIVE_REFRESH + std::time::Duration::from_millis(50));
+        let second = set.explanation(&entry, TimeWindow::ALL, None).unwrap();
+        assert_eq!(entry.store().unwrap().info().events, 10_000, "every part is read, the live one included");
+        assert_eq!(set.explanations_computed(), 2);
+        assert!(second.gpu_calls > first.gpu_calls && second.last_ns > first.last_ns);
+        w.finish(2_000_000_000).unwrap();
+    }
+
+    #[test]
     fn a_failed_explanation_is_not_cached() {
         let set = TraceSet::open(&[PathBuf::from("/nonexistent/a.db")]);
         let entry = set.entries()[0].clone();
