@@ -148,6 +148,9 @@ pub struct Culprit {
     /// `took_cpu` (ran while the thread was runnable), `woke_thread` (the thread slept until it woke
     /// it) or `issued_io` (its block requests kept the device busy while the thread waited on I/O).
     pub role: String,
+    /// The container or pod it ran in (`pod ml/job-0, container trainer (...)`), when known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub place: String,
 }
 
 /// A piece of an off-CPU interval with one cause.

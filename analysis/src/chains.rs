@@ -250,9 +250,11 @@ pub fn culprit_of(key: &CulpritKey, name_of: &dyn Fn(u32, u32) -> String) -> Opt
         CulpritKey::TookCpu(0, 0, _) | CulpritKey::Woke(0, 0) | CulpritKey::None => None,
         CulpritKey::TookCpu(p, t, c) => {
             let comm = if c.is_empty() { name_of(*p, *t) } else { c.clone() };
-            Some(Culprit { pid: *p, tid: *t, comm, role: "took_cpu".into() })
+            Some(Culprit { pid: *p, tid: *t, comm, role: "took_cpu".into(), place: String::new() })
         }
-        CulpritKey::Woke(p, t) => Some(Culprit { pid: *p, tid: *t, comm: name_of(*p, *t), role: "woke_thread".into() }),
+        CulpritKey::Woke(p, t) => {
+            Some(Culprit { pid: *p, tid: *t, comm: name_of(*p, *t), role: "woke_thread".into(), place: String::new() })
+        }
     }
 }
 
@@ -291,8 +293,10 @@ pub fn rank(chains: &mut [Chain]) {
 /// Who a culprit is, in words.
 pub fn culprit_words(c: &Option<Culprit>) -> String {
     match c {
-        Some(c) if c.comm.is_empty() => format!("pid {} tid {}", c.pid, c.tid),
-        Some(c) => format!("{} (pid {}, tid {})", c.comm, c.pid, c.tid),
+        Some(c) if c.comm.is_empty() && c.place.is_empty() => format!("pid {} tid {}", c.pid, c.tid),
+        Some(c) if c.comm.is_empty() => format!("pid {} tid {} in {}", c.pid, c.tid, c.place),
+        Some(c) if c.place.is_empty() => format!("{} (pid {}, tid {})", c.comm, c.pid, c.tid),
+        Some(c) => format!("{} (pid {}, tid {}, in {})", c.comm, c.pid, c.tid, c.place),
         None => "-".into(),
     }
 }

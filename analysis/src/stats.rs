@@ -91,6 +91,10 @@ impl OpStats {
 pub struct ProcessStats {
     pub pid: u32,
     pub name: String,
+    /// Where it ran: its container or pod, else its cgroup (`process_cgroups`; empty when the
+    /// trace does not record it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
     pub events: u64,
     pub ops: Vec<OpStats>,
 }
@@ -204,6 +208,7 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
     ops.sort_by_key(|o| (o.source, o.op_code));
     let processes = req.per_process.then(|| -> Result<Vec<ProcessStats>, AnalysisError> {
         let names = store.process_names()?;
+        let cgroups: BTreeMap<u32, String> = store.process_cgroups()?.into_iter().map(|c| (c.pid, c.words())).collect();
         let mut per: BTreeMap<u32, Vec<OpStats>> = BTreeMap::new();
         for s in &summary.per_process {
             per.entry(s.pid.unwrap_or(0)).or_default().push(OpStats::from_summary(s));
@@ -215,6 +220,7 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
                 ProcessStats {
                     pid,
                     name: names.get(&pid).cloned().unwrap_or_default(),
+                    cgroup: cgroups.get(&pid).cloned().unwrap_or_default(),
                     events: ops.iter().map(|o| o.count).sum(),
                     ops,
                 }

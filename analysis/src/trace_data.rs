@@ -32,6 +32,8 @@ pub struct Names {
     pub threads: HashMap<u32, String>,
     /// pids of the Causeway processes that recorded the trace's sessions.
     pub tracers: BTreeSet<u32>,
+    /// Where processes ran, when a container or pod (`process_cgroups`): pid -> its words.
+    pub places: HashMap<u32, String>,
 }
 
 impl Names {
@@ -41,7 +43,18 @@ impl Names {
             processes: store.process_names()?,
             threads: HashMap::new(),
             tracers: store.sessions()?.iter().map(|s| s.tracer_pid).filter(|&p| p != 0).collect(),
+            places: store
+                .process_cgroups()?
+                .into_iter()
+                .filter(|c| c.is_container())
+                .map(|c| (c.pid, c.words()))
+                .collect(),
         })
+    }
+
+    /// The container or pod a process ran in (empty: none known).
+    pub fn place_of(&self, pid: u32) -> String {
+        self.places.get(&pid).cloned().unwrap_or_default()
     }
 
     /// The best name for a task: its thread comm, else its process name.

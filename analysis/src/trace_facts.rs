@@ -142,6 +142,7 @@ pub fn io_contenders(
         tid: *tid,
         comm: crate::stacks::clean(comm),
         role: "issued_io".into(),
+        place: String::new(),
     });
     Ok((culprit, lines))
 }

@@ -39,6 +39,18 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
             (5001, "pt_data_worker".into()),
             (7777, "nightly-backup".into()),
         ],
+        // the culprit runs in a container; the workload in a plain cgroup (not named in chains)
+        cgroups: vec![
+            causeway_model::ProcessCgroup {
+                container: "backup".into(),
+                ..causeway_model::ProcessCgroup::from_path(
+                    9912,
+                    77,
+                    &format!("/system.slice/docker-{}.scope", "ab".repeat(32)),
+                )
+            },
+            causeway_model::ProcessCgroup::from_path(4242, 5, "/user.slice/train.scope"),
+        ],
         ..Default::default()
     };
     let syncs = training_loop(&mut t, 4242, 4242, T0, 100, 1_800 * US, 10, &|i| match i {
@@ -87,7 +99,18 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     assert_eq!((c1.op.as_str(), c1.cause.as_str()), ("cudaStreamSync", "preempted"));
     assert_eq!(
         c1.culprit,
-        Some(Culprit { pid: 9912, tid: 9912, comm: "backup-rsync".into(), role: "took_cpu".into() })
+        Some(Culprit {
+            pid: 9912,
+            tid: 9912,
+            comm: "backup-rsync".into(),
+            role: "took_cpu".into(),
+            place: "container backup (docker abababababab)".into()
+        })
+    );
+    assert!(
+        c1.summary.contains("backup-rsync (pid 9912, tid 9912, in container backup (docker abababababab))"),
+        "the chain names the culprit's container: {}",
+        c1.summary
     );
     assert_eq!((c1.calls, c1.stall_ns), (1, 41 * MS));
     assert!((c1.share - 41.0 / 68.0).abs() < 1e-12);
@@ -113,7 +136,13 @@ fn planted_preemption_io_and_sleep_are_attributed_exactly() {
     assert_eq!((io.stall_ns, io.severity), (14 * MS, Severity::Medium));
     assert_eq!(
         io.culprit,
-        Some(Culprit { pid: 7777, tid: 7777, comm: "nightly-backup".into(), role: "issued_io".into() })
+        Some(Culprit {
+            pid: 7777,
+            tid: 7777,
+            comm: "nightly-backup".into(),
+            role: "issued_io".into(),
+            place: String::new()
+        })
     );
     assert!(io.summary.contains("nightly-backup (pid 7777, tid 7777) kept the disk busy"), "{}", io.summary);
     assert!(
@@ -219,7 +248,13 @@ fn feeding_thread_sleeping_on_a_dataloader_worker_is_starvation() {
     assert_eq!((c1.kind, c1.cause.as_str(), c1.severity), (ChainKind::FeedingGap, "sleep", Severity::High));
     assert_eq!(
         c1.culprit,
-        Some(Culprit { pid: 4301, tid: 4301, comm: "pt_data_worker".into(), role: "woke_thread".into() })
+        Some(Culprit {
+            pid: 4301,
+            tid: 4301,
+            comm: "pt_data_worker".into(),
+            role: "woke_thread".into(),
+            place: String::new()
+        })
     );
     assert_eq!((c1.calls, c1.stall_ns, c1.tid), (20, expected_sleep, Some(4300)));
     assert!(c1.recommendations.iter().any(|r| r.contains("num_workers")));

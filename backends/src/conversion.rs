@@ -30,7 +30,8 @@ use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessRank, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessCgroup, ProcessRank,
+    SessionInfo,
 };
 
 use crate::Engine;
@@ -90,6 +91,7 @@ pub trait ConvertTarget {
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
+    fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()>;
     /// Attachments with their own session ids.
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()>;
     fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()>;
@@ -186,6 +188,7 @@ pub struct ConvertReport {
     pub nccl_calls: u64,
     pub gpu_samples: u64,
     pub process_ranks: u64,
+    pub process_cgroups: u64,
     pub attachments: u64,
     /// True when text ids were replaced by integers (see the module docs).
     pub ids_renumbered: bool,
@@ -262,6 +265,7 @@ pub fn cut(
         let mut nccl = store.nccl_calls(&scope.window)?;
         let gpu = store.gpu_samples(&scope.window)?;
         let mut ranks = store.process_ranks()?;
+        let mut cgroups = store.process_cgroups()?;
         let mut attachments = source.attachment_rows()?;
         let mut aggregates = store.aggregates(&scope.window)?;
         let mut missing = info.missing.clone();
@@ -271,6 +275,7 @@ pub fn cut(
             kernels.retain(|k| scope.keeps_pid(k.pid));
             nccl.retain(|c| scope.keeps_pid(c.pid));
             ranks.retain(|r| scope.keeps_pid(r.pid));
+            cgroups.retain(|c| scope.keeps_pid(c.pid));
             attachments.retain(|a| scope.keeps_pid(a.1.pid));
             aggregates.retain(|a| scope.keeps_pid(a.pid));
             missing.push(scope.provenance(from));
@@ -283,6 +288,7 @@ pub fn cut(
         target.write_nccl_calls(&nccl)?;
         target.write_gpu_samples(&gpu)?;
         target.write_process_ranks(&ranks)?;
+        target.write_process_cgroups(&cgroups)?;
         target.write_attachments(&attachments)?;
         target.write_aggregates(&aggregates)?;
         target.write_provenance(&missing, &info.event_columns)?;
@@ -302,6 +308,7 @@ pub fn cut(
             nccl_calls: nccl.len() as u64,
             gpu_samples: gpu.len() as u64,
             process_ranks: ranks.len() as u64,
+            process_cgroups: cgroups.len() as u64,
             attachments: attachments.len() as u64,
             ids_renumbered: source.renumbers_ids(),
         })

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank};
+use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank};
 
 use crate::schema::SqlParam;
 use crate::{Result, StoreError};
@@ -83,6 +83,43 @@ pub(crate) fn process_rank_from(db: &Path, n: [i64; 5], launcher: String, job: S
         local_world_size: small("local_world_size", n[4])?,
         launcher,
         job,
+    })
+}
+
+/// Records a process's cgroup; a later row for the same pid replaces the earlier one.
+pub(crate) const INSERT_PROCESS_CGROUP_SQL: &str = "INSERT OR REPLACE INTO process_cgroups (pid, cgroup_id, path, \
+runtime, container_id, container, pod, namespace) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// Every process's cgroup, by pid.
+pub(crate) const SELECT_PROCESS_CGROUPS_SQL: &str =
+    "SELECT pid, cgroup_id, path, runtime, container_id, container, pod, namespace FROM process_cgroups ORDER BY pid";
+
+/// The parameters of [`INSERT_PROCESS_CGROUP_SQL`], in order.
+pub(crate) fn process_cgroup_params(c: &ProcessCgroup) -> [SqlParam<'_>; 8] {
+    [
+        SqlParam::Int(i64::from(c.pid)),
+        SqlParam::Int(c.cgroup_id),
+        SqlParam::Text(&c.path),
+        SqlParam::Text(&c.runtime),
+        SqlParam::Text(&c.container_id),
+        SqlParam::Text(&c.container),
+        SqlParam::Text(&c.pod),
+        SqlParam::Text(&c.namespace),
+    ]
+}
+
+/// A row of [`SELECT_PROCESS_CGROUPS_SQL`]: (pid, cgroup id) and the six texts.
+pub(crate) fn process_cgroup_from(db: &Path, n: [i64; 2], t: [String; 6]) -> Result<ProcessCgroup> {
+    let [path, runtime, container_id, container, pod, namespace] = t;
+    Ok(ProcessCgroup {
+        pid: fits_u32(db, "process_cgroups", "pid", n[0])?,
+        cgroup_id: n[1],
+        path,
+        runtime,
+        container_id,
+        container,
+        pod,
+        namespace,
     })
 }
 
@@ -483,6 +520,25 @@ macro_rules! impl_cuda_table_reads {
                 })?;
                 let db = &self.info().path;
                 rows.into_iter().map(|(n, l, j)| $crate::cuda_tables::process_rank_from(db, n, l, j)).collect()
+            }
+
+            pub(crate) fn read_process_cgroups(&self) -> $crate::Result<Vec<causeway_model::ProcessCgroup>> {
+                use $crate::TraceStore as _;
+                if !$crate::reader_common::has_native_table(self.info(), "process_cgroups") {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<([i64; 2], [String; 6])> = self.with_conn(|c| {
+                    c.prepare($crate::cuda_tables::SELECT_PROCESS_CGROUPS_SQL)?
+                        .query_map([], |r| {
+                            Ok((
+                                [r.get(0)?, r.get(1)?],
+                                [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?],
+                            ))
+                        })?
+                        .collect()
+                })?;
+                let db = &self.info().path;
+                rows.into_iter().map(|(n, t)| $crate::cuda_tables::process_cgroup_from(db, n, t)).collect()
             }
 
             /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).

@@ -125,6 +125,16 @@ CREATE TABLE IF NOT EXISTS process_ranks (
     launcher         TEXT NOT NULL,
     job              TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS process_cgroups (
+    pid          INTEGER PRIMARY KEY,
+    cgroup_id    INTEGER NOT NULL,
+    path         TEXT NOT NULL,
+    runtime      TEXT NOT NULL DEFAULT '',
+    container_id TEXT NOT NULL DEFAULT '',
+    container    TEXT NOT NULL DEFAULT '',
+    pod          TEXT NOT NULL DEFAULT '',
+    namespace    TEXT NOT NULL DEFAULT ''
+);
 CREATE TABLE IF NOT EXISTS gpu_samples (
     timestamp        INTEGER NOT NULL,
     gpu              INTEGER NOT NULL,
@@ -341,6 +351,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "kernel_names" => "kernel names per (pid, handle): the handle is what that process's launches carry in events.arg0",
         "attachments" => "the CUDA libraries attached per traced process and session, with the symbols probed and missing: what the trace covers",
         "nccl_calls" => "what each NCCL call did, beside its events row (source 9; join on pid, tid, timestamp): the communicator as every rank knows it (comm_hash), this rank, and the collective's sequence number: (comm_hash, seq) names one collective on every rank",
+        "process_cgroups" => "the cgroup (v2) of each traced process and of each process that took a traced thread's CPU, and the container or Kubernetes pod it stands for (from the cgroup path and the container runtime's own files); join events.cgroup_id = process_cgroups.cgroup_id, or on pid",
         "process_ranks" => "where each traced process stands in its distributed job, from its launcher's environment (torchrun RANK/LOCAL_RANK/WORLD_SIZE, Open MPI, Slurm); -1 = not given",
         "gpu_samples" => "the GPUs' own state sampled through NVML while tracing (default 10 Hz): clocks, throttle reasons, temperature, power, utilization, memory, PCIe / NVLink traffic, ECC errors; -1 = not reported by the device",
         "loss_counters" => "events lost before storage, per session, source and place (kind); see loss_kinds",
@@ -388,7 +399,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("events", "waker_pid") | ("events", "waker_tid") => "sched_switch: who woke the thread",
         ("events", "session_id") => "sessions.id of the trace run",
         ("events", "gpu_id") => "GPU index (Ingero: always 0)",
-        ("events", "cgroup_id") => "cgroup id of the thread",
+        ("events", "cgroup_id") => "cgroup v2 id of the event's process (as the tracer found it when it first saw the process; 0 unknown): join process_cgroups.cgroup_id for its path, container and pod",
         ("events", "node") => "node name (multi-node traces)",
         ("events", "stack_ips") => "legacy (Ingero): raw instruction pointers",
         ("events", "launch_config") => "kernel launches: key into launch_configs.key (NULL for other events and launches without a known configuration)",
@@ -426,6 +437,14 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("nccl_calls", "redop") => "ncclRedOp_t: 0 sum, 1 prod, 2 max, 3 min, 4 avg; -1 none",
         ("nccl_calls", "peer") => "send/recv: the peer rank; broadcast/reduce: the root rank; split: the color; -1 otherwise",
         ("nccl_calls", "device") => "CUDA device of the communicator (the caller's current device at its creation; -1 unknown)",
+        ("process_cgroups", "pid") => "process id (tgid)",
+        ("process_cgroups", "cgroup_id") => "the cgroup v2 id (its directory's inode): what events.cgroup_id holds; 0 when the host has no cgroup v2",
+        ("process_cgroups", "path") => "the cgroup path (/system.slice/docker-<id>.scope, /kubepods/...); the runtime's v1 group on a hybrid host whose v2 path is /",
+        ("process_cgroups", "runtime") => "who made the cgroup: docker, containerd, cri-o, podman, kubernetes, systemd, or empty",
+        ("process_cgroups", "container_id") => "the container's id (64 hex digits), when the path names one",
+        ("process_cgroups", "container") => "the container's name from the runtime's files (or the systemd unit), empty when unknown",
+        ("process_cgroups", "pod") => "the Kubernetes pod's name (pod<uid> when only the path names it)",
+        ("process_cgroups", "namespace") => "the Kubernetes pod's namespace",
         ("process_ranks", "pid") => "process id (tgid)",
         ("process_ranks", "rank") => "the process's rank in the job (RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID)",
         ("process_ranks", "local_rank") => "its rank on this node (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID; -1 not given)",

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessRank,
-    SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    ProcessRank, SessionInfo,
 };
 
 use crate::{EventSink, SinkSummary, StackRecord};
@@ -64,6 +64,8 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
     /// Record processes' ranks (a later row for a pid replaces the earlier one).
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
+    /// Record processes' cgroups (a later row for a pid replaces the earlier one).
+    fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -92,6 +94,7 @@ enum Msg {
     NcclCalls(Vec<NcclCall>),
     GpuSamples(Vec<GpuSample>),
     ProcessRanks(Vec<ProcessRank>),
+    ProcessCgroups(Vec<ProcessCgroup>),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -158,6 +161,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
                 Msg::GpuSamples(s) => w.write_gpu_samples(&s)?,
                 Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
+                Msg::ProcessCgroups(c) => w.write_process_cgroups(&c)?,
             }
             Ok(())
         };
@@ -268,6 +272,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_process_ranks(&mut self, ranks: Vec<ProcessRank>) -> Result<()> {
         self.tx.send(Msg::ProcessRanks(ranks)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_process_cgroups(&mut self, cgroups: Vec<ProcessCgroup>) -> Result<()> {
+        self.tx.send(Msg::ProcessCgroups(cgroups)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

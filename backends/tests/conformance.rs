@@ -120,6 +120,7 @@ pub fn write_read_back_exactly(b: Engine) {
         "nccl_calls",
         "gpu_samples",
         "process_ranks",
+        "process_cgroups",
     ] {
         assert!(info.has_table(t), "{t} missing");
     }

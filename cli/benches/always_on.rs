@@ -154,6 +154,7 @@ fn soak() {
     let build = causeway_testdata::mock_cuda_build();
     let dir = tempfile::tempdir().unwrap();
     let series = dir.path().join("host");
+    let report = dir.path().join("trace.jsonl");
     println!(
         "== soak: {minutes} min of `trace --all` into a series (64 MiB files, at most 512 MiB), {rate} launches/s"
     );
@@ -170,13 +171,14 @@ fn soak() {
     std::thread::sleep(Duration::from_millis(500));
     // CAUSEWAY_BIN: a copy of the binary, so that a build during a long soak does not touch it
     let bin = std::env::var("CAUSEWAY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_causeway").to_string());
-    let tracer = Command::new(bin)
+    let mut tracer = Command::new(bin)
         .args(["trace", "--all", "--json", "--nvml-hz", "0", "--lock"])
         .arg(dir.path().join("lock"))
         .args(["--max-file-size", "64M", "--max-size", "512M", "--duration", &format!("{}s", minutes * 60), "--db"])
         .arg(&series)
         .env_remove("CAUSEWAY_LOG")
-        .stdout(Stdio::piped())
+        // a file, not a pipe: a pipe nobody reads until the end would stop the tracer when full
+        .stdout(Stdio::from(std::fs::File::create(&report).unwrap()))
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
@@ -196,16 +198,17 @@ fn soak() {
         );
         last = cpu;
     }
-    let out = tracer.wait_with_output().unwrap();
+    let status = tracer.wait().unwrap();
     let _ = loop_.kill();
     let _ = steady.kill();
     let _ = (loop_.wait(), steady.wait());
-    let done: Option<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+    let done: Option<serde_json::Value> = std::fs::read_to_string(&report)
+        .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["done"] == true);
     let Some(done) = done else {
-        println!("the tracer gave no final report (exit {})", out.status);
+        println!("the tracer gave no final report (exit {status})");
         return;
     };
     let written = done["report"]["events_written"].as_u64().unwrap_or(0);

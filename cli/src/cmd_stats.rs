@@ -127,7 +127,8 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
     if let Some(procs) = &s.processes {
         for p in procs {
             let name = if p.name.is_empty() { "?" } else { &p.name };
-            out.push_str(&format!("\npid {} ({name}): {} events\n", p.pid, p.events));
+            let place = if p.cgroup.is_empty() { String::new() } else { format!(", {}", p.cgroup) };
+            out.push_str(&format!("\npid {} ({name}{place}): {} events\n", p.pid, p.events));
             out.push_str(&ops_table(&p.ops).render());
         }
     }

@@ -77,6 +77,11 @@ pub struct Args {
     /// Without NVML on the host the trace goes on and says "no NVML".
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub nvml_hz: u32,
+    /// The root under which the container runtimes' files are read to name each traced process's
+    /// container or pod (Docker, containerd, CRI-O, Podman): `/`, or where the host's root is
+    /// mounted when the tracer runs in a container.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub container_root: PathBuf,
     /// The NVML library to load (default: libnvidia-ml.so.1 from the loader's search path).
     #[arg(long, env = "CAUSEWAY_NVML_LIB")]
     pub nvml_lib: Option<PathBuf>,
@@ -248,6 +253,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         ring_host_bytes: args.ring_mib.0[2] << 20,
         nvml: causeway_probes::NvmlOptions { hz: args.nvml_hz, lib: args.nvml_lib.clone() },
         metrics: args.metrics.as_ref().map(|_| std::sync::Arc::new(causeway_probes::TraceMetrics::new())),
+        container_root: args.container_root.clone(),
         ..Default::default()
     };
     let metrics = opts.metrics.clone();

@@ -18,7 +18,7 @@ use crate::FleetError;
 
 /// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
 /// beyond it are new), or `None` for the small tables it replaces whole at each flush.
-pub const MIRRORED: [(&str, Option<&str>); 11] = [
+pub const MIRRORED: [(&str, Option<&str>); 12] = [
     ("events", Some("id")),
     ("nccl_calls", Some("rowid")),
     ("gpu_samples", Some("rowid")),
@@ -26,6 +26,7 @@ pub const MIRRORED: [(&str, Option<&str>); 11] = [
     ("sessions", None),
     ("process_names", None),
     ("process_ranks", None),
+    ("process_cgroups", None),
     ("loss_counters", None),
     ("kernel_names", None),
     ("launch_configs", None),
@@ -58,7 +59,7 @@ CREATE TABLE IF NOT EXISTS lake.ship_windows (
 ";
 
 /// One-line descriptions of the lake's tables, for `describe` answers and the docs.
-pub const TABLE_DOCS: [(&str, &str); 9] = [
+pub const TABLE_DOCS: [(&str, &str); 10] = [
     (
         "events",
         "the shipped events of every node (the local `events` columns; `node` set, `trace_uid` names the local trace)",
@@ -77,6 +78,7 @@ pub const TABLE_DOCS: [(&str, &str); 9] = [
     ("op_windows", "per-second per-op aggregates of every shipped event range (all events, whatever the tier)"),
     ("ship_windows", "raw-event windows shipped on request for a drill-down"),
     ("process_ranks", "each traced process's rank, local rank and world size, per node"),
+    ("process_cgroups", "each traced process's cgroup and the container or pod it stands for, per node"),
 ];
 
 /// Columns of a table, in order, with DuckDB types.

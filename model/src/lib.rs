@@ -8,11 +8,13 @@
 
 #![warn(missing_docs)]
 
+mod cgroup;
 pub mod codes;
 pub mod demangle;
 pub mod fnv;
 pub mod time;
 
+pub use cgroup::ProcessCgroup;
 pub use codes::{OpCode, PrevState, Source};
 
 /// One recorded event. Times are nanoseconds on one clock for every source (unix epoch in stored
@@ -46,7 +48,8 @@ pub struct Event {
     pub stack_hash: i64,
     /// GPU the call addressed, when known (Ingero's column; 0 otherwise).
     pub gpu_id: i32,
-    /// cgroup v2 id of the thread (0 when not recorded).
+    /// cgroup v2 id of the event's process, as the tracer resolved it when it first saw the
+    /// process (see [`ProcessCgroup`]; 0 when not recorded).
     pub cgroup_id: i64,
     /// Command name of the thread (`/proc/PID/task/TID/comm`), at most 15 bytes in the kernel.
     pub comm: String,

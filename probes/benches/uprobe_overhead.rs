@@ -524,6 +524,9 @@ impl EventSink for CountingSink {
     async fn write_gpu_samples(&mut self, _: Vec<causeway_model::GpuSample>) -> SinkResult<()> {
         Ok(())
     }
+    async fn write_process_cgroups(&mut self, _: Vec<causeway_model::ProcessCgroup>) -> SinkResult<()> {
+        Ok(())
+    }
     async fn write_process_ranks(&mut self, _: Vec<causeway_model::ProcessRank>) -> SinkResult<()> {
         Ok(())
     }

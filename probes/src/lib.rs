@@ -17,6 +17,7 @@
 //!   with native frames).
 //! - [`check`]: [`host_check`], what this host can trace and how to fix what is missing.
 
+mod cgroups;
 mod check;
 mod cuda_table;
 mod decode;

@@ -15,6 +15,7 @@
 //! 6. [`Running::finish`]: drain, last names and coverage, every loss counter, the sink finished,
 //!    the report.
 
+use crate::cgroups::CgroupResolver;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +63,10 @@ pub(crate) struct Running<'o> {
     namer: KernelNamer,
     /// Processes whose name is written.
     named: HashSet<u32>,
+    /// Processes whose cgroup is written (the traced ones, and those that took their CPUs), with
+    /// its id (0: unknown).
+    cgrouped: HashMap<u32, i64>,
+    cgroups: CgroupResolver,
     prev_counters: Vec<u64>,
     prev_pages: HashMap<u32, (u64, u64)>,
     /// Events dropped because the sink was behind, by source.
@@ -114,6 +119,8 @@ impl<'o> Running<'o> {
             symbolizer: Symbolizer::default(),
             namer: KernelNamer::default(),
             named: HashSet::new(),
+            cgrouped: HashMap::new(),
+            cgroups: CgroupResolver::new(&opts.container_root),
             prev_counters: vec![0u64; cnt::N as usize],
             prev_pages: HashMap::new(),
             backpressure: HashMap::new(),
@@ -225,6 +232,32 @@ impl<'o> Running<'o> {
     }
 
     /// One batch from the reader.
+    /// Write the cgroup (and container or pod) of every process new in this batch: the traced
+    /// ones, and those that took a traced thread's CPU or woke it (read while they still run);
+    /// and give each event its process's cgroup id (`events.cgroup_id`: the process's cgroup
+    /// when it was first seen; the BPF records leave it 0).
+    async fn write_cgroups(&mut self, events: &mut [causeway_model::Event]) {
+        let mut found = Vec::new();
+        for e in events.iter_mut() {
+            let culprits = e.sched.as_ref().map_or([0, 0], |s| [s.next_pid, s.waker_pid]);
+            for pid in std::iter::once(e.pid).chain(culprits) {
+                if pid != 0 && !self.cgrouped.contains_key(&pid) {
+                    let resolved = self.cgroups.resolve(pid);
+                    self.cgrouped.insert(pid, resolved.as_ref().map_or(0, |c| c.cgroup_id));
+                    found.extend(resolved);
+                }
+            }
+            if e.cgroup_id == 0 {
+                e.cgroup_id = self.cgrouped.get(&e.pid).copied().unwrap_or(0);
+            }
+        }
+        if !found.is_empty() {
+            let n = found.len();
+            let written = self.sink.write_process_cgroups(found).await;
+            self.report.check_write("process_cgroups", n, written);
+        }
+    }
+
     pub(crate) async fn on_batch(&mut self, mut msg: Msg) {
         for (pid, maps) in std::mem::take(&mut msg.maps) {
             self.symbolizer.set_maps(pid, maps);
@@ -268,6 +301,7 @@ impl<'o> Running<'o> {
                 }
             }
         }
+        self.write_cgroups(&mut msg.events).await;
         self.namer.launches(&msg.events);
         write_kernel_names(&mut self.namer, &mut self.symbolizer, false, &mut self.sink, &mut self.report).await;
         write_attachments(&mut self.libs, &mut self.sink, &mut self.report).await;

@@ -73,6 +73,9 @@ pub struct TraceOptions {
     pub nvml: crate::gpu_state::NvmlOptions,
     /// Live Prometheus metrics, updated at each batch and each second (`trace --metrics`).
     pub metrics: Option<Arc<crate::metrics::TraceMetrics>>,
+    /// The root under which the container runtimes' files are read to name containers and pods
+    /// (`/`; the host's root where the tracer runs in a container with it mounted elsewhere).
+    pub container_root: PathBuf,
 }
 
 impl Default for TraceOptions {
@@ -98,6 +101,7 @@ impl Default for TraceOptions {
             drop_on_backpressure: false,
             stop: Arc::new(AtomicBool::new(false)),
             lib_poll_ms: 250,
+            container_root: PathBuf::from("/"),
             reader_delay_us: 0,
             perf_uprobes: false,
             nvml: crate::gpu_state::NvmlOptions::default(),

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessRank,
-    SchedDetail, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    ProcessRank, SchedDetail, SessionInfo,
 };
 
 use crate::error::Result;
@@ -442,6 +442,12 @@ pub trait TraceStore: Send + Sync {
     /// Where the traced processes stand in their distributed jobs (`process_ranks`), by pid; empty
     /// for traces without the table or processes without a launcher's rank.
     fn process_ranks(&self) -> Result<Vec<ProcessRank>>;
+    /// The cgroups of the traced processes and of those that took their CPUs
+    /// (`process_cgroups`), with the container or pod each stands for, by pid; empty for traces
+    /// without the table (the default: a store that cannot read it reads none).
+    fn process_cgroups(&self) -> Result<Vec<ProcessCgroup>> {
+        Ok(Vec::new())
+    }
     /// Run user SQL, read-only, with limits.
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
@@ -497,6 +503,8 @@ pub trait EventSink: Send {
     async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()>;
     /// Record processes' ranks in their jobs (a later row for a pid replaces the earlier one).
     async fn write_process_ranks(&mut self, ranks: Vec<ProcessRank>) -> Result<()>;
+    /// Record processes' cgroups (a later row for a pid replaces the earlier one).
+    async fn write_process_cgroups(&mut self, cgroups: Vec<ProcessCgroup>) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).

@@ -168,6 +168,7 @@ fn chain(
             .and_then(|((_, who), _)| who.clone())
             .map(|(pid, tid, comm)| Culprit {
                 comm: if comm.is_empty() { names.of(pid, tid) } else { comm },
+                place: names.place_of(pid),
                 pid,
                 tid,
                 role: "took_cpu".into(),

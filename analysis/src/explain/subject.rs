@@ -84,6 +84,9 @@ pub(super) fn attributed_chain(
 ) -> Result<Chain, AnalysisError> {
     let (scope, names) = (&view.scope, &view.names);
     let mut culprit = chains::culprit_of(&ckey, &|p, t| names.of(p, t));
+    if let Some(c) = culprit.as_mut() {
+        c.place = names.place_of(c.pid);
+    }
     let calls = g.items.len() as u64;
     let share = g.stall_ns as f64 / s.total_ns.max(1) as f64;
     let worst: Vec<&(i64, EventId, i64, i64)> = g.items.iter().take(5).collect();

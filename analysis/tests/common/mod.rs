@@ -8,7 +8,8 @@ use std::path::Path;
 use causeway_backends::{EventSink, SqliteSink, StackRecord};
 use causeway_model::codes::{op, OpCode};
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, PrevState, SchedDetail, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, PrevState, ProcessCgroup, SchedDetail,
+    SessionInfo,
 };
 
 pub const MS: i64 = 1_000_000;
@@ -28,6 +29,7 @@ pub struct Trace {
     pub stacks: Vec<StackRecord>,
     pub nccl: Vec<NcclCall>,
     pub gpu_samples: Vec<GpuSample>,
+    pub cgroups: Vec<ProcessCgroup>,
 }
 
 impl Trace {
@@ -144,6 +146,7 @@ impl Trace {
             sink.write_stacks(std::mem::take(&mut self.stacks)).await.unwrap();
             sink.write_nccl_calls(std::mem::take(&mut self.nccl)).await.unwrap();
             sink.write_gpu_samples(std::mem::take(&mut self.gpu_samples)).await.unwrap();
+            sink.write_process_cgroups(std::mem::take(&mut self.cgroups)).await.unwrap();
             let last = self.events.iter().map(|e| e.ts_ns).max().unwrap_or(T0);
             for chunk in self.events.chunks(10_000) {
                 sink.write_batch(chunk.to_vec()).await.unwrap();

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, Row};
 
-use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank, SessionInfo};
+use causeway_model::{
+    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, SessionInfo,
+};
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
@@ -289,6 +291,13 @@ impl ConvertTarget for SqliteTarget {
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {
         let tx = self.conn.transaction()?;
         crate::sqlite::insert_process_ranks(&tx, ranks)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_process_cgroups(&tx, cgroups)?;
         tx.commit()?;
         Ok(())
     }

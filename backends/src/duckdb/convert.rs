@@ -7,7 +7,8 @@ use duckdb::params;
 
 use causeway_model::codes::PrevState;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank, SchedDetail, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, SchedDetail,
+    SessionInfo,
 };
 
 use super::reader::{ints, launch_config_column, texts};
@@ -237,6 +238,10 @@ impl ConvertTarget for DuckDbTarget {
 
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {
         self.writer.write_process_ranks(ranks)
+    }
+
+    fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
+        self.writer.write_process_cgroups(cgroups)
     }
 
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {

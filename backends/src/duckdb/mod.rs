@@ -39,7 +39,8 @@ pub fn is_duckdb_file(path: &Path) -> bool {
 pub fn native_ddl() -> String {
     crate::schema::NATIVE_DDL
         .replace("id           INTEGER PRIMARY KEY AUTOINCREMENT", "id           BIGINT PRIMARY KEY")
-        .replace("id          INTEGER PRIMARY KEY,", "id          BIGINT NOT NULL,")
+        // the events id only (the line starts with it: `pid ... PRIMARY KEY` stays a key)
+        .replace("\n    id          INTEGER PRIMARY KEY,", "\n    id          BIGINT NOT NULL,")
         .replace("INTEGER", "BIGINT")
 }
 

@@ -535,6 +535,10 @@ impl TraceStore for DuckDbStore {
         self.read_process_ranks()
     }
 
+    fn process_cgroups(&self) -> Result<Vec<causeway_model::ProcessCgroup>> {
+        self.read_process_cgroups()
+    }
+
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         match &self.reopen {
             Some(reopen) => crate::guard::run_duckdb_on(|| reopen(), sql, limits),

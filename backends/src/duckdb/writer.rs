@@ -16,8 +16,8 @@ use duckdb::{params, Connection};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessRank,
-    SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    ProcessRank, SessionInfo,
 };
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
@@ -485,6 +485,18 @@ impl EngineWriter for DuckDbWriter {
             let mut st = c.prepare_cached(&sql).map_err(&err)?;
             for s in samples {
                 st.execute(duckdb::params_from_iter(cuda_tables::gpu_sample_params(s))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Record processes' cgroups (the last per pid wins), in one transaction.
+    fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_PROCESS_CGROUP_SQL).map_err(&err)?;
+            for g in cuda_tables::last_per_key(cgroups, |g| g.pid) {
+                st.execute(duckdb::params_from_iter(cuda_tables::process_cgroup_params(g))).map_err(&err)?;
             }
             Ok(())
         })

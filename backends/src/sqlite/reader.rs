@@ -592,6 +592,10 @@ impl TraceStore for SqliteStore {
         self.read_process_ranks()
     }
 
+    fn process_cgroups(&self) -> Result<Vec<causeway_model::ProcessCgroup>> {
+        self.read_process_cgroups()
+    }
+
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         crate::guard::run_sqlite_target(&self.target, sql, limits)
     }

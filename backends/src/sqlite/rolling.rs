@@ -20,8 +20,8 @@ use std::time::{Duration, Instant, SystemTime};
 use rusqlite::{Connection, OpenFlags};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessRank,
-    SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    ProcessRank, SessionInfo,
 };
 
 use super::series::{list_parts, part_path};
@@ -308,6 +308,10 @@ impl EngineWriter for RollingWriter {
 
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {
         self.part.write_process_ranks(ranks)
+    }
+
+    fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
+        self.part.write_process_cgroups(cgroups)
     }
 
     /// The session's tally: the live part stores its share.

@@ -66,7 +66,7 @@ enum Merge {
 
 /// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
 /// `schema_info` are the same in every part: they are read from the newest.
-const MERGES: [(&str, Merge); 12] = [
+const MERGES: [(&str, Merge); 13] = [
     ("events", Merge::All),
     ("nccl_calls", Merge::All),
     ("gpu_samples", Merge::All),
@@ -75,6 +75,7 @@ const MERGES: [(&str, Merge); 12] = [
     ("stack_traces", Merge::NewestBy("hash")),
     ("process_names", Merge::NewestBy("pid")),
     ("process_ranks", Merge::NewestBy("pid")),
+    ("process_cgroups", Merge::NewestBy("pid")),
     ("launch_configs", Merge::NewestBy("key")),
     ("kernel_names", Merge::NewestBy("pid, handle")),
     ("attachments", Merge::Distinct),

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessRank, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessCgroup, ProcessRank,
+    SessionInfo,
 };
 
 use crate::cuda_tables::{self, AttachmentJson};
@@ -110,6 +111,15 @@ pub(crate) fn insert_process_ranks(conn: &Connection, ranks: &[ProcessRank]) -> 
     Ok(())
 }
 
+/// Record processes' cgroups (the last per pid wins), in the caller's transaction.
+pub(crate) fn insert_process_cgroups(conn: &Connection, cgroups: &[ProcessCgroup]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_PROCESS_CGROUP_SQL)?;
+    for c in cuda_tables::last_per_key(cgroups, |c| c.pid) {
+        st.execute(params_from_iter(cuda_tables::process_cgroup_params(c)))?;
+    }
+    Ok(())
+}
+
 /// Append attachments, each with its session id, in the caller's transaction.
 pub(crate) fn insert_attachments<'a>(
     conn: &Connection,
@@ -132,8 +142,15 @@ pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo
 /// The tables a part of a series carries over from the part before it, so that each part is a
 /// standalone trace: the events of a later part name stacks, launch configurations and kernels
 /// first seen in an earlier one.
-const CARRIED_TABLES: [&str; 6] =
-    ["stack_traces", "process_names", "launch_configs", "kernel_names", "process_ranks", "attachments"];
+const CARRIED_TABLES: [&str; 7] = [
+    "stack_traces",
+    "process_names",
+    "launch_configs",
+    "kernel_names",
+    "process_ranks",
+    "process_cgroups",
+    "attachments",
+];
 
 /// Open a new or existing native trace for writing: WAL, the native schema (added columns
 /// included) and the lookup tables, in one transaction with `then`.
@@ -391,6 +408,14 @@ impl EngineWriter for SqliteWriter {
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_process_ranks(&tx, ranks)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Record processes' cgroups, in one transaction.
+    fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_process_cgroups(&tx, cgroups)?;
         tx.commit()?;
         Ok(())
     }

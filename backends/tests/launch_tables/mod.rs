@@ -10,7 +10,7 @@ use causeway_backends::convert;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessRank};
+use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank};
 
 use super::{file, rt, session, write_trace, N};
 
@@ -28,6 +28,8 @@ pub struct Fixture {
     pub gpu: Vec<GpuSample>,
     /// Process ranks as `process_ranks()` returns them (by pid, the last per pid).
     pub ranks: Vec<ProcessRank>,
+    /// Process cgroups as `process_cgroups()` returns them (by pid, the last per pid).
+    pub cgroups: Vec<ProcessCgroup>,
 }
 
 fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
@@ -159,7 +161,11 @@ impl Fixture {
             job: job.into(),
         };
         let ranks = vec![rank(77, 0, "slurm", "991"), rank(4821, 3, "torch", "run \"7\"")];
-        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks }
+        let id = "3f2a1b9c0d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+        let mut web = ProcessCgroup::from_path(4821, 9001, &format!("/system.slice/docker-{id}.scope"));
+        web.container = "web 'quoted'".into();
+        let cgroups = vec![ProcessCgroup::from_path(77, 2, "/user.slice/user-0.slice/session-3.scope"), web];
+        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks, cgroups }
     }
 
     /// Give three launches in four a configuration (so launches without one stay 0).
@@ -190,6 +196,9 @@ impl Fixture {
         let stale = ProcessRank { rank: 9, ..self.ranks[1].clone() };
         sink.write_process_ranks(vec![stale.clone()]).await.unwrap();
         sink.write_process_ranks(vec![stale, self.ranks[1].clone(), self.ranks[0].clone()]).await.unwrap();
+        let stale = ProcessCgroup { container: "old".into(), ..self.cgroups[1].clone() };
+        sink.write_process_cgroups(vec![stale]).await.unwrap();
+        sink.write_process_cgroups(vec![self.cgroups[1].clone(), self.cgroups[0].clone()]).await.unwrap();
     }
 
     /// The configurations as `launch_configs()` returns them (by key).
@@ -216,6 +225,7 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
     assert_eq!(store.nccl_calls(&window).unwrap(), fx.nccl[1..3], "NCCL calls of a window, both ends included");
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu, "GPU samples, by time then GPU");
     assert_eq!(store.process_ranks().unwrap(), fx.ranks, "process ranks, the last per pid");
+    assert_eq!(store.process_cgroups().unwrap(), fx.cgroups, "process cgroups, the last per pid");
     let later = TimeWindow { from_ns: Some(1_000_000_001), to_ns: None };
     assert_eq!(store.gpu_samples(&later).unwrap(), fx.gpu[2..], "GPU samples of a window");
     let tagged = all.iter().filter(|s| s.event.launch_config != 0).count();
@@ -230,7 +240,7 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
 
 /// Make a trace look recorded before the tables and the column existed.
 fn make_older(path: &Path, b: Engine) {
-    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; DROP TABLE gpu_samples; DROP TABLE process_ranks; \
+    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; DROP TABLE gpu_samples; DROP TABLE process_ranks; DROP TABLE process_cgroups; \
                ALTER TABLE events DROP COLUMN launch_config;";
     match b {
         Engine::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
@@ -262,12 +272,21 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     make_older(&path, b);
     let store = open_store(&path).unwrap();
     assert!(!store.info().has_column("launch_config"));
-    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples", "process_ranks"] {
+    for t in [
+        "launch_configs",
+        "kernel_names",
+        "attachments",
+        "nccl_calls",
+        "gpu_samples",
+        "process_ranks",
+        "process_cgroups",
+    ] {
         assert!(!store.info().has_table(t), "{t} was dropped");
     }
     assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.gpu_samples(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.process_ranks().unwrap().is_empty());
+    assert!(store.process_cgroups().unwrap().is_empty());
     assert!(store.launch_configs().unwrap().is_empty());
     assert!(store.kernel_names().unwrap().is_empty());
     assert!(store.attachments().unwrap().is_empty());
@@ -305,6 +324,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
     assert_eq!(store.process_ranks().unwrap(), fx.ranks);
+    assert_eq!(store.process_cgroups().unwrap(), fx.cgroups);
     let back = store.events(&EventFilter::default()).unwrap();
     assert_eq!(back.len(), N + 10);
     assert_eq!(back[..N], zeroed(&all)[..], "the older session's events still read as 0");
@@ -318,7 +338,15 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     let d = store.describe_schema().unwrap();
     let events = d.tables.iter().find(|t| t.name == "events").unwrap();
     assert_eq!(events.columns.last().map(|c| c.name.as_str()), Some("launch_config"), "added last");
-    for t in ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples", "process_ranks"] {
+    for t in [
+        "launch_configs",
+        "kernel_names",
+        "attachments",
+        "nccl_calls",
+        "gpu_samples",
+        "process_ranks",
+        "process_cgroups",
+    ] {
         let table = d.tables.iter().find(|x| x.name == t).unwrap_or_else(|| panic!("{t} not described"));
         assert!(!table.meaning.is_empty(), "{t} has a meaning");
         assert!(
@@ -384,6 +412,7 @@ pub fn convert_keeps_them(b: Engine) {
         assert_eq!(conv.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
         assert_eq!(conv.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
         assert_eq!(conv.process_ranks().unwrap(), fx.ranks);
+        assert_eq!(conv.process_cgroups().unwrap(), fx.cgroups);
         assert_eq!(conv.attachments().unwrap(), src.attachments().unwrap());
         assert_eq!(attachment_sessions(conv.as_ref()), stored, "{} -> {}: attachment sessions", b.name(), to.name());
     }

@@ -53,6 +53,7 @@ pub struct Collected {
     pub nccl_calls: Vec<causeway_model::NcclCall>,
     pub gpu_samples: Vec<causeway_model::GpuSample>,
     pub process_ranks: Vec<causeway_model::ProcessRank>,
+    pub process_cgroups: Vec<causeway_model::ProcessCgroup>,
     pub finished: bool,
     /// Refuse every stack and process-name write (a sink whose side tables fail).
     pub refuse_side_writes: bool,
@@ -117,6 +118,13 @@ impl EventSink for MemSink {
     }
     async fn write_gpu_samples(&mut self, samples: Vec<causeway_model::GpuSample>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().gpu_samples.extend(samples);
+        Ok(())
+    }
+    async fn write_process_cgroups(
+        &mut self,
+        cgroups: Vec<causeway_model::ProcessCgroup>,
+    ) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().process_cgroups.extend(cgroups);
         Ok(())
     }
     async fn write_process_ranks(&mut self, ranks: Vec<causeway_model::ProcessRank>) -> causeway_backends::Result<()> {
