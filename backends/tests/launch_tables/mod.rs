@@ -32,6 +32,10 @@ pub struct Fixture {
     pub cgroups: Vec<ProcessCgroup>,
 }
 
+/// The side tables added after the first native schema (an older trace lacks them all).
+const SIDE_TABLES: [&str; 7] =
+    ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples", "process_ranks", "process_cgroups"];
+
 fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
     LaunchConfig { grid, block, shared_mem_bytes, cluster }
 }
@@ -240,8 +244,8 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
 
 /// Make a trace look recorded before the tables and the column existed.
 fn make_older(path: &Path, b: Engine) {
-    let sql = "DROP TABLE launch_configs; DROP TABLE kernel_names; DROP TABLE attachments; DROP TABLE nccl_calls; DROP TABLE gpu_samples; DROP TABLE process_ranks; DROP TABLE process_cgroups; \
-               ALTER TABLE events DROP COLUMN launch_config;";
+    let drops: String = SIDE_TABLES.iter().map(|t| format!("DROP TABLE {t}; ")).collect();
+    let sql = &format!("{drops}ALTER TABLE events DROP COLUMN launch_config;");
     match b {
         Engine::Sqlite => rusqlite::Connection::open(path).unwrap().execute_batch(sql).unwrap(),
         Engine::DuckDb => {
@@ -272,15 +276,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     make_older(&path, b);
     let store = open_store(&path).unwrap();
     assert!(!store.info().has_column("launch_config"));
-    for t in [
-        "launch_configs",
-        "kernel_names",
-        "attachments",
-        "nccl_calls",
-        "gpu_samples",
-        "process_ranks",
-        "process_cgroups",
-    ] {
+    for t in SIDE_TABLES {
         assert!(!store.info().has_table(t), "{t} was dropped");
     }
     assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
@@ -338,15 +334,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     let d = store.describe_schema().unwrap();
     let events = d.tables.iter().find(|t| t.name == "events").unwrap();
     assert_eq!(events.columns.last().map(|c| c.name.as_str()), Some("launch_config"), "added last");
-    for t in [
-        "launch_configs",
-        "kernel_names",
-        "attachments",
-        "nccl_calls",
-        "gpu_samples",
-        "process_ranks",
-        "process_cgroups",
-    ] {
+    for t in SIDE_TABLES {
         let table = d.tables.iter().find(|x| x.name == t).unwrap_or_else(|| panic!("{t} not described"));
         assert!(!table.meaning.is_empty(), "{t} has a meaning");
         assert!(
