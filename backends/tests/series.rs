@@ -195,3 +195,28 @@ fn bad_series_get_clear_errors() {
     let err = create_series_sink(&file, session(1), small_parts()).err().expect("refused").to_string();
     assert!(err.contains("is a file"), "{err}");
 }
+
+#[test]
+fn a_restart_removes_what_a_cut_short_rollover_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let series = dir.path().join("series");
+    let first = write_all(create_series_sink(&series, session(1), small_parts()).unwrap(), 9);
+    let parts = list_parts(&series).unwrap();
+    let next = parts.last().unwrap().0 + 1;
+    // a kill during a rollover: the next part created without its tables, and an empty file after it
+    rusqlite::Connection::open(series.join(format!("{next:06}.db")))
+        .unwrap()
+        .execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE half (x)")
+        .unwrap();
+    std::fs::write(series.join(format!("{:06}.db", next + 1)), b"").unwrap();
+    let second = write_all(create_series_sink(&series, session(2), small_parts()).unwrap(), 10);
+    let store = SqliteStore::open(&series).unwrap();
+    assert_eq!(store.info().events, first.events_written + second.events_written);
+    assert_eq!(store.sessions().unwrap().len(), 2);
+    let after = list_parts(&series).unwrap();
+    assert_eq!(
+        after.iter().find(|(s, _)| *s >= next).map(|p| p.0),
+        Some(next),
+        "the series goes on at the cut-short number"
+    );
+}

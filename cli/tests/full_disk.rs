@@ -80,3 +80,46 @@ fn a_full_disk_stops_writing_cleanly_and_the_trace_still_opens() {
     assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
     assert!(String::from_utf8_lossy(&stats.stdout).contains("cudaLaunchKernel"));
 }
+
+#[test]
+fn a_full_disk_under_a_series_stops_writing_cleanly_and_every_file_still_opens() {
+    require_root();
+    let disk = SmallDisk::new("1m");
+    let series = disk.path().join("host");
+    let out = causeway()
+        .env_remove("CAUSEWAY_LOG")
+        .args(["trace", "--nvml-hz", "0", "--max-file-size", "128K", "--db"])
+        .arg(&series)
+        .arg("--")
+        .arg(mock_train())
+        .args(["--iters", "400"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a full disk is not a failed trace:\n{stderr}");
+    let errors = stderr.lines().filter(|l| l.contains("ERROR")).count();
+    assert!(errors <= 2, "one error when the disk fills up, not one per batch ({errors}):\n{stderr}");
+    let line = stderr.lines().find(|l| l.contains(" events written to ")).expect("the summary line");
+    let written: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(line.contains("write:"), "the events after the disk filled up are counted as lost: {line}");
+    let parts: Vec<_> = std::fs::read_dir(&series)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "db"))
+        .collect();
+    assert!(parts.len() >= 2, "the series rolled over before the disk filled up: {parts:?}\n{stderr}");
+    let mut stored = 0;
+    for p in &parts {
+        let q =
+            causeway().args(["query", "--json", "--db"]).arg(p).arg("SELECT count(*) FROM events").output().unwrap();
+        assert!(q.status.success(), "{} opens alone:\n{}", p.display(), String::from_utf8_lossy(&q.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+        stored += v["rows"][0][0].as_u64().unwrap();
+    }
+    assert_eq!(stored, written, "the files hold what the report says was written");
+    let q =
+        causeway().args(["query", "--json", "--db"]).arg(&series).arg("SELECT count(*) FROM events").output().unwrap();
+    assert!(q.status.success(), "the series opens:\n{}", String::from_utf8_lossy(&q.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
+    assert_eq!(v["rows"][0][0].as_u64(), Some(written));
+}

@@ -24,7 +24,7 @@ use causeway_model::{
     ProcessRank, SessionInfo,
 };
 
-use super::series::{list_parts, part_path};
+use super::series::{list_parts, part_path, part_seq};
 use super::SqliteWriter;
 use crate::sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 use crate::{EventSink, StackRecord};
@@ -110,6 +110,34 @@ fn last_ids(path: &Path) -> Result<(i64, i64)> {
     })
 }
 
+/// Remove what a part's creation cut short (a kill, a full disk) left: empty part files, and a
+/// newest part without its tables.
+fn remove_unborn_parts(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if part_seq(&path).is_some() && entry.metadata().is_ok_and(|m| m.len() == 0) {
+            remove_part(&path);
+        }
+    }
+    if let Some((_, newest)) = list_parts(dir).ok().and_then(|p| p.last().cloned()) {
+        if !has_events_table(&newest) {
+            tracing::warn!("{}: a part whose creation never finished, removed", newest.display());
+            remove_part(&newest);
+        }
+    }
+}
+
+/// Whether a part has its `events` table (its creation finished).
+fn has_events_table(path: &Path) -> bool {
+    Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |r| {
+                r.get::<_, i64>(0)
+            })
+        })
+        .is_ok_and(|n| n == 1)
+}
+
 fn unix_now_ns() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
@@ -124,6 +152,15 @@ fn part_bytes(path: &Path) -> u64 {
             std::fs::metadata(PathBuf::from(p)).map_or(0, |m| m.len())
         })
         .sum()
+}
+
+/// Remove a part's file with its WAL and shared-memory files.
+fn remove_part(path: &Path) {
+    for suffix in ["-wal", "-shm", ""] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(p));
+    }
 }
 
 /// One retention pass at a time per process (finishing threads may overlap).
@@ -148,11 +185,7 @@ pub(crate) fn apply_retention(dir: &Path, policy: &RollPolicy, live_seq: u64) ->
             break;
         }
         let bytes = part_bytes(path);
-        for suffix in ["-wal", "-shm", ""] {
-            let mut p = path.as_os_str().to_owned();
-            p.push(suffix);
-            let _ = std::fs::remove_file(PathBuf::from(p));
-        }
+        remove_part(path);
         total = total.saturating_sub(bytes);
         tracing::info!(part = seq, bytes, "retention removed {}", path.display());
         removed.push(path.clone());
@@ -172,10 +205,12 @@ impl RollingWriter {
             )));
         }
         std::fs::create_dir_all(dir).map_err(|e| StoreError::Engine(format!("{}: {e}", dir.display())))?;
+        remove_unborn_parts(dir);
         let parts = list_parts(dir).map_err(|e| StoreError::Engine(format!("{}: {e}", dir.display())))?;
-        let (seq, previous, (session_id, event_id)) = match parts.last() {
-            Some((seq, path)) => (seq + 1, Some(path.clone()), last_ids(path)?),
-            None => (1, None, (0, 0)),
+        let seq = parts.last().map_or(1, |p| p.0 + 1);
+        let (previous, (session_id, event_id)) = match parts.last() {
+            Some((_, path)) => (Some(path.clone()), last_ids(path)?),
+            None => (None, (0, 0)),
         };
         let part = SqliteWriter::create_part(
             &part_path(dir, seq),
@@ -223,16 +258,19 @@ impl RollingWriter {
             .collect()
     }
 
-    /// Close the live part and go on in the next one.
+    /// Close the live part and go on in the next one. When the next part cannot be created (a
+    /// full disk), what was begun of it is removed and the live part stays the live part.
     fn roll(&mut self) -> Result<()> {
         let next_seq = self.seq + 1;
+        let next_path = part_path(&self.dir, next_seq);
         let next = SqliteWriter::create_part(
-            &part_path(&self.dir, next_seq),
+            &next_path,
             &self.session,
             self.part.session_id(),
             self.part.next_event_id(),
             Some(self.part.path()),
-        )?;
+        )
+        .inspect_err(|_| remove_part(&next_path))?;
         let mut closed = std::mem::replace(&mut self.part, next);
         if let Err(e) = closed.write_losses(&self.part_losses()) {
             tracing::warn!("{}: its loss counters could not be stored: {e}", closed.path().display());

@@ -31,18 +31,23 @@ pub fn part_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("{seq:06}.db"))
 }
 
-/// The parts of the series in `dir`, oldest first: the files named by a sequence number and `.db`.
+/// The sequence number of a part's file name (`000042.db`: 42).
+pub(crate) fn part_seq(path: &Path) -> Option<u64> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".db"))
+        .filter(|stem| !stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|stem| stem.parse::<u64>().ok())
+}
+
+/// The parts of the series in `dir`, oldest first: the files named by a sequence number and `.db`
+/// (an empty one, a part whose creation a full disk or a kill cut short, holds nothing: left out).
 pub fn list_parts(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     let mut parts = Vec::new();
     for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let seq = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".db"))
-            .filter(|stem| !stem.is_empty() && stem.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|stem| stem.parse::<u64>().ok());
-        if let Some(seq) = seq {
+        let entry = entry?;
+        let path = entry.path();
+        if let Some(seq) = part_seq(&path).filter(|_| entry.metadata().is_ok_and(|m| m.len() > 0)) {
             parts.push((seq, path));
         }
     }
@@ -270,8 +275,9 @@ mod tests {
     fn parts_are_the_numbered_db_files_in_sequence_order() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["000010.db", "000002.db", "000002.db-wal", "notes.db", "x000003.db", "000001.db"] {
-            std::fs::write(dir.path().join(name), b"").unwrap();
+            std::fs::write(dir.path().join(name), b"x").unwrap();
         }
+        std::fs::write(dir.path().join("000011.db"), b"").unwrap();
         let seqs: Vec<u64> = list_parts(dir.path()).unwrap().into_iter().map(|(s, _)| s).collect();
         assert_eq!(seqs, vec![1, 2, 10]);
         assert_eq!(part_path(dir.path(), 7), dir.path().join("000007.db"));
