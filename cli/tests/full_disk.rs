@@ -45,31 +45,41 @@ fn mock_train() -> PathBuf {
     causeway_testdata::mock_cuda_build().join("train")
 }
 
-#[test]
-fn a_full_disk_stops_writing_cleanly_and_the_trace_still_opens() {
-    require_root();
-    let disk = SmallDisk::new("1m");
-    let db = disk.path().join("t.db");
+/// Trace the mock training loop into `db` on a disk too small for it, with `extra` flags; the
+/// trace must end cleanly with one error line and a report of what was written and lost. Returns
+/// (stderr, events written).
+fn trace_until_the_disk_is_full(db: &Path, extra: &[&str]) -> (String, u64) {
     let out = causeway()
         .env_remove("CAUSEWAY_LOG")
-        .args(["trace", "--nvml-hz", "0", "--db"])
-        .arg(&db)
+        .args(["trace", "--nvml-hz", "0"])
+        .args(extra)
+        .arg("--db")
+        .arg(db)
         .arg("--")
         .arg(mock_train())
         .args(["--iters", "400"])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "a full disk is not a failed trace:\n{stderr}");
     let errors = stderr.lines().filter(|l| l.contains("ERROR")).count();
     assert!(errors <= 2, "one error when the disk fills up, not one per batch ({errors}):\n{stderr}");
-    assert!(stderr.contains("the disk filled up"), "the report says why events were lost:\n{stderr}");
     // "causeway: N events written to FILE in T; M lost (source 1 write: K, ...)"
     let line = stderr.lines().find(|l| l.contains(" events written to ")).expect("the summary line");
     let written: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(line.contains("write:"), "the events after the disk filled up are counted as lost: {line}");
     let lost: u64 = line.split("; ").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     assert!(written > 0 && lost > 0, "{line}");
+    (stderr, written)
+}
+
+#[test]
+fn a_full_disk_stops_writing_cleanly_and_the_trace_still_opens() {
+    require_root();
+    let disk = SmallDisk::new("1m");
+    let db = disk.path().join("t.db");
+    let (stderr, written) = trace_until_the_disk_is_full(&db, &[]);
+    assert!(stderr.contains("the disk filled up"), "the report says why events were lost:\n{stderr}");
 
     // the file opens (through its WAL when the session could not be closed) with what was written
     let q = causeway().args(["query", "--json", "--db"]).arg(&db).arg("SELECT count(*) FROM events").output().unwrap();
@@ -86,22 +96,7 @@ fn a_full_disk_under_a_series_stops_writing_cleanly_and_every_file_still_opens()
     require_root();
     let disk = SmallDisk::new("1m");
     let series = disk.path().join("host");
-    let out = causeway()
-        .env_remove("CAUSEWAY_LOG")
-        .args(["trace", "--nvml-hz", "0", "--max-file-size", "128K", "--db"])
-        .arg(&series)
-        .arg("--")
-        .arg(mock_train())
-        .args(["--iters", "400"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "a full disk is not a failed trace:\n{stderr}");
-    let errors = stderr.lines().filter(|l| l.contains("ERROR")).count();
-    assert!(errors <= 2, "one error when the disk fills up, not one per batch ({errors}):\n{stderr}");
-    let line = stderr.lines().find(|l| l.contains(" events written to ")).expect("the summary line");
-    let written: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    assert!(line.contains("write:"), "the events after the disk filled up are counted as lost: {line}");
+    let (stderr, written) = trace_until_the_disk_is_full(&series, &["--max-file-size", "128K"]);
     let parts: Vec<_> = std::fs::read_dir(&series)
         .unwrap()
         .map(|e| e.unwrap().path())
