@@ -105,24 +105,49 @@ pub fn allowed_table_functions(engine: Engine) -> &'static [&'static str] {
 
 /// The pure AST check: `Ok` when `sql` is one read statement made only of allowed parts for `dialect`.
 ///
-/// Runs on a short-lived thread with a large stack so that no input can overflow the caller's stack;
-/// a panic inside the parser becomes a refusal.
+/// Runs on the checker thread, whose large stack no input can overflow (one thread for every
+/// check: no thread to start and join per query); a panic inside the parser becomes a refusal.
 pub fn check(sql: &str, dialect: Engine) -> Result<(), Refusal> {
     if sql.len() > MAX_SQL_BYTES {
         // Decided here, before copying the text to the checker thread.
         return ast::check(sql, dialect);
     }
-    let owned = sql.to_string();
-    let worker = std::thread::Builder::new()
-        .name("sql-guard-check".into())
-        .stack_size(CHECK_STACK_BYTES)
-        .spawn(move || ast::check(&owned, dialect));
-    match worker {
-        Ok(handle) => handle.join().unwrap_or_else(|_| {
-            Err(Refusal::new("a query the SQL parser could not handle (it failed on this input)".into()))
-        }),
-        Err(e) => Err(Refusal::new(format!("the query for now: the checker could not start ({e}); retry"))),
+    let (reply, answer) = std::sync::mpsc::sync_channel(1);
+    let sent = checker().map(|tx| tx.send(CheckJob { sql: sql.to_string(), dialect, reply }));
+    match sent {
+        Some(Ok(())) => answer.recv().unwrap_or_else(|_| Err(Refusal::new(CHECK_FAILED.into()))),
+        _ => Err(Refusal::new("the query for now: the SQL checker could not start; retry".into())),
     }
+}
+
+const CHECK_FAILED: &str = "a query the SQL parser could not handle (it failed on this input)";
+
+/// One query for the checker thread, and where its verdict goes.
+struct CheckJob {
+    sql: String,
+    dialect: Engine,
+    reply: std::sync::mpsc::SyncSender<Result<(), Refusal>>,
+}
+
+/// The checker thread's queue (started on first use; None if it could not start).
+fn checker() -> Option<&'static std::sync::mpsc::Sender<CheckJob>> {
+    static CHECKER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<CheckJob>>> = std::sync::OnceLock::new();
+    CHECKER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<CheckJob>();
+            let spawned = std::thread::Builder::new()
+                .name("sql-guard-check".into())
+                .stack_size(CHECK_STACK_BYTES)
+                .spawn(move || {
+                    for job in rx {
+                        let verdict = std::panic::catch_unwind(|| ast::check(&job.sql, job.dialect))
+                            .unwrap_or_else(|_| Err(Refusal::new(CHECK_FAILED.into())));
+                        let _ = job.reply.send(verdict);
+                    }
+                });
+            spawned.ok().map(|_| tx)
+        })
+        .as_ref()
 }
 
 /// Run user SQL against the SQLite database at `uri` (a `file:` URI, e.g. `file:/x.db?immutable=1`)

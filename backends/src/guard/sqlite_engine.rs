@@ -229,37 +229,72 @@ fn install_progress(conn: &Connection, deadline: Instant, cancel: Option<QueryCa
     );
 }
 
-/// Interrupts the connection at the deadline even where the progress handler does not run
-/// (planning a huge statement); stopped and joined on drop.
+/// Interrupts a query's connection at its deadline even where the progress handler does not run
+/// (planning a huge statement). One thread watches every query's deadline: a query registers
+/// when it starts and leaves when it ends, and never waits for a thread of its own to start or
+/// to be joined (on a busy machine each such wait is a scheduling delay on every query).
 struct Watchdog {
-    done: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    id: u64,
+}
+
+/// The deadlines being watched: (deadline, the connection's interrupt, the query's stop reason).
+#[derive(Default)]
+struct Deadlines {
+    next_id: u64,
+    watched: std::collections::HashMap<u64, (Instant, rusqlite::InterruptHandle, StopReason)>,
+}
+
+fn deadlines() -> &'static (Mutex<Deadlines>, std::sync::Condvar) {
+    static WATCHED: std::sync::OnceLock<(Mutex<Deadlines>, std::sync::Condvar)> = std::sync::OnceLock::new();
+    WATCHED.get_or_init(|| {
+        let spawned = std::thread::Builder::new().name("sql-guard-watchdog".into()).spawn(watch_deadlines);
+        if let Err(e) = spawned {
+            // the progress handler still enforces deadlines between virtual-machine steps
+            tracing::warn!("the SQL guard's watchdog thread could not start: {e}");
+        }
+        Default::default()
+    })
+}
+
+/// The watchdog thread: interrupt each query past its deadline, sleep until the next one.
+fn watch_deadlines() {
+    let (lock, wake) = deadlines();
+    let mut d = lock.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let now = Instant::now();
+        d.watched.retain(|_, (deadline, handle, stop)| {
+            if *deadline > now {
+                return true;
+            }
+            let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
+            handle.interrupt();
+            false
+        });
+        let next = d.watched.values().map(|w| w.0).min();
+        let nap = next.map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(now));
+        d = wake.wait_timeout(d, nap).unwrap_or_else(|p| p.into_inner()).0;
+    }
 }
 
 impl Watchdog {
     fn start(conn: &Connection, deadline: Instant, stop: StopReason) -> Watchdog {
-        let (done, wait) = std::sync::mpsc::channel::<()>();
-        let handle = conn.get_interrupt_handle();
-        let thread = std::thread::Builder::new()
-            .name("sql-guard-watchdog".into())
-            .spawn(move || {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(left) {
-                    let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
-                    handle.interrupt();
-                }
-            })
-            .ok();
-        Watchdog { done: Some(done), thread }
+        let (lock, wake) = deadlines();
+        let mut d = lock.lock().unwrap_or_else(|p| p.into_inner());
+        d.next_id += 1;
+        let id = d.next_id;
+        let earliest = d.watched.values().all(|w| w.0 > deadline);
+        d.watched.insert(id, (deadline, conn.get_interrupt_handle(), stop));
+        if earliest {
+            wake.notify_one();
+        }
+        Watchdog { id }
     }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        drop(self.done.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let (lock, _) = deadlines();
+        lock.lock().unwrap_or_else(|p| p.into_inner()).watched.remove(&self.id);
     }
 }
 
