@@ -150,6 +150,10 @@ fn soak() {
         return;
     }
     let minutes = env_num("CAUSEWAY_SOAK_MINUTES", 30);
+    if minutes == 0 {
+        println!("== soak: SKIPPED (CAUSEWAY_SOAK_MINUTES=0)");
+        return;
+    }
     let rate = env_num("CAUSEWAY_SOAK_RATE", 5000).max(1);
     let build = causeway_testdata::mock_cuda_build();
     let dir = tempfile::tempdir().unwrap();

@@ -8,11 +8,12 @@ mod reader;
 mod rolling;
 pub(crate) mod rows;
 pub mod series;
+mod target;
 mod writer;
 
-pub(crate) use reader::ReadTarget;
 pub use reader::SqliteStore;
 pub use rolling::{create_series_sink, RollPolicy, RollingWriter};
+pub(crate) use target::ReadTarget;
 pub(crate) use writer::{
     insert_attachments, insert_gpu_samples, insert_kernel_names, insert_launch_configs, insert_nccl_calls,
     insert_process_cgroups, insert_process_ranks, insert_session,

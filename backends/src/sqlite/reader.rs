@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use rusqlite::types::{Value, ValueRef};
@@ -21,6 +21,7 @@ use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossCounter, Sessi
 
 use super::rows::{column_or_default, decode_event, event_select_list, int};
 use super::series::SeriesRead;
+use super::target::{read_uri, uri_for, wal_path, ReadTarget};
 use crate::reader_common::{
     self, aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
     require_event_columns, trace_info,
@@ -37,62 +38,6 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     target: ReadTarget,
     info: TraceInfo,
-}
-
-/// What a store reads, and how to open one more read-only connection to it (the SQL guard's,
-/// `convert`'s): one file by its URI, or a series of parts joined by views.
-#[derive(Debug, Clone)]
-pub(crate) enum ReadTarget {
-    /// One file (`file:...?immutable=1` or `?mode=ro`).
-    File(String),
-    /// A series directory ([`super::series`]).
-    Series(SeriesRead),
-}
-
-impl ReadTarget {
-    /// A new read-only connection (`READ_ONLY | URI | NO_MUTEX`) reading the whole trace; the caller
-    /// hardens it.
-    pub(crate) fn connect(&self) -> Result<Connection> {
-        match self {
-            ReadTarget::File(uri) => Connection::open_with_flags(
-                uri,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(|e| StoreError::Engine(format!("cannot open {uri} read-only: {e}"))),
-            ReadTarget::Series(series) => series.connect(),
-        }
-    }
-
-    /// The schemas a query may read: `main`, and a series' `temp` views and attached parts.
-    pub(crate) fn reads_schema(&self, schema: &str) -> bool {
-        schema.eq_ignore_ascii_case("main")
-            || match self {
-                ReadTarget::File(_) => false,
-                ReadTarget::Series(series) => {
-                    schema.eq_ignore_ascii_case("temp") || series.attached.iter().any(|(alias, _)| alias == schema)
-                }
-            }
-    }
-}
-
-/// The URI a reader opens one file with: through its WAL when the WAL has pages (a trace being
-/// written, or whose writer was killed), else immutable.
-fn read_uri(path: &Path) -> String {
-    let wal_pages = wal_path(path).metadata().is_ok_and(|m| m.len() > 32);
-    uri_for(path, if wal_pages { "mode=ro" } else { "immutable=1" })
-}
-
-/// The SQLite URI for a path with the given query parameters (path characters escaped).
-fn uri_for(path: &Path, params: &str) -> String {
-    let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut s = String::from("file:");
-    for b in abs.to_string_lossy().bytes() {
-        match b {
-            b'%' | b'?' | b'#' => s.push_str(&format!("%{b:02X}")),
-            _ => s.push(b as char),
-        }
-    }
-    format!("{s}?{params}")
 }
 
 fn open_ro(uri: &str) -> rusqlite::Result<Connection> {
@@ -257,12 +202,6 @@ impl SqliteStore {
     fn select_events_sql(&self) -> String {
         format!("SELECT {} FROM events", event_select_list(&self.info, "id".into()).join(", "))
     }
-}
-
-fn wal_path(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
-    p.push("-wal");
-    PathBuf::from(p)
 }
 
 fn parse_version(v: &str) -> Option<(u32, u32)> {
