@@ -4,6 +4,7 @@
 //! age, retention of the oldest) and read as one trace by [`SqliteStore`].
 
 mod describe;
+mod event_rows;
 mod reader;
 mod rolling;
 pub(crate) mod rows;

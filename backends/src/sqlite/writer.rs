@@ -20,30 +20,6 @@ use crate::sink::{EngineWriter, QueuedSink};
 use crate::{Result, StoreError};
 use crate::{StackRecord, TraceStore};
 
-/// The columns every event row binds, in binding order (a macro so both INSERTs are literals). The
-/// id is bound too: a series of files continues one id sequence (see `SqliteWriter::create_part`).
-macro_rules! event_columns {
-    () => {
-        "id, timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, arg2, ret_code, stack_hash, cgroup_id, comm, \
-         session_id, cpu, launch_config"
-    };
-}
-
-/// An event row with scheduler detail: the event columns, then the seven scheduler ones.
-const INSERT_EVENT: &str = concat!(
-    "INSERT INTO events (",
-    event_columns!(),
-    ", prev_state, next_pid, next_tid, next_comm, wake_ts, waker_pid, waker_tid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
-     ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
-);
-
-/// An event row without scheduler detail (those columns stay NULL).
-const INSERT_EVENT_NO_SCHED: &str = concat!(
-    "INSERT INTO events (",
-    event_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
-);
-
 /// The synchronous writer: owns the connection of one trace session.
 pub struct SqliteWriter {
     conn: Connection,
@@ -295,57 +271,7 @@ impl EngineWriter for SqliteWriter {
     /// Insert batches of events in one transaction.
     fn write_batches<'a>(&mut self, batches: impl IntoIterator<Item = &'a [Event]>) -> Result<u64> {
         let tx = self.conn.transaction()?;
-        let mut n = 0u64;
-        {
-            // Rows without scheduler detail (most: GPU calls) go through a statement without
-            // those seven columns, which stay NULL: fewer bindings per row.
-            let mut with_sched = tx.prepare_cached(INSERT_EVENT)?;
-            let mut without = tx.prepare_cached(INSERT_EVENT_NO_SCHED)?;
-            for batch in batches {
-                for e in batch {
-                    // 0 (no configuration) is stored as NULL.
-                    let launch_config = (e.launch_config != 0).then_some(e.launch_config);
-                    let id = self.next_id + n as i64;
-                    let row: [&dyn ToSql; 18] = [
-                        &id,
-                        &e.ts_ns,
-                        &e.pid,
-                        &e.tid,
-                        &e.source,
-                        &e.op,
-                        &e.dur_ns,
-                        &e.gpu_id,
-                        &e.arg0,
-                        &e.arg1,
-                        &e.arg2,
-                        &e.ret_code,
-                        &e.stack_hash,
-                        &e.cgroup_id,
-                        &e.comm,
-                        &self.session_id,
-                        &e.cpu,
-                        &launch_config,
-                    ];
-                    match e.sched.as_ref() {
-                        Some(s) => {
-                            let state = s.prev_state.code();
-                            let sched: [&dyn ToSql; 7] = [
-                                &state,
-                                &s.next_pid,
-                                &s.next_tid,
-                                &s.next_comm,
-                                &s.wake_ts_ns,
-                                &s.waker_pid,
-                                &s.waker_tid,
-                            ];
-                            with_sched.execute(params_from_iter(row.iter().chain(&sched)))?
-                        }
-                        None => without.execute(&row[..])?,
-                    };
-                    n += 1;
-                }
-            }
-        }
+        let n = super::event_rows::insert_events(&tx, self.session_id, self.next_id, batches)?;
         tx.commit()?;
         self.written += n;
         self.next_id += n as i64;
