@@ -209,6 +209,12 @@ fn a_restart_removes_what_a_cut_short_rollover_left() {
         .execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE half (x)")
         .unwrap();
     std::fs::write(series.join(format!("{:06}.db", next + 1)), b"").unwrap();
+    // read before the restart: the parts before the cut-short one, and a note saying so
+    let store = SqliteStore::open(&series).unwrap();
+    assert_eq!(store.info().events, first.events_written);
+    let note = store.info().missing.join(" ");
+    assert!(note.contains(&format!("part {next}")) && note.contains("holds no table"), "{note}");
+    drop(store);
     let second = write_all(create_series_sink(&series, session(2), small_parts()).unwrap(), 10);
     let store = SqliteStore::open(&series).unwrap();
     assert_eq!(store.info().events, first.events_written + second.events_written);

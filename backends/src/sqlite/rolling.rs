@@ -24,7 +24,7 @@ use causeway_model::{
     ProcessRank, SessionInfo,
 };
 
-use super::series::{list_parts, part_path, part_seq};
+use super::series::{has_events_table, list_parts, part_path, part_seq};
 use super::SqliteWriter;
 use crate::sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 use crate::{EventSink, StackRecord};
@@ -125,17 +125,6 @@ fn remove_unborn_parts(dir: &Path) {
             remove_part(&newest);
         }
     }
-}
-
-/// Whether a part has its `events` table (its creation finished).
-fn has_events_table(path: &Path) -> bool {
-    Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .and_then(|c| {
-            c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |r| {
-                r.get::<_, i64>(0)
-            })
-        })
-        .is_ok_and(|n| n == 1)
 }
 
 fn unix_now_ns() -> i64 {

@@ -55,6 +55,17 @@ pub fn list_parts(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     Ok(parts)
 }
 
+/// Whether a part has its `events` table (its creation finished), read without writing it.
+pub(crate) fn has_events_table(path: &Path) -> bool {
+    Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| {
+            c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |r| {
+                r.get::<_, i64>(0)
+            })
+        })
+        .is_ok_and(|n| n == 1)
+}
+
 /// How the rows of one table of the parts join in the series' view.
 #[derive(Debug, Clone, Copy)]
 enum Merge {
@@ -105,6 +116,8 @@ pub(crate) struct SeriesRead {
     pub seqs: (u64, u64),
     /// Parts of the series not read (older than the [`MAX_PARTS_READ`] newest).
     pub unread_parts: usize,
+    /// A newest part whose creation was cut short (no tables yet), left out.
+    pub unborn: Option<u64>,
 }
 
 impl SeriesRead {
@@ -120,6 +133,16 @@ impl SeriesRead {
                     .into(),
             });
         }
+        let mut parts = parts;
+        // a kill during a rollover leaves the next part begun but without its tables (until the
+        // series is written again, which removes it): read the parts before it
+        let unborn = match parts.last() {
+            Some((seq, p)) if parts.len() > 1 && !has_events_table(p) => Some(*seq),
+            _ => None,
+        };
+        if unborn.is_some() {
+            parts.pop();
+        }
         let unread_parts = parts.len().saturating_sub(MAX_PARTS_READ);
         let read = &parts[unread_parts..];
         let (newest_seq, newest) = read.last().expect("not empty");
@@ -133,6 +156,7 @@ impl SeriesRead {
             view_names: Vec::new(),
             seqs: (read[0].0, *newest_seq),
             unread_parts,
+            unborn,
         };
         let conn = plan.connect_parts()?;
         for (table, merge) in MERGES {
@@ -247,6 +271,13 @@ impl SeriesRead {
     /// What a reader of this series must know that one file would not say.
     pub fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
+        if let Some(seq) = self.unborn {
+            notes.push(format!(
+                "part {seq} of the series {} was begun but holds no table yet (the writer was stopped while \
+                 creating it): not read",
+                self.dir.display()
+            ));
+        }
         if self.unread_parts > 0 {
             notes.push(format!(
                 "the {} oldest parts of the series {} (before part {}) are not read: at most {MAX_PARTS_READ} parts \
