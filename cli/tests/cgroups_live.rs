@@ -3,9 +3,13 @@
 //! `--container-root`), another outside it; the trace records each process's cgroup with the id
 //! its events carry, names the container, and `stats --per-process` shows it.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::query_rows;
 
 const ID: &str = "c0ffee00d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f";
 
@@ -27,14 +31,6 @@ fn v2_mount() -> Option<PathBuf> {
         (after.split_whitespace().next()? == "cgroup2")
             .then(|| PathBuf::from(before.split_whitespace().nth(4).unwrap()))
     })
-}
-
-/// The rows of `causeway query --json`.
-fn rows(db: &Path, sql: &str) -> Vec<Vec<serde_json::Value>> {
-    let out = causeway().args(["query", "--json", "--db"]).arg(db).arg(sql).output().unwrap();
-    assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    serde_json::from_value(v["rows"].clone()).unwrap()
 }
 
 fn steady(in_cgroup: Option<&Path>) -> Child {
@@ -88,7 +84,7 @@ fn each_process_is_attributed_to_its_cgroup_and_container() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let row = |pid: u32| {
-        let r = rows(
+        let r = query_rows(
             &db,
             &format!("SELECT cgroup_id, path, runtime, container_id, container FROM process_cgroups WHERE pid = {pid}"),
         );
@@ -101,10 +97,14 @@ fn each_process_is_attributed_to_its_cgroup_and_container() {
     assert_ne!(a[0], b[0], "the two processes are in different cgroups");
     assert_ne!(b[2], "docker");
     for (pid, cg) in [(inside.id(), &a[0]), (outside.id(), &b[0])] {
-        let same =
-            rows(&db, &format!("SELECT count(*) FROM events WHERE pid = {pid} AND source = 1 AND cgroup_id = {cg}"));
-        let other =
-            rows(&db, &format!("SELECT count(*) FROM events WHERE pid = {pid} AND source = 1 AND cgroup_id != {cg}"));
+        let same = query_rows(
+            &db,
+            &format!("SELECT count(*) FROM events WHERE pid = {pid} AND source = 1 AND cgroup_id = {cg}"),
+        );
+        let other = query_rows(
+            &db,
+            &format!("SELECT count(*) FROM events WHERE pid = {pid} AND source = 1 AND cgroup_id != {cg}"),
+        );
         assert!(same[0][0].as_u64().unwrap() > 0, "pid {pid}: its calls carry the recorded cgroup id {cg}");
         assert_eq!(other[0][0].as_u64(), Some(0), "pid {pid}: no call carries another cgroup id");
     }

@@ -3,9 +3,13 @@
 //! and run against a mock CUDA workload; one tracer per host (a second is refused, naming the
 //! first); the trace is a series of files and a restart continues it with a new session.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::query_u64;
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -57,19 +61,6 @@ fn localized(argv: &[String], root: &Path, duration: &str) -> Command {
     cmd
 }
 
-/// One figure from `causeway query --json` (`{"columns": [..], "rows": [[..]]}`).
-fn count(db: &Path, sql: &str) -> u64 {
-    let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
-        .args(["query", "--json", "--db"])
-        .arg(db)
-        .arg(sql)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["rows"][0][0].as_u64().unwrap_or_else(|| panic!("{sql}: no count in {v}"))
-}
-
 fn steady(ms: u32) -> Child {
     Command::new(causeway_testdata::mock_cuda_build().join("steady"))
         .args(["--ms", &ms.to_string(), "--launches", "2"])
@@ -105,7 +96,7 @@ fn check_recipe(argv: Vec<String>, what: &str) {
     assert!(out.status.success(), "{what}: {stderr}");
     assert!(!stderr.contains("off-CPU"), "{what}: --quiet printed the live table:\n{stderr}");
     assert!(stderr.contains("events written to"), "{what}: the final report is printed:\n{stderr}");
-    let calls = count(&db, &format!("SELECT count(*) FROM events WHERE pid = {} AND source = 1", workload.id()));
+    let calls = query_u64(&db, &format!("SELECT count(*) FROM events WHERE pid = {} AND source = 1", workload.id()));
     assert!(calls > 0, "{what}: the running CUDA workload was not traced:\n{stderr}");
 
     assert!(db.join("000001.db").is_file(), "{what}: the trace is a series of files in {}", db.display());
@@ -114,7 +105,7 @@ fn check_recipe(argv: Vec<String>, what: &str) {
     let again = localized(&argv, dir.path(), "1s").output().unwrap();
     assert!(again.status.success(), "{what}: {}", String::from_utf8_lossy(&again.stderr));
     assert_eq!(
-        count(&db, "SELECT count(*) FROM sessions"),
+        query_u64(&db, "SELECT count(*) FROM sessions"),
         2,
         "{what}: a restart continues the trace with a new session"
     );

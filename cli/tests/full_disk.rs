@@ -2,8 +2,12 @@
 //! line, goes on to the end, says how many events it wrote and how many it lost, and the file it
 //! leaves opens with exactly the events it said it wrote.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use common::query_u64;
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -82,10 +86,7 @@ fn a_full_disk_stops_writing_cleanly_and_the_trace_still_opens() {
     assert!(stderr.contains("the disk filled up"), "the report says why events were lost:\n{stderr}");
 
     // the file opens (through its WAL when the session could not be closed) with what was written
-    let q = causeway().args(["query", "--json", "--db"]).arg(&db).arg("SELECT count(*) FROM events").output().unwrap();
-    assert!(q.status.success(), "the trace must open:\n{}", String::from_utf8_lossy(&q.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
-    assert_eq!(v["rows"][0][0].as_u64(), Some(written), "the events the report says were written");
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM events"), written, "the events the report says were written");
     let stats = causeway().args(["stats", "--db"]).arg(&db).output().unwrap();
     assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
     assert!(String::from_utf8_lossy(&stats.stdout).contains("cudaLaunchKernel"));
@@ -103,18 +104,8 @@ fn a_full_disk_under_a_series_stops_writing_cleanly_and_every_file_still_opens()
         .filter(|p| p.extension().is_some_and(|x| x == "db"))
         .collect();
     assert!(parts.len() >= 2, "the series rolled over before the disk filled up: {parts:?}\n{stderr}");
-    let mut stored = 0;
-    for p in &parts {
-        let q =
-            causeway().args(["query", "--json", "--db"]).arg(p).arg("SELECT count(*) FROM events").output().unwrap();
-        assert!(q.status.success(), "{} opens alone:\n{}", p.display(), String::from_utf8_lossy(&q.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
-        stored += v["rows"][0][0].as_u64().unwrap();
-    }
+    // every file opens alone, and together they hold what the report says was written
+    let stored: u64 = parts.iter().map(|p| query_u64(p, "SELECT count(*) FROM events")).sum();
     assert_eq!(stored, written, "the files hold what the report says was written");
-    let q =
-        causeway().args(["query", "--json", "--db"]).arg(&series).arg("SELECT count(*) FROM events").output().unwrap();
-    assert!(q.status.success(), "the series opens:\n{}", String::from_utf8_lossy(&q.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&q.stdout).unwrap();
-    assert_eq!(v["rows"][0][0].as_u64(), Some(written));
+    assert_eq!(query_u64(&series, "SELECT count(*) FROM events"), written, "the series opens with them all");
 }

@@ -4,9 +4,13 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::query_rows;
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -93,20 +97,8 @@ fn query(p: &Prometheus, promql: &str) -> Option<f64> {
     r["value"][1].as_str()?.parse().ok()
 }
 
-fn causeway_rows(db: &Path, sql: &str) -> Vec<Vec<serde_json::Value>> {
-    let out = Command::new(env!("CARGO_BIN_EXE_causeway"))
-        .args(["query", "--json", "--db"])
-        .arg(db)
-        .arg(sql)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    serde_json::from_value(v["rows"].clone()).unwrap()
-}
-
 fn causeway_count(db: &Path, sql: &str) -> f64 {
-    causeway_rows(db, sql)[0][0].as_f64().unwrap()
+    query_rows(db, sql)[0][0].as_f64().unwrap()
 }
 
 fn mock_train() -> PathBuf {
@@ -140,7 +132,7 @@ fn prometheus_scrapes_the_live_trace_and_holds_its_counts() {
         std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
     );
     // every GPU op the trace holds, by its stored name
-    let ops = causeway_rows(
+    let ops = query_rows(
         &db,
         "SELECT o.name, count(*) FROM events e JOIN ops o ON o.source_id = e.source AND o.op_id = e.op \
          WHERE e.source IN (1, 4, 8, 9) GROUP BY o.name",

@@ -3,9 +3,13 @@
 //! own, the series answers while it is written, and a `kill -9` of the tracer mid-series leaves
 //! every file readable with the series opening as one trace.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::query_u64;
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -30,20 +34,12 @@ fn parts(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// One figure from `causeway query --json`.
-fn figure(db: &Path, sql: &str) -> u64 {
-    let out = causeway().args(["query", "--json", "--db"]).arg(db).arg(sql).output().unwrap();
-    assert!(out.status.success(), "{}: {}", db.display(), String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["rows"][0][0].as_u64().unwrap_or_else(|| panic!("{sql}: no figure in {v}"))
-}
-
 /// A part opens on its own and passes SQLite's integrity check; its event count.
 fn check_part(part: &Path) -> u64 {
     let conn = rusqlite::Connection::open_with_flags(part, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(check, "ok", "{}", part.display());
-    figure(part, "SELECT count(*) FROM events")
+    query_u64(part, "SELECT count(*) FROM events")
 }
 
 const LAUNCHES: &str =
@@ -72,9 +68,9 @@ fn a_series_rolls_over_under_load_without_losing_a_call() {
         assert!(start.elapsed() < Duration::from_secs(60), "no rollover within a minute");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let early = figure(&series, "SELECT count(*) FROM events");
+    let early = query_u64(&series, "SELECT count(*) FROM events");
     std::thread::sleep(Duration::from_millis(700));
-    let later = figure(&series, "SELECT count(*) FROM events");
+    let later = query_u64(&series, "SELECT count(*) FROM events");
     assert!(later > early && early > 0, "a live series answers with fresh figures: {early} then {later}");
 
     let out = tracer.wait_with_output().unwrap();
@@ -98,16 +94,16 @@ fn a_series_rolls_over_under_load_without_losing_a_call() {
     assert!(files.len() >= 3, "rollover under load: {files:?}\n{stderr}");
     let per_part: Vec<u64> = files.iter().map(|p| check_part(p)).collect();
     assert_eq!(per_part.iter().sum::<u64>(), written, "stored across the files = written: {per_part:?}");
-    assert_eq!(figure(&series, "SELECT count(*) FROM events"), written);
-    assert_eq!(figure(&series, "SELECT count(*) - count(DISTINCT id) FROM events"), 0, "ids unique across files");
+    assert_eq!(query_u64(&series, "SELECT count(*) FROM events"), written);
+    assert_eq!(query_u64(&series, "SELECT count(*) - count(DISTINCT id) FROM events"), 0, "ids unique across files");
     // the loop's launches and its one warm-up launch
     let made = iters + 1;
-    let launches = figure(&series, LAUNCHES);
+    let launches = query_u64(&series, LAUNCHES);
     assert!(
         launches <= made && launches + cuda_lost >= made,
         "every launch is stored or counted lost: {launches} stored + {cuda_lost} lost of {made}"
     );
-    let spread = files.iter().filter(|p| figure(p, LAUNCHES) > 0).count();
+    let spread = files.iter().filter(|p| query_u64(p, LAUNCHES) > 0).count();
     assert!(spread >= 2, "the workload's calls span the rollovers: {spread} files hold launches");
 
     // the series reads as one trace everywhere: stats, and a standalone cut of it
@@ -117,7 +113,7 @@ fn a_series_rolls_over_under_load_without_losing_a_call() {
     let cut = dir.path().join("whole.db");
     let c = causeway().args(["cut", "--since", "1h", "--db"]).arg(&series).arg("--out").arg(&cut).output().unwrap();
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
-    assert_eq!(figure(&cut, LAUNCHES), launches);
+    assert_eq!(query_u64(&cut, LAUNCHES), launches);
 }
 
 #[test]
@@ -167,7 +163,7 @@ fn killing_the_tracer_mid_series_leaves_every_file_readable() {
     // (the newest file may have been begun just before the kill, with nothing committed yet)
     let closed = &per_part[..per_part.len() - 1];
     assert!(closed.iter().all(|&n| n > 0), "every file holds its committed events: {per_part:?}");
-    assert_eq!(figure(&series, "SELECT count(*) FROM events"), per_part.iter().sum::<u64>());
+    assert_eq!(query_u64(&series, "SELECT count(*) FROM events"), per_part.iter().sum::<u64>());
     let stats = causeway().args(["stats", "--db"]).arg(&series).output().unwrap();
     assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
 }
