@@ -86,7 +86,7 @@ impl CgroupResolver {
             .as_ref()
             .and_then(|m| std::fs::metadata(m.join(v2.trim_start_matches('/'))).ok())
             .map_or(0, |meta| meta.ino() as i64);
-        let path = if ProcessCgroup::from_path(pid, id, &v2).is_container() || v2 != "/" {
+        let path = if v2 != "/" {
             v2
         } else {
             // a hybrid host: the runtime's v1 group, if one names a container, else any non-root one
