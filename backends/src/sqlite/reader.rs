@@ -141,8 +141,7 @@ impl SqliteStore {
 
     /// Open a series directory as one trace: its parts attached to one connection, joined by views.
     fn open_series(dir: &Path) -> Result<SqliteStore> {
-        let series = SeriesRead::plan(dir, &read_uri)?;
-        let conn = series.connect()?;
+        let (series, conn) = SeriesRead::plan(dir, &read_uri)?;
         let corrupt = |e: rusqlite::Error| StoreError::Corrupt { path: dir.to_path_buf(), detail: e.to_string() };
         conn.execute_batch("PRAGMA query_only=1;").map_err(corrupt)?;
         let newest = super::series::part_path(dir, series.seqs.1);

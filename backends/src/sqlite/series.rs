@@ -122,8 +122,9 @@ pub(crate) struct SeriesRead {
 
 impl SeriesRead {
     /// Plan the reading of the series in `dir`: which parts, with which URIs, joined by which views.
-    /// `uri_of` is the reader's choice of URI for one file (through its WAL or immutable).
-    pub fn plan(dir: &Path, uri_of: &dyn Fn(&Path) -> String) -> Result<SeriesRead> {
+    /// `uri_of` is the reader's choice of URI for one file (through its WAL or immutable). Returns
+    /// the plan and the connection it was made on, reading the series already.
+    pub fn plan(dir: &Path, uri_of: &dyn Fn(&Path) -> String) -> Result<(SeriesRead, Connection)> {
         let parts = list_parts(dir).map_err(|e| StoreError::Engine(format!("{}: {e}", dir.display())))?;
         if parts.is_empty() {
             return Err(StoreError::NotATrace {
@@ -158,14 +159,21 @@ impl SeriesRead {
             unread_parts,
             unborn,
         };
+        // the views are created on the connection that plans them, which the opener keeps
         let conn = plan.connect_parts()?;
         for (table, merge) in MERGES {
             if let Some(ddl) = plan.view_ddl(&conn, table, merge)? {
+                plan.create_view(&conn, &ddl)?;
                 plan.views.push(ddl);
                 plan.view_names.push(table.to_string());
             }
         }
-        Ok(plan)
+        Ok((plan, conn))
+    }
+
+    fn create_view(&self, conn: &Connection, ddl: &str) -> Result<()> {
+        conn.execute_batch(ddl)
+            .map_err(|e| StoreError::Engine(format!("{}: joining the parts: {e}", self.dir.display())))
     }
 
     /// The schemas read, newest first.
@@ -173,7 +181,9 @@ impl SeriesRead {
         std::iter::once("main").chain(self.attached.iter().map(|(alias, _)| alias.as_str()))
     }
 
-    /// A read-only connection with every part attached, without the views.
+    /// A read-only connection with every part attached, without the views (its `temp_store` set
+    /// first: changing it later would drop TEMP views; FILE, as the SQL guard sets it, big sorts
+    /// spilling to files).
     fn connect_parts(&self) -> Result<Connection> {
         let conn = Connection::open_with_flags(
             &self.main_uri,
@@ -185,19 +195,16 @@ impl SeriesRead {
         for (alias, uri) in &self.attached {
             conn.execute("ATTACH DATABASE ?1 AS ?2", [uri, alias]).map_err(|e| self.unreadable(uri, e))?;
         }
+        conn.execute_batch("PRAGMA temp_store = FILE;")
+            .map_err(|e| StoreError::Engine(format!("{}: {e}", self.dir.display())))?;
         Ok(conn)
     }
 
     /// A read-only connection reading the series as one trace (parts attached, views created).
     pub fn connect(&self) -> Result<Connection> {
         let conn = self.connect_parts()?;
-        // Changing temp_store later would drop the TEMP views: set it first, to what the SQL
-        // guard sets (big sorts spill to files).
-        conn.execute_batch("PRAGMA temp_store = FILE;")
-            .map_err(|e| StoreError::Engine(format!("{}: {e}", self.dir.display())))?;
         for ddl in &self.views {
-            conn.execute_batch(ddl)
-                .map_err(|e| StoreError::Engine(format!("{}: joining the parts: {e}", self.dir.display())))?;
+            self.create_view(&conn, ddl)?;
         }
         Ok(conn)
     }
