@@ -49,8 +49,8 @@ impl FileVersion {
                 (m.len(), mtime)
             })
         };
-        let with = |suffix: &str| {
-            let mut s = path.as_os_str().to_owned();
+        let with = |file: &Path, suffix: &str| {
+            let mut s = file.as_os_str().to_owned();
             s.push(suffix);
             stamp(Path::new(&s)).unwrap_or_default()
         };
@@ -59,13 +59,9 @@ impl FileVersion {
             let parts = causeway_backends::sqlite::series::list_parts(path).ok()?;
             let (first, _) = parts.first()?;
             let (_, newest) = parts.last()?;
-            return Some(FileVersion([
-                stamp(newest)?,
-                FileVersion::of(newest)?.0[1],
-                (parts.len() as u64, *first as i128),
-            ]));
+            return Some(FileVersion([stamp(newest)?, with(newest, "-wal"), (parts.len() as u64, *first as i128)]));
         }
-        Some(FileVersion([stamp(path)?, with("-wal"), with(".wal")]))
+        Some(FileVersion([stamp(path)?, with(path, "-wal"), with(path, ".wal")]))
     }
 }
 
