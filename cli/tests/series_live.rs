@@ -34,6 +34,15 @@ fn parts(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Wait (a minute at most) until the series being written has `n` files.
+fn wait_for_parts(series: &Path, n: usize) {
+    let start = Instant::now();
+    while parts(series).len() < n {
+        assert!(start.elapsed() < Duration::from_secs(60), "fewer than {n} files within a minute");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A part opens on its own and passes SQLite's integrity check; its event count.
 fn check_part(part: &Path) -> u64 {
     let conn = rusqlite::Connection::open_with_flags(part, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
@@ -63,11 +72,7 @@ fn a_series_rolls_over_under_load_without_losing_a_call() {
         .unwrap();
 
     // while it is written, the series answers as one trace, and its figures grow
-    let start = Instant::now();
-    while parts(&series).len() < 2 {
-        assert!(start.elapsed() < Duration::from_secs(60), "no rollover within a minute");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_parts(&series, 2);
     let early = query_u64(&series, "SELECT count(*) FROM events");
     std::thread::sleep(Duration::from_millis(700));
     let later = query_u64(&series, "SELECT count(*) FROM events");
@@ -131,11 +136,7 @@ fn killing_the_tracer_mid_series_leaves_every_file_readable() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while parts(&series).len() < 3 {
-        assert!(start.elapsed() < Duration::from_secs(60), "no rollovers within a minute");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_parts(&series, 3);
     std::thread::sleep(Duration::from_millis(300));
     // the workload: the tracer's child (killed after it, as a crash of the tracer would leave it)
     let children: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", tracer.id()))
