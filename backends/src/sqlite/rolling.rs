@@ -131,24 +131,25 @@ fn unix_now_ns() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
 }
 
-/// Bytes a part takes on disk (with its WAL and shared-memory files).
-fn part_bytes(path: &Path) -> u64 {
-    ["", "-wal", "-shm"]
-        .iter()
-        .map(|suffix| {
-            let mut p = path.as_os_str().to_owned();
-            p.push(suffix);
-            std::fs::metadata(PathBuf::from(p)).map_or(0, |m| m.len())
-        })
-        .sum()
-}
-
-/// Remove a part's file with its WAL and shared-memory files.
-fn remove_part(path: &Path) {
-    for suffix in ["-wal", "-shm", ""] {
+/// A part's files: the database, its WAL and its shared-memory file.
+fn part_files(path: &Path) -> [PathBuf; 3] {
+    let beside = |suffix: &str| {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
-        let _ = std::fs::remove_file(PathBuf::from(p));
+        PathBuf::from(p)
+    };
+    [path.to_path_buf(), beside("-wal"), beside("-shm")]
+}
+
+/// Bytes a part takes on disk (with its WAL and shared-memory files).
+fn part_bytes(path: &Path) -> u64 {
+    part_files(path).iter().map(|p| std::fs::metadata(p).map_or(0, |m| m.len())).sum()
+}
+
+/// Remove a part's files, the database last.
+fn remove_part(path: &Path) {
+    for p in part_files(path).iter().rev() {
+        let _ = std::fs::remove_file(p);
     }
 }
 
@@ -156,16 +157,15 @@ fn remove_part(path: &Path) {
 static RETENTION: Mutex<()> = Mutex::new(());
 
 /// Remove the oldest parts before `live_seq` while the series is over `policy`'s total size or
-/// they are older than its age; returns the parts removed.
-pub(crate) fn apply_retention(dir: &Path, policy: &RollPolicy, live_seq: u64) -> Vec<PathBuf> {
+/// they are older than its age (each removal logged).
+fn apply_retention(dir: &Path, policy: &RollPolicy, live_seq: u64) {
     if policy.max_total_bytes.is_none() && policy.max_total_age.is_none() {
-        return Vec::new();
+        return;
     }
     let _one = RETENTION.lock().unwrap_or_else(|p| p.into_inner());
-    let Ok(parts) = list_parts(dir) else { return Vec::new() };
+    let Ok(parts) = list_parts(dir) else { return };
     let mut total: u64 = parts.iter().map(|(_, p)| part_bytes(p)).sum();
     let now = SystemTime::now();
-    let mut removed = Vec::new();
     for (seq, path) in parts.iter().filter(|(seq, _)| *seq < live_seq) {
         let last_write = std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or(now);
         let too_old = policy.max_total_age.is_some_and(|age| now.duration_since(last_write).unwrap_or_default() > age);
@@ -177,9 +177,7 @@ pub(crate) fn apply_retention(dir: &Path, policy: &RollPolicy, live_seq: u64) ->
         remove_part(path);
         total = total.saturating_sub(bytes);
         tracing::info!(part = seq, bytes, "retention removed {}", path.display());
-        removed.push(path.clone());
     }
-    removed
 }
 
 impl RollingWriter {
