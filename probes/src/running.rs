@@ -240,15 +240,16 @@ impl<'o> Running<'o> {
         let mut found = Vec::new();
         for e in events.iter_mut() {
             let culprits = e.sched.as_ref().map_or([0, 0], |s| [s.next_pid, s.waker_pid]);
-            for pid in std::iter::once(e.pid).chain(culprits) {
-                if pid != 0 && !self.cgrouped.contains_key(&pid) {
+            for pid in std::iter::once(e.pid).chain(culprits).filter(|&p| p != 0) {
+                let id = *self.cgrouped.entry(pid).or_insert_with(|| {
                     let resolved = self.cgroups.resolve(pid);
-                    self.cgrouped.insert(pid, resolved.as_ref().map_or(0, |c| c.cgroup_id));
+                    let id = resolved.as_ref().map_or(0, |c| c.cgroup_id);
                     found.extend(resolved);
+                    id
+                });
+                if pid == e.pid && e.cgroup_id == 0 {
+                    e.cgroup_id = id;
                 }
-            }
-            if e.cgroup_id == 0 {
-                e.cgroup_id = self.cgrouped.get(&e.pid).copied().unwrap_or(0);
             }
         }
         if !found.is_empty() {
