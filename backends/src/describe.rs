@@ -20,11 +20,12 @@ pub(crate) const OP_NAMES_SQL: &str = "SELECT source_id, op_id, name, descriptio
 pub(crate) type OpNameRow = ((i64, i64), (String, String));
 
 /// What an engine reads from its live database for a schema description.
+/// Implemented for both engines by [`crate::shared_reads::impl_shared_reads!`].
 pub(crate) trait LiveCatalog {
     fn info(&self) -> &TraceInfo;
-    /// Whether the table is the engine's own (e.g. `sqlite_sequence`) and not described.
-    fn is_internal_table(&self, name: &str) -> bool;
-    /// `(name, type)` of a table's columns, in table order.
+    /// What differs in this engine's description.
+    fn notes(&self) -> &'static EngineNotes;
+    /// `(name, type)` of a table's columns, in table order ([`EngineNotes::columns_sql`]).
     fn table_columns(&self, table: &str) -> Result<Vec<(String, String)>>;
     /// Rows of a table (its name already quoted).
     fn count_rows(&self, quoted_table: &str) -> Result<i64>;
@@ -41,13 +42,18 @@ pub(crate) struct EngineNotes {
     pub ordering: &'static str,
     /// Notes on the engine's SQL dialect.
     pub dialect: &'static [&'static str],
+    /// `(name, type)` of the columns of the table bound as the one parameter, in table order.
+    pub columns_sql: &'static str,
+    /// Tables whose names start so are the engine's own (e.g. `sqlite_sequence`), not described.
+    pub internal_prefix: Option<&'static str>,
 }
 
-pub(crate) fn describe(catalog: &dyn LiveCatalog, notes_for: &EngineNotes) -> Result<SchemaDescription> {
+pub(crate) fn describe(catalog: &dyn LiveCatalog) -> Result<SchemaDescription> {
     let info = catalog.info();
+    let notes_for = catalog.notes();
     let mut tables = Vec::new();
     for name in &info.tables {
-        if catalog.is_internal_table(name) {
+        if notes_for.internal_prefix.is_some_and(|p| name.starts_with(p)) {
             continue;
         }
         let quoted = format!("\"{}\"", name.replace('"', "\"\""));

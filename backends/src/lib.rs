@@ -25,6 +25,7 @@ pub mod duckdb;
 pub mod guard;
 mod reader_common;
 mod schema;
+mod shared_reads;
 mod sink;
 pub mod sqlite;
 mod synth;

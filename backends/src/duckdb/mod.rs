@@ -11,7 +11,6 @@
 //! at a time: a trace being written cannot be read until its writer finishes.
 
 mod convert;
-mod describe;
 mod reader;
 pub mod summary;
 mod writer;

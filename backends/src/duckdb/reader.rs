@@ -16,15 +16,12 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params_from_iter, Connection};
 
 use causeway_model::codes::{OpCode, PrevState};
-use causeway_model::time::TimeWindow;
-use causeway_model::{Event, KernelName, LaunchConfig, LibraryAttach, LossCounter, SchedDetail, SessionInfo};
+use causeway_model::{Event, SchedDetail, SessionInfo};
 
 use super::{base_config, is_duckdb_file};
+use crate::describe::EngineNotes;
 pub(super) use crate::reader_common::where_clause;
-use crate::reader_common::{
-    aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
-    require_event_columns, trace_info,
-};
+use crate::reader_common::{check_trace_file, native_schema_version, not_a_trace, require_event_columns, trace_info};
 use crate::{QueryLimits, QueryResult};
 use crate::{Result, StoreError};
 use causeway_store::*;
@@ -61,8 +58,20 @@ fn select_events(info: &TraceInfo) -> String {
     format!("SELECT {EVENT_SELECT_LIST}, {} FROM events", launch_config_column(info))
 }
 
-// `read_launch_configs`, `read_kernel_names`, `attachment_rows`: the code both engines share.
-crate::cuda_tables::impl_cuda_table_reads!(DuckDbStore);
+/// How a DuckDB trace's schema description differs.
+const DUCKDB_NOTES: EngineNotes = EngineNotes {
+    engine: Engine::DuckDb,
+    ordering: "then id",
+    dialect: &["engine DuckDB: integer division is //, percentiles: quantile_disc takes a float fraction and is not \
+                guaranteed to be nearest-rank; use list_sort(list(x))[greatest(1, (p * count(*) + 99) // 100)] for \
+                nearest-rank p (percent)"],
+    columns_sql: "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? AND \
+                  table_schema = 'main' AND table_catalog = current_database() ORDER BY ordinal_position",
+    internal_prefix: None,
+};
+
+// `attachment_rows` and the schema description's catalog reads: the code both engines share.
+crate::shared_reads::impl_shared_reads!(DuckDbStore, DUCKDB_NOTES);
 
 impl DuckDbStore {
     /// Open a DuckDB trace read-only. Errors say what is wrong with the file in one line.
@@ -178,6 +187,11 @@ pub(super) fn texts(b: &RecordBatch, i: usize) -> Result<StringArray> {
     let c =
         if col.data_type() == &DataType::Utf8 { col.clone() } else { cast(col, &DataType::Utf8).map_err(arrow_err)? };
     Ok(c.as_string::<i32>().clone())
+}
+
+/// An integer cell of a row (a native trace's columns hold what its schema says).
+fn cell_int(r: &duckdb::Row<'_>, i: usize) -> duckdb::Result<i64> {
+    r.get(i)
 }
 
 fn arrow_err(e: duckdb::arrow::error::ArrowError) -> StoreError {
@@ -309,49 +323,6 @@ impl TraceStore for DuckDbStore {
             c.prepare("SELECT pid, name FROM process_names")?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
         })?;
         Ok(rows.into_iter().map(|(p, n)| (p as u32, n)).collect())
-    }
-
-    fn loss_counters(&self) -> Result<Vec<LossCounter>> {
-        if !self.info.has_table("loss_counters") {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<(i64, String, i64)> = self.with_conn(|c| {
-            c.prepare(
-                "SELECT source, kind, CAST(SUM(count) AS BIGINT) FROM loss_counters GROUP BY source, kind \
-                 ORDER BY source, kind",
-            )?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-            .collect()
-        })?;
-        Ok(loss_counters_from(rows))
-    }
-
-    fn aggregates(&self, window: &TimeWindow) -> Result<Vec<AggregateRow>> {
-        if !self.info.has_table("event_aggregates") {
-            return Ok(Vec::new());
-        }
-        let (from, to) = aggregate_bucket_bounds(window);
-        self.with_conn(|c| {
-            c.prepare(
-                "SELECT bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0 FROM event_aggregates \
-                 WHERE bucket > ? AND bucket <= ? ORDER BY bucket, source, op, pid",
-            )?
-            .query_map([from, to], |r| {
-                Ok(AggregateRow {
-                    bucket_ns: r.get(0)?,
-                    source: r.get::<_, i64>(1)? as u8,
-                    op: r.get::<_, i64>(2)? as u16,
-                    pid: r.get::<_, i64>(3)? as u32,
-                    count: r.get::<_, i64>(4)?.max(0) as u64,
-                    stored: r.get::<_, i64>(5)?.max(0) as u64,
-                    sum_dur_ns: r.get(6)?,
-                    min_dur_ns: r.get(7)?,
-                    max_dur_ns: r.get(8)?,
-                    sum_arg0: r.get(9)?,
-                })
-            })?
-            .collect()
-        })
     }
 
     fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64> {
@@ -489,65 +460,13 @@ impl TraceStore for DuckDbStore {
         Ok(out)
     }
 
-    fn stacks(&self, hashes: &[i64]) -> Result<BTreeMap<i64, StackRecord>> {
-        if hashes.is_empty() || !self.info.has_table("stack_traces") {
-            return Ok(BTreeMap::new());
-        }
-        let mut out = BTreeMap::new();
-        for chunk in hashes.chunks(1000) {
-            let sql = format!(
-                "SELECT hash, ips, frames FROM stack_traces WHERE hash IN ({})",
-                vec!["?"; chunk.len()].join(",")
-            );
-            let rows: Vec<StackRecord> = self.with_conn(|c| {
-                c.prepare(&sql)?
-                    .query_map(params_from_iter(chunk.iter()), |r| {
-                        Ok(StackRecord { hash: r.get(0)?, ips: r.get(1)?, frames: r.get(2)? })
-                    })?
-                    .collect()
-            })?;
-            out.extend(rows.into_iter().map(|s| (s.hash, s)));
-        }
-        Ok(out)
-    }
-
-    fn launch_configs(&self) -> Result<Vec<LaunchConfig>> {
-        self.read_launch_configs()
-    }
-
-    fn kernel_names(&self) -> Result<Vec<KernelName>> {
-        self.read_kernel_names()
-    }
-
-    fn attachments(&self) -> Result<Vec<LibraryAttach>> {
-        Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
-    }
-
-    fn nccl_calls(&self, window: &TimeWindow) -> Result<Vec<causeway_model::NcclCall>> {
-        self.read_nccl_calls(window)
-    }
-
-    fn gpu_samples(&self, window: &TimeWindow) -> Result<Vec<causeway_model::GpuSample>> {
-        self.read_gpu_samples(window)
-    }
-
-    fn process_ranks(&self) -> Result<Vec<causeway_model::ProcessRank>> {
-        self.read_process_ranks()
-    }
-
-    fn process_cgroups(&self) -> Result<Vec<causeway_model::ProcessCgroup>> {
-        self.read_process_cgroups()
-    }
+    crate::shared_reads::shared_trace_store_methods!(cell_int);
 
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         match &self.reopen {
             Some(reopen) => crate::guard::run_duckdb_on(|| reopen(), sql, limits),
             None => crate::guard::run_duckdb(&self.info.path, sql, limits),
         }
-    }
-
-    fn describe_schema(&self) -> Result<SchemaDescription> {
-        super::describe::describe(self)
     }
 
     /// Computed inside DuckDB (`quantile_disc` with exact DECIMAL fractions): faster than the

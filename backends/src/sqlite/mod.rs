@@ -3,7 +3,6 @@
 //! A trace may also be a [`series`] of files, written by [`RollingWriter`] (rollover by size and
 //! age, retention of the oldest) and read as one trace by [`SqliteStore`].
 
-mod describe;
 mod event_rows;
 mod reader;
 mod rolling;

@@ -16,15 +16,14 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags, Row};
 
 use causeway_model::codes::OpCode;
-use causeway_model::time::TimeWindow;
-use causeway_model::{KernelName, LaunchConfig, LibraryAttach, LossCounter, SessionInfo};
+use causeway_model::SessionInfo;
 
 use super::rows::{column_or_default, decode_event, event_select_list, int};
 use super::series::SeriesRead;
 use super::target::{read_uri, uri_for, wal_path, ReadTarget};
+use crate::describe::EngineNotes;
 use crate::reader_common::{
-    self, aggregate_bucket_bounds, check_trace_file, loss_counters_from, native_schema_version, not_a_trace,
-    require_event_columns, trace_info,
+    self, check_trace_file, native_schema_version, not_a_trace, require_event_columns, trace_info,
 };
 use crate::{QueryLimits, QueryResult};
 use crate::{Result, StoreError};
@@ -49,8 +48,17 @@ fn open_ro(uri: &str) -> rusqlite::Result<Connection> {
     Ok(c)
 }
 
-// `read_launch_configs`, `read_kernel_names`, `attachment_rows`: the code both engines share.
-crate::cuda_tables::impl_cuda_table_reads!(SqliteStore);
+/// How a SQLite trace's schema description differs.
+const SQLITE_NOTES: EngineNotes = EngineNotes {
+    engine: Engine::Sqlite,
+    ordering: "not id",
+    dialect: &[],
+    columns_sql: "SELECT name, type FROM pragma_table_info(?1)",
+    internal_prefix: Some("sqlite_"),
+};
+
+// `attachment_rows` and the schema description's catalog reads: the code both engines share.
+crate::shared_reads::impl_shared_reads!(SqliteStore, SQLITE_NOTES);
 
 impl SqliteStore {
     /// Open a trace read-only: a file, or a series directory (see [`super::series`]). Errors say
@@ -320,46 +328,6 @@ impl TraceStore for SqliteStore {
         Ok(names)
     }
 
-    fn loss_counters(&self) -> Result<Vec<LossCounter>> {
-        if !self.info.has_table("loss_counters") {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<(i64, String, i64)> = self.with_conn(|c| {
-            c.prepare("SELECT source, kind, SUM(count) FROM loss_counters GROUP BY source, kind ORDER BY source, kind")?
-                .query_map([], |r| Ok((int(r, 0)?, text(r, 1)?, int(r, 2)?)))?
-                .collect()
-        })?;
-        Ok(loss_counters_from(rows))
-    }
-
-    fn aggregates(&self, window: &TimeWindow) -> Result<Vec<AggregateRow>> {
-        if !self.info.has_table("event_aggregates") {
-            return Ok(Vec::new());
-        }
-        let (from, to) = aggregate_bucket_bounds(window);
-        self.with_conn(|c| {
-            c.prepare(
-                "SELECT bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0 FROM event_aggregates \
-                 WHERE bucket > ?1 AND bucket <= ?2 ORDER BY bucket, source, op, pid",
-            )?
-            .query_map([from, to], |r| {
-                Ok(AggregateRow {
-                    bucket_ns: int(r, 0)?,
-                    source: int(r, 1)? as u8,
-                    op: int(r, 2)? as u16,
-                    pid: int(r, 3)? as u32,
-                    count: int(r, 4)?.max(0) as u64,
-                    stored: int(r, 5)?.max(0) as u64,
-                    sum_dur_ns: int(r, 6)?,
-                    min_dur_ns: int(r, 7)?,
-                    max_dur_ns: int(r, 8)?,
-                    sum_arg0: int(r, 9)?,
-                })
-            })?
-            .collect()
-        })
-    }
-
     fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64> {
         let (clause, params) = where_clause(filter);
         let sql = format!("SELECT source, op, pid, timestamp, duration FROM events{clause}");
@@ -484,61 +452,9 @@ impl TraceStore for SqliteStore {
         self.with_conn(|c| c.prepare(&sql)?.query_map(rusqlite::params_from_iter(params), row_to_event)?.collect())
     }
 
-    fn stacks(&self, hashes: &[i64]) -> Result<BTreeMap<i64, StackRecord>> {
-        if hashes.is_empty() || !self.info.has_table("stack_traces") {
-            return Ok(BTreeMap::new());
-        }
-        let mut out = BTreeMap::new();
-        for chunk in hashes.chunks(500) {
-            let sql = format!(
-                "SELECT hash, ips, frames FROM stack_traces WHERE hash IN ({})",
-                vec!["?"; chunk.len()].join(",")
-            );
-            let rows: Vec<StackRecord> = self.with_conn(|c| {
-                c.prepare(&sql)?
-                    .query_map(rusqlite::params_from_iter(chunk.iter()), |r| {
-                        Ok(StackRecord { hash: int(r, 0)?, ips: text(r, 1)?, frames: text(r, 2)? })
-                    })?
-                    .collect()
-            })?;
-            out.extend(rows.into_iter().map(|s| (s.hash, s)));
-        }
-        Ok(out)
-    }
-
-    fn launch_configs(&self) -> Result<Vec<LaunchConfig>> {
-        self.read_launch_configs()
-    }
-
-    fn kernel_names(&self) -> Result<Vec<KernelName>> {
-        self.read_kernel_names()
-    }
-
-    fn attachments(&self) -> Result<Vec<LibraryAttach>> {
-        Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
-    }
-
-    fn nccl_calls(&self, window: &TimeWindow) -> Result<Vec<causeway_model::NcclCall>> {
-        self.read_nccl_calls(window)
-    }
-
-    fn gpu_samples(&self, window: &TimeWindow) -> Result<Vec<causeway_model::GpuSample>> {
-        self.read_gpu_samples(window)
-    }
-
-    fn process_ranks(&self) -> Result<Vec<causeway_model::ProcessRank>> {
-        self.read_process_ranks()
-    }
-
-    fn process_cgroups(&self) -> Result<Vec<causeway_model::ProcessCgroup>> {
-        self.read_process_cgroups()
-    }
+    crate::shared_reads::shared_trace_store_methods!(int);
 
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult> {
         crate::guard::run_sqlite_target(&self.target, sql, limits)
-    }
-
-    fn describe_schema(&self) -> Result<SchemaDescription> {
-        super::describe::describe(self)
     }
 }

@@ -1,0 +1,260 @@
+//! The reads both engines' stores share, written once. Each engine's store has a `with_conn` whose
+//! connection has rusqlite's `prepare` / `query_map` / `query_row` API, which the duckdb crate
+//! mirrors; the two crates' rows and errors are different types, so the shared code is a macro over
+//! the store type rather than a generic function:
+//!
+//! - [`impl_shared_reads!`]`(Store, NOTES)`: the store's `attachment_rows` (which `convert` reads
+//!   too) and its [`crate::describe::LiveCatalog`], from the engine's [`crate::describe::EngineNotes`];
+//! - [`shared_trace_store_methods!`]`(int)`, inside the store's `impl TraceStore`, with the
+//!   engine's reader of an integer cell (SQLite's is lenient: Ingero DBs store what they like):
+//!   every method that reads a table beside `events` (losses, aggregates, stacks, the CUDA, NCCL
+//!   and NVML tables, ranks, cgroups) and `describe_schema`. Each table is empty for traces without
+//!   it (Ingero DBs have no CUDA side tables, older native traces lack the newer ones).
+//!
+//! An engine-specific fast path overrides nothing here: it is a different method of the trait.
+
+/// The inherent reads and the [`crate::describe::LiveCatalog`] of an engine's store type.
+macro_rules! impl_shared_reads {
+    ($store:ty, $notes:expr) => {
+        impl $store {
+            /// The rows of `sql`, whose columns are all integers, as arrays.
+            fn int_rows<const N: usize>(&self, sql: &str) -> $crate::Result<Vec<[i64; N]>> {
+                self.with_conn(|c| {
+                    c.prepare(sql)?
+                        .query_map([], |r| {
+                            let mut row = [0i64; N];
+                            for (i, v) in row.iter_mut().enumerate() {
+                                *v = r.get(i)?;
+                            }
+                            Ok(row)
+                        })?
+                        .collect()
+                })
+            }
+
+            /// Whether this trace is native and has the table.
+            fn has_native_table(&self, table: &str) -> bool {
+                $crate::reader_common::has_native_table($crate::TraceStore::info(self), table)
+            }
+
+            /// Every attachment with the id of the session that recorded it (`convert` keeps the ids).
+            pub(crate) fn attachment_rows(&self) -> $crate::Result<Vec<(i64, causeway_model::LibraryAttach)>> {
+                if !self.has_native_table("attachments") {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<$crate::cuda_tables::AttachmentRow> = self.with_conn(|c| {
+                    c.prepare($crate::cuda_tables::SELECT_ATTACHMENTS_SQL)?
+                        .query_map([], |r| {
+                            Ok($crate::cuda_tables::AttachmentRow {
+                                session_id: r.get(0)?,
+                                pid: r.get(1)?,
+                                path: r.get(2)?,
+                                kind: r.get(3)?,
+                                how: r.get(4)?,
+                                attached_at: r.get(5)?,
+                                complete: r.get(6)?,
+                                symbols: r.get(7)?,
+                                missing: r.get(8)?,
+                                note: r.get(9)?,
+                            })
+                        })?
+                        .collect()
+                })?;
+                let db = &$crate::TraceStore::info(self).path;
+                rows.into_iter().map(|row| row.decode(db)).collect()
+            }
+        }
+
+        impl $crate::describe::LiveCatalog for $store {
+            fn info(&self) -> &$crate::TraceInfo {
+                $crate::TraceStore::info(self)
+            }
+
+            fn notes(&self) -> &'static $crate::describe::EngineNotes {
+                &$notes
+            }
+
+            fn table_columns(&self, table: &str) -> $crate::Result<Vec<(String, String)>> {
+                self.with_conn(|c| {
+                    c.prepare($notes.columns_sql)?.query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+                })
+            }
+
+            fn count_rows(&self, quoted_table: &str) -> $crate::Result<i64> {
+                self.with_conn(|c| c.query_row(&format!("SELECT count(*) FROM {quoted_table}"), [], |r| r.get(0)))
+            }
+
+            fn code_counts(&self) -> $crate::Result<Vec<(i64, i64, i64)>> {
+                self.with_conn(|c| {
+                    c.prepare($crate::describe::CODE_COUNTS_SQL)?
+                        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                        .collect()
+                })
+            }
+
+            fn op_names(&self) -> $crate::Result<Vec<$crate::describe::OpNameRow>> {
+                self.with_conn(|c| {
+                    c.prepare($crate::describe::OP_NAMES_SQL)?
+                        .query_map([], |r| Ok(((r.get(0)?, r.get(1)?), (r.get(2)?, r.get(3)?))))?
+                        .collect()
+                })
+            }
+        }
+    };
+}
+pub(crate) use impl_shared_reads;
+
+/// The `TraceStore` methods both engines implement alike, for the body of an `impl TraceStore`
+/// whose type went through [`impl_shared_reads!`].
+macro_rules! shared_trace_store_methods {
+    ($int:path) => {
+        fn loss_counters(&self) -> $crate::Result<Vec<causeway_model::LossCounter>> {
+            if !self.info().has_table("loss_counters") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<(i64, String, i64)> = self.with_conn(|c| {
+                c.prepare(
+                    "SELECT source, kind, CAST(SUM(count) AS BIGINT) FROM loss_counters GROUP BY source, kind \
+                     ORDER BY source, kind",
+                )?
+                .query_map([], |r| Ok(($int(r, 0)?, r.get(1)?, $int(r, 2)?)))?
+                .collect()
+            })?;
+            Ok($crate::reader_common::loss_counters_from(rows))
+        }
+
+        fn aggregates(&self, window: &causeway_model::time::TimeWindow) -> $crate::Result<Vec<$crate::AggregateRow>> {
+            if !self.info().has_table("event_aggregates") {
+                return Ok(Vec::new());
+            }
+            let (from, to) = $crate::reader_common::aggregate_bucket_bounds(window);
+            self.with_conn(|c| {
+                c.prepare(
+                    "SELECT bucket, source, op, pid, count, stored, sum_dur, min_dur, max_dur, sum_arg0 \
+                     FROM event_aggregates WHERE bucket > ? AND bucket <= ? ORDER BY bucket, source, op, pid",
+                )?
+                .query_map([from, to], |r| {
+                    Ok($crate::AggregateRow {
+                        bucket_ns: $int(r, 0)?,
+                        source: $int(r, 1)? as u8,
+                        op: $int(r, 2)? as u16,
+                        pid: $int(r, 3)? as u32,
+                        count: $int(r, 4)?.max(0) as u64,
+                        stored: $int(r, 5)?.max(0) as u64,
+                        sum_dur_ns: $int(r, 6)?,
+                        min_dur_ns: $int(r, 7)?,
+                        max_dur_ns: $int(r, 8)?,
+                        sum_arg0: $int(r, 9)?,
+                    })
+                })?
+                .collect()
+            })
+        }
+
+        fn stacks(&self, hashes: &[i64]) -> $crate::Result<std::collections::BTreeMap<i64, $crate::StackRecord>> {
+            let mut out = std::collections::BTreeMap::new();
+            if hashes.is_empty() || !self.info().has_table("stack_traces") {
+                return Ok(out);
+            }
+            // The hashes are integers written into the SQL (no bind parameters to count), 500 a
+            // statement to keep each one short.
+            for chunk in hashes.chunks(500) {
+                let list: Vec<String> = chunk.iter().map(i64::to_string).collect();
+                let sql = format!("SELECT hash, ips, frames FROM stack_traces WHERE hash IN ({})", list.join(","));
+                let rows: Vec<$crate::StackRecord> = self.with_conn(|c| {
+                    c.prepare(&sql)?
+                        .query_map([], |r| {
+                            Ok($crate::StackRecord { hash: r.get(0)?, ips: r.get(1)?, frames: r.get(2)? })
+                        })?
+                        .collect()
+                })?;
+                out.extend(rows.into_iter().map(|s| (s.hash, s)));
+            }
+            Ok(out)
+        }
+
+        fn launch_configs(&self) -> $crate::Result<Vec<causeway_model::LaunchConfig>> {
+            if !self.has_native_table("launch_configs") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<[i64; 11]> = self.int_rows($crate::cuda_tables::SELECT_LAUNCH_CONFIGS_SQL)?;
+            rows.into_iter().map(|row| $crate::cuda_tables::launch_config_from(&self.info().path, row)).collect()
+        }
+
+        fn kernel_names(&self) -> $crate::Result<Vec<causeway_model::KernelName>> {
+            if !self.has_native_table("kernel_names") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<(i64, i64, String, String, String)> = self.with_conn(|c| {
+                c.prepare($crate::cuda_tables::SELECT_KERNEL_NAMES_SQL)?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+                    .collect()
+            })?;
+            let db = &self.info().path;
+            rows.into_iter()
+                .map(|(p, h, n, m, how)| $crate::cuda_tables::kernel_name_from(db, p, h, n, m, how))
+                .collect()
+        }
+
+        fn attachments(&self) -> $crate::Result<Vec<causeway_model::LibraryAttach>> {
+            Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
+        }
+
+        fn nccl_calls(
+            &self,
+            window: &causeway_model::time::TimeWindow,
+        ) -> $crate::Result<Vec<causeway_model::NcclCall>> {
+            if !self.has_native_table("nccl_calls") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<[i64; 14]> = self.int_rows(&$crate::cuda_tables::select_nccl_calls_sql(window))?;
+            rows.into_iter().map(|row| $crate::cuda_tables::nccl_call_from(&self.info().path, row)).collect()
+        }
+
+        fn gpu_samples(
+            &self,
+            window: &causeway_model::time::TimeWindow,
+        ) -> $crate::Result<Vec<causeway_model::GpuSample>> {
+            if !self.has_native_table("gpu_samples") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<[i64; 19]> = self.int_rows(&$crate::cuda_tables::select_gpu_samples_sql(window))?;
+            rows.into_iter().map(|row| $crate::cuda_tables::gpu_sample_from(&self.info().path, row)).collect()
+        }
+
+        fn process_ranks(&self) -> $crate::Result<Vec<causeway_model::ProcessRank>> {
+            if !self.has_native_table("process_ranks") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<([i64; 5], String, String)> = self.with_conn(|c| {
+                c.prepare($crate::cuda_tables::SELECT_PROCESS_RANKS_SQL)?
+                    .query_map([], |r| {
+                        Ok(([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?], r.get(5)?, r.get(6)?))
+                    })?
+                    .collect()
+            })?;
+            let db = &self.info().path;
+            rows.into_iter().map(|(n, l, j)| $crate::cuda_tables::process_rank_from(db, n, l, j)).collect()
+        }
+
+        fn process_cgroups(&self) -> $crate::Result<Vec<causeway_model::ProcessCgroup>> {
+            if !self.has_native_table("process_cgroups") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<([i64; 2], [String; 6])> = self.with_conn(|c| {
+                c.prepare($crate::cuda_tables::SELECT_PROCESS_CGROUPS_SQL)?
+                    .query_map([], |r| {
+                        Ok(([r.get(0)?, r.get(1)?], [r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?]))
+                    })?
+                    .collect()
+            })?;
+            let db = &self.info().path;
+            rows.into_iter().map(|(n, t)| $crate::cuda_tables::process_cgroup_from(db, n, t)).collect()
+        }
+
+        fn describe_schema(&self) -> $crate::Result<$crate::SchemaDescription> {
+            $crate::describe::describe(self)
+        }
+    };
+}
+pub(crate) use shared_trace_store_methods;
