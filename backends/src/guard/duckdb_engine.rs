@@ -16,7 +16,6 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use duckdb::arrow::array::{Array, ArrayRef, AsArray};
 use duckdb::arrow::datatypes::{self as dt, DataType};
@@ -24,17 +23,15 @@ use duckdb::arrow::util::display::{ArrayFormatter, FormatOptions};
 use duckdb::{AccessMode, Config, Connection};
 use serde_json::Value as J;
 
-use super::{ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_TIMEOUT_MS};
+use super::limits::{
+    float_cell, hex_cell, json_len, out_of_memory, Budget, ResultRows, StopReason, Watchdog, STOP_NONE, STOP_TIMEOUT,
+};
+use super::{ALLOWED, MAX_QUERY_MEMORY};
 use crate::StoreError;
-use crate::{QueryCancel, QueryLimits, QueryResult};
+use crate::{QueryLimits, QueryResult};
 
-/// Largest response a caller may ask for, in bytes of JSON rows.
-const MAX_RESPONSE_BYTES: usize = 16 << 20;
 /// Worker threads of the per-query instance.
 const QUERY_THREADS: i64 = 2;
-
-const STOP_NONE: u8 = 0;
-const STOP_TIMEOUT: u8 = 1;
 
 /// Open `path` in a new, locked-down, read-only DuckDB instance.
 fn open(path: &Path) -> Result<Connection, StoreError> {
@@ -67,69 +64,18 @@ pub(crate) fn execute_with(
     sql: &str,
     limits: &QueryLimits,
 ) -> Result<QueryResult, StoreError> {
-    let timeout_ms = limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS);
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-    let max_rows = limits.max_rows.clamp(1, QueryLimits::MAX_ROWS);
-    let max_bytes = limits.max_bytes.clamp(1, MAX_RESPONSE_BYTES);
-    if sql.len() > MAX_SQL_BYTES {
-        return Err(StoreError::Refused(format!(
-            "a query of {} bytes (at most {MAX_SQL_BYTES} are accepted). {ALLOWED}",
-            sql.len()
-        )));
-    }
-    if sql.contains('\0') {
-        return Err(StoreError::Refused(format!("a query containing a NUL character. {ALLOWED}")));
-    }
-    let cancel = limits.cancel.clone();
-    if cancel.as_ref().is_some_and(QueryCancel::is_cancelled) {
-        return Err(cancelled());
-    }
+    let budget = Budget::of(sql, limits)?;
     let conn = open()?;
-    let stop = Arc::new(AtomicU8::new(STOP_NONE));
-    if let Some(c) = &cancel {
-        let h = conn.interrupt_handle();
-        c.set_interrupt(Some(Box::new(move || h.interrupt())));
-    }
-    let watchdog = Watchdog::start(&conn, deadline, stop.clone());
-    let outcome = collect(&conn, sql, max_rows, max_bytes, deadline, &stop);
-    drop(watchdog);
-    if let Some(c) = &cancel {
-        c.set_interrupt(None);
-    }
-    outcome.map_err(|e| classify(e, &stop, cancel.as_ref(), timeout_ms))
-}
-
-/// Interrupts the instance at the deadline; stopped and joined on drop.
-struct Watchdog {
-    done: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Watchdog {
-    fn start(conn: &Connection, deadline: Instant, stop: Arc<AtomicU8>) -> Watchdog {
-        let (done, wait) = std::sync::mpsc::channel::<()>();
+    let stop: StopReason = Arc::new(AtomicU8::new(STOP_NONE));
+    let interrupt = || {
         let handle = conn.interrupt_handle();
-        let thread = std::thread::Builder::new()
-            .name("sql-guard-duckdb-watchdog".into())
-            .spawn(move || {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(left) {
-                    let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
-                    handle.interrupt();
-                }
-            })
-            .ok();
-        Watchdog { done: Some(done), thread }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        drop(self.done.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+        move || handle.interrupt()
+    };
+    let outcome = budget.cancellable(interrupt(), || {
+        let _watchdog = Watchdog::start(&budget, interrupt(), stop.clone());
+        collect(&conn, sql, &budget, &stop)
+    });
+    outcome.map_err(|e| classify(e, &budget, &stop))
 }
 
 enum Failure {
@@ -139,14 +85,7 @@ enum Failure {
 }
 
 /// Prepare and stream the statement, converting rows to JSON under the row and byte caps.
-fn collect(
-    conn: &Connection,
-    sql: &str,
-    max_rows: usize,
-    max_bytes: usize,
-    deadline: Instant,
-    stop: &AtomicU8,
-) -> Result<QueryResult, Failure> {
+fn collect(conn: &Connection, sql: &str, budget: &Budget, stop: &AtomicU8) -> Result<QueryResult, Failure> {
     let mut stmt = conn.prepare(sql).map_err(Failure::Duck)?;
     // Started streaming, then stepped below: the crate's own iterator panics on a failed fetch
     // (an interrupt at the deadline is one), where a query must fail with its reason.
@@ -156,14 +95,12 @@ fn collect(
     if columns.is_empty() {
         return Err(Failure::NoColumns);
     }
-    let mut bytes = serde_json::to_string(&columns).map_or(0, |s| s.len());
-    let mut out = QueryResult { columns, rows: Vec::new(), truncated: false };
+    let mut out = ResultRows::new(columns, budget);
     'batches: while let Some(chunk) = stmt.step().map_err(Failure::Duck)? {
         let batch = duckdb::arrow::record_batch::RecordBatch::from(&chunk);
         let cols: Vec<Column> = batch.columns().iter().map(Column::new).collect();
         for r in 0..batch.num_rows() {
-            if out.rows.len() == max_rows {
-                out.truncated = true;
+            if out.full() {
                 break 'batches;
             }
             let mut cells = Vec::with_capacity(cols.len());
@@ -171,29 +108,18 @@ fn collect(
             for c in &cols {
                 let v = c.cell(r);
                 row_bytes += json_len(&v) + 1;
-                if bytes + row_bytes > max_bytes {
-                    out.truncated = true;
+                if !out.fits(row_bytes) {
                     break 'batches;
                 }
                 cells.push(v);
             }
-            bytes += row_bytes;
-            out.rows.push(cells);
+            out.push(cells, row_bytes);
         }
-        if Instant::now() >= deadline {
-            let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
+        if budget.past_deadline(stop) {
             return Err(Failure::Stopped);
         }
     }
-    Ok(out)
-}
-
-fn json_len(v: &J) -> usize {
-    match v {
-        J::Null => 4,
-        J::String(s) => s.len() + 2,
-        other => other.to_string().len(),
-    }
+    Ok(out.finish())
 }
 
 /// One result column, ready to turn cells into JSON.
@@ -227,20 +153,20 @@ impl Column {
             DataType::UInt16 => int!(dt::UInt16Type),
             DataType::UInt32 => int!(dt::UInt32Type),
             DataType::UInt64 => int!(dt::UInt64Type),
-            DataType::Float32 => float(f64::from(a.as_primitive::<dt::Float32Type>().value(r))),
-            DataType::Float64 => float(a.as_primitive::<dt::Float64Type>().value(r)),
+            DataType::Float32 => float_cell(f64::from(a.as_primitive::<dt::Float32Type>().value(r))),
+            DataType::Float64 => float_cell(a.as_primitive::<dt::Float64Type>().value(r)),
             DataType::Utf8 => J::String(a.as_string::<i32>().value(r).to_string()),
             DataType::LargeUtf8 => J::String(a.as_string::<i64>().value(r).to_string()),
             DataType::Utf8View => J::String(a.as_string_view().value(r).to_string()),
-            DataType::Binary => hex(a.as_binary::<i32>().value(r)),
-            DataType::LargeBinary => hex(a.as_binary::<i64>().value(r)),
+            DataType::Binary => hex_cell(a.as_binary::<i32>().value(r)),
+            DataType::LargeBinary => hex_cell(a.as_binary::<i64>().value(r)),
             DataType::Decimal128(_, 0) => {
                 let v = a.as_primitive::<dt::Decimal128Type>().value(r);
                 i64::try_from(v).map_or_else(|_| J::String(v.to_string()), J::from)
             }
             DataType::Decimal128(..) | DataType::Decimal256(..) => {
                 let s = self.text(r);
-                s.parse::<f64>().ok().map_or(J::String(s), float)
+                s.parse::<f64>().ok().map_or(J::String(s), float_cell)
             }
             _ => J::String(self.text(r)),
         }
@@ -254,48 +180,25 @@ impl Column {
     }
 }
 
-fn float(f: f64) -> J {
-    serde_json::Number::from_f64(f).map_or_else(|| J::String(f.to_string()), J::Number)
-}
-
-fn hex(b: &[u8]) -> J {
-    J::String(b.iter().map(|x| format!("{x:02x}")).collect())
-}
-
-fn cancelled() -> StoreError {
-    StoreError::Query("the query was cancelled by the client".into())
-}
-
 /// Turn an engine failure into the error the caller sees, with what to do about it.
-fn classify(f: Failure, stop: &AtomicU8, cancel: Option<&QueryCancel>, timeout_ms: u64) -> StoreError {
-    let stopped = || {
-        if cancel.is_some_and(QueryCancel::is_cancelled) {
-            cancelled()
-        } else {
-            StoreError::Timeout(timeout_ms)
-        }
-    };
+fn classify(f: Failure, budget: &Budget, stop: &AtomicU8) -> StoreError {
     let e = match f {
         Failure::NoColumns => {
             return StoreError::Refused(format!("a statement that is not a query (it returns no rows). {ALLOWED}"))
         }
-        Failure::Stopped => return stopped(),
+        Failure::Stopped => return budget.stopped(),
         Failure::Duck(e) => e,
     };
     let msg = e.to_string();
     let lower = msg.to_ascii_lowercase();
     if lower.contains("interrupt") {
-        if stop.load(Ordering::SeqCst) == STOP_TIMEOUT || !cancel.is_some_and(QueryCancel::is_cancelled) {
-            return StoreError::Timeout(timeout_ms);
+        if stop.load(Ordering::SeqCst) == STOP_TIMEOUT {
+            return StoreError::Timeout(budget.timeout_ms);
         }
-        return cancelled();
+        return budget.stopped();
     }
     if lower.contains("out of memory") || lower.contains("memory limit") {
-        return StoreError::Query(format!(
-            "the query was stopped after it used more than {} MiB of memory; aggregate in SQL (GROUP BY, LIMIT) or \
-             narrow the time window ({msg})",
-            MAX_QUERY_MEMORY >> 20
-        ));
+        return out_of_memory(Some(&msg));
     }
     if lower.contains("permission error")
         || lower.contains("disabled by configuration")

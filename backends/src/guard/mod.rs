@@ -23,6 +23,7 @@ mod allow;
 mod ast;
 #[cfg(feature = "duckdb")]
 mod duckdb_engine;
+mod limits;
 mod rewrite;
 mod sqlite_engine;
 

@@ -21,7 +21,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rusqlite::config::DbConfig;
 use rusqlite::ffi;
@@ -30,66 +30,44 @@ use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode};
 
-use super::{allow, ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_TIMEOUT_MS, MAX_VALUE_BYTES};
+use super::limits::{
+    cancelled, float_cell, hex_cell, json_len, out_of_memory, stop_for, Budget, ResultRows, StopReason, Watchdog,
+    STOP_NONE, STOP_TIMEOUT,
+};
+use super::{allow, ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_VALUE_BYTES};
 use crate::sqlite::ReadTarget;
 use crate::StoreError;
 use crate::{QueryCancel, QueryLimits, QueryResult};
-
-/// Largest response a caller may ask for, in bytes of JSON rows.
-const MAX_RESPONSE_BYTES: usize = 16 << 20;
 /// Virtual-machine steps between two checks of the deadline, the memory budget and cancellation.
 const PROGRESS_STEPS: i32 = 250;
 /// Page cache of the per-query connection (negative: KiB).
 const CACHE_KIB: i64 = 16 * 1024;
 
-const STOP_NONE: u8 = 0;
-const STOP_TIMEOUT: u8 = 1;
+/// Stopped by the progress handler: cancelled by the client.
 const STOP_CANCEL: u8 = 2;
+/// Stopped by the progress handler: SQLite's heap grew past the budget.
 const STOP_MEMORY: u8 = 3;
-
-/// Why the progress handler stopped the query, shared with it.
-type StopReason = Arc<AtomicU8>;
 /// What the authorizer denied last, for the refusal message.
 type Denied = Arc<Mutex<Option<String>>>;
 
 /// Run `sql` (already checked, or deliberately not, in tests) on a hardened connection to `uri`.
 pub(crate) fn execute(target: &ReadTarget, sql: &str, limits: &QueryLimits) -> Result<QueryResult, StoreError> {
-    let timeout_ms = limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS);
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-    let max_rows = limits.max_rows.clamp(1, QueryLimits::MAX_ROWS);
-    let max_bytes = limits.max_bytes.clamp(1, MAX_RESPONSE_BYTES);
-    if sql.len() > MAX_SQL_BYTES {
-        return Err(StoreError::Refused(format!(
-            "a query of {} bytes (at most {MAX_SQL_BYTES} are accepted). {ALLOWED}",
-            sql.len()
-        )));
-    }
-    if sql.contains('\0') {
-        return Err(StoreError::Refused(format!("a query containing a NUL character. {ALLOWED}")));
-    }
-    let cancel = limits.cancel.clone();
-    if cancel.as_ref().is_some_and(QueryCancel::is_cancelled) {
-        return Err(cancelled());
-    }
-
+    let budget = Budget::of(sql, limits)?;
     let conn = open(target)?;
     let denied: Denied = Arc::default();
     let preparing = Arc::new(AtomicBool::new(true));
     install_authorizer(&conn, target.clone(), own_tables(&conn)?, denied.clone(), preparing.clone());
     let stop: StopReason = Arc::new(AtomicU8::new(STOP_NONE));
-    install_progress(&conn, deadline, cancel.clone(), stop.clone());
-    if let Some(c) = &cancel {
+    install_progress(&conn, budget.deadline, budget.cancel.clone(), stop.clone());
+    let interrupt = || {
         let handle = conn.get_interrupt_handle();
-        c.set_interrupt(Some(Box::new(move || handle.interrupt())));
-    }
-
-    let watchdog = Watchdog::start(&conn, deadline, stop.clone());
-    let outcome = collect(&conn, sql, max_rows, max_bytes, deadline, &stop, &preparing);
-    drop(watchdog);
-    if let Some(c) = &cancel {
-        c.set_interrupt(None);
-    }
-    outcome.map_err(|e| classify(e, &stop, cancel.as_ref(), &denied, timeout_ms))
+        move || handle.interrupt()
+    };
+    let outcome = budget.cancellable(interrupt(), || {
+        let _watchdog = Watchdog::start(&budget, interrupt(), stop.clone());
+        collect(&conn, sql, &budget, &stop, &preparing)
+    });
+    outcome.map_err(|e| classify(e, &budget, &stop, &denied))
 }
 
 /// Open `target` read-only and harden the connection before any user SQL touches it (a series'
@@ -223,88 +201,17 @@ fn install_progress(conn: &Connection, deadline: Instant, cancel: Option<QueryCa
             } else {
                 return false;
             };
-            let _ = stop.compare_exchange(STOP_NONE, reason, Ordering::SeqCst, Ordering::SeqCst);
+            stop_for(&stop, reason);
             true
         }),
     );
-}
-
-/// Interrupts a query's connection at its deadline even where the progress handler does not run
-/// (planning a huge statement). One thread watches every query's deadline: a query registers
-/// when it starts and leaves when it ends, and never waits for a thread of its own to start or
-/// to be joined (on a busy machine each such wait is a scheduling delay on every query).
-struct Watchdog {
-    id: u64,
-}
-
-/// The deadlines being watched: (deadline, the connection's interrupt, the query's stop reason).
-#[derive(Default)]
-struct Deadlines {
-    next_id: u64,
-    watched: std::collections::HashMap<u64, (Instant, rusqlite::InterruptHandle, StopReason)>,
-}
-
-fn deadlines() -> &'static (Mutex<Deadlines>, std::sync::Condvar) {
-    static WATCHED: std::sync::OnceLock<(Mutex<Deadlines>, std::sync::Condvar)> = std::sync::OnceLock::new();
-    WATCHED.get_or_init(|| {
-        let spawned = std::thread::Builder::new().name("sql-guard-watchdog".into()).spawn(watch_deadlines);
-        if let Err(e) = spawned {
-            // the progress handler still enforces deadlines between virtual-machine steps
-            tracing::warn!("the SQL guard's watchdog thread could not start: {e}");
-        }
-        Default::default()
-    })
-}
-
-/// The watchdog thread: interrupt each query past its deadline, sleep until the next one.
-fn watch_deadlines() {
-    let (lock, wake) = deadlines();
-    let mut d = lock.lock().unwrap_or_else(|p| p.into_inner());
-    loop {
-        let now = Instant::now();
-        d.watched.retain(|_, (deadline, handle, stop)| {
-            if *deadline > now {
-                return true;
-            }
-            let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
-            handle.interrupt();
-            false
-        });
-        let next = d.watched.values().map(|w| w.0).min();
-        let nap = next.map_or(Duration::from_secs(3600), |t| t.saturating_duration_since(now));
-        d = wake.wait_timeout(d, nap).unwrap_or_else(|p| p.into_inner()).0;
-    }
-}
-
-impl Watchdog {
-    fn start(conn: &Connection, deadline: Instant, stop: StopReason) -> Watchdog {
-        let (lock, wake) = deadlines();
-        let mut d = lock.lock().unwrap_or_else(|p| p.into_inner());
-        d.next_id += 1;
-        let id = d.next_id;
-        let earliest = d.watched.values().all(|w| w.0 > deadline);
-        d.watched.insert(id, (deadline, conn.get_interrupt_handle(), stop));
-        if earliest {
-            wake.notify_one();
-        }
-        Watchdog { id }
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        let (lock, _) = deadlines();
-        lock.lock().unwrap_or_else(|p| p.into_inner()).watched.remove(&self.id);
-    }
 }
 
 /// Prepare, check and step the statement, converting rows to JSON under the row and byte caps.
 fn collect(
     conn: &Connection,
     sql: &str,
-    max_rows: usize,
-    max_bytes: usize,
-    deadline: Instant,
+    budget: &Budget,
     stop: &StopReason,
     preparing: &AtomicBool,
 ) -> Result<QueryResult, Failure> {
@@ -316,13 +223,11 @@ fn collect(
         return Err(Failure::Writes);
     }
     let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
-    let width = columns.len();
-    let mut bytes = json_len(&columns);
-    let mut out = QueryResult { columns, rows: Vec::new(), truncated: false };
+    let mut out = ResultRows::new(columns, budget);
+    let width = out.width();
     let mut rows = stmt.raw_query();
     'rows: while let Some(row) = rows.next().map_err(Failure::Sqlite)? {
-        if out.rows.len() == max_rows {
-            out.truncated = true;
+        if out.full() {
             break;
         }
         // Sized cell by cell, before converting, so one wide row of big values never gets copied.
@@ -335,43 +240,22 @@ fn collect(
                 ValueRef::Text(t) => t.len() + 2,
                 ValueRef::Blob(b) => 2 * b.len() + 2,
             };
-            if bytes + row_bytes + at_least > max_bytes {
-                out.truncated = true;
+            if !out.fits(row_bytes + at_least) {
                 break 'rows;
             }
             let c = cell(v);
             row_bytes += json_len(&c) + 1;
             cells.push(c);
         }
-        if bytes + row_bytes > max_bytes {
-            out.truncated = true;
+        if !out.fits(row_bytes) {
             break;
         }
-        bytes += row_bytes;
-        out.rows.push(cells);
-        if Instant::now() >= deadline {
-            let _ = stop.compare_exchange(STOP_NONE, STOP_TIMEOUT, Ordering::SeqCst, Ordering::SeqCst);
+        out.push(cells, row_bytes);
+        if budget.past_deadline(stop) {
             return Err(Failure::Stopped);
         }
     }
-    Ok(out)
-}
-
-/// Length of `v` as compact JSON, without building the text.
-fn json_len<T: serde::Serialize>(v: &T) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len();
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut n = Count(0);
-    let _ = serde_json::to_writer(&mut n, v);
-    n.0
+    Ok(out.finish())
 }
 
 /// One cell as JSON: integers, finite floats, text, null; blobs as hex; infinities as text.
@@ -380,9 +264,9 @@ fn cell(v: ValueRef<'_>) -> serde_json::Value {
     match v {
         ValueRef::Null => J::Null,
         ValueRef::Integer(i) => J::from(i),
-        ValueRef::Real(f) => serde_json::Number::from_f64(f).map_or_else(|| J::String(f.to_string()), J::Number),
+        ValueRef::Real(f) => float_cell(f),
         ValueRef::Text(t) => J::String(String::from_utf8_lossy(t).into_owned()),
-        ValueRef::Blob(b) => J::String(b.iter().map(|x| format!("{x:02x}")).collect()),
+        ValueRef::Blob(b) => hex_cell(b),
     }
 }
 
@@ -392,27 +276,12 @@ enum Failure {
     Stopped,
 }
 
-fn cancelled() -> StoreError {
-    StoreError::Query("the query was cancelled by the client".into())
-}
-
 /// Turn an engine failure into the error the caller sees, with what to do about it.
-fn classify(
-    f: Failure,
-    stop: &StopReason,
-    cancel: Option<&QueryCancel>,
-    denied: &Denied,
-    timeout_ms: u64,
-) -> StoreError {
+fn classify(f: Failure, budget: &Budget, stop: &StopReason, denied: &Denied) -> StoreError {
     let stopped = || match stop.load(Ordering::SeqCst) {
-        STOP_MEMORY => StoreError::Query(format!(
-            "the query was stopped after it used more than {} MiB of memory; aggregate in SQL (GROUP BY, \
-             LIMIT) or narrow the time window",
-            MAX_QUERY_MEMORY >> 20
-        )),
+        STOP_MEMORY => out_of_memory(None),
         STOP_CANCEL => cancelled(),
-        _ if cancel.is_some_and(QueryCancel::is_cancelled) => cancelled(),
-        _ => StoreError::Timeout(timeout_ms),
+        _ => budget.stopped(),
     };
     let e = match f {
         Failure::Writes => {
