@@ -302,8 +302,9 @@ pub fn typed_queries_and_filters(b: Engine) {
     }
 }
 
-/// A store with only the required methods of [`TraceStore`], delegated to an engine: every
-/// projection it answers comes from the trait's defaults over `scan_events`.
+/// A store with only the required methods of [`TraceStore`] and the reads of the side tables,
+/// delegated to an engine: every projection of `events` it answers comes from the trait's defaults
+/// over `scan_events`.
 struct RequiredOnly(Box<dyn TraceStore>);
 
 impl TraceStore for RequiredOnly {

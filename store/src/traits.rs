@@ -316,11 +316,12 @@ pub struct CodeDescription {
 /// The read side of every engine. Implementations are `Send + Sync` so a server can share one between
 /// requests; calls are blocking (the server runs them on a blocking thread pool).
 ///
-/// A new engine implements the twelve required methods; every projection of the events
+/// A new engine implements the nine required methods; every projection of the events
 /// (`scan_durations`, `scan_slim`, `thread_comms`, `events`, `events_by_id`, the kept scans and
 /// `duration_summary`) has a default built on [`TraceStore::scan_events`] with the same result, which
 /// the engine overrides with a fast path when it has one (the conformance suite runs every check
-/// on the defaults too).
+/// on the defaults too). The reads of the side tables (`launch_configs` ... `process_cgroups`)
+/// default to empty: an engine that stores them overrides them.
 pub trait TraceStore: Send + Sync {
     /// The engine that reads the trace (an Ingero DB is read by [`Engine::Sqlite`]).
     fn engine(&self) -> Engine;
@@ -424,27 +425,43 @@ pub trait TraceStore: Send + Sync {
     }
     /// Stacks by hash (missing hashes are absent from the map).
     fn stacks(&self, hashes: &[i64]) -> Result<BTreeMap<i64, StackRecord>>;
+    // The tables beside `events` that the probes fill. Each has a default for a store that holds
+    // none of them (it reads none, as for an Ingero DB); both engines read them all
+    // (backends/src/shared_reads.rs), which the conformance suite checks.
+
     /// Every launch configuration (`launch_configs`), by key: launches name theirs by
     /// [`LaunchConfig::key`] in `Event::launch_config`. Empty for traces without the table (Ingero
     /// DBs, native traces recorded before it).
-    fn launch_configs(&self) -> Result<Vec<LaunchConfig>>;
+    fn launch_configs(&self) -> Result<Vec<LaunchConfig>> {
+        Ok(Vec::new())
+    }
     /// Every kernel name (`kernel_names`), by (pid, handle); empty for traces without the table.
-    fn kernel_names(&self) -> Result<Vec<KernelName>>;
+    fn kernel_names(&self) -> Result<Vec<KernelName>> {
+        Ok(Vec::new())
+    }
     /// Every library attachment (`attachments`), by session and then by `attached_at`: what the
     /// trace covers. Empty for traces without the table.
-    fn attachments(&self) -> Result<Vec<LibraryAttach>>;
+    fn attachments(&self) -> Result<Vec<LibraryAttach>> {
+        Ok(Vec::new())
+    }
     /// The NCCL calls (`nccl_calls`) that started in `window`, in time order; empty for traces
     /// without the table (Ingero DBs, native traces recorded before it).
-    fn nccl_calls(&self, window: &TimeWindow) -> Result<Vec<NcclCall>>;
+    fn nccl_calls(&self, _window: &TimeWindow) -> Result<Vec<NcclCall>> {
+        Ok(Vec::new())
+    }
     /// The GPU state samples (`gpu_samples`, read through NVML) taken in `window`, by time then
     /// GPU; empty for traces without the table or recorded without NVML.
-    fn gpu_samples(&self, window: &TimeWindow) -> Result<Vec<GpuSample>>;
+    fn gpu_samples(&self, _window: &TimeWindow) -> Result<Vec<GpuSample>> {
+        Ok(Vec::new())
+    }
     /// Where the traced processes stand in their distributed jobs (`process_ranks`), by pid; empty
     /// for traces without the table or processes without a launcher's rank.
-    fn process_ranks(&self) -> Result<Vec<ProcessRank>>;
+    fn process_ranks(&self) -> Result<Vec<ProcessRank>> {
+        Ok(Vec::new())
+    }
     /// The cgroups of the traced processes and of those that took their CPUs
     /// (`process_cgroups`), with the container or pod each stands for, by pid; empty for traces
-    /// without the table (the default: a store that cannot read it reads none).
+    /// without the table.
     fn process_cgroups(&self) -> Result<Vec<ProcessCgroup>> {
         Ok(Vec::new())
     }
