@@ -76,17 +76,8 @@ mod tests {
     use super::*;
 
     fn attach(pid: u32, path: &str, kind: &str, at: i64, complete: bool, symbols: &[&str]) -> LibraryAttach {
-        LibraryAttach {
-            pid,
-            path: path.into(),
-            kind: kind.into(),
-            how: "maps".into(),
-            attached_at_ns: at,
-            complete,
-            symbols: symbols.iter().map(|s| s.to_string()).collect(),
-            missing: Vec::new(),
-            note: String::new(),
-        }
+        let (path, kind, symbols) = (path.into(), kind.into(), symbols.iter().map(|s| s.to_string()).collect());
+        LibraryAttach { pid, path, kind, attached_at_ns: at, complete, symbols, ..Default::default() }
     }
 
     #[test]

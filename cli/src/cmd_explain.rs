@@ -8,7 +8,7 @@ use anyhow::Context;
 use crate::report;
 use causeway_analysis::{explain, find_chain, ExplainRequest};
 
-use crate::window::WindowArgs;
+use crate::window::ScopeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -26,10 +26,7 @@ pub struct ReportArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    window: WindowArgs,
-    /// Only this process.
-    #[arg(long)]
-    pid: Option<u32>,
+    scope: ScopeArgs,
     /// Chains to show.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -47,29 +44,29 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 }
 
 /// The report (or one chain) of `store`, named `label` in the SQL hints.
-pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, scope: &ReportArgs) -> anyhow::Result<i32> {
-    let window = scope.window.resolve(store.info())?;
+pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, args: &ReportArgs) -> anyhow::Result<i32> {
+    let window = args.scope.window.resolve(store.info())?;
     // A chain id is a rank among all chains: look it up in all of them.
-    let top = if scope.chain.is_some() { usize::MAX } else { scope.top.max(1) };
-    let e = explain(store, &ExplainRequest { window, pid: scope.pid, top })?;
-    let chosen = match scope.chain.as_deref() {
+    let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
+    let e = explain(store, &ExplainRequest { window, pid: args.scope.pid, top })?;
+    let chosen = match args.chain.as_deref() {
         Some(id) => Some(find_chain(&e, id).ok_or_else(|| {
             anyhow::anyhow!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total)
         })?),
         None => e.chains.first(),
     };
-    if let Some(path) = &scope.svg {
+    if let Some(path) = &args.svg {
         write_picture(store, chosen, path)?;
     }
-    if let Some(c) = chosen.filter(|_| scope.chain.is_some()) {
-        if scope.json {
+    if let Some(c) = chosen.filter(|_| args.chain.is_some()) {
+        if args.json {
             println!("{}", serde_json::to_string_pretty(c)?);
         } else {
             print!("{}", report::render_chain(c, e.first_ns, label));
         }
         return Ok(0);
     }
-    if scope.json {
+    if args.json {
         println!("{}", serde_json::to_string_pretty(&e)?);
     } else {
         print!("{}", report::render(&e, label));

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use causeway_analysis::ExplainRequest;
 
-use crate::window::WindowArgs;
+use crate::window::ScopeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,10 +17,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     html: PathBuf,
     #[command(flatten)]
-    window: WindowArgs,
-    /// Only this process.
-    #[arg(long)]
-    pid: Option<u32>,
+    scope: ScopeArgs,
     /// Chains in the report.
     #[arg(long, default_value_t = 10)]
     top: usize,
@@ -28,9 +25,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.window.resolve(store.info())?;
-    let report =
-        causeway_render::html_report(store.as_ref(), &ExplainRequest { window, pid: args.pid, top: args.top.max(1) })?;
+    let window = args.scope.window.resolve(store.info())?;
+    let report = causeway_render::html_report(
+        store.as_ref(),
+        &ExplainRequest { window, pid: args.scope.pid, top: args.top.max(1) },
+    )?;
     std::fs::write(&args.html, &report.html).with_context(|| format!("cannot write {}", args.html.display()))?;
     eprintln!(
         "wrote {}: {} chains ({} pictured), {} histograms; open it in a browser (it fetches nothing)",

@@ -9,7 +9,7 @@ use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, fmt_utc};
 
 use crate::table::{us, Table};
-use crate::window::WindowArgs;
+use crate::window::ScopeArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,10 +20,7 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    window: WindowArgs,
-    /// Only events of this process.
-    #[arg(long)]
-    pid: Option<u32>,
+    scope: ScopeArgs,
     /// Only these ops (by name, e.g. cudaLaunchKernel; repeatable).
     #[arg(long = "op", value_name = "NAME")]
     ops: Vec<String>,
@@ -57,10 +54,10 @@ pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.window.resolve(store.info())?;
+    let window = args.scope.window.resolve(store.info())?;
     let req = StatsRequest {
         window,
-        pid: args.pid,
+        pid: args.scope.pid,
         ops: parse_ops(&args.ops)?,
         per_process: args.per_process,
         by_kernel: args.by == GroupBy::Kernel,

@@ -19,6 +19,16 @@ pub struct WindowArgs {
     pub to: Option<String>,
 }
 
+/// The part of a trace a read command looks at: its window and, optionally, one process.
+#[derive(clap::Args)]
+pub struct ScopeArgs {
+    #[command(flatten)]
+    pub window: WindowArgs,
+    /// Only this process.
+    #[arg(long)]
+    pub pid: Option<u32>,
+}
+
 impl WindowArgs {
     pub fn resolve(&self, info: &TraceInfo) -> anyhow::Result<TimeWindow> {
         window_of(info, self.since.as_deref(), self.from.as_deref(), self.to.as_deref())

@@ -33,6 +33,7 @@
 #define _GNU_SOURCE
 #include "mock_cuda.h"
 #include "mock_gpu.h"
+#include "mock_clock.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -87,15 +88,6 @@ static __thread int t_dev;           /* the thread's current device (mockcuSetDe
 static struct mock_throttle g_throttle[MOCK_THROTTLE_MAX]; /* MOCK_GPU_THROTTLE */
 static int g_nthrottle;
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-static void sleep_until(uint64_t t) {
-    struct timespec ts = {.tv_sec = t / 1000000000ull, .tv_nsec = t % 1000000000ull};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {}
-}
 static void spin_ns(uint64_t ns) {
     uint64_t end = now_ns() + ns;
     while (now_ns() < end) {}

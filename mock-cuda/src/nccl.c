@@ -30,6 +30,7 @@
  * (init, split and destroy lines on stderr), MOCK_NCCL_TIMEOUT_S (default 0: wait forever, as NCCL). */
 #define _GNU_SOURCE
 #include "mock_nccl.h"
+#include "mock_clock.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -110,15 +111,6 @@ static void init_once(void) {
     g_debug = (v = getenv("MOCK_NCCL_DEBUG")) && *v && strcmp(v, "0") != 0;
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-static void sleep_until(uint64_t t) {
-    struct timespec ts = {.tv_sec = t / 1000000000ull, .tv_nsec = t % 1000000000ull};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0) {}
-}
 static void pause_us(long us) {
     struct timespec ts = {.tv_sec = 0, .tv_nsec = us * 1000};
     nanosleep(&ts, NULL);

@@ -502,14 +502,19 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
 mod tests {
     use super::*;
 
+    /// A record of `size` bytes with a call header: kind, source, op, pid.
+    fn call_record(size: usize, kind: u8, source: u8, op: u16, pid: u32) -> Vec<u8> {
+        let mut b = vec![0u8; size];
+        (b[0], b[1]) = (kind, source);
+        b[2..4].copy_from_slice(&op.to_ne_bytes());
+        b[8..12].copy_from_slice(&pid.to_ne_bytes());
+        b
+    }
+
     #[test]
     fn call_record_round_trips_field_offsets() {
-        let mut b = vec![0u8; CALL_SIZE];
-        b[0] = REC_CALL;
-        b[1] = 4;
-        b[2..4].copy_from_slice(&5u16.to_ne_bytes());
+        let mut b = call_record(CALL_SIZE, REC_CALL, 4, 5, 100);
         b[4..8].copy_from_slice(&3u32.to_ne_bytes());
-        b[8..12].copy_from_slice(&100u32.to_ne_bytes());
         b[12..16].copy_from_slice(&101u32.to_ne_bytes());
         b[16..24].copy_from_slice(&7u64.to_ne_bytes());
         b[24..32].copy_from_slice(&9u64.to_ne_bytes());
@@ -524,11 +529,7 @@ mod tests {
 
     #[test]
     fn launch_record_carries_its_configuration() {
-        let mut b = vec![0u8; LAUNCH_SIZE];
-        b[0] = REC_LAUNCH;
-        b[1] = 1;
-        b[2..4].copy_from_slice(&14u16.to_ne_bytes());
-        b[8..12].copy_from_slice(&42u32.to_ne_bytes());
+        let mut b = call_record(LAUNCH_SIZE, REC_LAUNCH, 1, 14, 42);
         for (i, d) in [4u32, 2, 1, 128, 1, 1, 49152, 2, 1, 1].iter().enumerate() {
             b[88 + 4 * i..92 + 4 * i].copy_from_slice(&d.to_ne_bytes());
         }
@@ -545,11 +546,7 @@ mod tests {
 
     #[test]
     fn nccl_record_carries_its_arguments() {
-        let mut b = vec![0u8; NCCL_SIZE];
-        b[0] = REC_NCCL;
-        b[1] = 9;
-        b[2..4].copy_from_slice(&10u16.to_ne_bytes());
-        b[8..12].copy_from_slice(&42u32.to_ne_bytes());
+        let mut b = call_record(NCCL_SIZE, REC_NCCL, 9, 10, 42);
         b[48..56].copy_from_slice(&0x7f00_1234u64.to_ne_bytes());
         b[88..96].copy_from_slice(&0xfeed_beefu64.to_ne_bytes());
         for (i, v) in [7i32, 0, -1, 8, 3].iter().enumerate() {

@@ -7,8 +7,6 @@
 
 mod common;
 
-use causeway_probes::TraceOptions;
-use causeway_probes::{discover, site_packages_of_program, DiscoveryOptions};
 use causeway_probes::{ProbeLib, CUDA_PROBES};
 
 #[test]
@@ -23,37 +21,11 @@ fn real_libcudart_13_from_the_cu13_wheel_is_found_attached_and_traced() {
 
 fn real_runtime(flavour: &str, suffix: &str) {
     common::require_root();
-    let py = common::venv_python();
-    // `check`'s host-wide discovery finds the wheel's library too
-    let found = discover(&DiscoveryOptions { site_packages: site_packages_of_program(&py), ..Default::default() });
-    let wheel = found
-        .iter()
-        .find(|f| f.path.to_string_lossy().ends_with(suffix))
-        .unwrap_or_else(|| panic!("pip wheel {suffix} not discovered: {found:?}"));
-    assert_eq!(wheel.how, "pip-wheel");
-
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.txt");
-    let script = common::root().join("probes/tests/py/call_libcudart.py");
     let n = 7u64;
-    // no --cuda-lib: the library is found when the process maps it
-    let opts = TraceOptions {
-        command: vec![py.to_string_lossy().into(), script.to_string_lossy().into(), n.to_string(), flavour.to_string()],
-        command_stdout: Some(out.clone()),
-        ..Default::default()
-    };
-    let sink = common::MemSink::default();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let report = rt.block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {})).expect("trace");
-    assert_eq!(report.command_exit, Some(0), "python failed: {}", std::fs::read_to_string(&out).unwrap_or_default());
-    let text = std::fs::read_to_string(&out).unwrap();
-    let pid: u32 = text.lines().find_map(|l| l.strip_prefix("PID ")).unwrap().trim().parse().unwrap();
-
-    let lib = report
-        .libraries
-        .iter()
-        .find(|l| l.path.to_string_lossy().ends_with(suffix))
-        .unwrap_or_else(|| panic!("{suffix} not attached: {:?}", report.libraries));
+    let (wheel, run) = common::trace_wheel_script(suffix, "call_libcudart.py", &[n.to_string(), flavour.to_string()]);
+    assert_eq!(wheel.how, "pip-wheel");
+    let common::WheelRun { report, sink, text, pid, lib } = run;
+    let lib = &report.libraries[lib];
     // The exec event of the process and the loader hook's notice travel on separate channels; an
     // exec scan handled first used to attach the library as `exec:` (incomplete) while the
     // process sat stopped at the hook (`LibraryTracker::exec` now leaves it to the notice).

@@ -8,41 +8,18 @@
 mod common;
 
 use causeway_model::codes::op;
-use causeway_probes::{discover, site_packages_of_program, DiscoveryOptions, LibKind, TraceOptions};
+use causeway_probes::LibKind;
 use causeway_probes::{ProbeLib, CUDA_PROBES};
 
 #[test]
 fn real_libnccl_from_the_pip_wheel_is_found_attached_and_traced() {
     common::require_root();
-    let py = common::venv_python();
     let suffix = "nvidia/nccl/lib/libnccl.so.2";
-    let found = discover(&DiscoveryOptions { site_packages: site_packages_of_program(&py), ..Default::default() });
-    let wheel = found
-        .iter()
-        .find(|f| f.path.to_string_lossy().ends_with(suffix))
-        .unwrap_or_else(|| panic!("pip wheel {suffix} not discovered: {found:?}"));
-    assert_eq!((wheel.how.as_str(), wheel.kind), ("pip-wheel", LibKind::Nccl));
-
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.txt");
-    let script = common::root().join("probes/tests/py/call_libnccl.py");
     let n = 6u64;
-    let opts = TraceOptions {
-        command: vec![py.to_string_lossy().into(), script.to_string_lossy().into(), n.to_string()],
-        command_stdout: Some(out.clone()),
-        ..Default::default()
-    };
-    let sink = common::MemSink::default();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let report = rt.block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {})).expect("trace");
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    assert_eq!(report.command_exit, Some(0), "python failed: {text}");
-    let pid: u32 = text.lines().find_map(|l| l.strip_prefix("PID ")).unwrap().trim().parse().unwrap();
-    let lib = report
-        .libraries
-        .iter()
-        .find(|l| l.path.to_string_lossy().ends_with(suffix))
-        .unwrap_or_else(|| panic!("{suffix} not attached: {:?}", report.libraries));
+    let (wheel, run) = common::trace_wheel_script(suffix, "call_libnccl.py", &[n.to_string()]);
+    assert_eq!((wheel.how.as_str(), wheel.kind), ("pip-wheel", LibKind::Nccl));
+    let common::WheelRun { report, sink, pid, lib, .. } = run;
+    let lib = &report.libraries[lib];
     // every NCCL symbol of the probe table attached or reported missing; this NCCL has them all
     let mut table: Vec<&str> =
         CUDA_PROBES.iter().filter(|p| p.lib == ProbeLib::Nccl).flat_map(|p| p.symbols.iter().copied()).collect();

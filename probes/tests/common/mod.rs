@@ -179,6 +179,55 @@ impl Workload {
     }
 }
 
+/// A run of a Python script (under the test venv's Python) that calls a pip wheel's library
+/// through ctypes and prints `PID <pid>` first.
+pub struct WheelRun {
+    pub report: TraceReport,
+    pub sink: MemSink,
+    /// The script's stdout.
+    pub text: String,
+    pub pid: u32,
+    /// Where the library ending in the wheel's suffix is in `report.libraries`.
+    pub lib: usize,
+}
+
+/// Check that `check`'s host-wide discovery finds the library `suffix` of a pip wheel beside the
+/// venv's Python (returning what it found), then trace `probes/tests/py/<script> args`, with no
+/// library named: the library is found when the process maps it. Fails the test unless the script
+/// exits 0 and the library was attached.
+pub fn trace_wheel_script(suffix: &str, script: &str, args: &[String]) -> (causeway_probes::FoundLibrary, WheelRun) {
+    let py = venv_python();
+    let options = causeway_probes::DiscoveryOptions {
+        site_packages: causeway_probes::site_packages_of_program(&py),
+        ..Default::default()
+    };
+    let found = causeway_probes::discover(&options);
+    let wheel = found
+        .iter()
+        .find(|f| f.path.to_string_lossy().ends_with(suffix))
+        .unwrap_or_else(|| panic!("pip wheel {suffix} not discovered: {found:?}"))
+        .clone();
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let mut command =
+        vec![py.to_string_lossy().into(), root().join("probes/tests/py").join(script).to_string_lossy().into()];
+    command.extend(args.iter().cloned());
+    let opts = TraceOptions { command, command_stdout: Some(out.clone()), ..Default::default() };
+    let sink = MemSink::default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(causeway_probes::trace(opts, Box::new(sink.clone()), |_| {})).expect("trace");
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(report.command_exit, Some(0), "python failed: {text}");
+    let pid: u32 = text.lines().find_map(|l| l.strip_prefix("PID ")).unwrap().trim().parse().unwrap();
+    let lib = report
+        .libraries
+        .iter()
+        .position(|l| l.path.to_string_lossy().ends_with(suffix))
+        .unwrap_or_else(|| panic!("{suffix} not attached: {:?}", report.libraries));
+    (wheel, WheelRun { report, sink, text, pid, lib })
+}
+
 /// Run `argv` (a workload in mock-cuda/build) under the tracer with the mock libraries.
 pub fn run_traced(argv: &[&str], tweak: impl FnOnce(&mut TraceOptions)) -> (TraceReport, Collected, Workload) {
     run_traced_into(MemSink::default(), argv, tweak)
