@@ -351,7 +351,32 @@ def scenarios(v):
     }
 
 
+def cpu_busy_share(interval=0.5):
+    """The share of the host's CPU time spent busy over `interval` seconds (from /proc/stat)."""
+    def read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    t0, i0 = read()
+    time.sleep(interval)
+    t1, i1 = read()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def settle(max_wait=15.0):
+    """Start each run on a settled host: the previous run's files written back (an io-storm leaves
+    dirty pages whose writeback would otherwise land in the next run's trace as kworker time) and
+    the CPUs quiet, waited for up to `max_wait` seconds. Seen on a 2-core VM: without it the NCCL
+    scenarios that follow the I/O and allocator ones picked up stragglers made by that leftover
+    work, while the same scenarios alone passed every run."""
+    os.sync()
+    deadline = time.time() + max_wait
+    while time.time() < deadline and cpu_busy_share() > 0.10:
+        pass
+
+
 def run_one(cw, name, variant, keep, shrink=False):
+    settle()
     v = small(VARIANTS[variant], name) if shrink else VARIANTS[variant]
     planted_argv, workload, env, check = scenarios(v)[name]
     work = tempfile.mkdtemp(prefix=f"causeway-{name}-")
