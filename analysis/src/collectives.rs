@@ -73,12 +73,22 @@ pub struct Straggler {
     pub other_ranks: u32,
     /// Its late collectives, in sequence order.
     pub late: Vec<LateCollective>,
+    /// What it waited for the other ranks at THEIR late collectives of this communicator: on a
+    /// jittery host every rank is late now and then, and this much of its own lateness is paid
+    /// back.
+    pub waited_for_others_ns: i64,
 }
 
 impl Straggler {
     /// What the other ranks waited for it in total.
     pub fn waited_ns(&self) -> i64 {
         self.late.iter().map(|l| l.waited_ns).sum()
+    }
+
+    /// What the other ranks waited for it beyond what it waited for them (never below 0): a
+    /// straggler's cost to the job, with the communicator's symmetric jitter taken out.
+    pub fn net_waited_ns(&self) -> i64 {
+        (self.waited_ns() - self.waited_for_others_ns).max(0)
     }
 
     /// The late collectives' sequence numbers as ranges: `#11-#30, #34`.
@@ -177,6 +187,14 @@ fn comm_stragglers(comm_hash: i64, instances: &[(i64, Vec<&NcclCall>)]) -> Vec<S
         });
     }
     let ranks = first_last.len() as u32;
+    // what each rank waited for the others at their late collectives (all of them, also those of
+    // ranks late too rarely to be stragglers)
+    let mut waited_for_others: BTreeMap<u32, i64> = BTreeMap::new();
+    for l in late_by_pid.values().flatten() {
+        for o in &l.others {
+            *waited_for_others.entry(o.pid).or_default() += l.late.ts_ns - o.ts_ns;
+        }
+    }
     late_by_pid
         .into_iter()
         .filter(|(_, late)| late.len() >= MIN_LATE)
@@ -196,6 +214,7 @@ fn comm_stragglers(comm_hash: i64, instances: &[(i64, Vec<&NcclCall>)]) -> Vec<S
                 others_span_ns,
                 other_ranks: ranks.saturating_sub(1),
                 late,
+                waited_for_others_ns: waited_for_others.get(&pid).copied().unwrap_or(0),
             }
         })
         .collect()
@@ -254,6 +273,27 @@ mod tests {
         assert_eq!(s.late[0].others.iter().map(|a| a.rank).collect::<Vec<_>>(), vec![0, 1]);
         // the period is the median time between collectives: 10 ms (late ones shift the last rank only)
         assert_eq!(s.period_ns, 10 * MS);
+    }
+
+    #[test]
+    fn what_a_rank_waited_for_the_others_is_taken_out_of_its_wait() {
+        // rank 2 is 8 ms late at #11-#30 (the straggler); rank 0 is 5 ms late at #31-#33 (jitter)
+        let mut v = run(|seq| if (11..=30).contains(&seq) { 8 } else { 0 });
+        for c in &mut v {
+            if c.pid == 100 && (31..=33).contains(&c.seq) {
+                c.ts_ns += 5 * MS;
+            }
+        }
+        let s = find_stragglers(&v);
+        let late2 = s.iter().find(|s| s.pid == 102).expect("rank 2");
+        let late0 = s.iter().find(|s| s.pid == 100).expect("rank 0 (late 3 times)");
+        // at rank 0's late entries rank 2 entered 5 ms - 0.2 ms before it, three times
+        assert_eq!(late2.waited_for_others_ns, 3 * (5 * MS - 200_000));
+        assert_eq!(late2.net_waited_ns(), late2.waited_ns() - 3 * (5 * MS - 200_000));
+        // rank 0 waited for rank 2 at each of rank 2's late entries: more than the others waited
+        // for it, so its net is 0
+        assert_eq!(late0.waited_for_others_ns, 20 * (8 * MS + 200_000));
+        assert_eq!(late0.net_waited_ns(), 0);
     }
 
     #[test]

@@ -190,8 +190,20 @@ fn chain(
             per_step(excess(cause))
         )
     };
+    // on a jittery host every rank is late now and then: what it waited for the others is said
+    let net = s.net_waited_ns();
+    let net_words = if s.waited_for_others_ns > 0 {
+        format!(
+            ", and it waited {} for them at their own late entries (net {}, {:.1}%)",
+            fmt_ns(s.waited_for_others_ns),
+            fmt_ns(net),
+            net as f64 / s.others_span_ns as f64 * 100.0
+        )
+    } else {
+        String::new()
+    };
     let summary = format!(
-        "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last); {went_through}",
+        "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last){net_words}; {went_through}",
         s.late.len(),
         s.collectives,
         s.seq_ranges(),
@@ -200,6 +212,7 @@ fn chain(
         fmt_ns(waited),
         share * 100.0,
     );
+
     let mut details = vec![
         format!(
             "a collective is late when its last rank entered at least max({}, 1/{} of the communicator's median period {}) after the rank before it; entry times are the host calls' (ranks on one host share its clock)",
@@ -267,7 +280,7 @@ fn chain(
         s.late[0].op,
         seqs.join(", ")
     );
-    let severity = severity::STRAGGLER.grade(share, waited);
+    let severity = severity::STRAGGLER.grade(net as f64 / s.others_span_ns as f64, net);
     Chain {
         id: String::new(),
         key: format!("straggler/{op}/{comm}/pid:{}", s.pid),
