@@ -1,6 +1,8 @@
 //! The planted-fault scenario suite, run for real (root, eBPF): every scenario of
 //! tests/scenarios/run.py in both variants, twice, each required to put its planted cause first
-//! with the right culprit. The runner prints one line per run and 'N passed, M failed'.
+//! with the right culprit. The runner prints one line per run and 'N passed, M failed'; each run
+//! starts on a settled host, and a failed run is retried once with a `RETRY` line (host noise on a
+//! 2-core VM): a fault not found first twice in a row fails the suite.
 
 use std::process::Command;
 
