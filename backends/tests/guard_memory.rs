@@ -1,5 +1,6 @@
-//! The SQL guard's memory bounds, alone in their own test process: the safety net reads SQLite's
-//! process-wide heap counter, so a bomb here must not share a process with other queries under test.
+//! The SQL guard's memory bounds, alone in their own test process: the peaks measured here read
+//! SQLite's process-wide heap counter, so a bomb here must not share a process with other tests.
+//! (The guard's own safety net counts each query's thread alone: see the last test.)
 //!
 //! Big sorts and DISTINCTs spill to temp files instead of growing the heap; constant value
 //! amplifiers are capped by the AST check; the engine's safety net stops what still grows.
@@ -11,6 +12,9 @@ use std::time::Duration;
 use causeway_backends::guard;
 use causeway_backends::{QueryLimits, StoreError};
 use guard_common::{limits_ms, refusal, Fixture, DBS};
+
+/// The tests here measure the process's heap: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// SQLite's heap growth while `f` runs, sampled every 2 ms.
 fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, i64) {
@@ -36,6 +40,7 @@ fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, i64) {
 
 #[test]
 fn memory_stays_bounded_and_the_safety_net_holds() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let f = Fixture::immutable(DBS[2]);
     // 100k distinct 2 kB strings (200 MB) in a temp index: spills to a temp file, the heap stays small.
     let distinct = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 100000) \
@@ -64,5 +69,42 @@ fn memory_stays_bounded_and_the_safety_net_holds() {
     let five = format!("SELECT {}", ["printf('%.*c', 900000, 'x')"; 5].join(", "));
     let q = guard::run_sqlite(&f.uri, &five, &QueryLimits::default()).unwrap();
     assert_eq!((q.rows.len(), q.truncated), (0, true));
+    f.unchanged().unwrap();
+}
+
+#[test]
+fn a_bomb_on_one_thread_does_not_stop_a_query_on_another() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    assert!(
+        causeway_backends::sqlite::heap::install(),
+        "SQLite was opened before the per-thread heap accounting could be installed"
+    );
+    let f = Fixture::immutable(DBS[2]);
+    let uri = f.uri.clone();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bombs_done = done.clone();
+    // Each bomb holds 400 constant 1 MB values at once before the net stops it.
+    let bombs = std::thread::spawn(move || {
+        let wide = format!("SELECT {}", vec!["printf('%.*c', 999999, 'x')"; 400].join(", "));
+        let outcomes: Vec<_> = (0..4).map(|_| guard::run_sqlite_engine_only(&uri, &wide, &limits_ms(60_000))).collect();
+        bombs_done.store(true, std::sync::atomic::Ordering::SeqCst);
+        outcomes
+    });
+    // Meanwhile a legitimate query that steps millions of times (the progress handler sees every
+    // bomb's peak) runs again and again: none of the bombs' memory is charged to it.
+    let counting = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 300000) \
+                    SELECT count(*) FROM r";
+    let mut runs = 0;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) || runs < 3 {
+        let q = guard::run_sqlite(&f.uri, counting, &limits_ms(60_000));
+        assert_eq!(q.map(|q| q.rows).unwrap(), vec![vec![serde_json::json!(300_000)]], "run {runs}");
+        runs += 1;
+    }
+    for bomb in bombs.join().unwrap() {
+        match bomb {
+            Err(StoreError::Query(m)) => assert!(m.contains("MiB of memory"), "{m}"),
+            other => panic!("the bomb was not stopped: {other:?}"),
+        }
+    }
     f.unchanged().unwrap();
 }

@@ -11,10 +11,12 @@
 //!
 //! Memory is bounded per connection by construction (page cache, spilling temp storage, value size,
 //! and the AST check's cap on value-amplifying calls). As a safety net a progress handler stops the
-//! query when SQLite's heap grew more than [`MAX_QUERY_MEMORY`] since it began. That counter is
-//! process-wide, so a concurrent query's growth counts too, and SQLite only calls the handler at
-//! jumps, so straight-line code (a statement's constant prologue) runs to its end first; it is still
-//! better than `sqlite3_hard_heap_limit64`, which would fail the trace writer's allocations.
+//! query when its thread's SQLite heap grew more than [`MAX_QUERY_MEMORY`] since it began
+//! ([`heap`]: a concurrent query's or the writer's growth is theirs, not this query's; the
+//! process-wide counter only if SQLite was opened before the accounting allocator could be put in).
+//! SQLite only calls the handler at jumps, so straight-line code (a statement's constant prologue)
+//! runs to its end first; it is still better than `sqlite3_hard_heap_limit64`, which would fail the
+//! trace writer's allocations.
 //! The progress handler and a watchdog thread enforce the deadline; [`QueryCancel`] interrupts from
 //! another thread; rows and JSON bytes are capped (sized cell by cell) and set `truncated`.
 
@@ -35,7 +37,7 @@ use super::limits::{
     STOP_NONE, STOP_TIMEOUT,
 };
 use super::{allow, ALLOWED, MAX_QUERY_MEMORY, MAX_SQL_BYTES, MAX_VALUE_BYTES};
-use crate::sqlite::ReadTarget;
+use crate::sqlite::{heap, ReadTarget};
 use crate::StoreError;
 use crate::{QueryCancel, QueryLimits, QueryResult};
 /// Virtual-machine steps between two checks of the deadline, the memory budget and cancellation.
@@ -184,10 +186,22 @@ fn is_internal(name: &str) -> bool {
     n.starts_with("sqlite_") || n.starts_with("pragma_") || n == "dbstat" || n.starts_with("fts")
 }
 
+/// The heap counter a query's growth is measured on: this thread's SQLite allocations when the
+/// accounting allocator is in place (the progress handler runs on the thread stepping the query), or
+/// else SQLite's process-wide counter.
+fn heap_used_counter() -> fn() -> i64 {
+    if heap::per_thread() {
+        heap::thread_bytes as fn() -> i64
+    } else {
+        // SAFETY: reading SQLite's global allocation counter has no preconditions.
+        || unsafe { ffi::sqlite3_memory_used() }
+    }
+}
+
 /// Stop the query past `deadline`, when cancelled, or when SQLite's heap grew past the budget.
 fn install_progress(conn: &Connection, deadline: Instant, cancel: Option<QueryCancel>, stop: StopReason) {
-    // SAFETY: reading SQLite's global allocation counter has no preconditions.
-    let baseline = unsafe { ffi::sqlite3_memory_used() };
+    let used = heap_used_counter();
+    let baseline = used();
     conn.progress_handler(
         PROGRESS_STEPS,
         Some(move || {
@@ -195,8 +209,7 @@ fn install_progress(conn: &Connection, deadline: Instant, cancel: Option<QueryCa
                 STOP_CANCEL
             } else if Instant::now() >= deadline {
                 STOP_TIMEOUT
-            // SAFETY: as above.
-            } else if unsafe { ffi::sqlite3_memory_used() } - baseline > MAX_QUERY_MEMORY {
+            } else if used() - baseline > MAX_QUERY_MEMORY {
                 STOP_MEMORY
             } else {
                 return false;

@@ -4,6 +4,7 @@
 //! age, retention of the oldest) and read as one trace by [`SqliteStore`].
 
 mod event_rows;
+pub mod heap;
 mod reader;
 mod rolling;
 pub(crate) mod rows;

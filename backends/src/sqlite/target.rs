@@ -23,6 +23,7 @@ impl ReadTarget {
     /// A new read-only connection (`READ_ONLY | URI | NO_MUTEX`) reading the whole trace; the caller
     /// hardens it.
     pub(crate) fn connect(&self) -> Result<Connection> {
+        crate::sqlite::heap::install();
         match self {
             ReadTarget::File(uri) => Connection::open_with_flags(
                 uri,

@@ -58,6 +58,8 @@ impl Fixture {
         let db = dir.join("trace.db");
         std::fs::copy(ingero_dir().join(name), &db).expect("copy trace");
         let uri = if rollback {
+            // The guard's per-thread heap accounting goes in before this process's first SQLite open.
+            causeway_backends::sqlite::heap::install();
             let conn = rusqlite::Connection::open(&db).unwrap();
             let mode: String = conn.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0)).unwrap();
             assert_eq!(mode, "delete");
