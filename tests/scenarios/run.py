@@ -218,19 +218,24 @@ def check_straggler(cause):
             if cul.get("pid") != hog or cul.get("comm") != "nccl-hog":
                 return f"culprit {cul} is not the hog (pid {hog})"
         # the late collectives are the planted steps (collective n is step n - 1, give or take the
-        # edges of the window): at least half of them, and outside them no more than the lateness a
-        # shared 2-core machine produces by itself (a fifth of the unplanted collectives, at least 2)
+        # edges of the window): at least half of them; and the worst episode, the dense run the
+        # chain is graded on, lies within them (a shared 2-core machine makes the rank late now and
+        # then elsewhere too, scattered: those are no episode)
         planted_steps = v["late_to"] - v["late_from"] + 1
         seqs = late_seqs(c["summary"])
         if seqs is None:
             return f"the summary lists no late collectives: {c['summary']}"
         lo, hi = v["late_from"], v["late_to"] + 2
         inside = len([s for s in seqs if lo <= s <= hi])
-        outside = len(seqs) - inside
-        noise = max(2, (v["steps"] - planted_steps) // 5)
-        if inside < planted_steps // 2 or outside > noise:
-            return (f"{inside} late collectives of the {planted_steps} planted, {outside} outside them "
-                    f"(at most {noise}): {c['summary']}")
+        if inside < planted_steps // 2:
+            return f"{inside} late collectives of the {planted_steps} planted: {c['summary']}"
+        ep = re.search(r"its worst episode, #(\d+)-#(\d+) \((\d+) late\)", c["summary"])
+        if not ep:
+            return f"the summary gives no worst episode: {c['summary']}"
+        ep_first, ep_last, n = (int(x) for x in ep.groups())
+        if ep_first < lo - 4 or ep_last > hi + 4 or n < planted_steps // 2:
+            return (f"the worst episode #{ep_first}-#{ep_last} ({n} late) is not the planted steps "
+                    f"{v['late_from']}-{v['late_to']}: {c['summary']}")
         return None
     return check
 
@@ -343,7 +348,10 @@ def scenarios(v):
             [taskset(v["other_cpu"], [hog, "--name", v["innocent"], "--secs", "120"])],
             train(v, *feeding), spin, check_clean),
         # one rank shares its CPU with a hog the job starts (nccl-hog) during the late steps
-        "nccl-straggler": ([], nccl_ranks(v, *straggler_args(v, "hog")), {}, check_straggler("preempted")),
+        # 6 ms of host compute a step: shared with the hog, the straggler is ~6 ms late, twice
+        # what a busy 2-core host's scheduling makes a rank late by now and then
+        "nccl-straggler": ([], nccl_ranks(v, "--host-us", "6000", *straggler_args(v, "hog")), {},
+                           check_straggler("preempted")),
         # one rank does more host work itself (a slow input pipeline) during the late steps
         "nccl-slow-input": ([], nccl_ranks(v, *straggler_args(v, "input")), {}, check_straggler("host_compute")),
         "nccl-clean": ([], nccl_ranks(v), {}, check_nccl_clean),

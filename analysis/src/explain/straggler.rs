@@ -192,6 +192,7 @@ fn chain(
     };
     // on a jittery host every rank is late now and then: what it waited for the others is said
     let net = s.net_waited_ns();
+    let episode = s.episode();
     let net_words = if s.waited_for_others_ns > 0 {
         format!(
             ", and it waited {} for them at their own late entries (net {}, {:.1}%)",
@@ -202,8 +203,15 @@ fn chain(
     } else {
         String::new()
     };
+    let episode_words = format!(
+        "; its worst episode, #{}-#{} ({} late), cost them {} net",
+        episode.first_seq,
+        episode.last_seq,
+        episode.late,
+        fmt_ns(episode.net_ns)
+    );
     let summary = format!(
-        "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last){net_words}; {went_through}",
+        "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last){net_words}{episode_words}; {went_through}",
         s.late.len(),
         s.collectives,
         s.seq_ranges(),
@@ -280,7 +288,8 @@ fn chain(
         s.late[0].op,
         seqs.join(", ")
     );
-    let severity = severity::STRAGGLER.grade(net as f64 / s.others_span_ns as f64, net);
+    // graded on its worst episode: a dense run of late collectives, not the jitter of a busy host
+    let severity = severity::STRAGGLER.grade(episode.net_ns as f64 / s.others_span_ns as f64, episode.net_ns);
     Chain {
         id: String::new(),
         key: format!("straggler/{op}/{comm}/pid:{}", s.pid),
