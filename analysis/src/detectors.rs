@@ -66,19 +66,31 @@ pub struct Gap {
 }
 
 /// Long gaps per thread (see [`GAP_FLOOR_NS`]): gaps are measured from the latest end of all earlier
-/// GPU calls of the thread (order: ts, dur desc, source, id) to the next call's start.
-pub fn long_gaps(calls: &[Call], order: &ThreadOrder) -> Vec<Gap> {
+/// GPU calls of the thread (order: ts, dur desc, source, id) to the next call's start. A thread's
+/// threshold comes from its own rhythm in `calls`, or from `given` (a wider scope's, see
+/// [`crate::explain`]'s slow steps); the thresholds used are returned beside the gaps.
+pub fn long_gaps(
+    calls: &[Call],
+    order: &ThreadOrder,
+    given: Option<&BTreeMap<u32, i64>>,
+) -> (Vec<Gap>, BTreeMap<u32, i64>) {
     let mut out = Vec::new();
+    let mut used = BTreeMap::new();
     let mut sizes: Vec<i64> = Vec::new();
     for (tid, spans) in order.iter() {
         // The thread's rhythm first (sizes only: a thread has as many gaps as calls), then a second
         // walk keeps the long ones.
-        sizes.clear();
-        sizes.extend(gaps_of(spans).map(|(start, end, _, _)| end - start));
-        let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
-        let (p50, p75) = (p[0], p[1]);
-        let threshold =
-            GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
+        let threshold = match given.and_then(|g| g.get(&tid)) {
+            Some(&t) => t,
+            None => {
+                sizes.clear();
+                sizes.extend(gaps_of(spans).map(|(start, end, _, _)| end - start));
+                let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
+                let (p50, p75) = (p[0], p[1]);
+                GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE))
+            }
+        };
+        used.insert(tid, threshold);
         out.extend(gaps_of(spans).filter(|g| g.1 - g.0 >= threshold).map(|(start, end, a, b)| Gap {
             pid: calls[b].pid,
             tid,
@@ -88,7 +100,7 @@ pub fn long_gaps(calls: &[Call], order: &ThreadOrder) -> Vec<Gap> {
             before: calls[b].id.clone(),
         }));
     }
-    out
+    (out, used)
 }
 
 /// The gaps of one thread's calls (in [`ThreadOrder`]): `(start, end, index of the call that opens
@@ -343,8 +355,12 @@ mod tests {
         calls.push(c(100, 1, op::CUDA_STREAM_SYNC, 20 * ms, 5 * ms));
         calls.push(c(101, 1, op::CU_CTX_SYNCHRONIZE, 20 * ms + 10, ms));
         calls.push(c(102, 1, op::CUDA_LAUNCH_KERNEL, 75 * ms, 10_000));
-        let gaps = long_gaps(&calls, &ThreadOrder::of(&calls));
+        let (gaps, used) = long_gaps(&calls, &ThreadOrder::of(&calls), None);
         assert_eq!(gaps.len(), 1);
+        // a wider scope's threshold is taken as given
+        let (more, _) = long_gaps(&calls, &ThreadOrder::of(&calls), Some(&BTreeMap::from([(1, 500_000)])));
+        assert!(more.len() > gaps.len(), "{} gaps over 0.5 ms", more.len());
+        assert_eq!(used[&1], GAP_FLOOR_NS.max(used[&1]));
         assert_eq!((gaps[0].start, gaps[0].end), (25 * ms, 75 * ms));
         assert_eq!(gaps[0].after, EventId::Int(100));
     }

@@ -15,6 +15,7 @@
 //!    every chain with a SQL query that reproduces its headline figure.
 
 mod gpu_time;
+mod steps;
 mod straggler;
 mod subject;
 mod view;
@@ -44,11 +45,22 @@ pub struct ExplainRequest {
     pub pid: Option<u32>,
     /// Chains returned (the rest are counted in `chains_total`).
     pub top: usize,
+    /// Judge what is slow by this wider window's calls and gaps instead of the scope's own: a
+    /// window of slow steps (`--steps 30-37`) is slow against the rest of the trace, and inside it
+    /// every call and gap may be as slow as the next. `None`: the scope's own.
+    pub judge_by: Option<TimeWindow>,
 }
 
 impl Default for ExplainRequest {
     fn default() -> Self {
-        ExplainRequest { window: TimeWindow::ALL, pid: None, top: 10 }
+        ExplainRequest { window: TimeWindow::ALL, pid: None, top: 10, judge_by: None }
+    }
+}
+
+impl ExplainRequest {
+    /// The scope `window` of `pid`, its `top` chains, judged by its own calls.
+    pub fn new(window: TimeWindow, pid: Option<u32>, top: usize) -> ExplainRequest {
+        ExplainRequest { window, pid, top, judge_by: None }
     }
 }
 
@@ -97,6 +109,8 @@ pub struct Explanation {
     /// What this DB does not record.
     pub missing: Vec<String>,
     pub notes: Vec<String>,
+    /// The steps in scope (labeled by the workload, else inferred), the slow ranges and why.
+    pub steps: crate::StepReport,
 }
 
 /// Find a chain by id (`c3`) or key.
@@ -105,11 +119,43 @@ pub fn find_chain<'a>(e: &'a Explanation, id: &str) -> Option<&'a Chain> {
 }
 
 pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanation, AnalysisError> {
+    let judged_by = match req.judge_by.filter(|w| *w != req.window) {
+        Some(wider) => Some(baseline_of(store, &ExplainRequest { window: wider, ..req.clone() })?),
+        None => None,
+    };
+    let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref())?;
+    e.steps = steps::explain_steps(store, req, &baseline)?;
+    Ok(e)
+}
+
+/// The thresholds a scope's own calls and gaps give (its calls read, nothing attributed).
+fn baseline_of(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Baseline, AnalysisError> {
+    let mut view = TraceView::open(store, req)?;
+    let calls = view.load_calls()?;
+    Ok(find_slow_calls_and_gaps(&calls, None).baseline)
+}
+
+/// What "slow" meant in a scope: each op's slow-call threshold and each thread's long-gap
+/// threshold. A slow step range is judged by its whole scope's (inside the range every call and
+/// gap may be as slow as the next).
+#[derive(Debug, Clone, Default)]
+struct Baseline {
+    ops: BTreeMap<OpCode, i64>,
+    gaps: BTreeMap<u32, i64>,
+}
+
+/// The chains of a scope, without its steps, judged by `given` where it has a threshold; with the
+/// thresholds used.
+fn explain_calls(
+    store: &dyn TraceStore,
+    req: &ExplainRequest,
+    given: Option<&Baseline>,
+) -> Result<(Explanation, Baseline), AnalysisError> {
     let mut phase = PhaseClock::start();
     let mut view = TraceView::open(store, req)?;
     let calls = view.load_calls()?;
     phase.lap("load calls");
-    let found = find_slow_calls_and_gaps(&calls);
+    let found = find_slow_calls_and_gaps(&calls, given);
     phase.lap("distributions, nesting, gaps");
     let ctx = view.load_context(&calls, &found)?;
     phase.lap("off-CPU intervals, names, coverage, page allocations");
@@ -145,7 +191,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         }
     }
     phase.lap("chain stacks");
-    Ok(assemble(&view, calls.len(), &found, &ctx, &slow, chains_out, chains_total, truncated))
+    let baseline = found.baseline.clone();
+    Ok((assemble(&view, calls.len(), &found, &ctx, &slow, chains_out, chains_total, truncated), baseline))
 }
 
 /// What the calls alone say: each op's distribution, which calls are nested in another GPU call of
@@ -162,20 +209,29 @@ struct Found {
     slow_pids: BTreeSet<u32>,
     /// Per thread, the intervals of its slow calls and gaps (what off-CPU rows to read).
     spans: Spans,
+    /// The thresholds that made calls slow and gaps long.
+    baseline: Baseline,
 }
 
 /// Stage 2, pure. Two independent passes over the calls, one per core: the ops' distributions, and
 /// each thread's order with the nesting and gaps it gives.
-fn find_slow_calls_and_gaps(calls: &[attr::Call]) -> Found {
-    let (dists, (nested, gaps, spans_by_tid)) = std::thread::scope(|s| {
+fn find_slow_calls_and_gaps(calls: &[attr::Call], given: Option<&Baseline>) -> Found {
+    let (dists, (nested, (gaps, gap_thresholds), spans_by_tid)) = std::thread::scope(|s| {
         let dists = s.spawn(|| op_distributions(calls));
         let by_thread = attr::ThreadOrder::of(calls);
         let nested = attr::nested_flags(calls, &by_thread);
-        let gaps = detectors::long_gaps(calls, &by_thread);
+        let gaps = detectors::long_gaps(calls, &by_thread, given.map(|g| &g.gaps));
         (dists.join().expect("op distributions"), (nested, gaps, detectors::thread_spans(&by_thread)))
     });
+    let baseline = Baseline {
+        ops: dists
+            .iter()
+            .map(|(op, d)| (*op, given.and_then(|g| g.ops.get(op).copied()).unwrap_or_else(|| d.slow_threshold())))
+            .collect(),
+        gaps: gap_thresholds,
+    };
     let slow: Vec<usize> =
-        (0..calls.len()).filter(|&i| !nested[i] && calls[i].dur >= dists[&calls[i].op].slow_threshold()).collect();
+        (0..calls.len()).filter(|&i| !nested[i] && calls[i].dur >= baseline.ops[&calls[i].op]).collect();
     let mut spans = Spans::default();
     for &i in &slow {
         spans.add(calls[i].tid, calls[i].ts, calls[i].end());
@@ -185,7 +241,7 @@ fn find_slow_calls_and_gaps(calls: &[attr::Call]) -> Found {
     }
     spans.finish();
     let slow_pids = slow.iter().map(|&i| calls[i].pid).collect();
-    Found { dists, nested, gaps, spans_by_tid, slow, slow_pids, spans }
+    Found { dists, nested, gaps, spans_by_tid, slow, slow_pids, spans, baseline }
 }
 
 /// The slow calls attributed, per op.
@@ -455,6 +511,7 @@ fn assemble(
         truncated,
         missing: info.missing.clone(),
         notes,
+        steps: crate::StepReport::default(),
     }
 }
 

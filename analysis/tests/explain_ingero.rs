@@ -96,6 +96,7 @@ fn windows_and_pids_scope_the_evidence_too() {
         window: causeway_model::time::TimeWindow { from_ns: Some(first), to_ns: Some(first + 20_000_000_000) },
         pid: Some(2233),
         top: 100,
+        judge_by: None,
     };
     let e = explain(&store, &req).unwrap();
     assert!(!e.chains.is_empty());

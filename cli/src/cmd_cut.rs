@@ -31,7 +31,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.window.resolve(store.info())?;
+    let window = args.window.resolve(store.as_ref(), args.pid)?;
     anyhow::ensure!(
         !window.is_all() || args.pid.is_some(),
         "nothing to cut: give a window (--from/--to or --since) or --pid; `causeway convert` copies a whole trace"

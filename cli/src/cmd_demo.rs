@@ -65,7 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let db = dir.join(&args.name).join("trace.db");
     let readme = std::fs::read_to_string(dir.join(&args.name).join("README.md")).unwrap_or_default();
     let store = causeway_backends::open_store(&db).with_context(|| format!("opening {}", db.display()))?;
-    let e = explain(store.as_ref(), &ExplainRequest { window: Default::default(), pid: None, top: 5 })?;
+    let e = explain(store.as_ref(), &ExplainRequest::new(Default::default(), None, 5))?;
     println!("Causeway demo: the bundled investigation '{}' ({})", args.name, db.display());
     if let Some(p) = planted(&readme) {
         println!("\nWhat was planted: {p}\n");

@@ -45,10 +45,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 
 /// The report (or one chain) of `store`, named `label` in the SQL hints.
 pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, args: &ReportArgs) -> anyhow::Result<i32> {
-    let window = args.scope.window.resolve(store.info())?;
+    let window = args.scope.window(store)?;
     // A chain id is a rank among all chains: look it up in all of them.
     let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
-    let e = explain(store, &ExplainRequest { window, pid: args.scope.pid, top })?;
+    let e = explain(store, &ExplainRequest { window, pid: args.scope.pid, top, judge_by: args.scope.judge_by() })?;
     let chosen = match args.chain.as_deref() {
         Some(id) => Some(find_chain(&e, id).ok_or_else(|| {
             anyhow::anyhow!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total)

@@ -36,7 +36,7 @@ fn parse_format(s: &str) -> Result<Format, String> {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.window.resolve(store.info())?;
+    let window = args.window.resolve(store.as_ref(), args.pid)?;
     let req = ExportRequest { window, pid: args.pid, chains: !args.no_chains, ..Default::default() };
     let out = args.out.clone().unwrap_or_else(|| args.db.with_extension(args.format.extension()));
     let summary = if out.as_os_str() == "-" {

@@ -25,10 +25,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.scope.window.resolve(store.info())?;
+    let window = args.scope.window(store.as_ref())?;
     let report = causeway_render::html_report(
         store.as_ref(),
-        &ExplainRequest { window, pid: args.scope.pid, top: args.top.max(1) },
+        &ExplainRequest { window, pid: args.scope.pid, top: args.top.max(1), judge_by: args.scope.judge_by() },
     )?;
     std::fs::write(&args.html, &report.html).with_context(|| format!("cannot write {}", args.html.display()))?;
     eprintln!(

@@ -71,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let windowed = args.window.since.is_some() || args.window.from.is_some() || args.window.to.is_some();
     let window = if windowed {
         let store = causeway_backends::open_store(&args.db)?;
-        Some(args.window.resolve(store.info())?)
+        Some(args.window.resolve(store.as_ref(), None)?)
     } else {
         None
     };

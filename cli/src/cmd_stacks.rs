@@ -8,7 +8,7 @@ use causeway_analysis::{top_stacks, StackSummary, StacksRequest};
 use causeway_model::codes;
 use causeway_model::time::fmt_ns;
 
-use crate::window::window_of;
+use crate::window::WindowArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -33,13 +33,8 @@ pub struct Args {
     /// Frames printed per stack (JSON has them all).
     #[arg(long, default_value_t = 12)]
     frames: usize,
-    /// Only the last DUR of the trace (e.g. 30s).
-    #[arg(long, value_name = "DUR")]
-    since: Option<String>,
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
-    from: Option<String>,
-    #[arg(long, value_name = "T", allow_hyphen_values = true)]
-    to: Option<String>,
+    #[command(flatten)]
+    window: WindowArgs,
 }
 
 fn print_stack(rank: usize, s: &StackSummary, frames: usize) {
@@ -69,7 +64,7 @@ fn print_stack(rank: usize, s: &StackSummary, frames: usize) {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = window_of(store.info(), args.since.as_deref(), args.from.as_deref(), args.to.as_deref())?;
+    let window = args.window.resolve(store.as_ref(), args.pid)?;
     let op = args
         .op
         .as_deref()

@@ -54,7 +54,7 @@ pub fn parse_ops(names: &[String]) -> anyhow::Result<Option<Vec<OpCode>>> {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.scope.window.resolve(store.info())?;
+    let window = args.scope.window(store.as_ref())?;
     let req = StatsRequest {
         window,
         pid: args.scope.pid,

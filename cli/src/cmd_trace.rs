@@ -89,6 +89,18 @@ pub struct Args {
     /// latency histograms per op, off-CPU time of the traced threads, losses, the tracer's CPU.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::metrics_http::DEFAULT_ADDR)]
     pub metrics: Option<String>,
+    /// The Unix socket the workload labels its steps, epochs and tasks on (`causeway annotate`,
+    /// the Python helper's `with causeway.step(i):`); a launched command finds it in
+    /// $CAUSEWAY_LABELS. Default: /run/causeway/labels.sock for root, else under
+    /// $XDG_RUNTIME_DIR (beside it when another trace holds it).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_labels")]
+    pub labels_socket: Option<PathBuf>,
+    /// The label socket's permission bits, octal (default 600: only this user may label).
+    #[arg(long, value_name = "MODE", default_value = "600", value_parser = parse_mode)]
+    pub labels_mode: u32,
+    /// Open no label socket.
+    #[arg(long)]
+    pub no_labels: bool,
     #[command(flatten)]
     pub series: SeriesArgs,
     #[cfg(feature = "duckdb")]
@@ -254,6 +266,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         nvml: causeway_probes::NvmlOptions { hz: args.nvml_hz, lib: args.nvml_lib.clone() },
         metrics: args.metrics.as_ref().map(|_| std::sync::Arc::new(causeway_probes::TraceMetrics::new())),
         container_root: args.container_root.clone(),
+        labels: causeway_probes::LabelOptions {
+            enabled: !args.no_labels,
+            socket: args.labels_socket.clone(),
+            mode: args.labels_mode,
+        },
         ..Default::default()
     };
     let metrics = opts.metrics.clone();
@@ -319,6 +336,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 a.pid, a.path
             );
         }
+        if let Some(path) = &report.labels_socket {
+            let labels: Vec<String> = ["step", "epoch", "task"]
+                .iter()
+                .filter_map(|k| report.events_by_op.get(*k).map(|n| format!("{n} {k}(s)")))
+                .collect();
+            let got = if labels.is_empty() { "no labels".to_string() } else { labels.join(", ") };
+            eprintln!("causeway: label socket {path}: {got}");
+        }
         for n in &report.notes {
             eprintln!("causeway: note: {n}");
         }
@@ -369,6 +394,14 @@ fn show(s: &LiveStats, json: bool) {
         s.traced_pids,
         t.render()
     );
+}
+
+/// Permission bits in octal (`600`, `0660`).
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("`{s}` is not permission bits in octal (e.g. 600, 660)"))
 }
 
 #[cfg(test)]

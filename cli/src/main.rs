@@ -2,6 +2,7 @@
 //! `Args` struct and a `run` function; this file only parses arguments, dispatches, and turns any
 //! error into one line on stderr and a non-zero exit.
 
+mod cmd_annotate;
 mod cmd_check;
 mod cmd_convert;
 mod cmd_cut;
@@ -17,6 +18,7 @@ mod cmd_report;
 mod cmd_ship;
 mod cmd_stacks;
 mod cmd_stats;
+mod cmd_steps;
 mod cmd_timeline;
 mod cmd_trace;
 mod host_lock;
@@ -50,12 +52,16 @@ enum Command {
     Explain(cmd_explain::Args),
     /// The incident report as one self-contained HTML file: verdict, chains with their timeline pictures, percentiles, histograms.
     Report(cmd_report::Args),
+    /// The workload's steps (labeled, else inferred from the trace): durations, slow ranges, and what explains each.
+    Steps(cmd_steps::Args),
     /// Top call stacks of GPU calls by count and by time, demangled, Python frames as `file:line in function` (the line being executed).
     Stacks(cmd_stacks::Args),
     /// What each thread of a process did, in order, with the off-CPU intervals between.
     Timeline(cmd_timeline::Args),
     /// Record a trace: CUDA runtime/driver calls and what the kernel did to those threads, into a database.
     Trace(cmd_trace::Args),
+    /// Label a step, epoch or task of a traced workload (`step 812 begin` ... `step 812 end`, or `task 3 -- CMD`).
+    Annotate(cmd_annotate::Args),
     /// What this host can trace and what is missing, with the fix.
     Check(cmd_check::Args),
     /// The MCP server for agents (Claude Code, Cursor, ollmcp): tools, prompts, resources over stdio or HTTP.
@@ -96,9 +102,11 @@ fn main() {
         Command::Explain(a) => cmd_explain::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Stacks(a) => cmd_stacks::run(a),
+        Command::Steps(a) => cmd_steps::run(a),
         Command::Timeline(a) => cmd_timeline::run(a),
         Command::Mcp(a) => cmd_mcp::run(a),
         Command::Trace(a) => cmd_trace::run(a),
+        Command::Annotate(a) => cmd_annotate::run(a),
         Command::Check(a) => cmd_check::run(a),
         Command::Convert(a) => cmd_convert::run(a),
         Command::Export(a) => cmd_export::run(a),

@@ -55,6 +55,7 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
             let _ = writeln!(o, "… {} chains in all (--top N for more)", e.chains_total);
         }
     }
+    render_slow_steps(&mut o, &e.steps, e.first_ns);
     for c in e.chains.iter().take(DETAILED) {
         let _ = writeln!(o, "\n[{}] {} {}", c.id, c.severity.as_str(), c.summary);
         for s in c.timeline.iter().take(4) {
@@ -140,4 +141,26 @@ pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
     let _ = writeln!(o, "value: {} {}; reproduce with:", c.evidence.value, c.evidence.unit);
     let _ = writeln!(o, "causeway query --db {db_arg} \"{}\"", c.evidence.sql.replace('"', "\\\""));
     o
+}
+
+/// The slow steps of a report, worst first (nothing when no step was slow).
+pub fn render_slow_steps(o: &mut String, steps: &causeway_analysis::StepReport, first_ns: i64) {
+    let slow = steps.slow_ranges();
+    if slow.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nslow steps");
+    for (series, r) in slow.iter().take(3) {
+        let _ = writeln!(
+            o,
+            "   {}  pid {} ({}): {}",
+            fmt_since(r.start_ns, first_ns),
+            series.pid,
+            series.origin,
+            cut(&r.summary, 240)
+        );
+    }
+    if slow.len() > 3 {
+        let _ = writeln!(o, "   … {} slow ranges in all (causeway steps)", slow.len());
+    }
 }

@@ -159,7 +159,7 @@ impl<'a> Walk<'a> {
     /// Runs explain over the export's scope and declares one annotation track per chain, with a
     /// flow to each evidence event the export will write.
     fn prepare_chains(&mut self, w: &mut dyn TraceWriter) -> Result<(), ExportError> {
-        let ex = explain(self.store, &ExplainRequest { window: self.req.window, pid: self.req.pid, top: MAX_CHAINS })?;
+        let ex = explain(self.store, &ExplainRequest::new(self.req.window, self.req.pid, MAX_CHAINS))?;
         let ids: Vec<EventId> = ex.chains.iter().flat_map(|c| c.evidence.event_ids.iter().cloned()).collect();
         let spans: HashMap<EventId, (i64, i64)> =
             self.store.events_by_id(&ids)?.into_iter().map(|e| (e.id.clone(), e.event.span())).collect();
@@ -291,6 +291,21 @@ impl<'a> Walk<'a> {
                 }
             }
             OpKind::OffCpu if code == op::SCHED_SWITCH => self.off_cpu(w, &e, track, flows_in)?,
+            OpKind::Label => {
+                // a labeled step spans the calls made in it: the calls nest under it on the thread
+                let slice = Slice {
+                    name: format!("{} {}", code.name(), ev.arg0),
+                    category: codes::source_name(ev.source),
+                    args: vec![
+                        ("event_id", Arg::Str(e.id.to_string())),
+                        ("dur", Arg::Str(fmt_ns(ev.dur_ns))),
+                        ("index", Arg::Int(ev.arg0)),
+                    ],
+                    flows_out: Vec::new(),
+                    flows_in,
+                };
+                self.summary.clipped += self.nesting.begin(w, track, ev.ts_ns, ev.span().1, &slice)?;
+            }
             _ => {
                 let mut slice = self.point_slice(&e, code);
                 slice.flows_in = flows_in;

@@ -31,7 +31,8 @@ impl Tier {
     }
 }
 
-/// The events the summary tier ships: every NCCL call and every call that waits for the GPU.
+/// The events the summary tier ships: every NCCL call, every call that waits for the GPU and every
+/// labeled step, epoch and task.
 pub fn summary_predicate() -> String {
     let mut codes: Vec<String> = OPS
         .iter()
@@ -40,5 +41,5 @@ pub fn summary_predicate() -> String {
         .map(|c| format!("({}, {})", c.source, c.op))
         .collect();
     codes.sort();
-    format!("(source = {} OR (source, op) IN ({}))", Source::Nccl.code(), codes.join(", "))
+    format!("(source IN ({}, {}) OR (source, op) IN ({}))", Source::Nccl.code(), Source::Step.code(), codes.join(", "))
 }

@@ -28,11 +28,13 @@ pub enum Source {
     CudaGraph = 8,
     /// NCCL collectives.
     Nccl = 9,
+    /// Steps, epochs and tasks: intervals the workload labeled while it was traced.
+    Step = 10,
 }
 
 impl Source {
     /// Every source, in code order.
-    pub const ALL: [Source; 9] = [
+    pub const ALL: [Source; 10] = [
         Source::Cuda,
         Source::Nvidia,
         Source::Host,
@@ -42,6 +44,7 @@ impl Source {
         Source::Net,
         Source::CudaGraph,
         Source::Nccl,
+        Source::Step,
     ];
 
     /// The stored `events.source` value.
@@ -92,6 +95,7 @@ pub const SOURCES: &[(u8, &str, &str)] = &[
     (7, "NET", "Network socket events (syscall tracepoints)"),
     (8, "CUDA_GRAPH", "CUDA graph capture, instantiation and launch"),
     (9, "NCCL", "NCCL (libnccl) collectives, point-to-point and communicator calls, uprobes + uretprobes; per-call detail in nccl_calls"),
+    (10, "STEP", "Steps, epochs and tasks the workload labeled while traced (`causeway annotate`, the Python helper): one interval each"),
 ];
 
 /// A (source, op) pair.
@@ -216,6 +220,10 @@ pub mod op {
     pub const NCCL_COMM_DESTROY: OpCode = OpCode::new(9, 13);
     pub const NCCL_COMM_ABORT: OpCode = OpCode::new(9, 14);
     pub const NCCL_COMM_FINALIZE: OpCode = OpCode::new(9, 15);
+    // source 10: labeled intervals
+    pub const STEP: OpCode = OpCode::new(10, 1);
+    pub const EPOCH: OpCode = OpCode::new(10, 2);
+    pub const TASK: OpCode = OpCode::new(10, 3);
 }
 
 /// The NCCL ops that are collectives: every rank of a communicator calls them in the same order,
@@ -241,6 +249,9 @@ pub enum OpKind {
     BlockIo,
     /// An in-kernel aggregate written periodically.
     Summary,
+    /// An interval the workload labeled (a training step, an epoch, a task): `timestamp` is its
+    /// start, `duration` its length.
+    Label,
     /// Anything else.
     Other,
 }
@@ -330,6 +341,9 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (9, 13, "ncclCommDestroy", OpKind::GpuCall, "communicator destruction; arg1 = communicator"),
     (9, 14, "ncclCommAbort", OpKind::GpuCall, "communicator abort; arg1 = communicator"),
     (9, 15, "ncclCommFinalize", OpKind::GpuCall, "communicator finalization (flushes outstanding work); arg1 = communicator"),
+    (10, 1, "step", OpKind::Label, "a training step (or serving iteration) the workload labeled; timestamp = start, duration = length, arg0 = step number"),
+    (10, 2, "epoch", OpKind::Label, "an epoch the workload labeled; timestamp = start, duration = length, arg0 = epoch number"),
+    (10, 3, "task", OpKind::Label, "a task the workload labeled (a request, an evaluation, a checkpoint); timestamp = start, duration = length, arg0 = task number"),
 ];
 
 fn find(source: u8, op: u16) -> Option<&'static (u8, u16, &'static str, OpKind, &'static str)> {

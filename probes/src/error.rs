@@ -33,6 +33,9 @@ pub enum ProbeError {
     /// A process could not be added to the traced set.
     #[error("following process {pid}: {detail}")]
     Follow { pid: u32, detail: String },
+    /// The label socket the caller named could not be opened.
+    #[error("the label socket: {0}")]
+    Labels(String),
     /// The trace's storage failed (creating, flushing or finishing it).
     #[error("trace storage: {0}")]
     Storage(#[from] causeway_store::StoreError),

@@ -11,14 +11,29 @@ pub struct GatedChild {
 }
 
 impl GatedChild {
-    /// Fork `argv`; stdout goes to `stdout` when given, stdin comes from /dev/null when `null_stdin`
-    /// (a server whose stdin is a protocol must not share it). The child execs after
-    /// [`GatedChild::release`].
-    pub fn spawn(argv: &[String], stdout: Option<&Path>, null_stdin: bool) -> anyhow::Result<GatedChild> {
+    /// Fork `argv` with our environment plus `env` (which wins over a variable of the same name);
+    /// stdout goes to `stdout` when given, stdin comes from /dev/null when `null_stdin` (a server
+    /// whose stdin is a protocol must not share it). The child execs after [`GatedChild::release`].
+    pub fn spawn(
+        argv: &[String],
+        env: &[(String, String)],
+        stdout: Option<&Path>,
+        null_stdin: bool,
+    ) -> anyhow::Result<GatedChild> {
         anyhow::ensure!(!argv.is_empty(), "no command to run");
         let cargs: Vec<CString> = argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<_, _>>()?;
         let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
         ptrs.push(std::ptr::null());
+        // the environment is built before the fork: the child only execs
+        let mut vars: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| !env.iter().any(|(name, _)| k.as_encoded_bytes() == name.as_bytes()))
+            .map(|(k, v)| CString::new([k.as_encoded_bytes(), b"=", v.as_encoded_bytes()].concat()))
+            .collect::<Result<_, _>>()?;
+        for (k, v) in env {
+            vars.push(CString::new(format!("{k}={v}"))?);
+        }
+        let mut envp: Vec<*const libc::c_char> = vars.iter().map(|c| c.as_ptr()).collect();
+        envp.push(std::ptr::null());
         let out_fd = match stdout {
             Some(p) => {
                 let c = CString::new(p.as_os_str().as_encoded_bytes())?;
@@ -62,7 +77,7 @@ impl GatedChild {
                 if in_fd >= 0 {
                     libc::dup2(in_fd, 0);
                 }
-                libc::execvp(ptrs[0], ptrs.as_ptr());
+                libc::execvpe(ptrs[0], ptrs.as_ptr(), envp.as_ptr());
                 libc::_exit(127);
             }
         }

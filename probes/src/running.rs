@@ -75,6 +75,8 @@ pub(crate) struct Running<'o> {
     pub(crate) stopping: bool,
     /// `trace --all`: the host's processes, looked at for CUDA.
     watch: Option<HostWatch>,
+    /// Label messages refused (the first ten are noted).
+    pub(crate) labels_refused: u64,
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -126,6 +128,7 @@ impl<'o> Running<'o> {
             backpressure: HashMap::new(),
             stopping: false,
             watch: opts.all.then(|| HostWatch::new(Duration::from_millis(opts.all_rescan_ms.max(10)))),
+            labels_refused: 0,
         };
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
         if run.walk_python {
@@ -341,6 +344,45 @@ impl<'o> Running<'o> {
                 *self.backpressure.entry(s).or_default() += k;
             }
         }
+    }
+
+    /// A label from the workload (`labels.rs`): the interval written as an event, or the refusal
+    /// noted (the first few; then counted).
+    pub(crate) async fn on_label(&mut self, news: crate::labels::LabelNews) {
+        match news {
+            crate::labels::LabelNews::Label(e) => {
+                let mut events = vec![e];
+                self.write_cgroups(&mut events).await;
+                let name = causeway_model::codes::op_name(events[0].source, events[0].op).into_owned();
+                if self.sink.write_batch(events).await.is_ok() {
+                    self.report.events_written += 1;
+                    *self.report.events_by_op.entry(name).or_default() += 1;
+                } else {
+                    *self.backpressure.entry(causeway_model::codes::Source::Step.code()).or_default() += 1;
+                }
+            }
+            crate::labels::LabelNews::Refused(why) => {
+                self.labels_refused += 1;
+                if self.labels_refused <= 10 {
+                    self.note(format!("label refused: {why}"));
+                }
+            }
+        }
+    }
+
+    /// A note for the report: something skipped or wrong that did not stop the trace.
+    pub(crate) fn note(&mut self, note: String) {
+        self.probes.notes.push(note);
+    }
+
+    /// Notes for the report.
+    pub(crate) fn note_all(&mut self, notes: impl IntoIterator<Item = String>) {
+        self.probes.notes.extend(notes);
+    }
+
+    /// Where the label socket listened, for the report.
+    pub(crate) fn labels_at(&mut self, path: &std::path::Path) {
+        self.report.labels_socket = Some(path.display().to_string());
     }
 
     /// What the trace has of the GPUs' own state (NVML found, or why not).
@@ -589,8 +631,9 @@ fn start_targets(
     if opts.command.is_empty() {
         return Ok(None);
     }
-    let mut c = GatedChild::spawn(&opts.command, opts.command_stdout.as_deref(), opts.command_stdin_null)
-        .map_err(|e| ProbeError::Command { command: opts.command.join(" "), detail: format!("{e:#}") })?;
+    let mut c =
+        GatedChild::spawn(&opts.command, &opts.command_env, opts.command_stdout.as_deref(), opts.command_stdin_null)
+            .map_err(|e| ProbeError::Command { command: opts.command.join(" "), detail: format!("{e:#}") })?;
     if opts.follow_mapped_libs {
         if let Some(prog) = opts.command.first().and_then(|p| which(p)) {
             libs.attach_loader_of_program(probes, &prog);

@@ -16,6 +16,7 @@ use causeway_model::LossCounter;
 use causeway_store::EventSink;
 
 use crate::error::ProbeError;
+use crate::labels::LabelSocket;
 use crate::loader::{AttachedLib, LoadOptions};
 use crate::running::Running;
 use crate::stats::LiveStats;
@@ -36,6 +37,10 @@ pub struct TraceOptions {
     pub command_stdout: Option<PathBuf>,
     /// Give the command /dev/null as stdin instead of ours (an MCP server over stdio).
     pub command_stdin_null: bool,
+    /// Variables added to the command's environment (the label socket's path is added by `trace`).
+    pub command_env: Vec<(String, String)>,
+    /// The socket the workload sends its step, epoch and task labels to.
+    pub labels: crate::labels::LabelOptions,
     /// `--cuda-lib`: library files (or directories of them) to probe whether or not a traced
     /// process maps them; never dropped (a file that is not a CUDA library is an error).
     pub cuda_libs: Vec<PathBuf>,
@@ -88,6 +93,8 @@ impl Default for TraceOptions {
             all_rescan_ms: 1000,
             command_stdout: None,
             command_stdin_null: false,
+            command_env: Vec::new(),
+            labels: crate::labels::LabelOptions::default(),
             cuda_libs: Vec::new(),
             follow_mapped_libs: true,
             stop_on_load: true,
@@ -134,6 +141,8 @@ pub struct TraceReport {
     pub traced_pids: Vec<u32>,
     pub command_pid: Option<u32>,
     pub command_exit: Option<i32>,
+    /// Where the workload could send labels (`None`: no socket).
+    pub labels_socket: Option<String>,
     /// Rows the sink refused outside the event batches, per table (`stack_traces`,
     /// `process_names`, `launch_configs`, `kernel_names`, `attachments`, and summary `events`):
     /// the trace goes on without them, and each table with a failure also gets a note.
@@ -183,11 +192,16 @@ impl TraceReport {
 /// [`Running`]'s methods; this is the loop that waits on the reader, the loader hook's notices,
 /// the poll and the clock.
 pub async fn trace(
-    opts: TraceOptions,
+    mut opts: TraceOptions,
     sink: Box<dyn EventSink>,
     mut progress: impl FnMut(&LiveStats),
 ) -> Result<TraceReport, ProbeError> {
+    let (mut labels, label_note) = open_labels(&opts.labels)?;
+    if let (Some(l), false) = (&labels, opts.command.is_empty()) {
+        opts.command_env.push((crate::labels::LABELS_ENV.to_string(), l.path.display().to_string()));
+    }
     let mut run = Running::start(&opts, sink).await?;
+    run.note_all(label_note);
     let mut reader = run.spawn_reader()?;
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
@@ -205,6 +219,7 @@ pub async fn trace(
             _ = poll.tick(), if !run.stopping => run.on_poll().await,
             _ = tick.tick() => progress(&run.on_tick().await),
             Some(g) = gpu_rx.recv() => run.on_gpu(g).await,
+            Some(news) = next_label(&mut labels) => run.on_label(news).await,
         }
     }
     let _ = reader.thread.join();
@@ -214,7 +229,36 @@ pub async fn trace(
     while let Ok(g) = gpu_rx.try_recv() {
         run.on_gpu(g).await;
     }
+    if let Some(mut l) = labels.take() {
+        // whatever arrived before the end is kept; the socket closes (and its file goes) here
+        while let Ok(news) = l.news.try_recv() {
+            run.on_label(news).await;
+        }
+        run.note_all(l.unfinished());
+        run.labels_at(&l.path);
+    }
     run.finish(&mut reader.loads).await
+}
+
+/// The label socket, unless turned off; a default path that cannot be opened is a note, an
+/// explicit one an error.
+fn open_labels(opts: &crate::labels::LabelOptions) -> Result<(Option<LabelSocket>, Option<String>), ProbeError> {
+    if !opts.enabled {
+        return Ok((None, None));
+    }
+    match LabelSocket::open(opts.socket.as_deref(), opts.mode) {
+        Ok(s) => Ok((Some(s), None)),
+        Err(e) if opts.socket.is_some() => Err(ProbeError::Labels(format!("{e:#}"))),
+        Err(e) => Ok((None, Some(format!("no label socket: {e:#}")))),
+    }
+}
+
+/// The next label news, or never when there is no socket.
+async fn next_label(labels: &mut Option<LabelSocket>) -> Option<crate::labels::LabelNews> {
+    match labels {
+        Some(l) => l.news.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The session row of a trace this process is about to record on this host: start time, version,

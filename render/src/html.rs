@@ -65,6 +65,7 @@ pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlR
         ex.slow_calls,
         esc(&ex.verdict)
     );
+    steps_section(&mut h, &ex.steps);
     if ex.chains.is_empty() {
         h.push_str("<p>No causal chain: no slow call or gap had a cause this trace records.</p>\n");
     }
@@ -109,6 +110,36 @@ pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlR
     }
     h.push_str("<p class=\"meta\">Every figure above is computed from the trace; each chain's SQL reproduces its headline figure.</p>\n</body></html>\n");
     Ok(HtmlReport { html: h, chains: ex.chains.len(), pictures, histograms: histograms.len() })
+}
+
+/// The workload's step series and their slow ranges, each with what explains it.
+fn steps_section(h: &mut String, steps: &causeway_analysis::StepReport) {
+    if steps.series.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Steps</h2>\n<ul class=\"notes\">");
+    for s in &steps.series {
+        let _ = write!(
+            h,
+            "<li>pid {}: {} {}s ({}), median {}, p90 {}, longest {}",
+            s.pid,
+            s.count,
+            esc(&s.kind),
+            esc(&s.origin),
+            fmt_ns(s.p50_ns),
+            fmt_ns(s.p90_ns),
+            fmt_ns(s.max_ns)
+        );
+        if !s.slow.is_empty() {
+            h.push_str("<ul>");
+            for r in &s.slow {
+                let _ = write!(h, "<li>{}</li>", esc(&r.summary));
+            }
+            h.push_str("</ul>");
+        }
+        h.push_str("</li>");
+    }
+    h.push_str("</ul>\n");
 }
 
 fn chain_section(h: &mut String, chain: &Chain, svg: Option<&str>) {

@@ -3,11 +3,11 @@
 //! (default limits, `truncated`, a `hint` to narrow). No analysis happens here.
 
 use causeway_analysis::Severity;
-use causeway_analysis::{compute_stats, resolve_window, StatsRequest};
+use causeway_analysis::{compute_stats, resolve_window, step_window, StatsRequest};
 use causeway_analysis::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
 use causeway_analysis::{top_stacks, StacksRequest};
 use causeway_backends::QueryCancel;
-use causeway_backends::{EventId, QueryLimits, TraceInfo};
+use causeway_backends::{EventId, QueryLimits, TraceStore};
 use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, parse_duration_ns, TimeWindow};
 
@@ -30,16 +30,32 @@ fn untrusted() -> String {
     UNTRUSTED_NOTE.to_string()
 }
 
-/// The window of `since`/`from`/`to`, resolved against the trace's own clock.
+/// The window of `since`/`from`/`to`, resolved against the trace's own clock, or of `steps` (whose
+/// numbers count `pid`'s steps; every process's when `None`).
 pub fn window_of(
-    info: &TraceInfo,
+    store: &dyn TraceStore,
     since: Option<&str>,
     from: Option<&str>,
     to: Option<&str>,
+    steps: Option<&str>,
+    pid: Option<u32>,
 ) -> Result<TimeWindow, String> {
+    if let Some(spec) = steps {
+        if since.is_some() || from.is_some() || to.is_some() {
+            return Err("give either steps or since/from/to, not both".into());
+        }
+        return step_window(store, spec, pid).map_err(|e| e.to_string());
+    }
+    let info = store.info();
     let since =
         since.map(parse_duration_ns).transpose().map_err(|e| format!("invalid since: {e} (e.g. \"30s\", \"5m\")"))?;
     resolve_window(info, since, from, to).map_err(|e| e.to_string().replace("--", ""))
+}
+
+/// What a scope's slowness is judged by: the whole trace for a step range (slow against the other
+/// steps), else the scope itself.
+pub fn judge_by(steps: Option<&str>) -> Option<TimeWindow> {
+    steps.map(|_| TimeWindow::ALL)
 }
 
 /// Op names to codes, with an error that shows valid names.
@@ -119,7 +135,8 @@ pub fn list_traces(set: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<ListTra
 pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<StatsOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
     let store = store_of(&entry)?;
-    let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
+    let window =
+        window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
     let by_kernel = a.group_by == Some(GroupBy::Kernel);
     let req = StatsRequest {
         window,
@@ -247,12 +264,13 @@ fn parse_severity(s: &str) -> Result<Severity, String> {
 pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Result<ChainsOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
     let store = store_of(&entry)?;
-    let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
+    let window =
+        window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
     let min = a.min_severity.as_deref().map(parse_severity).transpose()?.unwrap_or(Severity::Low);
     if let Some(op) = &a.op {
         parse_op(op)?;
     }
-    let e = set.explanation(&entry, window, a.pid)?;
+    let e = set.explanation_judged(&entry, window, a.pid, judge_by(a.steps.as_deref()))?;
     let matching: Vec<&causeway_analysis::Chain> = e
         .chains
         .iter()
@@ -321,15 +339,54 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
         slow_time_ns: e.slow_time_ns,
         missing: e.missing.clone(),
         notes: e.notes.clone(),
+        steps: e.steps.clone(),
         untrusted: untrusted(),
         pictures,
     })
 }
 
+pub fn get_steps(set: &TraceSet, a: StepsArgs, _: &QueryCancel) -> Result<StepsOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(&entry)?;
+    let window =
+        window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
+    let e = set.explanation_judged(&entry, window, a.pid, judge_by(a.steps.as_deref()))?;
+    let mut report = e.steps.clone();
+    let limit = a.limit.unwrap_or(200).clamp(1, 5000);
+    let mut truncated = false;
+    if a.list == Some(true) {
+        let listed = causeway_analysis::find_steps(store.as_ref(), window, a.pid).map_err(|e| e.to_string())?;
+        for (s, mut l) in report.series.iter_mut().zip(listed.series) {
+            truncated |= l.steps.len() > limit;
+            l.steps.truncate(limit);
+            s.steps = l.steps;
+        }
+    }
+    let slow = report.slow_ranges();
+    let summary = match (report.series.first(), slow.first()) {
+        (None, _) => report.notes.first().cloned().unwrap_or_else(|| "no steps in scope".into()),
+        (Some(s), None) => format!(
+            "{} series; pid {}: {} {}s ({}), median {}, none slow",
+            report.series.len(),
+            s.pid,
+            s.count,
+            s.kind,
+            s.origin,
+            fmt_ns(s.p50_ns)
+        ),
+        (Some(_), Some((s, r))) => {
+            format!("{} slow range(s); worst, pid {} ({}): {}", slow.len(), s.pid, s.origin, r.summary)
+        }
+    };
+    let hint = truncated.then(|| format!("step lists cut to {limit}: raise limit (max 5000) or narrow with steps"));
+    Ok(StepsOutput { summary, trace: entry.name.clone(), steps: report, truncated, hint, untrusted: untrusted() })
+}
+
 pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<StacksOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
     let store = store_of(&entry)?;
-    let window = window_of(store.info(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref())?;
+    let window =
+        window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
     let op = a.op.as_deref().map(parse_op).transpose()?;
     let req = StacksRequest { window, pid: a.pid, op, kernel: a.kernel.clone(), top: top(a.top_n) };
     let mut stacks = top_stacks(store.as_ref(), &req).map_err(|e| e.to_string())?;
@@ -367,7 +424,7 @@ pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<Stac
 pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<TimelineOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
     let store = store_of(&entry)?;
-    let window = window_of(store.info(), None, a.from.as_deref(), a.to.as_deref())?;
+    let window = window_of(store.as_ref(), None, a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
     let mut around = a.around.clone();
     let mut centered_on = None;
     if around.is_none() && (window.from_ns.is_none() || window.to_ns.is_none()) {

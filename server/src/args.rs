@@ -30,6 +30,8 @@ pub struct StatsArgs {
     pub from: Option<String>,
     /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
     pub to: Option<String>,
+    /// Only these steps instead of a time window: "812", "80-119", or "epoch:3" / "task:2-5" (the workload's labels, else the steps inferred from the trace; get_steps lists them).
+    pub steps: Option<String>,
     /// Only events of this process.
     pub pid: Option<u32>,
     /// Only these ops, by name (e.g. ["cudaStreamSync", "sched_switch"]).
@@ -63,6 +65,8 @@ pub struct ChainsArgs {
     pub from: Option<String>,
     /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
     pub to: Option<String>,
+    /// Only these steps instead of a time window: "812", "80-119", or "epoch:3" / "task:2-5" (the workload's labels, else the steps inferred from the trace; get_steps lists them).
+    pub steps: Option<String>,
     /// Only this process.
     pub pid: Option<u32>,
     /// Chains returned, worst first (default 5, at most 50).
@@ -91,6 +95,8 @@ pub struct StacksArgs {
     pub from: Option<String>,
     /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
     pub to: Option<String>,
+    /// Only these steps instead of a time window: "812", "80-119", or "epoch:3" / "task:2-5" (the workload's labels, else the steps inferred from the trace; get_steps lists them).
+    pub steps: Option<String>,
     /// Only this process.
     pub pid: Option<u32>,
     /// Only calls of this op (default: every GPU call).
@@ -117,6 +123,8 @@ pub struct TimelineArgs {
     pub from: Option<String>,
     /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
     pub to: Option<String>,
+    /// Only these steps instead of a time window: "812", "80-119", or "epoch:3" / "task:2-5" (the workload's labels, else the steps inferred from the trace; get_steps lists them).
+    pub steps: Option<String>,
     /// Only this process.
     pub pid: Option<u32>,
     /// Only this thread.
@@ -125,6 +133,27 @@ pub struct TimelineArgs {
     pub limit: Option<usize>,
     /// Threads shown, those with GPU calls first (default 6, at most 64).
     pub max_threads: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepsArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Only steps that start in the last DURATION of the trace, e.g. "30s".
+    pub since: Option<String>,
+    /// Window start: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+    /// Only these steps: "812", "80-119", or "epoch:3" / "task:2-5".
+    pub steps: Option<String>,
+    /// Only this process's steps.
+    pub pid: Option<u32>,
+    /// Also list the steps themselves (index, start, duration), at most `limit` per series.
+    pub list: Option<bool>,
+    /// Steps listed per series with list (default 200, at most 5000).
+    pub limit: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -159,6 +188,8 @@ pub struct CompareSide {
     pub from: Option<String>,
     /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
     pub to: Option<String>,
+    /// Only these steps instead of a time window: "812", "80-119", or "epoch:3" / "task:2-5" (the workload's labels, else the steps inferred from the trace; get_steps lists them).
+    pub steps: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

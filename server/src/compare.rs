@@ -71,7 +71,14 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
         let entry = set.resolve(side.trace.as_ref())?;
         let store = answers::store_of(&entry)?;
         let info = store.info();
-        let mut window = window_of(info, side.since.as_deref(), side.from.as_deref(), side.to.as_deref())?;
+        let mut window = window_of(
+            store.as_ref(),
+            side.since.as_deref(),
+            side.from.as_deref(),
+            side.to.as_deref(),
+            side.steps.as_deref(),
+            a.pid,
+        )?;
         if halves {
             let mid = info.first_ns + (info.last_ns - info.first_ns) / 2;
             window = if i == 0 {
@@ -85,7 +92,7 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
             &StatsRequest { window, pid: a.pid, ops: ops.clone(), per_process: false, by_kernel: false },
         )
         .map_err(|e| e.to_string())?;
-        let e = set.explanation(&entry, window, a.pid)?;
+        let e = set.explanation_judged(&entry, window, a.pid, answers::judge_by(side.steps.as_deref()))?;
         out_sides.push(SideInfo {
             trace: entry.name.clone(),
             window,

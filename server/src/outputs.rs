@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use causeway_analysis::Chain;
 use causeway_analysis::StacksReport;
+use causeway_analysis::StepReport;
 use causeway_analysis::TimelineReport;
 use causeway_analysis::TraceStats;
 use causeway_backends::{SchemaDescription, TraceFormat};
@@ -94,11 +95,26 @@ pub struct ChainsOutput {
     pub slow_time_ns: i64,
     pub missing: Vec<String>,
     pub notes: Vec<String>,
+    /// The scope's steps (labeled by the workload, else inferred) and the slow ranges with what
+    /// explains them; get_steps lists the steps themselves.
+    pub steps: StepReport,
     pub untrusted: String,
     /// SVG pictures for image content blocks (`picture: true`), not part of the JSON.
     #[serde(skip)]
     #[schemars(skip)]
     pub pictures: Vec<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StepsOutput {
+    pub summary: String,
+    pub trace: String,
+    pub steps: StepReport,
+    /// True when a series' step list was cut to `limit`.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    pub untrusted: String,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

@@ -216,6 +216,13 @@ pub fn catalogue() -> Vec<ToolSpec> {
              verify it with run_sql). Filters: window, pid, op, min_severity, chain_id; top_n (default 5). \
              picture: true adds the first chain's evidence as an SVG timeline in an image content block.",
             true, answers::get_causal_chains), answers::get_causal_chains),
+        spec::<StepsArgs, StepsOutput>("get_steps", "Training steps: which were slow and why",
+            "The workload's steps (epochs, tasks) as it labeled them while traced, or, without labels, inferred from \
+             the trace (the period of one thread's synchronizing calls and collectives; said so in `origin` and `how`): \
+             per series the count and nearest-rank p50/p90/max duration, the slow ranges (at least 1.5 x the median) \
+             with what explains each (the top chain inside the range, judged against the whole scope's calls), and SQL \
+             listing the steps. list: true adds the steps themselves. Every other tool takes `steps` (\"80-119\") as its window.",
+            true, answers::get_steps),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
              as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",
@@ -316,7 +323,7 @@ mod tests {
     #[test]
     fn every_tool_is_annotated_read_only_closed_world_with_both_schemas() {
         let tools = catalogue();
-        assert_eq!(tools.len(), 9);
+        assert_eq!(tools.len(), 10);
         for t in &tools {
             let a = t.tool.annotations.as_ref().expect("annotations");
             assert_eq!(a.read_only_hint, Some(true), "{}", t.tool.name);
@@ -332,7 +339,7 @@ mod tests {
         assert!(catalogue_with(None).iter().all(|t| t.tool.name != capture::NAME));
         let config = Arc::new(CaptureConfig::new(Vec::new(), None).unwrap());
         let tools = catalogue_with(Some(config));
-        assert_eq!(tools.len(), 10);
+        assert_eq!(tools.len(), 11);
         let t = tools.iter().find(|t| t.tool.name == capture::NAME).expect("capture_trace is listed");
         let a = t.tool.annotations.as_ref().expect("annotations");
         assert_eq!(

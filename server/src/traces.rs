@@ -121,7 +121,8 @@ fn file_opener(path: &Path) -> Opener {
     Box::new(move || causeway_backends::open_store(&path).map(Arc::from).map_err(|e| e.to_string()))
 }
 
-type ExplainKey = (usize, Option<i64>, Option<i64>, Option<u32>);
+/// (trace, window from, window to, pid, the window slowness is judged by).
+type ExplainKey = (usize, Option<i64>, Option<i64>, Option<u32>, Option<(Option<i64>, Option<i64>)>);
 /// One cached explanation: empty while the first request for it computes it (the others block on it).
 type ExplainSlot = Arc<OnceLock<Result<Arc<Explanation>, String>>>;
 
@@ -255,7 +256,19 @@ impl TraceSet {
         window: TimeWindow,
         pid: Option<u32>,
     ) -> Result<Arc<Explanation>, String> {
-        let key = (entry.index, window.from_ns, window.to_ns, pid);
+        self.explanation_judged(entry, window, pid, None)
+    }
+
+    /// [`TraceSet::explanation`], slowness judged by a wider window (`ExplainRequest::judge_by`:
+    /// a step range against the whole trace).
+    pub fn explanation_judged(
+        &self,
+        entry: &TraceEntry,
+        window: TimeWindow,
+        pid: Option<u32>,
+        judge_by: Option<TimeWindow>,
+    ) -> Result<Arc<Explanation>, String> {
+        let key = (entry.index, window.from_ns, window.to_ns, pid, judge_by.map(|w| (w.from_ns, w.to_ns)));
         let version = entry.version();
         let slot = {
             let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());
@@ -271,7 +284,7 @@ impl TraceSet {
             .get_or_init(|| {
                 self.explained.fetch_add(1, Ordering::Relaxed);
                 let store = entry.store()?;
-                let req = ExplainRequest { window, pid, top: ALL_CHAINS };
+                let req = ExplainRequest { window, pid, top: ALL_CHAINS, judge_by };
                 explain(store.as_ref(), &req).map(Arc::new).map_err(|e| e.to_string())
             })
             .clone();
