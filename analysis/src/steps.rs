@@ -104,6 +104,25 @@ pub struct StepSeries {
     pub steps: Vec<Step>,
 }
 
+impl StepSeries {
+    /// A series as found, before [`summarize`] fills its figures for a window.
+    fn found(kind: String, origin: &str, how: String, pid: u32, sql: String, steps: Vec<Step>) -> StepSeries {
+        StepSeries {
+            kind,
+            origin: origin.into(),
+            how,
+            pid,
+            count: 0,
+            p50_ns: 0,
+            p90_ns: 0,
+            max_ns: 0,
+            slow: Vec::new(),
+            sql,
+            steps,
+        }
+    }
+}
+
 /// Every step series in scope.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct StepReport {
@@ -219,23 +238,12 @@ fn labeled_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<Vec<StepSe
         .map(|((pid, op), mut steps)| {
             steps.sort_by_key(|s| (s.start_ns, s.index));
             let kind = op.name().into_owned();
-            StepSeries {
-                sql: format!(
-                    "SELECT arg0 AS {kind}, tid, timestamp AS start_ns, duration AS dur_ns FROM events \
-                     WHERE {} AND pid = {pid} ORDER BY timestamp",
-                    op.sql("")
-                ),
-                how: format!("labeled by the workload (pid {pid})"),
-                origin: "labeled".into(),
-                kind,
-                pid,
-                count: 0,
-                p50_ns: 0,
-                p90_ns: 0,
-                max_ns: 0,
-                slow: Vec::new(),
-                steps,
-            }
+            let sql = format!(
+                "SELECT arg0 AS {kind}, tid, timestamp AS start_ns, duration AS dur_ns FROM events \
+                 WHERE {} AND pid = {pid} ORDER BY timestamp",
+                op.sql("")
+            );
+            StepSeries::found(kind, "labeled", format!("labeled by the workload (pid {pid})"), pid, sql, steps)
         })
         .collect())
 }
@@ -288,34 +296,24 @@ fn infer_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<Result<StepS
             k => format!("call {} of every {k} synchronizing calls or collectives", found.phase + 1),
         };
         let codes: Vec<String> = ops.iter().map(|c| format!("({}, {})", c.source, c.op)).collect();
-        StepSeries {
-            kind: "step".into(),
-            origin: "inferred".into(),
-            how: format!(
-                "inferred: {which} of thread {tid} ({}) ends a step; the calls repeat with period {} in \
-                 {:.0}% of places",
-                op_names.join(", "),
-                found.period,
-                found.regular * 100.0
-            ),
-            pid,
-            count: 0,
-            p50_ns: 0,
-            p90_ns: 0,
-            max_ns: 0,
-            slow: Vec::new(),
-            sql: format!(
-                "SELECT timestamp + duration AS end_ns, source, op FROM events WHERE tid = {tid} \
-                 AND (source, op) IN ({}) ORDER BY end_ns",
-                codes.join(", ")
-            ),
-            steps: found
-                .boundaries
-                .windows(2)
-                .enumerate()
-                .map(|(i, w)| Step { index: i as i64, pid, tid, start_ns: w[0], dur_ns: w[1] - w[0] })
-                .collect(),
-        }
+        let how = format!(
+            "inferred: {which} of thread {tid} ({}) ends a step; the calls repeat with period {} in {:.0}% of places",
+            op_names.join(", "),
+            found.period,
+            found.regular * 100.0
+        );
+        let sql = format!(
+            "SELECT timestamp + duration AS end_ns, source, op FROM events WHERE tid = {tid} \
+             AND (source, op) IN ({}) ORDER BY end_ns",
+            codes.join(", ")
+        );
+        let steps = found
+            .boundaries
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| Step { index: i as i64, pid, tid, start_ns: w[0], dur_ns: w[1] - w[0] })
+            .collect();
+        StepSeries::found("step".into(), "inferred", how, pid, sql, steps)
     }))
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use causeway_analysis::resolve_window;
+use causeway_analysis::{resolve_window, step_window};
 use causeway_analysis::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
 use causeway_backends::EventId;
 use causeway_model::time::{fmt_ns, parse_duration_ns};
@@ -14,7 +14,7 @@ pub struct Args {
     #[arg(long)]
     db: PathBuf,
     /// Center on this event id (an integer, or `node:seq` in Ingero v0.9+ DBs); shows its process.
-    #[arg(long, value_name = "EVENT_ID", conflicts_with_all = ["from", "to"])]
+    #[arg(long, value_name = "EVENT_ID", conflicts_with_all = ["from", "to", "steps"])]
     around: Option<String>,
     /// Time shown on each side of --around (e.g. 50ms).
     #[arg(long, value_name = "DUR")]
@@ -25,6 +25,9 @@ pub struct Args {
     /// Window end.
     #[arg(long, value_name = "T", allow_hyphen_values = true)]
     to: Option<String>,
+    /// The window of these steps instead (812, 80-119, epoch:3; `causeway steps` lists them).
+    #[arg(long, value_name = "RANGE", conflicts_with_all = ["from", "to"])]
+    steps: Option<String>,
     /// Only this thread.
     #[arg(long)]
     tid: Option<u32>,
@@ -45,10 +48,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Ok(i) => EventId::Int(i),
         Err(_) => EventId::Text(s.to_string()),
     });
-    if around.is_none() && (args.from.is_none() || args.to.is_none()) {
-        anyhow::bail!("give --around EVENT_ID, or both --from and --to");
+    if around.is_none() && args.steps.is_none() && (args.from.is_none() || args.to.is_none()) {
+        anyhow::bail!("give --around EVENT_ID, both --from and --to, or --steps");
     }
-    let window = resolve_window(store.info(), None, args.from.as_deref(), args.to.as_deref())?;
+    let window = match &args.steps {
+        Some(spec) => step_window(store.as_ref(), spec, args.pid)?,
+        None => resolve_window(store.info(), None, args.from.as_deref(), args.to.as_deref())?,
+    };
     let around_ns = args
         .span
         .as_deref()

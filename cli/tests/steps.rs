@@ -130,6 +130,10 @@ fn labeled_steps_are_stored_and_the_slow_range_is_found_and_explained() {
     let events = events.get("traceEvents").unwrap_or(&events).as_array().unwrap().clone();
     let step30 = events.iter().find(|e| e["name"] == "step 30").unwrap_or_else(|| panic!("no step 30 slice"));
     assert_eq!(step30["cat"], "STEP");
+    let out = causeway().args(["timeline", "--json", "--steps", "31", "--db"]).arg(&db).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tl = String::from_utf8_lossy(&out.stdout);
+    assert!(tl.contains("cudaStreamSync") && tl.contains("sched_switch"), "step 31's calls and its sleep");
     let out = causeway().args(["stats", "--steps", "90-99", "--db"]).arg(&db).output().unwrap();
     assert!(!out.status.success());
     assert!(
