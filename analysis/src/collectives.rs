@@ -81,16 +81,43 @@ pub struct Straggler {
     pub waited_for_others: Vec<(i64, i64)>,
 }
 
-/// A straggler's worst episode: the run of collectives where being late outweighs being on time
+/// A straggler's worst stretch: the run of collectives where being late outweighs being on time
 /// the most (each late collective +1, each on-time one -1), and the other ranks' net wait in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Episode {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct Stretch {
     pub first_seq: i64,
     pub last_seq: i64,
     /// Late collectives in it.
     pub late: usize,
     /// What the others waited for it there, less what it waited for them there (never below 0).
     pub net_ns: i64,
+}
+
+/// The worst stretch of a rank's late collectives `late` ((seq, what the others waited for it),
+/// by seq), net of `paid_back` ((seq, what it waited for them at their late entries)): Kadane over
+/// the late collectives, the on-time ones between two of them counted against. The one definition:
+/// the fleet's stragglers use it too.
+pub fn worst_stretch(late: &[(i64, i64)], paid_back: &[(i64, i64)]) -> Stretch {
+    let (mut best, mut best_at) = (0i64, (0usize, 0usize));
+    let (mut cur, mut start) = (0i64, 0usize);
+    for i in 0..late.len() {
+        let between = if i == 0 { 0 } else { late[i].0 - late[i - 1].0 - 1 };
+        if i == 0 || cur - between <= 0 {
+            (cur, start) = (1, i);
+        } else {
+            cur += 1 - between;
+        }
+        if cur > best {
+            (best, best_at) = (cur, (start, i));
+        }
+    }
+    let Some(first) = late.get(best_at.0) else {
+        return Stretch { first_seq: 0, last_seq: 0, late: 0, net_ns: 0 };
+    };
+    let (a, b) = (first.0, late[best_at.1].0);
+    let waited: i64 = late[best_at.0..=best_at.1].iter().map(|l| l.1).sum();
+    let paid: i64 = paid_back.iter().filter(|(seq, _)| (a..=b).contains(seq)).map(|w| w.1).sum();
+    Stretch { first_seq: a, last_seq: b, late: best_at.1 - best_at.0 + 1, net_ns: (waited - paid).max(0) }
 }
 
 impl Straggler {
@@ -105,31 +132,12 @@ impl Straggler {
         (self.waited_ns() - self.waited_for_others_ns).max(0)
     }
 
-    /// Its worst episode (see [`Episode`]): a planted or real slowdown is a dense run of late
-    /// collectives; a busy host's jitter makes a rank late now and then, scattered, so its episodes
+    /// Its worst stretch (see [`Stretch`]): a planted or real slowdown is a dense run of late
+    /// collectives; a busy host's jitter makes a rank late now and then, scattered, so its stretches
     /// stay short and their net wait small.
-    pub fn episode(&self) -> Episode {
-        // Kadane over the late collectives, the on-time ones between two of them counted against
-        let (mut best, mut best_at) = (0i64, (0usize, 0usize));
-        let (mut cur, mut start) = (0i64, 0usize);
-        for i in 0..self.late.len() {
-            let between = if i == 0 { 0 } else { self.late[i].seq - self.late[i - 1].seq - 1 };
-            if i == 0 || cur - between <= 0 {
-                (cur, start) = (1, i);
-            } else {
-                cur += 1 - between;
-            }
-            if cur > best {
-                (best, best_at) = (cur, (start, i));
-            }
-        }
-        let Some(first) = self.late.get(best_at.0) else {
-            return Episode { first_seq: 0, last_seq: 0, late: 0, net_ns: 0 };
-        };
-        let (a, b) = (first.seq, self.late[best_at.1].seq);
-        let waited: i64 = self.late[best_at.0..=best_at.1].iter().map(|l| l.waited_ns).sum();
-        let paid: i64 = self.waited_for_others.iter().filter(|(seq, _)| (a..=b).contains(seq)).map(|w| w.1).sum();
-        Episode { first_seq: a, last_seq: b, late: best_at.1 - best_at.0 + 1, net_ns: (waited - paid).max(0) }
+    pub fn worst_stretch(&self) -> Stretch {
+        let late: Vec<(i64, i64)> = self.late.iter().map(|l| (l.seq, l.waited_ns)).collect();
+        worst_stretch(&late, &self.waited_for_others)
     }
 
     /// The late collectives' sequence numbers as ranges: `#11-#30, #34`.
@@ -339,25 +347,25 @@ mod tests {
         // for it, so its net is 0
         assert_eq!(late0.waited_for_others_ns, 20 * (8 * MS + 200_000));
         assert_eq!(late0.net_waited_ns(), 0);
-        // the straggler's worst episode is its planted run, paid nothing back there
-        let e = late2.episode();
+        // the straggler's worst stretch is its planted run, paid nothing back there
+        let e = late2.worst_stretch();
         assert_eq!((e.first_seq, e.last_seq, e.late), (11, 30, 20));
         assert_eq!(e.net_ns, late2.waited_ns());
         // rank 0's is its three late collectives, where rank 2 waited for it: 15 ms less 3 x 0.2 ms each
-        let e0 = late0.episode();
+        let e0 = late0.worst_stretch();
         assert_eq!((e0.first_seq, e0.last_seq, e0.late), (31, 33, 3));
     }
 
     #[test]
-    fn scattered_lateness_makes_short_episodes_and_a_dense_run_one_long_one() {
+    fn scattered_lateness_makes_short_stretches_and_a_dense_run_one_long_one() {
         // late at every 4th collective (a busy host's jitter), then at #21-#30 but #25
         let mut late: Vec<i64> = (1..=20).filter(|s| s % 4 == 0).collect();
         late.extend((21..=30).filter(|s| *s != 25));
         let s = find_stragglers(&run(|seq| if late.contains(&seq) { 3 } else { 0 }));
-        let e = s[0].episode();
+        let e = s[0].worst_stretch();
         assert_eq!((e.first_seq, e.last_seq, e.late), (20, 30, 10), "#20 joins the run (one on-time between)");
         let scattered = find_stragglers(&run(|seq| if seq % 4 == 0 { 3 } else { 0 }));
-        assert_eq!(scattered[0].episode().late, 1, "each late collective alone is an episode of one");
+        assert_eq!(scattered[0].worst_stretch().late, 1, "each late collective alone is a stretch of one");
     }
 
     #[test]

@@ -36,7 +36,9 @@ mod trace_facts;
 
 pub use attribution::{gpu_call_sources, Culprit, ThreadNesting};
 pub use chains::{culprit_words, Chain, ChainKind, CpuTime, Evidence, Severity, TimelineStep};
-pub use collectives::{find_stragglers, Straggler, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE};
+pub use collectives::{
+    find_stragglers, worst_stretch, Straggler, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE,
+};
 pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;

@@ -61,15 +61,15 @@ pub const DETECTORS: ShareRule = ShareRule {
 };
 
 /// A straggler rank at NCCL collectives; the share is of the other ranks' time from their first
-/// collective to their last that they waited for it in its worst episode (`Straggler::episode`:
+/// collective to their last that they waited for it in its worst stretch (`Straggler::worst_stretch`:
 /// the densest run of collectives it reached late), net of what it waited for them there. A busy
 /// host makes every rank late now and then, scattered (two ranks sharing 2 cores with their
 /// tracer: late at a tenth to a quarter of their collectives, up to a net 5.9% of the span over
-/// the whole run): scattered lateness makes short episodes; a real slowdown, one long one.
+/// the whole run): scattered lateness makes short stretches; a real slowdown, one long one.
 pub const STRAGGLER: ShareRule = ShareRule {
     subject: "a straggler rank at NCCL collectives",
     share_of:
-        "of the other ranks' collective span waited for it in its worst episode net of what it waited for them there",
+        "of the other ranks' collective span waited for it in its worst stretch net of what it waited for them there",
     measure: "net wait ",
     high_pct: 10,
     high_ns: 20 * MS,
@@ -205,7 +205,7 @@ mod tests {
                 "gaps between GPU calls with a host cause: HIGH if share >= 25% of the thread's feeding span and stall >= 100 ms; MEDIUM if share >= 5% and stall >= 10 ms; else LOW",
                 "throughput drop: HIGH if the launch rate fell to <= 25% and >= 1 s was lost; MEDIUM if >= 100 ms was lost; else LOW",
                 "sync storm, allocator latency growth, cudaFree storm: HIGH if share >= 25% of the thread's or process's feeding span and >= 100 ms; MEDIUM if share >= 10%; else LOW",
-                "a straggler rank at NCCL collectives: HIGH if share >= 10% of the other ranks' collective span waited for it in its worst episode net of what it waited for them there and net wait >= 20 ms; MEDIUM if share >= 3% and net wait >= 5 ms; else LOW",
+                "a straggler rank at NCCL collectives: HIGH if share >= 10% of the other ranks' collective span waited for it in its worst stretch net of what it waited for them there and net wait >= 20 ms; MEDIUM if share >= 3% and net wait >= 5 ms; else LOW",
                 "when >= 50% of slow-call time is GPU time (gpu_wait, spin_gpu_busy, gpu_throttled): GPU-time chains are graded as slow calls with a cause (at most MEDIUM unless gpu_throttled), and a host cause under 10% of slow-call time is at most LOW",
                 "otherwise no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW",
             ]

@@ -151,7 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
             for s in &stragglers {
                 println!(
-                    "rank {} (node {}, pid {}) of communicator {:#x} ({} ranks) was late at {} collectives: median {} late, max {}, the others waited {} in total (period {})",
+                    "rank {} (node {}, pid {}) of communicator {:#x} ({} ranks) was late at {} collectives: median {} late, max {}, the others waited {} in total, {} net of its own waits for them (period {}); worst stretch #{}-#{} ({} late): {} net",
                     s.rank,
                     s.node,
                     s.pid,
@@ -161,7 +161,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     fmt_ns(s.median_late_ns),
                     fmt_ns(s.max_late_ns),
                     fmt_ns(s.waited_ns),
-                    fmt_ns(s.period_ns)
+                    fmt_ns(s.net_waited_ns),
+                    fmt_ns(s.period_ns),
+                    s.worst_stretch.first_seq,
+                    s.worst_stretch.last_seq,
+                    s.worst_stretch.late,
+                    fmt_ns(s.worst_stretch.net_ns)
                 );
                 for e in &s.episodes {
                     println!(

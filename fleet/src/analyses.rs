@@ -18,7 +18,7 @@
 //! Medians are `quantile_disc(x, 0.5)`, which is the exact nearest-rank median (rank ceil(n/2)).
 //! Scoped to one node with zero offset, the answer is the one-host answer, figure for figure.
 
-use causeway_analysis::{LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE};
+use causeway_analysis::{worst_stretch, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE};
 use causeway_model::codes::{gpu_role, GpuRole, OpCode, NCCL_COLLECTIVES, OPS};
 use duckdb::Connection;
 use serde::Serialize;
@@ -160,6 +160,14 @@ pub struct FleetStraggler {
     /// The communicator's median period between collectives, ns.
     pub period_ns: i64,
     pub episodes: Vec<Episode>,
+    /// What it waited for the other ranks at THEIR late collectives, ns: on a jittery fleet every
+    /// rank is late now and then, and this much of its own lateness is paid back.
+    pub waited_for_others_ns: i64,
+    /// `waited_ns` less `waited_for_others_ns` (never below 0).
+    pub net_waited_ns: i64,
+    /// Its worst stretch (`causeway_analysis::worst_stretch`, as one host's explain grades a
+    /// straggler): the densest run of its late collectives, net of what it waited for the others there.
+    pub worst_stretch: Stretch,
 }
 
 /// One rank's waits at one communicator's collectives.
@@ -448,6 +456,9 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
                         waited_ns: 0,
                         period_ns: r.get(16)?,
                         episodes: Vec::new(),
+                        waited_for_others_ns: 0,
+                        net_waited_ns: 0,
+                        worst_stretch: worst_stretch(&[], &[]),
                     },
                 ));
             }
@@ -466,6 +477,34 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
             if let Some((_, s)) = out.iter_mut().find(|(k, _)| *k == key) {
                 s.median_late_ns = r.get(4)?;
             }
+        }
+        // each rank's late collectives (seq, what the others waited), and what it waited for the
+        // others at their late collectives (the other entries of the same collectives)
+        type Waits = std::collections::BTreeMap<Key, Vec<(i64, i64)>>;
+        let (mut late_of, mut paid_of): (Waits, Waits) = Default::default();
+        let mut st = self
+            .conn
+            .prepare("SELECT comm_hash, node, trace_uid, pid, seq, waited_ns::BIGINT FROM late ORDER BY seq")?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            late_of.entry((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)).or_default().push((r.get(4)?, r.get(5)?));
+        }
+        // (the entries as the late collectives counted them: one per process)
+        let paid = format!(
+            "SELECT c.comm_hash, c.node, c.trace_uid, c.pid, l.seq, (l.last_ns - c.enter_ns)::BIGINT
+             FROM late l JOIN ({ENTRIES}) c ON c.comm_hash = l.comm_hash AND c.seq = l.seq
+             WHERE NOT (c.node = l.node AND c.trace_uid = l.trace_uid AND c.pid = l.pid) ORDER BY l.seq"
+        );
+        let mut st = self.conn.prepare(&paid)?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            paid_of.entry((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)).or_default().push((r.get(4)?, r.get(5)?));
+        }
+        for (key, s) in &mut out {
+            let paid = paid_of.get(key).map(Vec::as_slice).unwrap_or_default();
+            s.waited_for_others_ns = paid.iter().map(|p| p.1).sum();
+            s.net_waited_ns = (s.waited_ns - s.waited_for_others_ns).max(0);
+            s.worst_stretch = worst_stretch(late_of.get(key).map(Vec::as_slice).unwrap_or_default(), paid);
         }
         let mut out: Vec<FleetStraggler> = out.into_iter().map(|(_, s)| s).collect();
         out.sort_by(|a, b| b.waited_ns.cmp(&a.waited_ns).then(a.node.cmp(&b.node)).then(a.pid.cmp(&b.pid)));

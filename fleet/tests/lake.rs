@@ -128,7 +128,13 @@ fn eight_nodes_ship_once_and_the_straggler_is_named_within_the_clock_bounds() {
     let w0 = waits.iter().find(|w| w.rank == 0).unwrap();
     let expect = 160 * 70_000 + 40 * (planted + 5 * 10_000 + 20_000);
     assert!((w0.waited_ns - expect).abs() <= 200 * (clocks[0].error_ns + clocks[7].error_ns), "{w0:?} vs {expect}");
-    assert_eq!(waits.iter().find(|w| w.rank == 5).unwrap().times_last, 40);
+    // last at its 40 late collectives; at the others the ranks enter 10-20 us apart, less than a
+    // loaded host's clock bounds, so which of them is last there is within the alignment's error
+    let last5 = waits.iter().find(|w| w.rank == 5).unwrap().times_last;
+    assert!(last5 >= 40, "{last5}");
+    if last5 > 40 {
+        assert!(clocks[5].error_ns + clocks[7].error_ns >= 20_000, "rank 5 last {last5} times within tight clocks");
+    }
 
     // the serving role reads and cannot write
     let e = conn.execute_batch("INSERT INTO lake.ship_windows VALUES ('x', 'x', 0, 0, 0, 0)").unwrap_err();
@@ -182,6 +188,11 @@ fn one_node_straggler_matches_the_local_analysis() {
     assert_eq!(r.median_late_ns, lates[lates.len().div_ceil(2) - 1], "nearest-rank median");
     assert_eq!(r.max_late_ns, *lates.last().unwrap());
     assert_eq!(format!("#{}-#{}", r.episodes[0].first_seq, r.episodes[0].last_seq), l.seq_ranges());
+    // netted and graded on the worst stretch by the one definition
+    assert_eq!(r.waited_for_others_ns, l.waited_for_others_ns);
+    assert_eq!(r.net_waited_ns, l.net_waited_ns());
+    assert_eq!(r.worst_stretch, l.worst_stretch());
+    assert_eq!(r.worst_stretch.late, l.late.len(), "one dense run: {:?}", r.worst_stretch);
 }
 
 /// An inference-like fleet (no collective across nodes): one node's synchronize calls take five

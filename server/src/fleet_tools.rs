@@ -110,7 +110,7 @@ fn stragglers(lake: &LakeSpec, _: NoArgs) -> Result<FleetStragglersOutput, Strin
     let summary = match stragglers.first() {
         None => format!("no straggler: no rank entered two or more collectives late; {}", clocks_words(&clocks)),
         Some(s) => format!(
-            "rank {} on node {} was late at {} collectives of communicator {:#x} (median {} late, max {}), costing the other ranks {} of waiting; {}",
+            "rank {} on node {} was late at {} collectives of communicator {:#x} (median {} late, max {}), costing the other ranks {} of waiting ({} net of its own waits for them; worst stretch #{}-#{}, {} late, {} net); {}",
             s.rank,
             s.node,
             s.late_collectives,
@@ -118,6 +118,11 @@ fn stragglers(lake: &LakeSpec, _: NoArgs) -> Result<FleetStragglersOutput, Strin
             fmt_ns(s.median_late_ns),
             fmt_ns(s.max_late_ns),
             fmt_ns(s.waited_ns),
+            fmt_ns(s.net_waited_ns),
+            s.worst_stretch.first_seq,
+            s.worst_stretch.last_seq,
+            s.worst_stretch.late,
+            fmt_ns(s.worst_stretch.net_ns),
             clocks_words(&clocks)
         ),
     };

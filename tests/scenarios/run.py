@@ -218,9 +218,9 @@ def check_straggler(cause):
             if cul.get("pid") != hog or cul.get("comm") != "nccl-hog":
                 return f"culprit {cul} is not the hog (pid {hog})"
         # the late collectives are the planted steps (collective n is step n - 1, give or take the
-        # edges of the window): at least half of them; and the worst episode, the dense run the
+        # edges of the window): at least half of them; and the worst stretch, the dense run the
         # chain is graded on, lies within them (a shared 2-core machine makes the rank late now and
-        # then elsewhere too, scattered: those are no episode)
+        # then elsewhere too, scattered: those are no stretch)
         planted_steps = v["late_to"] - v["late_from"] + 1
         seqs = late_seqs(c["summary"])
         if seqs is None:
@@ -229,12 +229,12 @@ def check_straggler(cause):
         inside = len([s for s in seqs if lo <= s <= hi])
         if inside < planted_steps // 2:
             return f"{inside} late collectives of the {planted_steps} planted: {c['summary']}"
-        ep = re.search(r"its worst episode, #(\d+)-#(\d+) \((\d+) late\)", c["summary"])
+        ep = re.search(r"its worst stretch, #(\d+)-#(\d+) \((\d+) late\)", c["summary"])
         if not ep:
-            return f"the summary gives no worst episode: {c['summary']}"
-        ep_first, ep_last, n = (int(x) for x in ep.groups())
-        if ep_first < lo - 4 or ep_last > hi + 4 or n < planted_steps // 2:
-            return (f"the worst episode #{ep_first}-#{ep_last} ({n} late) is not the planted steps "
+            return f"the summary gives no worst stretch: {c['summary']}"
+        st_first, st_last, n = (int(x) for x in ep.groups())
+        if st_first < lo - 4 or st_last > hi + 4 or n < planted_steps // 2:
+            return (f"the worst stretch #{st_first}-#{st_last} ({n} late) is not the planted steps "
                     f"{v['late_from']}-{v['late_to']}: {c['summary']}")
         return None
     return check

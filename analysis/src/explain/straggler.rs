@@ -192,7 +192,7 @@ fn chain(
     };
     // on a jittery host every rank is late now and then: what it waited for the others is said
     let net = s.net_waited_ns();
-    let episode = s.episode();
+    let stretch = s.worst_stretch();
     let net_words = if s.waited_for_others_ns > 0 {
         format!(
             ", and it waited {} for them at their own late entries (net {}, {:.1}%)",
@@ -203,15 +203,15 @@ fn chain(
     } else {
         String::new()
     };
-    let episode_words = format!(
-        "; its worst episode, #{}-#{} ({} late), cost them {} net",
-        episode.first_seq,
-        episode.last_seq,
-        episode.late,
-        fmt_ns(episode.net_ns)
+    let stretch_words = format!(
+        "; its worst stretch, #{}-#{} ({} late), cost them {} net",
+        stretch.first_seq,
+        stretch.last_seq,
+        stretch.late,
+        fmt_ns(stretch.net_ns)
     );
     let summary = format!(
-        "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last){net_words}{episode_words}; {went_through}",
+        "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last){net_words}{stretch_words}; {went_through}",
         s.late.len(),
         s.collectives,
         s.seq_ranges(),
@@ -288,8 +288,8 @@ fn chain(
         s.late[0].op,
         seqs.join(", ")
     );
-    // graded on its worst episode: a dense run of late collectives, not the jitter of a busy host
-    let severity = severity::STRAGGLER.grade(episode.net_ns as f64 / s.others_span_ns as f64, episode.net_ns);
+    // graded on its worst stretch: a dense run of late collectives, not the jitter of a busy host
+    let severity = severity::STRAGGLER.grade(stretch.net_ns as f64 / s.others_span_ns as f64, stretch.net_ns);
     Chain {
         id: String::new(),
         key: format!("straggler/{op}/{comm}/pid:{}", s.pid),
