@@ -1,6 +1,6 @@
 //! `explain` over a generated 10,000,000-event trace: wall time and peak memory (VmHWM) of the
 //! analysis alone (the peak is reset after the trace is written), and the time of the top chain's
-//! evidence SQL, whose result must equal the chain's figure.
+//! evidence SQL, whose result must equal the chain's figure; and the scanning path of the steps.
 //!
 //! `cargo bench --workspace --bench explain` (env CAUSEWAY_BENCH_EVENTS overrides 10,000,000;
 //! the trace is kept in the temp dir and reused by later runs of the same size).
@@ -27,6 +27,17 @@ fn main() {
         e.chains_total
     );
     println!("verdict: {}", e.verdict);
+    // explain of a whole trace finds the steps in the calls it read; a windowed explain, `steps`
+    // and `--steps` scan for them (labels, else the synchronizing calls): that path alone
+    let t = Instant::now();
+    let steps = causeway_analysis::find_steps(&store, Default::default(), None).expect("steps");
+    let steps_secs = t.elapsed().as_secs_f64();
+    println!(
+        "steps by scanning: {steps_secs:.2} s ({:.0}% of explain's time); {} series{}",
+        steps_secs / secs * 100.0,
+        steps.series.len(),
+        steps.notes.first().map(|n| format!(" ({n})")).unwrap_or_default()
+    );
     if let Some(c) = e.chains.first() {
         let t = Instant::now();
         let r = store

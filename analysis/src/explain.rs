@@ -123,15 +123,15 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         Some(wider) => Some(baseline_of(store, &ExplainRequest { window: wider, ..req.clone() })?),
         None => None,
     };
-    let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref())?;
-    e.steps = steps::explain_steps(store, req, &baseline)?;
+    let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref(), true)?;
+    steps::explain_slow_ranges(store, &mut e.steps, &baseline)?;
     Ok(e)
 }
 
 /// The thresholds a scope's own calls and gaps give (its calls read, nothing attributed).
 fn baseline_of(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Baseline, AnalysisError> {
     let mut view = TraceView::open(store, req)?;
-    let calls = view.load_calls()?;
+    let calls = view.load_calls(None)?;
     Ok(find_slow_calls_and_gaps(&calls, None).baseline)
 }
 
@@ -144,17 +144,29 @@ struct Baseline {
     gaps: BTreeMap<u32, i64>,
 }
 
-/// The chains of a scope, without its steps, judged by `given` where it has a threshold; with the
-/// thresholds used.
+/// The chains of a scope judged by `given` where it has a threshold, with the thresholds used; with
+/// `with_steps`, its steps too (their slow ranges not yet explained).
 fn explain_calls(
     store: &dyn TraceStore,
     req: &ExplainRequest,
     given: Option<&Baseline>,
+    with_steps: bool,
 ) -> Result<(Explanation, Baseline), AnalysisError> {
     let mut phase = PhaseClock::start();
     let mut view = TraceView::open(store, req)?;
-    let calls = view.load_calls()?;
+    let mut labels = Vec::new();
+    let calls = view.load_calls(with_steps.then_some(&mut labels))?;
     phase.lap("load calls");
+    let step_report = if !with_steps {
+        crate::StepReport::default()
+    } else if req.window.is_all() {
+        // the whole trace's calls are at hand: no scan of its own
+        crate::steps_of(&labels, &calls, req.window)
+    } else {
+        // inferred step numbers count from the trace's start, whatever the window
+        crate::find_steps(store, req.window, req.pid)?
+    };
+    phase.lap("steps");
     let found = find_slow_calls_and_gaps(&calls, given);
     phase.lap("distributions, nesting, gaps");
     let ctx = view.load_context(&calls, &found)?;
@@ -192,7 +204,9 @@ fn explain_calls(
     }
     phase.lap("chain stacks");
     let baseline = found.baseline.clone();
-    Ok((assemble(&view, calls.len(), &found, &ctx, &slow, chains_out, chains_total, truncated), baseline))
+    let mut e = assemble(&view, calls.len(), &found, &ctx, &slow, chains_out, chains_total, truncated);
+    e.steps = step_report;
+    Ok((e, baseline))
 }
 
 /// What the calls alone say: each op's distribution, which calls are nested in another GPU call of

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use causeway_model::codes::{self, gpu_role, GpuRole, OpCode, OPS};
 use causeway_model::time::{fmt_ns, TimeWindow};
-use causeway_store::{EventFilter, TraceStore};
+use causeway_store::{EventFilter, SlimEvent, TraceStore};
 
 use crate::stats::nearest_rank;
 
@@ -142,22 +142,56 @@ impl StepReport {
 }
 
 /// The steps of the trace (of `pid`) that start in `window`: the workload's labels where it sent
-/// any, else inferred; with their slow ranges (`why` left empty: `explain` fills it).
+/// any, else inferred (over the whole trace, so step numbers do not depend on the window); with
+/// their slow ranges (`why` left empty: `explain` fills it).
 pub fn find_steps(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> Result<StepReport, AnalysisError> {
-    let mut report = StepReport::default();
-    let labeled = labeled_series(store, pid)?;
+    let labeled = labeled_series(&scan(store, pid, vec![codes::Source::Step.code()], None)?);
     let all = if labeled.is_empty() {
-        match infer_series(store, pid)? {
-            Ok(s) => vec![s],
+        vec![infer_series(&scan(store, pid, Vec::new(), Some(boundary_ops()))?)]
+    } else {
+        labeled.into_iter().map(Ok).collect()
+    };
+    Ok(report_of(all, window))
+}
+
+/// [`find_steps`] over events already read: `labels` (source STEP) and `calls` (GPU calls), both of
+/// the whole trace (of a process): what `explain` of a whole trace passes, saving two scans.
+pub fn steps_of(labels: &[SlimEvent], calls: &[SlimEvent], window: TimeWindow) -> StepReport {
+    let labeled = labeled_series(labels);
+    let all = if labeled.is_empty() {
+        let ops = boundary_ops();
+        let boundaries: Vec<SlimEvent> = calls.iter().filter(|c| ops.contains(&c.op)).cloned().collect();
+        vec![infer_series(&boundaries)]
+    } else {
+        labeled.into_iter().map(Ok).collect()
+    };
+    report_of(all, window)
+}
+
+/// The events of `pid` of these sources or ops.
+fn scan(
+    store: &dyn TraceStore,
+    pid: Option<u32>,
+    sources: Vec<u8>,
+    ops: Option<Vec<OpCode>>,
+) -> Result<Vec<SlimEvent>, AnalysisError> {
+    let filter = EventFilter { pid, sources: (!sources.is_empty()).then_some(sources), ops, ..Default::default() };
+    let mut out = Vec::new();
+    store.scan_slim(&filter, &mut |e| out.push(e))?;
+    Ok(out)
+}
+
+/// The series (or why there is none) kept to the steps that start in `window`, summarized.
+fn report_of(all: Vec<Result<StepSeries, String>>, window: TimeWindow) -> StepReport {
+    let mut report = StepReport::default();
+    for s in all {
+        let mut s = match s {
+            Ok(s) => s,
             Err(why) => {
                 report.notes.push(why);
-                Vec::new()
+                continue;
             }
-        }
-    } else {
-        labeled
-    };
-    for mut s in all {
+        };
         s.steps.retain(|st| window.contains(st.start_ns));
         if s.steps.is_empty() {
             continue;
@@ -168,7 +202,7 @@ pub fn find_steps(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) 
     if report.series.is_empty() && report.notes.is_empty() {
         report.notes.push("no step starts in this window".into());
     }
-    Ok(report)
+    report
 }
 
 /// The window of a step range: `812`, `80-119`, or with a kind, `epoch:3`, `task:2-5`; over every
@@ -192,9 +226,9 @@ pub fn step_window(store: &dyn TraceStore, spec: &str, pid: Option<u32>) -> Resu
     if first > last {
         return Err(bad("the range ends before it starts"));
     }
-    let mut series = labeled_series(store, pid)?;
+    let mut series = labeled_series(&scan(store, pid, vec![codes::Source::Step.code()], None)?);
     if series.is_empty() {
-        series = infer_series(store, pid)?.map(|s| vec![s]).map_err(|why| bad(&why))?;
+        series = vec![infer_series(&scan(store, pid, Vec::new(), Some(boundary_ops()))?).map_err(|why| bad(&why))?];
     }
     let picked: Vec<&Step> = series
         .iter()
@@ -220,21 +254,20 @@ pub fn step_window(store: &dyn TraceStore, spec: &str, pid: Option<u32>) -> Resu
     Ok(TimeWindow { from_ns: Some(from), to_ns: Some(to) })
 }
 
-/// The series the workload labeled, per (process, kind), steps in start order.
-fn labeled_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<Vec<StepSeries>, AnalysisError> {
-    let filter = EventFilter { pid, sources: Some(vec![codes::Source::Step.code()]), ..Default::default() };
+/// The series the workload labeled (`labels`: events of source STEP), per (process, kind), steps in
+/// start order.
+fn labeled_series(labels: &[SlimEvent]) -> Vec<StepSeries> {
     let mut by: BTreeMap<(u32, OpCode), Vec<Step>> = BTreeMap::new();
-    store.scan_slim(&filter, &mut |e| {
+    for e in labels {
         by.entry((e.pid, e.op)).or_default().push(Step {
             index: e.arg0,
             pid: e.pid,
             tid: e.tid,
             start_ns: e.ts,
             dur_ns: e.dur,
-        })
-    })?;
-    Ok(by
-        .into_iter()
+        });
+    }
+    by.into_iter()
         .map(|((pid, op), mut steps)| {
             steps.sort_by_key(|s| (s.start_ns, s.index));
             let kind = op.name().into_owned();
@@ -245,7 +278,7 @@ fn labeled_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<Vec<StepSe
             );
             StepSeries::found(kind, "labeled", format!("labeled by the workload (pid {pid})"), pid, sql, steps)
         })
-        .collect())
+        .collect()
 }
 
 /// The ops that can end a step: calls that wait for the GPU, and collectives.
@@ -256,13 +289,15 @@ fn boundary_ops() -> Vec<OpCode> {
         .collect()
 }
 
-/// Steps inferred from the thread with the most synchronizing calls and collectives: the smallest
-/// period of its calls whose ops repeat and whose spacing repeats; or why none was found.
-fn infer_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<Result<StepSeries, String>, AnalysisError> {
+/// Steps inferred from the thread with the most synchronizing calls and collectives (`boundaries`:
+/// those calls): the smallest period of its calls whose ops repeat and whose spacing repeats; or
+/// why none was found.
+fn infer_series(boundaries: &[SlimEvent]) -> Result<StepSeries, String> {
     let ops = boundary_ops();
-    let filter = EventFilter { pid, ops: Some(ops.clone()), ..Default::default() };
     let mut by_tid: BTreeMap<u32, Vec<(i64, i64, OpCode, u32)>> = BTreeMap::new();
-    store.scan_slim(&filter, &mut |e| by_tid.entry(e.tid).or_default().push((e.ts, e.ts + e.dur, e.op, e.pid)))?;
+    for e in boundaries {
+        by_tid.entry(e.tid).or_default().push((e.ts, e.ts + e.dur, e.op, e.pid));
+    }
     // top-level calls only: a runtime call's own driver call inside it is the same wait
     let mut top_level: BTreeMap<u32, Vec<(i64, OpCode, u32)>> = BTreeMap::new();
     for (tid, mut v) in by_tid {
@@ -278,11 +313,11 @@ fn infer_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<Result<StepS
         kept.sort_unstable();
     }
     let Some((&tid, calls)) = top_level.iter().max_by_key(|(tid, v)| (v.len(), std::cmp::Reverse(**tid))) else {
-        return Ok(Err("no steps: the workload labeled none, and the trace has no synchronizing call or \
-                       collective to infer them from"
-            .into()));
+        return Err("no steps: the workload labeled none, and the trace has no synchronizing call or \
+                    collective to infer them from"
+            .into());
     };
-    Ok(infer_from(calls).map(|found| {
+    infer_from(calls).map(|found| {
         let pid = calls[0].2;
         let op_names: Vec<String> = {
             let mut v: Vec<String> =
@@ -314,7 +349,7 @@ fn infer_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<Result<StepS
             .map(|(i, w)| Step { index: i as i64, pid, tid, start_ns: w[0], dur_ns: w[1] - w[0] })
             .collect();
         StepSeries::found("step".into(), "inferred", how, pid, sql, steps)
-    }))
+    })
 }
 
 /// What period inference found.

@@ -93,17 +93,26 @@ pub fn load_calls(
     window: TimeWindow,
     pid: Option<u32>,
     names: &mut Names,
+    mut labels: Option<&mut Vec<Call>>,
 ) -> Result<Vec<Call>, AnalysisError> {
-    let filter = EventFilter { window, pid, sources: Some(gpu_call_sources().to_vec()), ..Default::default() };
+    let step = causeway_model::codes::Source::Step.code();
+    let mut sources = gpu_call_sources().to_vec();
+    if labels.is_some() {
+        sources.push(step); // the workload's step labels come along in the same scan
+    }
+    let filter = EventFilter { window, pid, sources: Some(sources), ..Default::default() };
     // Room for every event up front (address space only; pages are touched as calls arrive): growing
     // a vector of millions of calls by doubling costs more than reading them.
     let mut calls = Vec::with_capacity(store.info().events as usize);
     store.scan_slim(&filter, &mut |r| {
         if is_gpu_call_source(r.op.source) {
             calls.push(r);
+        } else if let (Some(l), true) = (labels.as_deref_mut(), r.op.source == step) {
+            l.push(r);
         }
     })?;
     sort_by_time_and_id(&mut calls);
+    let filter = EventFilter { sources: Some(gpu_call_sources().to_vec()), ..filter };
     name_threads_from_first_calls(store, &filter, &calls, names)?;
     Ok(calls)
 }

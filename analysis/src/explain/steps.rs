@@ -8,18 +8,18 @@ use causeway_model::time::TimeWindow;
 use causeway_store::TraceStore;
 
 use super::{explain_calls, Baseline, ExplainRequest};
-use crate::{find_steps, AnalysisError, StepReport};
+use crate::{AnalysisError, StepReport};
 
 /// Slow ranges given a cause (each is one more explanation of a narrower window).
 const EXPLAINED_RANGES: usize = 3;
 
-/// The scope's steps with their worst slow ranges explained.
-pub(super) fn explain_steps(
+/// The worst slow ranges of the scope's steps explained (the steps themselves then dropped: the
+/// answer summarizes).
+pub(super) fn explain_slow_ranges(
     store: &dyn TraceStore,
-    req: &ExplainRequest,
+    report: &mut StepReport,
     scope: &Baseline,
-) -> Result<StepReport, AnalysisError> {
-    let mut report = find_steps(store, req.window, req.pid)?;
+) -> Result<(), AnalysisError> {
     let mut worst: Vec<(usize, usize, i64)> = report
         .series
         .iter()
@@ -33,7 +33,7 @@ pub(super) fn explain_steps(
         // from one median step before: the call that opens the first slow step's leading gap (a
         // stalled loader, say) ends the step before it
         let window = TimeWindow { from_ns: Some(range.start_ns - range.baseline_ns), to_ns: Some(range.end_ns) };
-        let (inner, _) = explain_calls(store, &ExplainRequest::new(window, Some(pid), 1), Some(scope))?;
+        let (inner, _) = explain_calls(store, &ExplainRequest::new(window, Some(pid), 1), Some(scope), false)?;
         let range = &mut report.series[si].slow[ri];
         if let Some(top) = inner.chains.first() {
             range.why = Some(top.summary.clone());
@@ -51,5 +51,5 @@ pub(super) fn explain_steps(
     for s in &mut report.series {
         s.steps.clear();
     }
-    Ok(report)
+    Ok(())
 }

@@ -82,9 +82,13 @@ impl<'s> TraceView<'s> {
         Ok(TraceView { store, req, info, scope, names: Names::of_store(store)?, forks: Default::default() })
     }
 
-    /// The GPU calls in scope (integer rows), naming their threads on the way.
-    pub(super) fn load_calls(&mut self) -> Result<Vec<attr::Call>, AnalysisError> {
-        trace_data::load_calls(self.store, self.req.window, self.req.pid, &mut self.names)
+    /// The GPU calls in scope (integer rows), naming their threads on the way; with `labels`, the
+    /// workload's step labels in scope too (read in the same scan).
+    pub(super) fn load_calls(
+        &mut self,
+        labels: Option<&mut Vec<attr::Call>>,
+    ) -> Result<Vec<attr::Call>, AnalysisError> {
+        trace_data::load_calls(self.store, self.req.window, self.req.pid, &mut self.names, labels)
     }
 
     /// What the attribution of `found` needs: off-CPU intervals (and their wakers' names),
