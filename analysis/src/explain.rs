@@ -159,8 +159,8 @@ fn explain_calls(
     phase.lap("load calls");
     let step_report = if !with_steps {
         crate::StepReport::default()
-    } else if req.window.is_all() {
-        // the whole trace's calls are at hand: no scan of its own
+    } else if req.window.is_all() || !labels.is_empty() {
+        // the labels in scope, or the whole trace's calls, are at hand: no scan of its own
         crate::steps_of(&labels, &calls, req.window)
     } else {
         // inferred step numbers count from the trace's start, whatever the window

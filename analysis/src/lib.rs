@@ -45,7 +45,9 @@ pub use gpu_state::GpuSummary;
 pub use kernels::{config_words, kernel_label, ChainKernel, KernelIndex, KernelReport};
 pub use stacks::{call_site, kernel_filter_words, top_stacks, StackShare, StackSummary, StacksReport, StacksRequest};
 pub use stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats, PERCENTILES};
-pub use steps::{find_steps, slow_threshold, step_window, steps_of, SlowSteps, Step, StepReport, StepSeries};
+pub use steps::{
+    find_steps, judged_by, slow_threshold, step_window, steps_of, SlowSteps, Step, StepReport, StepSeries,
+};
 pub use timeline::{timeline, TimelineReport, TimelineRequest, DEFAULT_AROUND_NS};
 
 /// Why an analysis could not run.

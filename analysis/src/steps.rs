@@ -145,27 +145,71 @@ impl StepReport {
 /// any, else inferred (over the whole trace, so step numbers do not depend on the window); with
 /// their slow ranges (`why` left empty: `explain` fills it).
 pub fn find_steps(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> Result<StepReport, AnalysisError> {
-    let labeled = labeled_series(&scan(store, pid, vec![codes::Source::Step.code()], None)?);
-    let all = if labeled.is_empty() {
-        vec![infer_series(&scan(store, pid, Vec::new(), Some(boundary_ops()))?)]
-    } else {
-        labeled.into_iter().map(Ok).collect()
-    };
-    Ok(report_of(all, window))
+    Ok(report_of(scanned_series(store, pid)?, window))
 }
 
-/// [`find_steps`] over events already read: `labels` (source STEP) and `calls` (GPU calls), both of
-/// the whole trace (of a process): what `explain` of a whole trace passes, saving two scans.
+/// [`find_steps`] over events already read: `labels` (source STEP) and `calls` (GPU calls); when
+/// the labels are empty, `calls` must be the whole trace's (of a process), which inferred step
+/// numbers count from. What `explain` passes, saving the scans.
 pub fn steps_of(labels: &[SlimEvent], calls: &[SlimEvent], window: TimeWindow) -> StepReport {
-    let labeled = labeled_series(labels);
-    let all = if labeled.is_empty() {
-        let ops = boundary_ops();
-        let boundaries: Vec<SlimEvent> = calls.iter().filter(|c| ops.contains(&c.op)).cloned().collect();
-        vec![infer_series(&boundaries)]
-    } else {
-        labeled.into_iter().map(Ok).collect()
-    };
+    let ops = boundary_ops();
+    let Ok(all) = series_from::<std::convert::Infallible>(labels, || {
+        Ok(calls.iter().filter(|c| ops.contains(&c.op)).cloned().collect())
+    });
     report_of(all, window)
+}
+
+/// What a read of steps gives: a series per (process, kind), or why there is none.
+type FoundSeries = Vec<Result<StepSeries, String>>;
+
+/// The series the workload labeled in `labels`, else the one inferred from `boundaries()` (its
+/// synchronizing calls and collectives), or why none was.
+fn series_from<E>(
+    labels: &[SlimEvent],
+    boundaries: impl FnOnce() -> Result<Vec<SlimEvent>, E>,
+) -> Result<FoundSeries, E> {
+    let labeled = labeled_series(labels);
+    if labeled.is_empty() {
+        Ok(vec![infer_series(&boundaries()?)])
+    } else {
+        Ok(labeled.into_iter().map(Ok).collect())
+    }
+}
+
+/// [`series_from`] of the whole trace (of `pid`), read from the store.
+fn scanned_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<FoundSeries, AnalysisError> {
+    series_from(&scan(store, pid, vec![codes::Source::Step.code()], None)?, || {
+        scan(store, pid, Vec::new(), Some(boundary_ops()))
+    })
+}
+
+/// What a scope's slowness is judged by when its window is a step range (`--steps`): the whole
+/// trace, since the range's steps are slow against the others; `None` (the scope itself) otherwise.
+pub fn judged_by(steps: Option<&str>) -> Option<TimeWindow> {
+    steps.map(|_| TimeWindow::ALL)
+}
+
+impl StepReport {
+    /// Put back each series' steps (that start in `window`; `explain` keeps summaries only), at most
+    /// `limit` per series; whether a list was cut.
+    pub fn list_steps(
+        &mut self,
+        store: &dyn TraceStore,
+        window: TimeWindow,
+        pid: Option<u32>,
+        limit: usize,
+    ) -> Result<bool, AnalysisError> {
+        let mut listed = find_steps(store, window, pid)?.series;
+        let mut cut = false;
+        for s in &mut self.series {
+            if let Some(l) = listed.iter_mut().find(|l| l.pid == s.pid && l.kind == s.kind) {
+                cut |= l.steps.len() > limit;
+                l.steps.truncate(limit);
+                s.steps = std::mem::take(&mut l.steps);
+            }
+        }
+        Ok(cut)
+    }
 }
 
 /// The events of `pid` of these sources or ops.
@@ -182,7 +226,7 @@ fn scan(
 }
 
 /// The series (or why there is none) kept to the steps that start in `window`, summarized.
-fn report_of(all: Vec<Result<StepSeries, String>>, window: TimeWindow) -> StepReport {
+fn report_of(all: FoundSeries, window: TimeWindow) -> StepReport {
     let mut report = StepReport::default();
     for s in all {
         let mut s = match s {
@@ -213,7 +257,7 @@ pub fn step_window(store: &dyn TraceStore, spec: &str, pid: Option<u32>) -> Resu
         Some((k, r)) => (k.trim(), r.trim()),
         None => ("step", spec.trim()),
     };
-    if !matches!(kind, "step" | "epoch" | "task") {
+    if codes::label_op(kind).is_none() {
         return Err(bad("the kind is step, epoch or task"));
     }
     let (first, last) = match range.split_once('-') {
@@ -226,10 +270,8 @@ pub fn step_window(store: &dyn TraceStore, spec: &str, pid: Option<u32>) -> Resu
     if first > last {
         return Err(bad("the range ends before it starts"));
     }
-    let mut series = labeled_series(&scan(store, pid, vec![codes::Source::Step.code()], None)?);
-    if series.is_empty() {
-        series = vec![infer_series(&scan(store, pid, Vec::new(), Some(boundary_ops()))?).map_err(|why| bad(&why))?];
-    }
+    let series: Vec<StepSeries> =
+        scanned_series(store, pid)?.into_iter().collect::<Result<_, _>>().map_err(|why| bad(&why))?;
     let picked: Vec<&Step> = series
         .iter()
         .filter(|s| s.kind == kind)

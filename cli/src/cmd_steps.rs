@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use causeway_analysis::{explain, find_steps, slow_threshold, ExplainRequest};
+use causeway_analysis::{explain, slow_threshold, ExplainRequest};
 use causeway_model::time::{fmt_ns, fmt_since};
 
 use crate::window::ScopeArgs;
@@ -33,11 +33,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     )?;
     let mut report = e.steps;
     if args.list {
-        // the explained report keeps summaries only: the steps themselves come from a second read
-        let listed = find_steps(store.as_ref(), window, args.scope.pid)?;
-        for (s, l) in report.series.iter_mut().zip(listed.series) {
-            s.steps = l.steps;
-        }
+        report.list_steps(store.as_ref(), window, args.scope.pid, usize::MAX)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

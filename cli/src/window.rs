@@ -51,10 +51,9 @@ impl ScopeArgs {
         self.window.resolve(store, self.pid)
     }
 
-    /// What explain judges slowness by: the whole trace for a step range (slow against the other
-    /// steps), else the scope itself.
+    /// What explain judges slowness by ([`causeway_analysis::judged_by`]).
     pub fn judge_by(&self) -> Option<TimeWindow> {
-        self.window.steps.as_ref().map(|_| TimeWindow::ALL)
+        causeway_analysis::judged_by(self.window.steps.as_deref())
     }
 }
 

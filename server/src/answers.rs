@@ -3,7 +3,7 @@
 //! (default limits, `truncated`, a `hint` to narrow). No analysis happens here.
 
 use causeway_analysis::Severity;
-use causeway_analysis::{compute_stats, resolve_window, step_window, StatsRequest};
+use causeway_analysis::{compute_stats, judged_by, resolve_window, step_window, StatsRequest};
 use causeway_analysis::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
 use causeway_analysis::{top_stacks, StacksRequest};
 use causeway_backends::QueryCancel;
@@ -50,12 +50,6 @@ pub fn window_of(
     let since =
         since.map(parse_duration_ns).transpose().map_err(|e| format!("invalid since: {e} (e.g. \"30s\", \"5m\")"))?;
     resolve_window(info, since, from, to).map_err(|e| e.to_string().replace("--", ""))
-}
-
-/// What a scope's slowness is judged by: the whole trace for a step range (slow against the other
-/// steps), else the scope itself.
-pub fn judge_by(steps: Option<&str>) -> Option<TimeWindow> {
-    steps.map(|_| TimeWindow::ALL)
 }
 
 /// Op names to codes, with an error that shows valid names.
@@ -270,7 +264,7 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
     if let Some(op) = &a.op {
         parse_op(op)?;
     }
-    let e = set.explanation_judged(&entry, window, a.pid, judge_by(a.steps.as_deref()))?;
+    let e = set.explanation_judged(&entry, window, a.pid, judged_by(a.steps.as_deref()))?;
     let matching: Vec<&causeway_analysis::Chain> = e
         .chains
         .iter()
@@ -350,18 +344,11 @@ pub fn get_steps(set: &TraceSet, a: StepsArgs, _: &QueryCancel) -> Result<StepsO
     let store = store_of(&entry)?;
     let window =
         window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
-    let e = set.explanation_judged(&entry, window, a.pid, judge_by(a.steps.as_deref()))?;
+    let e = set.explanation_judged(&entry, window, a.pid, judged_by(a.steps.as_deref()))?;
     let mut report = e.steps.clone();
     let limit = a.limit.unwrap_or(200).clamp(1, 5000);
-    let mut truncated = false;
-    if a.list == Some(true) {
-        let listed = causeway_analysis::find_steps(store.as_ref(), window, a.pid).map_err(|e| e.to_string())?;
-        for (s, mut l) in report.series.iter_mut().zip(listed.series) {
-            truncated |= l.steps.len() > limit;
-            l.steps.truncate(limit);
-            s.steps = l.steps;
-        }
-    }
+    let truncated =
+        a.list == Some(true) && report.list_steps(store.as_ref(), window, a.pid, limit).map_err(|e| e.to_string())?;
     let slow = report.slow_ranges();
     let summary = match (report.series.first(), slow.first()) {
         (None, _) => report.notes.first().cloned().unwrap_or_else(|| "no steps in scope".into()),

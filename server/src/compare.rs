@@ -92,7 +92,7 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
             &StatsRequest { window, pid: a.pid, ops: ops.clone(), per_process: false, by_kernel: false },
         )
         .map_err(|e| e.to_string())?;
-        let e = set.explanation_judged(&entry, window, a.pid, answers::judge_by(side.steps.as_deref()))?;
+        let e = set.explanation_judged(&entry, window, a.pid, causeway_analysis::judged_by(side.steps.as_deref()))?;
         out_sides.push(SideInfo {
             trace: entry.name.clone(),
             window,
