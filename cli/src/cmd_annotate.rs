@@ -9,12 +9,12 @@
 
 use std::path::PathBuf;
 
-use causeway_probes::{default_socket_path, label_op, monotonic_ns, send_labels, LabelMessage};
+use causeway_probes::{default_socket_path, monotonic_ns, send_labels, LabelMessage};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// step, epoch or task.
-    #[arg(value_parser = ["step", "epoch", "task"])]
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(causeway_model::codes::label_kinds()))]
     kind: String,
     /// The step, epoch or task number.
     #[arg(allow_hyphen_values = true)]
@@ -47,7 +47,6 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    anyhow::ensure!(label_op(&args.kind).is_some(), "kind `{}`: step, epoch or task", args.kind);
     let socket = args.socket.clone().unwrap_or_else(default_socket_path);
     let parent = std::os::unix::process::parent_id();
     let base = LabelMessage {

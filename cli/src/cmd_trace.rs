@@ -337,9 +337,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             );
         }
         if let Some(path) = &report.labels_socket {
-            let labels: Vec<String> = ["step", "epoch", "task"]
-                .iter()
-                .filter_map(|k| report.events_by_op.get(*k).map(|n| format!("{n} {k}(s)")))
+            let labels: Vec<String> = causeway_model::codes::label_kinds()
+                .filter_map(|k| report.events_by_op.get(k).map(|n| format!("{n} {k}(s)")))
                 .collect();
             let got = if labels.is_empty() { "no labels".to_string() } else { labels.join(", ") };
             eprintln!("causeway: label socket {path}: {got}");

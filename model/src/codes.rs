@@ -376,6 +376,17 @@ pub fn source_name(source: u8) -> Cow<'static, str> {
     }
 }
 
+/// The label kinds a workload may send (`step`, `epoch`, `task`): the names of source STEP's ops
+/// in [`OPS`].
+pub fn label_kinds() -> impl Iterator<Item = &'static str> {
+    OPS.iter().filter(|e| e.0 == Source::Step.code()).map(|e| e.2)
+}
+
+/// The op of a label kind ([`label_kinds`]).
+pub fn label_op(kind: &str) -> Option<OpCode> {
+    OPS.iter().find(|e| e.0 == Source::Step.code() && e.2 == kind).map(|e| OpCode::new(e.0, e.1))
+}
+
 /// Look an op up by name, case-insensitively; accepts both Ingero's short names and the full CUDA
 /// names (`cudaStreamSynchronize` finds `cudaStreamSync`), and `op_S_O` synthetic names.
 pub fn op_by_name(name: &str) -> Option<OpCode> {

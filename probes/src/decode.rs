@@ -6,20 +6,22 @@ use causeway_model::{Event, PrevState, SchedDetail};
 
 use crate::wire::{self, CallRec, Record};
 
+/// `clock` now, ns.
+pub(crate) fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
 /// Offset from CLOCK_MONOTONIC (what `bpf_ktime_get_ns` reads) to CLOCK_REALTIME, measured once.
 pub fn mono_to_realtime_offset() -> i64 {
-    fn now(clock: libc::clockid_t) -> i64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: valid pointer to a timespec.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-    }
     // the sample with the tightest bracket wins
     (0..5)
         .map(|_| {
-            let a = now(libc::CLOCK_MONOTONIC);
-            let r = now(libc::CLOCK_REALTIME);
-            let b = now(libc::CLOCK_MONOTONIC);
+            let a = clock_ns(libc::CLOCK_MONOTONIC);
+            let r = clock_ns(libc::CLOCK_REALTIME);
+            let b = clock_ns(libc::CLOCK_MONOTONIC);
             (b - a, r - (a + (b - a) / 2))
         })
         .min()

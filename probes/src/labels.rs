@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::{label_op, OpCode};
 use causeway_model::Event;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -76,16 +76,6 @@ pub struct LabelMessage {
     /// Answer this message with one line: `{"ok":true}` or `{"error":"..."}`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reply: bool,
-}
-
-/// The op of a label kind.
-pub fn label_op(kind: &str) -> Option<OpCode> {
-    match kind {
-        "step" => Some(op::STEP),
-        "epoch" => Some(op::EPOCH),
-        "task" => Some(op::TASK),
-        _ => None,
-    }
 }
 
 /// Where labels go when no path is given: `$CAUSEWAY_LABELS`, else `/run/causeway/labels.sock`
@@ -166,7 +156,7 @@ impl LabelSocket {
     pub(crate) fn open(path: Option<&Path>, mode: u32) -> anyhow::Result<LabelSocket> {
         let explicit = path.is_some();
         let wanted = path.map(Path::to_path_buf).unwrap_or_else(default_socket_path);
-        let listener = match bind(&wanted, mode) {
+        let (listener, path) = match bind(&wanted, mode) {
             Ok(l) => (l, wanted),
             Err(e) if explicit => return Err(e),
             Err(_) => {
@@ -176,7 +166,6 @@ impl LabelSocket {
                 (bind(&beside, mode)?, beside)
             }
         };
-        let (listener, path) = listener;
         let (tx, news) = mpsc::unbounded_channel();
         let open = std::sync::Arc::new(std::sync::Mutex::new(HashMap::new()));
         let offset = crate::decode::mono_to_realtime_offset();
@@ -278,10 +267,7 @@ async fn serve(
 
 /// `CLOCK_MONOTONIC` now, ns: the clock labels are sent in.
 pub fn monotonic_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    crate::decode::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// The longest label accepted: a year.

@@ -46,7 +46,7 @@ pub use cuda_table::{ProbeLib, CUDA_PROBES};
 pub use discovery::{discover, site_packages_of_program, DiscoveryOptions, FoundLibrary, LibKind};
 pub use error::ProbeError;
 pub use gpu_state::{NvmlOptions, DEFAULT_NVML_LIB};
-pub use labels::{default_socket_path, label_op, monotonic_ns, send_labels, LabelMessage, LabelOptions, LABELS_ENV};
+pub use labels::{default_socket_path, monotonic_ns, send_labels, LabelMessage, LabelOptions, LABELS_ENV};
 pub use loader::{file_id, LoadOptions, Probes};
 pub use metrics::{BatchTally, TraceMetrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use session::{new_session_info, trace, TraceOptions, TraceReport, UnwrittenRows};

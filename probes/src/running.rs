@@ -76,7 +76,7 @@ pub(crate) struct Running<'o> {
     /// `trace --all`: the host's processes, looked at for CUDA.
     watch: Option<HostWatch>,
     /// Label messages refused (the first ten are noted).
-    pub(crate) labels_refused: u64,
+    labels_refused: u64,
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -364,18 +364,13 @@ impl<'o> Running<'o> {
             crate::labels::LabelNews::Refused(why) => {
                 self.labels_refused += 1;
                 if self.labels_refused <= 10 {
-                    self.note(format!("label refused: {why}"));
+                    self.probes.notes.push(format!("label refused: {why}"));
                 }
             }
         }
     }
 
-    /// A note for the report: something skipped or wrong that did not stop the trace.
-    pub(crate) fn note(&mut self, note: String) {
-        self.probes.notes.push(note);
-    }
-
-    /// Notes for the report.
+    /// Notes for the report: what was skipped or went wrong without stopping the trace.
     pub(crate) fn note_all(&mut self, notes: impl IntoIterator<Item = String>) {
         self.probes.notes.extend(notes);
     }
