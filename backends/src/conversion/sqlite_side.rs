@@ -152,8 +152,8 @@ pub struct SqliteTarget {
 
 impl SqliteTarget {
     pub fn create(path: &Path) -> Result<SqliteTarget> {
-        crate::sqlite::heap::install();
-        let mut conn = Connection::open(path).map_err(|e| StoreError::Engine(format!("{}: {e}", path.display())))?;
+        let mut conn = crate::sqlite::heap::open(path, rusqlite::OpenFlags::default())
+            .map_err(|e| StoreError::Engine(format!("{}: {e}", path.display())))?;
         conn.execute_batch("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;")?;
         let tx = conn.transaction()?;
         tx.execute_batch(NATIVE_DDL)?;

@@ -9,7 +9,7 @@
 //! estimated.
 //!
 //! SQLite accepts a new allocator only before its first connection: every SQLite open in this crate
-//! calls [`install`] first. If something else in the process opened SQLite earlier, [`install`]
+//! goes through [`open`], which calls [`install`] first. If something else in the process opened SQLite earlier, [`install`]
 //! reports `false` and callers fall back to the process-wide counter.
 
 use std::cell::Cell;
@@ -63,6 +63,16 @@ pub fn install() -> bool {
         let rc = unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_MALLOC, &ours as *const ffi::sqlite3_mem_methods) };
         rc == ffi::SQLITE_OK
     })
+}
+
+/// Every SQLite connection of this crate opens here: the accounting allocator goes in first
+/// ([`install`]), then `Connection::open_with_flags`.
+pub(crate) fn open(
+    path: impl AsRef<std::path::Path>,
+    flags: rusqlite::OpenFlags,
+) -> rusqlite::Result<rusqlite::Connection> {
+    install();
+    rusqlite::Connection::open_with_flags(path, flags)
 }
 
 /// Whether [`thread_bytes`] counts (the accounting allocator is installed).

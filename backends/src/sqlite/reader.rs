@@ -40,8 +40,7 @@ pub struct SqliteStore {
 }
 
 fn open_ro(uri: &str) -> rusqlite::Result<Connection> {
-    crate::sqlite::heap::install();
-    let c = Connection::open_with_flags(
+    let c = crate::sqlite::heap::open(
         uri,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;

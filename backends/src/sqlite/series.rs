@@ -57,8 +57,7 @@ pub fn list_parts(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
 
 /// Whether a part has its `events` table (its creation finished), read without writing it.
 pub(crate) fn has_events_table(path: &Path) -> bool {
-    crate::sqlite::heap::install();
-    Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    crate::sqlite::heap::open(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .and_then(|c| {
             c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |r| {
                 r.get::<_, i64>(0)
@@ -186,8 +185,7 @@ impl SeriesRead {
     /// first: changing it later would drop TEMP views; FILE, as the SQL guard sets it, big sorts
     /// spilling to files).
     fn connect_parts(&self) -> Result<Connection> {
-        crate::sqlite::heap::install();
-        let conn = Connection::open_with_flags(
+        let conn = crate::sqlite::heap::open(
             &self.main_uri,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
                 | rusqlite::OpenFlags::SQLITE_OPEN_URI

@@ -23,9 +23,8 @@ impl ReadTarget {
     /// A new read-only connection (`READ_ONLY | URI | NO_MUTEX`) reading the whole trace; the caller
     /// hardens it.
     pub(crate) fn connect(&self) -> Result<Connection> {
-        crate::sqlite::heap::install();
         match self {
-            ReadTarget::File(uri) => Connection::open_with_flags(
+            ReadTarget::File(uri) => crate::sqlite::heap::open(
                 uri,
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )

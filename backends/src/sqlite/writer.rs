@@ -131,8 +131,7 @@ const CARRIED_TABLES: [&str; 7] = [
 /// Open a new or existing native trace for writing: WAL, the native schema (added columns
 /// included) and the lookup tables, in one transaction with `then`.
 fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<()>) -> Result<Connection> {
-    crate::sqlite::heap::install();
-    let mut conn = Connection::open_with_flags(
+    let mut conn = crate::sqlite::heap::open(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
