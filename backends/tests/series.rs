@@ -226,3 +226,50 @@ fn a_restart_removes_what_a_cut_short_rollover_left() {
         "the series goes on at the cut-short number"
     );
 }
+
+/// Leave a hot rollback journal beside `path`, as a writer killed in the middle of a
+/// rollback-journal transaction leaves it (a Causeway writer makes one: the switch of a finished
+/// part out of WAL mode). A child process, so that its lock dies with it, as a killed writer's;
+/// the page is changed and changed back, so the file itself holds the committed trace, and
+/// `synchronous=OFF` writes the journal's magic at once (a writer killed after its journal's sync).
+fn leave_hot_journal(path: &Path) {
+    let script = "import os, sqlite3, sys\n\
+                  c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                  c.execute('PRAGMA journal_mode=DELETE')\n\
+                  c.execute('PRAGMA synchronous=OFF')\n\
+                  c.execute('BEGIN IMMEDIATE')\n\
+                  c.execute(\"UPDATE schema_info SET value = value || 'x'\")\n\
+                  c.execute('UPDATE schema_info SET value = substr(value, 1, length(value) - 1)')\n\
+                  os._exit(0)\n";
+    let status = std::process::Command::new("python3").arg("-c").arg(script).arg(path).status().unwrap();
+    assert!(status.success());
+    let refused = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0)));
+    assert!(
+        matches!(&refused, Err(rusqlite::Error::SqliteFailure(e, _)) if e.extended_code == 776),
+        "the fixture leaves a hot journal (SQLITE_READONLY_ROLLBACK on a plain read-only open): {refused:?}"
+    );
+}
+
+#[test]
+fn a_part_killed_while_leaving_wal_mode_reads_and_the_series_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let series = dir.path().join("series");
+    let first = write_all(create_series_sink(&series, session(1), small_parts()).unwrap(), 11);
+    let parts = list_parts(&series).unwrap();
+    assert!(parts.len() >= 3, "{parts:?}");
+    // an older part and the newest: the restart reads the newest part's last ids
+    for (_, p) in [&parts[1], parts.last().unwrap()] {
+        leave_hot_journal(p);
+    }
+    let store = SqliteStore::open(&series).unwrap();
+    assert_eq!(store.info().events, first.events_written);
+    let alone = SqliteStore::open(&parts[1].1).unwrap();
+    assert!(alone.info().events > 0);
+    drop((store, alone));
+    let second = write_all(create_series_sink(&series, session(2), small_parts()).unwrap(), 12);
+    let store = SqliteStore::open(&series).unwrap();
+    assert_eq!(store.info().events, first.events_written + second.events_written);
+    let distinct = sql(&store, "SELECT count(*) = count(DISTINCT id) FROM events");
+    assert_eq!(distinct[0][0], 1, "event ids go on past the part that was cut short");
+}

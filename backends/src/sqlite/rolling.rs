@@ -17,7 +17,6 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use rusqlite::OpenFlags;
 
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
@@ -97,7 +96,7 @@ pub struct RollingWriter {
 /// The (largest session id, largest event id) of a part, read without writing it.
 fn last_ids(path: &Path) -> Result<(i64, i64)> {
     let read = || -> rusqlite::Result<(i64, i64)> {
-        let conn = crate::sqlite::heap::open(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let conn = super::target::open_read_only(path)?;
         let session = conn.query_row("SELECT coalesce(max(id), 0) FROM sessions", [], |r| r.get(0))?;
         let event = conn.query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| r.get(0))?;
         Ok((session, event))

@@ -57,7 +57,7 @@ pub fn list_parts(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
 
 /// Whether a part has its `events` table (its creation finished), read without writing it.
 pub(crate) fn has_events_table(path: &Path) -> bool {
-    crate::sqlite::heap::open(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    super::target::open_read_only(path)
         .and_then(|c| {
             c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'", [], |r| {
                 r.get::<_, i64>(0)

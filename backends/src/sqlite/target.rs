@@ -52,6 +52,18 @@ pub(crate) fn read_uri(path: &Path) -> String {
     uri_for(path, if wal_pages { "mode=ro" } else { "immutable=1" })
 }
 
+/// One file opened read-only by its [`read_uri`]; the connection never writes the file. A plain
+/// read-only open refuses a file with a hot rollback journal (`SQLITE_READONLY_ROLLBACK`): a part
+/// whose writer was killed while it switched the finished part out of WAL mode, the one
+/// rollback-journal transaction a Causeway writer makes (page 1's header), so the immutable open,
+/// which ignores the journal, reads the committed trace.
+pub(crate) fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    crate::sqlite::heap::open(
+        read_uri(path),
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+}
+
 /// The SQLite URI for a path with the given query parameters (path characters escaped).
 pub(crate) fn uri_for(path: &Path, params: &str) -> String {
     let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
