@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use causeway_model::time::TimeWindow;
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessCgroup, ProcessRank,
-    SessionInfo,
+    ServingSample, SessionInfo,
 };
 
 use crate::Engine;
@@ -90,6 +90,7 @@ pub trait ConvertTarget {
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
+    fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()>;
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()>;
     /// Attachments with their own session ids.
@@ -187,6 +188,7 @@ pub struct ConvertReport {
     pub kernel_names: u64,
     pub nccl_calls: u64,
     pub gpu_samples: u64,
+    pub serving_samples: u64,
     pub process_ranks: u64,
     pub process_cgroups: u64,
     pub attachments: u64,
@@ -264,6 +266,9 @@ pub fn cut(
         let mut kernels = store.kernel_names()?;
         let mut nccl = store.nccl_calls(&scope.window)?;
         let gpu = store.gpu_samples(&scope.window)?;
+        // (kept whatever the pids kept: an engine's metrics describe the service its processes
+        // serve together, and its endpoint may be another process than the one making the calls)
+        let serving = store.serving_samples(&scope.window)?;
         let mut ranks = store.process_ranks()?;
         let mut cgroups = store.process_cgroups()?;
         let mut attachments = source.attachment_rows()?;
@@ -287,6 +292,7 @@ pub fn cut(
         target.write_kernel_names(&kernels)?;
         target.write_nccl_calls(&nccl)?;
         target.write_gpu_samples(&gpu)?;
+        target.write_serving_samples(&serving)?;
         target.write_process_ranks(&ranks)?;
         target.write_process_cgroups(&cgroups)?;
         target.write_attachments(&attachments)?;
@@ -307,6 +313,7 @@ pub fn cut(
             kernel_names: kernels.len() as u64,
             nccl_calls: nccl.len() as u64,
             gpu_samples: gpu.len() as u64,
+            serving_samples: serving.len() as u64,
             process_ranks: ranks.len() as u64,
             process_cgroups: cgroups.len() as u64,
             attachments: attachments.len() as u64,

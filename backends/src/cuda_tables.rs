@@ -2,7 +2,8 @@
 //! [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
 //! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)), `attachments`
 //! ([`LibraryAttach`] per session), `nccl_calls` ([`NcclCall`] per NCCL call event),
-//! `gpu_samples` ([`GpuSample`]s read through NVML) and `process_ranks` ([`ProcessRank`] per pid).
+//! `gpu_samples` ([`GpuSample`]s read through NVML), `serving_samples` ([`ServingSample`]s scraped
+//! from a serving engine) and `process_ranks` ([`ProcessRank`] per pid).
 //! Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
 //! what every engine shares: the INSERTs with their parameters as [`SqlParam`]s (each engine binds
 //! them), the SELECTs, and the checked decoding of their rows (a value that does not fit its field
@@ -11,7 +12,9 @@
 use std::path::Path;
 
 use causeway_model::time::TimeWindow;
-use causeway_model::{GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank};
+use causeway_model::{
+    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, ServingSample,
+};
 
 use crate::schema::SqlParam;
 use crate::{Result, StoreError};
@@ -188,6 +191,41 @@ pub(crate) fn gpu_sample_from(db: &Path, r: [i64; 19]) -> Result<GpuSample> {
         ecc_corrected: r[17],
         ecc_uncorrected: r[18],
     })
+}
+
+/// Appends one serving engine sample.
+pub(crate) const INSERT_SERVING_SAMPLE_SQL: &str =
+    "INSERT INTO serving_samples (timestamp, pid, engine, metric, labels, le, value) VALUES (?, ?, ?, ?, ?, ?, ?)";
+
+/// The serving samples of a window, by time, pid, metric, labels and bound (within one metric
+/// `le` is always or never NULL, so both engines order alike).
+pub(crate) fn select_serving_samples_sql(window: &TimeWindow) -> String {
+    format!(
+        "SELECT timestamp, pid, engine, metric, labels, le, value FROM serving_samples {} \
+         ORDER BY timestamp, pid, metric, labels, le",
+        window_clause(window)
+    )
+}
+
+/// The parameters of [`INSERT_SERVING_SAMPLE_SQL`], in order.
+pub(crate) fn serving_sample_params(s: &ServingSample) -> [SqlParam<'_>; 7] {
+    [
+        SqlParam::Int(s.ts_ns),
+        SqlParam::Int(i64::from(s.pid)),
+        SqlParam::Text(&s.engine),
+        SqlParam::Text(&s.metric),
+        SqlParam::Text(&s.labels),
+        s.le.map_or(SqlParam::Null, SqlParam::Real),
+        SqlParam::Real(s.value),
+    ]
+}
+
+/// A row of [`select_serving_samples_sql`]: the pid must fit.
+pub(crate) fn serving_sample_from(
+    db: &Path,
+    (ts_ns, pid, engine, metric, labels, le, value): (i64, i64, String, String, String, Option<f64>, f64),
+) -> Result<ServingSample> {
+    Ok(ServingSample { ts_ns, pid: fits_u32(db, "serving_samples", "pid", pid)?, engine, metric, labels, le, value })
 }
 
 /// `WHERE` over `timestamp` for `window`, both ends included (integers: nothing user-written is

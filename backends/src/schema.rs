@@ -156,6 +156,15 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
     ecc_corrected    INTEGER NOT NULL,
     ecc_uncorrected  INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS serving_samples (
+    timestamp INTEGER NOT NULL,
+    pid       INTEGER NOT NULL,
+    engine    TEXT NOT NULL,
+    metric    TEXT NOT NULL,
+    labels    TEXT NOT NULL DEFAULT '{}',
+    le        DOUBLE,
+    value     DOUBLE NOT NULL
+);
 CREATE TABLE IF NOT EXISTS loss_counters (
     session_id INTEGER NOT NULL,
     source     INTEGER NOT NULL,
@@ -185,10 +194,11 @@ sum_dur, min_dur, max_dur, sum_arg0) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 /// One parameter of the INSERTs both engines run: each engine binds it through its own `ToSql`
 /// (see `sqlite/writer.rs` and `duckdb/writer.rs`), so the parameter lists are written once, here,
 /// beside their SQL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SqlParam<'a> {
     Null,
     Int(i64),
+    Real(f64),
     Text(&'a str),
 }
 
@@ -354,6 +364,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "process_cgroups" => "the cgroup (v2) of each traced process and of each process that took a traced thread's CPU, and the container or Kubernetes pod it stands for (from the cgroup path and the container runtime's own files); join events.cgroup_id = process_cgroups.cgroup_id, or on pid",
         "process_ranks" => "where each traced process stands in its distributed job, from its launcher's environment (torchrun RANK/LOCAL_RANK/WORLD_SIZE, Open MPI, Slurm); -1 = not given",
         "gpu_samples" => "the GPUs' own state sampled through NVML while tracing (default 10 Hz): clocks, throttle reasons, temperature, power, utilization, memory, PCIe / NVLink traffic, ECC errors; -1 = not reported by the device",
+        "serving_samples" => "a serving engine's own Prometheus metrics (vLLM, SGLang, TGI, Triton), scraped from its endpoint while tracing (default every second): queue gauges, KV-cache usage, token counters, and the latency histograms as their cumulative buckets (`metric` ending `_bucket`, bound `le`; the +Inf bucket is the `_count` row)",
         "loss_counters" => "events lost before storage, per session, source and place (kind); see loss_kinds",
         "sources" => "lookup: events.source code -> name",
         "ops" => "lookup: (events.source, events.op) -> op name",
@@ -452,6 +463,13 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("process_ranks", "local_world_size") => "the job's processes on this node (-1 not given)",
         ("process_ranks", "launcher") => "which variables said so: torch, openmpi, slurm",
         ("process_ranks", "job") => "the job's id where the launcher names it (TORCHELASTIC_RUN_ID, SLURM_JOB_ID)",
+        ("serving_samples", "timestamp") => "unix ns when the endpoint was read",
+        ("serving_samples", "pid") => "the engine process listening on the endpoint",
+        ("serving_samples", "engine") => "vllm, sglang, tgi or triton",
+        ("serving_samples", "metric") => "the sample's exposed name (vllm:time_to_first_token_seconds_bucket; counters keep their _total)",
+        ("serving_samples", "labels") => "the sample's labels but le, a JSON object with sorted keys",
+        ("serving_samples", "le") => "a histogram bucket's upper bound (seconds for the latency histograms); NULL for other samples",
+        ("serving_samples", "value") => "the value read (cumulative for counters and histogram parts: subtract consecutive reads)",
         ("gpu_samples", "timestamp") => "unix ns when the sample was read",
         ("gpu_samples", "gpu") => "NVML device index (events.gpu_id of the calls that addressed it)",
         ("gpu_samples", "sm_clock_mhz") => "SM clock, MHz",

@@ -222,6 +222,25 @@ macro_rules! shared_trace_store_methods {
             rows.into_iter().map(|row| $crate::cuda_tables::gpu_sample_from(&self.info().path, row)).collect()
         }
 
+        fn serving_samples(
+            &self,
+            window: &causeway_model::time::TimeWindow,
+        ) -> $crate::Result<Vec<causeway_model::ServingSample>> {
+            if !self.has_native_table("serving_samples") {
+                return Ok(Vec::new());
+            }
+            type Row = (i64, i64, String, String, String, Option<f64>, f64);
+            let rows: Vec<Row> = self.with_conn(|c| {
+                c.prepare(&$crate::cuda_tables::select_serving_samples_sql(window))?
+                    .query_map([], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+                    })?
+                    .collect()
+            })?;
+            let db = &self.info().path;
+            rows.into_iter().map(|row| $crate::cuda_tables::serving_sample_from(db, row)).collect()
+        }
+
         fn process_ranks(&self) -> $crate::Result<Vec<causeway_model::ProcessRank>> {
             if !self.has_native_table("process_ranks") {
                 return Ok(Vec::new());

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
-    ProcessRank, SessionInfo,
+    ProcessRank, ServingSample, SessionInfo,
 };
 
 use crate::{EventSink, SinkSummary, StackRecord};
@@ -62,6 +62,8 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     /// Append GPU state samples (`gpu_samples`).
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
+    /// Append serving engine samples (`serving_samples`).
+    fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()>;
     /// Record processes' ranks (a later row for a pid replaces the earlier one).
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
     /// Record processes' cgroups (a later row for a pid replaces the earlier one).
@@ -93,6 +95,7 @@ enum Msg {
     Attachments(Vec<LibraryAttach>),
     NcclCalls(Vec<NcclCall>),
     GpuSamples(Vec<GpuSample>),
+    ServingSamples(Vec<ServingSample>),
     ProcessRanks(Vec<ProcessRank>),
     ProcessCgroups(Vec<ProcessCgroup>),
     Flush(oneshot::Sender<Result<()>>),
@@ -160,6 +163,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::Attachments(a) => w.write_attachments(&a)?,
                 Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
                 Msg::GpuSamples(s) => w.write_gpu_samples(&s)?,
+                Msg::ServingSamples(s) => w.write_serving_samples(&s)?,
                 Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
                 Msg::ProcessCgroups(c) => w.write_process_cgroups(&c)?,
             }
@@ -268,6 +272,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()> {
         self.tx.send(Msg::GpuSamples(samples)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_serving_samples(&mut self, samples: Vec<ServingSample>) -> Result<()> {
+        self.tx.send(Msg::ServingSamples(samples)).await.map_err(|_| self.gone())
     }
 
     async fn write_process_ranks(&mut self, ranks: Vec<ProcessRank>) -> Result<()> {

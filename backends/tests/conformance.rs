@@ -119,6 +119,7 @@ pub fn write_read_back_exactly(b: Engine) {
         "attachments",
         "nccl_calls",
         "gpu_samples",
+        "serving_samples",
         "process_ranks",
         "process_cgroups",
     ] {
@@ -349,6 +350,12 @@ impl TraceStore for RequiredOnly {
         window: &causeway_model::time::TimeWindow,
     ) -> causeway_backends::Result<Vec<causeway_model::GpuSample>> {
         self.0.gpu_samples(window)
+    }
+    fn serving_samples(
+        &self,
+        window: &causeway_model::time::TimeWindow,
+    ) -> causeway_backends::Result<Vec<causeway_model::ServingSample>> {
+        self.0.serving_samples(window)
     }
     fn process_ranks(&self) -> causeway_backends::Result<Vec<causeway_model::ProcessRank>> {
         self.0.process_ranks()

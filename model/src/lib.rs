@@ -340,6 +340,27 @@ pub struct GpuSample {
     pub ecc_uncorrected: i64,
 }
 
+/// One value a serving engine (vLLM, SGLang, TGI, Triton) exposed on its Prometheus endpoint,
+/// scraped while tracing (`serving_samples`): a gauge, a counter, or one part of a histogram
+/// (`_bucket` with its bound `le`, `_sum`, `_count`; the `+Inf` bucket is the `_count` row).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct ServingSample {
+    /// When the endpoint was read, unix ns.
+    pub ts_ns: i64,
+    /// The engine's process (the one listening on the endpoint).
+    pub pid: u32,
+    /// The engine: `vllm`, `sglang`, `tgi` or `triton`.
+    pub engine: String,
+    /// The sample's name as exposed (`vllm:time_to_first_token_seconds_bucket`).
+    pub metric: String,
+    /// Its labels but `le`, as a JSON object with sorted keys (`{"model_name":"m"}`).
+    pub labels: String,
+    /// A histogram bucket's upper bound; `None` for every other sample.
+    pub le: Option<f64>,
+    /// The value.
+    pub value: f64,
+}
+
 /// NVML's clock event (throttle) reasons: (bit, name, meaning).
 pub const THROTTLE_REASONS: [(i64, &str, &str); 9] = [
     (0x1, "gpu_idle", "nothing running on the GPU: clocks lowered on purpose"),

@@ -524,6 +524,9 @@ impl EventSink for CountingSink {
     async fn write_gpu_samples(&mut self, _: Vec<causeway_model::GpuSample>) -> SinkResult<()> {
         Ok(())
     }
+    async fn write_serving_samples(&mut self, _: Vec<causeway_model::ServingSample>) -> SinkResult<()> {
+        Ok(())
+    }
     async fn write_process_cgroups(&mut self, _: Vec<causeway_model::ProcessCgroup>) -> SinkResult<()> {
         Ok(())
     }

@@ -8,7 +8,7 @@ use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
-    ProcessRank, SchedDetail, SessionInfo,
+    ProcessRank, SchedDetail, ServingSample, SessionInfo,
 };
 
 use crate::error::Result;
@@ -454,6 +454,12 @@ pub trait TraceStore: Send + Sync {
     fn gpu_samples(&self, _window: &TimeWindow) -> Result<Vec<GpuSample>> {
         Ok(Vec::new())
     }
+    /// The serving engines' own metrics scraped while tracing (`serving_samples`) in `window`, by
+    /// time, pid, metric, labels and bucket bound; empty for traces without the table or without
+    /// a serving engine.
+    fn serving_samples(&self, _window: &TimeWindow) -> Result<Vec<ServingSample>> {
+        Ok(Vec::new())
+    }
     /// Where the traced processes stand in their distributed jobs (`process_ranks`), by pid; empty
     /// for traces without the table or processes without a launcher's rank.
     fn process_ranks(&self) -> Result<Vec<ProcessRank>> {
@@ -518,6 +524,8 @@ pub trait EventSink: Send {
     async fn write_nccl_calls(&mut self, calls: Vec<NcclCall>) -> Result<()>;
     /// Record GPU state samples.
     async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()>;
+    /// Record what a serving engine's metrics endpoint said.
+    async fn write_serving_samples(&mut self, samples: Vec<ServingSample>) -> Result<()>;
     /// Record processes' ranks in their jobs (a later row for a pid replaces the earlier one).
     async fn write_process_ranks(&mut self, ranks: Vec<ProcessRank>) -> Result<()>;
     /// Record processes' cgroups (a later row for a pid replaces the earlier one).

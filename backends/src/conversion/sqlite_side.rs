@@ -7,7 +7,8 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, Row};
 
 use causeway_model::{
-    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, SessionInfo,
+    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, ServingSample,
+    SessionInfo,
 };
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
@@ -285,6 +286,13 @@ impl ConvertTarget for SqliteTarget {
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
         let tx = self.conn.transaction()?;
         crate::sqlite::insert_gpu_samples(&tx, samples)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_serving_samples(&tx, samples)?;
         tx.commit()?;
         Ok(())
     }

@@ -8,7 +8,7 @@ use duckdb::params;
 use causeway_model::codes::PrevState;
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, SchedDetail,
-    SessionInfo,
+    ServingSample, SessionInfo,
 };
 
 use super::reader::{ints, launch_config_column, texts};
@@ -234,6 +234,10 @@ impl ConvertTarget for DuckDbTarget {
 
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
         self.writer.write_gpu_samples(samples)
+    }
+
+    fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()> {
+        self.writer.write_serving_samples(samples)
     }
 
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {

@@ -17,7 +17,7 @@ use duckdb::{params, Connection};
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
-    ProcessRank, SessionInfo,
+    ProcessRank, ServingSample, SessionInfo,
 };
 
 use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
@@ -160,6 +160,7 @@ impl duckdb::ToSql for crate::schema::SqlParam<'_> {
         Ok(duckdb::types::ToSqlOutput::Borrowed(match *self {
             Self::Null => ValueRef::Null,
             Self::Int(v) => ValueRef::BigInt(v),
+            Self::Real(v) => ValueRef::Double(v),
             Self::Text(t) => ValueRef::Text(t.as_bytes()),
         }))
     }
@@ -472,6 +473,18 @@ impl EngineWriter for DuckDbWriter {
             let mut st = c.prepare_cached(cuda_tables::INSERT_NCCL_CALL_SQL).map_err(&err)?;
             for call in calls {
                 st.execute(duckdb::params_from_iter(cuda_tables::nccl_call_params(call))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Append serving engine samples, in one transaction.
+    fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_SERVING_SAMPLE_SQL).map_err(&err)?;
+            for s in samples {
+                st.execute(duckdb::params_from_iter(cuda_tables::serving_sample_params(s))).map_err(&err)?;
             }
             Ok(())
         })

@@ -17,10 +17,9 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
-    ProcessRank, SessionInfo,
+    ProcessRank, ServingSample, SessionInfo,
 };
 
 use super::series::{has_events_table, list_parts, part_path, part_seq};
@@ -328,6 +327,10 @@ impl EngineWriter for RollingWriter {
 
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
         self.part.write_gpu_samples(samples)
+    }
+
+    fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()> {
+        self.part.write_serving_samples(samples)
     }
 
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()> {

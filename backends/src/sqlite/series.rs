@@ -82,10 +82,11 @@ enum Merge {
 
 /// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
 /// `schema_info` are the same in every part: they are read from the newest.
-const MERGES: [(&str, Merge); 13] = [
+const MERGES: [(&str, Merge); 14] = [
     ("events", Merge::All),
     ("nccl_calls", Merge::All),
     ("gpu_samples", Merge::All),
+    ("serving_samples", Merge::All),
     ("event_aggregates", Merge::All),
     ("sessions", Merge::NewestBy("id")),
     ("stack_traces", Merge::NewestBy("hash")),

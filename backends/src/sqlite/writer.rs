@@ -11,7 +11,7 @@ use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
 use causeway_model::{
     Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessCgroup, ProcessRank,
-    SessionInfo,
+    ServingSample, SessionInfo,
 };
 
 use crate::cuda_tables::{self, AttachmentJson};
@@ -36,6 +36,7 @@ impl ToSql for crate::schema::SqlParam<'_> {
         Ok(rusqlite::types::ToSqlOutput::Borrowed(match *self {
             Self::Null => ValueRef::Null,
             Self::Int(v) => ValueRef::Integer(v),
+            Self::Real(v) => ValueRef::Real(v),
             Self::Text(t) => ValueRef::Text(t.as_bytes()),
         }))
     }
@@ -74,6 +75,15 @@ pub(crate) fn insert_gpu_samples(conn: &Connection, samples: &[GpuSample]) -> ru
     let mut st = conn.prepare_cached(&cuda_tables::insert_gpu_sample_sql())?;
     for s in samples {
         st.execute(params_from_iter(cuda_tables::gpu_sample_params(s)))?;
+    }
+    Ok(())
+}
+
+/// Append serving engine samples, in the caller's transaction.
+pub(crate) fn insert_serving_samples(conn: &Connection, samples: &[ServingSample]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_SERVING_SAMPLE_SQL)?;
+    for s in samples {
+        st.execute(params_from_iter(cuda_tables::serving_sample_params(s)))?;
     }
     Ok(())
 }
@@ -326,6 +336,14 @@ impl EngineWriter for SqliteWriter {
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_gpu_samples(&tx, samples)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Append serving engine samples, in one transaction.
+    fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_serving_samples(&tx, samples)?;
         tx.commit()?;
         Ok(())
     }

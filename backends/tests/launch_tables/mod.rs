@@ -10,7 +10,9 @@ use causeway_backends::convert;
 use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
-use causeway_model::{Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank};
+use causeway_model::{
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, ServingSample,
+};
 
 use super::{file, rt, session, write_trace, N};
 
@@ -30,11 +32,22 @@ pub struct Fixture {
     pub ranks: Vec<ProcessRank>,
     /// Process cgroups as `process_cgroups()` returns them (by pid, the last per pid).
     pub cgroups: Vec<ProcessCgroup>,
+    /// A serving engine's samples in (time, pid, metric, labels, le) order: a gauge, a histogram's
+    /// buckets, sum and count, fractional values and bounds.
+    pub serving: Vec<ServingSample>,
 }
 
 /// The side tables added after the first native schema (an older trace lacks them all).
-const SIDE_TABLES: [&str; 7] =
-    ["launch_configs", "kernel_names", "attachments", "nccl_calls", "gpu_samples", "process_ranks", "process_cgroups"];
+const SIDE_TABLES: [&str; 8] = [
+    "launch_configs",
+    "kernel_names",
+    "attachments",
+    "nccl_calls",
+    "gpu_samples",
+    "serving_samples",
+    "process_ranks",
+    "process_cgroups",
+];
 
 fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
     LaunchConfig { grid, block, shared_mem_bytes, cluster }
@@ -169,7 +182,27 @@ impl Fixture {
         let mut web = ProcessCgroup::from_path(4821, 9001, &format!("/system.slice/docker-{id}.scope"));
         web.container = "web 'quoted'".into();
         let cgroups = vec![ProcessCgroup::from_path(77, 2, "/user.slice/user-0.slice/session-3.scope"), web];
-        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks, cgroups }
+        let served = |ts_ns: i64, metric: &str, le: Option<f64>, value: f64| ServingSample {
+            ts_ns,
+            pid: 7001,
+            engine: "vllm".into(),
+            metric: metric.into(),
+            labels: r#"{"engine":"0","model_name":"m"}"#.into(),
+            le,
+            value,
+        };
+        let ttft = "vllm:time_to_first_token_seconds";
+        let serving = vec![
+            served(1_000_000_000, "vllm:kv_cache_usage_perc", None, 0.4375),
+            served(1_000_000_000, "vllm:num_requests_waiting", None, 3.0),
+            served(1_000_000_000, &format!("{ttft}_bucket"), Some(0.005), 0.0),
+            served(1_000_000_000, &format!("{ttft}_bucket"), Some(0.04), 7.0),
+            served(1_000_000_000, &format!("{ttft}_bucket"), Some(2.5), 9.0),
+            served(1_000_000_000, &format!("{ttft}_count"), None, 10.0),
+            served(1_000_000_000, &format!("{ttft}_sum"), None, 12.625),
+            served(1_100_000_000, "vllm:num_requests_waiting", None, 0.0),
+        ];
+        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks, cgroups, serving }
     }
 
     /// Give three launches in four a configuration (so launches without one stay 0).
@@ -196,6 +229,7 @@ impl Fixture {
         sink.write_nccl_calls(vec![self.nccl[3].clone(), self.nccl[1].clone()]).await.unwrap();
         sink.write_gpu_samples(vec![self.gpu[2].clone(), self.gpu[0].clone()]).await.unwrap();
         sink.write_gpu_samples(vec![self.gpu[3].clone(), self.gpu[1].clone()]).await.unwrap();
+        sink.write_serving_samples(self.serving.iter().rev().cloned().collect()).await.unwrap();
         // 4821 first with a stale row (replaced twice: across calls and within one)
         let stale = ProcessRank { rank: 9, ..self.ranks[1].clone() };
         sink.write_process_ranks(vec![stale.clone()]).await.unwrap();
@@ -228,10 +262,12 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
     let window = TimeWindow { from_ns: Some(1_000_000_500), to_ns: Some(1_000_000_900) };
     assert_eq!(store.nccl_calls(&window).unwrap(), fx.nccl[1..3], "NCCL calls of a window, both ends included");
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu, "GPU samples, by time then GPU");
+    assert_eq!(store.serving_samples(&TimeWindow::ALL).unwrap(), fx.serving, "serving samples, in order");
     assert_eq!(store.process_ranks().unwrap(), fx.ranks, "process ranks, the last per pid");
     assert_eq!(store.process_cgroups().unwrap(), fx.cgroups, "process cgroups, the last per pid");
     let later = TimeWindow { from_ns: Some(1_000_000_001), to_ns: None };
     assert_eq!(store.gpu_samples(&later).unwrap(), fx.gpu[2..], "GPU samples of a window");
+    assert_eq!(store.serving_samples(&later).unwrap(), fx.serving[7..], "serving samples of a window");
     let tagged = all.iter().filter(|s| s.event.launch_config != 0).count();
     assert!(tagged > 100 && tagged < N / 2, "fixture: some launches carry a configuration ({tagged})");
     let null = count(store, "SELECT count(*) FROM events WHERE launch_config IS NULL");
@@ -281,6 +317,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     }
     assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.gpu_samples(&TimeWindow::ALL).unwrap().is_empty());
+    assert!(store.serving_samples(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.process_ranks().unwrap().is_empty());
     assert!(store.process_cgroups().unwrap().is_empty());
     assert!(store.launch_configs().unwrap().is_empty());
@@ -319,6 +356,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert_eq!(store.attachments().unwrap(), fx.attachments);
     assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
+    assert_eq!(store.serving_samples(&TimeWindow::ALL).unwrap(), fx.serving);
     assert_eq!(store.process_ranks().unwrap(), fx.ranks);
     assert_eq!(store.process_cgroups().unwrap(), fx.cgroups);
     let back = store.events(&EventFilter::default()).unwrap();

@@ -52,6 +52,7 @@ pub struct Collected {
     pub attachments: Vec<LibraryAttach>,
     pub nccl_calls: Vec<causeway_model::NcclCall>,
     pub gpu_samples: Vec<causeway_model::GpuSample>,
+    pub serving_samples: Vec<causeway_model::ServingSample>,
     pub process_ranks: Vec<causeway_model::ProcessRank>,
     pub process_cgroups: Vec<causeway_model::ProcessCgroup>,
     pub finished: bool,
@@ -118,6 +119,13 @@ impl EventSink for MemSink {
     }
     async fn write_gpu_samples(&mut self, samples: Vec<causeway_model::GpuSample>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().gpu_samples.extend(samples);
+        Ok(())
+    }
+    async fn write_serving_samples(
+        &mut self,
+        samples: Vec<causeway_model::ServingSample>,
+    ) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().serving_samples.extend(samples);
         Ok(())
     }
     async fn write_process_cgroups(
