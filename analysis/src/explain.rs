@@ -15,6 +15,7 @@
 //!    every chain with a SQL query that reproduces its headline figure.
 
 mod gpu_time;
+mod serving;
 mod steps;
 mod straggler;
 mod subject;
@@ -111,6 +112,8 @@ pub struct Explanation {
     pub notes: Vec<String>,
     /// The steps in scope (labeled by the workload, else inferred), the slow ranges and why.
     pub steps: crate::StepReport,
+    /// The serving engines in scope (their own metrics), their latency spikes and why.
+    pub serving: crate::ServingReport,
 }
 
 /// Find a chain by id (`c3`) or key.
@@ -125,6 +128,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     };
     let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref(), true)?;
     steps::explain_slow_ranges(store, &mut e.steps, &baseline)?;
+    e.serving = serving::explain_serving(store, req.window, &baseline)?;
     Ok(e)
 }
 
@@ -526,6 +530,7 @@ fn assemble(
         missing: info.missing.clone(),
         notes,
         steps: crate::StepReport::default(),
+        serving: crate::ServingReport::default(),
     }
 }
 

@@ -20,11 +20,13 @@ mod compare;
 mod coverage;
 mod detector_chains;
 mod detectors;
+mod engine_steps;
 mod evidence;
 mod explain;
 mod few_keys;
 mod gpu_state;
 mod kernels;
+mod serving;
 mod severity;
 mod spin;
 mod stacks;
@@ -40,9 +42,11 @@ pub use collectives::{
     find_stragglers, worst_stretch, Straggler, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE,
 };
 pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
+pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;
 pub use kernels::{config_words, kernel_label, ChainKernel, KernelIndex, KernelReport};
+pub use serving::{serving_report, EngineServing, LatencyFigures, ServingReport, Spike};
 pub use stacks::{call_site, kernel_filter_words, top_stacks, StackShare, StackSummary, StacksReport, StacksRequest};
 pub use stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats, PERCENTILES};
 pub use steps::{

@@ -101,6 +101,19 @@ pub struct Args {
     /// Open no label socket.
     #[arg(long)]
     pub no_labels: bool,
+    /// How often a serving engine's metrics are scraped, in milliseconds. A traced process (or
+    /// its ancestor) running vLLM, SGLang, TGI or Triton has its Prometheus endpoint found from
+    /// its listening ports and command line; its latency histograms, queues and KV-cache use go
+    /// into the trace (`serving_samples`).
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub serving_scrape_ms: u64,
+    /// A serving engine's metrics endpoint to scrape whatever is traced
+    /// (http://HOST:PORT/metrics; the engine told by its metric names). Repeatable.
+    #[arg(long, value_name = "URL")]
+    pub serving_url: Vec<String>,
+    /// Look for no serving engine among the traced processes (`--serving-url` still scraped).
+    #[arg(long)]
+    pub no_serving: bool,
     #[command(flatten)]
     pub series: SeriesArgs,
     #[cfg(feature = "duckdb")]
@@ -270,6 +283,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             enabled: !args.no_labels,
             socket: args.labels_socket.clone(),
             mode: args.labels_mode,
+        },
+        serving: causeway_probes::ServingOptions {
+            enabled: !args.no_serving,
+            scrape_ms: args.serving_scrape_ms,
+            urls: args.serving_url.clone(),
         },
         ..Default::default()
     };

@@ -59,7 +59,7 @@ enum Command {
     /// What each thread of a process did, in order, with the off-CPU intervals between.
     Timeline(cmd_timeline::Args),
     /// Record a trace: CUDA runtime/driver calls and what the kernel did to those threads, into a database.
-    Trace(cmd_trace::Args),
+    Trace(Box<cmd_trace::Args>),
     /// Label a step, epoch or task of a traced workload (`step 812 begin` ... `step 812 end`, or `task 3 -- CMD`).
     Annotate(cmd_annotate::Args),
     /// What this host can trace and what is missing, with the fix.
@@ -105,7 +105,7 @@ fn main() {
         Command::Steps(a) => cmd_steps::run(a),
         Command::Timeline(a) => cmd_timeline::run(a),
         Command::Mcp(a) => cmd_mcp::run(a),
-        Command::Trace(a) => cmd_trace::run(a),
+        Command::Trace(a) => cmd_trace::run(*a),
         Command::Annotate(a) => cmd_annotate::run(a),
         Command::Check(a) => cmd_check::run(a),
         Command::Convert(a) => cmd_convert::run(a),

@@ -12,6 +12,7 @@ mod cgroup;
 pub mod codes;
 pub mod demangle;
 pub mod fnv;
+pub mod serving;
 pub mod time;
 
 pub use cgroup::ProcessCgroup;

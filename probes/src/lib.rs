@@ -16,6 +16,8 @@
 //! - [`python`]: the CPython frames of a call (layout per interpreter, line tables, the merge
 //!   with native frames).
 //! - [`check`]: [`host_check`], what this host can trace and how to fix what is missing.
+//! - `serving`: a traced serving engine's (vLLM, SGLang, TGI, Triton) Prometheus endpoint, found
+//!   and scraped into `serving_samples` while tracing.
 
 mod cgroups;
 mod check;
@@ -36,6 +38,7 @@ mod process;
 mod python;
 mod rings;
 mod running;
+mod serving;
 mod session;
 mod stats;
 mod symbols;
@@ -49,6 +52,7 @@ pub use gpu_state::{NvmlOptions, DEFAULT_NVML_LIB};
 pub use labels::{default_socket_path, monotonic_ns, send_labels, LabelMessage, LabelOptions, LABELS_ENV};
 pub use loader::{file_id, LoadOptions, Probes};
 pub use metrics::{BatchTally, TraceMetrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+pub use serving::ServingOptions;
 pub use session::{new_session_info, trace, TraceOptions, TraceReport, UnwrittenRows};
 pub use stats::{LiveStats, OpStats};
 pub use symbols::ElfSymbols;

@@ -77,6 +77,8 @@ pub(crate) struct Running<'o> {
     watch: Option<HostWatch>,
     /// Label messages refused (the first ten are noted).
     labels_refused: u64,
+    /// The serving engines' scraper, told of each traced process when it is first named.
+    serving: Option<crate::serving::ServingWatch>,
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -129,6 +131,7 @@ impl<'o> Running<'o> {
             stopping: false,
             watch: opts.all.then(|| HostWatch::new(Duration::from_millis(opts.all_rescan_ms.max(10)))),
             labels_refused: 0,
+            serving: None,
         };
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
         if run.walk_python {
@@ -297,6 +300,9 @@ impl<'o> Running<'o> {
                     .unwrap_or_else(|_| e.comm.clone());
                 let written = self.sink.write_process_name(e.pid, name, e.ts_ns).await;
                 self.report.check_write("process_names", 1, written);
+                if let Some(s) = &self.serving {
+                    s.consider(e.pid);
+                }
                 // its place in a distributed job, as its launcher's environment says
                 let environ = std::fs::read(format!("/proc/{}/environ", e.pid)).unwrap_or_default();
                 if let Some(rank) = causeway_model::ProcessRank::from_environ(e.pid, &environ) {
@@ -367,6 +373,41 @@ impl<'o> Running<'o> {
                     self.probes.notes.push(format!("label refused: {why}"));
                 }
             }
+        }
+    }
+
+    /// The serving engines' scraper: told of the processes traced from the start (those named
+    /// later are told in `on_batch`).
+    pub(crate) fn watch_serving(&mut self, watch: Option<crate::serving::ServingWatch>) {
+        if let Some(w) = &watch {
+            for pid in self.opts.pids.iter().copied().chain(self.report.command_pid) {
+                w.consider(pid);
+            }
+        }
+        self.serving = watch;
+    }
+
+    /// Stop the scraper (its last samples stay on the channel).
+    pub(crate) fn stop_serving(&mut self) {
+        if let Some(w) = self.serving.take() {
+            w.stop();
+        }
+    }
+
+    /// What the serving scraper found or read.
+    pub(crate) async fn on_serving(&mut self, msg: crate::serving::ServingMsg) {
+        match msg {
+            crate::serving::ServingMsg::Samples(s) => {
+                let n = s.len();
+                let written = self.sink.write_serving_samples(s).await;
+                self.report.check_write("serving_samples", n, written);
+            }
+            crate::serving::ServingMsg::Found(row) => {
+                self.report.attachments.push(row.clone());
+                let written = self.sink.write_attachments(vec![row]).await;
+                self.report.check_write("attachments", 1, written);
+            }
+            crate::serving::ServingMsg::Note(n) => self.probes.notes.push(n),
         }
     }
 

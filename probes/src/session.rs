@@ -76,6 +76,8 @@ pub struct TraceOptions {
     pub perf_uprobes: bool,
     /// The GPUs' own state, sampled through NVML while tracing.
     pub nvml: crate::gpu_state::NvmlOptions,
+    /// Serving engines among the traced processes, their metrics scraped while tracing.
+    pub serving: crate::serving::ServingOptions,
     /// Live Prometheus metrics, updated at each batch and each second (`trace --metrics`).
     pub metrics: Option<Arc<crate::metrics::TraceMetrics>>,
     /// The root under which the container runtimes' files are read to name containers and pods
@@ -112,6 +114,7 @@ impl Default for TraceOptions {
             reader_delay_us: 0,
             perf_uprobes: false,
             nvml: crate::gpu_state::NvmlOptions::default(),
+            serving: crate::serving::ServingOptions::default(),
             metrics: None,
         }
     }
@@ -206,6 +209,8 @@ pub async fn trace(
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
     run.on_nvml(nvml_row).await;
+    let (serving_tx, mut serving_rx) = tokio::sync::mpsc::unbounded_channel();
+    run.watch_serving(crate::serving::ServingWatch::start(&opts.serving, serving_tx));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut poll = tokio::time::interval(Duration::from_millis(opts.lib_poll_ms.max(10)));
     loop {
@@ -220,6 +225,7 @@ pub async fn trace(
             _ = tick.tick() => progress(&run.on_tick().await),
             Some(g) = gpu_rx.recv() => run.on_gpu(g).await,
             Some(news) = next_label(&mut labels) => run.on_label(news).await,
+            Some(s) = serving_rx.recv() => run.on_serving(s).await,
         }
     }
     let _ = reader.thread.join();
@@ -228,6 +234,10 @@ pub async fn trace(
     }
     while let Ok(g) = gpu_rx.try_recv() {
         run.on_gpu(g).await;
+    }
+    run.stop_serving();
+    while let Ok(s) = serving_rx.try_recv() {
+        run.on_serving(s).await;
     }
     if let Some(mut l) = labels.take() {
         // whatever arrived before the end is kept; the socket closes (and its file goes) here

@@ -1,0 +1,65 @@
+//! The serving part of `explain`: a serving engine's latency spikes (`crate::serving`), each
+//! tied to what the calls of its own window say (the calls-only explanation of the window, judged
+//! by the whole scope's thresholds, as a slow step range is) and to the engine's steps there
+//! against their phases' baselines.
+
+use causeway_model::time::TimeWindow;
+use causeway_store::TraceStore;
+
+use super::{explain_calls, Baseline, ExplainRequest};
+use crate::serving::{serving_report, spike_words, ServingReport};
+use crate::AnalysisError;
+
+/// Spikes given a cause (each is one more explanation of a narrower window).
+const EXPLAINED_SPIKES: usize = 3;
+
+/// The scope's serving report with its worst spikes explained.
+pub(crate) fn explain_serving(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    scope: &Baseline,
+) -> Result<ServingReport, AnalysisError> {
+    let mut report = serving_report(store, window)?;
+    if report.engines.is_empty() {
+        return Ok(report);
+    }
+    let steps = crate::engine_steps::engine_steps(store, window)?;
+    let mut worst: Vec<(usize, usize, f64)> = report
+        .engines
+        .iter()
+        .enumerate()
+        .flat_map(|(ei, e)| {
+            e.spikes
+                .iter()
+                .enumerate()
+                .map(move |(si, s)| (ei, si, (s.peak_mean_s - s.baseline_s) * s.requests.max(1) as f64))
+        })
+        .collect();
+    worst.sort_by(|a, b| b.2.total_cmp(&a.2));
+    for &(ei, si, _) in worst.iter().take(EXPLAINED_SPIKES) {
+        let spike = &report.engines[ei].spikes[si];
+        let inner_window = TimeWindow { from_ns: Some(spike.cause_from_ns), to_ns: Some(spike.to_ns) };
+        let (inner, _) = explain_calls(store, &ExplainRequest::new(inner_window, None, 1), Some(scope), false)?;
+        let words = steps
+            .as_ref()
+            .map(|(all, list)| crate::engine_steps::steps_in_window(all, list, spike.cause_from_ns, spike.to_ns));
+        let spike = &mut report.engines[ei].spikes[si];
+        spike.steps = words;
+        match inner.chains.first() {
+            Some(top) => {
+                spike.why = Some(top.summary.clone());
+                spike.chain_key = Some(top.key.clone());
+            }
+            None => {
+                spike.why = Some(
+                    "no GPU call or gap in that window was slow against its own op (the engine's time went \
+                     elsewhere: see the timeline)"
+                        .into(),
+                )
+            }
+        }
+        spike.summary = spike_words(spike);
+    }
+    report.engine_steps = steps.map(|(s, _)| s);
+    Ok(report)
+}
