@@ -6,9 +6,9 @@
 //! causes in the same window (`explain/serving.rs`).
 //!
 //! A spike is a run of intervals whose mean is at least [`SPIKE_RATIO`] times the baseline and
-//! [`SPIKE_MIN_S`] above it, together with the intervals just before and between them in which
-//! requests waited and none was served (a stalled engine serves nothing, so its latency shows
-//! only when it serves again: the stall is the front of the spike).
+//! [`SPIKE_MIN_S`] above it, together with the intervals in front and between that served
+//! nothing while its requests waited (a stalled engine serves nothing, so its latency shows only
+//! when it serves again: the stall is the front of the spike; see [`find_spikes`]).
 
 use std::collections::BTreeMap;
 
@@ -133,8 +133,8 @@ pub fn serving_report(store: &dyn TraceStore, window: TimeWindow) -> Result<Serv
     let mut report = ServingReport {
         spike_rule: format!(
             "a spike: scrape intervals whose mean is >= {SPIKE_RATIO}x the latency's baseline (the median interval \
-             mean) and >= {} ms above it, with the intervals in front and between in which requests waited and none \
-             was served",
+             mean) and >= {} ms above it, with the intervals in front and between that served nothing while its \
+             requests waited (the engine said so, or they lie within its worst wait)",
             SPIKE_MIN_S * 1e3
         ),
         ..Default::default()
@@ -238,10 +238,8 @@ fn engine_figures(
         spikes.extend(found.into_iter().map(|s| spike_with_sql(s, pid, metric)));
         latencies.push(figures);
     }
-    spikes.sort_by(|a, b| {
-        let excess = |s: &Spike| (s.peak_mean_s - s.baseline_s) * (s.requests.max(1) as f64);
-        excess(b).total_cmp(&excess(a))
-    });
+    // worst first: the most times its own baseline (a scale every latency shares)
+    spikes.sort_by(|a, b| spike_weight(b).total_cmp(&spike_weight(a)));
     let summary = engine_summary(engine, pid, &latencies, &spikes);
     EngineServing {
         engine: engine.name.to_string(),
@@ -347,42 +345,61 @@ fn latency_figures(
     (figures, spikes)
 }
 
-/// The spikes of one latency against its baseline.
+/// The spikes of one latency against its baseline: runs of high intervals (those between them
+/// serving nothing), each with the intervals in front that served nothing while its requests
+/// waited: those where the engine said requests were waiting, and those within the reach of
+/// the run's worst wait (its p99 bound, else twice its mean: a stalled engine may stop updating
+/// its gauges too).
 fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) -> Vec<Spike> {
     let threshold = (baseline_s * SPIKE_RATIO).max(baseline_s + SPIKE_MIN_S);
     let high = |i: &Interval| i.mean_s.is_some_and(|m| m >= threshold);
-    let stalled = |i: &Interval| i.requests == 0 && i.waiting.is_some_and(|w| w > 0.0);
-    let mut spikes = Vec::new();
-    let mut i = 0;
-    while i < intervals.len() {
-        if !(high(&intervals[i]) || stalled(&intervals[i])) {
-            i += 1;
+    let idle = |i: &Interval| i.requests == 0;
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (k, iv) in intervals.iter().enumerate() {
+        if !high(iv) {
             continue;
         }
-        let start = i;
-        while i < intervals.len() && (high(&intervals[i]) || stalled(&intervals[i])) {
-            i += 1;
+        match runs.last_mut() {
+            Some((_, last)) if intervals[*last + 1..k].iter().all(idle) => *last = k,
+            _ => runs.push((k, k)),
         }
-        let run = &intervals[start..i];
-        // a run of stalls alone, never served after, or trailing: no latency was measured high
-        let Some(last_high) = run.iter().rposition(high) else { continue };
-        let run = &run[..=last_high];
-        let peak =
-            run.iter().filter(|x| high(x)).max_by(|a, b| a.mean_s.unwrap_or(0.0).total_cmp(&b.mean_s.unwrap_or(0.0)));
-        let Some(peak) = peak else { continue };
-        let first = &run[0];
+    }
+    let mut spikes = Vec::new();
+    let mut floor = 0;
+    for (first_high, last) in runs {
+        let run_high = &intervals[first_high..=last];
+        let peak = run_high
+            .iter()
+            .filter(|x| high(x))
+            .max_by(|a, b| a.mean_s.unwrap_or(0.0).total_cmp(&b.mean_s.unwrap_or(0.0)))
+            .expect("a run holds a high interval");
+        let first_served = &intervals[first_high];
+        let reach_s = first_served.p99_le_s.unwrap_or(2.0 * first_served.mean_s.unwrap_or(0.0));
+        let reach_ns = (reach_s * 1e9) as i64;
+        let mut first = first_high;
+        while first > floor && idle(&intervals[first - 1]) {
+            let before = &intervals[first - 1];
+            if before.waiting.is_some_and(|w| w > 0.0) || first_served.to_ns - before.from_ns <= reach_ns {
+                first -= 1;
+            } else {
+                break;
+            }
+        }
+        floor = last + 1;
+        let run = &intervals[first..=last];
+        let head = &run[0];
         spikes.push(Spike {
             kind: metric.kind,
             metric: metric.family.to_string(),
-            from_ns: first.from_ns,
+            from_ns: head.from_ns,
             to_ns: run[run.len() - 1].to_ns,
-            cause_from_ns: first.from_ns - (first.to_ns - first.from_ns),
+            cause_from_ns: head.from_ns - (head.to_ns - head.from_ns),
             baseline_s,
             peak_mean_s: peak.mean_s.unwrap_or(0.0),
             peak_p99_le_s: peak.p99_le_s,
             requests: run.iter().map(|x| x.requests).sum(),
-            stalled_ns: run.iter().filter(|x| stalled(x)).map(|x| x.to_ns - x.from_ns).sum(),
-            waiting_max: run.iter().filter_map(|x| x.waiting).reduce(f64::max),
+            stalled_ns: run.iter().filter(|x| idle(x)).map(|x| x.to_ns - x.from_ns).sum(),
+            waiting_max: run.iter().filter_map(|x| x.waiting).reduce(f64::max).filter(|w| *w > 0.0),
             why: None,
             chain_key: None,
             steps: None,
@@ -391,6 +408,11 @@ fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) 
         });
     }
     spikes
+}
+
+/// How bad a spike is: how many times its baseline its worst interval's mean is.
+pub(crate) fn spike_weight(s: &Spike) -> f64 {
+    s.peak_mean_s / s.baseline_s.max(1e-9)
 }
 
 /// The spike worded and given the SQL of its interval means.
@@ -429,9 +451,9 @@ pub(crate) fn spike_words(s: &Spike) -> String {
     );
     if s.stalled_ns > 0 {
         w.push_str(&format!(
-            ", {} of it with requests waiting{} and none served",
+            ", {} of it serving none{}",
             causeway_model::time::fmt_ns(s.stalled_ns),
-            s.waiting_max.map(|n| format!(" (up to {n:.0})")).unwrap_or_default()
+            s.waiting_max.map(|n| format!(" with up to {n:.0} request(s) waiting")).unwrap_or_default()
         ));
     }
     if let Some(steps) = &s.steps {
@@ -539,8 +561,24 @@ mod tests {
         assert_eq!(s.peak_p99_le_s, Some(2.5));
         assert_eq!(s.waiting_max, Some(15.0));
         assert!(s.summary.starts_with("TTFT went from 50.00 ms to 1.200 s (p99 <= 2.500 s) for 20"), "{}", s.summary);
-        assert!(s.summary.contains("requests waiting (up to 15) and none served"), "{}", s.summary);
+        assert!(s.summary.contains("2.000 s of it serving none with up to 15 request(s) waiting"), "{}", s.summary);
         assert_eq!(e.waiting_max, Some(15.0));
+    }
+
+    #[test]
+    fn a_stall_with_frozen_gauges_reaches_back_as_far_as_the_worst_wait() {
+        let vllm = ServingEngine::named("vllm").unwrap();
+        let mut s = scrapes();
+        for x in s.iter_mut().filter(|x| x.metric == "vllm:num_requests_waiting") {
+            x.value = 0.0;
+        }
+        let e = engine_figures(vllm, 9, String::new(), &s);
+        let spike = &e.spikes[0];
+        // served at most 2.5 s (the p99 bound) before 7 s: the idle interval from 5 s is in, the
+        // one from 4 s is not
+        assert_eq!((spike.from_ns, spike.to_ns, spike.stalled_ns), (5_000_000_000, 7_000_000_000, 1_000_000_000));
+        assert_eq!(spike.waiting_max, None);
+        assert_eq!(spike.cause_from_ns, 4_000_000_000);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod cmd_fleet;
 mod cmd_mcp;
 mod cmd_query;
 mod cmd_report;
+mod cmd_serving;
 #[cfg(feature = "duckdb")]
 mod cmd_ship;
 mod cmd_stacks;
@@ -54,6 +55,8 @@ enum Command {
     Report(cmd_report::Args),
     /// The workload's steps (labeled, else inferred from the trace): durations, slow ranges, and what explains each.
     Steps(cmd_steps::Args),
+    /// A serving engine's own metrics (vLLM, SGLang, TGI, Triton): latency baselines and spikes, the queue, prefill and decode steps, and what the calls say about each spike.
+    Serving(cmd_serving::Args),
     /// Top call stacks of GPU calls by count and by time, demangled, Python frames as `file:line in function` (the line being executed).
     Stacks(cmd_stacks::Args),
     /// What each thread of a process did, in order, with the off-CPU intervals between.
@@ -103,6 +106,7 @@ fn main() {
         Command::Report(a) => cmd_report::run(a),
         Command::Stacks(a) => cmd_stacks::run(a),
         Command::Steps(a) => cmd_steps::run(a),
+        Command::Serving(a) => cmd_serving::run(a),
         Command::Timeline(a) => cmd_timeline::run(a),
         Command::Mcp(a) => cmd_mcp::run(a),
         Command::Trace(a) => cmd_trace::run(*a),

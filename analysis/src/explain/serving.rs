@@ -7,7 +7,7 @@ use causeway_model::time::TimeWindow;
 use causeway_store::TraceStore;
 
 use super::{explain_calls, Baseline, ExplainRequest};
-use crate::serving::{serving_report, spike_words, ServingReport};
+use crate::serving::{serving_report, spike_weight, spike_words, ServingReport};
 use crate::AnalysisError;
 
 /// Spikes given a cause (each is one more explanation of a narrower window).
@@ -32,7 +32,7 @@ pub(crate) fn explain_serving(
             e.spikes
                 .iter()
                 .enumerate()
-                .map(move |(si, s)| (ei, si, (s.peak_mean_s - s.baseline_s) * s.requests.max(1) as f64))
+                .map(move |(si, s)| (ei, si, spike_weight(s)))
         })
         .collect();
     worst.sort_by(|a, b| b.2.total_cmp(&a.2));

@@ -111,7 +111,8 @@ struct Scraper {
     agent: ureq::Agent,
     every: Duration,
     look: bool,
-    seen: HashSet<u32>,
+    /// Processes looked at, with the command line they had (one that execs is looked at again).
+    seen: HashSet<(u32, Vec<String>)>,
     pending: Vec<Pending>,
     endpoints: Vec<Endpoint>,
     /// Explicit URLs whose engine is not known yet.
@@ -119,8 +120,8 @@ struct Scraper {
 }
 
 /// How often a process found to be an engine is looked at for its endpoint (a model can take
-/// minutes to load before the server listens).
-const DISCOVERY_EVERY: Duration = Duration::from_secs(2);
+/// minutes to load before the server listens; a look is a few `/proc` reads and local connects).
+const DISCOVERY_EVERY: Duration = Duration::from_millis(500);
 
 impl Scraper {
     fn new(opts: &ServingOptions, tx: tokio::sync::mpsc::UnboundedSender<ServingMsg>) -> Scraper {
@@ -145,7 +146,7 @@ impl Scraper {
     fn run(&mut self, incoming: &std::sync::mpsc::Receiver<u32>, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
             while let Ok(pid) = incoming.try_recv() {
-                if self.look && self.seen.insert(pid) {
+                if self.look && self.seen.insert((pid, cmdline(pid))) {
                     self.classify(pid);
                 }
             }

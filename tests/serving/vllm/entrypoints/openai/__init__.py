@@ -1,0 +1,1 @@
+"""The mock vLLM's OpenAI-compatible server."""
