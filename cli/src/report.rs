@@ -56,6 +56,7 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
         }
     }
     render_slow_steps(&mut o, &e.steps, e.first_ns);
+    render_serving_spikes(&mut o, &e.serving, e.first_ns);
     for c in e.chains.iter().take(DETAILED) {
         let _ = writeln!(o, "\n[{}] {} {}", c.id, c.severity.as_str(), c.summary);
         for s in c.timeline.iter().take(4) {
@@ -162,5 +163,32 @@ pub fn render_slow_steps(o: &mut String, steps: &causeway_analysis::StepReport, 
     }
     if slow.len() > 3 {
         let _ = writeln!(o, "   … {} slow ranges in all (causeway steps)", slow.len());
+    }
+}
+
+/// The serving engines' latency spikes, worst first (their baselines when none spiked; nothing
+/// without a serving engine).
+pub fn render_serving_spikes(o: &mut String, serving: &causeway_analysis::ServingReport, first_ns: i64) {
+    if serving.engines.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nserving");
+    for en in &serving.engines {
+        if en.spikes.is_empty() {
+            let _ = writeln!(o, "   {}", cut(&en.summary, 240));
+        }
+        for s in en.spikes.iter().take(3) {
+            let _ = writeln!(
+                o,
+                "   {}  {} (pid {}): {}",
+                fmt_since(s.from_ns, first_ns),
+                en.title,
+                en.pid,
+                cut(&s.summary, 400)
+            );
+        }
+        if en.spikes.len() > 3 {
+            let _ = writeln!(o, "   … {} spikes in all (causeway serving)", en.spikes.len());
+        }
     }
 }

@@ -334,6 +334,7 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
         missing: e.missing.clone(),
         notes: e.notes.clone(),
         steps: e.steps.clone(),
+        serving: e.serving.clone(),
         untrusted: untrusted(),
         pictures,
     })
@@ -367,6 +368,23 @@ pub fn get_steps(set: &TraceSet, a: StepsArgs, _: &QueryCancel) -> Result<StepsO
     };
     let hint = truncated.then(|| format!("step lists cut to {limit}: raise limit (max 5000) or narrow with steps"));
     Ok(StepsOutput { summary, trace: entry.name.clone(), steps: report, truncated, hint, untrusted: untrusted() })
+}
+
+pub fn get_serving(set: &TraceSet, a: ServingArgs, _: &QueryCancel) -> Result<ServingOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(&entry)?;
+    let window =
+        window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), None)?;
+    let e = set.explanation_judged(&entry, window, None, judged_by(a.steps.as_deref()))?;
+    let serving = e.serving.clone();
+    let summary = match serving.engines.first() {
+        None => serving.notes.first().cloned().unwrap_or_else(|| "no serving engine in scope".into()),
+        Some(en) => match en.spikes.first() {
+            Some(s) => format!("{}; worst spike: {}", en.summary, s.summary),
+            None => en.summary.clone(),
+        },
+    };
+    Ok(ServingOutput { summary, trace: entry.name.clone(), serving, untrusted: untrusted() })
 }
 
 pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<StacksOutput, String> {

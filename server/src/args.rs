@@ -158,6 +158,21 @@ pub struct StepsArgs {
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct ServingArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Only the last DURATION of the trace, e.g. "30s".
+    pub since: Option<String>,
+    /// Window start: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+    /// Only these steps: "812", "80-119", or "epoch:3" / "task:2-5".
+    pub steps: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunSqlArgs {
     /// Trace name or 0-based index from list_traces (default: the first).
     pub trace: Option<TraceRef>,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use causeway_analysis::Chain;
+use causeway_analysis::ServingReport;
 use causeway_analysis::StacksReport;
 use causeway_analysis::StepReport;
 use causeway_analysis::TimelineReport;
@@ -98,6 +99,9 @@ pub struct ChainsOutput {
     /// The scope's steps (labeled by the workload, else inferred) and the slow ranges with what
     /// explains them; get_steps lists the steps themselves.
     pub steps: StepReport,
+    /// The serving engines in scope (their own metrics: latency baselines and spikes with what
+    /// the calls say about each); get_serving has the figures.
+    pub serving: ServingReport,
     pub untrusted: String,
     /// SVG pictures for image content blocks (`picture: true`), not part of the JSON.
     #[serde(skip)]
@@ -114,6 +118,14 @@ pub struct StepsOutput {
     pub truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ServingOutput {
+    pub summary: String,
+    pub trace: String,
+    pub serving: ServingReport,
     pub untrusted: String,
 }
 

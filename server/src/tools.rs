@@ -223,6 +223,14 @@ pub fn catalogue() -> Vec<ToolSpec> {
              with what explains each (the top chain inside the range, judged against the whole scope's calls), and SQL \
              listing the steps. list: true adds the steps themselves. Every other tool takes `steps` (\"80-119\") as its window.",
             true, answers::get_steps),
+        spec::<ServingArgs, ServingOutput>("get_serving", "Serving engine: latency spikes and why",
+            "For a traced vLLM, SGLang, TGI or Triton (found from its command line, its metrics endpoint scraped while \
+             tracing): each latency's (TTFT, inter-token, end-to-end, queue) requests, exact mean, p99 as a histogram \
+             bucket bound, and baseline (the median scrape-interval mean); the most requests running / waiting and \
+             KV-cache use; the spikes (intervals >= 3x the baseline, with the stalled intervals in front) each tied \
+             to the top chain of its window and to the engine thread's prefill-heavy and decode-heavy steps there \
+             against their baselines, with SQL over serving_samples recomputing the spike.",
+            true, answers::get_serving),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
              as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",
@@ -323,7 +331,7 @@ mod tests {
     #[test]
     fn every_tool_is_annotated_read_only_closed_world_with_both_schemas() {
         let tools = catalogue();
-        assert_eq!(tools.len(), 10);
+        assert_eq!(tools.len(), 11);
         for t in &tools {
             let a = t.tool.annotations.as_ref().expect("annotations");
             assert_eq!(a.read_only_hint, Some(true), "{}", t.tool.name);
@@ -339,7 +347,7 @@ mod tests {
         assert!(catalogue_with(None).iter().all(|t| t.tool.name != capture::NAME));
         let config = Arc::new(CaptureConfig::new(Vec::new(), None).unwrap());
         let tools = catalogue_with(Some(config));
-        assert_eq!(tools.len(), 11);
+        assert_eq!(tools.len(), 12);
         let t = tools.iter().find(|t| t.tool.name == capture::NAME).expect("capture_trace is listed");
         let a = t.tool.annotations.as_ref().expect("annotations");
         assert_eq!(

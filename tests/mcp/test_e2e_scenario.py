@@ -111,7 +111,8 @@ async def investigate(client, trace):
     """Follow the investigate prompt: its tools, in its order, on the captured trace."""
     prompt = (await client.get_prompt("investigate", {})).messages[0].content.text
     order = tools_in_order(prompt)
-    assert order[:5] == ["list_traces", "get_trace_stats", "get_causal_chains", "get_steps", "run_sql"], order
+    assert order[:6] == ["list_traces", "get_trace_stats", "get_causal_chains", "get_steps", "get_serving",
+                         "run_sql"], order
     assert {"get_timeline", "get_stacks", "describe_schema"} <= set(order), order
     chains = sql = None
     for name in order:
@@ -129,6 +130,10 @@ async def investigate(client, trace):
             # the hog's workload is no training loop with labels: its steps are inferred, or said absent
             steps = payload(await client.call_tool(name, {"trace": trace}))
             assert steps["summary"] and all(s["origin"] == "inferred" for s in steps["steps"]["series"]), steps
+        elif name == "get_serving":
+            # the hog's workload serves nothing: said so, not an empty answer
+            serving = payload(await client.call_tool(name, {"trace": trace}))
+            assert not serving["serving"]["engines"] and "no serving engine" in serving["summary"], serving
         elif name == "run_sql":
             sql = payload(await client.call_tool(name, {"trace": trace, "sql": chains[0]["evidence"]["sql"]}))
         elif name == "get_timeline":

@@ -28,12 +28,7 @@ pub(crate) fn explain_serving(
         .engines
         .iter()
         .enumerate()
-        .flat_map(|(ei, e)| {
-            e.spikes
-                .iter()
-                .enumerate()
-                .map(move |(si, s)| (ei, si, spike_weight(s)))
-        })
+        .flat_map(|(ei, e)| e.spikes.iter().enumerate().map(move |(si, s)| (ei, si, spike_weight(s))))
         .collect();
     worst.sort_by(|a, b| b.2.total_cmp(&a.2));
     for &(ei, si, _) in worst.iter().take(EXPLAINED_SPIKES) {
