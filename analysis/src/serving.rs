@@ -91,7 +91,8 @@ pub struct Spike {
     /// The intervals of the spike (the stalled ones in front included).
     pub from_ns: i64,
     pub to_ns: i64,
-    /// The window explained: from one scrape interval before the spike.
+    /// The window explained: from the spike, or from as far back as its first served requests
+    /// may have waited if that is earlier, and one scrape interval more.
     pub cause_from_ns: i64,
     pub baseline_s: f64,
     /// The worst interval's mean, and its p99 as a bucket bound (`None`: beyond the last bound).
@@ -393,7 +394,9 @@ fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) 
             metric: metric.family.to_string(),
             from_ns: head.from_ns,
             to_ns: run[run.len() - 1].to_ns,
-            cause_from_ns: head.from_ns - (head.to_ns - head.from_ns),
+            // from where the first served requests may have arrived (a stall that began before the
+            // intervals taken in is the cause), and one interval more for the calls before it
+            cause_from_ns: head.from_ns.min(first_served.to_ns - reach_ns) - (head.to_ns - head.from_ns),
             baseline_s,
             peak_mean_s: peak.mean_s.unwrap_or(0.0),
             peak_p99_le_s: peak.p99_le_s,
@@ -578,7 +581,8 @@ mod tests {
         // one from 4 s is not
         assert_eq!((spike.from_ns, spike.to_ns, spike.stalled_ns), (5_000_000_000, 7_000_000_000, 1_000_000_000));
         assert_eq!(spike.waiting_max, None);
-        assert_eq!(spike.cause_from_ns, 4_000_000_000);
+        // explained from where its first served requests may have arrived (7 s - 2.5 s), one interval more
+        assert_eq!(spike.cause_from_ns, 3_500_000_000);
     }
 
     #[test]

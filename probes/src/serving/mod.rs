@@ -191,8 +191,11 @@ impl Scraper {
         for p in self.pending.iter_mut().filter(|p| p.next_try <= now) {
             p.next_try = now + DISCOVERY_EVERY;
             for &listener in &p.listeners {
-                if let Some(url) = find_endpoint(&self.agent, listener, p.engine) {
-                    found.push((p.pid, Endpoint::new(url, p.engine, listener, now)));
+                if let Some((url, port)) = find_endpoint(&self.agent, listener, p.engine) {
+                    // the port its command line names may be served by a child (a pyenv or
+                    // conda shim runs the interpreter as one): the process that listens
+                    let owner = listener_of(port, listener).unwrap_or(listener);
+                    found.push((p.pid, Endpoint::new(url, p.engine, owner, now)));
                     break;
                 }
             }
@@ -286,8 +289,8 @@ fn get(agent: &ureq::Agent, url: &str) -> Result<String, ureq::Error> {
 }
 
 /// The first of the process's candidate ports (the one its command line names, those it listens
-/// on, the engine's default) whose `/metrics` is this engine's.
-fn find_endpoint(agent: &ureq::Agent, pid: u32, engine: &'static ServingEngine) -> Option<String> {
+/// on, the engine's default) whose `/metrics` is this engine's, and the port.
+fn find_endpoint(agent: &ureq::Agent, pid: u32, engine: &'static ServingEngine) -> Option<(String, u16)> {
     let args = cmdline(pid);
     let mut ports: Vec<u16> = engine.port_in_command(&args).into_iter().collect();
     ports.extend(listening_ports(pid));
@@ -296,8 +299,31 @@ fn find_endpoint(agent: &ureq::Agent, pid: u32, engine: &'static ServingEngine) 
     ports.into_iter().filter(|p| tried.insert(*p)).find_map(|port| {
         let url = format!("http://127.0.0.1:{port}/metrics");
         let body = get(agent, &url).ok()?;
-        body.lines().any(|l| l.starts_with(engine.prefix)).then_some(url)
+        body.lines().any(|l| l.starts_with(engine.prefix)).then_some((url, port))
     })
+}
+
+/// `pid` or the first of its descendants (four generations) that listens on `port`.
+fn listener_of(port: u16, pid: u32) -> Option<u32> {
+    let mut generation = vec![pid];
+    for _ in 0..5 {
+        if let Some(&p) = generation.iter().find(|&&p| listening_ports(p).contains(&port)) {
+            return Some(p);
+        }
+        generation = generation.iter().flat_map(|&p| children(p)).collect();
+    }
+    None
+}
+
+/// The children of every thread of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|rd| {
+            rd.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+                .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Endpoint {
@@ -440,5 +466,25 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} NaN
     #[test]
     fn an_ancestor_and_the_parent_field() {
         assert_eq!(parent(std::process::id()), Some(std::os::unix::process::parent_id()));
+    }
+
+    #[test]
+    fn the_listener_is_found_among_the_descendants() {
+        // a child that listens: found from this process, two generations up at most
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", "import socket,sys,time; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(30)"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let port: u16 = line.trim().parse().unwrap();
+        let found = listener_of(port, std::process::id());
+        // the child, or its own child where `python3` is a shim that forks the interpreter
+        let listens = found.is_some_and(|p| p != std::process::id() && listening_ports(p).contains(&port));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listens, "{found:?}");
+        assert_eq!(listener_of(1, std::process::id()), None);
     }
 }
