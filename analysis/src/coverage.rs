@@ -55,8 +55,12 @@ pub fn coverage_lines(attachments: &[LibraryAttach], window: TimeWindow, pid: Op
     out
 }
 
-/// `libcudart.so.12` (the file name), or the kind when the path is unknown.
+/// `libcudart.so.12` (the file name), or the kind when the path is unknown or a URL (a serving
+/// engine's metrics endpoint).
 fn library_words(a: &LibraryAttach) -> String {
+    if a.path.contains("://") {
+        return a.kind.clone();
+    }
     match a.path.rsplit('/').next().filter(|n| !n.is_empty()) {
         Some(name) => crate::stacks::clean(name),
         None => format!("the CUDA {}", a.kind.replace('_', " ")),

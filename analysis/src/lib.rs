@@ -46,7 +46,7 @@ pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;
 pub use kernels::{config_words, kernel_label, ChainKernel, KernelIndex, KernelReport};
-pub use serving::{serving_report, EngineServing, LatencyFigures, ServingReport, Spike};
+pub use serving::{serving_report, serving_series, EngineServing, LatencyFigures, ServingReport, ServingSeries, Spike};
 pub use stacks::{call_site, kernel_filter_words, top_stacks, StackShare, StackSummary, StacksReport, StacksRequest};
 pub use stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats, PERCENTILES};
 pub use steps::{

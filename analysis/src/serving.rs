@@ -35,7 +35,8 @@ pub struct ServingReport {
     /// in scope).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_steps: Option<EngineSteps>,
-    /// The rule a spike follows.
+    /// The rule a spike follows (when the scope has a serving engine).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub spike_rule: String,
     pub notes: Vec<String>,
 }
@@ -131,15 +132,7 @@ struct Interval {
 /// The serving report of a scope (the spikes not yet explained: [`crate::explain`] does that).
 pub fn serving_report(store: &dyn TraceStore, window: TimeWindow) -> Result<ServingReport, AnalysisError> {
     let samples = store.serving_samples(&window)?;
-    let mut report = ServingReport {
-        spike_rule: format!(
-            "a spike: scrape intervals whose mean is >= {SPIKE_RATIO}x the latency's baseline (the median interval \
-             mean) and >= {} ms above it, with the intervals in front and between that served nothing while its \
-             requests waited (the engine said so, or they lie within its worst wait)",
-            SPIKE_MIN_S * 1e3
-        ),
-        ..Default::default()
-    };
+    let mut report = ServingReport::default();
     if samples.is_empty() {
         report.notes.push(
             "no serving engine metrics in this scope (trace a vLLM, SGLang, TGI or Triton process, or give \
@@ -148,6 +141,12 @@ pub fn serving_report(store: &dyn TraceStore, window: TimeWindow) -> Result<Serv
         );
         return Ok(report);
     }
+    report.spike_rule = format!(
+        "a spike: scrape intervals whose mean is >= {SPIKE_RATIO}x the latency's baseline (the median interval \
+         mean) and >= {} ms above it, with the intervals in front and between that served nothing while its \
+         requests waited (the engine said so, or they lie within its worst wait)",
+        SPIKE_MIN_S * 1e3
+    );
     let endpoints: BTreeMap<u32, String> =
         store.attachments()?.into_iter().filter(|a| a.kind == "serving").map(|a| (a.pid, a.path)).collect();
     let mut by_engine: BTreeMap<(String, u32), Vec<ServingSample>> = BTreeMap::new();
@@ -162,6 +161,75 @@ pub fn serving_report(store: &dyn TraceStore, window: TimeWindow) -> Result<Serv
         report.engines.push(engine_figures(engine, pid, endpoints.get(&pid).cloned().unwrap_or_default(), &samples));
     }
     Ok(report)
+}
+
+/// One series of an engine for a timeline's counter track: a gauge at each scrape, or a latency's
+/// mean over each scrape interval (at the interval's start; 0 where none was served).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServingSeries {
+    pub pid: u32,
+    /// "vLLM TTFT, mean per scrape interval".
+    pub name: String,
+    pub unit: &'static str,
+    pub points: Vec<(i64, f64)>,
+}
+
+/// The engines' series of a scope: requests running and waiting, KV-cache use (%), and each
+/// latency's interval mean (ms).
+pub fn serving_series(samples: &[ServingSample]) -> Vec<ServingSeries> {
+    let mut by_engine: BTreeMap<(String, u32), Vec<&ServingSample>> = BTreeMap::new();
+    for s in samples {
+        by_engine.entry((s.engine.clone(), s.pid)).or_default().push(s);
+    }
+    let mut out = Vec::new();
+    for ((name, pid), rows) in by_engine {
+        let Some(engine) = ServingEngine::named(&name) else { continue };
+        let owned: Vec<ServingSample> = rows.into_iter().cloned().collect();
+        let scrapes = Scrapes::of(&owned);
+        let times = scrape_times(&scrapes);
+        for (label, names, unit, scale) in [
+            ("requests running", engine.running, "requests", 1.0),
+            ("requests waiting", engine.waiting, "requests", 1.0),
+            ("KV cache in use", engine.kv_cache, "%", 100.0),
+        ] {
+            let points: Vec<(i64, f64)> =
+                times.iter().filter_map(|&t| scrapes.gauge(t, names).map(|v| (t, v * scale))).collect();
+            if !points.is_empty() {
+                out.push(ServingSeries { pid, name: format!("{} {label}", engine.title), unit, points });
+            }
+        }
+        let mut kinds = Vec::new();
+        for metric in engine.latencies {
+            if kinds.contains(&metric.kind) {
+                continue;
+            }
+            let intervals = latency_intervals(&scrapes, &times, metric, engine.waiting);
+            if intervals.is_empty() {
+                continue;
+            }
+            kinds.push(metric.kind);
+            let points = intervals.iter().map(|i| (i.from_ns, i.mean_s.unwrap_or(0.0) * 1e3)).collect();
+            out.push(ServingSeries {
+                pid,
+                name: format!("{} {}, mean per scrape interval (0: none served)", engine.title, metric.kind.label()),
+                unit: "ms",
+                points,
+            });
+        }
+    }
+    out
+}
+
+/// Every scrape's time, ascending.
+fn scrape_times(scrapes: &Scrapes) -> Vec<i64> {
+    scrapes
+        .plain
+        .keys()
+        .chain(scrapes.buckets.keys())
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// Per scrape: the summed value of each sample name (over label sets) and of each bucket bound.
@@ -214,14 +282,7 @@ fn engine_figures(
     samples: &[ServingSample],
 ) -> EngineServing {
     let scrapes = Scrapes::of(samples);
-    let times: Vec<i64> = scrapes
-        .plain
-        .keys()
-        .chain(scrapes.buckets.keys())
-        .copied()
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let times = scrape_times(&scrapes);
     let mut latencies = Vec::new();
     let mut spikes = Vec::new();
     // (one figure per kind: the first of an engine's names for it that the trace holds)

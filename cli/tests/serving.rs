@@ -4,7 +4,8 @@
 //! on-CPU host work) is told from its command line, its endpoint found from its listening
 //! socket and scraped into the trace; `causeway serving` finds the TTFT spike over the stall,
 //! ties it to the engine thread's gap, and splits its steps into the prefill and decode steps it
-//! made. An endpoint given with `--serving-url` is scraped whatever is traced.
+//! made; the HTML report says so too. An endpoint given with `--serving-url` is scraped whatever
+//! is traced.
 
 mod common;
 
@@ -121,6 +122,12 @@ fn a_traced_vllm_is_scraped_and_its_ttft_spike_is_tied_to_the_engine_threads_sta
     let text = causeway().args(["serving", "--db"]).arg(&db).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("TTFT went from") && text.contains("made no GPU call"), "{text}");
+    // the HTML report has its serving section
+    let html = dir.path().join("serve.html");
+    let r = causeway().args(["report", "--db"]).arg(&db).arg("--html").arg(&html).output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<h2>Serving</h2>") && page.contains("TTFT went from"), "no serving section");
 }
 
 #[test]

@@ -20,6 +20,7 @@ use crate::writer::{Arg, CounterOwner, Slice, TraceWriter, Track};
 const CHAINS_PID: u64 = 4_194_305;
 const CPUS_PID: u64 = 4_194_306;
 const GPUS_PID: u64 = 4_194_307;
+const SERVING_PID: u64 = 4_194_308;
 /// Name and category of every flow event (start and end alike, as the viewers match them).
 const FLOW_NAME: &str = "causeway";
 const FLOW_CAT: &str = "flow";
@@ -189,6 +190,10 @@ impl TraceWriter for ChromeWriter<'_> {
             CounterOwner::Gpu(_) => {
                 self.process(GPUS_PID, "GPUs (NVML samples)")?;
                 GPUS_PID
+            }
+            CounterOwner::Serving => {
+                self.process(SERVING_PID, "Serving engines (scraped metrics)")?;
+                SERVING_PID
             }
         };
         self.counters.insert(id, (pid, name.to_string()));

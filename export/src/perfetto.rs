@@ -45,6 +45,7 @@ fn counter_uuid(id: usize) -> u64 {
 const CPUS_GROUP: u64 = (6 << 56) | 1;
 const CHAINS_GROUP: u64 = (6 << 56) | 2;
 const GPUS_GROUP: u64 = (6 << 56) | 3;
+const SERVING_GROUP: u64 = (6 << 56) | 4;
 
 /// Writes packets as they come.
 pub(crate) struct PerfettoWriter<'w> {
@@ -183,6 +184,10 @@ impl TraceWriter for PerfettoWriter<'_> {
             CounterOwner::Gpu(_) => {
                 self.group(GPUS_GROUP, "GPUs (NVML samples)")?;
                 GPUS_GROUP
+            }
+            CounterOwner::Serving => {
+                self.group(SERVING_GROUP, "Serving engines (scraped metrics)")?;
+                SERVING_GROUP
             }
         };
         let mut c = CounterDescriptor::new();

@@ -41,6 +41,7 @@ pub(crate) fn walk(
     let mut walk = Walk::new(store, req, from, to)?;
     if info.events > 0 && from <= to {
         walk.gpu_counters(w, from, to)?;
+        walk.serving_counters(w, from, to)?;
         if req.chains {
             walk.prepare_chains(w)?;
         }
@@ -150,6 +151,23 @@ impl<'a> Walk<'a> {
                     }
                 };
                 w.counter(id, s.ts_ns, v)?;
+                self.summary.counter_values += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// A serving engine's scraped metrics as counter tracks: its queue and KV cache at each
+    /// scrape, each latency's mean per scrape interval (a few values a second: read at once).
+    fn serving_counters(&mut self, w: &mut dyn TraceWriter, from: i64, to: i64) -> Result<(), ExportError> {
+        let samples = self.store.serving_samples(&TimeWindow { from_ns: Some(from), to_ns: Some(to) })?;
+        for series in causeway_analysis::serving_series(&samples) {
+            let id = self.next_counter;
+            self.next_counter += 1;
+            let name = format!("{} (pid {}, {})", series.name, series.pid, series.unit);
+            w.counter_track(id, &CounterOwner::Serving, &name, series.unit)?;
+            for (ts, v) in series.points {
+                w.counter(id, ts, v)?;
                 self.summary.counter_values += 1;
             }
         }

@@ -25,6 +25,8 @@ pub(crate) enum CounterOwner {
     Process(u32),
     /// A GPU, in the group of GPU tracks.
     Gpu(i32),
+    /// A serving engine's scraped metrics, in their own group.
+    Serving,
 }
 
 /// An argument shown with a slice.

@@ -1,6 +1,7 @@
 //! The counter tracks of an export against the trace they come from: every NVML sample as a
 //! value of its GPU's tracks at its own time, and the kernel launches per second adding up to the
-//! launches the process made (a driver launch inside a runtime launch is the same kernel).
+//! launches the process made (a driver launch inside a runtime launch is the same kernel); a
+//! serving engine's queue at each scrape and its TTFT mean per scrape interval.
 
 #[path = "../../analysis/tests/common/mod.rs"]
 mod common;
@@ -94,4 +95,41 @@ fn gpu_samples_and_launch_rate_are_counters_that_add_up() {
     let mut proto = Vec::new();
     let p = export(store.as_ref(), &ExportRequest::default(), Format::Perfetto, &mut proto).unwrap();
     assert_eq!(p.counter_values, s.counter_values);
+}
+
+#[test]
+fn a_serving_engines_queue_and_ttft_are_counters() {
+    let mut t = Trace { names: vec![(4242, "train".into())], ..Default::default() };
+    // (the export covers the events' span: the loop outlasts the scrapes)
+    training_loop(&mut t, 4242, 4242, T0, 200, 2 * MS, 2, &|_| 3 * MS);
+    // four scrapes 100 ms apart: 2, 0 and 3 first tokens at 10 ms, 0 and 60 ms in the intervals
+    let served = [(0.0, 0.0, 4.0), (2.0, 0.02, 1.0), (2.0, 0.02, 6.0), (5.0, 0.2, 0.0)];
+    for (k, (count, sum, waiting)) in served.iter().enumerate() {
+        let ts = T0 + k as i64 * 100 * MS;
+        let sample = |metric: &str, value: f64| causeway_model::ServingSample {
+            ts_ns: ts,
+            pid: 4242,
+            engine: "vllm".into(),
+            metric: metric.into(),
+            labels: "{}".into(),
+            le: None,
+            value,
+        };
+        t.serving_samples.push(sample("vllm:time_to_first_token_seconds_count", *count));
+        t.serving_samples.push(sample("vllm:time_to_first_token_seconds_sum", *sum));
+        t.serving_samples.push(sample("vllm:num_requests_waiting", *waiting));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("serving.db");
+    t.write(&path);
+    let store = open_store(&path).unwrap();
+    let mut out = Vec::new();
+    export(store.as_ref(), &ExportRequest::default(), Format::Chrome, &mut out).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let waiting = counter(&v, "vLLM requests waiting (pid 4242, requests)");
+    assert_eq!(waiting.iter().map(|p| p.1).collect::<Vec<_>>(), vec![4.0, 1.0, 6.0, 0.0]);
+    let ttft = counter(&v, "vLLM TTFT, mean per scrape interval (0: none served) (pid 4242, ms)");
+    let means: Vec<f64> = ttft.iter().map(|p| (p.1 * 1e6).round() / 1e6).collect();
+    assert_eq!(means, vec![10.0, 0.0, 60.0], "(0.18 s - 0.02 s) / 3 = 60 ms in the last interval");
+    assert_eq!(ttft[0].0, T0, "a mean is drawn from its interval's start");
 }

@@ -18,10 +18,11 @@ use crate::FleetError;
 
 /// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
 /// beyond it are new), or `None` for the small tables it replaces whole at each flush.
-pub const MIRRORED: [(&str, Option<&str>); 12] = [
+pub const MIRRORED: [(&str, Option<&str>); 13] = [
     ("events", Some("id")),
     ("nccl_calls", Some("rowid")),
     ("gpu_samples", Some("rowid")),
+    ("serving_samples", Some("rowid")),
     ("stack_traces", None),
     ("sessions", None),
     ("process_names", None),
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS lake.ship_traces (
 CREATE TABLE IF NOT EXISTS lake.ship_watermarks (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL,
     events_hi BIGINT NOT NULL, nccl_calls_hi BIGINT NOT NULL, gpu_samples_hi BIGINT NOT NULL,
-    rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL);
+    rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL, serving_samples_hi BIGINT);
 CREATE TABLE IF NOT EXISTS lake.clock_samples (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, sample INTEGER NOT NULL,
     local_send_ns BIGINT NOT NULL, server_ns BIGINT NOT NULL, local_recv_ns BIGINT NOT NULL);
@@ -108,6 +109,13 @@ pub(crate) fn tables(conn: &Connection, db: &str) -> Result<Vec<String>, FleetEr
 pub fn ensure(conn: &Connection, local: &str) -> Result<(), FleetError> {
     retry_conflicts(8, || {
         conn.execute_batch(FLEET_DDL)?;
+        // a lake made before serving_samples was shipped: its watermark column, NULL (0) in the
+        // rows before
+        if !columns(conn, LAKE, "ship_watermarks")?.iter().any(|(c, _)| c == "serving_samples_hi") {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {LAKE}.ship_watermarks ADD COLUMN IF NOT EXISTS serving_samples_hi BIGINT"
+            ))?;
+        }
         let local_tables = tables(conn, local)?;
         for (table, _) in MIRRORED {
             if !local_tables.iter().any(|t| t == table) {

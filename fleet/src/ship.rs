@@ -5,7 +5,7 @@
 //! directly), so every copy is one `INSERT INTO lake.t SELECT ... FROM local.t` run by the engine.
 //!
 //! **Exactly once.** Each flush ships the rows beyond the trace's watermark (per table: `events.id`,
-//! the `rowid` of `nccl_calls` and `gpu_samples`) up to a high mark, and writes them together with
+//! the `rowid` of `nccl_calls`, `gpu_samples` and `serving_samples`) up to a high mark, and writes them together with
 //! the new watermark row in **one** DuckLake transaction. A shipper killed at any point leaves either
 //! the whole flush or none of it; a new one reads the watermark back from the lake and goes on. A
 //! lake that cannot be reached fails the flush (rolled back, watermark unmoved) and the next one
@@ -99,11 +99,15 @@ pub struct Marks {
     pub events: i64,
     pub nccl_calls: i64,
     pub gpu_samples: i64,
+    pub serving_samples: i64,
 }
 
 impl Marks {
     fn covers(&self, other: &Marks) -> bool {
-        self.events >= other.events && self.nccl_calls >= other.nccl_calls && self.gpu_samples >= other.gpu_samples
+        self.events >= other.events
+            && self.nccl_calls >= other.nccl_calls
+            && self.gpu_samples >= other.gpu_samples
+            && self.serving_samples >= other.serving_samples
     }
 }
 
@@ -244,10 +248,13 @@ impl Shipper {
     pub fn watermark(&self) -> Result<(Marks, i64), FleetError> {
         let sql = format!(
             "SELECT coalesce(max(events_hi), 0), coalesce(max(nccl_calls_hi), 0), coalesce(max(gpu_samples_hi), 0), \
-             coalesce(max(flush_id), 0) FROM {LAKE}.ship_watermarks WHERE node = ? AND trace_uid = ?"
+             coalesce(max(flush_id), 0), coalesce(max(serving_samples_hi), 0) FROM {LAKE}.ship_watermarks \
+             WHERE node = ? AND trace_uid = ?"
         );
         Ok(self.conn.query_row(&sql, params![self.node, self.trace_uid], |r| {
-            Ok((Marks { events: r.get(0)?, nccl_calls: r.get(1)?, gpu_samples: r.get(2)? }, r.get(3)?))
+            let marks =
+                Marks { events: r.get(0)?, nccl_calls: r.get(1)?, gpu_samples: r.get(2)?, serving_samples: r.get(4)? };
+            Ok((marks, r.get(3)?))
         })?)
     }
 
@@ -266,6 +273,7 @@ impl Shipper {
             events: max("events", "id")?,
             nccl_calls: max("nccl_calls", "rowid")?,
             gpu_samples: max("gpu_samples", "rowid")?,
+            serving_samples: max("serving_samples", "rowid")?,
         })
     }
 
@@ -357,6 +365,7 @@ impl Shipper {
                 events: upto.events.min(wm.events + self.batch_rows).max(wm.events),
                 nccl_calls: upto.nccl_calls.max(wm.nccl_calls),
                 gpu_samples: upto.gpu_samples.max(wm.gpu_samples),
+                serving_samples: upto.serving_samples.max(wm.serving_samples),
             };
             if hi.events > self.pending.1 {
                 // read ahead: the next PENDING_ROWS events in one scan of the local trace
@@ -501,6 +510,7 @@ impl Shipper {
             }
             let (lo, up) = match table {
                 "nccl_calls" => (wm.nccl_calls, hi.nccl_calls),
+                "serving_samples" => (wm.serving_samples, hi.serving_samples),
                 _ => (wm.gpu_samples, hi.gpu_samples),
             };
             if up > lo {
@@ -544,7 +554,10 @@ impl Shipper {
         )?;
         let rows: u64 = counts.iter().map(|(_, n)| n).sum();
         c.execute(
-            &format!("INSERT INTO {LAKE}.ship_watermarks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            &format!(
+                "INSERT INTO {LAKE}.ship_watermarks (node, trace_uid, flush_id, events_hi, nccl_calls_hi, \
+                 gpu_samples_hi, rows, finished, shipped_at_ns, serving_samples_hi) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
             params![
                 node,
                 uid,
@@ -554,7 +567,8 @@ impl Shipper {
                 hi.gpu_samples,
                 rows as i64,
                 finished,
-                clock::realtime_ns(self.skew_ns)
+                clock::realtime_ns(self.skew_ns),
+                hi.serving_samples
             ],
         )?;
         Ok(counts)

@@ -39,6 +39,27 @@ fn write_rich_trace(path: &std::path::Path) {
         };
         let mut sink = causeway_backends::create_sink(path, session, None).unwrap();
         sink.write_process_name(4821, "python3".into(), 1_000_000_000).await.unwrap();
+        // a serving engine's scrapes, shipped in two flushes (the batches below)
+        let scrape = |k: i64, metric: &str, le: Option<f64>, value: f64| causeway_model::ServingSample {
+            ts_ns: 1_000_000_000 + k * 100_000_000,
+            pid: 4821,
+            engine: "vllm".into(),
+            metric: metric.into(),
+            labels: r#"{"model_name":"m"}"#.into(),
+            le,
+            value,
+        };
+        let serving: Vec<causeway_model::ServingSample> = (0..8)
+            .flat_map(|k| {
+                [
+                    scrape(k, "vllm:num_requests_waiting", None, (k % 3) as f64),
+                    scrape(k, "vllm:time_to_first_token_seconds_bucket", Some(0.25), 2.0 * k as f64),
+                    scrape(k, "vllm:time_to_first_token_seconds_count", None, 3.0 * k as f64),
+                    scrape(k, "vllm:time_to_first_token_seconds_sum", None, 0.125 * k as f64),
+                ]
+            })
+            .collect();
+        sink.write_serving_samples(serving).await.unwrap();
         for c in events.chunks(5000) {
             sink.write_batch(c.to_vec()).await.unwrap();
         }
@@ -91,6 +112,9 @@ fn a_node_in_the_lake_reads_like_its_local_trace() {
     assert_eq!(remote.nccl_calls(&TimeWindow::ALL).unwrap(), local.nccl_calls(&TimeWindow::ALL).unwrap());
     assert_eq!(remote.process_ranks().unwrap(), local.process_ranks().unwrap());
     assert_eq!(remote.gpu_samples(&TimeWindow::ALL).unwrap(), local.gpu_samples(&TimeWindow::ALL).unwrap());
+    let serving = local.serving_samples(&TimeWindow::ALL).unwrap();
+    assert_eq!(serving.len(), 32);
+    assert_eq!(remote.serving_samples(&TimeWindow::ALL).unwrap(), serving, "serving samples, exactly once");
     assert_eq!(remote.thread_comms(&all, true).unwrap(), local.thread_comms(&all, true).unwrap());
     let per_mille = [500, 900, 990];
     assert_eq!(

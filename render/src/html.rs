@@ -66,6 +66,7 @@ pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlR
         esc(&ex.verdict)
     );
     steps_section(&mut h, &ex.steps);
+    serving_section(&mut h, &ex.serving);
     if ex.chains.is_empty() {
         h.push_str("<p>No causal chain: no slow call or gap had a cause this trace records.</p>\n");
     }
@@ -138,6 +139,29 @@ fn steps_section(h: &mut String, steps: &causeway_analysis::StepReport) {
             h.push_str("</ul>");
         }
         h.push_str("</li>");
+    }
+    h.push_str("</ul>\n");
+}
+
+/// The serving engines: each one's latency baselines and its spikes, each with what explains it.
+fn serving_section(h: &mut String, serving: &causeway_analysis::ServingReport) {
+    if serving.engines.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Serving</h2>\n<ul class=\"notes\">");
+    for e in &serving.engines {
+        let _ = write!(h, "<li>{}", esc(&e.summary));
+        if !e.spikes.is_empty() {
+            h.push_str("<ul>");
+            for s in &e.spikes {
+                let _ = write!(h, "<li>{}</li>", esc(&s.summary));
+            }
+            h.push_str("</ul>");
+        }
+        h.push_str("</li>");
+    }
+    if let Some(st) = &serving.engine_steps {
+        let _ = write!(h, "<li>{}</li>", esc(&st.summary));
     }
     h.push_str("</ul>\n");
 }

@@ -8,10 +8,12 @@ use causeway_store::TraceStore;
 
 use super::{explain_calls, Baseline, ExplainRequest};
 use crate::serving::{serving_report, spike_weight, spike_words, ServingReport};
-use crate::AnalysisError;
+use crate::{AnalysisError, ChainKind};
 
 /// Spikes given a cause (each is one more explanation of a narrower window).
 const EXPLAINED_SPIKES: usize = 3;
+/// Chains of a spike's window looked at for its cause.
+const CANDIDATES: usize = 10;
 
 /// The scope's serving report with its worst spikes explained.
 pub(crate) fn explain_serving(
@@ -34,13 +36,18 @@ pub(crate) fn explain_serving(
     for &(ei, si, _) in worst.iter().take(EXPLAINED_SPIKES) {
         let spike = &report.engines[ei].spikes[si];
         let inner_window = TimeWindow { from_ns: Some(spike.cause_from_ns), to_ns: Some(spike.to_ns) };
-        let (inner, _) = explain_calls(store, &ExplainRequest::new(inner_window, None, 1), Some(scope), false)?;
+        let (inner, _) =
+            explain_calls(store, &ExplainRequest::new(inner_window, None, CANDIDATES), Some(scope), false)?;
         let words = steps
             .as_ref()
             .map(|(all, list)| crate::engine_steps::steps_in_window(all, list, spike.cause_from_ns, spike.to_ns));
         let spike = &mut report.engines[ei].spikes[si];
         spike.steps = words;
-        match inner.chains.first() {
+        // what was abnormal in the window against the scope (slow calls, long gaps: judged by the
+        // scope's thresholds) before a pattern the workload has throughout (a sync after every
+        // launch is how an engine steps, not why it stalled)
+        let judged = |c: &&crate::Chain| matches!(c.kind, ChainKind::SlowCalls | ChainKind::FeedingGap);
+        match inner.chains.iter().find(judged).or(inner.chains.first()) {
             Some(top) => {
                 spike.why = Some(top.summary.clone());
                 spike.chain_key = Some(top.key.clone());

@@ -29,6 +29,7 @@ pub struct Trace {
     pub stacks: Vec<StackRecord>,
     pub nccl: Vec<NcclCall>,
     pub gpu_samples: Vec<GpuSample>,
+    pub serving_samples: Vec<causeway_model::ServingSample>,
     pub cgroups: Vec<ProcessCgroup>,
 }
 
@@ -146,6 +147,7 @@ impl Trace {
             sink.write_stacks(std::mem::take(&mut self.stacks)).await.unwrap();
             sink.write_nccl_calls(std::mem::take(&mut self.nccl)).await.unwrap();
             sink.write_gpu_samples(std::mem::take(&mut self.gpu_samples)).await.unwrap();
+            sink.write_serving_samples(std::mem::take(&mut self.serving_samples)).await.unwrap();
             sink.write_process_cgroups(std::mem::take(&mut self.cgroups)).await.unwrap();
             let last = self.events.iter().map(|e| e.ts_ns).max().unwrap_or(T0);
             for chunk in self.events.chunks(10_000) {

@@ -230,7 +230,8 @@ impl Scraper {
             kind: "serving".into(),
             how: e.engine.name.into(),
             attached_at_ns: now_ns(),
-            complete: false,
+            // histograms and counters are cumulative: the first scrape holds everything before it
+            complete: true,
             note: format!(
                 "{} metrics at {} ({how}), scraped every {} ms",
                 e.engine.title,
