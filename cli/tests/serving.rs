@@ -131,6 +131,36 @@ fn a_traced_vllm_is_scraped_and_its_ttft_spike_is_tied_to_the_engine_threads_sta
 }
 
 #[test]
+fn a_vllm_started_by_its_own_script_is_told_by_the_extension_it_maps() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("script.db");
+    let port = free_port();
+    let build = causeway_testdata::mock_cuda_build();
+    // by its file path, not `-m vllm...`: the command line says nothing of vLLM
+    let out = causeway()
+        .args(["trace", "--nvml-hz", "0", "--no-labels", "--serving-scrape-ms", "250", "--db"])
+        .arg(&db)
+        .args(["--", "python3"])
+        .arg(repo().join("tests/serving/vllm/entrypoints/openai/api_server.py"))
+        .args(["--port", &port.to_string(), "--seconds", "4", "--stall-at", "100", "--libcudart"])
+        .arg(build.join("libcudart.so.12"))
+        .arg("--extension-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = query_rows(&db, "SELECT path, how FROM attachments WHERE kind = 'serving'");
+    assert_eq!(
+        rows,
+        vec![vec![serde_json::json!(format!("http://127.0.0.1:{port}/metrics")), serde_json::json!("vllm")]],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(query_u64(&db, "SELECT count(DISTINCT timestamp) FROM serving_samples") >= 4);
+}
+
+#[test]
 fn an_endpoint_given_with_serving_url_is_scraped_whatever_is_traced() {
     require_root();
     let dir = tempfile::tempdir().unwrap();

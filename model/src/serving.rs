@@ -82,6 +82,9 @@ pub struct ServingEngine {
     pub programs: &'static [&'static str],
     /// Python modules (`-m MODULE`, or an argument starting with one) that are this engine.
     pub modules: &'static [&'static str],
+    /// Path fragments of the files only this engine maps (its compiled extensions, its server
+    /// library): how a process started by a script of the user's own is told.
+    pub mapped: &'static [&'static str],
     /// The port it serves its metrics on when its command line does not say.
     pub default_port: u16,
     /// The command-line option naming the metrics port, if another than `--port`.
@@ -108,6 +111,7 @@ pub const SERVING_ENGINES: [ServingEngine; 4] = [
         prefix: "vllm:",
         programs: &["vllm"],
         modules: &["vllm.entrypoints", "vllm"],
+        mapped: &["/vllm/_C.", "/vllm/_moe_C.", "/vllm/cumem_allocator."],
         default_port: 8000,
         metrics_port_option: None,
         running: &["vllm:num_requests_running"],
@@ -128,6 +132,7 @@ pub const SERVING_ENGINES: [ServingEngine; 4] = [
         prefix: "sglang:",
         programs: &[],
         modules: &["sglang.launch_server", "sglang.srt"],
+        mapped: &["/sgl_kernel/"],
         default_port: 30000,
         metrics_port_option: None,
         running: &["sglang:num_running_reqs"],
@@ -147,6 +152,7 @@ pub const SERVING_ENGINES: [ServingEngine; 4] = [
         prefix: "tgi_",
         programs: &["text-generation-launcher", "text-generation-router", "text-generation-server"],
         modules: &["text_generation_server"],
+        mapped: &["/text_generation_server/"],
         default_port: 3000,
         metrics_port_option: None,
         running: &["tgi_batch_current_size"],
@@ -165,6 +171,7 @@ pub const SERVING_ENGINES: [ServingEngine; 4] = [
         prefix: "nv_inference_",
         programs: &["tritonserver"],
         modules: &[],
+        mapped: &["/libtritonserver.so"],
         default_port: 8002,
         metrics_port_option: Some("--metrics-port"),
         running: &[],
@@ -206,6 +213,11 @@ impl ServingEngine {
             programs.iter().any(|p| e.programs.contains(&p.as_str()))
                 || module.is_some_and(|m| e.modules.iter().any(|x| m == *x || m.starts_with(&format!("{x}."))))
         })
+    }
+
+    /// The engine whose files a process maps (`/proc/PID/maps` lines), if any.
+    pub fn of_maps(maps: &str) -> Option<&'static ServingEngine> {
+        SERVING_ENGINES.iter().find(|e| maps.lines().any(|l| e.mapped.iter().any(|m| l.contains(m))))
     }
 
     /// Whether a sample name is one the engine's metrics keep (a histogram's parts included).
@@ -253,6 +265,18 @@ mod tests {
         assert_eq!(name("python3 train.py --vllm-like serve"), None);
         assert_eq!(name("python3 -m vllmx.server"), None, "a module is matched whole");
         assert_eq!(name(""), None);
+    }
+
+    #[test]
+    fn engines_are_told_by_the_files_they_map() {
+        let line = |path: &str| format!("7f2a1c000000-7f2a1c200000 r-xp 00000000 08:01 123 {path}\n");
+        let vllm = line("/opt/venv/lib/python3.12/site-packages/vllm/_C.abi3.so");
+        let maps = format!("{}{vllm}", line("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert_eq!(ServingEngine::of_maps(&maps).map(|e| e.name), Some("vllm"));
+        let triton = line("/opt/tritonserver/lib/libtritonserver.so");
+        assert_eq!(ServingEngine::of_maps(&triton).map(|e| e.name), Some("triton"));
+        assert_eq!(ServingEngine::of_maps(&line("/home/u/vllm_notes/_C.txt")), None);
+        assert_eq!(ServingEngine::of_maps(""), None);
     }
 
     #[test]

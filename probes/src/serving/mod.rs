@@ -1,5 +1,6 @@
 //! Serving engines met while tracing: a traced process that is vLLM, SGLang, TGI or Triton (its
-//! command line, or an ancestor's: vLLM's engine core is a child of its API server) has its
+//! command line or the engine's files it maps, or an ancestor's: vLLM's engine core is a child of
+//! its API server) has its
 //! Prometheus endpoint found (its listening ports, the port its command line names, the
 //! engine's default) and scraped on a thread of its own at `--serving-scrape-ms`; the metrics of
 //! `causeway_model::serving` are stored as `serving_samples`, and what was found as an
@@ -117,7 +118,16 @@ struct Scraper {
     endpoints: Vec<Endpoint>,
     /// Explicit URLs whose engine is not known yet.
     explicit: Vec<(String, Instant)>,
+    /// Processes not (yet) told to be an engine, looked at again for the engine's files (an
+    /// interpreter imports the engine after it starts): (pid, next look, looks left).
+    unknown: Vec<(u32, Instant, u32)>,
 }
+
+/// How often, and how many times, a process not told to be an engine is looked at again.
+const RELOOK_EVERY: Duration = Duration::from_secs(2);
+const RELOOKS: u32 = 60;
+/// Processes looked at again at most (the first ones traced).
+const RELOOK_MAX: usize = 256;
 
 /// How often a process found to be an engine is looked at for its endpoint (a model can take
 /// minutes to load before the server listens; a look is a few `/proc` reads and local connects).
@@ -140,17 +150,33 @@ impl Scraper {
             pending: Vec::new(),
             endpoints: Vec::new(),
             explicit: opts.urls.iter().map(|u| (u.clone(), now)).collect(),
+            unknown: Vec::new(),
         }
     }
 
     fn run(&mut self, incoming: &std::sync::mpsc::Receiver<u32>, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
             while let Ok(pid) = incoming.try_recv() {
-                if self.look && self.seen.insert((pid, cmdline(pid))) {
-                    self.classify(pid);
+                if self.look && self.seen.insert((pid, cmdline(pid))) && !self.classify(pid) {
+                    self.unknown.retain(|u| u.0 != pid);
+                    if self.unknown.len() < RELOOK_MAX {
+                        self.unknown.push((pid, now + RELOOK_EVERY, RELOOKS));
+                    }
                 }
             }
-            let now = Instant::now();
+            let mut due: Vec<u32> = Vec::new();
+            for u in self.unknown.iter_mut().filter(|u| u.1 <= now) {
+                u.1 = now + RELOOK_EVERY;
+                u.2 -= 1;
+                due.push(u.0);
+            }
+            for pid in due {
+                if self.classify(pid) || !crate::process::alive(pid) {
+                    self.unknown.retain(|u| u.0 != pid);
+                }
+            }
+            self.unknown.retain(|u| u.2 > 0);
             self.discover(now);
             self.scrape_due(now);
             std::thread::sleep(Duration::from_millis(20));
@@ -158,17 +184,20 @@ impl Scraper {
     }
 
     /// Whether `pid` (or an ancestor) runs a serving engine; if so, its endpoint is looked for.
-    fn classify(&mut self, pid: u32) {
+    fn classify(&mut self, pid: u32) -> bool {
         let mut listeners = Vec::new();
         let mut engine = None;
         let mut p = pid;
         // the process and three ancestors: vLLM's engine core (a spawned child whose command
         // line is Python's multiprocessing) serves nothing itself; its API server does
         for _ in 0..4 {
-            if p <= 1 {
+            // (the tracer, whose own command line names the one it launched, is no engine)
+            if p <= 1 || p == std::process::id() {
                 break;
             }
-            if let Some(e) = ServingEngine::of_command(&cmdline(p)) {
+            // its command line, else the files it maps (a server started by a script of its own)
+            let maps = || std::fs::read_to_string(format!("/proc/{p}/maps")).unwrap_or_default();
+            if let Some(e) = ServingEngine::of_command(&cmdline(p)).or_else(|| ServingEngine::of_maps(&maps())) {
                 if engine.is_none_or(|x: &ServingEngine| x.name == e.name) {
                     engine = Some(e);
                     listeners.push(p);
@@ -176,13 +205,14 @@ impl Scraper {
             }
             p = parent(p).unwrap_or(0);
         }
-        let Some(engine) = engine else { return };
+        let Some(engine) = engine else { return false };
         if self.pending.iter().any(|x| x.listeners == listeners)
             || self.endpoints.iter().any(|x| listeners.contains(&x.pid))
         {
-            return;
+            return true;
         }
         self.pending.push(Pending { pid, engine, listeners, next_try: Instant::now() });
+        true
     }
 
     /// Look for the endpoints not found yet.
