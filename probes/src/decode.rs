@@ -14,6 +14,12 @@ pub(crate) fn clock_ns(clock: libc::clockid_t) -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
+/// Unix time now, ns (0 before 1970): when the tracer read something itself (a sample, an
+/// attach), in the clock the events are stored in.
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
 /// Offset from CLOCK_MONOTONIC (what `bpf_ktime_get_ns` reads) to CLOCK_REALTIME, measured once.
 pub fn mono_to_realtime_offset() -> i64 {
     // the sample with the tightest bracket wins

@@ -21,6 +21,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
+use crate::decode::now_ns;
+
 /// NVML's library file, found by the dynamic loader's search path.
 pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 
@@ -63,10 +65,6 @@ impl GpuSampler {
             let _ = t.join();
         }
     }
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 /// Start sampling as `opts` says. Returns the sampler (None when NVML is off or missing) and the

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use causeway_model::LibraryAttach;
 
+use crate::decode::now_ns;
 use crate::discovery::{self, FoundLibrary, LibKind, StaticRuntime};
 use crate::error::ProbeError;
 use crate::loader::Probes;
@@ -50,10 +51,6 @@ pub struct LibraryTracker {
     /// an exec'd process stopped at the hook to its notice (set when processes are stopped at
     /// the hook, which makes the notice's attach complete).
     pub defer_polled: bool,
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 impl LibraryTracker {

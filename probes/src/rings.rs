@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use causeway_model::codes::op;
 use causeway_model::Event;
 
-use crate::decode::{loss_source, stack_hash, Decoder};
+use crate::decode::{loss_source, now_ns, stack_hash, Decoder};
 use crate::loader::{Probes, Rings};
 use crate::nccl::NcclTracker;
 use crate::python::{PyCodes, PyStack};
@@ -43,10 +43,6 @@ impl Msg {
     fn with_capacity() -> Msg {
         Msg { events: Vec::with_capacity(8192), ..Default::default() }
     }
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 /// The in-kernel aggregates since the last call, as summary events.

@@ -16,6 +16,7 @@
 //!    the report.
 
 use crate::cgroups::CgroupResolver;
+use crate::decode::now_ns;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -615,10 +616,6 @@ impl Running<'_> {
         }
         v
     }
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 /// At the end of a trace that holds its command at each dlopen: a notice still in the ring when

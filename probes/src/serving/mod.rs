@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use causeway_model::serving::ServingEngine;
 use causeway_model::{LibraryAttach, ServingSample};
 
+use crate::decode::now_ns;
+
 /// Whether and how to scrape serving engines.
 #[derive(Debug, Clone)]
 pub struct ServingOptions {
@@ -449,10 +451,6 @@ fn listening_in_table(text: &str, inodes: &HashSet<u64>) -> Vec<u16> {
             u16::from_str_radix(local.rsplit_once(':')?.1, 16).ok()
         })
         .collect()
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]
