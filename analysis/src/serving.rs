@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 
 use causeway_model::serving::{LatencyKind, LatencyMetric, ServingEngine};
 use causeway_model::time::TimeWindow;
-use causeway_model::ServingSample;
 use causeway_store::TraceStore;
 
 use crate::engine_steps::EngineSteps;
@@ -22,7 +21,7 @@ use crate::AnalysisError;
 
 mod scrapes;
 
-use scrapes::{bound_of_rank, latency_intervals, scrape_times, Interval, Scrapes};
+use scrapes::{bound_of_rank, by_engine, latencies_held, Interval, Scrapes};
 pub use scrapes::{serving_series, ServingSeries};
 
 /// A spike's intervals have a mean at least this many times the baseline...
@@ -143,42 +142,22 @@ pub fn serving_report(store: &dyn TraceStore, window: TimeWindow) -> Result<Serv
     );
     let endpoints: BTreeMap<u32, String> =
         store.attachments()?.into_iter().filter(|a| a.kind == "serving").map(|a| (a.pid, a.path)).collect();
-    let mut by_engine: BTreeMap<(String, u32), Vec<ServingSample>> = BTreeMap::new();
-    for s in samples {
-        by_engine.entry((s.engine.clone(), s.pid)).or_default().push(s);
-    }
-    for ((name, pid), samples) in by_engine {
+    for ((name, pid), scrapes) in by_engine(&samples) {
         let Some(engine) = ServingEngine::named(&name) else {
             report.notes.push(format!("pid {pid}: metrics of an unknown engine `{name}` left out"));
             continue;
         };
-        report.engines.push(engine_figures(engine, pid, endpoints.get(&pid).cloned().unwrap_or_default(), &samples));
+        report.engines.push(engine_figures(engine, pid, endpoints.get(&pid).cloned().unwrap_or_default(), &scrapes));
     }
     Ok(report)
 }
 
-fn engine_figures(
-    engine: &'static ServingEngine,
-    pid: u32,
-    endpoint: String,
-    samples: &[ServingSample],
-) -> EngineServing {
-    let scrapes = Scrapes::of(samples);
-    let times = scrape_times(&scrapes);
+fn engine_figures(engine: &'static ServingEngine, pid: u32, endpoint: String, scrapes: &Scrapes) -> EngineServing {
+    let times = &scrapes.times;
     let mut latencies = Vec::new();
     let mut spikes = Vec::new();
-    // (one figure per kind: the first of an engine's names for it that the trace holds)
-    let mut kinds_done = Vec::new();
-    for metric in engine.latencies {
-        if kinds_done.contains(&metric.kind) {
-            continue;
-        }
-        let intervals = latency_intervals(&scrapes, &times, metric, engine.waiting);
-        if intervals.is_empty() {
-            continue;
-        }
-        kinds_done.push(metric.kind);
-        let (figures, found) = latency_figures(metric, &intervals, &scrapes, &times);
+    for (metric, intervals) in latencies_held(engine, scrapes) {
+        let (figures, found) = latency_figures(metric, &intervals, scrapes);
         spikes.extend(found.into_iter().map(|s| spike_with_sql(s, pid, metric)));
         latencies.push(figures);
     }
@@ -203,12 +182,8 @@ fn engine_figures(
 }
 
 /// A latency's figures over the scope and its spikes (without SQL and causes yet).
-fn latency_figures(
-    metric: &LatencyMetric,
-    intervals: &[Interval],
-    scrapes: &Scrapes,
-    times: &[i64],
-) -> (LatencyFigures, Vec<Spike>) {
+fn latency_figures(metric: &LatencyMetric, intervals: &[Interval], scrapes: &Scrapes) -> (LatencyFigures, Vec<Spike>) {
+    let times = &scrapes.times;
     let served: Vec<&Interval> = intervals.iter().filter(|i| i.requests > 0).collect();
     let requests: u64 = served.iter().map(|i| i.requests).sum();
     let total_s: f64 = served.iter().map(|i| i.mean_s.unwrap_or(0.0) * i.requests as f64).sum();
@@ -389,6 +364,7 @@ pub(crate) fn secs(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use causeway_model::ServingSample;
 
     fn sample(ts: i64, metric: &str, le: Option<f64>, value: f64) -> ServingSample {
         ServingSample {
@@ -438,7 +414,7 @@ mod tests {
     #[test]
     fn a_stall_and_the_late_first_tokens_after_it_are_one_spike() {
         let vllm = ServingEngine::named("vllm").unwrap();
-        let e = engine_figures(vllm, 9, "http://x/metrics".into(), &scrapes());
+        let e = engine_figures(vllm, 9, "http://x/metrics".into(), &Scrapes::of(&scrapes()));
         assert_eq!(e.scrapes, 10);
         let ttft = &e.latencies[0];
         assert_eq!(ttft.kind, LatencyKind::TimeToFirstToken);
@@ -467,7 +443,7 @@ mod tests {
         for x in s.iter_mut().filter(|x| x.metric == "vllm:num_requests_waiting") {
             x.value = 0.0;
         }
-        let e = engine_figures(vllm, 9, String::new(), &s);
+        let e = engine_figures(vllm, 9, String::new(), &Scrapes::of(&s));
         let spike = &e.spikes[0];
         // served at most 2.5 s (the p99 bound) before 7 s: the idle interval from 5 s is in, the
         // one from 4 s is not
@@ -491,7 +467,7 @@ mod tests {
         for x in s.iter_mut().filter(|x| x.ts_ns >= 9_000_000_000 && x.metric.contains("time_to_first")) {
             x.value = 1.0;
         }
-        let e = engine_figures(vllm, 9, String::new(), &s);
+        let e = engine_figures(vllm, 9, String::new(), &Scrapes::of(&s));
         assert_eq!(e.latencies[0].intervals, 5, "the interval over the reset is left out");
     }
 }

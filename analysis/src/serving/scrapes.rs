@@ -33,16 +33,10 @@ pub struct ServingSeries {
 /// The engines' series of a scope: requests running and waiting, KV-cache use (%), and each
 /// latency's interval mean (ms).
 pub fn serving_series(samples: &[ServingSample]) -> Vec<ServingSeries> {
-    let mut by_engine: BTreeMap<(String, u32), Vec<&ServingSample>> = BTreeMap::new();
-    for s in samples {
-        by_engine.entry((s.engine.clone(), s.pid)).or_default().push(s);
-    }
     let mut out = Vec::new();
-    for ((name, pid), rows) in by_engine {
+    for ((name, pid), scrapes) in by_engine(samples) {
         let Some(engine) = ServingEngine::named(&name) else { continue };
-        let owned: Vec<ServingSample> = rows.into_iter().cloned().collect();
-        let scrapes = Scrapes::of(&owned);
-        let times = scrape_times(&scrapes);
+        let times = &scrapes.times;
         for (label, names, unit, scale) in [
             ("requests running", engine.running, "requests", 1.0),
             ("requests waiting", engine.waiting, "requests", 1.0),
@@ -54,16 +48,7 @@ pub fn serving_series(samples: &[ServingSample]) -> Vec<ServingSeries> {
                 out.push(ServingSeries { pid, name: format!("{} {label}", engine.title), unit, points });
             }
         }
-        let mut kinds = Vec::new();
-        for metric in engine.latencies {
-            if kinds.contains(&metric.kind) {
-                continue;
-            }
-            let intervals = latency_intervals(&scrapes, &times, metric, engine.waiting);
-            if intervals.is_empty() {
-                continue;
-            }
-            kinds.push(metric.kind);
+        for (metric, intervals) in latencies_held(engine, &scrapes) {
             let points = intervals.iter().map(|i| (i.from_ns, i.mean_s.unwrap_or(0.0) * 1e3)).collect();
             out.push(ServingSeries {
                 pid,
@@ -76,16 +61,32 @@ pub fn serving_series(samples: &[ServingSample]) -> Vec<ServingSeries> {
     out
 }
 
-/// Every scrape's time, ascending.
-pub(super) fn scrape_times(scrapes: &Scrapes) -> Vec<i64> {
-    scrapes
-        .plain
-        .keys()
-        .chain(scrapes.buckets.keys())
-        .copied()
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect()
+/// A scope's samples by engine process ((engine name, pid), ascending), each one's scrapes.
+pub(super) fn by_engine(samples: &[ServingSample]) -> BTreeMap<(String, u32), Scrapes> {
+    let mut grouped: BTreeMap<(String, u32), Vec<&ServingSample>> = BTreeMap::new();
+    for s in samples {
+        grouped.entry((s.engine.clone(), s.pid)).or_default().push(s);
+    }
+    grouped.into_iter().map(|(k, rows)| (k, Scrapes::of(rows))).collect()
+}
+
+/// Each latency the scrapes hold, one per kind (the first of the engine's metrics for the kind
+/// that the scrapes hold), with its intervals.
+pub(super) fn latencies_held(
+    engine: &'static ServingEngine,
+    scrapes: &Scrapes,
+) -> Vec<(&'static LatencyMetric, Vec<Interval>)> {
+    let mut held: Vec<(&'static LatencyMetric, Vec<Interval>)> = Vec::new();
+    for metric in engine.latencies {
+        if held.iter().any(|(m, _)| m.kind == metric.kind) {
+            continue;
+        }
+        let intervals = latency_intervals(scrapes, metric, engine.waiting);
+        if !intervals.is_empty() {
+            held.push((metric, intervals));
+        }
+    }
+    held
 }
 
 /// Per scrape: the summed value of each sample name (over label sets) and of each bucket bound.
@@ -94,10 +95,12 @@ pub(super) struct Scrapes {
     pub(super) plain: BTreeMap<i64, BTreeMap<String, f64>>,
     /// ts -> metric -> [(le, summed cumulative count)] ascending.
     pub(super) buckets: BTreeMap<i64, BTreeMap<String, Vec<(f64, f64)>>>,
+    /// Every scrape's time, ascending.
+    pub(super) times: Vec<i64>,
 }
 
 impl Scrapes {
-    pub(super) fn of(samples: &[ServingSample]) -> Scrapes {
+    pub(super) fn of<'a>(samples: impl IntoIterator<Item = &'a ServingSample>) -> Scrapes {
         let mut plain: BTreeMap<i64, BTreeMap<String, f64>> = BTreeMap::new();
         let mut buckets: BTreeMap<i64, BTreeMap<String, Vec<(f64, f64)>>> = BTreeMap::new();
         for s in samples {
@@ -117,7 +120,8 @@ impl Scrapes {
                 v.sort_by(|a, b| a.0.total_cmp(&b.0));
             }
         }
-        Scrapes { plain, buckets }
+        let times: std::collections::BTreeSet<i64> = plain.keys().chain(buckets.keys()).copied().collect();
+        Scrapes { plain, buckets, times: times.into_iter().collect() }
     }
 
     /// The first of `names` the scrape at `ts` holds.
@@ -133,18 +137,13 @@ impl Scrapes {
 
 /// The latency's intervals between consecutive scrapes that hold it (an interval over a counter
 /// reset, an engine restarted, is left out).
-pub(super) fn latency_intervals(
-    scrapes: &Scrapes,
-    times: &[i64],
-    metric: &LatencyMetric,
-    waiting: &[&str],
-) -> Vec<Interval> {
+fn latency_intervals(scrapes: &Scrapes, metric: &LatencyMetric, waiting: &[&str]) -> Vec<Interval> {
     let (sum_name, count_name, bucket_name) = (metric.sum_metric(), metric.count_metric(), metric.bucket_metric());
     let at = |ts: i64| -> Option<(f64, f64)> {
         let m = scrapes.plain.get(&ts)?;
         Some((*m.get(&sum_name)?, *m.get(&count_name)?))
     };
-    let held: Vec<(i64, f64, f64)> = times.iter().filter_map(|&t| at(t).map(|(s, c)| (t, s, c))).collect();
+    let held: Vec<(i64, f64, f64)> = scrapes.times.iter().filter_map(|&t| at(t).map(|(s, c)| (t, s, c))).collect();
     let mut out = Vec::new();
     for w in held.windows(2) {
         let ((t0, s0, c0), (t1, s1, c1)) = (w[0], w[1]);
