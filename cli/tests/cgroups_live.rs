@@ -9,20 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::query_rows;
+use common::{causeway, query_rows, require_root_to};
 
 const ID: &str = "c0ffee00d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f";
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and make cgroups: root (CI is)");
-}
-
-fn causeway() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
-    c.env_remove("CAUSEWAY_LOG");
-    c
-}
 
 /// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on a hybrid host).
 fn v2_mount() -> Option<PathBuf> {
@@ -51,7 +40,7 @@ fn wait_for_cuda(pid: u32) {
 
 #[test]
 fn each_process_is_attributed_to_its_cgroup_and_container() {
-    require_root();
+    require_root_to("trace with eBPF and make cgroups");
     let Some(mount) = v2_mount() else {
         eprintln!("SKIPPED: this kernel has no cgroup v2 hierarchy mounted (the events carry no cgroup v2 id)");
         return;

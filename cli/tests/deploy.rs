@@ -9,12 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::query_u64;
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and must run as root (CI does)");
-}
+use common::{query_u64, require_root_to};
 
 fn deploy_file(name: &str) -> String {
     let p = causeway_testdata::repo_root().join("deploy").join(name);
@@ -116,13 +111,13 @@ fn check_recipe(argv: Vec<String>, what: &str) {
 
 #[test]
 fn the_systemd_unit_runs_as_written() {
-    require_root();
+    require_root_to("trace with eBPF");
     check_recipe(unit_argv(), "causeway.service");
 }
 
 #[test]
 fn the_container_command_runs_as_written() {
-    require_root();
+    require_root_to("trace with eBPF");
     check_recipe(container_argv(), "Containerfile");
 }
 

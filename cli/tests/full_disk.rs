@@ -7,12 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::query_u64;
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and mount a tmpfs: root (CI is)");
-}
+use common::{causeway, query_u64, require_root_to};
 
 /// A tmpfs of `size` mounted on a temporary directory, unmounted on drop.
 struct SmallDisk {
@@ -39,10 +34,6 @@ impl Drop for SmallDisk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(self.dir.path()).status();
     }
-}
-
-fn causeway() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_causeway"))
 }
 
 fn mock_train() -> PathBuf {
@@ -79,7 +70,7 @@ fn trace_until_the_disk_is_full(db: &Path, extra: &[&str]) -> (String, u64) {
 
 #[test]
 fn a_full_disk_stops_writing_cleanly_and_the_trace_still_opens() {
-    require_root();
+    require_root_to("trace with eBPF and mount a tmpfs");
     let disk = SmallDisk::new("1m");
     let db = disk.path().join("t.db");
     let (stderr, written) = trace_until_the_disk_is_full(&db, &[]);
@@ -94,7 +85,7 @@ fn a_full_disk_stops_writing_cleanly_and_the_trace_still_opens() {
 
 #[test]
 fn a_full_disk_under_a_series_stops_writing_cleanly_and_every_file_still_opens() {
-    require_root();
+    require_root_to("trace with eBPF and mount a tmpfs");
     let disk = SmallDisk::new("1m");
     let series = disk.path().join("host");
     let (stderr, written) = trace_until_the_disk_is_full(&series, &["--max-file-size", "128K"]);

@@ -10,12 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::query_rows;
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and must run as root (CI does)");
-}
+use common::{query_rows, require_root_to};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -107,7 +102,7 @@ fn mock_train() -> PathBuf {
 
 #[test]
 fn prometheus_scrapes_the_live_trace_and_holds_its_counts() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let metrics_port = free_port();
     let prom = start_prometheus(dir.path(), metrics_port);

@@ -9,18 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::query_u64;
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and must run as root (CI does)");
-}
-
-fn causeway() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
-    c.env_remove("CAUSEWAY_LOG");
-    c
-}
+use common::{causeway, query_u64, require_root_to};
 
 fn launchloop() -> PathBuf {
     causeway_testdata::mock_cuda_build().join("launchloop")
@@ -70,7 +59,7 @@ const LAUNCHES: &str =
 
 #[test]
 fn a_series_rolls_over_under_load_without_losing_a_call() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let series = dir.path().join("host");
     let iters = 120_000u64;
@@ -137,7 +126,7 @@ fn a_series_rolls_over_under_load_without_losing_a_call() {
 
 #[test]
 fn killing_the_tracer_mid_series_leaves_every_file_readable() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let series = dir.path().join("host");
     let mut tracer = causeway()

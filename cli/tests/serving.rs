@@ -9,25 +9,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{query_rows, query_u64};
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and must run as root (CI does)");
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn causeway() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
-    c.env_remove("CAUSEWAY_LOG").env_remove("CAUSEWAY_LABELS");
-    c
-}
+use common::{causeway, query_rows, query_u64, repo, require_root_to};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -56,7 +40,7 @@ fn fact(stdout: &str, name: &str) -> Vec<i64> {
 
 #[test]
 fn a_traced_vllm_is_scraped_and_its_ttft_spike_is_tied_to_the_engine_threads_stall() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("serve.db");
     let port = free_port();
@@ -132,7 +116,7 @@ fn a_traced_vllm_is_scraped_and_its_ttft_spike_is_tied_to_the_engine_threads_sta
 
 #[test]
 fn a_vllm_started_by_its_own_script_is_told_by_the_extension_it_maps() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("script.db");
     let port = free_port();
@@ -162,7 +146,7 @@ fn a_vllm_started_by_its_own_script_is_told_by_the_extension_it_maps() {
 
 #[test]
 fn an_endpoint_given_with_serving_url_is_scraped_whatever_is_traced() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("url.db");
     let port = free_port();

@@ -5,25 +5,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::{query_rows, query_u64};
-
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and must run as root (CI does)");
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn causeway() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
-    c.env_remove("CAUSEWAY_LOG").env_remove("CAUSEWAY_LABELS");
-    c
-}
+use common::{causeway, query_rows, query_u64, repo, require_root_to};
 
 /// Trace the training loop (`label` or `nolabel`) into `db`; its printed facts.
 fn trace_loop(db: &Path, mode: &str) -> String {
@@ -54,7 +38,7 @@ fn steps_json(db: &Path, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn labeled_steps_are_stored_and_the_slow_range_is_found_and_explained() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("labeled.db");
     trace_loop(&db, "label");
@@ -144,7 +128,7 @@ fn labeled_steps_are_stored_and_the_slow_range_is_found_and_explained() {
 
 #[test]
 fn without_labels_the_steps_are_inferred_and_the_slow_range_still_found() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("inferred.db");
     trace_loop(&db, "nolabel");
@@ -166,7 +150,7 @@ fn without_labels_the_steps_are_inferred_and_the_slow_range_still_found() {
 
 #[test]
 fn a_script_labels_through_annotate_and_bad_labels_are_refused() {
-    require_root();
+    require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("annotate.db");
     let socket = dir.path().join("labels.sock");

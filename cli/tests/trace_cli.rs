@@ -2,13 +2,12 @@
 //! warning (aya's "map cw_inflight ... unsupported" used to read as a fault), the trace ends with
 //! the libraries it probed, and `check` says what is covered per library.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests trace with eBPF and must run as root (CI does)");
-}
+use common::require_root_to;
 
 fn mock_build() -> PathBuf {
     causeway_testdata::mock_cuda_build()
@@ -16,7 +15,7 @@ fn mock_build() -> PathBuf {
 
 #[test]
 fn a_working_trace_prints_no_warning() {
-    require_root();
+    require_root_to("trace with eBPF");
     let build = mock_build();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.db");
@@ -43,7 +42,7 @@ fn a_working_trace_prints_no_warning() {
 
 #[test]
 fn the_node_name_is_the_one_given_and_a_blank_one_is_refused() {
-    require_root();
+    require_root_to("trace with eBPF");
     let build = mock_build();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("n.db");
@@ -74,7 +73,7 @@ fn the_node_name_is_the_one_given_and_a_blank_one_is_refused() {
 
 #[test]
 fn check_reports_the_loader_hook_and_coverage_per_library() {
-    require_root();
+    require_root_to("trace with eBPF");
     let out =
         Command::new(env!("CARGO_BIN_EXE_causeway")).args(["check", "--json"]).output().expect("causeway check runs");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -1,9 +1,28 @@
-//! What the CLI tests share: reading a trace back through `causeway query --json`, as a user does.
+//! What the CLI tests share: the binary as a user runs it, the repository, the root check of the
+//! tests that trace, and reading a trace back through `causeway query --json`, as a user does.
 
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The tests that trace with eBPF (and do `what` besides) run as root, as CI does.
+pub fn require_root_to(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests {what}: they must run as root (CI does)");
+}
+
+/// The `causeway` binary, without the caller's log filter or label socket in its environment.
+pub fn causeway() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
+    c.env_remove("CAUSEWAY_LOG").env_remove("CAUSEWAY_LABELS");
+    c
+}
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
 
 /// The rows `causeway query --json --db DB SQL` prints (`{"columns": [..], "rows": [[..]]}`); the
 /// query must succeed.
