@@ -103,6 +103,17 @@ pub struct Marks {
 }
 
 impl Marks {
+    /// The mark of a table [`MIRRORED`] ships by watermark; `None` for any other.
+    fn of(&self, table: &str) -> Option<i64> {
+        match table {
+            "events" => Some(self.events),
+            "nccl_calls" => Some(self.nccl_calls),
+            "gpu_samples" => Some(self.gpu_samples),
+            "serving_samples" => Some(self.serving_samples),
+            _ => None,
+        }
+    }
+
     fn covers(&self, other: &Marks) -> bool {
         self.events >= other.events
             && self.nccl_calls >= other.nccl_calls
@@ -508,10 +519,8 @@ impl Shipper {
             if table == "events" || !self.has_local(table) {
                 continue;
             }
-            let (lo, up) = match table {
-                "nccl_calls" => (wm.nccl_calls, hi.nccl_calls),
-                "serving_samples" => (wm.serving_samples, hi.serving_samples),
-                _ => (wm.gpu_samples, hi.gpu_samples),
+            let (Some(lo), Some(up)) = (wm.of(table), hi.of(table)) else {
+                unreachable!("{table} ships by watermark but has no mark (Marks::of)")
             };
             if up > lo {
                 let n = c.execute(
@@ -634,5 +643,17 @@ impl Shipper {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_shipped_by_watermark_has_a_mark() {
+        for (table, col) in MIRRORED {
+            assert_eq!(Marks::default().of(table).is_some(), col.is_some(), "{table}");
+        }
     }
 }
