@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessCgroup, ProcessRank,
-    ServingSample, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
+    ProcessRank, ServingSample, SessionInfo,
 };
 
 use crate::Engine;
@@ -88,6 +88,7 @@ pub trait ConvertTarget {
     fn write_losses(&mut self, losses: &[LossRow]) -> Result<()>;
     fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()>;
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
+    fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()>;
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
     fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
     fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()>;
@@ -186,6 +187,7 @@ pub struct ConvertReport {
     pub aggregate_rows: u64,
     pub launch_configs: u64,
     pub kernel_names: u64,
+    pub net_peers: u64,
     pub nccl_calls: u64,
     pub gpu_samples: u64,
     pub serving_samples: u64,
@@ -264,6 +266,7 @@ pub fn cut(
         let losses = source.loss_rows()?;
         let configs = store.launch_configs()?;
         let mut kernels = store.kernel_names()?;
+        let peers = store.net_peers()?;
         let mut nccl = store.nccl_calls(&scope.window)?;
         let gpu = store.gpu_samples(&scope.window)?;
         // (kept whatever the pids kept: an engine's metrics describe the service its processes
@@ -290,6 +293,7 @@ pub fn cut(
         target.write_losses(&losses)?;
         target.write_launch_configs(&configs)?;
         target.write_kernel_names(&kernels)?;
+        target.write_net_peers(&peers)?;
         target.write_nccl_calls(&nccl)?;
         target.write_gpu_samples(&gpu)?;
         target.write_serving_samples(&serving)?;
@@ -311,6 +315,7 @@ pub fn cut(
             aggregate_rows: aggregates.len() as u64,
             launch_configs: configs.len() as u64,
             kernel_names: kernels.len() as u64,
+            net_peers: peers.len() as u64,
             nccl_calls: nccl.len() as u64,
             gpu_samples: gpu.len() as u64,
             serving_samples: serving.len() as u64,

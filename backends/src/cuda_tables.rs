@@ -13,7 +13,7 @@ use std::path::Path;
 
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, ServingSample,
+    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank, ServingSample,
 };
 
 use crate::schema::SqlParam;
@@ -30,6 +30,31 @@ shared_mem_bytes, cluster_x, cluster_y, cluster_z FROM launch_configs ORDER BY k
 /// Adds a kernel name; a later name for the same (pid, handle) replaces the earlier one.
 pub(crate) const INSERT_KERNEL_NAME_SQL: &str =
     "INSERT OR REPLACE INTO kernel_names (pid, handle, name, mangled, how) VALUES (?, ?, ?, ?, ?)";
+
+/// Adds one socket peer (a key is the same peer wherever it is written).
+pub(crate) const INSERT_NET_PEER_SQL: &str =
+    "INSERT OR IGNORE INTO net_peers (peer, family, address, port) VALUES (?, ?, ?, ?)";
+
+/// Every socket peer, by key.
+pub(crate) const SELECT_NET_PEERS_SQL: &str = "SELECT peer, family, address, port FROM net_peers ORDER BY peer";
+
+/// The parameters of [`INSERT_NET_PEER_SQL`], in order.
+pub(crate) fn net_peer_params(p: &NetPeer) -> [SqlParam<'_>; 4] {
+    [
+        SqlParam::Int(p.peer),
+        SqlParam::Int(i64::from(p.family)),
+        SqlParam::Text(&p.address),
+        SqlParam::Int(i64::from(p.port)),
+    ]
+}
+
+/// A row of [`SELECT_NET_PEERS_SQL`]: the family and the port must fit.
+pub(crate) fn net_peer_from(db: &Path, (peer, family, address, port): (i64, i64, String, i64)) -> Result<NetPeer> {
+    let fits16 = |column: &str, v: i64| {
+        u16::try_from(v).map_err(|_| damaged(db, format!("net_peers.{column} holds {v}, not a 16-bit unsigned value")))
+    };
+    Ok(NetPeer { peer, family: fits16("family", family)?, address, port: fits16("port", port)? })
+}
 
 /// Every kernel name, by (pid, handle).
 pub(crate) const SELECT_KERNEL_NAMES_SQL: &str =

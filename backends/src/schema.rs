@@ -88,6 +88,12 @@ CREATE TABLE IF NOT EXISTS kernel_names (
     how     TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (pid, handle)
 );
+CREATE TABLE IF NOT EXISTS net_peers (
+    peer    INTEGER PRIMARY KEY,
+    family  INTEGER NOT NULL,
+    address TEXT NOT NULL,
+    port    INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS attachments (
     session_id  INTEGER NOT NULL,
     pid         INTEGER NOT NULL,
@@ -359,6 +365,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "process_names" => "process name per pid",
         "launch_configs" => "kernel launch configurations (grid, block, dynamic shared memory, cluster), one row per distinct configuration; events.launch_config names one",
         "kernel_names" => "kernel names per (pid, handle): the handle is what that process's launches carry in events.arg0",
+        "net_peers" => "the remote ends of traced threads' sockets: events of source 7 (socket calls) and 6 (TCP) name theirs in arg2; join events.arg2 = net_peers.peer",
         "attachments" => "the CUDA libraries attached per traced process and session, with the symbols probed and missing: what the trace covers",
         "nccl_calls" => "what each NCCL call did, beside its events row (source 9; join on pid, tid, timestamp): the communicator as every rank knows it (comm_hash), this rank, and the collective's sequence number: (comm_hash, seq) names one collective on every rank",
         "process_cgroups" => "the cgroup (v2) of each traced process and of each process that took a traced thread's CPU, and the container or Kubernetes pod it stands for (from the cgroup path and the container runtime's own files); join events.cgroup_id = process_cgroups.cgroup_id, or on pid",
@@ -422,6 +429,10 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
             "thread-block cluster dimensions in blocks (1,1,1 when the launch set none)"
         }
         ("kernel_names", "pid") | ("attachments", "pid") => "process id (tgid)",
+        ("net_peers", "peer") => "the key socket and TCP events carry in arg2 (a hash of family, address and port: the same on every host)",
+        ("net_peers", "family") => "address family: 2 IPv4, 10 IPv6, 1 Unix socket",
+        ("net_peers", "address") => "the peer's address (127.0.0.1, ::1); empty for a Unix socket",
+        ("net_peers", "port") => "the peer's port (0 for Unix sockets)",
         ("kernel_names", "handle") => "what the process's launches carry in events.arg0: host stub or cudaKernel_t (runtime), CUfunction or CUkernel (driver)",
         ("kernel_names", "name") => "demangled kernel name (the mangled one when it does not demangle)",
         ("kernel_names", "mangled") => "the name as the binary spells it",

@@ -196,6 +196,18 @@ macro_rules! shared_trace_store_methods {
                 .collect()
         }
 
+        fn net_peers(&self) -> $crate::Result<Vec<causeway_model::NetPeer>> {
+            if !self.has_native_table("net_peers") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<(i64, i64, String, i64)> = self.with_conn(|c| {
+                c.prepare($crate::cuda_tables::SELECT_NET_PEERS_SQL)?
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect()
+            })?;
+            rows.into_iter().map(|row| $crate::cuda_tables::net_peer_from(&self.info().path, row)).collect()
+        }
+
         fn attachments(&self) -> $crate::Result<Vec<causeway_model::LibraryAttach>> {
             Ok(self.attachment_rows()?.into_iter().map(|(_, a)| a).collect())
         }

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
@@ -56,6 +56,8 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()>;
     /// Record kernel names; a later name for the same (pid, handle) replaces the earlier one.
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
+    /// Add socket peers (deduplicated by key).
+    fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()>;
     /// Append library attachments, tagged with this session's id.
     fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()>;
     /// Append what NCCL calls did (`nccl_calls`).
@@ -92,6 +94,7 @@ enum Msg {
     ProcessName(u32, String, i64),
     LaunchConfigs(Vec<LaunchConfig>),
     KernelNames(Vec<KernelName>),
+    NetPeers(Vec<NetPeer>),
     Attachments(Vec<LibraryAttach>),
     NcclCalls(Vec<NcclCall>),
     GpuSamples(Vec<GpuSample>),
@@ -160,6 +163,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::ProcessName(pid, name, at) => w.write_process_name(pid, &name, at)?,
                 Msg::LaunchConfigs(c) => w.write_launch_configs(&c)?,
                 Msg::KernelNames(k) => w.write_kernel_names(&k)?,
+                Msg::NetPeers(p) => w.write_net_peers(&p)?,
                 Msg::Attachments(a) => w.write_attachments(&a)?,
                 Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
                 Msg::GpuSamples(s) => w.write_gpu_samples(&s)?,
@@ -260,6 +264,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> Result<()> {
         self.tx.send(Msg::KernelNames(names)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_net_peers(&mut self, peers: Vec<NetPeer>) -> Result<()> {
+        self.tx.send(Msg::NetPeers(peers)).await.map_err(|_| self.gone())
     }
 
     async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()> {

@@ -120,6 +120,7 @@ pub fn write_read_back_exactly(b: Engine) {
         "nccl_calls",
         "gpu_samples",
         "serving_samples",
+        "net_peers",
         "process_ranks",
         "process_cgroups",
     ] {
@@ -335,6 +336,9 @@ impl TraceStore for RequiredOnly {
     }
     fn kernel_names(&self) -> causeway_backends::Result<Vec<causeway_model::KernelName>> {
         self.0.kernel_names()
+    }
+    fn net_peers(&self) -> causeway_backends::Result<Vec<causeway_model::NetPeer>> {
+        self.0.net_peers()
     }
     fn attachments(&self) -> causeway_backends::Result<Vec<causeway_model::LibraryAttach>> {
         self.0.attachments()

@@ -18,7 +18,7 @@ use crate::FleetError;
 
 /// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
 /// beyond it are new), or `None` for the small tables it replaces whole at each flush.
-pub const MIRRORED: [(&str, Option<&str>); 13] = [
+pub const MIRRORED: [(&str, Option<&str>); 14] = [
     ("events", Some("id")),
     ("nccl_calls", Some("rowid")),
     ("gpu_samples", Some("rowid")),
@@ -30,6 +30,7 @@ pub const MIRRORED: [(&str, Option<&str>); 13] = [
     ("process_cgroups", None),
     ("loss_counters", None),
     ("kernel_names", None),
+    ("net_peers", None),
     ("launch_configs", None),
     ("attachments", None),
 ];

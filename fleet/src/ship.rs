@@ -61,13 +61,14 @@ const PENDING_ROWS: i64 = 2_000_000;
 /// Times a flush is redone after a commit conflict with another shipper.
 const CONFLICT_RETRIES: u32 = 12;
 /// Tables replaced whole at each flush (see the module docs).
-const SNAPSHOT_TABLES: [&str; 8] = [
+const SNAPSHOT_TABLES: [&str; 9] = [
     "sessions",
     "process_names",
     "process_ranks",
     "process_cgroups",
     "loss_counters",
     "kernel_names",
+    "net_peers",
     "launch_configs",
     "attachments",
 ];

@@ -91,8 +91,8 @@ pub const SOURCES: &[(u8, &str, &str)] = &[
     (3, "HOST", "Host kernel events: scheduler, memory, process lifecycle (tracepoints)"),
     (4, "DRIVER", "CUDA Driver API (libcuda) calls, uprobes + uretprobes"),
     (5, "IO", "Block I/O requests, issue to completion (tracepoints)"),
-    (6, "TCP", "TCP events (tracepoints)"),
-    (7, "NET", "Network socket events (syscall tracepoints)"),
+    (6, "TCP", "TCP retransmits and state changes of traced processes' sockets (tcp / sock tracepoints); peers in net_peers"),
+    (7, "NET", "Socket calls of traced threads with their latency (raw syscall tracepoints); peers in net_peers"),
     (8, "CUDA_GRAPH", "CUDA graph capture, instantiation and launch"),
     (9, "NCCL", "NCCL (libnccl) collectives, point-to-point and communicator calls, uprobes + uretprobes; per-call detail in nccl_calls"),
     (10, "STEP", "Steps, epochs and tasks the workload labeled while traced (`causeway annotate`, the Python helper): one interval each"),
@@ -198,6 +198,16 @@ pub mod op {
     pub const BLOCK_READ: OpCode = OpCode::new(5, 1);
     pub const BLOCK_WRITE: OpCode = OpCode::new(5, 2);
     pub const BLOCK_DISCARD: OpCode = OpCode::new(5, 3);
+    // source 6: TCP, source 7: sockets
+    pub const TCP_RETRANSMIT: OpCode = OpCode::new(6, 1);
+    pub const TCP_STATE: OpCode = OpCode::new(6, 2);
+    pub const TCP_RETRANSMIT_SUMMARY: OpCode = OpCode::new(6, 20);
+    pub const NET_SEND: OpCode = OpCode::new(7, 1);
+    pub const NET_RECV: OpCode = OpCode::new(7, 2);
+    pub const NET_CONNECT: OpCode = OpCode::new(7, 3);
+    pub const NET_ACCEPT: OpCode = OpCode::new(7, 4);
+    pub const NET_SEND_SUMMARY: OpCode = OpCode::new(7, 20);
+    pub const NET_RECV_SUMMARY: OpCode = OpCode::new(7, 21);
     // source 8: CUDA graphs
     pub const GRAPH_BEGIN_CAPTURE: OpCode = OpCode::new(8, 1);
     pub const GRAPH_END_CAPTURE: OpCode = OpCode::new(8, 2);
@@ -247,6 +257,8 @@ pub enum OpKind {
     Point,
     /// A block I/O request with its latency.
     BlockIo,
+    /// A socket call of a traced thread (send, receive, connect, accept) with its latency and peer.
+    SocketCall,
     /// An in-kernel aggregate written periodically.
     Summary,
     /// An interval the workload labeled (a training step, an epoch, a task): `timestamp` is its
@@ -318,9 +330,15 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (5, 1, "block_read", OpKind::BlockIo, "block read request, issue to completion; arg0 = bytes, arg1 = device (major<<20|minor)"),
     (5, 2, "block_write", OpKind::BlockIo, "block write request, issue to completion; arg0 = bytes, arg1 = device"),
     (5, 3, "block_discard", OpKind::BlockIo, "block discard request; arg0 = bytes, arg1 = device"),
-    (6, 1, "tcp_retransmit", OpKind::Point, "TCP retransmission"),
-    (7, 1, "net_send", OpKind::Other, "socket send"),
-    (7, 2, "net_recv", OpKind::Other, "socket receive"),
+    (6, 1, "tcp_retransmit", OpKind::Point, "TCP retransmission of a traced process's socket (tcp:tcp_retransmit_skb); pid/tid = the last thread that used the socket, arg0 = the socket's TCP state, arg2 = peer (net_peers)"),
+    (6, 2, "tcp_state", OpKind::Point, "TCP state change of a traced process's socket (sock:inet_sock_set_state); arg0 = old state, arg1 = new state (1 ESTABLISHED, 2 SYN_SENT, 3 SYN_RECV, 4 FIN_WAIT1, 5 FIN_WAIT2, 6 TIME_WAIT, 7 CLOSE, 8 CLOSE_WAIT, 9 LAST_ACK, 10 LISTEN, 11 CLOSING), arg2 = peer (net_peers)"),
+    (6, 20, "tcp_retransmit_summary", OpKind::Summary, "TCP retransmissions of untraced processes' sockets aggregated in the kernel; arg1 = count"),
+    (7, 1, "net_send", OpKind::SocketCall, "socket send of a traced thread (send, sendto, sendmsg, sendmmsg, write, writev on a socket), entry to return; arg0 = bytes sent, arg1 = fd, arg2 = peer (net_peers), ret_code = -errno"),
+    (7, 2, "net_recv", OpKind::SocketCall, "socket receive of a traced thread (recv, recvfrom, recvmsg, recvmmsg, read, readv on a socket), entry to return: a blocking receive waits here for the peer; arg0 = bytes received, arg1 = fd, arg2 = peer, ret_code = -errno"),
+    (7, 3, "net_connect", OpKind::SocketCall, "connect of a traced thread; arg1 = fd, arg2 = peer, ret_code = -errno (-115 EINPROGRESS: non-blocking)"),
+    (7, 4, "net_accept", OpKind::SocketCall, "accept / accept4 of a traced thread, entry to return (a blocking accept waits here for a client); arg1 = the new connection's fd, arg2 = its peer, ret_code = -errno"),
+    (7, 20, "net_send_summary", OpKind::Summary, "socket sends of untraced processes aggregated in the kernel (sock:sock_send_length); arg0 = bytes, arg1 = count"),
+    (7, 21, "net_recv_summary", OpKind::Summary, "socket receives of untraced processes aggregated in the kernel (sock:sock_recv_length); arg0 = bytes, arg1 = count"),
     (8, 1, "graph_begin_capture", OpKind::GpuCall, "cudaStreamBeginCapture"),
     (8, 2, "graph_end_capture", OpKind::GpuCall, "cudaStreamEndCapture"),
     (8, 3, "graph_instantiate", OpKind::GpuCall, "cudaGraphInstantiate"),

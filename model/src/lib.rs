@@ -362,6 +362,60 @@ pub struct ServingSample {
     pub value: f64,
 }
 
+/// A socket peer of a traced thread (`net_peers`): the remote end a socket call, a retransmit or a
+/// state change names by `peer` (their `arg2`). The key is a hash of the rest ([`NetPeer::key_of`]),
+/// the same in every file and on every host, so parts of a series and a fleet's hosts agree on it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct NetPeer {
+    /// The key events carry in `arg2` (positive, never 0).
+    pub peer: i64,
+    /// The address family: 2 IPv4, 10 IPv6, 1 a Unix socket.
+    pub family: u16,
+    /// `127.0.0.1`, `::1`, the path of a Unix socket's peer when it has one, or empty.
+    pub address: String,
+    /// The peer's port (0 for Unix sockets and unconnected sockets).
+    pub port: u16,
+}
+
+impl NetPeer {
+    /// The peer of `family` at raw `addr` (network order: IPv4 in the first 4 bytes) and `port`.
+    pub fn of_raw(family: u16, addr: &[u8; 16], port: u16) -> NetPeer {
+        let (family, address) = match family {
+            2 => (2, std::net::Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]).to_string()),
+            10 => {
+                let v6 = std::net::Ipv6Addr::from(*addr);
+                // an IPv4 peer of a dual-stack socket is that IPv4 peer
+                match v6.to_ipv4_mapped() {
+                    Some(v4) => (2, v4.to_string()),
+                    None => (10, v6.to_string()),
+                }
+            }
+            f => (f, String::new()),
+        };
+        NetPeer { peer: NetPeer::key_of(family, &address, port), family, address, port }
+    }
+
+    /// The key of a peer: FNV-1a 64 over family, address and port, positive and never 0.
+    pub fn key_of(family: u16, address: &str, port: u16) -> i64 {
+        let mut h = fnv::Fnv1a64::new();
+        h.write(&family.to_le_bytes());
+        h.write(address.as_bytes());
+        h.write(&port.to_le_bytes());
+        ((h.finish() & i64::MAX as u64) as i64).max(1)
+    }
+
+    /// How a person reads it: `10.0.0.2:29500`, `[::1]:8000`, `unix socket`.
+    pub fn label(&self) -> String {
+        match self.family {
+            2 => format!("{}:{}", self.address, self.port),
+            10 => format!("[{}]:{}", self.address, self.port),
+            1 if self.address.is_empty() => "unix socket".into(),
+            1 => format!("unix socket {}", self.address),
+            f => format!("socket family {f}"),
+        }
+    }
+}
+
 /// NVML's clock event (throttle) reasons: (bit, name, meaning).
 pub const THROTTLE_REASONS: [(i64, &str, &str); 9] = [
     (0x1, "gpu_idle", "nothing running on the GPU: clocks lowered on purpose"),
@@ -413,6 +467,28 @@ pub struct SchedDetail {
 /// after `dur` off the CPU.
 pub fn off_cpu_interval(ts: i64, dur: i64) -> (i64, i64) {
     (ts.saturating_sub(dur), ts)
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::NetPeer;
+
+    #[test]
+    fn peers_read_as_addresses_and_their_keys_do_not_depend_on_the_socket() {
+        let v4 = NetPeer::of_raw(2, &[127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8000);
+        assert_eq!((v4.address.as_str(), v4.label()), ("127.0.0.1", "127.0.0.1:8000".to_string()));
+        let mut mapped = [0u8; 16];
+        mapped[10..].copy_from_slice(&[0xff, 0xff, 127, 0, 0, 1]);
+        assert_eq!(NetPeer::of_raw(10, &mapped, 8000), v4, "a dual-stack socket's IPv4 peer is the same peer");
+        let mut v6 = [0u8; 16];
+        v6[..2].copy_from_slice(&[0xfe, 0x80]);
+        v6[15] = 7;
+        let p = NetPeer::of_raw(10, &v6, 443);
+        assert_eq!(p.label(), "[fe80::7]:443");
+        assert_ne!(p.peer, NetPeer::of_raw(10, &v6, 444).peer, "the port is part of the peer");
+        assert_eq!(NetPeer::of_raw(1, &[0; 16], 0).label(), "unix socket");
+        assert!(v4.peer > 0 && p.peer > 0);
+    }
 }
 
 #[cfg(test)]

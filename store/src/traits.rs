@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, SchedDetail, ServingSample, SessionInfo,
 };
 
@@ -439,6 +439,11 @@ pub trait TraceStore: Send + Sync {
     fn kernel_names(&self) -> Result<Vec<KernelName>> {
         Ok(Vec::new())
     }
+    /// Every socket peer (`net_peers`), by key: socket and TCP events name theirs in `arg2`.
+    /// Empty for traces without the table.
+    fn net_peers(&self) -> Result<Vec<NetPeer>> {
+        Ok(Vec::new())
+    }
     /// Every library attachment (`attachments`), by session and then by `attached_at`: what the
     /// trace covers. Empty for traces without the table.
     fn attachments(&self) -> Result<Vec<LibraryAttach>> {
@@ -518,6 +523,8 @@ pub trait EventSink: Send {
     async fn write_launch_configs(&mut self, configs: Vec<LaunchConfig>) -> Result<()>;
     /// Record kernel names; a later name for the same (pid, handle) replaces the earlier one.
     async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> Result<()>;
+    /// Record socket peers (deduplicated by key).
+    async fn write_net_peers(&mut self, peers: Vec<NetPeer>) -> Result<()>;
     /// Record library attachments of this session (appended, tagged with the session's id).
     async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()>;
     /// Record what NCCL calls did (their events go through `write_batch`).

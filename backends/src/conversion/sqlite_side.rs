@@ -7,7 +7,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, Row};
 
 use causeway_model::{
-    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, ServingSample,
+    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank, ServingSample,
     SessionInfo,
 };
 
@@ -265,6 +265,13 @@ impl ConvertTarget for SqliteTarget {
     fn write_launch_configs(&mut self, configs: &[LaunchConfig]) -> Result<()> {
         let tx = self.conn.transaction()?;
         crate::sqlite::insert_launch_configs(&tx, configs)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_net_peers(&tx, peers)?;
         tx.commit()?;
         Ok(())
     }

@@ -7,8 +7,8 @@ use duckdb::params;
 
 use causeway_model::codes::PrevState;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, SchedDetail,
-    ServingSample, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
+    SchedDetail, ServingSample, SessionInfo,
 };
 
 use super::reader::{ints, launch_config_column, texts};
@@ -226,6 +226,10 @@ impl ConvertTarget for DuckDbTarget {
 
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
         self.writer.write_kernel_names(names)
+    }
+
+    fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()> {
+        self.writer.write_net_peers(peers)
     }
 
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()> {

@@ -16,7 +16,7 @@ use duckdb::{params, Connection};
 
 use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
@@ -455,6 +455,18 @@ impl EngineWriter for DuckDbWriter {
             let mut st = c.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL).map_err(&err)?;
             for k in cuda_tables::last_per_key(names, |k| (k.pid, k.handle)) {
                 st.execute(duckdb::params_from_iter(cuda_tables::kernel_name_params(k))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Add socket peers (a known key is kept), in one transaction.
+    fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            let mut st = c.prepare_cached(cuda_tables::INSERT_NET_PEER_SQL).map_err(&err)?;
+            for p in peers {
+                st.execute(duckdb::params_from_iter(cuda_tables::net_peer_params(p))).map_err(&err)?;
             }
             Ok(())
         })

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, ProcessCgroup,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
@@ -315,6 +315,10 @@ impl EngineWriter for RollingWriter {
 
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
         self.part.write_kernel_names(names)
+    }
+
+    fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()> {
+        self.part.write_net_peers(peers)
     }
 
     fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()> {

@@ -82,7 +82,7 @@ enum Merge {
 
 /// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
 /// `schema_info` are the same in every part: they are read from the newest.
-const MERGES: [(&str, Merge); 14] = [
+const MERGES: [(&str, Merge); 15] = [
     ("events", Merge::All),
     ("nccl_calls", Merge::All),
     ("gpu_samples", Merge::All),
@@ -95,6 +95,7 @@ const MERGES: [(&str, Merge); 14] = [
     ("process_cgroups", Merge::NewestBy("pid")),
     ("launch_configs", Merge::NewestBy("key")),
     ("kernel_names", Merge::NewestBy("pid, handle")),
+    ("net_peers", Merge::NewestBy("peer")),
     ("attachments", Merge::Distinct),
     ("loss_counters", Merge::SumCount),
 ];

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, ProcessCgroup, ProcessRank,
-    ServingSample, SessionInfo,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
+    ProcessRank, ServingSample, SessionInfo,
 };
 
 use crate::cuda_tables::{self, AttachmentJson};
@@ -57,6 +57,15 @@ pub(crate) fn insert_kernel_names(conn: &Connection, names: &[KernelName]) -> ru
     let mut st = conn.prepare_cached(cuda_tables::INSERT_KERNEL_NAME_SQL)?;
     for k in cuda_tables::last_per_key(names, |k| (k.pid, k.handle)) {
         st.execute(params_from_iter(cuda_tables::kernel_name_params(k)))?;
+    }
+    Ok(())
+}
+
+/// Add socket peers (a known key is kept), in the caller's transaction.
+pub(crate) fn insert_net_peers(conn: &Connection, peers: &[NetPeer]) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(cuda_tables::INSERT_NET_PEER_SQL)?;
+    for p in peers {
+        st.execute(params_from_iter(cuda_tables::net_peer_params(p)))?;
     }
     Ok(())
 }
@@ -128,11 +137,12 @@ pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo
 /// The tables a part of a series carries over from the part before it, so that each part is a
 /// standalone trace: the events of a later part name stacks, launch configurations and kernels
 /// first seen in an earlier one.
-const CARRIED_TABLES: [&str; 7] = [
+const CARRIED_TABLES: [&str; 8] = [
     "stack_traces",
     "process_names",
     "launch_configs",
     "kernel_names",
+    "net_peers",
     "process_ranks",
     "process_cgroups",
     "attachments",
@@ -320,6 +330,14 @@ impl EngineWriter for SqliteWriter {
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_kernel_names(&tx, names)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Add socket peers, in one transaction.
+    fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_net_peers(&tx, peers)?;
         tx.commit()?;
         Ok(())
     }

@@ -11,7 +11,8 @@ use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, ProcessCgroup, ProcessRank, ServingSample,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
+    ServingSample,
 };
 
 use super::{file, rt, session, write_trace, N};
@@ -35,16 +36,19 @@ pub struct Fixture {
     /// A serving engine's samples in (time, pid, metric, labels, le) order: a gauge, a histogram's
     /// buckets, sum and count, fractional values and bounds.
     pub serving: Vec<ServingSample>,
+    /// Socket peers by key: IPv4, IPv6 (a mapped IPv4 one reads as IPv4) and a Unix socket.
+    pub peers: Vec<NetPeer>,
 }
 
 /// The side tables added after the first native schema (an older trace lacks them all).
-const SIDE_TABLES: [&str; 8] = [
+const SIDE_TABLES: [&str; 9] = [
     "launch_configs",
     "kernel_names",
     "attachments",
     "nccl_calls",
     "gpu_samples",
     "serving_samples",
+    "net_peers",
     "process_ranks",
     "process_cgroups",
 ];
@@ -202,7 +206,20 @@ impl Fixture {
             served(1_000_000_000, &format!("{ttft}_sum"), None, 12.625),
             served(1_100_000_000, "vllm:num_requests_waiting", None, 0.0),
         ];
-        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks, cgroups, serving }
+        let mut v6 = [0u8; 16];
+        v6[15] = 1;
+        let mut mapped = [0u8; 16];
+        mapped[10..].copy_from_slice(&[0xff, 0xff, 10, 0, 0, 2]);
+        let mut peers = vec![
+            NetPeer::of_raw(2, &[10, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 29500),
+            NetPeer::of_raw(10, &v6, 8000),
+            NetPeer::of_raw(10, &mapped, 29501),
+            NetPeer::of_raw(1, &[0; 16], 0),
+        ];
+        assert_eq!((peers[2].family, peers[2].address.as_str()), (2, "10.0.0.2"), "a mapped IPv4 peer is IPv4");
+        assert_eq!(peers[1].label(), "[::1]:8000");
+        peers.sort_by_key(|p| p.peer);
+        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks, cgroups, serving, peers }
     }
 
     /// Give three launches in four a configuration (so launches without one stay 0).
@@ -230,6 +247,9 @@ impl Fixture {
         sink.write_gpu_samples(vec![self.gpu[2].clone(), self.gpu[0].clone()]).await.unwrap();
         sink.write_gpu_samples(vec![self.gpu[3].clone(), self.gpu[1].clone()]).await.unwrap();
         sink.write_serving_samples(self.serving.iter().rev().cloned().collect()).await.unwrap();
+        // twice, the second time with one again: a key is written once
+        sink.write_net_peers(self.peers[..3].to_vec()).await.unwrap();
+        sink.write_net_peers(self.peers[2..].iter().rev().cloned().collect()).await.unwrap();
         // 4821 first with a stale row (replaced twice: across calls and within one)
         let stale = ProcessRank { rank: 9, ..self.ranks[1].clone() };
         sink.write_process_ranks(vec![stale.clone()]).await.unwrap();
@@ -263,6 +283,7 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
     assert_eq!(store.nccl_calls(&window).unwrap(), fx.nccl[1..3], "NCCL calls of a window, both ends included");
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu, "GPU samples, by time then GPU");
     assert_eq!(store.serving_samples(&TimeWindow::ALL).unwrap(), fx.serving, "serving samples, in order");
+    assert_eq!(store.net_peers().unwrap(), fx.peers, "socket peers, by key, once each");
     assert_eq!(store.process_ranks().unwrap(), fx.ranks, "process ranks, the last per pid");
     assert_eq!(store.process_cgroups().unwrap(), fx.cgroups, "process cgroups, the last per pid");
     let later = TimeWindow { from_ns: Some(1_000_000_001), to_ns: None };
@@ -318,6 +339,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.gpu_samples(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.serving_samples(&TimeWindow::ALL).unwrap().is_empty());
+    assert!(store.net_peers().unwrap().is_empty());
     assert!(store.process_ranks().unwrap().is_empty());
     assert!(store.process_cgroups().unwrap().is_empty());
     assert!(store.launch_configs().unwrap().is_empty());
@@ -357,6 +379,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
     assert_eq!(store.serving_samples(&TimeWindow::ALL).unwrap(), fx.serving);
+    assert_eq!(store.net_peers().unwrap(), fx.peers);
     assert_eq!(store.process_ranks().unwrap(), fx.ranks);
     assert_eq!(store.process_cgroups().unwrap(), fx.cgroups);
     let back = store.events(&EventFilter::default()).unwrap();

@@ -53,6 +53,7 @@ pub struct Collected {
     pub nccl_calls: Vec<causeway_model::NcclCall>,
     pub gpu_samples: Vec<causeway_model::GpuSample>,
     pub serving_samples: Vec<causeway_model::ServingSample>,
+    pub net_peers: Vec<causeway_model::NetPeer>,
     pub process_ranks: Vec<causeway_model::ProcessRank>,
     pub process_cgroups: Vec<causeway_model::ProcessCgroup>,
     pub finished: bool,
@@ -100,6 +101,10 @@ impl EventSink for MemSink {
         for cfg in configs {
             c.launch_configs.insert(cfg.key(), cfg);
         }
+        Ok(())
+    }
+    async fn write_net_peers(&mut self, peers: Vec<causeway_model::NetPeer>) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().net_peers.extend(peers);
         Ok(())
     }
     async fn write_kernel_names(&mut self, names: Vec<KernelName>) -> causeway_backends::Result<()> {
