@@ -5,3 +5,4 @@
 #include "sched.bpf.c"
 #include "block.bpf.c"
 #include "mm.bpf.c"
+#include "net.bpf.c"

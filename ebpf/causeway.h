@@ -14,6 +14,17 @@
 #define CW_REC_DL 8     /* a traced process finished a dlopen/dlclose (the loader's debugger hook) */
 #define CW_REC_PY_CODE 9 /* a CPython code object first seen in a Python stack (cw_py_code) */
 #define CW_REC_NCCL 10   /* an NCCL call: a cw_call followed by its NCCL arguments (cw_nccl) */
+#define CW_REC_NET 11    /* a socket call of a traced thread, emitted at return (cw_net) */
+#define CW_REC_TCP 12    /* a retransmit or state change of a traced process's TCP socket (cw_net) */
+
+/* cw_net.op of a CW_REC_NET (as causeway_model::codes source 7) */
+#define CW_NET_SEND 1
+#define CW_NET_RECV 2
+#define CW_NET_CONNECT 3
+#define CW_NET_ACCEPT 4
+/* cw_net.op of a CW_REC_TCP (source 6) */
+#define CW_TCP_RETRANSMIT 1
+#define CW_TCP_STATE 2
 
 /* what a cw_name says (probes/src/cuda_table.rs NameAbi) */
 #define CW_NAME_REGISTER 1   /* handle = host stub, name = device function (__cudaRegisterFunction) */
@@ -33,6 +44,8 @@
 #define CW_SRC_HOST 3
 #define CW_SRC_DRIVER 4
 #define CW_SRC_IO 5
+#define CW_SRC_TCP 6
+#define CW_SRC_NET 7
 #define CW_SRC_NCCL 9
 
 /* indexes into the per-CPU counter array `cw_counters` */
@@ -53,7 +66,13 @@
 #define CW_CNT_PY_TABLE_FULL 43    /* cw_py_stacks full: the call has no Python stack */
 #define CW_CNT_PY_COLLISION 44     /* two Python stacks with one key: the later has none */
 #define CW_CNT_PY_CODE_LOST 45     /* a code object record lost (ring full): its frames are unnamed */
-#define CW_CNT_N 46
+#define CW_CNT_NET_SEND_OTHER 46       /* socket sends of untraced processes (sock_send_length) */
+#define CW_CNT_NET_SEND_OTHER_BYTES 47
+#define CW_CNT_NET_RECV_OTHER 48       /* socket receives of untraced processes (sock_recv_length) */
+#define CW_CNT_NET_RECV_OTHER_BYTES 49
+#define CW_CNT_TCP_RETRANS_OTHER 50    /* retransmits of sockets no traced thread used */
+#define CW_CNT_NET_AGAIN 51            /* traced socket calls that returned EAGAIN (non-blocking, nothing ready): not recorded */
+#define CW_CNT_N 52
 
 struct cw_call {
     __u8 kind;
@@ -211,6 +230,26 @@ struct cw_py_code {
     char name[CW_PY_NAME_MAX];
     __u8 linetable[CW_PY_LINETABLE_MAX];
 }; /* 4512 bytes */
+
+/* A socket call (CW_REC_NET) or a TCP event (CW_REC_TCP) with the socket's peer. */
+struct cw_net {
+    __u8 kind;
+    __u8 op;         /* CW_NET_* or CW_TCP_* */
+    __u16 family;    /* AF_INET 2, AF_INET6 10, AF_UNIX 1 */
+    __u32 cpu;
+    __u32 pid;
+    __u32 tid;
+    __u64 ts;        /* entry (a TCP event: when it happened) */
+    __u64 dur;       /* entry to return; 0 for TCP events */
+    __s64 ret;       /* bytes, the new fd (accept) or -errno; TCP: the new state (state change) */
+    __s32 fd;        /* TCP: the old state (state change) or the socket's state (retransmit) */
+    __u16 sport;     /* local port, host order */
+    __u16 dport;     /* peer port, host order */
+    __u8 proto;      /* IPPROTO_TCP 6, IPPROTO_UDP 17, 0 otherwise */
+    __u8 pad[7];
+    __u8 addr[16];   /* peer address, network order: IPv4 in the first 4 bytes */
+    char comm[16];
+}; /* 88 bytes */
 
 struct cw_switch {
     __u8 kind;

@@ -11,12 +11,15 @@
 #   MCP Inspector CLI and the official MCP conformance suite, used by tests/mcp.
 # - chromium and prometheus (Debian packages): the headless browser that opens the HTML report and
 #   the chain's SVG in cli/tests/pictures.rs; the server that scrapes `trace --metrics` in
-#   cli/tests/metrics.rs (the tests start their own instance; the package's service is not used).
+#   cli/tests/metrics.rs (the tests start their own instance; the package's service is not used);
+#   nftables (`nft`), which drops packets at random in a network namespace for the TCP retransmit
+#   test (cli/tests/network.rs; this kernel has no netem qdisc).
 # System packages (installed by the CI's system setup): clang llvm libbpf-dev bpftool bpftrace make gcc.
 set -euo pipefail
 viewers=()
 command -v chromium >/dev/null 2>&1 || viewers+=(chromium)
 command -v prometheus >/dev/null 2>&1 || viewers+=(prometheus)
+command -v nft >/dev/null 2>&1 || viewers+=(nftables)
 if [ ${#viewers[@]} -gt 0 ]; then
   echo "install-test-deps.sh: installing ${viewers[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

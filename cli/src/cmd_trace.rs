@@ -114,6 +114,11 @@ pub struct Args {
     /// Look for no serving engine among the traced processes (`--serving-url` still scraped).
     #[arg(long)]
     pub no_serving: bool,
+    /// Record no socket calls, TCP retransmits or state changes (the raw syscall tracepoints
+    /// they need make every syscall of every process take the kernel's slower path; see the
+    /// uprobe bench for the cost).
+    #[arg(long)]
+    pub no_network: bool,
     #[command(flatten)]
     pub series: SeriesArgs,
     #[cfg(feature = "duckdb")]
@@ -272,6 +277,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         stacks: args.stacks,
         python_frames: !args.no_python_frames,
         host_probes: !args.no_host,
+        network: !args.no_host && !args.no_network,
         drop_on_backpressure: true,
         ring_cuda_bytes: args.ring_mib.0[0] << 20,
         ring_sched_bytes: args.ring_mib.0[1] << 20,

@@ -181,6 +181,7 @@ pub fn host_check() -> CheckReport {
         ring_host_bytes: 4096,
         stacks: false,
         host_probes: true,
+        network: true,
         perf_uprobes: false,
         stop_on_load: false,
         adopt_callers: false,

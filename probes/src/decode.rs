@@ -37,14 +37,17 @@ pub fn mono_to_realtime_offset() -> i64 {
 
 /// Which `causeway_model::Source` a record's loss is charged to, from its raw bytes (a record that
 /// does not decode still says its kind, and a call its source, in its first two bytes): calls and
-/// launches to their own source (runtime, driver, graphs), block requests to 5, name facts to 1
-/// (they come from the CUDA libraries), the scheduler and process records to 3.
+/// launches to their own source (runtime, driver, graphs), block requests to 5, socket calls to 7
+/// and TCP events to 6, name facts to 1 (they come from the CUDA libraries), the scheduler and
+/// process records to 3.
 pub fn loss_source(buf: &[u8]) -> u8 {
     match buf.first() {
         Some(&wire::REC_CALL) | Some(&wire::REC_LAUNCH) | Some(&wire::REC_NCCL) => {
             buf.get(1).copied().filter(|s| *s < 16).unwrap_or(1)
         }
         Some(&wire::REC_BLOCK) => 5,
+        Some(&wire::REC_NET) => 7,
+        Some(&wire::REC_TCP) => 6,
         Some(&wire::REC_NAME) => 1,
         _ => 3,
     }
@@ -195,6 +198,40 @@ impl Decoder {
                     arg1: b.dev as i64,
                     arg2: b.sector as i64,
                     comm: b.comm,
+                    ..Default::default()
+                }
+            }
+            Record::Net(n) => {
+                let code = match (n.tcp, n.op) {
+                    (false, 1) => op::NET_SEND,
+                    (false, 2) => op::NET_RECV,
+                    (false, 3) => op::NET_CONNECT,
+                    (false, _) => op::NET_ACCEPT,
+                    (true, 1) => op::TCP_RETRANSMIT,
+                    (true, _) => op::TCP_STATE,
+                };
+                let peer = if n.family == 0 { 0 } else { n.peer().peer };
+                let (arg0, arg1, ret_code) = match (n.tcp, n.op) {
+                    // retransmit: the socket's state; state change: old, new
+                    (true, 1) => (n.fd as i64, 0, 0),
+                    (true, _) => (n.fd as i64, n.ret, 0),
+                    // accept: the new connection's fd
+                    (false, 4) => (0, n.ret.max(-1), n.ret.min(0) as i32),
+                    (false, _) => (n.ret.max(0), n.fd as i64, n.ret.min(0) as i32),
+                };
+                Event {
+                    ts_ns: self.t(n.ts),
+                    dur_ns: n.dur as i64,
+                    pid: n.pid,
+                    tid: n.tid,
+                    cpu: n.cpu as i32,
+                    source: code.source,
+                    op: code.op,
+                    arg0,
+                    arg1,
+                    arg2: peer,
+                    ret_code,
+                    comm: n.comm,
                     ..Default::default()
                 }
             }

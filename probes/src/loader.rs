@@ -39,6 +39,17 @@ pub const HOST_PROBES: &[(&str, &str, bool)] = &[
     ("cw_page_alloc", "mm_page_alloc", false),
 ];
 
+/// (program, tp_btf tracepoint) of the network family (`ebpf/net.bpf.c`), attached with the host
+/// probes unless `LoadOptions::network` is off. None is needed for per-call attribution.
+pub const NETWORK_PROBES: &[(&str, &str)] = &[
+    ("cw_sys_enter", "sys_enter"),
+    ("cw_sys_exit", "sys_exit"),
+    ("cw_tcp_retransmit", "tcp_retransmit_skb"),
+    ("cw_sock_state", "inet_sock_set_state"),
+    ("cw_sock_send_length", "sock_send_length"),
+    ("cw_sock_recv_length", "sock_recv_length"),
+];
+
 /// Page allocation totals of one process (`struct cw_pages`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -107,6 +118,8 @@ pub struct LoadOptions {
     pub ring_host_bytes: u32,
     pub stacks: bool,
     pub host_probes: bool,
+    /// With `host_probes`: the network programs ([`NETWORK_PROBES`]).
+    pub network: bool,
     /// Use one perf-event uprobe per symbol even where uprobe_multi links are available (also set by
     /// the environment variable CAUSEWAY_NO_UPROBE_MULTI).
     pub perf_uprobes: bool,
@@ -126,6 +139,7 @@ impl Default for LoadOptions {
             ring_host_bytes: 2 << 20,
             stacks: false,
             host_probes: true,
+            network: true,
             perf_uprobes: false,
             stop_on_load: false,
             adopt_callers: false,
@@ -233,7 +247,8 @@ impl Probes {
         let mut host_attached = Vec::new();
         if opts.host_probes {
             let btf = Btf::from_sys_fs()?;
-            for (prog, tp, required) in HOST_PROBES {
+            let network = NETWORK_PROBES.iter().filter(|_| opts.network).map(|(p, t)| (p, t, &false));
+            for (prog, tp, required) in HOST_PROBES.iter().map(|(p, t, r)| (p, t, r)).chain(network) {
                 let r = (|| -> anyhow::Result<()> {
                     let p: &mut BtfTracePoint =
                         ebpf.program_mut(prog).ok_or_else(|| anyhow::anyhow!("no program {prog}"))?.try_into()?;

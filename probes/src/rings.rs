@@ -28,6 +28,8 @@ pub(crate) struct Msg {
     pub names: Vec<wire::NameRec>,
     /// what the batch's NCCL calls did (`nccl_calls`)
     pub nccl: Vec<causeway_model::NcclCall>,
+    /// socket peers not sent before (`net_peers`)
+    pub peers: Vec<causeway_model::NetPeer>,
 }
 
 /// A stack not sent before: its hash, the process, the native instruction pointers (innermost
@@ -79,6 +81,15 @@ pub(crate) fn summary_events(
     if d(cnt::PAGE_OTHER) > 0 {
         out.push(mk(op::MM_PAGE_ALLOC_SUMMARY, 0, d(cnt::PAGE_OTHER_BYTES), d(cnt::PAGE_OTHER)));
     }
+    if d(cnt::NET_SEND_OTHER) > 0 {
+        out.push(mk(op::NET_SEND_SUMMARY, 0, d(cnt::NET_SEND_OTHER_BYTES), d(cnt::NET_SEND_OTHER)));
+    }
+    if d(cnt::NET_RECV_OTHER) > 0 {
+        out.push(mk(op::NET_RECV_SUMMARY, 0, d(cnt::NET_RECV_OTHER_BYTES), d(cnt::NET_RECV_OTHER)));
+    }
+    if d(cnt::TCP_RETRANS_OTHER) > 0 {
+        out.push(mk(op::TCP_RETRANSMIT_SUMMARY, 0, 0, d(cnt::TCP_RETRANS_OTHER)));
+    }
     for (pid, p) in probes.pages() {
         let (pc, pb) = prev_pages.get(&pid).copied().unwrap_or((0, 0));
         if p.count > pc {
@@ -108,6 +119,7 @@ pub(crate) fn read_rings(
     let mut seen_stacks: HashSet<i64> = HashSet::new();
     let mut py_codes = PyCodes::default();
     let mut seen_configs: HashSet<i64> = HashSet::new();
+    let mut seen_peers: HashSet<i64> = HashSet::new();
     let mut mapped: HashSet<u32> = HashSet::new();
     let mut batch = Msg::with_capacity();
     let mut last_send = Instant::now();
@@ -163,6 +175,15 @@ pub(crate) fn read_rings(
                     wire::Record::PyCode(p) => {
                         py_codes.add(p.clone());
                         continue;
+                    }
+                    wire::Record::Net(n) => {
+                        if n.family != 0 {
+                            let peer = n.peer();
+                            if seen_peers.insert(peer.peer) {
+                                batch.peers.push(peer);
+                            }
+                        }
+                        None
                     }
                     _ => None,
                 };

@@ -333,6 +333,12 @@ impl<'o> Running<'o> {
         } else {
             self.sink.write_batch(msg.events).await.is_ok()
         };
+        if !msg.peers.is_empty() {
+            // before or with the events that name them; a peer row without events is harmless
+            let n = msg.peers.len();
+            let written = self.sink.write_net_peers(std::mem::take(&mut msg.peers)).await;
+            self.report.check_write("net_peers", n, written);
+        }
         if ok && !msg.nccl.is_empty() {
             let n = msg.nccl.len();
             let written = self.sink.write_nccl_calls(std::mem::take(&mut msg.nccl)).await;
@@ -567,6 +573,12 @@ impl<'o> Running<'o> {
             ));
         }
         python_notes(&counters, &self.python, &mut self.probes.notes);
+        let again = counters[cnt::NET_AGAIN as usize];
+        if again > 0 {
+            self.probes.notes.push(format!(
+                "{again} socket call(s) of traced threads returned EAGAIN (non-blocking, nothing ready): counted, not recorded"
+            ));
+        }
         for loss in self.loss_counters() {
             // the sink counts its own back-pressure drops; the rest we add
             if loss.kind != LossKind::SinkBackpressure || !self.opts.drop_on_backpressure {
@@ -641,6 +653,7 @@ fn load_options(opts: &TraceOptions) -> LoadOptions {
         ring_host_bytes: opts.ring_host_bytes,
         stacks: opts.stacks,
         host_probes: opts.host_probes,
+        network: opts.network,
         perf_uprobes: opts.perf_uprobes,
         stop_on_load: opts.stop_on_load && opts.follow_mapped_libs && opts.pids.is_empty() && !opts.command.is_empty(),
         adopt_callers: opts.all,

@@ -60,6 +60,8 @@ pub struct TraceOptions {
     pub python_frames: bool,
     /// Scheduler, process, block and memory tracepoints.
     pub host_probes: bool,
+    /// Socket calls of the traced threads, TCP retransmits and state changes (with `host_probes`).
+    pub network: bool,
     pub ring_cuda_bytes: u32,
     pub ring_sched_bytes: u32,
     pub ring_host_bytes: u32,
@@ -104,6 +106,7 @@ impl Default for TraceOptions {
             stacks: false,
             python_frames: true,
             host_probes: true,
+            network: l.network,
             ring_cuda_bytes: l.ring_cuda_bytes,
             ring_sched_bytes: l.ring_sched_bytes,
             ring_host_bytes: l.ring_host_bytes,

@@ -12,6 +12,8 @@ pub const REC_NAME: u8 = 7;
 pub const REC_DL: u8 = 8;
 pub const REC_PY_CODE: u8 = 9;
 pub const REC_NCCL: u8 = 10;
+pub const REC_NET: u8 = 11;
+pub const REC_TCP: u8 = 12;
 
 pub const PROC_FORK: u8 = 1;
 pub const PROC_EXEC: u8 = 2;
@@ -36,7 +38,13 @@ pub mod cnt {
     pub const PY_TABLE_FULL: u32 = 43;
     pub const PY_COLLISION: u32 = 44;
     pub const PY_CODE_LOST: u32 = 45;
-    pub const N: u32 = 46;
+    pub const NET_SEND_OTHER: u32 = 46;
+    pub const NET_SEND_OTHER_BYTES: u32 = 47;
+    pub const NET_RECV_OTHER: u32 = 48;
+    pub const NET_RECV_OTHER_BYTES: u32 = 49;
+    pub const TCP_RETRANS_OTHER: u32 = 50;
+    pub const NET_AGAIN: u32 = 51;
+    pub const N: u32 = 52;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -190,6 +198,38 @@ pub struct BlockRec {
     pub comm: String,
 }
 
+/// `struct cw_net`: a socket call of a traced thread (`tcp` false) or a TCP event of a socket one
+/// used (`tcp` true), with the socket's peer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetRec {
+    pub tcp: bool,
+    /// CW_NET_* (send 1, receive 2, connect 3, accept 4) or CW_TCP_* (retransmit 1, state 2).
+    pub op: u8,
+    pub family: u16,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    pub ts: u64,
+    pub dur: u64,
+    /// Bytes, the new fd (accept) or -errno; a state change: the new state.
+    pub ret: i64,
+    /// The fd; a TCP event: the old state (state change) or the socket's state (retransmit).
+    pub fd: i32,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    /// Network order; IPv4 in the first 4 bytes.
+    pub addr: [u8; 16],
+    pub comm: String,
+}
+
+impl NetRec {
+    /// The socket's peer.
+    pub fn peer(&self) -> causeway_model::NetPeer {
+        causeway_model::NetPeer::of_raw(self.family, &self.addr, self.dport)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     Call(CallRec),
@@ -204,6 +244,7 @@ pub enum Record {
     Proc(ProcRec),
     Block(BlockRec),
     PyCode(PyCodeRec),
+    Net(NetRec),
 }
 
 /// `struct cw_py_code`: a CPython code object named by a new Python stack.
@@ -243,6 +284,7 @@ pub const SWITCH_SIZE: usize = 88;
 pub const WAKEUP_SIZE: usize = 48;
 pub const PROC_SIZE: usize = 56;
 pub const BLOCK_SIZE: usize = 64;
+pub const NET_SIZE: usize = 88;
 pub const LAUNCH_SIZE: usize = 128;
 pub const NCCL_SIZE: usize = 120;
 /// CW_NAME_MAX in causeway.h.
@@ -494,6 +536,37 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
                 comm: r.comm(),
             }))
         }
+        REC_NET | REC_TCP => {
+            need(kind, buf.len(), NET_SIZE)?;
+            let op = r.u8();
+            let family = r.u16();
+            let (cpu, pid, tid, ts, dur) = (r.u32(), r.u32(), r.u32(), r.u64(), r.u64());
+            let ret = r.u64() as i64;
+            let fd = r.u32() as i32;
+            let (sport, dport, proto) = (r.u16(), r.u16(), r.u8());
+            r.skip(7);
+            let mut addr = [0u8; 16];
+            addr.copy_from_slice(&buf[r.1..r.1 + 16]);
+            r.skip(16);
+            let tcp = kind == REC_TCP;
+            Ok(Record::Net(NetRec {
+                tcp,
+                op,
+                family,
+                cpu,
+                pid,
+                tid,
+                ts,
+                dur,
+                ret,
+                fd,
+                sport,
+                dport,
+                proto,
+                addr,
+                comm: r.comm(),
+            }))
+        }
         k => Err(WireError::UnknownKind(k)),
     }
 }
@@ -509,6 +582,40 @@ mod tests {
         b[2..4].copy_from_slice(&op.to_ne_bytes());
         b[8..12].copy_from_slice(&pid.to_ne_bytes());
         b
+    }
+
+    #[test]
+    fn net_record_round_trips_field_offsets_and_decodes_as_a_socket_call() {
+        let mut b = vec![0u8; NET_SIZE];
+        (b[0], b[1]) = (REC_NET, 2);
+        b[2..4].copy_from_slice(&2u16.to_ne_bytes()); // AF_INET
+        b[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        b[8..12].copy_from_slice(&100u32.to_ne_bytes());
+        b[12..16].copy_from_slice(&101u32.to_ne_bytes());
+        b[16..24].copy_from_slice(&7u64.to_ne_bytes());
+        b[24..32].copy_from_slice(&9u64.to_ne_bytes());
+        b[32..40].copy_from_slice(&65536i64.to_ne_bytes());
+        b[40..44].copy_from_slice(&5i32.to_ne_bytes());
+        b[44..46].copy_from_slice(&40000u16.to_ne_bytes());
+        b[46..48].copy_from_slice(&29500u16.to_ne_bytes());
+        b[48] = 6;
+        b[56..60].copy_from_slice(&[10, 0, 0, 2]);
+        b[72..76].copy_from_slice(b"gpu\0");
+        let Record::Net(n) = parse(&b).unwrap() else { panic!() };
+        assert_eq!((n.tcp, n.op, n.family, n.cpu, n.pid, n.tid, n.ts, n.dur), (false, 2, 2, 1, 100, 101, 7, 9));
+        assert_eq!((n.ret, n.fd, n.sport, n.dport, n.proto, n.comm.as_str()), (65536, 5, 40000, 29500, 6, "gpu"));
+        assert_eq!(n.peer().label(), "10.0.0.2:29500");
+        let e = crate::decode::Decoder::with_offset(0).event(Record::Net(n.clone())).unwrap();
+        assert_eq!((e.source, e.op, e.arg0, e.arg1, e.arg2, e.ret_code), (7, 2, 65536, 5, n.peer().peer, 0));
+        // a failed receive keeps its errno, moves no byte
+        let e = crate::decode::Decoder::with_offset(0).event(Record::Net(NetRec { ret: -104, ..n.clone() })).unwrap();
+        assert_eq!((e.arg0, e.ret_code), (0, -104));
+        // a TCP state change: old state, new state
+        b[0] = REC_TCP;
+        let Record::Net(t) = parse(&b).unwrap() else { panic!() };
+        let e = crate::decode::Decoder::with_offset(0).event(Record::Net(NetRec { ret: 1, fd: 2, ..t })).unwrap();
+        assert_eq!((e.source, e.op, e.arg0, e.arg1), (6, 2, 2, 1));
+        assert!(matches!(parse(&b[..NET_SIZE - 1]), Err(WireError::Size { .. })));
     }
 
     #[test]
