@@ -60,6 +60,11 @@ pub struct OffCpu {
     pub end: i64,
     pub cpu: i32,
     pub sched: Option<SchedDetail>,
+    /// The peer (`net_peers` key; 0: not known) of the socket call of the same thread this
+    /// interval lies in, if any (`net_send`, `net_recv`, `net_connect`, `net_accept`). An
+    /// off-CPU interval lies wholly inside one syscall or outside all: a thread enters and leaves
+    /// a syscall on a CPU.
+    pub socket_peer: Option<i64>,
 }
 
 /// Why part of a call (or of a gap between calls) was lost.
@@ -74,6 +79,9 @@ pub enum Cause {
     RunqueueWait,
     /// Voluntary sleep (futex, poll, a queue): waiting for another thread.
     Sleep,
+    /// Asleep inside a socket call (a blocking receive, send, connect or accept): waiting on the
+    /// network peer the call talks to.
+    NetworkWait,
     /// Uninterruptible wait: block I/O, page faults.
     Uninterruptible,
     /// Stopped, traced, parked.
@@ -102,6 +110,7 @@ impl Cause {
             Cause::Preempted => "preempted",
             Cause::RunqueueWait => "runqueue_wait",
             Cause::Sleep => "sleep",
+            Cause::NetworkWait => "network_wait",
             Cause::Uninterruptible => "uninterruptible",
             Cause::StoppedOrOther => "stopped_or_other",
             Cause::OffCpuUnrecorded => "off_cpu_unrecorded",
@@ -124,6 +133,7 @@ impl Cause {
             Cause::Preempted => "preempted while runnable: another task took the CPU",
             Cause::RunqueueWait => "run-queue wait after a wake-up: woken, but no CPU free",
             Cause::Sleep => "voluntary sleep: waiting on another thread (futex, queue, poll)",
+            Cause::NetworkWait => "waiting on the network: asleep inside a socket call (receive, send, connect, accept)",
             Cause::Uninterruptible => "uninterruptible wait (D state): block I/O or page faults",
             Cause::StoppedOrOther => "stopped, traced or parked",
             Cause::OffCpuUnrecorded => "off-CPU; this DB does not record why, nor who took the CPU",
@@ -161,12 +171,14 @@ pub struct Segment {
     pub end: i64,
     pub culprit: Option<(u32, u32, String)>,
     pub cpu: i32,
+    /// A network wait's peer (`net_peers` key; 0: none or not known).
+    pub peer: i64,
 }
 
 /// Split one off-CPU interval by cause (see the module doc). Culprit comms for wakers are filled in
 /// later from the names the trace holds (the row records only the waker's ids).
 pub fn segments(off: &OffCpu) -> Vec<Segment> {
-    let seg = |cause, start, end, culprit| Segment { cause, start, end, culprit, cpu: off.cpu };
+    let seg = |cause, start, end, culprit| Segment { cause, start, end, culprit, cpu: off.cpu, peer: 0 };
     let Some(s) = &off.sched else {
         return vec![seg(Cause::OffCpuUnrecorded, off.start, off.end, None)];
     };
@@ -175,6 +187,7 @@ pub fn segments(off: &OffCpu) -> Vec<Segment> {
             let culprit = (s.next_pid != 0 || s.next_tid != 0).then(|| (s.next_pid, s.next_tid, s.next_comm.clone()));
             return vec![seg(Cause::Preempted, off.start, off.end, culprit)];
         }
+        PrevState::Sleeping if off.socket_peer.is_some() => Cause::NetworkWait,
         PrevState::Sleeping => Cause::Sleep,
         PrevState::Uninterruptible => Cause::Uninterruptible,
         PrevState::Other => Cause::StoppedOrOther,
@@ -184,7 +197,13 @@ pub fn segments(off: &OffCpu) -> Vec<Segment> {
     let waker = (s.waker_pid != 0 || s.waker_tid != 0).then(|| (s.waker_pid, s.waker_tid, String::new()));
     let mut out = Vec::with_capacity(2);
     if wake > off.start {
-        out.push(seg(sleep_cause, off.start, wake, waker));
+        out.push(match sleep_cause {
+            // the peer is what it waited on (the waker is the network stack's delivery)
+            Cause::NetworkWait => {
+                Segment { peer: off.socket_peer.unwrap_or(0), ..seg(sleep_cause, off.start, wake, None) }
+            }
+            _ => seg(sleep_cause, off.start, wake, waker),
+        });
     }
     if off.end > wake {
         out.push(seg(Cause::RunqueueWait, wake, off.end, None));
@@ -331,6 +350,8 @@ pub struct Part {
     /// Where the piece lies: `[start, end]` clipped to the call.
     pub start: i64,
     pub end: i64,
+    /// A network wait's peer (`net_peers` key; 0: none or not known).
+    pub peer: i64,
 }
 
 /// What one call went through.
@@ -379,6 +400,7 @@ pub fn attribute_interval(
                     switch_id: Some(off.id.clone()),
                     start: a.max(s.start),
                     end: b.min(s.end),
+                    peer: s.peer,
                 });
             }
         }
@@ -399,11 +421,21 @@ pub fn attribute_interval(
             switch_id: None,
             start: a,
             end: b,
+            peer: 0,
         });
     }
     let rest = covered - off_ns;
     if rest > 0 {
-        parts.push(Part { cause: remainder, ns: rest, culprit: None, cpu: -1, switch_id: None, start: a, end: b });
+        parts.push(Part {
+            cause: remainder,
+            ns: rest,
+            culprit: None,
+            cpu: -1,
+            switch_id: None,
+            start: a,
+            end: b,
+            peer: 0,
+        });
     }
     parts
 }
@@ -454,7 +486,7 @@ mod tests {
     }
 
     fn off(id: i64, start: i64, end: i64, sched: Option<SchedDetail>) -> OffCpu {
-        OffCpu { id: EventId::Int(id), pid: 1, tid: 1, start, end, cpu: 1, sched }
+        OffCpu { id: EventId::Int(id), pid: 1, tid: 1, start, end, cpu: 1, sched, socket_peer: None }
     }
 
     #[test]
@@ -483,6 +515,32 @@ mod tests {
         assert_eq!((s[0].cause, s[0].start, s[0].end), (Cause::Sleep, 100, 130));
         assert_eq!(s[0].culprit, Some((7, 8, String::new())));
         assert_eq!((s[1].cause, s[1].start, s[1].end), (Cause::RunqueueWait, 130, 150));
+    }
+
+    #[test]
+    fn a_sleep_inside_a_socket_call_is_a_network_wait_on_its_peer() {
+        let d = SchedDetail {
+            prev_state: PrevState::Sleeping,
+            wake_ts_ns: 130,
+            waker_pid: 7,
+            waker_tid: 8,
+            ..Default::default()
+        };
+        let o = OffCpu { socket_peer: Some(42), ..off(1, 100, 150, Some(d.clone())) };
+        let s = segments(&o);
+        assert_eq!((s[0].cause, s[0].end, s[0].peer, &s[0].culprit), (Cause::NetworkWait, 130, 42, &None));
+        assert_eq!(s[1].cause, Cause::RunqueueWait, "the run-queue wait after the data came is not the network's");
+        // preempted inside a socket call: the CPU was taken, the network did not hold it
+        let pre = SchedDetail { prev_state: PrevState::Preempted, ..Default::default() };
+        assert_eq!(
+            segments(&OffCpu { socket_peer: Some(42), ..off(2, 100, 150, Some(pre)) })[0].cause,
+            Cause::Preempted
+        );
+        // a network wait in a synchronizing call stays one (only a plain sleep is the GPU's wait)
+        let sync = call(3, 1, 1, 5, 90, 100);
+        let a = attribute_call(&sync, &[o], None, &Vec::new());
+        assert_eq!((a.parts[0].cause, a.parts[0].peer), (Cause::NetworkWait, 42));
+        assert!(Cause::NetworkWait.is_host_cause());
     }
 
     #[test]

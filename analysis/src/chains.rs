@@ -202,6 +202,7 @@ pub fn culprit_key(part: &Part) -> CulpritKey {
     match (&part.culprit, part.cause) {
         (Some((p, t, c)), Cause::Preempted) => CulpritKey::TookCpu(*p, *t, c.clone()),
         (None, Cause::Preempted) => CulpritKey::TookCpu(0, 0, String::new()),
+        (_, Cause::NetworkWait) => CulpritKey::Peer(part.peer),
         // Who ends a D-state wait is the I/O completion path, not a cause: I/O waits are one group,
         // whose culprit is the process keeping the device busy (found from the block requests).
         (_, Cause::Uninterruptible) => CulpritKey::None,
@@ -244,10 +245,17 @@ impl ChainAccumulator {
     }
 }
 
-/// The culprit of a group, with its name.
-pub fn culprit_of(key: &CulpritKey, name_of: &dyn Fn(u32, u32) -> String) -> Option<Culprit> {
+/// The culprit of a group, with its name (a task's, or a network peer's label from `peer_of`).
+pub fn culprit_of(
+    key: &CulpritKey,
+    name_of: &dyn Fn(u32, u32) -> String,
+    peer_of: &dyn Fn(i64) -> String,
+) -> Option<Culprit> {
     match key {
-        CulpritKey::TookCpu(0, 0, _) | CulpritKey::Woke(0, 0) | CulpritKey::None => None,
+        CulpritKey::TookCpu(0, 0, _) | CulpritKey::Woke(0, 0) | CulpritKey::None | CulpritKey::Peer(0) => None,
+        CulpritKey::Peer(k) => {
+            Some(Culprit { pid: 0, tid: 0, comm: peer_of(*k), role: "network_peer".into(), place: String::new() })
+        }
         CulpritKey::TookCpu(p, t, c) => {
             let comm = if c.is_empty() { name_of(*p, *t) } else { c.clone() };
             Some(Culprit { pid: *p, tid: *t, comm, role: "took_cpu".into(), place: String::new() })
@@ -264,6 +272,7 @@ pub fn chain_key(kind: ChainKind, op: &str, cause: Cause, culprit: &CulpritKey) 
         CulpritKey::None => "-".to_string(),
         CulpritKey::TookCpu(p, t, c) => format!("{p}:{t}:{c}"),
         CulpritKey::Woke(p, t) => format!("woke:{p}:{t}"),
+        CulpritKey::Peer(k) => format!("peer:{k}"),
     };
     let kind = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
     format!("{kind}/{op}/{}/{who}", cause.as_str())
@@ -293,6 +302,7 @@ pub fn rank(chains: &mut [Chain]) {
 /// Who a culprit is, in words.
 pub fn culprit_words(c: &Option<Culprit>) -> String {
     match c {
+        Some(c) if c.role == "network_peer" => format!("peer {}", c.comm),
         Some(c) if c.comm.is_empty() && c.place.is_empty() => format!("pid {} tid {}", c.pid, c.tid),
         Some(c) if c.comm.is_empty() => format!("pid {} tid {} in {}", c.pid, c.tid, c.place),
         Some(c) if c.place.is_empty() => format!("{} (pid {}, tid {})", c.comm, c.pid, c.tid),
@@ -327,6 +337,10 @@ pub fn recommendations(kind: ChainKind, cause: Cause, op: &str, culprit: &Option
             } else {
                 r.push("Find what the thread waited on: `causeway timeline --around EVENT_ID` on the listed events".into());
             }
+        }
+        Cause::NetworkWait => {
+            let peer = if culprit.is_some() { who.clone() } else { "its peer".to_string() };
+            r.push(format!("The thread waited on {peer} inside socket calls: check that end's latency (its load, its distance, TCP retransmits: `causeway stats` lists them per peer) and fetch ahead of use (a background thread or a prefetching DataLoader) so the wait overlaps GPU work"));
         }
         Cause::Uninterruptible => {
             r.push("Uninterruptible waits are block I/O or page faults: move the dataset to local NVMe or page cache (warm it), avoid swap, read with larger requests".into());
@@ -390,6 +404,9 @@ pub fn attributed_summary(
         (Cause::Preempted, Some(_)) => format!("preempted by {}{on_cpu}", culprit_words(culprit)),
         (Cause::Uninterruptible, Some(c)) if c.role == "issued_io" => {
             format!("{} while {} kept the disk busy", cause.describe(), culprit_words(culprit))
+        }
+        (Cause::NetworkWait, Some(_)) => {
+            format!("waiting on the network: asleep in socket calls to {}", culprit_words(culprit))
         }
         (Cause::Sleep | Cause::Uninterruptible, Some(_)) => {
             format!("{} until woken by {}", cause.describe(), culprit_words(culprit))

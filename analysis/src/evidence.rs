@@ -122,13 +122,30 @@ fn overlaps_subject(e: &str) -> String {
     )
 }
 
-/// A culprit as the SQL keys it: who took the CPU `(pid, tid, comm)` or who woke the thread `(pid, tid)`.
+/// A culprit as the SQL keys it: who took the CPU `(pid, tid, comm)`, who woke the thread
+/// `(pid, tid)`, or the network peer a socket call waited on (`net_peers` key, `events.arg2`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CulpritKey {
     None,
     TookCpu(u32, u32, String),
     Woke(u32, u32),
+    Peer(i64),
 }
+
+/// SQL condition: the off-CPU row `e` lies inside a socket call of its thread (to `peer` when
+/// given), as `OffCpu::socket_peer` is found.
+fn in_socket_call(peer: Option<i64>) -> String {
+    let peer = peer.map(|p| format!(" AND n.arg2 = {p}")).unwrap_or_default();
+    format!(
+        "EXISTS (SELECT 1 FROM events n WHERE n.tid = e.tid AND n.source = {net} AND n.op IN ({ops}) \
+         AND n.timestamp <= e.timestamp - e.duration AND n.timestamp + n.duration >= e.timestamp{peer})",
+        net = op::NET_SEND.source,
+        ops = SOCKET_CALL_OPS.iter().map(|o| o.op.to_string()).collect::<Vec<_>>().join(", "),
+    )
+}
+
+/// The socket calls an off-CPU interval can lie in.
+pub const SOCKET_CALL_OPS: [OpCode; 4] = [op::NET_SEND, op::NET_RECV, op::NET_CONNECT, op::NET_ACCEPT];
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -156,7 +173,14 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
         Cause::Preempted => format!("{} WHERE e.prev_state = 0{}", ov(so, "e.timestamp"), preempted_by(culprit)),
         // Only slow calls of a synchronizing op spin; their query is built by `slow_call_chain_sql`.
         Cause::SpinGpuBusy => format!("{} WHERE e.prev_state = 0", ov(so, "e.timestamp")),
-        Cause::GpuWait => format!("{} WHERE e.prev_state = 1", ov(so, &wake)),
+        Cause::GpuWait => format!("{} WHERE e.prev_state = 1 AND NOT {}", ov(so, &wake), in_socket_call(None)),
+        Cause::NetworkWait => {
+            let peer = match culprit {
+                CulpritKey::Peer(p) => *p,
+                _ => 0,
+            };
+            format!("{} WHERE e.prev_state = 1 AND {}", ov(so, &wake), in_socket_call(Some(peer)))
+        }
         Cause::Uninterruptible => format!("{} WHERE e.prev_state = 2", ov(so, &wake)),
         Cause::Sleep | Cause::StoppedOrOther => {
             let state = if cause == Cause::Sleep { 1 } else { 3 };
@@ -164,8 +188,11 @@ pub fn measure_sql(scope: &SqlScope, cause: Cause, culprit: &CulpritKey) -> Stri
                 CulpritKey::Woke(p, t) => (*p, *t),
                 _ => (0, 0),
             };
+            // a sleep inside a socket call is a network wait
+            let not_net =
+                if cause == Cause::Sleep { format!(" AND NOT {}", in_socket_call(None)) } else { String::new() };
             format!(
-                "{} WHERE e.prev_state = {state} AND COALESCE(e.waker_pid, 0) = {p} AND COALESCE(e.waker_tid, 0) = {t}",
+                "{} WHERE e.prev_state = {state} AND COALESCE(e.waker_pid, 0) = {p} AND COALESCE(e.waker_tid, 0) = {t}{not_net}",
                 ov(so, &wake)
             )
         }

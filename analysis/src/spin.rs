@@ -276,7 +276,7 @@ mod tests {
             next_comm: format!("task{by}"),
             ..Default::default()
         };
-        OffCpu { id: EventId::Int(start), pid: 1, tid: 1, start, end, cpu: 0, sched: Some(sched) }
+        OffCpu { id: EventId::Int(start), pid: 1, tid: 1, start, end, cpu: 0, sched: Some(sched), socket_peer: None }
     }
 
     fn parts_of(c: &Call, offs: &[OffCpu]) -> Vec<Part> {

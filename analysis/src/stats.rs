@@ -153,6 +153,10 @@ pub struct TraceStats {
     /// The GPUs' own state over the window, from the NVML samples (empty: recorded without NVML).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::gpu_state::GpuSummary>,
+    /// The traced threads' socket calls per peer, TCP retransmits and state changes, and the
+    /// untraced processes' traffic (absent: the window holds no network event).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::NetworkReport>,
 }
 
 /// What to compute.
@@ -230,6 +234,16 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         Ok(out)
     });
     let sampled = if info.sampled { Some(sample_note(store, req)?) } else { None };
+    // read only when the window holds network events (the summary says so without another scan)
+    let network = if summary
+        .ops
+        .iter()
+        .any(|o| matches!(codes::Source::from_code(o.op.source), Some(codes::Source::Tcp | codes::Source::Net)))
+    {
+        Some(crate::network::network_report(store, req.window, req.pid)?).filter(|n| !n.is_empty())
+    } else {
+        None
+    };
     Ok(TraceStats {
         events,
         first_ns: if events == 0 { 0 } else { first },
@@ -243,6 +257,7 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         coverage: coverage_notes(store, req.window, req.pid, info.first_ns)?,
         kernels: if req.by_kernel { Some(kernel_report(store, req.window, req.pid)?) } else { None },
         gpus: crate::gpu_state::GpuState::of(&store.gpu_samples(&req.window)?).summaries(),
+        network,
     })
 }
 

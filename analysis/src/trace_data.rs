@@ -34,6 +34,8 @@ pub struct Names {
     pub tracers: BTreeSet<u32>,
     /// Where processes ran, when a container or pod (`process_cgroups`): pid -> its words.
     pub places: HashMap<u32, String>,
+    /// Socket peers (`net_peers`): key -> `10.0.0.2:29500`.
+    pub peers: HashMap<i64, String>,
 }
 
 impl Names {
@@ -49,7 +51,13 @@ impl Names {
                 .filter(|c| c.is_container())
                 .map(|c| (c.pid, c.words()))
                 .collect(),
+            peers: store.net_peers()?.into_iter().map(|p| (p.peer, p.label())).collect(),
         })
+    }
+
+    /// How a network peer reads (`peer 0x...` when the trace does not name it).
+    pub fn peer(&self, key: i64) -> String {
+        self.peers.get(&key).cloned().unwrap_or_else(|| format!("peer {key:#x}"))
     }
 
     /// The container or pod a process ran in (empty: none known).
@@ -263,13 +271,63 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
                 end,
                 cpu: s.cpu,
                 sched: s.sched,
+                socket_peer: None,
             });
         })?;
     }
     for v in out.values_mut() {
         v.sort_by(|a, b| (a.start, &a.id).cmp(&(b.start, &b.id)));
     }
+    mark_socket_waits(store, spans, &mut out)?;
     Ok(out)
+}
+
+/// Tag each off-CPU interval that lies inside a socket call of its thread with the call's peer
+/// ([`OffCpu::socket_peer`]). The socket calls read are those of the threads in `spans` that
+/// overlap their spans. A trace that names no peer (`net_peers` empty or absent: Ingero DBs,
+/// traces without network probes) recorded no socket call, and is not scanned for them.
+fn mark_socket_waits(
+    store: &dyn TraceStore,
+    spans: &Spans,
+    off: &mut HashMap<u32, Vec<OffCpu>>,
+) -> Result<(), AnalysisError> {
+    let Some(from) = spans.earliest() else { return Ok(()) };
+    let to = spans.by_tid.values().filter_map(|v| v.last().map(|s| s.1)).max();
+    if off.is_empty() || !store.info().has_table("net_peers") || store.net_peers()?.is_empty() {
+        return Ok(());
+    }
+    let tids: Vec<u32> = off.keys().copied().collect();
+    let mut calls: HashMap<u32, Vec<(i64, i64, i64)>> = HashMap::new();
+    for chunk in tids.chunks(500) {
+        // a socket call that began before the first span may still hold an interval in it
+        let filter = EventFilter {
+            window: TimeWindow { from_ns: None, to_ns: to },
+            tids: Some(chunk.to_vec()),
+            ops: Some(crate::evidence::SOCKET_CALL_OPS.to_vec()),
+            ..Default::default()
+        };
+        let keep = |tid: u32, ts: i64, dur: i64| {
+            ts.saturating_add(dur) >= from && spans.touches(tid, ts, ts.saturating_add(dur))
+        };
+        store.scan_events_kept(&filter, &keep, &mut |s| {
+            let e = &s.event;
+            calls.entry(e.tid).or_default().push((e.ts_ns, e.end_ns(), e.arg2));
+        })?;
+    }
+    for (tid, mut socket) in calls {
+        socket.sort_unstable();
+        let Some(intervals) = off.get_mut(&tid) else { continue };
+        for o in intervals.iter_mut() {
+            // the last call starting at or before the interval's start
+            let i = socket.partition_point(|c| c.0 <= o.start);
+            if let Some(&(_, end, peer)) = i.checked_sub(1).map(|i| &socket[i]) {
+                if end >= o.end {
+                    o.socket_peer = Some(peer);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether the trace recorded any call stack (a `stack_traces` row).

@@ -132,6 +132,9 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
     if let Some(k) = &s.kernels {
         out.push_str(&kernels_text(k));
     }
+    if let Some(n) = &s.network {
+        out.push_str(&network_text(n));
+    }
     if let Some(sample) = &s.sampled {
         out.push_str(&format!("\nnote: {}\n", sample.note));
         let mut t = Table::new(&["SOURCE", "OP", ">HAPPENED", ">STORED", ">SUM us", ">AVG us", ">MIN us", ">MAX us"]);
@@ -167,6 +170,50 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
     }
     for g in &s.gpus {
         out.push_str(&gpu_line(g));
+    }
+    out
+}
+
+/// The traced threads' socket calls per peer, then what the untraced processes did.
+fn network_text(n: &causeway_analysis::NetworkReport) -> String {
+    let mut out = String::from("\nnetwork (socket calls of traced threads, per peer)\n");
+    let mut t = Table::new(&[
+        ">PID",
+        "PROCESS",
+        "PEER",
+        ">SENDS",
+        ">SENT",
+        ">RECVS",
+        ">RECEIVED",
+        ">P50 us",
+        ">P99 us",
+        ">MAX us",
+        ">ERRORS",
+        ">RETRANS",
+    ]);
+    for p in &n.peers {
+        t.row(vec![
+            p.pid.to_string(),
+            p.process.clone(),
+            p.peer.clone(),
+            p.sends.to_string(),
+            p.bytes_sent.to_string(),
+            p.receives.to_string(),
+            p.bytes_received.to_string(),
+            us(p.p50_us),
+            us(p.p99_us),
+            us(p.max_us),
+            p.errors.to_string(),
+            p.retransmits.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    let u = &n.untraced;
+    if u.sends + u.receives + u.retransmits > 0 {
+        out.push_str(&format!(
+            "untraced processes: {} sends ({} bytes), {} receives ({} bytes), {} TCP retransmits\n",
+            u.sends, u.bytes_sent, u.receives, u.bytes_received, u.retransmits
+        ));
     }
     out
 }

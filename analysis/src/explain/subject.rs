@@ -83,7 +83,7 @@ pub(super) fn attributed_chain(
     g: Group,
 ) -> Result<Chain, AnalysisError> {
     let (scope, names) = (&view.scope, &view.names);
-    let mut culprit = chains::culprit_of(&ckey, &|p, t| names.of(p, t));
+    let mut culprit = chains::culprit_of(&ckey, &|p, t| names.of(p, t), &|k| names.peer(k));
     if let Some(c) = culprit.as_mut() {
         c.place = names.place_of(c.pid);
     }
@@ -113,6 +113,9 @@ pub(super) fn attributed_chain(
             let cpu = if p.cpu >= 0 { format!(" on CPU {}", p.cpu) } else { String::new() };
             let who = match (&culprit, &p.culprit) {
                 (Some(c), _) if c.role == "took_cpu" => format!(", {} ran", chains::culprit_words(&Some(c.clone()))),
+                (Some(c), _) if c.role == "network_peer" => {
+                    format!(" in a socket call to {}", chains::culprit_words(&Some(c.clone())))
+                }
                 (Some(c), _) => format!(", woken by {}", chains::culprit_words(&Some(c.clone()))),
                 (None, Some((pid, tid, comm))) if cause == Cause::SpinGpuBusy => {
                     let comm = if comm.is_empty() { names.of(*pid, *tid) } else { comm.clone() };
