@@ -9,7 +9,12 @@
 //!    installed CPython, in ns per call and as a ratio;
 //! 5. an NCCL call's probes: the BPF time of `nccl_ret` (the NCCL return program) per NCCL call
 //!    and of the entry dispatch `cw_entry`, beside the runtime's `rt_ret` in the same run, as a
-//!    ratio (mock-cuda's `nccl_ranks` in one process: group, all-reduce, sync per step).
+//!    ratio (mock-cuda's `nccl_ranks` in one process: group, all-reduce, sync per step);
+//! 6. the network tracepoints' cost (raw syscall entry and exit, TCP and socket tracepoints):
+//!    Causeway with them and without them (`--no-network`), interleaved, on the traced tight
+//!    loop (ns per CUDA call) and on a traced syscall loop (`dd bs=1`: a read and a write per
+//!    byte, none of them on a socket: the cost a traced process pays on every syscall), and on the
+//!    same syscall loop untraced while a trace runs (what every other process on the host pays).
 //!
 //! Each figure is the median of several runs (the host is shared and noisy).
 //!
@@ -20,7 +25,7 @@
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 9),
 //! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
-//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`, `nccl`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
+//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`, `nccl`, `network`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
 //! (Python frames on the stack of each call in part `python`, default 32), `CAUSEWAY_BENCH_SINK=null` (Causeway
 //! counts events instead of storing them: the storing's share of the cost).
 
@@ -356,6 +361,10 @@ fn main() {
         nccl_cost(&build);
     }
 
+    if part("network") {
+        network_cost(&lib, &bin, &args, runs);
+    }
+
     if part("python") {
         python_walk(&lib);
     }
@@ -394,6 +403,72 @@ fn main() {
             (traced / plain - 1.0) * 100.0
         );
     }
+}
+
+/// `dd if=/dev/zero of=/dev/null bs=1 count=N` through `sh` (its report on stdout): ns per syscall
+/// (a read and a write per byte), from dd's own elapsed time.
+const DD_BYTES: u64 = 200_000;
+fn dd_ns_per_syscall(out: &str) -> f64 {
+    // "200000 bytes (200 kB, 195 KiB) copied, 0.0812 s, 2.5 MB/s"
+    let secs = out
+        .lines()
+        .find_map(|l| l.split("copied, ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no dd report in {out}"));
+    secs * 1e9 / (2 * DD_BYTES) as f64
+}
+
+/// Part `network`: Causeway with and without the network programs, interleaved (see the module doc).
+fn network_cost(lib: &Path, bin: &Path, args: &[&str], runs: usize) {
+    let sh = Path::new("/bin/sh");
+    let dd = format!("dd if=/dev/zero of=/dev/null bs=1 count={DD_BYTES} 2>&1");
+    let dd_args = ["-c", dd.as_str()];
+    let (mut loop_on, mut loop_off, mut dd_on, mut dd_off, mut dd_plain) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut other_on, mut other_off) = (Vec::new(), Vec::new());
+    // an untraced dd while a trace (of a sleep that outlasts it) runs
+    let beside = |network: bool| {
+        let opts = TraceOptions { network, ..Default::default() };
+        std::thread::scope(|s| {
+            let tracer = s.spawn(|| with_causeway_opts(lib, Path::new("/bin/sleep"), &["4"], opts));
+            std::thread::sleep(Duration::from_millis(1500)); // attached by then
+            let v = dd_ns_per_syscall(&run_plain(sh, &dd_args));
+            let _ = tracer.join();
+            v
+        })
+    };
+    for _ in 0..runs.clamp(1, 5) {
+        for network in [true, false] {
+            let opts = TraceOptions { network, ..Default::default() };
+            let (o, r) = with_causeway_opts(lib, bin, args, opts.clone());
+            assert_eq!(r.lost(), 0);
+            (if network { &mut loop_on } else { &mut loop_off }).push(LoopRun::of(&o).wall());
+            let (o, _) = with_causeway_opts(lib, sh, &dd_args, opts);
+            (if network { &mut dd_on } else { &mut dd_off }).push(dd_ns_per_syscall(&o));
+            (if network { &mut other_on } else { &mut other_off }).push(beside(network));
+        }
+        dd_plain.push(dd_ns_per_syscall(&run_plain(sh, &dd_args)));
+    }
+    let (lon, loff, don, doff, plain) =
+        (median(loop_on), median(loop_off), median(dd_on), median(dd_off), median(dd_plain));
+    let (oon, ooff) = (median(other_on), median(other_off));
+    println!("== network tracepoints (medians of interleaved runs) ==");
+    println!(
+        "traced cudaLaunchKernel loop: {lon:.1} ns/call with, {loff:.1} without: +{:.1} ns/call ({:.3}x)",
+        lon - loff,
+        lon / loff
+    );
+    println!(
+        "traced syscall loop (dd bs=1): {don:.1} ns/syscall with, {doff:.1} without, {plain:.1} untraced: +{:.1} ns/syscall ({:.3}x)",
+        don - doff,
+        don / doff
+    );
+    println!(
+        "untraced syscall loop beside a trace: {oon:.1} ns/syscall with, {ooff:.1} without: +{:.1} ns/syscall ({:.3}x)",
+        oon - ooff,
+        oon / ooff
+    );
 }
 
 /// Part `nccl`: the BPF programs' time per NCCL call (kernel.bpf_stats_enabled), next to the
@@ -510,6 +585,9 @@ impl EventSink for CountingSink {
         Ok(())
     }
     async fn write_launch_configs(&mut self, _: Vec<LaunchConfig>) -> SinkResult<()> {
+        Ok(())
+    }
+    async fn write_net_peers(&mut self, _: Vec<causeway_model::NetPeer>) -> SinkResult<()> {
         Ok(())
     }
     async fn write_kernel_names(&mut self, _: Vec<KernelName>) -> SinkResult<()> {
