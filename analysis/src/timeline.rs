@@ -2,7 +2,7 @@
 //! needs to check a chain. Centered on an event (`--around ID`, the process of that event) or over a
 //! window; calls nested in another call of the thread are marked with depth 1.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use causeway_model::codes::{op, Source};
 use causeway_model::time::{fmt_ns, TimeWindow};
@@ -51,7 +51,8 @@ pub struct TimelineEntry {
     pub ts_ns: i64,
     pub end_ns: i64,
     pub dur_ns: i64,
-    /// `call`, `off_cpu`, `wakeup`, `block_io`, `page_alloc`, `process`, `other`.
+    /// `call`, `off_cpu`, `wakeup`, `socket` (a socket call), `tcp` (a retransmit or state change),
+    /// `block_io`, `page_alloc`, `process`, `other`.
     pub kind: String,
     pub op: String,
     pub id: EventId,
@@ -124,7 +125,7 @@ fn off_cpu_detail(e: &causeway_model::Event) -> String {
     }
 }
 
-fn entry_of(s: &StoredEvent) -> TimelineEntry {
+fn entry_of(s: &StoredEvent, peers: &HashMap<i64, String>) -> TimelineEntry {
     let e = &s.event;
     let code = e.code();
     let (kind, ts, end, detail) = if code == op::SCHED_SWITCH {
@@ -135,6 +136,23 @@ fn entry_of(s: &StoredEvent) -> TimelineEntry {
     } else if is_gpu_call_source(e.source) {
         let ret = if e.ret_code != 0 { format!(", returned {}", e.ret_code) } else { String::new() };
         ("call", e.ts_ns, e.end_ns(), format!("{} {}{ret}", e.op_name(), fmt_ns(e.dur_ns)))
+    } else if e.source == Source::Net.code() && e.dur_ns > 0 {
+        let peer = peers.get(&e.arg2).map_or_else(|| "an unknown peer".to_string(), |p| p.clone());
+        let ret = if e.ret_code < 0 { format!(", error {}", e.ret_code) } else { format!(", {} bytes", e.arg0) };
+        (
+            "socket",
+            e.ts_ns,
+            e.end_ns(),
+            format!("{} with {peer} (fd {}){ret}, {}", e.op_name(), e.arg1, fmt_ns(e.dur_ns)),
+        )
+    } else if e.source == Source::Tcp.code() {
+        let peer = peers.get(&e.arg2).map_or_else(|| "an unknown peer".to_string(), |p| p.clone());
+        let what = if code == op::TCP_STATE {
+            format!("state {} -> {}", e.arg0, e.arg1)
+        } else {
+            format!("socket state {}", e.arg0)
+        };
+        ("tcp", e.ts_ns, e.ts_ns, format!("{} with {peer} ({what})", e.op_name()))
     } else if e.source == Source::Io.code() {
         ("block_io", e.ts_ns, e.end_ns(), format!("{} {} KiB, {}", e.op_name(), e.arg0 >> 10, fmt_ns(e.dur_ns)))
     } else if code == op::MM_PAGE_ALLOC || code == op::MM_PAGE_ALLOC_SUMMARY {
@@ -212,6 +230,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
         ..Default::default()
     };
     let mut events = store.events(&filter)?;
+    let peers: HashMap<i64, String> = store.net_peers()?.into_iter().map(|p| (p.peer, p.label())).collect();
     // Off-CPU intervals that began inside the window but ended after it.
     let later = EventFilter {
         window: TimeWindow { from_ns: Some(to + 1), to_ns: Some(to + OFF_CPU_LOOKAHEAD_NS) },
@@ -247,7 +266,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
             let call = Call::of(s);
             calls_of.entry(e.tid).or_default().push((t.entries.len(), call));
         }
-        t.entries.push(entry_of(s));
+        t.entries.push(entry_of(s, &peers));
     }
     for (tid, calls) in calls_of {
         let only: Vec<Call> = calls.iter().map(|c| c.1.clone()).collect();

@@ -57,12 +57,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     if out.as_os_str() != "-" {
         eprintln!(
-            "wrote {}: {} threads, {} calls, {} off-CPU intervals ({} preemptions with the task that took the CPU), {} chains, {} other events, {} counter values",
+            "wrote {}: {} threads, {} calls, {} off-CPU intervals ({} preemptions with the task that took the CPU), {} socket calls, {} chains, {} other events, {} counter values",
             out.display(),
             summary.threads,
             summary.calls,
             summary.off_cpu,
             summary.preemption_flows,
+            summary.socket_calls,
             summary.chains,
             summary.instants,
             summary.counter_values

@@ -129,6 +129,28 @@ fn a_slow_peer_is_named_as_the_network_wait_behind_the_feeding_gaps() {
     let stats = causeway().args(["stats", "--db"]).arg(&db).output().unwrap();
     let text = String::from_utf8_lossy(&stats.stdout);
     assert!(text.contains(&format!("127.0.0.1:{port}")) && text.contains("untraced processes:"), "{text}");
+
+    // the exports draw each socket call as a slice named by its peer, with the wait inside it
+    let json = dir.path().join("net.json");
+    let out = causeway()
+        .args(["export", "--format", "chrome", "--no-chains", "--db"])
+        .arg(&db)
+        .arg("--out")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let name = format!("net_recv 127.0.0.1:{port}");
+    let begins =
+        v["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == name.as_str() && e["ph"] == "B").count();
+    let receives = query_u64(&db, "SELECT count(*) FROM events WHERE source = 7 AND op = 2");
+    assert_eq!(begins as u64, receives, "one slice per receive");
+    // and the timeline around a late receive names the peer
+    let late = query_u64(&db, "SELECT id FROM events WHERE source = 7 AND op = 2 ORDER BY duration DESC LIMIT 1");
+    let out = causeway().args(["timeline", "--db"]).arg(&db).args(["--around", &late.to_string()]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("net_recv with 127.0.0.1:{port}")), "{text}");
 }
 
 /// A network namespace, removed when dropped.

@@ -91,6 +91,8 @@ pub struct ExportSummary {
     pub calls: u64,
     /// Off-CPU intervals (`sched_switch` rows) written as slices.
     pub off_cpu: u64,
+    /// Socket calls of traced threads written as slices, named by their peer.
+    pub socket_calls: u64,
     /// Other events (wake-ups, block I/O, page allocations, process lifecycle) written as instants.
     pub instants: u64,
     /// Slices of the task that took a CPU from a traced thread, on that CPU's track.

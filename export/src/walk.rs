@@ -68,6 +68,8 @@ struct Walk<'a> {
     store: &'a dyn TraceStore,
     req: &'a ExportRequest,
     kernels: KernelIndex,
+    /// Socket peers by key (`net_peers`), to name socket calls.
+    peers: HashMap<i64, String>,
     process_names: BTreeMap<u32, String>,
     thread_names: HashMap<u32, String>,
     threads: HashSet<(u32, u32)>,
@@ -94,6 +96,7 @@ impl<'a> Walk<'a> {
             store,
             req,
             kernels: KernelIndex::load(store)?,
+            peers: store.net_peers()?.into_iter().map(|p| (p.peer, p.label())).collect(),
             process_names: store.process_names()?,
             thread_names: store.thread_comms(&filter, true)?,
             threads: HashSet::new(),
@@ -309,6 +312,26 @@ impl<'a> Walk<'a> {
                 }
             }
             OpKind::OffCpu if code == op::SCHED_SWITCH => self.off_cpu(w, &e, track, flows_in)?,
+            OpKind::SocketCall => {
+                // the call spans the thread's wait on its peer: its off-CPU slices nest under it
+                let peer = self.peers.get(&ev.arg2).cloned().unwrap_or_else(|| "unknown peer".into());
+                let slice = Slice {
+                    name: format!("{} {peer}", code.name()),
+                    category: codes::source_name(ev.source),
+                    args: vec![
+                        ("event_id", Arg::Str(e.id.to_string())),
+                        ("dur", Arg::Str(fmt_ns(ev.dur_ns))),
+                        ("peer", Arg::Str(peer)),
+                        ("bytes", Arg::Int(ev.arg0)),
+                        ("fd", Arg::Int(ev.arg1)),
+                        ("return_code", Arg::Int(i64::from(ev.ret_code))),
+                    ],
+                    flows_out: Vec::new(),
+                    flows_in,
+                };
+                self.summary.clipped += self.nesting.begin(w, track, ev.ts_ns, ev.span().1, &slice)?;
+                self.summary.socket_calls += 1;
+            }
             OpKind::Label => {
                 // a labeled step spans the calls made in it: the calls nest under it on the thread
                 let slice = Slice {
