@@ -31,17 +31,11 @@ struct {
 } cw_blk SEC(".maps");
 
 /* Who queued a request, until it is issued. */
-struct cw_blk_owner {
-    __u32 pid;
-    __u32 tid;
-    char comm[16];
-};
-
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 16384);
     __type(key, __u64);
-    __type(value, struct cw_blk_owner);
+    __type(value, struct cw_task_ref);
 } cw_blk_owner SEC(".maps");
 
 /* Who submitted the bio covering a 1 MiB chunk of sectors (sector >> 11), until a request starting
@@ -50,16 +44,13 @@ struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 65536);
     __type(key, __u64);
-    __type(value, struct cw_blk_owner);
+    __type(value, struct cw_task_ref);
 } cw_bio_owner SEC(".maps");
 
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(cw_bio_queue, struct bio *bio) {
-    __u64 id = bpf_get_current_pid_tgid();
-    struct cw_blk_owner o = {};
-    o.pid = id >> 32;
-    o.tid = (__u32)id;
-    bpf_get_current_comm(o.comm, sizeof(o.comm));
+    struct cw_task_ref o = {};
+    cw_task_ref_current(&o);
     __u64 first = BPF_CORE_READ(bio, bi_iter.bi_sector);
     __u32 size = BPF_CORE_READ(bio, bi_iter.bi_size);
     __u64 last = (first + (size ? (size - 1) / 512 : 0)) >> 11;
@@ -70,11 +61,8 @@ int BPF_PROG(cw_bio_queue, struct bio *bio) {
 
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(cw_block_insert, struct request *rq) {
-    __u64 id = bpf_get_current_pid_tgid();
-    struct cw_blk_owner o = {};
-    o.pid = id >> 32;
-    o.tid = (__u32)id;
-    bpf_get_current_comm(o.comm, sizeof(o.comm));
+    struct cw_task_ref o = {};
+    cw_task_ref_current(&o);
     __u64 key = (__u64)rq;
     bpf_map_update_elem(&cw_blk_owner, &key, &o, BPF_ANY);
     return 0;
@@ -84,7 +72,7 @@ SEC("tp_btf/block_rq_issue")
 int BPF_PROG(cw_block_issue, struct request *rq) {
     __u64 id = bpf_get_current_pid_tgid();
     __u64 rq_key = (__u64)rq;
-    struct cw_blk_owner *owner = bpf_map_lookup_elem(&cw_blk_owner, &rq_key);
+    struct cw_task_ref *owner = bpf_map_lookup_elem(&cw_blk_owner, &rq_key);
     __u64 sector_key = BPF_CORE_READ(rq, __sector) >> 11;
     if (!owner) owner = bpf_map_lookup_elem(&cw_bio_owner, &sector_key);
     __u32 bytes = BPF_CORE_READ(rq, __data_len);

@@ -106,6 +106,21 @@ struct {
     __type(value, struct cw_slots);
 } cw_inflight SEC(".maps");
 
+/* A task as a map remembers it for a record written later in another context: who queued a block
+ * request (issued from a kworker), who last used a socket (retransmitted from a timer). */
+struct cw_task_ref {
+    __u32 pid;
+    __u32 tid;
+    char comm[16];
+};
+
+static __always_inline void cw_task_ref_current(struct cw_task_ref *r) {
+    __u64 id = bpf_get_current_pid_tgid();
+    r->pid = id >> 32;
+    r->tid = (__u32)id;
+    bpf_get_current_comm(r->comm, sizeof(r->comm));
+}
+
 static __always_inline void cw_count(__u32 idx, __u64 n) {
     __u64 *v = bpf_map_lookup_elem(&cw_counters, &idx);
     if (v) *v += n; /* per-CPU: no atomics needed */

@@ -42,17 +42,11 @@ struct {
 
 /* The last traced thread that used a socket (by struct sock *): a retransmit or a state change runs
  * in softirq or timer context, where the current task is nobody's. */
-struct cw_net_owner {
-    __u32 pid;
-    __u32 tid;
-    char comm[16];
-};
-
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 16384);
     __type(key, __u64);
-    __type(value, struct cw_net_owner);
+    __type(value, struct cw_task_ref);
 } cw_net_owner SEC(".maps");
 
 /* The CW_NET_* op of syscall `nr`, 0 for other syscalls; *any_fd: the call also takes files that
@@ -114,13 +108,11 @@ static __always_inline void cw_fill_peer(struct cw_net *r, const struct sock *sk
     }
 }
 
-static __always_inline void cw_remember_owner(const struct sock *sk, __u64 id) {
+static __always_inline void cw_remember_owner(const struct sock *sk) {
     if (!sk) return;
     __u64 key = (__u64)sk;
-    struct cw_net_owner o = {};
-    o.pid = id >> 32;
-    o.tid = (__u32)id;
-    bpf_get_current_comm(o.comm, sizeof(o.comm));
+    struct cw_task_ref o = {};
+    cw_task_ref_current(&o);
     bpf_map_update_elem(&cw_net_owner, &key, &o, BPF_ANY);
 }
 
@@ -145,7 +137,7 @@ int BPF_PROG(cw_sys_enter, struct pt_regs *regs, long nr) {
     s->fd = fd;
     s->op = op;
     /* before the call: a connect's state changes happen inside it */
-    cw_remember_owner(BPF_CORE_READ(sock, sk), id);
+    cw_remember_owner(BPF_CORE_READ(sock, sk));
     return 0;
 }
 
@@ -187,14 +179,14 @@ int BPF_PROG(cw_sys_exit, struct pt_regs *regs, long ret) {
     if (sock) {
         struct sock *sk = BPF_CORE_READ(sock, sk);
         cw_fill_peer(r, sk);
-        if (s->op == CW_NET_ACCEPT) cw_remember_owner(sk, id);
+        if (s->op == CW_NET_ACCEPT) cw_remember_owner(sk);
     }
     cw_submit(r, &cw_rb_host, cfg_wake_host);
     return 0;
 }
 
 /* A TCP event of a socket a traced thread used, as a cw_net record. */
-static __always_inline void cw_tcp_event(const struct sock *sk, struct cw_net_owner *o, __u8 op, __s64 ret,
+static __always_inline void cw_tcp_event(const struct sock *sk, struct cw_task_ref *o, __u8 op, __s64 ret,
                                          __s32 state) {
     struct cw_net *r = bpf_ringbuf_reserve(&cw_rb_host, sizeof(*r), 0);
     if (!r) {
@@ -218,7 +210,7 @@ static __always_inline void cw_tcp_event(const struct sock *sk, struct cw_net_ow
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(cw_tcp_retransmit, const struct sock *sk) {
     __u64 key = (__u64)sk;
-    struct cw_net_owner *o = bpf_map_lookup_elem(&cw_net_owner, &key);
+    struct cw_task_ref *o = bpf_map_lookup_elem(&cw_net_owner, &key);
     if (!o) {
         cw_count(CW_CNT_TCP_RETRANS_OTHER, 1);
         return 0;
@@ -231,7 +223,7 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(cw_sock_state, const struct sock *sk, const int oldstate, const int newstate) {
     if (BPF_CORE_READ(sk, sk_protocol) != 6) return 0; /* IPPROTO_TCP */
     __u64 key = (__u64)sk;
-    struct cw_net_owner *o = bpf_map_lookup_elem(&cw_net_owner, &key);
+    struct cw_task_ref *o = bpf_map_lookup_elem(&cw_net_owner, &key);
     if (!o) return 0;
     cw_tcp_event(sk, o, CW_TCP_STATE, newstate, oldstate);
     if (newstate == CW_TCP_CLOSE) bpf_map_delete_elem(&cw_net_owner, &key);

@@ -411,31 +411,15 @@ pub fn attribute_interval(
         Some(None) => 0,
         Some(Some(c)) => overlap(a, b, c.start, c.end),
     };
+    // what no off-CPU interval explains: a piece of the whole interval, of no interval in particular
+    let whole = |cause, ns| Part { cause, ns, culprit: None, cpu: -1, switch_id: None, start: a, end: b, peer: 0 };
     let uncovered = (b - a) - covered;
     if uncovered > 0 {
-        parts.push(Part {
-            cause: Cause::NoSchedData,
-            ns: uncovered,
-            culprit: None,
-            cpu: -1,
-            switch_id: None,
-            start: a,
-            end: b,
-            peer: 0,
-        });
+        parts.push(whole(Cause::NoSchedData, uncovered));
     }
     let rest = covered - off_ns;
     if rest > 0 {
-        parts.push(Part {
-            cause: remainder,
-            ns: rest,
-            culprit: None,
-            cpu: -1,
-            switch_id: None,
-            start: a,
-            end: b,
-            peer: 0,
-        });
+        parts.push(whole(remainder, rest));
     }
     parts
 }
