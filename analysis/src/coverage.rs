@@ -58,7 +58,7 @@ pub fn coverage_lines(attachments: &[LibraryAttach], window: TimeWindow, pid: Op
 /// `libcudart.so.12` (the file name), or the kind when the path is unknown or a URL (a serving
 /// engine's metrics endpoint).
 fn library_words(a: &LibraryAttach) -> String {
-    if a.path.contains("://") {
+    if a.path.contains("://") || a.kind == "network" {
         return a.kind.clone();
     }
     match a.path.rsplit('/').next().filter(|n| !n.is_empty()) {

@@ -42,9 +42,16 @@ fn start_server(netns: Option<&str>, delay: &[&str]) -> (Child, u16) {
 
 /// `causeway trace` of the feeding loop (`prefix` runs it, e.g. in a namespace) into `db`.
 fn trace_feeder(db: &Path, prefix: &[&str], port: u16, steps: u32, upload: u32) -> String {
+    trace_feeder_with(db, &[], prefix, port, steps, upload)
+}
+
+/// [`trace_feeder`] with more `trace` options.
+fn trace_feeder_with(db: &Path, options: &[&str], prefix: &[&str], port: u16, steps: u32, upload: u32) -> String {
     let build = causeway_testdata::mock_cuda_build();
     let out = causeway()
-        .args(["trace", "--nvml-hz", "0", "--no-labels", "--no-serving", "--db"])
+        .args(["trace", "--nvml-hz", "0", "--no-labels", "--no-serving"])
+        .args(options)
+        .arg("--db")
         .arg(db)
         .arg("--")
         .args(prefix)
@@ -78,6 +85,11 @@ fn a_slow_peer_is_named_as_the_network_wait_behind_the_feeding_gaps() {
         (Some(2), Some("127.0.0.1"), Some(port.into()))
     );
     let peer = peers[0][0].as_i64().unwrap();
+    // the trace says the network was recorded whole
+    let row = query_rows(&db, "SELECT complete, note, symbols FROM attachments WHERE kind = 'network'");
+    assert_eq!(row.len(), 1, "{row:?}");
+    assert_eq!((row[0][0].as_i64(), row[0][1].as_str()), (Some(1), Some("")), "{row:?}");
+    assert!(row[0][2].as_str().unwrap().contains("sys_exit"), "{row:?}");
     let sends =
         query_rows(&db, "SELECT count(*), sum(arg0), min(arg2), max(arg2) FROM events WHERE source = 7 AND op = 1");
     assert_eq!(sends[0][0].as_u64(), Some(200), "one 8-byte request per step: {sends:?}");
@@ -158,7 +170,8 @@ struct Netns(&'static str);
 
 impl Netns {
     fn new(name: &'static str) -> Netns {
-        let _ = Command::new("ip").args(["netns", "del", name]).status();
+        // one a killed run left behind
+        let _ = Command::new("ip").args(["netns", "del", name]).stderr(Stdio::null()).status();
         let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
         ok(Command::new("ip").args(["netns", "add", name]));
         ok(Command::new("ip").args(["-n", name, "link", "set", "lo", "up"]));
@@ -208,4 +221,23 @@ fn retransmits_of_a_traced_socket_are_recorded_with_its_peer() {
     let row = &v["network"]["peers"][0];
     assert_eq!(row["peer"], format!("127.0.0.1:{port}"));
     assert_eq!(row["retransmits"].as_u64(), Some(retransmits.len() as u64));
+}
+
+#[test]
+fn without_the_network_probes_the_trace_says_the_network_was_not_recorded() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("quiet.db");
+    let (mut server, port) = start_server(None, &[]);
+    let stderr = trace_feeder_with(&db, &["--no-network"], &[], port, 20, 0);
+    server.wait().unwrap();
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM events WHERE source IN (6, 7)"), 0, "{stderr}");
+    // cudaMalloc, then a cudaMemcpy and a cudaDeviceSynchronize per step
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM events WHERE source = 1"), 41, "the CUDA calls are all there");
+    let note = query_rows(&db, "SELECT note FROM attachments WHERE kind = 'network'");
+    assert_eq!(note.len(), 1);
+    assert!(note[0][0].as_str().unwrap().contains("network not recorded"), "{note:?}");
+    let stats = causeway().args(["stats", "--db"]).arg(&db).output().unwrap();
+    let text = String::from_utf8_lossy(&stats.stdout);
+    assert!(text.contains("coverage: pid 0 (network): network not recorded"), "{text}");
 }

@@ -50,6 +50,44 @@ pub const NETWORK_PROBES: &[(&str, &str)] = &[
     ("cw_sock_recv_length", "sock_recv_length"),
 ];
 
+/// The `attachments` row (kind `network`) that says what a trace has of the network: the network
+/// tracepoints in place (`symbols`) and those that are not (`missing`), and what is absent for it
+/// (`note`). `wanted`: the network probes were asked for.
+pub fn network_row(wanted: bool, attached: &[String], at_ns: i64) -> causeway_model::LibraryAttach {
+    let (symbols, missing): (Vec<String>, Vec<String>) =
+        NETWORK_PROBES.iter().map(|(_, tp)| tp.to_string()).partition(|tp| wanted && attached.contains(tp));
+    let lacks = |tps: &[&str]| tps.iter().any(|tp| missing.iter().any(|m| m == tp));
+    let mut absent = Vec::new();
+    if lacks(&["sys_enter", "sys_exit"]) {
+        absent.push("socket calls and network waits");
+    }
+    if lacks(&["tcp_retransmit_skb"]) {
+        absent.push("TCP retransmits");
+    }
+    if lacks(&["inet_sock_set_state"]) {
+        absent.push("TCP state changes");
+    }
+    if lacks(&["sock_send_length", "sock_recv_length"]) {
+        absent.push("the untraced processes' socket traffic");
+    }
+    let note = match (wanted, absent.is_empty()) {
+        (false, _) => "network not recorded: the network probes were off".to_string(),
+        (true, true) => String::new(),
+        (true, false) => format!("not recorded for want of their tracepoints: {}", absent.join(", ")),
+    };
+    causeway_model::LibraryAttach {
+        kind: "network".into(),
+        how: "tracepoints".into(),
+        attached_at_ns: at_ns,
+        // in place before the traced processes were let go: nothing before is missing
+        complete: true,
+        symbols,
+        missing,
+        note,
+        ..Default::default()
+    }
+}
+
 /// Page allocation totals of one process (`struct cw_pages`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]

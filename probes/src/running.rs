@@ -428,6 +428,18 @@ impl<'o> Running<'o> {
         self.report.labels_socket = Some(path.display().to_string());
     }
 
+    /// What the trace has of the network (the tracepoints in place, or why there are none).
+    pub(crate) async fn on_network(&mut self) {
+        let wanted = self.opts.host_probes && self.opts.network;
+        let row = crate::loader::network_row(wanted, &self.probes.host_attached, self.report.started_at_ns);
+        if wanted && !row.note.is_empty() {
+            self.probes.notes.push(format!("network: {}", row.note));
+        }
+        self.report.attachments.push(row.clone());
+        let written = self.sink.write_attachments(vec![row]).await;
+        self.report.check_write("attachments", 1, written);
+    }
+
     /// What the trace has of the GPUs' own state (NVML found, or why not).
     pub(crate) async fn on_nvml(&mut self, row: causeway_model::LibraryAttach) {
         if row.note.starts_with("no NVML") {
