@@ -58,6 +58,12 @@ pub struct Decoder {
     /// tid -> comm: call records carry the comm only on a thread's first call; switch, wake-up and
     /// process records keep it fresh.
     comms: std::collections::HashMap<u32, String>,
+    /// Socket peers met so far by their raw (family, address, port), with their `net_peers` key:
+    /// a socket call finds its peer with one lookup; only a new peer is formatted and hashed.
+    peers: std::collections::HashMap<(u16, [u8; 16], u16), i64>,
+    /// Peers met since [`Decoder::take_new_peers`] last took them (an IPv4 peer met through both an
+    /// IPv4 and a dual-stack socket comes twice, under one key: the table keeps it once).
+    new_peers: Vec<causeway_model::NetPeer>,
 }
 
 impl Decoder {
@@ -66,7 +72,26 @@ impl Decoder {
     }
 
     pub fn with_offset(offset_ns: i64) -> Decoder {
-        Decoder { offset_ns, comms: Default::default() }
+        Decoder { offset_ns, comms: Default::default(), peers: Default::default(), new_peers: Vec::new() }
+    }
+
+    /// The peers met for the first time since the last call (`net_peers` rows to write).
+    pub(crate) fn take_new_peers(&mut self) -> Vec<causeway_model::NetPeer> {
+        std::mem::take(&mut self.new_peers)
+    }
+
+    /// The `net_peers` key of a record's peer (0: the socket had none).
+    fn peer_key(&mut self, n: &wire::NetRec) -> i64 {
+        if n.family == 0 {
+            return 0;
+        }
+        let new = &mut self.new_peers;
+        *self.peers.entry((n.family, n.addr, n.dport)).or_insert_with(|| {
+            let p = n.peer();
+            let key = p.peer;
+            new.push(p);
+            key
+        })
     }
 
     fn comm_of(&mut self, tid: u32, comm: String) -> String {
@@ -210,7 +235,7 @@ impl Decoder {
                     (true, 1) => op::TCP_RETRANSMIT,
                     (true, _) => op::TCP_STATE,
                 };
-                let peer = if n.family == 0 { 0 } else { n.peer().peer };
+                let peer = self.peer_key(&n);
                 let (arg0, arg1, ret_code) = match (n.tcp, n.op) {
                     // retransmit: the socket's state; state change: old, new
                     (true, 1) => (n.fd as i64, 0, 0),

@@ -119,7 +119,6 @@ pub(crate) fn read_rings(
     let mut seen_stacks: HashSet<i64> = HashSet::new();
     let mut py_codes = PyCodes::default();
     let mut seen_configs: HashSet<i64> = HashSet::new();
-    let mut seen_peers: HashSet<i64> = HashSet::new();
     let mut mapped: HashSet<u32> = HashSet::new();
     let mut batch = Msg::with_capacity();
     let mut last_send = Instant::now();
@@ -176,15 +175,6 @@ pub(crate) fn read_rings(
                         py_codes.add(p.clone());
                         continue;
                     }
-                    wire::Record::Net(n) => {
-                        if n.family != 0 {
-                            let peer = n.peer();
-                            if seen_peers.insert(peer.peer) {
-                                batch.peers.push(peer);
-                            }
-                        }
-                        None
-                    }
                     _ => None,
                 };
                 let mut stack = None;
@@ -229,6 +219,7 @@ pub(crate) fn read_rings(
                         nccl.forget(e.pid);
                     }
                     batch.events.push(e);
+                    batch.peers.extend(decoder.take_new_peers());
                 }
                 if batch.events.len() >= 8192 {
                     if tx.blocking_send(std::mem::replace(&mut batch, Msg::with_capacity())).is_err() {

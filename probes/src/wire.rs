@@ -605,8 +605,12 @@ mod tests {
         assert_eq!((n.tcp, n.op, n.family, n.cpu, n.pid, n.tid, n.ts, n.dur), (false, 2, 2, 1, 100, 101, 7, 9));
         assert_eq!((n.ret, n.fd, n.sport, n.dport, n.proto, n.comm.as_str()), (65536, 5, 40000, 29500, 6, "gpu"));
         assert_eq!(n.peer().label(), "10.0.0.2:29500");
-        let e = crate::decode::Decoder::with_offset(0).event(Record::Net(n.clone())).unwrap();
+        let mut d = crate::decode::Decoder::with_offset(0);
+        let e = d.event(Record::Net(n.clone())).unwrap();
         assert_eq!((e.source, e.op, e.arg0, e.arg1, e.arg2, e.ret_code), (7, 2, 65536, 5, n.peer().peer, 0));
+        assert_eq!(d.take_new_peers(), vec![n.peer()], "a new peer is handed over once");
+        assert_eq!(d.event(Record::Net(n.clone())).unwrap().arg2, e.arg2);
+        assert!(d.take_new_peers().is_empty(), "a known peer is not handed over again");
         // a failed receive keeps its errno, moves no byte
         let e = crate::decode::Decoder::with_offset(0).event(Record::Net(NetRec { ret: -104, ..n.clone() })).unwrap();
         assert_eq!((e.arg0, e.ret_code), (0, -104));
