@@ -485,16 +485,20 @@ mod tests {
         assert_eq!(nested_flags(&calls, &ThreadOrder::of(&calls)), vec![false, true, false, false, true]);
     }
 
-    #[test]
-    fn sleep_splits_at_the_wake_up() {
-        let d = SchedDetail {
+    /// Asleep from its switch-out until woken at 130 by pid 7 tid 8.
+    fn slept_until_130() -> SchedDetail {
+        SchedDetail {
             prev_state: PrevState::Sleeping,
             wake_ts_ns: 130,
             waker_pid: 7,
             waker_tid: 8,
             ..Default::default()
-        };
-        let s = segments(&off(1, 100, 150, Some(d)));
+        }
+    }
+
+    #[test]
+    fn sleep_splits_at_the_wake_up() {
+        let s = segments(&off(1, 100, 150, Some(slept_until_130())));
         assert_eq!(s.len(), 2);
         assert_eq!((s[0].cause, s[0].start, s[0].end), (Cause::Sleep, 100, 130));
         assert_eq!(s[0].culprit, Some((7, 8, String::new())));
@@ -503,14 +507,7 @@ mod tests {
 
     #[test]
     fn a_sleep_inside_a_socket_call_is_a_network_wait_on_its_peer() {
-        let d = SchedDetail {
-            prev_state: PrevState::Sleeping,
-            wake_ts_ns: 130,
-            waker_pid: 7,
-            waker_tid: 8,
-            ..Default::default()
-        };
-        let o = OffCpu { socket_peer: Some(42), ..off(1, 100, 150, Some(d.clone())) };
+        let o = OffCpu { socket_peer: Some(42), ..off(1, 100, 150, Some(slept_until_130())) };
         let s = segments(&o);
         assert_eq!((s[0].cause, s[0].end, s[0].peer, &s[0].culprit), (Cause::NetworkWait, 130, 42, &None));
         assert_eq!(s[1].cause, Cause::RunqueueWait, "the run-queue wait after the data came is not the network's");

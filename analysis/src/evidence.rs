@@ -7,7 +7,7 @@
 //! long gaps of a thread) and a *measure* over it (an off-CPU segment of one cause and culprit, the
 //! uncovered part, the remainder).
 
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::{self, op, OpCode, OpKind};
 use causeway_model::time::TimeWindow;
 
 use crate::attribution::{
@@ -137,15 +137,11 @@ pub enum CulpritKey {
 fn in_socket_call(peer: Option<i64>) -> String {
     let peer = peer.map(|p| format!(" AND n.arg2 = {p}")).unwrap_or_default();
     format!(
-        "EXISTS (SELECT 1 FROM events n WHERE n.tid = e.tid AND n.source = {net} AND n.op IN ({ops}) \
+        "EXISTS (SELECT 1 FROM events n WHERE n.tid = e.tid AND {ops} \
          AND n.timestamp <= e.timestamp - e.duration AND n.timestamp + n.duration >= e.timestamp{peer})",
-        net = op::NET_SEND.source,
-        ops = SOCKET_CALL_OPS.iter().map(|o| o.op.to_string()).collect::<Vec<_>>().join(", "),
+        ops = ops_condition("n", &codes::ops_of_kind(OpKind::SocketCall)),
     )
 }
-
-/// The socket calls an off-CPU interval can lie in.
-pub const SOCKET_CALL_OPS: [OpCode; 4] = [op::NET_SEND, op::NET_RECV, op::NET_CONNECT, op::NET_ACCEPT];
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::{self, op, OpCode, OpKind};
 use causeway_model::time::{ns_to_us, TimeWindow};
 use causeway_store::{EventFilter, TraceStore};
 
@@ -114,25 +114,23 @@ pub fn network_report(
         match code {
             op::TCP_RETRANSMIT => t.retransmits += 1,
             op::TCP_STATE => t.state_changes += 1,
-            _ => {
-                match code {
-                    op::NET_SEND => {
-                        t.sends += 1;
-                        t.bytes_sent += e.arg0;
-                    }
-                    op::NET_RECV => {
-                        t.receives += 1;
-                        t.bytes_received += e.arg0;
-                    }
-                    op::NET_CONNECT => t.connects += 1,
-                    _ => t.accepts += 1,
-                }
-                // a non-blocking connect's EINPROGRESS (-115) is no failure
-                if e.ret_code < 0 && e.ret_code != -115 {
-                    t.errors += 1;
-                }
-                durations.push(e.dur_ns);
+            op::NET_SEND => {
+                t.sends += 1;
+                t.bytes_sent += e.arg0;
             }
+            op::NET_RECV => {
+                t.receives += 1;
+                t.bytes_received += e.arg0;
+            }
+            op::NET_CONNECT => t.connects += 1,
+            _ => t.accepts += 1, // NET_ACCEPT: the filter reads no other op
+        }
+        if codes::op_kind(e.source, e.op) == OpKind::SocketCall {
+            // a non-blocking connect's EINPROGRESS (-115) is no failure
+            if e.ret_code < 0 && e.ret_code != -115 {
+                t.errors += 1;
+            }
+            durations.push(e.dur_ns);
         }
     })?;
     let mut peers: Vec<PeerTraffic> = per

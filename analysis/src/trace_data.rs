@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_model::codes::op;
+use causeway_model::codes::{self, op};
 use causeway_model::time::TimeWindow;
 use causeway_store::{EventFilter, EventId, QueryLimits, StoredEvent, TraceStore};
 
@@ -244,8 +244,13 @@ pub fn merge_intervals(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
     merged
 }
 
-/// Off-CPU intervals per thread that touch `spans`, sorted by start.
-pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
+/// Off-CPU intervals per thread that touch `spans`, sorted by start; with `socket_calls` (the
+/// trace names socket peers: `Names::peers`), those inside a socket call tagged with its peer.
+pub fn load_off_cpu(
+    store: &dyn TraceStore,
+    spans: &Spans,
+    socket_calls: bool,
+) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
     let mut out: HashMap<u32, Vec<OffCpu>> = HashMap::new();
     let Some(from) = spans.earliest() else { return Ok(out) };
     let tids: Vec<u32> = spans.by_tid.keys().copied().collect();
@@ -278,24 +283,25 @@ pub fn load_off_cpu(store: &dyn TraceStore, spans: &Spans) -> Result<HashMap<u32
     for v in out.values_mut() {
         v.sort_by(|a, b| (a.start, &a.id).cmp(&(b.start, &b.id)));
     }
-    mark_socket_waits(store, spans, &mut out)?;
+    if socket_calls {
+        mark_socket_waits(store, spans, &mut out)?;
+    }
     Ok(out)
 }
 
 /// Tag each off-CPU interval that lies inside a socket call of its thread with the call's peer
 /// ([`OffCpu::socket_peer`]). The socket calls read are those of the threads in `spans` that
 /// overlap their spans. A trace that names no peer (`net_peers` empty or absent: Ingero DBs,
-/// traces without network probes) recorded no socket call, and is not scanned for them.
+/// traces without network probes) recorded no socket call: its callers do not ask.
 fn mark_socket_waits(
     store: &dyn TraceStore,
     spans: &Spans,
     off: &mut HashMap<u32, Vec<OffCpu>>,
 ) -> Result<(), AnalysisError> {
-    let Some(from) = spans.earliest() else { return Ok(()) };
-    let to = spans.by_tid.values().filter_map(|v| v.last().map(|s| s.1)).max();
-    if off.is_empty() || !store.info().has_table("net_peers") || store.net_peers()?.is_empty() {
+    if off.is_empty() {
         return Ok(());
     }
+    let to = spans.by_tid.values().filter_map(|v| v.last().map(|s| s.1)).max();
     let tids: Vec<u32> = off.keys().copied().collect();
     let mut calls: HashMap<u32, Vec<(i64, i64, i64)>> = HashMap::new();
     for chunk in tids.chunks(500) {
@@ -303,12 +309,10 @@ fn mark_socket_waits(
         let filter = EventFilter {
             window: TimeWindow { from_ns: None, to_ns: to },
             tids: Some(chunk.to_vec()),
-            ops: Some(crate::evidence::SOCKET_CALL_OPS.to_vec()),
+            ops: Some(codes::ops_of_kind(codes::OpKind::SocketCall)),
             ..Default::default()
         };
-        let keep = |tid: u32, ts: i64, dur: i64| {
-            ts.saturating_add(dur) >= from && spans.touches(tid, ts, ts.saturating_add(dur))
-        };
+        let keep = |tid: u32, ts: i64, dur: i64| spans.touches(tid, ts, ts.saturating_add(dur));
         store.scan_events_kept(&filter, &keep, &mut |s| {
             let e = &s.event;
             calls.entry(e.tid).or_default().push((e.ts_ns, e.end_ns(), e.arg2));

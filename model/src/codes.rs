@@ -381,6 +381,12 @@ pub fn op_kind(source: u8, op: u16) -> OpKind {
     find(source, op).map(|e| e.3).unwrap_or(OpKind::Other)
 }
 
+/// Every known op of `kind`, in code order (the table is the one list: e.g. the socket calls an
+/// off-CPU interval can lie in are the ops of [`OpKind::SocketCall`]).
+pub fn ops_of_kind(kind: OpKind) -> Vec<OpCode> {
+    OPS.iter().filter(|e| e.3 == kind).map(|e| OpCode::new(e.0, e.1)).collect()
+}
+
 /// What a code means ("unknown op code" for unknown codes).
 pub fn op_description(source: u8, op: u16) -> &'static str {
     find(source, op).map(|e| e.4).unwrap_or("unknown op code")

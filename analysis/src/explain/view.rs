@@ -94,7 +94,7 @@ impl<'s> TraceView<'s> {
     /// What the attribution of `found` needs: off-CPU intervals (and their wakers' names),
     /// coverage, page allocations, kernel names, the scope's bounds.
     pub(super) fn load_context(&mut self, calls: &[attr::Call], found: &Found) -> Result<Context, AnalysisError> {
-        let off = trace_data::load_off_cpu(self.store, &found.spans)?;
+        let off = trace_data::load_off_cpu(self.store, &found.spans, !self.names.peers.is_empty())?;
         let wakers = off.values().flatten().filter_map(|o| o.sched.as_ref()).map(|s| s.waker_tid);
         self.names.resolve_threads(self.store, wakers)?;
         let coverage = if self.scope.sched_detail { None } else { Some(trace_data::load_coverage(self.store)?) };
@@ -134,7 +134,7 @@ impl<'s> TraceView<'s> {
 
     /// The off-CPU intervals of `spans` (threads and their intervals), naming the threads in them.
     pub(super) fn off_cpu(&mut self, spans: &Spans) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
-        let off = trace_data::load_off_cpu(self.store, spans)?;
+        let off = trace_data::load_off_cpu(self.store, spans, !self.names.peers.is_empty())?;
         self.names.resolve_threads(self.store, spans.by_tid.keys().copied())?;
         Ok(off)
     }
