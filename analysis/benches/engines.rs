@@ -1,6 +1,7 @@
 //! Storage engines side by side, in one run, on the same generated traces (1M and 10M events):
 //! write throughput into each backend (through the engine's sink, as a trace writes: batches of 8,192
-//! events, grouped per commit by the writer thread; generation not timed), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step)
+//! events, grouped per commit by the writer thread; generation not timed; the streaming part and
+//! `finish`, which builds what a finished trace holds beyond its rows, apart), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step)
 //! on each, and the ratio of every figure to SQLite. Prints one table.
 //!
 //! `cargo bench --workspace --bench engines` (the workspace enables DuckDB and reuses the tests'
@@ -23,8 +24,9 @@ const TRACER_BATCH: usize = 8192;
 /// Writes `n` events the way a trace does: batches of [`TRACER_BATCH`] into the engine's sink
 /// (writer thread behind a queue, queued batches grouped into one commit), then `finish`. The
 /// events are generated before the clock starts. Returns the seconds from the first batch to the
-/// finished file, and the file size.
-fn write(path: &Path, backend: Engine, n: usize) -> (f64, u64) {
+/// last one committed (the streaming part, what a tracer pays while it traces), the seconds of
+/// `finish` after it (indexes, checkpoint: paid once, when the trace ends) and the file size.
+fn write(path: &Path, backend: Engine, n: usize) -> (f64, f64, u64) {
     let session =
         SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() };
     let mut gen = SyntheticTrace::new(42, session.started_at_ns);
@@ -39,22 +41,27 @@ fn write(path: &Path, backend: Engine, n: usize) -> (f64, u64) {
     let sink: Box<dyn EventSink> =
         causeway_backends::create_sink(path, session.clone(), Some(backend)).expect("create");
     let t = Instant::now();
-    let summary = rt.block_on(async move {
+    let (summary, streamed) = rt.block_on(async move {
         let mut sink = sink;
         for b in batches {
             sink.write_batch(b).await.expect("write");
         }
-        sink.finish(session.started_at_ns + 1).await.expect("finish")
+        sink.flush().await.expect("flush");
+        let streamed = t.elapsed().as_secs_f64();
+        (sink.finish(session.started_at_ns + 1).await.expect("finish"), streamed)
     });
-    let timed = t.elapsed().as_secs_f64();
+    let finish = t.elapsed().as_secs_f64() - streamed;
     assert_eq!((summary.events_written, summary.losses.len()), (n as u64, 0), "every event written, none lost");
-    (timed, std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
+    (streamed, finish, std::fs::metadata(path).map(|m| m.len()).unwrap_or(0))
 }
 
 struct Row {
     backend: Engine,
     n: usize,
+    /// The streaming part of the write (first batch to the last committed).
     write_s: f64,
+    /// `finish` after it: what a finished trace holds beyond its rows is built here.
+    finish_s: f64,
     size: u64,
     stats_s: f64,
     stats_mib: f64,
@@ -68,7 +75,7 @@ struct Row {
 fn measure(dir: &Path, backend: Engine, n: usize) -> Row {
     let ext = backend.extension();
     let path = dir.join(format!("bench-{n}.{ext}"));
-    let (write_s, size) = write(&path, backend, n);
+    let (write_s, finish_s, size) = write(&path, backend, n);
     let store = open_store(&path).expect("open");
     assert_eq!(store.info().events, n as u64);
     causeway_testdata::reset_peak_rss();
@@ -109,7 +116,7 @@ fn measure(dir: &Path, backend: Engine, n: usize) -> Row {
     if std::env::var_os("CAUSEWAY_BENCH_KEEP").is_none() {
         let _ = std::fs::remove_file(&path);
     }
-    Row { backend, n, write_s, size, stats_s, stats_mib, explain_s, explain_mib, scan_s }
+    Row { backend, n, write_s, finish_s, size, stats_s, stats_mib, explain_s, explain_mib, scan_s }
 }
 
 fn main() {
@@ -143,17 +150,18 @@ fn main() {
     }
     println!();
     println!(
-        "| engine | events | write s | events/s | file MiB | stats s | stats peak MiB | explain s | explain peak MiB | stats+explain s | vs SQLite (write / stats / explain) | stats by Rust scan s |"
+        "| engine | events | write s | events/s | finish s | file MiB | stats s | stats peak MiB | explain s | explain peak MiB | stats+explain s | vs SQLite (write / stats / explain) | stats by Rust scan s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     for r in &rows {
         let base = rows.iter().find(|x| x.n == r.n && x.backend == Engine::Sqlite).unwrap_or(r);
         println!(
-            "| {} | {} | {:.2} | {:.0} | {:.1} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.2}x / {:.2}x / {:.2}x faster | {} |",
+            "| {} | {} | {:.2} | {:.0} | {:.2} | {:.1} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.2}x / {:.2}x / {:.2}x faster | {} |",
             r.backend.name(),
             r.n,
             r.write_s,
             r.n as f64 / r.write_s,
+            r.finish_s,
             r.size as f64 / 1048576.0,
             r.stats_s,
             r.stats_mib,

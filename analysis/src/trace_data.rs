@@ -427,8 +427,13 @@ pub fn scope_bounds(
     if let Some(p) = pid {
         conds.push(format!("pid = {p}"));
     }
+    // one aggregate per subquery: SQLite answers a lone MIN or MAX of the timestamp index's
+    // column from the index's ends, but scans every row for the two together
+    let cond = conds.join(" AND ");
     let r = store.query(
-        &format!("SELECT MIN(timestamp), MAX(timestamp) FROM events WHERE {}", conds.join(" AND ")),
+        &format!(
+            "SELECT (SELECT MIN(timestamp) FROM events WHERE {cond}), (SELECT MAX(timestamp) FROM events WHERE {cond})"
+        ),
         &QueryLimits::with_rows(1),
     )?;
     let row = r.rows.first();

@@ -14,7 +14,7 @@ use crate::AggregateRow;
 pub const NATIVE_SCHEMA_VERSION: u32 = 1;
 
 /// Tables and columns, created when a trace is created. Indexes come at the end of a trace
-/// ([`INDEXES`]): building them once is far cheaper than maintaining them per row.
+/// ([`indexes`]): building them once is far cheaper than maintaining them per row.
 pub const NATIVE_DDL: &str = r#"
 CREATE TABLE IF NOT EXISTS schema_info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
@@ -244,12 +244,53 @@ pub fn aggregate_params(a: &AggregateRow) -> [SqlParam<'static>; 10] {
     ]
 }
 
-/// Indexes built when a trace is finished: time windows and per-thread timelines (the access paths
-/// of the analysis; per-op scans read the whole window anyway). Same names as Ingero's where they overlap.
-pub const INDEXES: &str = r#"
-CREATE INDEX IF NOT EXISTS idx_events_timestamp ON events(timestamp);
-CREATE INDEX IF NOT EXISTS idx_events_tid_timestamp ON events(tid, timestamp);
-"#;
+/// The condition that selects `sched_switch` rows, with the codes as literals: SQLite uses a
+/// partial index only for a query whose WHERE holds its condition word for word, never through
+/// bound parameters. [`indexes`] and the SQLite reader's off-CPU scan both use this text.
+pub fn switch_rows_condition() -> String {
+    let s = codes::op::SCHED_SWITCH;
+    format!("source = {} AND op = {}", s.source, s.op)
+}
+
+/// The condition that selects the rows outside the two bulk classes (GPU calls, `sched_switch`):
+/// the rare rows (wakeups, page allocations, process lifecycle, block I/O, sockets, labels, ...)
+/// that analyses look up by op. [`is_other_row`] is the same test in Rust.
+pub fn other_rows_condition() -> String {
+    let bulk: Vec<String> = codes::GPU_CALL_SOURCES.iter().map(u8::to_string).collect();
+    format!("source NOT IN ({}) AND NOT ({})", bulk.join(", "), switch_rows_condition())
+}
+
+/// Whether rows of `op` satisfy [`other_rows_condition`].
+pub fn is_other_row(op: codes::OpCode) -> bool {
+    !codes::GPU_CALL_SOURCES.contains(&op.source) && op != codes::op::SCHED_SWITCH
+}
+
+/// The columns of an off-CPU interval after `tid` and `timestamp` (what
+/// `TraceStore::scan_switches_kept` reads), in the order of the SQLite switch index.
+pub const SWITCH_DETAIL_COLUMNS: [&str; 10] =
+    ["duration", "pid", "cpu", "prev_state", "next_pid", "next_tid", "next_comm", "wake_ts", "waker_pid", "waker_tid"];
+
+/// Indexes built when a (SQLite) trace is finished: time windows and per-thread timelines (the
+/// access paths of the analysis; per-op scans read the whole window anyway; same names as
+/// Ingero's where they overlap), and the threads' off-CPU intervals: a partial index of the
+/// `sched_switch` rows holding every column an interval needs, so the intervals of a few threads'
+/// slow calls are read from it in (thread, time) order without touching the table (17x faster
+/// than the rows through the per-thread index, for about 8% more file); and the rare rows by op
+/// and time, a partial index of the rows outside the bulk classes, so a lookup of forks or page
+/// allocations reads those rows only instead of every row of the window. An index of every row
+/// by op would lead SQLite's planner, which has no statistics, to read the bulk classes through it
+/// (twice the time of the table scan it replaces).
+pub fn indexes() -> String {
+    format!(
+        "CREATE INDEX IF NOT EXISTS idx_events_timestamp ON events(timestamp);\n\
+         CREATE INDEX IF NOT EXISTS idx_events_tid_timestamp ON events(tid, timestamp);\n\
+         CREATE INDEX IF NOT EXISTS idx_events_switches ON events(tid, timestamp, {}) WHERE {};\n\
+         CREATE INDEX IF NOT EXISTS idx_events_other ON events(source, op, timestamp) WHERE {};\n",
+        SWITCH_DETAIL_COLUMNS.join(", "),
+        switch_rows_condition(),
+        other_rows_condition()
+    )
+}
 
 /// Columns added to `sessions` after schema version 1 was first written, with their DDL: a trace
 /// recorded before them gets them when a new session is appended (readers tolerate their absence).

@@ -254,7 +254,10 @@ pub fn typed_queries_and_filters(b: Engine) {
             }
             let mut switches = Vec::new();
             let n = store.scan_switches_kept(&f, &keep, &mut |r| switches.push(r)).unwrap();
-            let want_switches: Vec<SwitchRow> = want_kept.iter().cloned().map(SwitchRow::of).collect();
+            // in no guaranteed order (SQLite's switch index gives thread, then time)
+            switches.sort_by_key(|r| (r.ts, r.id.clone()));
+            let mut want_switches: Vec<SwitchRow> = want_kept.iter().cloned().map(SwitchRow::of).collect();
+            want_switches.sort_by_key(|r| (r.ts, r.id.clone()));
             assert_eq!((n as usize, &switches), (want_kept.len(), &want_switches), "scan_switches_kept: {what}");
             let mut slim = Vec::new();
             let n = store.scan_slim(&f, &mut |r| slim.push(r)).unwrap();

@@ -392,8 +392,9 @@ pub trait TraceStore: Send + Sync {
         })?;
         Ok(n)
     }
-    /// [`TraceStore::scan_events_kept`] read as [`SwitchRow`]s (for `sched_switch` filters):
-    /// engines that read columns skip the columns an off-CPU interval does not need.
+    /// [`TraceStore::scan_events_kept`] read as [`SwitchRow`]s (for `sched_switch` filters), in no
+    /// guaranteed order (callers sort): engines skip the columns an off-CPU interval does not need
+    /// and read the rows in whatever order their access path gives.
     fn scan_switches_kept(
         &self,
         filter: &EventFilter,

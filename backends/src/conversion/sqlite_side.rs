@@ -12,7 +12,7 @@ use causeway_model::{
 };
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
-use crate::schema::{self, EVENT_AGGREGATES_DDL, INDEXES, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
+use crate::schema::{self, EVENT_AGGREGATES_DDL, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
 use crate::sqlite::rows::{column_or_default, decode_event, event_select_list, int, opt_int, EVENT_SELECT_WIDTH};
 use crate::SqliteStore;
 use crate::{AggregateRow, StackRecord, TraceStore};
@@ -351,7 +351,7 @@ impl ConvertTarget for SqliteTarget {
 
     fn finish(self: Box<Self>) -> Result<()> {
         self.conn.execute_batch("PRAGMA threads=2;")?;
-        self.conn.execute_batch(INDEXES)?;
+        self.conn.execute_batch(&schema::indexes())?;
         self.conn.execute_batch("PRAGMA journal_mode=DELETE;")?;
         self.conn.close().map_err(|(_, e)| StoreError::Engine(format!("{}: {e}", self.path.display())))?;
         Ok(())

@@ -3,8 +3,10 @@
 //! A trace may also be a [`series`] of files, written by [`RollingWriter`] (rollover by size and
 //! age, retention of the oldest) and read as one trace by [`SqliteStore`].
 
+mod access_paths;
 mod event_rows;
 pub mod heap;
+mod parallel;
 mod reader;
 mod rolling;
 pub(crate) mod rows;

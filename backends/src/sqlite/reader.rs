@@ -18,7 +18,9 @@ use rusqlite::{Connection, OpenFlags, Row};
 use causeway_model::codes::OpCode;
 use causeway_model::SessionInfo;
 
-use super::rows::{column_or_default, decode_event, event_select_list, int};
+use super::access_paths::where_clause;
+use super::parallel;
+use super::rows::{column_or_default, decode_event, event_select_list, int, sched_detail};
 use super::series::SeriesRead;
 use super::target::{read_uri, uri_for, wal_path, ReadTarget};
 use crate::describe::EngineNotes;
@@ -206,6 +208,45 @@ impl SqliteStore {
         column_or_default(&self.info, name, default)
     }
 
+    /// Every row of `select` + `clause`, decoded, to `f` in no particular order: a finished
+    /// native trace of many events is read in id ranges on parallel connections
+    /// ([`parallel`](super::parallel)), anything else on the store's connection.
+    fn scan_rows<T: Send>(
+        &self,
+        select: &str,
+        clause: &str,
+        params: &[Value],
+        decode: fn(&Row<'_>) -> rusqlite::Result<T>,
+        f: &mut dyn FnMut(T),
+    ) -> Result<u64> {
+        let threads = parallel::threads();
+        let split = threads > 1
+            && self.info.events >= parallel::MIN_EVENTS
+            && self.target.is_finished_file()
+            && matches!(self.info.format, TraceFormat::Native { .. });
+        if split {
+            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            return parallel::scan_ranges(
+                &conn,
+                &|| self.connect(),
+                threads,
+                parallel::Scan { select, clause, params },
+                decode,
+                f,
+            );
+        }
+        self.with_conn(|c| {
+            let mut st = c.prepare(&format!("{select}{clause}"))?;
+            let mut rows = st.query(rusqlite::params_from_iter(params))?;
+            let mut n = 0u64;
+            while let Some(r) = rows.next()? {
+                f(decode(r)?);
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
     fn select_events_sql(&self) -> String {
         format!("SELECT {} FROM events", event_select_list(&self.info, "id".into()).join(", "))
     }
@@ -214,6 +255,30 @@ impl SqliteStore {
 fn parse_version(v: &str) -> Option<(u32, u32)> {
     let (a, b) = v.trim().trim_start_matches('v').split_once('.')?;
     Some((a.parse().ok()?, b.split('.').next()?.parse().ok()?))
+}
+
+/// A row of `scan_durations`' select.
+fn duration_row(r: &Row<'_>) -> rusqlite::Result<DurationRow> {
+    Ok(DurationRow {
+        op: OpCode::new(int(r, 0)? as u8, int(r, 1)? as u16),
+        pid: int(r, 2)? as u32,
+        ts_ns: int(r, 3)?,
+        dur_ns: int(r, 4)?,
+    })
+}
+
+/// A row of `scan_slim`'s select.
+fn slim_row(r: &Row<'_>) -> rusqlite::Result<SlimEvent> {
+    Ok(SlimEvent {
+        id: event_id(r, 0)?,
+        ts: int(r, 1)?,
+        dur: int(r, 2)?,
+        pid: int(r, 3)? as u32,
+        tid: int(r, 4)? as u32,
+        op: OpCode::new(int(r, 5)? as u8, int(r, 6)? as u16),
+        arg0: int(r, 7)?,
+        arg2: int(r, 8)?,
+    })
 }
 
 fn text(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
@@ -238,11 +303,6 @@ fn row_to_event(r: &Row<'_>) -> rusqlite::Result<StoredEvent> {
 }
 
 /// WHERE clause and parameters for a filter (SQLite values).
-fn where_clause(f: &EventFilter) -> (String, Vec<Value>) {
-    let (clause, params) = reader_common::where_clause(f);
-    (clause, params.into_iter().map(Value::Integer).collect())
-}
-
 impl TraceStore for SqliteStore {
     fn engine(&self) -> Engine {
         Engine::Sqlite
@@ -330,50 +390,23 @@ impl TraceStore for SqliteStore {
 
     fn scan_durations(&self, filter: &EventFilter, f: &mut dyn FnMut(&DurationRow)) -> Result<u64> {
         let (clause, params) = where_clause(filter);
-        let sql = format!("SELECT source, op, pid, timestamp, duration FROM events{clause}");
-        self.with_conn(|c| {
-            let mut st = c.prepare(&sql)?;
-            let mut rows = st.query(rusqlite::params_from_iter(params))?;
-            let mut n = 0u64;
-            while let Some(r) = rows.next()? {
-                f(&DurationRow {
-                    op: OpCode::new(int(r, 0)? as u8, int(r, 1)? as u16),
-                    pid: int(r, 2)? as u32,
-                    ts_ns: int(r, 3)?,
-                    dur_ns: int(r, 4)?,
-                });
-                n += 1;
-            }
-            Ok(n)
-        })
+        self.scan_rows(
+            "SELECT source, op, pid, timestamp, duration FROM events",
+            &clause,
+            &params,
+            duration_row,
+            &mut |r| f(&r),
+        )
     }
 
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
         let (clause, params) = where_clause(filter);
-        let sql = format!(
-            "SELECT id, timestamp, duration, pid, tid, source, op, {}, {} FROM events{clause}",
+        let select = format!(
+            "SELECT id, timestamp, duration, pid, tid, source, op, {}, {} FROM events",
             self.col("arg0", "0"),
             self.col("arg2", "0")
         );
-        self.with_conn(|c| {
-            let mut st = c.prepare(&sql)?;
-            let mut rows = st.query(rusqlite::params_from_iter(params))?;
-            let mut n = 0u64;
-            while let Some(r) = rows.next()? {
-                f(SlimEvent {
-                    id: event_id(r, 0)?,
-                    ts: int(r, 1)?,
-                    dur: int(r, 2)?,
-                    pid: int(r, 3)? as u32,
-                    tid: int(r, 4)? as u32,
-                    op: OpCode::new(int(r, 5)? as u8, int(r, 6)? as u16),
-                    arg0: int(r, 7)?,
-                    arg2: int(r, 8)?,
-                });
-                n += 1;
-            }
-            Ok(n)
-        })
+        self.scan_rows(&select, &clause, &params, slim_row, f)
     }
 
     fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>> {
@@ -425,6 +458,42 @@ impl TraceStore for SqliteStore {
             let mut n = 0u64;
             while let Some(r) = rows.next()? {
                 f(row_to_event(r)?);
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
+    /// The columns of an interval only, `keep` asked before the scheduler detail is decoded. A
+    /// finished trace's switch index answers a `sched_switch` filter without reading the table
+    /// (rows in thread, then time order); a trace still being written reads the table, with the
+    /// same rows.
+    fn scan_switches_kept(
+        &self,
+        filter: &EventFilter,
+        keep: &dyn Fn(u32, i64, i64) -> bool,
+        f: &mut dyn FnMut(SwitchRow),
+    ) -> Result<u64> {
+        let (clause, params) = where_clause(filter);
+        let defaults = |c: &str| match c {
+            "cpu" => "-1",
+            _ => "NULL",
+        };
+        let detail: Vec<String> =
+            crate::schema::SWITCH_DETAIL_COLUMNS.iter().map(|c| self.col(c, defaults(c))).collect();
+        // id, timestamp, tid, then duration, pid, cpu and the seven of the scheduler detail
+        let sql = format!("SELECT id, timestamp, tid, {} FROM events{clause}", detail.join(", "));
+        self.with_conn(|c| {
+            let mut st = c.prepare(&sql)?;
+            let mut rows = st.query(rusqlite::params_from_iter(params))?;
+            let mut n = 0u64;
+            while let Some(r) = rows.next()? {
+                let (ts, tid, dur) = (int(r, 1)?, int(r, 2)? as u32, int(r, 3)?);
+                if !keep(tid, ts, dur) {
+                    continue;
+                }
+                let (pid, cpu) = (int(r, 4)? as u32, int(r, 5)? as i32);
+                f(SwitchRow { id: event_id(r, 0)?, ts, dur, pid, tid, cpu, sched: sched_detail(r, 6, text)? });
                 n += 1;
             }
             Ok(n)

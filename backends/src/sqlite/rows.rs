@@ -78,24 +78,33 @@ pub(crate) fn event_select_list(info: &TraceInfo, id_expr: String) -> Vec<String
     cols
 }
 
+/// The scheduler detail in the seven columns from `first` on (`prev_state`, `next_pid`,
+/// `next_tid`, `next_comm`, `wake_ts`, `waker_pid`, `waker_tid`); `None` when `prev_state` is NULL
+/// (a row without it, or a DB that does not record it).
+pub(crate) fn sched_detail(
+    r: &Row<'_>,
+    first: usize,
+    text: fn(&Row<'_>, usize) -> rusqlite::Result<String>,
+) -> rusqlite::Result<Option<SchedDetail>> {
+    let Some(ps) = opt_int(r, first)? else { return Ok(None) };
+    Ok(Some(SchedDetail {
+        prev_state: PrevState::from_code(ps),
+        next_pid: opt_int(r, first + 1)?.unwrap_or(0) as u32,
+        next_tid: opt_int(r, first + 2)?.unwrap_or(0) as u32,
+        next_comm: text(r, first + 3)?,
+        wake_ts_ns: opt_int(r, first + 4)?.unwrap_or(0),
+        waker_pid: opt_int(r, first + 5)?.unwrap_or(0) as u32,
+        waker_tid: opt_int(r, first + 6)?.unwrap_or(0) as u32,
+    }))
+}
+
 /// The event in columns 1 to 23 of a row selected with [`event_select_list`]; `text` reads the
 /// string columns.
 pub(crate) fn decode_event(
     r: &Row<'_>,
     text: fn(&Row<'_>, usize) -> rusqlite::Result<String>,
 ) -> rusqlite::Result<Event> {
-    let sched = match opt_int(r, 16)? {
-        Some(ps) => Some(SchedDetail {
-            prev_state: PrevState::from_code(ps),
-            next_pid: opt_int(r, 17)?.unwrap_or(0) as u32,
-            next_tid: opt_int(r, 18)?.unwrap_or(0) as u32,
-            next_comm: text(r, 19)?,
-            wake_ts_ns: opt_int(r, 20)?.unwrap_or(0),
-            waker_pid: opt_int(r, 21)?.unwrap_or(0) as u32,
-            waker_tid: opt_int(r, 22)?.unwrap_or(0) as u32,
-        }),
-        None => None,
-    };
+    let sched = sched_detail(r, 16, text)?;
     Ok(Event {
         ts_ns: int(r, 1)?,
         dur_ns: int(r, 2)?,

@@ -33,6 +33,11 @@ impl ReadTarget {
         }
     }
 
+    /// Whether this is one finished file (opened immutable: no WAL pages, no writer).
+    pub(crate) fn is_finished_file(&self) -> bool {
+        matches!(self, ReadTarget::File(uri) if uri.ends_with("?immutable=1"))
+    }
+
     /// The schemas a query may read: `main`, and a series' `temp` views and attached parts.
     pub(crate) fn reads_schema(&self, schema: &str) -> bool {
         schema.eq_ignore_ascii_case("main")

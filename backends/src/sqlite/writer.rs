@@ -15,7 +15,7 @@ use causeway_model::{
 };
 
 use crate::cuda_tables::{self, AttachmentJson};
-use crate::schema::{self, INDEXES, NATIVE_DDL};
+use crate::schema::{self, NATIVE_DDL};
 use crate::sink::{EngineWriter, QueuedSink};
 use crate::{Result, StoreError};
 use crate::{StackRecord, TraceStore};
@@ -250,7 +250,7 @@ impl SqliteWriter {
         self.conn
             .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
         self.conn.execute_batch("PRAGMA threads=2;")?;
-        self.conn.execute_batch(INDEXES)?;
+        self.conn.execute_batch(&schema::indexes())?;
         leave_wal_mode(&self.conn, patience);
         Ok(self.written)
     }
