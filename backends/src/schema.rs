@@ -256,8 +256,10 @@ pub fn switch_rows_condition() -> String {
 /// the rare rows (wakeups, page allocations, process lifecycle, block I/O, sockets, labels, ...)
 /// that analyses look up by op. [`is_other_row`] is the same test in Rust.
 pub fn other_rows_condition() -> String {
-    let bulk: Vec<String> = codes::GPU_CALL_SOURCES.iter().map(u8::to_string).collect();
-    format!("source NOT IN ({}) AND NOT ({})", bulk.join(", "), switch_rows_condition())
+    // `<>` terms, not `NOT IN (..)`: SQLite evaluates a NOT IN list through an ephemeral table,
+    // which made building the index 5x slower
+    let bulk: Vec<String> = codes::GPU_CALL_SOURCES.iter().map(|s| format!("source <> {s}")).collect();
+    format!("{} AND NOT ({})", bulk.join(" AND "), switch_rows_condition())
 }
 
 /// Whether rows of `op` satisfy [`other_rows_condition`].
