@@ -159,13 +159,17 @@ pub(crate) fn loss_counter(source: i64, kind: &str, count: i64) -> Option<LossCo
     Some(LossCounter { source: source as u8, kind: LossKind::parse(kind)?, count: count.max(0) as u64 })
 }
 
+/// The rows of `events`, its first and its last timestamp (`None`: no rows).
+pub(crate) type EventExtent = (i64, Option<i64>, Option<i64>);
+
 /// The [`TraceInfo`] of an opened trace from what its reader read: `extent` is `count(*)`,
-/// `min(timestamp)`, `max(timestamp)` of `events`; a converted trace reports only its original's
-/// `events` columns and also what its original did not record.
+/// `min(timestamp)`, `max(timestamp)` of `events` (or what a finished SQLite trace recorded of
+/// them); a converted trace reports only its original's `events` columns and also what its
+/// original did not record.
 pub(crate) fn trace_info(
     path: &Path,
     format: TraceFormat,
-    extent: (i64, Option<i64>, Option<i64>),
+    extent: EventExtent,
     columns: Vec<String>,
     tables: Vec<String>,
     sampled: bool,

@@ -134,6 +134,53 @@ fn a_second_trace_appends_a_session_and_foreign_dbs_are_refused() {
     assert!(err.to_string().contains("not a Causeway trace"), "{err}");
 }
 
+/// A finished trace records its extent so opening it does not count ten million rows; a session
+/// appended later, or a recorded extent that no longer matches the rows, is counted again.
+#[test]
+fn the_extent_recorded_at_finish_is_the_counted_one_and_never_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.db");
+    let recorded = |path: &std::path::Path| -> Option<String> {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("SELECT value FROM schema_info WHERE key = 'finished_extent'", [], |r| r.get(0))
+            .ok()
+    };
+    let counted = |path: &std::path::Path| -> (u64, i64, i64) {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap()
+    };
+    let info = |path: &std::path::Path| {
+        let i = SqliteStore::open(path).unwrap().info().clone();
+        (i.events, i.first_ns, i.last_ns)
+    };
+    for (i, n) in [(0u64, 500usize), (1, 300)] {
+        let mut w = SqliteWriter::create(&path, &session(i as i64)).unwrap();
+        // the writer forgets the extent as soon as it opens the trace
+        assert_eq!(recorded(&path), None);
+        w.write_batches([SyntheticTrace::new(i + 7, 1_000 * i as i64).take(n).as_slice()]).unwrap();
+        w.finish(10).unwrap();
+        assert!(recorded(&path).is_some());
+        assert_eq!(info(&path), counted(&path));
+    }
+    assert_eq!(info(&path).0, 800);
+    // the recorded extent is what opening reads (the rows are not counted again): one that ends
+    // at the trace's last id is believed, even when planted
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let max_id: i64 = c.query_row("SELECT max(id) FROM events", [], |r| r.get(0)).unwrap();
+    c.execute("UPDATE schema_info SET value = ?1 WHERE key = 'finished_extent'", [format!("801 1 2 {max_id}")])
+        .unwrap();
+    assert_eq!(info(&path), (801, 1, 2));
+    // a recorded extent whose last id is not the trace's is not believed
+    c.execute("UPDATE schema_info SET value = '5 1 2 3' WHERE key = 'finished_extent'", []).unwrap();
+    drop(c);
+    assert_eq!(info(&path), counted(&path));
+}
+
 /// A reader of the live trace (the shipper of `trace --ship` between polls, a live `causeway mcp`)
 /// keeps SQLite from leaving WAL mode: finishing waits for it to let go, and a reader that never
 /// does leaves a readable WAL-mode file, never a failed trace.

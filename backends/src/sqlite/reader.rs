@@ -127,11 +127,17 @@ impl SqliteStore {
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
             .map_err(corrupt)?;
         require_event_columns(path, &columns)?;
-        let info = Self::describe_trace(path, &conn, format, columns, tables, &schema_info).map_err(corrupt)?;
+        // a finished native file recorded its extent (a trace being written did not, or not yet)
+        let finished = matches!(format, TraceFormat::Native { .. }) && uri.ends_with("?immutable=1");
+        let recorded =
+            if finished { crate::schema::finished_extent(&conn, &schema_info).map_err(corrupt)? } else { None };
+        let info =
+            Self::describe_trace(path, &conn, format, columns, tables, &schema_info, recorded).map_err(corrupt)?;
         Ok(SqliteStore { conn: Mutex::new(conn), target: ReadTarget::File(uri), info })
     }
 
-    /// The extent and the sampling of a trace whose format and columns are known.
+    /// The extent (`recorded` at finish, else counted) and the sampling of a trace whose format
+    /// and columns are known.
     fn describe_trace(
         path: &Path,
         conn: &Connection,
@@ -139,10 +145,14 @@ impl SqliteStore {
         columns: Vec<String>,
         tables: Vec<String>,
         schema_info: &BTreeMap<String, String>,
+        recorded: Option<reader_common::EventExtent>,
     ) -> rusqlite::Result<TraceInfo> {
-        let extent = conn.query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })?;
+        let extent = match recorded {
+            Some(e) => e,
+            None => conn.query_row("SELECT count(*), min(timestamp), max(timestamp) FROM events", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?,
+        };
         let sampled = tables.iter().any(|t| t == "event_aggregates")
             && conn
                 .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))?;
@@ -175,7 +185,8 @@ impl SqliteStore {
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
             .map_err(corrupt)?;
         require_event_columns(dir, &columns)?;
-        let mut info = Self::describe_trace(dir, &conn, format, columns, tables, &schema_info).map_err(corrupt)?;
+        let mut info =
+            Self::describe_trace(dir, &conn, format, columns, tables, &schema_info, None).map_err(corrupt)?;
         info.missing.extend(series.notes());
         Ok(SqliteStore { conn: Mutex::new(conn), target: ReadTarget::Series(series), info })
     }

@@ -167,6 +167,8 @@ fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -
     tx.execute_batch(NATIVE_DDL)?;
     schema::add_missing_columns(&tx)?;
     schema::fill_lookup_tables(&tx)?;
+    // events are about to be added: the extent recorded when the trace last finished is stale
+    tx.execute("DELETE FROM schema_info WHERE key = ?1", [schema::FINISHED_EXTENT_KEY])?;
     then(&tx)?;
     tx.commit()?;
     Ok(conn)
@@ -251,6 +253,7 @@ impl SqliteWriter {
             .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
         self.conn.execute_batch("PRAGMA threads=2;")?;
         self.conn.execute_batch(&schema::indexes())?;
+        schema::record_finished_extent(&self.conn)?;
         leave_wal_mode(&self.conn, patience);
         Ok(self.written)
     }
