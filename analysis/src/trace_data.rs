@@ -468,7 +468,8 @@ mod tests {
         for n in [0usize, 1, 2, 7, 100, 1000] {
             // Many equal timestamps, so the id decides often.
             let ints: Vec<Call> = (0..n).map(|_| call(EventId::Int(next(50)), next(20))).collect();
-            let texts: Vec<Call> = (0..n).map(|_| call(EventId::Text(format!("n:{}", next(50))), next(20))).collect();
+            let texts: Vec<Call> =
+                (0..n).map(|_| call(EventId::Text(format!("n:{}", next(50)).into_boxed_str()), next(20))).collect();
             for mut calls in [ints, texts] {
                 let mut want = calls.clone();
                 want.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));

@@ -46,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
     let around = args.around.as_deref().map(|s| match s.parse::<i64>() {
         Ok(i) => EventId::Int(i),
-        Err(_) => EventId::Text(s.to_string()),
+        Err(_) => EventId::Text(s.into()),
     });
     if around.is_none() && args.steps.is_none() && (args.from.is_none() || args.to.is_none()) {
         anyhow::bail!("give --around EVENT_ID, both --from and --to, or --steps");

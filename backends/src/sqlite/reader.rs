@@ -303,7 +303,7 @@ fn text(r: &Row<'_>, i: usize) -> rusqlite::Result<String> {
 fn event_id(r: &Row<'_>, i: usize) -> rusqlite::Result<EventId> {
     Ok(match r.get_ref(i)? {
         ValueRef::Integer(v) => EventId::Int(v),
-        ValueRef::Text(t) => EventId::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Text(t) => EventId::Text(String::from_utf8_lossy(t).into()),
         ValueRef::Real(f) => EventId::Int(f as i64),
         _ => EventId::Int(0),
     })
@@ -526,7 +526,7 @@ impl TraceStore for SqliteStore {
             .iter()
             .map(|i| match i {
                 EventId::Int(v) => Value::Integer(*v),
-                EventId::Text(s) => Value::Text(s.clone()),
+                EventId::Text(s) => Value::Text(s.to_string()),
             })
             .collect();
         self.with_conn(|c| c.prepare(&sql)?.query_map(rusqlite::params_from_iter(params), row_to_event)?.collect())
