@@ -297,6 +297,12 @@ pub fn is_other_row(op: codes::OpCode) -> bool {
     !codes::GPU_CALL_SOURCES.contains(&op.source) && op != codes::op::SCHED_SWITCH
 }
 
+/// Whether every row of `source` satisfies [`other_rows_condition`] (the host's source holds the
+/// switches).
+pub fn is_other_source(source: u8) -> bool {
+    !codes::GPU_CALL_SOURCES.contains(&source) && source != codes::op::SCHED_SWITCH.source
+}
+
 /// The columns of an off-CPU interval after `tid` and `timestamp` (what
 /// `TraceStore::scan_switches_kept` reads), in the order of the SQLite switch index.
 pub const SWITCH_DETAIL_COLUMNS: [&str; 10] =

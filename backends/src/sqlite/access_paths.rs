@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use rusqlite::types::Value;
 
-use causeway_model::codes::{op, OpCode, Source};
+use causeway_model::codes::op;
 use causeway_store::EventFilter;
 
 use crate::reader_common::{self, and_where};
@@ -37,11 +37,8 @@ pub(crate) fn where_clause(f: &EventFilter) -> (String, Vec<Value>) {
                 None
             }
         }
-        // a whole source outside the bulk classes (the host's source holds the switches)
-        (None, Some(sources))
-            if !sources.is_empty()
-                && sources.iter().all(|&s| s != Source::Host.code() && schema::is_other_row(OpCode::new(s, 0))) =>
-        {
+        // a whole source outside the bulk classes
+        (None, Some(sources)) if !sources.is_empty() && sources.iter().all(|&s| schema::is_other_source(s)) => {
             Some(schema::other_rows_condition())
         }
         _ => None,
@@ -62,7 +59,7 @@ mod tests {
     use super::*;
     use crate::sink::EngineWriter;
     use crate::{SqliteWriter, SyntheticTrace};
-    use causeway_model::codes::OPS;
+    use causeway_model::codes::{OpCode, Source, OPS};
     use causeway_model::time::TimeWindow;
     use causeway_model::SessionInfo;
     use rusqlite::Connection;

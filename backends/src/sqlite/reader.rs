@@ -20,7 +20,7 @@ use causeway_model::SessionInfo;
 
 use super::access_paths::where_clause;
 use super::parallel;
-use super::rows::{column_or_default, decode_event, event_select_list, int, sched_detail};
+use super::rows::{column_or_default, decode_event, event_column, event_select_list, int, sched_detail};
 use super::series::SeriesRead;
 use super::target::{read_uri, uri_for, wal_path, ReadTarget};
 use crate::describe::EngineNotes;
@@ -128,12 +128,13 @@ impl SqliteStore {
             .map_err(corrupt)?;
         require_event_columns(path, &columns)?;
         // a finished native file recorded its extent (a trace being written did not, or not yet)
-        let finished = matches!(format, TraceFormat::Native { .. }) && uri.ends_with("?immutable=1");
+        let target = ReadTarget::File(uri);
+        let finished = matches!(format, TraceFormat::Native { .. }) && target.is_finished_file();
         let recorded =
             if finished { crate::schema::finished_extent(&conn, &schema_info).map_err(corrupt)? } else { None };
         let info =
             Self::describe_trace(path, &conn, format, columns, tables, &schema_info, recorded).map_err(corrupt)?;
-        Ok(SqliteStore { conn: Mutex::new(conn), target: ReadTarget::File(uri), info })
+        Ok(SqliteStore { conn: Mutex::new(conn), target, info })
     }
 
     /// The extent (`recorded` at finish, else counted) and the sampling of a trace whose format
@@ -246,8 +247,19 @@ impl SqliteStore {
                 f,
             );
         }
+        self.scan_on_own_connection(&format!("{select}{clause}"), params, decode, f)
+    }
+
+    /// Every row of `sql`, decoded, to `f` in the order SQLite gives, on the store's connection.
+    fn scan_on_own_connection<T>(
+        &self,
+        sql: &str,
+        params: &[Value],
+        decode: fn(&Row<'_>) -> rusqlite::Result<T>,
+        f: &mut dyn FnMut(T),
+    ) -> Result<u64> {
         self.with_conn(|c| {
-            let mut st = c.prepare(&format!("{select}{clause}"))?;
+            let mut st = c.prepare(sql)?;
             let mut rows = st.query(rusqlite::params_from_iter(params))?;
             let mut n = 0u64;
             while let Some(r) = rows.next()? {
@@ -463,16 +475,7 @@ impl TraceStore for SqliteStore {
     fn scan_events(&self, filter: &EventFilter, f: &mut dyn FnMut(StoredEvent)) -> Result<u64> {
         let (clause, params) = where_clause(filter);
         let sql = format!("{}{clause} ORDER BY timestamp", self.select_events_sql());
-        self.with_conn(|c| {
-            let mut st = c.prepare(&sql)?;
-            let mut rows = st.query(rusqlite::params_from_iter(params))?;
-            let mut n = 0u64;
-            while let Some(r) = rows.next()? {
-                f(row_to_event(r)?);
-                n += 1;
-            }
-            Ok(n)
-        })
+        self.scan_on_own_connection(&sql, &params, row_to_event, f)
     }
 
     /// The columns of an interval only, `keep` asked before the scheduler detail is decoded. A
@@ -486,12 +489,8 @@ impl TraceStore for SqliteStore {
         f: &mut dyn FnMut(SwitchRow),
     ) -> Result<u64> {
         let (clause, params) = where_clause(filter);
-        let defaults = |c: &str| match c {
-            "cpu" => "-1",
-            _ => "NULL",
-        };
         let detail: Vec<String> =
-            crate::schema::SWITCH_DETAIL_COLUMNS.iter().map(|c| self.col(c, defaults(c))).collect();
+            crate::schema::SWITCH_DETAIL_COLUMNS.iter().map(|c| event_column(&self.info, c)).collect();
         // id, timestamp, tid, then duration, pid, cpu and the seven of the scheduler detail
         let sql = format!("SELECT id, timestamp, tid, {} FROM events{clause}", detail.join(", "));
         self.with_conn(|c| {

@@ -71,11 +71,22 @@ pub(crate) const EVENT_SELECT_WIDTH: usize = 1 + EVENT_COLUMNS.len();
 /// The select list of a full event: the id column first (`id_expr`), then what [`decode_event`] reads.
 pub(crate) fn event_select_list(info: &TraceInfo, id_expr: String) -> Vec<String> {
     let mut cols = vec![id_expr];
-    cols.extend(EVENT_COLUMNS.iter().map(|(name, default)| match default {
+    cols.extend(EVENT_COLUMNS.iter().map(|(name, default)| select_expr(info, name, *default)));
+    cols
+}
+
+/// The select expression of the event column `name` (one of [`EVENT_COLUMNS`]), with the value
+/// read when this DB lacks it.
+pub(crate) fn event_column(info: &TraceInfo, name: &str) -> String {
+    let (name, default) = EVENT_COLUMNS.iter().find(|(n, _)| *n == name).expect("an events column");
+    select_expr(info, name, *default)
+}
+
+fn select_expr(info: &TraceInfo, name: &str, default: Option<&str>) -> String {
+    match default {
         Some(d) => column_or_default(info, name, d),
         None => name.to_string(),
-    }));
-    cols
+    }
 }
 
 /// The scheduler detail in the seven columns from `first` on (`prev_state`, `next_pid`,
