@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 use crate::report;
-use causeway_analysis::{explain, find_chain, ExplainRequest};
+use causeway_analysis::{explain, find_chain};
 
 use crate::window::ScopeArgs;
 
@@ -45,10 +45,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 
 /// The report (or one chain) of `store`, named `label` in the SQL hints.
 pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, args: &ReportArgs) -> anyhow::Result<i32> {
-    let window = args.scope.window(store)?;
     // A chain id is a rank among all chains: look it up in all of them.
     let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
-    let e = explain(store, &ExplainRequest { window, pid: args.scope.pid, top, judge_by: args.scope.judge_by() })?;
+    let e = explain(store, &args.scope.explain_request(store, top)?)?;
     let chosen = match args.chain.as_deref() {
         Some(id) => Some(find_chain(&e, id).ok_or_else(|| {
             anyhow::anyhow!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total)

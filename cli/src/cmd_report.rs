@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use causeway_analysis::ExplainRequest;
 
 use crate::window::ScopeArgs;
 
@@ -25,11 +24,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.scope.window(store.as_ref())?;
-    let report = causeway_render::html_report(
-        store.as_ref(),
-        &ExplainRequest { window, pid: args.scope.pid, top: args.top.max(1), judge_by: args.scope.judge_by() },
-    )?;
+    let report =
+        causeway_render::html_report(store.as_ref(), &args.scope.explain_request(store.as_ref(), args.top.max(1))?)?;
     std::fs::write(&args.html, &report.html).with_context(|| format!("cannot write {}", args.html.display()))?;
     eprintln!(
         "wrote {}: {} chains ({} pictured), {} histograms; open it in a browser (it fetches nothing)",

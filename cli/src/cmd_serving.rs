@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use causeway_analysis::{explain, ExplainRequest};
+use causeway_analysis::explain;
 use causeway_model::time::{fmt_ns, fmt_since};
 
 use crate::window::ScopeArgs;
@@ -24,11 +24,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.scope.window(store.as_ref())?;
-    let e = explain(
-        store.as_ref(),
-        &ExplainRequest { window, pid: args.scope.pid, top: 1, judge_by: args.scope.judge_by() },
-    )?;
+    let e = explain(store.as_ref(), &args.scope.explain_request(store.as_ref(), 1)?)?;
     let report = e.serving;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

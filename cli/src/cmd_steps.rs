@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use causeway_analysis::{explain, slow_threshold, ExplainRequest};
+use causeway_analysis::{explain, slow_threshold};
 use causeway_model::time::{fmt_ns, fmt_since};
 
 use crate::window::ScopeArgs;
@@ -26,14 +26,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let store = causeway_backends::open_store(&args.db)?;
-    let window = args.scope.window(store.as_ref())?;
-    let e = explain(
-        store.as_ref(),
-        &ExplainRequest { window, pid: args.scope.pid, top: 1, judge_by: args.scope.judge_by() },
-    )?;
+    let request = args.scope.explain_request(store.as_ref(), 1)?;
+    let e = explain(store.as_ref(), &request)?;
     let mut report = e.steps;
     if args.list {
-        report.list_steps(store.as_ref(), window, args.scope.pid, usize::MAX)?;
+        report.list_steps(store.as_ref(), request.window, args.scope.pid, usize::MAX)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

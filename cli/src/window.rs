@@ -1,7 +1,7 @@
 //! The time window of a trace as the read commands take it: `--since`, `--from`, `--to`, resolved
 //! against the trace's own first and last event, or `--steps`, the span of a step range.
 
-use causeway_analysis::{resolve_window, step_window};
+use causeway_analysis::{resolve_window, step_window, ExplainRequest};
 use causeway_backends::{TraceInfo, TraceStore};
 use causeway_model::time::{parse_duration_ns, TimeWindow};
 
@@ -54,6 +54,11 @@ impl ScopeArgs {
     /// What explain judges slowness by ([`causeway_analysis::judged_by`]).
     pub fn judge_by(&self) -> Option<TimeWindow> {
         causeway_analysis::judged_by(self.window.steps.as_deref())
+    }
+
+    /// The explain request of this scope in `store`, keeping `top` chains.
+    pub fn explain_request(&self, store: &dyn TraceStore, top: usize) -> anyhow::Result<ExplainRequest> {
+        Ok(ExplainRequest { window: self.window(store)?, pid: self.pid, top, judge_by: self.judge_by() })
     }
 }
 
