@@ -46,7 +46,7 @@ pub fn synthetic_sqlite_trace(n: usize) -> crate::Result<(std::path::PathBuf, Op
         // kept from an earlier run, perhaps of an older build: given what this build's finish
         // adds to a trace (indexes it lacks are built, once)
         let conn = rusqlite::Connection::open(&path)?;
-        conn.execute_batch(&crate::schema::indexes())?;
+        crate::sqlite::build_finished_structures_missing(&conn)?;
         return Ok((path, None));
     }
     let t = std::time::Instant::now();

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use causeway_backends::summary::{nearest_rank, summarize_by_scan};
 use causeway_backends::SyntheticTrace;
 use causeway_backends::*;
-use causeway_model::codes::{op, OpCode};
+use causeway_model::codes::{op, OpCode, Source};
 use causeway_model::time::TimeWindow;
 use causeway_model::{Event, LossCounter, LossKind, SessionInfo};
 
@@ -169,6 +169,9 @@ pub fn typed_queries_and_filters(b: Engine) {
         let tids: Vec<u32> = all.iter().map(|s| s.event.tid).take(3).collect();
         let window = TimeWindow { from_ns: Some(first + (last - first) / 4), to_ns: Some(mid) };
         let ops = vec![op::CUDA_LAUNCH_KERNEL, op::SCHED_SWITCH];
+        let gpu_and_steps: Vec<u8> =
+            causeway_model::codes::GPU_CALL_SOURCES.iter().copied().chain([Source::Step.code()]).collect();
+        let syncs = vec![op::CUDA_STREAM_SYNC, op::CUDA_DEVICE_SYNC, op::CU_CTX_SYNCHRONIZE];
         let cases: Vec<(&str, EventFilter, Vec<StoredEvent>)> = vec![
             ("all", EventFilter::default(), all.clone()),
             (
@@ -199,6 +202,23 @@ pub fn typed_queries_and_filters(b: Engine) {
                 filtered(&all, |e| ops.contains(&OpCode::new(e.source, e.op))),
             ),
             ("no ops", EventFilter { ops: Some(vec![]), ..Default::default() }, vec![]),
+            // what explain reads: the GPU calls (and step labels) of a process in a window, and
+            // the synchronizing calls (a finished SQLite trace answers both from its call blocks)
+            (
+                "GPU calls",
+                EventFilter { window, pid: Some(pid), sources: Some(gpu_and_steps.clone()), ..Default::default() },
+                filtered(&all, |e| {
+                    e.ts_ns >= window.from_ns.unwrap()
+                        && e.ts_ns <= mid
+                        && e.pid == pid
+                        && gpu_and_steps.contains(&e.source)
+                }),
+            ),
+            (
+                "synchronizing calls of some threads",
+                EventFilter { tids: Some(tids.clone()), ops: Some(syncs.clone()), ..Default::default() },
+                filtered(&all, |e| tids.contains(&e.tid) && syncs.contains(&OpCode::new(e.source, e.op))),
+            ),
             (
                 "everything",
                 EventFilter {

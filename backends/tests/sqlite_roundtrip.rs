@@ -181,6 +181,49 @@ fn the_extent_recorded_at_finish_is_the_counted_one_and_never_stale() {
     assert_eq!(info(&path), counted(&path));
 }
 
+/// A finished trace packs its GPU calls into `call_blocks`, in time order, and `scan_slim` reads
+/// them there (in that order: no sort here); a
+/// writer that opens the trace again drops them (the trace reads through SQL until it finishes
+/// and packs them again), and a damaged block is an error that says where, not a panic.
+#[test]
+fn call_blocks_hold_every_gpu_call_and_are_rebuilt_after_an_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.db");
+    let gpu: Vec<u8> = causeway_model::codes::GPU_CALL_SOURCES.to_vec();
+    let filter = EventFilter { sources: Some(gpu.clone()), ..Default::default() };
+    let in_blocks = |path: &std::path::Path| -> Option<i64> {
+        rusqlite::Connection::open(path).unwrap().query_row("SELECT sum(calls) FROM call_blocks", [], |r| r.get(0)).ok()
+    };
+    let gpu_rows = |path: &std::path::Path| -> i64 {
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM events WHERE source IN (1, 4, 8, 9, 10)", [], |r| r.get(0))
+            .unwrap()
+    };
+    let slim_by_sql_and_blocks = |path: &std::path::Path| {
+        let store = SqliteStore::open(path).unwrap();
+        let mut slim = Vec::new();
+        store.scan_slim(&filter, &mut |c| slim.push(c)).unwrap();
+        let by_sql: Vec<SlimEvent> = store.events(&filter).unwrap().iter().map(SlimEvent::of).collect();
+        (slim, by_sql)
+    };
+    for (i, n) in [(0u64, 150_000usize), (1, 2_000)] {
+        let mut w = SqliteWriter::create(&path, &session(i as i64)).unwrap();
+        assert_eq!(in_blocks(&path), None, "a writer that opens the trace drops its blocks");
+        w.write_batches([SyntheticTrace::new(i + 3, 10_000_000_000 * i as i64).take(n).as_slice()]).unwrap();
+        w.finish(10).unwrap();
+        // 150,000 events hold more GPU calls than one block
+        assert_eq!(in_blocks(&path), Some(gpu_rows(&path)));
+        let (slim, by_sql) = slim_by_sql_and_blocks(&path);
+        assert!(slim.len() > 65_536 && slim == by_sql, "{} calls from the blocks, {} by SQL", slim.len(), by_sql.len());
+    }
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute("UPDATE call_blocks SET data = substr(data, 1, 100) WHERE block = 1", []).unwrap();
+    drop(c);
+    let err = SqliteStore::open(&path).unwrap().scan_slim(&filter, &mut |_| ()).unwrap_err().to_string();
+    assert!(err.contains("call_blocks: block 1: cut short"), "{err}");
+}
+
 /// A reader of the live trace (the shipper of `trace --ship` between polls, a live `causeway mcp`)
 /// keeps SQLite from leaving WAL mode: finishing waits for it to let go, and a reader that never
 /// does leaves a readable WAL-mode file, never a failed trace.

@@ -86,6 +86,16 @@ impl EventFilter {
     pub fn window(window: TimeWindow) -> EventFilter {
         EventFilter { window, ..Default::default() }
     }
+
+    /// Whether an event at `ts` of `pid`, `tid` and `op` matches: the engines' SQL condition, in
+    /// Rust (an empty list matches nothing), for engines that read rows another way.
+    pub fn matches(&self, ts: i64, pid: u32, tid: u32, op: OpCode) -> bool {
+        self.window.contains(ts)
+            && self.pid.is_none_or(|p| p == pid)
+            && self.tids.as_ref().is_none_or(|t| t.contains(&tid))
+            && self.sources.as_ref().is_none_or(|s| s.contains(&op.source))
+            && self.ops.as_ref().is_none_or(|o| o.contains(&op))
+    }
 }
 
 /// An event id as the DB spells it: an integer (native, Ingero v0.8) or `"node:seq"` text (Ingero v0.9+).

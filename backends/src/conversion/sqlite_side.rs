@@ -350,9 +350,7 @@ impl ConvertTarget for SqliteTarget {
     }
 
     fn finish(self: Box<Self>) -> Result<()> {
-        self.conn.execute_batch("PRAGMA threads=2;")?;
-        self.conn.execute_batch(&schema::indexes())?;
-        schema::record_finished_extent(&self.conn)?;
+        crate::sqlite::build_finished_structures(&self.conn)?;
         self.conn.execute_batch("PRAGMA journal_mode=DELETE;")?;
         self.conn.close().map_err(|(_, e)| StoreError::Engine(format!("{}: {e}", self.path.display())))?;
         Ok(())

@@ -4,21 +4,25 @@
 //! age, retention of the oldest) and read as one trace by [`SqliteStore`].
 
 mod access_paths;
+mod call_blocks;
 mod event_rows;
 pub mod heap;
+mod op_durations;
 mod parallel;
 mod reader;
 mod rolling;
 pub(crate) mod rows;
 pub mod series;
 mod target;
+mod varint;
 mod writer;
 
 pub use reader::SqliteStore;
 pub use rolling::{create_series_sink, RollPolicy, RollingWriter};
 pub(crate) use target::ReadTarget;
 pub(crate) use writer::{
-    insert_attachments, insert_gpu_samples, insert_kernel_names, insert_launch_configs, insert_nccl_calls,
-    insert_net_peers, insert_process_cgroups, insert_process_ranks, insert_serving_samples, insert_session,
+    build_finished_structures, build_finished_structures_missing, insert_attachments, insert_gpu_samples,
+    insert_kernel_names, insert_launch_configs, insert_nccl_calls, insert_net_peers, insert_process_cgroups,
+    insert_process_ranks, insert_serving_samples, insert_session,
 };
 pub use writer::{SqliteSink, SqliteWriter};

@@ -39,6 +39,10 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     target: ReadTarget,
     info: TraceInfo,
+    /// Whether what the trace's finish built beyond its rows is believed: it recorded the extent
+    /// and its events still end there ([`call_blocks`](super::call_blocks),
+    /// [`op_durations`](super::op_durations)).
+    finished: bool,
 }
 
 fn open_ro(uri: &str) -> rusqlite::Result<Connection> {
@@ -134,7 +138,7 @@ impl SqliteStore {
             if finished { crate::schema::finished_extent(&conn, &schema_info).map_err(corrupt)? } else { None };
         let info =
             Self::describe_trace(path, &conn, format, columns, tables, &schema_info, recorded).map_err(corrupt)?;
-        Ok(SqliteStore { conn: Mutex::new(conn), target, info })
+        Ok(SqliteStore { conn: Mutex::new(conn), target, info, finished: recorded.is_some() })
     }
 
     /// The extent (`recorded` at finish, else counted) and the sampling of a trace whose format
@@ -178,6 +182,8 @@ impl SqliteStore {
             .prepare("SELECT name FROM main.sqlite_master WHERE type = 'table'")
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
             .map_err(corrupt)?;
+        // what one part's finish packed stands for that part alone, not the series
+        tables.retain(|t| t != super::call_blocks::TABLE && t != super::op_durations::TABLE);
         tables.extend(series.view_names.iter().cloned());
         tables.sort();
         tables.dedup();
@@ -189,7 +195,7 @@ impl SqliteStore {
         let mut info =
             Self::describe_trace(dir, &conn, format, columns, tables, &schema_info, None).map_err(corrupt)?;
         info.missing.extend(series.notes());
-        Ok(SqliteStore { conn: Mutex::new(conn), target: ReadTarget::Series(series), info })
+        Ok(SqliteStore { conn: Mutex::new(conn), target: ReadTarget::Series(series), info, finished: false })
     }
 
     /// Whether this store reads a series of files (whose tables are views: no rowid).
@@ -291,7 +297,7 @@ fn duration_row(r: &Row<'_>) -> rusqlite::Result<DurationRow> {
 }
 
 /// A row of `scan_slim`'s select.
-fn slim_row(r: &Row<'_>) -> rusqlite::Result<SlimEvent> {
+pub(super) fn slim_row(r: &Row<'_>) -> rusqlite::Result<SlimEvent> {
     Ok(SlimEvent {
         id: event_id(r, 0)?,
         ts: int(r, 1)?,
@@ -422,7 +428,34 @@ impl TraceStore for SqliteStore {
         )
     }
 
+    /// The whole of a finished trace is summed up from its [`op_durations`](super::op_durations);
+    /// a window, a process or a set of ops, and traces without them, by the scan.
+    fn duration_summary(
+        &self,
+        filter: &EventFilter,
+        per_mille: &[u32],
+        per_process: bool,
+    ) -> Result<causeway_store::summary::DurationSummary> {
+        let whole = filter.window.is_all()
+            && filter.pid.is_none()
+            && filter.tids.is_none()
+            && filter.sources.is_none()
+            && filter.ops.is_none();
+        if whole && self.finished && self.info.has_table(super::op_durations::TABLE) {
+            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            let extent = (self.info.events, self.info.first_ns, self.info.last_ns);
+            return super::op_durations::summary(&conn, extent, per_mille, per_process);
+        }
+        causeway_store::summary::summarize_by_scan(self, filter, per_mille, per_process)
+    }
+
+    /// A finished trace's GPU calls come from its [`call_blocks`](super::call_blocks), in time
+    /// order; other rows, and traces without blocks, through SQL.
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
+        if self.finished && self.info.has_table(super::call_blocks::TABLE) && super::call_blocks::answers(filter) {
+            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            return super::call_blocks::scan(&conn, filter, f);
+        }
         let (clause, params) = where_clause(filter);
         let select = format!(
             "SELECT id, timestamp, duration, pid, tid, source, op, {}, {} FROM events",

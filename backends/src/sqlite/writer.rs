@@ -167,11 +167,42 @@ fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -
     tx.execute_batch(NATIVE_DDL)?;
     schema::add_missing_columns(&tx)?;
     schema::fill_lookup_tables(&tx)?;
-    // events are about to be added: the extent recorded when the trace last finished is stale
+    // events are about to be added: the extent and the call blocks of the last finish are stale
     tx.execute("DELETE FROM schema_info WHERE key = ?1", [schema::FINISHED_EXTENT_KEY])?;
+    tx.execute_batch(&format!(
+        "DROP TABLE IF EXISTS {}; DROP TABLE IF EXISTS {};",
+        super::call_blocks::TABLE,
+        super::op_durations::TABLE
+    ))?;
     then(&tx)?;
     tx.commit()?;
     Ok(conn)
+}
+
+/// What a finished trace holds beyond its rows, built once its last row is in (by the writer's
+/// finish and by `convert`): the indexes, the [`call_blocks`](super::call_blocks) and the
+/// [`op_durations`](super::op_durations), then the extent that vouches for them.
+pub(crate) fn build_finished_structures(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("PRAGMA threads=2;")?;
+    conn.execute_batch(&schema::indexes())?;
+    super::call_blocks::build(conn)?;
+    super::op_durations::build(conn)?;
+    schema::record_finished_extent(conn)
+}
+
+/// [`build_finished_structures`] for a trace finished by an older build: the indexes it lacks,
+/// and the packed structures with the extent when it has none.
+pub(crate) fn build_finished_structures_missing(conn: &Connection) -> rusqlite::Result<()> {
+    let has_blocks: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [super::op_durations::TABLE],
+        |r| r.get(0),
+    )?;
+    if has_blocks {
+        conn.execute_batch(&schema::indexes())
+    } else {
+        build_finished_structures(conn)
+    }
 }
 
 /// Copy `table`'s rows from the attached `prev` into `main` (the columns both have; rows already
@@ -251,9 +282,7 @@ impl SqliteWriter {
     pub fn finish_within(self, stopped_at_ns: i64, patience: std::time::Duration) -> Result<u64> {
         self.conn
             .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
-        self.conn.execute_batch("PRAGMA threads=2;")?;
-        self.conn.execute_batch(&schema::indexes())?;
-        schema::record_finished_extent(&self.conn)?;
+        build_finished_structures(&self.conn)?;
         leave_wal_mode(&self.conn, patience);
         Ok(self.written)
     }

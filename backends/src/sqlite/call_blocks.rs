@@ -1,0 +1,245 @@
+//! The GPU calls of a finished SQLite trace, packed: built once at `finish` (a derived structure,
+//! like the indexes), read by `scan_slim` instead of SQLite's row API.
+//!
+//! `explain` reads every GPU call in scope (8 of a 10-million-event trace's rows), and decoding
+//! nine columns of each row through SQLite's row API was most of its time, and sorting them by
+//! time (ids follow the order calls ended, not began) most of the rest. At finish the rows of the
+//! [`block_sources`] (the GPU API calls and the workload's step labels) are written in time order
+//! (timestamp, then id: the timestamp index's order) into `call_blocks`: one row per
+//! [`CALLS_PER_BLOCK`] calls, its time range and a byte string of variable-length integers (each
+//! field as a difference to the previous call's: most are a byte or two). A scan whose filter can
+//! only select rows of those sources decodes the blocks whose time range meets its window and
+//! applies the whole filter in Rust ([`EventFilter::matches`]): the same rows as the SQL, already
+//! in the (timestamp, id) order its callers sort into.
+//!
+//! The blocks are believed only with the extent recorded at the same finish (a writer that opens
+//! the trace again deletes both; a writer that did not know them leaves ids past the recorded
+//! extent, which the reader notices), so a trace being written, or one appended to, is read
+//! through SQL.
+
+use causeway_model::codes::{OpCode, Source, GPU_CALL_SOURCES};
+use causeway_store::{EventFilter, EventId, SlimEvent};
+use rusqlite::types::Value;
+use rusqlite::{params, Connection};
+
+use super::varint::{put_signed, put_unsigned, Reader};
+use crate::{Result, StoreError};
+
+/// The table's name.
+pub(crate) const TABLE: &str = "call_blocks";
+
+/// Calls per block: a block's byte string is about 1 MB, and a window reads whole blocks.
+const CALLS_PER_BLOCK: usize = 65_536;
+
+/// The sources whose rows the blocks hold: the GPU API calls, and the step labels `explain`
+/// reads in the same scan.
+pub(crate) fn block_sources() -> [u8; 5] {
+    let g = GPU_CALL_SOURCES;
+    [g[0], g[1], g[2], g[3], Source::Step.code()]
+}
+
+/// Whether every row `filter` can select is of a [`block_sources`] source (then the blocks
+/// answer it).
+pub(crate) fn answers(filter: &EventFilter) -> bool {
+    let held = block_sources();
+    match (&filter.sources, &filter.ops) {
+        (Some(sources), _) if sources.iter().all(|s| held.contains(s)) => true,
+        (_, Some(ops)) => ops.iter().all(|o| held.contains(&o.source)),
+        _ => false,
+    }
+}
+
+/// (Re)builds the blocks from `events` (at finish, after the indexes).
+pub(crate) fn build(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(&format!(
+        "DROP TABLE IF EXISTS {TABLE}; CREATE TABLE {TABLE} (block INTEGER PRIMARY KEY, \
+         min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL, calls INTEGER NOT NULL, data BLOB NOT NULL)"
+    ))?;
+    let sources: Vec<String> = block_sources().iter().map(u8::to_string).collect();
+    let mut select = conn.prepare(&format!(
+        "SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events WHERE source IN ({}) \
+         ORDER BY timestamp, id",
+        sources.join(", ")
+    ))?;
+    let mut insert =
+        conn.prepare(&format!("INSERT INTO {TABLE} (block, min_ts, max_ts, calls, data) VALUES (?1, ?2, ?3, ?4, ?5)"))?;
+    let mut block = Encoder::default();
+    let mut rows = select.query([])?;
+    while let Some(r) = rows.next()? {
+        block.push(&super::reader::slim_row(r)?);
+        if block.calls == CALLS_PER_BLOCK {
+            block.write(&mut insert)?;
+        }
+    }
+    if block.calls > 0 {
+        block.write(&mut insert)?;
+    }
+    Ok(())
+}
+
+/// Calls `f` for every call of the blocks that `filter` selects, in (timestamp, id) order;
+/// returns the count.
+/// Only for filters the blocks [`answers`].
+pub(crate) fn scan(conn: &Connection, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
+    let (from, to) = (filter.window.from_ns.unwrap_or(i64::MIN), filter.window.to_ns.unwrap_or(i64::MAX));
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT block, calls, data FROM {TABLE} WHERE max_ts >= ?1 AND min_ts <= ?2 ORDER BY block"
+    ))?;
+    let mut rows = st.query(params![Value::Integer(from), Value::Integer(to)])?;
+    let mut n = 0u64;
+    while let Some(r) = rows.next()? {
+        let (block, calls): (i64, i64) = (r.get(0)?, r.get(1)?);
+        let damaged = |e: String| StoreError::Engine(format!("{TABLE}: block {block}: {e}"));
+        let data = r.get_ref(2)?.as_blob().map_err(|e| damaged(e.to_string()))?;
+        n += decode(calls as usize, data, filter, f).map_err(|e| damaged(e.into()))?;
+    }
+    Ok(n)
+}
+
+/// One block being written: the fields of each call as differences to the previous call's.
+#[derive(Default)]
+struct Encoder {
+    data: Vec<u8>,
+    /// Blocks written.
+    blocks: i64,
+    calls: usize,
+    /// The previous call's id and timestamp (0 before a block's first call).
+    last: (i64, i64),
+    min_ts: i64,
+    max_ts: i64,
+}
+
+impl Encoder {
+    fn push(&mut self, c: &SlimEvent) {
+        let id = match c.id {
+            EventId::Int(i) => i,
+            // native traces (the only ones with blocks) number their rows
+            EventId::Text(_) => unreachable!("a native trace's id is an integer"),
+        };
+        if self.calls == 0 {
+            self.last = (0, 0);
+            (self.min_ts, self.max_ts) = (c.ts, c.ts);
+        }
+        put_signed(&mut self.data, id.wrapping_sub(self.last.0));
+        put_signed(&mut self.data, c.ts.wrapping_sub(self.last.1));
+        put_signed(&mut self.data, c.dur);
+        put_unsigned(&mut self.data, u64::from(c.pid));
+        put_signed(&mut self.data, i64::from(c.tid) - i64::from(c.pid));
+        self.data.push(c.op.source);
+        put_unsigned(&mut self.data, u64::from(c.op.op));
+        put_signed(&mut self.data, c.arg0);
+        put_signed(&mut self.data, c.arg2);
+        self.last = (id, c.ts);
+        self.min_ts = self.min_ts.min(c.ts);
+        self.max_ts = self.max_ts.max(c.ts);
+        self.calls += 1;
+    }
+
+    /// Inserts the block and starts the next one.
+    fn write(&mut self, insert: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
+        insert.execute(params![
+            self.blocks,
+            self.min_ts,
+            self.max_ts,
+            self.calls as i64,
+            std::mem::take(&mut self.data)
+        ])?;
+        self.calls = 0;
+        self.blocks += 1;
+        Ok(())
+    }
+}
+
+/// Decodes one block, calling `f` for the calls `filter` matches; returns how many matched.
+fn decode(
+    calls: usize,
+    data: &[u8],
+    filter: &EventFilter,
+    f: &mut dyn FnMut(SlimEvent),
+) -> std::result::Result<u64, &'static str> {
+    let mut r = Reader::new(data);
+    let (mut id, mut ts) = (0i64, 0i64);
+    let mut n = 0u64;
+    for _ in 0..calls {
+        id = id.wrapping_add(r.signed()?);
+        ts = ts.wrapping_add(r.signed()?);
+        let dur = r.signed()?;
+        let pid = r.unsigned()? as u32;
+        let tid = (i64::from(pid) + r.signed()?) as u32;
+        let source = r.byte()?;
+        let op = OpCode::new(source, r.unsigned()? as u16);
+        let arg0 = r.signed()?;
+        let arg2 = r.signed()?;
+        if filter.matches(ts, pid, tid, op) {
+            f(SlimEvent { id: EventId::Int(id), ts, dur, pid, tid, op, arg0, arg2 });
+            n += 1;
+        }
+    }
+    if !r.at_end() {
+        return Err("bytes left after its last call");
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: i64, ts: i64, pid: u32, tid: u32, op: OpCode, arg0: i64, arg2: i64) -> SlimEvent {
+        SlimEvent { id: EventId::Int(id), ts, dur: ts / 7 - 3, pid, tid, op, arg0, arg2 }
+    }
+
+    #[test]
+    fn a_block_decodes_to_the_calls_it_was_given_and_the_filter_keeps_the_same_rows() {
+        let launch = causeway_model::codes::op::CUDA_LAUNCH_KERNEL;
+        let sync = causeway_model::codes::op::CUDA_STREAM_SYNC;
+        // out-of-order timestamps, gaps in ids, threads below and above their pid, extreme args
+        let calls = [
+            call(10, 5_000, 4821, 4821, launch, -1, i64::MAX),
+            call(11, 4_000, 4821, 4830, sync, 0, 0),
+            call(15, 9_000_000_000, 77, 12, launch, i64::MIN, -5),
+            call(16, 9_000_000_001, u32::MAX, u32::MAX, sync, 1 << 40, 3),
+        ];
+        let mut e = Encoder::default();
+        calls.iter().for_each(|c| e.push(c));
+        let (data, n) = (e.data.clone(), e.calls);
+        assert_eq!((e.last, e.min_ts, e.max_ts), ((16, 9_000_000_001), 4_000, 9_000_000_001));
+        let filters = [
+            EventFilter::default(),
+            EventFilter { pid: Some(4821), ..Default::default() },
+            EventFilter { tids: Some(vec![12, u32::MAX]), ..Default::default() },
+            EventFilter { ops: Some(vec![sync]), ..Default::default() },
+            EventFilter::window(causeway_model::time::TimeWindow { from_ns: Some(4_500), to_ns: Some(9_000_000_000) }),
+        ];
+        for filter in filters {
+            let mut got = Vec::new();
+            let kept = decode(n, &data, &filter, &mut |c| got.push(c)).unwrap();
+            let want: Vec<SlimEvent> =
+                calls.iter().filter(|c| filter.matches(c.ts, c.pid, c.tid, c.op)).cloned().collect();
+            assert_eq!((kept as usize, &got), (want.len(), &want), "{filter:?}");
+        }
+        assert!(decode(n, &data[..data.len() - 1], &EventFilter::default(), &mut |_| ()).is_err());
+        assert_eq!(decode(n - 1, &data, &EventFilter::default(), &mut |_| ()), Err("bytes left after its last call"));
+    }
+
+    #[test]
+    fn only_filters_confined_to_the_held_sources_are_answered() {
+        let cuda = Source::Cuda.code();
+        assert!(answers(&EventFilter { sources: Some(GPU_CALL_SOURCES.to_vec()), ..Default::default() }));
+        assert!(answers(&EventFilter {
+            sources: Some(vec![cuda, Source::Step.code()]),
+            pid: Some(1),
+            ..Default::default()
+        }));
+        assert!(answers(&EventFilter {
+            ops: Some(vec![causeway_model::codes::op::CUDA_STREAM_SYNC]),
+            ..Default::default()
+        }));
+        assert!(!answers(&EventFilter::default()));
+        assert!(!answers(&EventFilter { sources: Some(vec![cuda, Source::Host.code()]), ..Default::default() }));
+        assert!(!answers(&EventFilter {
+            ops: Some(vec![causeway_model::codes::op::SCHED_SWITCH]),
+            ..Default::default()
+        }));
+    }
+}
