@@ -17,6 +17,9 @@
 //! extent, which the reader notices), so a trace being written, or one appended to, is read
 //! through SQL.
 
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{mpsc, Mutex};
+
 use causeway_model::codes::{OpCode, Source, GPU_CALL_SOURCES};
 use causeway_store::{EventFilter, EventId, SlimEvent};
 use rusqlite::types::Value;
@@ -78,23 +81,93 @@ pub(crate) fn build(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Calls `f` for every call of the blocks that `filter` selects, in (timestamp, id) order;
-/// returns the count.
-/// Only for filters the blocks [`answers`].
+/// returns the count. Only for filters the blocks [`answers`]. Blocks are decoded on up to
+/// [`DECODERS`] threads while this one reads the next from SQLite and hands the decoded calls to
+/// `f` in block order (at most two blocks per decoder in flight).
 pub(crate) fn scan(conn: &Connection, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
     let (from, to) = (filter.window.from_ns.unwrap_or(i64::MIN), filter.window.to_ns.unwrap_or(i64::MAX));
     let mut st = conn.prepare_cached(&format!(
         "SELECT block, calls, data FROM {TABLE} WHERE max_ts >= ?1 AND min_ts <= ?2 ORDER BY block"
     ))?;
     let mut rows = st.query(params![Value::Integer(from), Value::Integer(to)])?;
+    let decoders = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(DECODERS);
+    let damaged = |block: i64, e: &str| StoreError::Engine(format!("{TABLE}: block {block}: {e}"));
     let mut n = 0u64;
-    while let Some(r) = rows.next()? {
-        let (block, calls): (i64, i64) = (r.get(0)?, r.get(1)?);
-        let damaged = |e: String| StoreError::Engine(format!("{TABLE}: block {block}: {e}"));
-        let data = r.get_ref(2)?.as_blob().map_err(|e| damaged(e.to_string()))?;
-        n += decode(calls as usize, data, filter, f).map_err(|e| damaged(e.into()))?;
+    if decoders < 2 {
+        while let Some(r) = rows.next()? {
+            let (block, calls): (i64, i64) = (r.get(0)?, r.get(1)?);
+            let data = r.get_ref(2)?.as_blob().map_err(|e| damaged(block, &e.to_string()))?;
+            n += decode(calls as usize, data, filter, f).map_err(|e| damaged(block, e))?;
+        }
+        return Ok(n);
     }
-    Ok(n)
+    let (to_decode, jobs) = mpsc::channel::<(i64, usize, Vec<u8>)>();
+    let (done, decoded) = mpsc::channel::<Decoded>();
+    let jobs = Mutex::new(jobs);
+    std::thread::scope(|s| -> Result<u64> {
+        for _ in 0..decoders {
+            let (jobs, done) = (&jobs, done.clone());
+            s.spawn(move || loop {
+                let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((block, calls, data)) = job else { return };
+                let mut out = Vec::with_capacity(calls);
+                let r = decode(calls, &data, filter, &mut |c| out.push(c)).map(|_| out);
+                if done.send((block, r)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done); // a decoder that panicked is then an error here, not a wait forever
+        let mut in_order = InOrder { waiting: BTreeMap::new(), order: VecDeque::new(), f, n: 0 };
+        let result = (|| -> Result<()> {
+            while let Some(r) = rows.next()? {
+                let (block, calls): (i64, i64) = (r.get(0)?, r.get(1)?);
+                let data = r.get_ref(2)?.as_blob().map_err(|e| damaged(block, &e.to_string()))?;
+                if in_order.order.len() >= 2 * decoders {
+                    in_order.take(decoded.recv().expect("a decoder stopped")).map_err(|(b, e)| damaged(b, e))?;
+                }
+                in_order.order.push_back(block);
+                // the decoders wait for jobs until `to_decode` is dropped: a send cannot fail here
+                let _ = to_decode.send((block, calls.max(0) as usize, data.to_vec()));
+            }
+            while !in_order.order.is_empty() {
+                in_order.take(decoded.recv().expect("a decoder stopped")).map_err(|(b, e)| damaged(b, e))?;
+            }
+            Ok(())
+        })();
+        drop(to_decode); // the decoders stop
+        result.map(|()| in_order.n)
+    })
 }
+
+/// A block's calls, decoded, or why not.
+type Decoded = (i64, std::result::Result<Vec<SlimEvent>, &'static str>);
+
+/// Decoded blocks handed to `f` in the order their jobs were sent.
+struct InOrder<'f> {
+    /// Decoded blocks that wait for an earlier one.
+    waiting: BTreeMap<i64, Vec<SlimEvent>>,
+    /// Blocks sent and not yet handed over, in order.
+    order: VecDeque<i64>,
+    f: &'f mut dyn FnMut(SlimEvent),
+    /// Calls handed over.
+    n: u64,
+}
+
+impl InOrder<'_> {
+    fn take(&mut self, (block, r): Decoded) -> std::result::Result<(), (i64, &'static str)> {
+        self.waiting.insert(block, r.map_err(|e| (block, e))?);
+        while let Some(calls) = self.order.front().and_then(|b| self.waiting.remove(b)) {
+            self.order.pop_front();
+            self.n += calls.len() as u64;
+            calls.into_iter().for_each(&mut *self.f);
+        }
+        Ok(())
+    }
+}
+
+/// Threads that decode blocks at once (the machine's cores, at most this).
+const DECODERS: usize = 4;
 
 /// One block being written: the fields of each call as differences to the previous call's.
 #[derive(Default)]

@@ -33,15 +33,26 @@ impl<'a> Reader<'a> {
         self.at == self.data.len()
     }
 
+    #[inline]
     pub(crate) fn byte(&mut self) -> std::result::Result<u8, &'static str> {
         let b = *self.data.get(self.at).ok_or("cut short")?;
         self.at += 1;
         Ok(b)
     }
 
+    #[inline]
     pub(crate) fn unsigned(&mut self) -> std::result::Result<u64, &'static str> {
-        let mut v = 0u64;
-        let mut shift = 0;
+        // most values the packed structures hold are differences below 128: one byte
+        let b = self.byte()?;
+        if b < 0x80 {
+            return Ok(u64::from(b));
+        }
+        self.unsigned_from(b)
+    }
+
+    fn unsigned_from(&mut self, first: u8) -> std::result::Result<u64, &'static str> {
+        let mut v = u64::from(first & 0x7f);
+        let mut shift = 7;
         loop {
             let b = self.byte()?;
             if shift == 63 && b > 1 {
@@ -55,6 +66,7 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[inline]
     pub(crate) fn signed(&mut self) -> std::result::Result<i64, &'static str> {
         let u = self.unsigned()?;
         Ok(((u >> 1) as i64) ^ -((u & 1) as i64))

@@ -183,11 +183,17 @@ fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -
 /// finish and by `convert`): the indexes, the [`call_blocks`](super::call_blocks) and the
 /// [`op_durations`](super::op_durations), then the extent that vouches for them.
 pub(crate) fn build_finished_structures(conn: &Connection) -> rusqlite::Result<()> {
+    let t = std::time::Instant::now();
     conn.execute_batch("PRAGMA threads=2;")?;
     conn.execute_batch(&schema::indexes())?;
+    let indexes = t.elapsed();
     super::call_blocks::build(conn)?;
+    let blocks = t.elapsed() - indexes;
     super::op_durations::build(conn)?;
-    schema::record_finished_extent(conn)
+    let durations = t.elapsed() - indexes - blocks;
+    schema::record_finished_extent(conn)?;
+    tracing::debug!(?indexes, ?blocks, ?durations, "finished trace structures built");
+    Ok(())
 }
 
 /// [`build_finished_structures`] for a trace finished by an older build: the indexes it lacks,
