@@ -23,6 +23,7 @@ mod describe;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
 pub mod guard;
+mod packed;
 mod reader_common;
 mod schema;
 mod shared_reads;

@@ -267,11 +267,31 @@ pub(crate) fn finished_extent(
     conn: &rusqlite::Connection,
     schema_info: &std::collections::BTreeMap<String, String>,
 ) -> rusqlite::Result<Option<crate::reader_common::EventExtent>> {
-    let Some(v) = schema_info.get(FINISHED_EXTENT_KEY) else { return Ok(None) };
-    let f: Vec<Option<i64>> = v.split(' ').map(|x| x.parse().ok()).collect();
-    let [Some(count), first, last, max_id] = f[..] else { return Ok(None) };
+    let Some((count, first, last, max_id)) = schema_info.get(FINISHED_EXTENT_KEY).and_then(|v| parse_extent(v)) else {
+        return Ok(None);
+    };
     let now: Option<i64> = conn.query_row("SELECT max(id) FROM events", [], |r| r.get(0))?;
     Ok((now == max_id).then_some((count, first, last)))
+}
+
+/// A recorded extent as [`FINISHED_EXTENT_KEY`] holds it: `count min_ts max_ts max_id`, `-` for
+/// a missing value (an empty trace). (SQLite's finish writes it in SQL, [`record_finished_extent`].)
+#[cfg(feature = "duckdb")]
+pub fn extent_value(count: i64, first: Option<i64>, last: Option<i64>, max_id: Option<i64>) -> String {
+    let v = |x: Option<i64>| x.map_or_else(|| "-".to_string(), |x| x.to_string());
+    format!("{count} {} {} {}", v(first), v(last), v(max_id))
+}
+
+/// A recorded extent: events, first and last timestamp, last id.
+pub type RecordedExtent = (i64, Option<i64>, Option<i64>, Option<i64>);
+
+/// The [`RecordedExtent`] of a [`FINISHED_EXTENT_KEY`] value; `None` when it is not one.
+pub fn parse_extent(v: &str) -> Option<RecordedExtent> {
+    let f: Vec<Option<i64>> = v.split(' ').map(|x| x.parse().ok()).collect();
+    match f[..] {
+        [Some(count), first, last, max_id] => Some((count, first, last, max_id)),
+        _ => None,
+    }
 }
 
 /// The condition that selects `sched_switch` rows, with the codes as literals: SQLite uses a

@@ -482,6 +482,18 @@ pub fn sessions_append(b: Engine) {
     let all = store.events(&EventFilter::default()).unwrap();
     let ids: std::collections::BTreeSet<EventId> = all.iter().map(|e| e.id.clone()).collect();
     assert_eq!(ids.len(), 300, "ids stay unique across sessions");
+    // what the last finish packed holds every session's events: the GPU calls and the whole
+    // trace's summary read the same as the rows
+    let gpu = EventFilter { sources: Some(causeway_model::codes::GPU_CALL_SOURCES.to_vec()), ..Default::default() };
+    let mut slim = Vec::new();
+    store.scan_slim(&gpu, &mut |c| slim.push(c)).unwrap();
+    slim.sort_by_key(|c| (c.ts, c.id.clone()));
+    let by_rows: Vec<SlimEvent> = store.events(&gpu).unwrap().iter().map(SlimEvent::of).collect();
+    assert!(by_rows.len() > 100 && slim == by_rows, "{} calls scanned, {} rows", slim.len(), by_rows.len());
+    let pm = [500, 990];
+    let scanned = summarize_by_scan(store.as_ref(), &EventFilter::default(), &pm, true).unwrap();
+    assert_eq!(store.duration_summary(&EventFilter::default(), &pm, true).unwrap(), scanned);
+    assert_eq!(scanned.events, 300);
 }
 
 pub fn guarded_sql_and_limits(b: Engine) {

@@ -87,6 +87,15 @@ impl EventFilter {
         EventFilter { window, ..Default::default() }
     }
 
+    /// Whether the filter selects every event (no window, process, thread, source or op).
+    pub fn is_everything(&self) -> bool {
+        self.window.is_all()
+            && self.pid.is_none()
+            && self.tids.is_none()
+            && self.sources.is_none()
+            && self.ops.is_none()
+    }
+
     /// Whether an event at `ts` of `pid`, `tid` and `op` matches: the engines' SQL condition, in
     /// Rust (an empty list matches nothing), for engines that read rows another way.
     pub fn matches(&self, ts: i64, pid: u32, tid: u32, op: OpCode) -> bool {

@@ -11,6 +11,7 @@
 //! at a time: a trace being written cannot be read until its writer finishes.
 
 mod convert;
+mod packed;
 mod reader;
 pub mod summary;
 mod writer;

@@ -35,6 +35,8 @@ pub struct DuckDbStore {
     /// For a store over views ([`DuckDbStore::from_connection`]): how to make the hardened
     /// connection a guarded query runs on (a file's store opens the file instead).
     reopen: Option<Reopen>,
+    /// Whether what the trace's last finish packed is believed ([`super::packed`]).
+    finished: bool,
 }
 
 /// Makes a fresh, hardened connection showing the same trace (see `guard::run_duckdb_on`).
@@ -143,7 +145,10 @@ impl DuckDbStore {
         let format = TraceFormat::Native { schema_version: v };
         let info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
         let select_events = select_events(&info);
-        Ok(DuckDbStore { conn: Mutex::new(conn), info, select_events, reopen })
+        let finished =
+            super::packed::believed(&conn, &info.tables, schema_info.get(crate::schema::FINISHED_EXTENT_KEY))
+                .map_err(corrupt)?;
+        Ok(DuckDbStore { conn: Mutex::new(conn), info, select_events, reopen, finished })
     }
 
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> duckdb::Result<T>) -> Result<T> {
@@ -202,7 +207,7 @@ fn opt(a: &Int64Array, r: usize) -> Option<i64> {
     (!a.is_null(r)).then(|| a.value(r))
 }
 
-fn val(a: &Int64Array, r: usize) -> i64 {
+pub(super) fn val(a: &Int64Array, r: usize) -> i64 {
     opt(a, r).unwrap_or(0)
 }
 
@@ -346,6 +351,10 @@ impl TraceStore for DuckDbStore {
     }
 
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
+        if self.finished && crate::packed::calls::answers(filter) {
+            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            return super::packed::scan_calls(&conn, filter, f);
+        }
         let (clause, params) = where_clause(filter);
         // sorted here although the trait promises no order: DuckDB sorts on every core, and the
         // callers' sort of what it hands over then finds nothing to do (unsorted, explain's load
@@ -480,6 +489,11 @@ impl TraceStore for DuckDbStore {
         per_mille: &[u32],
         per_process: bool,
     ) -> Result<crate::summary::DurationSummary> {
+        if self.finished && filter.is_everything() {
+            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            let extent = (self.info.events, self.info.first_ns, self.info.last_ns);
+            return super::packed::summarize(&conn, extent, per_mille, per_process);
+        }
         super::summary::summarize_in_engine(self, filter, per_mille, per_process)
     }
 }

@@ -196,6 +196,8 @@ impl DuckDbWriter {
         let config = base_config(false).map_err(&err)?;
         let conn = Connection::open_with_flags(path, config).map_err(&err)?;
         init_native_schema(&conn).map_err(&err)?;
+        // events are about to be added: what the last finish packed no longer holds them all
+        super::packed::forget(&conn).map_err(&err)?;
         let next_id: i64 =
             conn.query_row("SELECT coalesce(max(id), 0) + 1 FROM events", [], |r| r.get(0)).map_err(&err)?;
         let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
@@ -545,11 +547,12 @@ impl EngineWriter for DuckDbWriter {
         self.store_losses_of(losses.iter().map(|l| (session_id, l)))
     }
 
-    /// Close the session (stopped_at) and checkpoint, so the file is self-contained (no `.wal`).
     fn written(&self) -> u64 {
         self.written
     }
 
+    /// Close the session (stopped_at), pack what a finished trace holds ([`super::packed`]) and
+    /// checkpoint, so the file is self-contained (no `.wal`).
     fn finish(self, stopped_at_ns: i64) -> Result<u64> {
         let err = engine_err(&self.path);
         if self.session_id > 0 {
@@ -557,6 +560,7 @@ impl EngineWriter for DuckDbWriter {
                 .execute("UPDATE sessions SET stopped_at = ? WHERE id = ?", params![stopped_at_ns, self.session_id])
                 .map_err(&err)?;
         }
+        super::packed::build(&self.conn)?;
         self.conn.execute_batch("CHECKPOINT").map_err(&err)?;
         let written = self.written;
         self.conn.close().map_err(|(_, e)| err(e))?;

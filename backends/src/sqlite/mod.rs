@@ -4,17 +4,15 @@
 //! age, retention of the oldest) and read as one trace by [`SqliteStore`].
 
 mod access_paths;
-mod call_blocks;
 mod event_rows;
 pub mod heap;
-mod op_durations;
+mod packed;
 mod parallel;
 mod reader;
 mod rolling;
 pub(crate) mod rows;
 pub mod series;
 mod target;
-mod varint;
 mod writer;
 
 pub use reader::SqliteStore;

@@ -40,8 +40,7 @@ pub struct SqliteStore {
     target: ReadTarget,
     info: TraceInfo,
     /// Whether what the trace's finish built beyond its rows is believed: it recorded the extent
-    /// and its events still end there ([`call_blocks`](super::call_blocks),
-    /// [`op_durations`](super::op_durations)).
+    /// and its events still end there ([`packed`](super::packed)).
     finished: bool,
 }
 
@@ -183,7 +182,7 @@ impl SqliteStore {
             .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
             .map_err(corrupt)?;
         // what one part's finish packed stands for that part alone, not the series
-        tables.retain(|t| t != super::call_blocks::TABLE && t != super::op_durations::TABLE);
+        tables.retain(|t| !crate::packed::TABLES.contains(&t.as_str()));
         tables.extend(series.view_names.iter().cloned());
         tables.sort();
         tables.dedup();
@@ -428,7 +427,7 @@ impl TraceStore for SqliteStore {
         )
     }
 
-    /// The whole of a finished trace is summed up from its [`op_durations`](super::op_durations);
+    /// The whole of a finished trace is summed up from its packed durations ([`super::packed`]);
     /// a window, a process or a set of ops, and traces without them, by the scan.
     fn duration_summary(
         &self,
@@ -436,25 +435,20 @@ impl TraceStore for SqliteStore {
         per_mille: &[u32],
         per_process: bool,
     ) -> Result<causeway_store::summary::DurationSummary> {
-        let whole = filter.window.is_all()
-            && filter.pid.is_none()
-            && filter.tids.is_none()
-            && filter.sources.is_none()
-            && filter.ops.is_none();
-        if whole && self.finished && self.info.has_table(super::op_durations::TABLE) {
+        if filter.is_everything() && self.finished && self.info.has_table(crate::packed::durations::TABLE) {
             let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
             let extent = (self.info.events, self.info.first_ns, self.info.last_ns);
-            return super::op_durations::summary(&conn, extent, per_mille, per_process);
+            return super::packed::summarize(&conn, extent, per_mille, per_process);
         }
         causeway_store::summary::summarize_by_scan(self, filter, per_mille, per_process)
     }
 
-    /// A finished trace's GPU calls come from its [`call_blocks`](super::call_blocks), in time
+    /// A finished trace's GPU calls come from its packed blocks ([`super::packed`]), in time
     /// order; other rows, and traces without blocks, through SQL.
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
-        if self.finished && self.info.has_table(super::call_blocks::TABLE) && super::call_blocks::answers(filter) {
+        if self.finished && self.info.has_table(crate::packed::calls::TABLE) && crate::packed::calls::answers(filter) {
             let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-            return super::call_blocks::scan(&conn, filter, f);
+            return super::packed::scan_calls(&conn, filter, f);
         }
         let (clause, params) = where_clause(filter);
         let select = format!(

@@ -169,30 +169,26 @@ fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -
     schema::fill_lookup_tables(&tx)?;
     // events are about to be added: the extent and the call blocks of the last finish are stale
     tx.execute("DELETE FROM schema_info WHERE key = ?1", [schema::FINISHED_EXTENT_KEY])?;
-    tx.execute_batch(&format!(
-        "DROP TABLE IF EXISTS {}; DROP TABLE IF EXISTS {};",
-        super::call_blocks::TABLE,
-        super::op_durations::TABLE
-    ))?;
+    for table in crate::packed::TABLES {
+        tx.execute_batch(&format!("DROP TABLE IF EXISTS {table};"))?;
+    }
     then(&tx)?;
     tx.commit()?;
     Ok(conn)
 }
 
 /// What a finished trace holds beyond its rows, built once its last row is in (by the writer's
-/// finish and by `convert`): the indexes, the [`call_blocks`](super::call_blocks) and the
-/// [`op_durations`](super::op_durations), then the extent that vouches for them.
+/// finish and by `convert`): the indexes, the [`packed`](crate::packed) structures, then the
+/// extent that vouches for them.
 pub(crate) fn build_finished_structures(conn: &Connection) -> rusqlite::Result<()> {
     let t = std::time::Instant::now();
     conn.execute_batch("PRAGMA threads=2;")?;
     conn.execute_batch(&schema::indexes())?;
     let indexes = t.elapsed();
-    super::call_blocks::build(conn)?;
-    let blocks = t.elapsed() - indexes;
-    super::op_durations::build(conn)?;
-    let durations = t.elapsed() - indexes - blocks;
+    super::packed::build(conn)?;
+    let packed = t.elapsed() - indexes;
     schema::record_finished_extent(conn)?;
-    tracing::debug!(?indexes, ?blocks, ?durations, "finished trace structures built");
+    tracing::debug!(?indexes, ?packed, "finished trace structures built");
     Ok(())
 }
 
@@ -201,7 +197,7 @@ pub(crate) fn build_finished_structures(conn: &Connection) -> rusqlite::Result<(
 pub(crate) fn build_finished_structures_missing(conn: &Connection) -> rusqlite::Result<()> {
     let has_blocks: bool = conn.query_row(
         "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-        [super::op_durations::TABLE],
+        [crate::packed::durations::TABLE],
         |r| r.get(0),
     )?;
     if has_blocks {

@@ -1,5 +1,5 @@
 //! Variable-length integers for the structures a finished trace packs into byte strings
-//! ([`call_blocks`](super::call_blocks), [`op_durations`](super::op_durations)): LEB128, with
+//! ([`calls`](super::calls), [`durations`](super::durations)): LEB128, with
 //! zigzag for signed values, so that the small differences those structures store take a byte or
 //! two.
 

@@ -1,38 +1,44 @@
-//! The GPU calls of a finished SQLite trace, packed: built once at `finish` (a derived structure,
-//! like the indexes), read by `scan_slim` instead of SQLite's row API.
+//! The GPU calls of a finished trace, packed in time order: the blocks an engine stores in
+//! [`TABLE`] at finish and decodes for `scan_slim` instead of reading rows.
 //!
 //! `explain` reads every GPU call in scope (8 of a 10-million-event trace's rows), and decoding
-//! nine columns of each row through SQLite's row API was most of its time, and sorting them by
-//! time (ids follow the order calls ended, not began) most of the rest. At finish the rows of the
-//! [`block_sources`] (the GPU API calls and the workload's step labels) are written in time order
-//! (timestamp, then id: the timestamp index's order) into `call_blocks`: one row per
-//! [`CALLS_PER_BLOCK`] calls, its time range and a byte string of variable-length integers (each
-//! field as a difference to the previous call's: most are a byte or two). A scan whose filter can
-//! only select rows of those sources decodes the blocks whose time range meets its window and
-//! applies the whole filter in Rust ([`EventFilter::matches`]): the same rows as the SQL, already
-//! in the (timestamp, id) order its callers sort into.
-//!
-//! The blocks are believed only with the extent recorded at the same finish (a writer that opens
-//! the trace again deletes both; a writer that did not know them leaves ids past the recorded
-//! extent, which the reader notices), so a trace being written, or one appended to, is read
-//! through SQL.
+//! nine columns of each row through an engine's row API was most of its time, and sorting them by
+//! time (ids follow the order calls *ended*, not began) most of the rest. At finish the rows of
+//! the [`block_sources`] (the GPU API calls and the workload's step labels) are packed in
+//! (timestamp, id) order: [`CALLS_PER_BLOCK`] calls to a block with its time range, each field as
+//! the difference to the previous call's in a variable-length integer (most take a byte or two).
+//! A scan whose filter can only select rows of those sources decodes the blocks whose time range
+//! meets its window, on one thread per core, applies the whole filter in Rust
+//! ([`EventFilter::matches`], the SQL condition's twin) and hands the calls over in block order:
+//! the same rows as the SQL, already in the order the callers sort into.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{mpsc, Mutex};
 
 use causeway_model::codes::{OpCode, Source, GPU_CALL_SOURCES};
 use causeway_store::{EventFilter, EventId, SlimEvent};
-use rusqlite::types::Value;
-use rusqlite::{params, Connection};
 
 use super::varint::{put_signed, put_unsigned, Reader};
 use crate::{Result, StoreError};
 
-/// The table's name.
+/// The table's name (in both engines).
 pub(crate) const TABLE: &str = "call_blocks";
 
 /// Calls per block: a block's byte string is about 1 MB, and a window reads whole blocks.
 const CALLS_PER_BLOCK: usize = 65_536;
+
+/// Threads that decode blocks at once (the machine's cores, at most this).
+const DECODERS: usize = 4;
+
+/// The query, in both engines' SQL, of the rows the blocks hold in the order they hold them.
+pub(crate) fn select_sql() -> String {
+    let sources: Vec<String> = block_sources().iter().map(u8::to_string).collect();
+    format!(
+        "SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events WHERE source IN ({}) \
+         ORDER BY timestamp, id",
+        sources.join(", ")
+    )
+}
 
 /// The sources whose rows the blocks hold: the GPU API calls, and the step labels `explain`
 /// reads in the same scan.
@@ -52,128 +58,21 @@ pub(crate) fn answers(filter: &EventFilter) -> bool {
     }
 }
 
-/// (Re)builds the blocks from `events` (at finish, after the indexes).
-pub(crate) fn build(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(&format!(
-        "DROP TABLE IF EXISTS {TABLE}; CREATE TABLE {TABLE} (block INTEGER PRIMARY KEY, \
-         min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL, calls INTEGER NOT NULL, data BLOB NOT NULL)"
-    ))?;
-    let sources: Vec<String> = block_sources().iter().map(u8::to_string).collect();
-    let mut select = conn.prepare(&format!(
-        "SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events WHERE source IN ({}) \
-         ORDER BY timestamp, id",
-        sources.join(", ")
-    ))?;
-    let mut insert =
-        conn.prepare(&format!("INSERT INTO {TABLE} (block, min_ts, max_ts, calls, data) VALUES (?1, ?2, ?3, ?4, ?5)"))?;
-    let mut block = Encoder::default();
-    let mut rows = select.query([])?;
-    while let Some(r) = rows.next()? {
-        block.push(&super::reader::slim_row(r)?);
-        if block.calls == CALLS_PER_BLOCK {
-            block.write(&mut insert)?;
-        }
-    }
-    if block.calls > 0 {
-        block.write(&mut insert)?;
-    }
-    Ok(())
+/// One packed block, as an engine stores it.
+pub(crate) struct Block {
+    /// Its number: blocks are read in this order.
+    pub index: i64,
+    pub min_ts: i64,
+    pub max_ts: i64,
+    pub calls: i64,
+    pub data: Vec<u8>,
 }
 
-/// Calls `f` for every call of the blocks that `filter` selects, in (timestamp, id) order;
-/// returns the count. Only for filters the blocks [`answers`]. Blocks are decoded on up to
-/// [`DECODERS`] threads while this one reads the next from SQLite and hands the decoded calls to
-/// `f` in block order (at most two blocks per decoder in flight).
-pub(crate) fn scan(conn: &Connection, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
-    let (from, to) = (filter.window.from_ns.unwrap_or(i64::MIN), filter.window.to_ns.unwrap_or(i64::MAX));
-    let mut st = conn.prepare_cached(&format!(
-        "SELECT block, calls, data FROM {TABLE} WHERE max_ts >= ?1 AND min_ts <= ?2 ORDER BY block"
-    ))?;
-    let mut rows = st.query(params![Value::Integer(from), Value::Integer(to)])?;
-    let decoders = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(DECODERS);
-    let damaged = |block: i64, e: &str| StoreError::Engine(format!("{TABLE}: block {block}: {e}"));
-    let mut n = 0u64;
-    if decoders < 2 {
-        while let Some(r) = rows.next()? {
-            let (block, calls): (i64, i64) = (r.get(0)?, r.get(1)?);
-            let data = r.get_ref(2)?.as_blob().map_err(|e| damaged(block, &e.to_string()))?;
-            n += decode(calls as usize, data, filter, f).map_err(|e| damaged(block, e))?;
-        }
-        return Ok(n);
-    }
-    let (to_decode, jobs) = mpsc::channel::<(i64, usize, Vec<u8>)>();
-    let (done, decoded) = mpsc::channel::<Decoded>();
-    let jobs = Mutex::new(jobs);
-    std::thread::scope(|s| -> Result<u64> {
-        for _ in 0..decoders {
-            let (jobs, done) = (&jobs, done.clone());
-            s.spawn(move || loop {
-                let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                let Ok((block, calls, data)) = job else { return };
-                let mut out = Vec::with_capacity(calls);
-                let r = decode(calls, &data, filter, &mut |c| out.push(c)).map(|_| out);
-                if done.send((block, r)).is_err() {
-                    return;
-                }
-            });
-        }
-        drop(done); // a decoder that panicked is then an error here, not a wait forever
-        let mut in_order = InOrder { waiting: BTreeMap::new(), order: VecDeque::new(), f, n: 0 };
-        let result = (|| -> Result<()> {
-            while let Some(r) = rows.next()? {
-                let (block, calls): (i64, i64) = (r.get(0)?, r.get(1)?);
-                let data = r.get_ref(2)?.as_blob().map_err(|e| damaged(block, &e.to_string()))?;
-                if in_order.order.len() >= 2 * decoders {
-                    in_order.take(decoded.recv().expect("a decoder stopped")).map_err(|(b, e)| damaged(b, e))?;
-                }
-                in_order.order.push_back(block);
-                // the decoders wait for jobs until `to_decode` is dropped: a send cannot fail here
-                let _ = to_decode.send((block, calls.max(0) as usize, data.to_vec()));
-            }
-            while !in_order.order.is_empty() {
-                in_order.take(decoded.recv().expect("a decoder stopped")).map_err(|(b, e)| damaged(b, e))?;
-            }
-            Ok(())
-        })();
-        drop(to_decode); // the decoders stop
-        result.map(|()| in_order.n)
-    })
-}
-
-/// A block's calls, decoded, or why not.
-type Decoded = (i64, std::result::Result<Vec<SlimEvent>, &'static str>);
-
-/// Decoded blocks handed to `f` in the order their jobs were sent.
-struct InOrder<'f> {
-    /// Decoded blocks that wait for an earlier one.
-    waiting: BTreeMap<i64, Vec<SlimEvent>>,
-    /// Blocks sent and not yet handed over, in order.
-    order: VecDeque<i64>,
-    f: &'f mut dyn FnMut(SlimEvent),
-    /// Calls handed over.
-    n: u64,
-}
-
-impl InOrder<'_> {
-    fn take(&mut self, (block, r): Decoded) -> std::result::Result<(), (i64, &'static str)> {
-        self.waiting.insert(block, r.map_err(|e| (block, e))?);
-        while let Some(calls) = self.order.front().and_then(|b| self.waiting.remove(b)) {
-            self.order.pop_front();
-            self.n += calls.len() as u64;
-            calls.into_iter().for_each(&mut *self.f);
-        }
-        Ok(())
-    }
-}
-
-/// Threads that decode blocks at once (the machine's cores, at most this).
-const DECODERS: usize = 4;
-
-/// One block being written: the fields of each call as differences to the previous call's.
+/// Packs calls (given in (timestamp, id) order) into blocks.
 #[derive(Default)]
-struct Encoder {
+pub(crate) struct Packer {
     data: Vec<u8>,
-    /// Blocks written.
+    /// Blocks made.
     blocks: i64,
     calls: usize,
     /// The previous call's id and timestamp (0 before a block's first call).
@@ -182,11 +81,12 @@ struct Encoder {
     max_ts: i64,
 }
 
-impl Encoder {
-    fn push(&mut self, c: &SlimEvent) {
+impl Packer {
+    /// Adds a call; returns the block it filled.
+    pub(crate) fn push(&mut self, c: &SlimEvent) -> Option<Block> {
         let id = match c.id {
             EventId::Int(i) => i,
-            // native traces (the only ones with blocks) number their rows
+            // native traces (the only ones packed) number their rows
             EventId::Text(_) => unreachable!("a native trace's id is an integer"),
         };
         if self.calls == 0 {
@@ -206,19 +106,114 @@ impl Encoder {
         self.min_ts = self.min_ts.min(c.ts);
         self.max_ts = self.max_ts.max(c.ts);
         self.calls += 1;
+        (self.calls == CALLS_PER_BLOCK).then(|| self.take())
     }
 
-    /// Inserts the block and starts the next one.
-    fn write(&mut self, insert: &mut rusqlite::Statement<'_>) -> rusqlite::Result<()> {
-        insert.execute(params![
-            self.blocks,
-            self.min_ts,
-            self.max_ts,
-            self.calls as i64,
-            std::mem::take(&mut self.data)
-        ])?;
+    /// The last, partly filled block (none when it is empty).
+    pub(crate) fn finish(mut self) -> Option<Block> {
+        (self.calls > 0).then(|| self.take())
+    }
+
+    fn take(&mut self) -> Block {
+        let b = Block {
+            index: self.blocks,
+            min_ts: self.min_ts,
+            max_ts: self.max_ts,
+            calls: self.calls as i64,
+            data: std::mem::take(&mut self.data),
+        };
         self.calls = 0;
         self.blocks += 1;
+        b
+    }
+}
+
+/// A stored block as a scan reads it: (number, calls, bytes).
+pub(crate) type StoredBlock = (i64, usize, Vec<u8>);
+
+/// Calls `f` for every call `filter` selects among `blocks` (the stored blocks whose time range
+/// meets the filter's window, in block order), in (timestamp, id) order; returns the count. Only
+/// for filters the blocks [`answers`]. Blocks are decoded on up to [`DECODERS`] threads while
+/// this one reads the next (at most two blocks per decoder in flight).
+pub(crate) fn scan(
+    blocks: &mut dyn Iterator<Item = Result<StoredBlock>>,
+    filter: &EventFilter,
+    f: &mut dyn FnMut(SlimEvent),
+) -> Result<u64> {
+    let decoders = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(DECODERS);
+    let mut n = 0u64;
+    if decoders < 2 {
+        for b in blocks {
+            let (block, calls, data) = b?;
+            n += decode(calls, &data, filter, f).map_err(|e| damaged(block, e))?;
+        }
+        return Ok(n);
+    }
+    let (to_decode, jobs) = mpsc::channel::<StoredBlock>();
+    let (done, decoded) = mpsc::channel::<Decoded>();
+    let jobs = Mutex::new(jobs);
+    std::thread::scope(|s| -> Result<u64> {
+        for _ in 0..decoders {
+            let (jobs, done) = (&jobs, done.clone());
+            s.spawn(move || loop {
+                let job = jobs.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((block, calls, data)) = job else { return };
+                let mut out = Vec::with_capacity(calls);
+                let r = decode(calls, &data, filter, &mut |c| out.push(c)).map(|_| out);
+                if done.send((block, r)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done); // a decoder that panicked is then an error here, not a wait forever
+        let mut in_order = InOrder { waiting: BTreeMap::new(), order: VecDeque::new(), f, n: 0 };
+        let result = (|| -> Result<()> {
+            for b in blocks {
+                let (block, calls, data) = b?;
+                if in_order.order.len() >= 2 * decoders {
+                    in_order.take(decoded.recv().expect("a decoder stopped"))?;
+                }
+                in_order.order.push_back(block);
+                // the decoders wait for jobs until `to_decode` is dropped: a send cannot fail here
+                let _ = to_decode.send((block, calls, data));
+            }
+            while !in_order.order.is_empty() {
+                in_order.take(decoded.recv().expect("a decoder stopped"))?;
+            }
+            Ok(())
+        })();
+        drop(to_decode); // the decoders stop
+        result.map(|()| in_order.n)
+    })
+}
+
+/// The error of a block that does not decode.
+pub(crate) fn damaged(block: i64, why: &str) -> StoreError {
+    StoreError::Engine(format!("{TABLE}: block {block}: {why}"))
+}
+
+/// A block's calls, decoded, or why not.
+type Decoded = (i64, std::result::Result<Vec<SlimEvent>, &'static str>);
+
+/// Decoded blocks handed to `f` in the order their jobs were sent.
+struct InOrder<'f> {
+    /// Decoded blocks that wait for an earlier one.
+    waiting: BTreeMap<i64, Vec<SlimEvent>>,
+    /// Blocks sent and not yet handed over, in order.
+    order: VecDeque<i64>,
+    f: &'f mut dyn FnMut(SlimEvent),
+    /// Calls handed over.
+    n: u64,
+}
+
+impl InOrder<'_> {
+    fn take(&mut self, (block, r): Decoded) -> Result<()> {
+        self.waiting.insert(block, r.map_err(|e| damaged(block, e))?);
+        while let Some(calls) = self.order.front().and_then(|b| self.waiting.remove(b)) {
+            self.order.pop_front();
+            self.n += calls.len() as u64;
+            calls.into_iter().for_each(&mut *self.f);
+        }
         Ok(())
     }
 }
@@ -273,10 +268,11 @@ mod tests {
             call(15, 9_000_000_000, 77, 12, launch, i64::MIN, -5),
             call(16, 9_000_000_001, u32::MAX, u32::MAX, sync, 1 << 40, 3),
         ];
-        let mut e = Encoder::default();
-        calls.iter().for_each(|c| e.push(c));
-        let (data, n) = (e.data.clone(), e.calls);
-        assert_eq!((e.last, e.min_ts, e.max_ts), ((16, 9_000_000_001), 4_000, 9_000_000_001));
+        let mut p = Packer::default();
+        assert!(calls.iter().all(|c| p.push(c).is_none()));
+        let b = p.finish().expect("a block");
+        assert_eq!((b.index, b.min_ts, b.max_ts, b.calls), (0, 4_000, 9_000_000_001, 4));
+        let (data, n) = (b.data, 4);
         let filters = [
             EventFilter::default(),
             EventFilter { pid: Some(4821), ..Default::default() },
@@ -314,5 +310,29 @@ mod tests {
             ops: Some(vec![causeway_model::codes::op::SCHED_SWITCH]),
             ..Default::default()
         }));
+    }
+
+    #[test]
+    fn full_blocks_are_scanned_in_order_on_parallel_decoders_and_a_damaged_one_is_named() {
+        let launch = causeway_model::codes::op::CUDA_LAUNCH_KERNEL;
+        let n = 3 * CALLS_PER_BLOCK + 5;
+        let calls: Vec<SlimEvent> =
+            (0..n as i64).map(|i| call(i * 2 + 1, 1_000 + i * 3, 10, 10 + (i % 3) as u32, launch, i, -i)).collect();
+        let mut p = Packer::default();
+        let mut blocks: Vec<Block> = calls.iter().filter_map(|c| p.push(c)).collect();
+        assert_eq!(blocks.len(), 3, "a block is made each time one fills");
+        blocks.extend(p.finish());
+        let stored = |blocks: &[Block]| -> Vec<Result<StoredBlock>> {
+            blocks.iter().map(|b| Ok((b.index, b.calls as usize, b.data.clone()))).collect()
+        };
+        let mut got = Vec::new();
+        let filter = EventFilter { tids: Some(vec![10, 12]), ..Default::default() };
+        let kept = scan(&mut stored(&blocks).into_iter(), &filter, &mut |c| got.push(c)).unwrap();
+        let want: Vec<SlimEvent> = calls.iter().filter(|c| c.tid != 11).cloned().collect();
+        assert_eq!((kept as usize, got.len()), (want.len(), want.len()));
+        assert!(got == want, "the calls come back in the order they were packed");
+        blocks[2].data.truncate(10);
+        let err = scan(&mut stored(&blocks).into_iter(), &filter, &mut |_| ()).unwrap_err().to_string();
+        assert!(err.ends_with("call_blocks: block 2: cut short"), "{err}");
     }
 }
