@@ -351,10 +351,6 @@ impl TraceStore for DuckDbStore {
     }
 
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
-        if self.finished && crate::packed::calls::answers(filter) {
-            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-            return super::packed::scan_calls(&conn, filter, f);
-        }
         let (clause, params) = where_clause(filter);
         // sorted here although the trait promises no order: DuckDB sorts on every core, and the
         // callers' sort of what it hands over then finds nothing to do (unsorted, explain's load

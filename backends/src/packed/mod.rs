@@ -2,7 +2,7 @@
 //! for the reads that cover a whole trace: the GPU calls in time order ([`calls`]) and every
 //! event's duration sorted per op ([`durations`]). What to pack and how to decode it lives here;
 //! each engine stores the byte strings in a table of its own and reads them back
-//! (`sqlite/packed.rs`, `duckdb/packed.rs`).
+//! (`sqlite/packed.rs`: both; `duckdb/packed.rs`: the durations, see there why not the calls).
 //!
 //! **Invariant:** an engine believes its packed tables only when the finish that built them
 //! recorded the trace's extent and the events still end at the recorded id; a writer that opens
