@@ -52,13 +52,7 @@ pub(crate) fn believed(conn: &Connection, tables: &[String], recorded: Option<&S
 }
 
 fn build_op_durations(conn: &Connection) -> Result<()> {
-    let table = durations::TABLE;
-    conn.execute_batch(&format!(
-        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (pid BIGINT NOT NULL, source BIGINT NOT NULL, \
-         op BIGINT NOT NULL, count BIGINT NOT NULL, sum_ns VARCHAR NOT NULL, data BLOB NOT NULL, \
-         PRIMARY KEY (pid, source, op))"
-    ))
-    .map_err(engine)?;
+    conn.execute_batch(&durations::create_sql()).map_err(engine)?;
     let mut grouper = durations::Grouper::default();
     let mut select = conn.prepare(durations::SOURCE_SQL).map_err(engine)?;
     for b in select.query_arrow([]).map_err(engine)? {
@@ -67,9 +61,7 @@ fn build_op_durations(conn: &Connection) -> Result<()> {
             grouper.add(val(&p, r) as u32, OpCode::new(val(&s, r) as u8, val(&o, r) as u16), val(&d, r));
         }
     }
-    let mut insert = conn
-        .prepare(&format!("INSERT INTO {table} (pid, source, op, count, sum_ns, data) VALUES (?, ?, ?, ?, ?, ?)"))
-        .map_err(engine)?;
+    let mut insert = conn.prepare(&durations::insert_sql()).map_err(engine)?;
     for (pid, op, count, sum, data) in grouper.rows() {
         insert.execute(params![pid, op.source, op.op, count, sum, data]).map_err(engine)?;
     }
@@ -83,13 +75,7 @@ pub(crate) fn summarize(
     per_mille: &[u32],
     per_process: bool,
 ) -> Result<DurationSummary> {
-    let mut st = conn
-        .prepare(&format!(
-            "SELECT pid, source, op, count, sum_ns, data FROM {}{} ORDER BY pid, source, op",
-            durations::TABLE,
-            durations::rows_wanted(per_process)
-        ))
-        .map_err(engine)?;
+    let mut st = conn.prepare(&durations::select_sql(per_process)).map_err(engine)?;
     let rows: Vec<durations::DurationsRow> = st
         .query_map([], |r| {
             let op = OpCode::new(r.get::<_, i64>(1)? as u8, r.get::<_, i64>(2)? as u16);

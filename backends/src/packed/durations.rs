@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use causeway_model::codes::OpCode;
-use causeway_store::summary::{nearest_rank, DurationSummary, OpSummary};
+use causeway_store::summary::{nearest_rank_index, DurationSummary, OpSummary};
 
 use super::varint::{put_signed, put_unsigned, Reader};
 use crate::{Result, StoreError};
@@ -66,17 +66,29 @@ fn row(pid: i64, op: OpCode, sorted: &[i64]) -> DurationsRow {
     (pid, op, sorted.len() as i64, sum.to_string(), encode(sorted))
 }
 
-/// The `WHERE` (with its leading space, or empty) of the rows a summary reads.
-pub(crate) fn rows_wanted(per_process: bool) -> &'static str {
-    if per_process {
-        ""
-    } else {
-        " WHERE pid = -1"
-    }
+/// The table, in both engines' SQL (SQLite takes the type names by affinity).
+pub(crate) fn create_sql() -> String {
+    format!(
+        "DROP TABLE IF EXISTS {TABLE}; CREATE TABLE {TABLE} (pid BIGINT NOT NULL, source BIGINT NOT NULL, \
+         op BIGINT NOT NULL, count BIGINT NOT NULL, sum_ns VARCHAR NOT NULL, data BLOB NOT NULL, \
+         PRIMARY KEY (pid, source, op))"
+    )
+}
+
+/// One [`DurationsRow`] into the table: pid, source, op, count, sum, data.
+pub(crate) fn insert_sql() -> String {
+    format!("INSERT INTO {TABLE} (pid, source, op, count, sum_ns, data) VALUES (?, ?, ?, ?, ?, ?)")
+}
+
+/// The rows a summary reads (every process's only, unless `per_process`), as [`summary`] wants
+/// them: pid, source, op, count, sum, data, ordered by pid, source, op.
+pub(crate) fn select_sql(per_process: bool) -> String {
+    let which = if per_process { "" } else { " WHERE pid = -1" };
+    format!("SELECT pid, source, op, count, sum_ns, data FROM {TABLE}{which} ORDER BY pid, source, op")
 }
 
 /// The summary of every event of the trace (`extent`: its events, first and last timestamp)
-/// from the table's `rows` (those [`rows_wanted`] selects, ordered by pid, source, op).
+/// from the table's `rows` (those [`select_sql`] selects, in its order).
 pub(crate) fn summary(
     rows: &mut dyn Iterator<Item = Result<DurationsRow>>,
     extent: (u64, i64, i64),
@@ -93,16 +105,35 @@ pub(crate) fn summary(
         let (pid, op, count, sum, data) = r?;
         let damaged = |e: &str| StoreError::Engine(format!("{TABLE}: ({pid}, {}, {}): {e}", op.source, op.op));
         let sum_ns: i128 = sum.parse().map_err(|_| damaged("a sum that is not a number"))?;
-        let sorted = decode(count.max(0) as usize, &data).map_err(damaged)?;
-        let (Some(&min_ns), Some(&max_ns)) = (sorted.first(), sorted.last()) else { continue };
+        let n = count.max(0) as u64;
+        if n == 0 {
+            continue;
+        }
+        // the ranks asked, read as the walk passes them: nothing is held but the figures
+        let mut wanted: Vec<(u64, usize)> =
+            per_mille.iter().enumerate().map(|(i, &p)| (nearest_rank_index(n, p) - 1, i)).collect();
+        wanted.sort_unstable();
+        let mut percentiles = vec![0; per_mille.len()];
+        let (mut next, mut min_ns, mut max_ns) = (0, 0, 0);
+        walk(n, &data, &mut |i, v| {
+            if i == 0 {
+                min_ns = v;
+            }
+            max_ns = v;
+            while wanted.get(next).is_some_and(|w| w.0 == i) {
+                percentiles[wanted[next].1] = v;
+                next += 1;
+            }
+        })
+        .map_err(damaged)?;
         let s = OpSummary {
             op,
             pid: (pid != ALL_PROCESSES).then_some(pid as u32),
-            count: sorted.len() as u64,
+            count: n,
             sum_ns,
             min_ns,
             max_ns,
-            percentiles: per_mille.iter().map(|&p| nearest_rank(&sorted, p).unwrap_or(0)).collect(),
+            percentiles,
         };
         if s.pid.is_some() {
             out.per_process.push(s)
@@ -127,29 +158,34 @@ fn encode(sorted: &[i64]) -> Vec<u8> {
     out
 }
 
-fn decode(count: usize, data: &[u8]) -> std::result::Result<Vec<i64>, &'static str> {
+/// Calls `f` with the index and value of each of the `count` sorted values in `data`, checking
+/// that they are all there, in order, and nothing else.
+fn walk(count: u64, data: &[u8], f: &mut dyn FnMut(u64, i64)) -> std::result::Result<(), &'static str> {
     let mut r = Reader::new(data);
-    let mut out = Vec::with_capacity(count);
-    if count > 0 {
-        let mut v = r.signed()?;
-        out.push(v);
-        for _ in 1..count {
-            v = v.wrapping_add(r.unsigned()? as i64);
-            out.push(v);
+    let mut v = 0i64;
+    for i in 0..count {
+        let next = if i == 0 { r.signed()? } else { v.wrapping_add(r.unsigned()? as i64) };
+        if i > 0 && next < v {
+            return Err("durations out of order");
         }
+        v = next;
+        f(i, v);
     }
     if !r.at_end() {
         return Err("bytes left after its last duration");
     }
-    if out.windows(2).any(|w| w[0] > w[1]) {
-        return Err("durations out of order");
-    }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decode(count: usize, data: &[u8]) -> std::result::Result<Vec<i64>, &'static str> {
+        let mut out = Vec::new();
+        walk(count as u64, data, &mut |_, v| out.push(v))?;
+        Ok(out)
+    }
 
     #[test]
     fn sorted_durations_round_trip_and_damage_is_refused() {
@@ -162,5 +198,32 @@ mod tests {
                 assert_eq!(decode(v.len() - 1, &data), Err("bytes left after its last duration"));
             }
         }
+        // a difference that wraps below the previous value is damage, not a duration
+        let mut data = encode(&[5, 9]);
+        data.truncate(1);
+        put_unsigned(&mut data, u64::MAX);
+        assert_eq!(decode(2, &data), Err("durations out of order"));
+    }
+
+    #[test]
+    fn a_summary_reads_the_nearest_ranks_it_is_asked_for_in_any_order() {
+        let op = causeway_model::codes::op::CUDA_STREAM_SYNC;
+        let mut g = Grouper::default();
+        for (pid, d) in [(1, 30), (2, 10), (1, 20), (2, 40), (1, 50), (1, 20), (2, 7)] {
+            g.add(pid, op, d);
+        }
+        let mut rows: Vec<DurationsRow> = g.rows().collect();
+        rows.sort_by_key(|r| (r.0, r.1)); // as the engines' SELECT orders them
+        let asked = [990, 0, 500, 1000, 500];
+        let s = summary(&mut rows.into_iter().map(Ok), (7, 1, 2), &asked).unwrap();
+        let all = [7, 10, 20, 20, 30, 40, 50];
+        let want: Vec<i64> = asked.iter().map(|&p| causeway_store::summary::nearest_rank(&all, p).unwrap()).collect();
+        assert_eq!((s.ops.len(), s.per_process.len()), (1, 2));
+        assert_eq!((s.ops[0].count, s.ops[0].sum_ns, s.ops[0].min_ns, s.ops[0].max_ns), (7, 177, 7, 50));
+        assert_eq!(s.ops[0].percentiles, want);
+        assert_eq!(
+            s.per_process.iter().map(|p| (p.pid, p.count, p.max_ns)).collect::<Vec<_>>(),
+            [(Some(1), 4, 50), (Some(2), 3, 40)]
+        );
     }
 }

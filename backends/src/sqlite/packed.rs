@@ -9,7 +9,7 @@ use rusqlite::types::Value;
 use rusqlite::{params, Connection};
 
 use crate::packed::{calls, durations};
-use crate::{Result, StoreError};
+use crate::Result;
 
 /// (Re)builds both tables from `events` (at finish, after the indexes: the calls are read in
 /// the timestamp index's order).
@@ -39,12 +39,7 @@ fn build_call_blocks(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 fn build_op_durations(conn: &Connection) -> rusqlite::Result<()> {
-    let table = durations::TABLE;
-    conn.execute_batch(&format!(
-        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (pid INTEGER NOT NULL, source INTEGER NOT NULL, \
-         op INTEGER NOT NULL, count INTEGER NOT NULL, sum_ns TEXT NOT NULL, data BLOB NOT NULL, \
-         PRIMARY KEY (pid, source, op))"
-    ))?;
+    conn.execute_batch(&durations::create_sql())?;
     let mut grouper = durations::Grouper::default();
     let mut st = conn.prepare(durations::SOURCE_SQL)?;
     let mut rows = st.query([])?;
@@ -52,9 +47,7 @@ fn build_op_durations(conn: &Connection) -> rusqlite::Result<()> {
         let op = OpCode::new(r.get::<_, i64>(1)? as u8, r.get::<_, i64>(2)? as u16);
         grouper.add(r.get::<_, i64>(0)? as u32, op, r.get::<_, Option<i64>>(3)?.unwrap_or(0));
     }
-    let mut insert = conn.prepare(&format!(
-        "INSERT INTO {table} (pid, source, op, count, sum_ns, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
-    ))?;
+    let mut insert = conn.prepare(&durations::insert_sql())?;
     for (pid, op, count, sum, data) in grouper.rows() {
         insert.execute(params![pid, op.source, op.op, count, sum, data])?;
     }
@@ -88,18 +81,12 @@ pub(crate) fn summarize(
     per_mille: &[u32],
     per_process: bool,
 ) -> Result<DurationSummary> {
-    let mut st = conn.prepare(&format!(
-        "SELECT pid, source, op, count, sum_ns, data FROM {}{} ORDER BY pid, source, op",
-        durations::TABLE,
-        durations::rows_wanted(per_process)
-    ))?;
-    let rows = st.query_map([], |r| {
-        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
-    })?;
-    let mut rows = rows.map(|r| {
-        let (pid, source, op, count, sum, data): (i64, i64, i64, i64, String, Vec<u8>) =
-            r.map_err(|e| StoreError::Engine(format!("{}: {e}", durations::TABLE)))?;
-        Ok((pid, OpCode::new(source as u8, op as u16), count, sum, data))
-    });
-    durations::summary(&mut rows, extent, per_mille)
+    let mut st = conn.prepare(&durations::select_sql(per_process))?;
+    let rows: Vec<durations::DurationsRow> = st
+        .query_map([], |r| {
+            let op = OpCode::new(r.get::<_, i64>(1)? as u8, r.get::<_, i64>(2)? as u16);
+            Ok((r.get(0)?, op, r.get(3)?, r.get(4)?, r.get(5)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    durations::summary(&mut rows.into_iter().map(Ok), extent, per_mille)
 }
