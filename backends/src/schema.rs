@@ -249,49 +249,55 @@ pub fn aggregate_params(a: &AggregateRow) -> [SqlParam<'static>; 10] {
 /// instead of at every open. A writer that opens the trace again removes it.
 pub const FINISHED_EXTENT_KEY: &str = "finished_extent";
 
-/// Records [`FINISHED_EXTENT_KEY`] (at `finish`, after the indexes: the count reads one).
-pub fn record_finished_extent(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT OR REPLACE INTO schema_info (key, value) SELECT ?1, \
-         (SELECT count(*) FROM events) || ' ' || COALESCE((SELECT min(timestamp) FROM events), '-') || ' ' || \
-         COALESCE((SELECT max(timestamp) FROM events), '-') || ' ' || COALESCE((SELECT max(id) FROM events), '-')",
-        [FINISHED_EXTENT_KEY],
-    )?;
-    Ok(())
-}
+/// A recorded extent: events, first and last timestamp, last id.
+pub type RecordedExtent = (i64, Option<i64>, Option<i64>, Option<i64>);
 
-/// The events' (count, first timestamp, last timestamp) a finished trace recorded, when its
-/// events still end at the recorded id (a session appended since, by a writer that did not know
-/// the key, would not); `None` when it recorded none.
-pub(crate) fn finished_extent(
-    conn: &rusqlite::Connection,
-    schema_info: &std::collections::BTreeMap<String, String>,
-) -> rusqlite::Result<Option<crate::reader_common::EventExtent>> {
-    let Some((count, first, last, max_id)) = schema_info.get(FINISHED_EXTENT_KEY).and_then(|v| parse_extent(v)) else {
-        return Ok(None);
-    };
-    let now: Option<i64> = conn.query_row("SELECT max(id) FROM events", [], |r| r.get(0))?;
-    Ok((now == max_id).then_some((count, first, last)))
-}
+/// The [`RecordedExtent`] of `events`, in both engines' SQL. Each figure in its own subquery:
+/// SQLite answers a lone `min` or `max` from an index, a pair of them by reading every row.
+pub const EXTENT_SQL: &str = "SELECT (SELECT count(*) FROM events), (SELECT min(timestamp) FROM events), \
+                              (SELECT max(timestamp) FROM events), (SELECT max(id) FROM events)";
 
-/// A recorded extent as [`FINISHED_EXTENT_KEY`] holds it: `count min_ts max_ts max_id`, `-` for
-/// a missing value (an empty trace). (SQLite's finish writes it in SQL, [`record_finished_extent`].)
-#[cfg(feature = "duckdb")]
-pub fn extent_value(count: i64, first: Option<i64>, last: Option<i64>, max_id: Option<i64>) -> String {
+/// The last id of `events` now, in both engines' SQL: what [`extent_if_current`] compares.
+pub const LAST_ID_SQL: &str = "SELECT max(id) FROM events";
+
+/// A [`RecordedExtent`] as [`FINISHED_EXTENT_KEY`] holds it: `count min_ts max_ts max_id`, `-`
+/// for a missing value (an empty trace).
+pub fn extent_value((count, first, last, max_id): RecordedExtent) -> String {
     let v = |x: Option<i64>| x.map_or_else(|| "-".to_string(), |x| x.to_string());
     format!("{count} {} {} {}", v(first), v(last), v(max_id))
 }
 
-/// A recorded extent: events, first and last timestamp, last id.
-pub type RecordedExtent = (i64, Option<i64>, Option<i64>, Option<i64>);
-
-/// The [`RecordedExtent`] of a [`FINISHED_EXTENT_KEY`] value; `None` when it is not one.
-pub fn parse_extent(v: &str) -> Option<RecordedExtent> {
-    let f: Vec<Option<i64>> = v.split(' ').map(|x| x.parse().ok()).collect();
+/// The extent a finished trace recorded (`recorded`: its [`FINISHED_EXTENT_KEY`] value), when
+/// its events still end at the recorded id (`last_id_now`: [`LAST_ID_SQL`]; a session appended
+/// since, by a writer that did not know the key, would not); `None` when it recorded none.
+pub fn extent_if_current(recorded: Option<&str>, last_id_now: Option<i64>) -> Option<RecordedExtent> {
+    let f: Vec<Option<i64>> = recorded?.split(' ').map(|x| x.parse().ok()).collect();
     match f[..] {
-        [Some(count), first, last, max_id] => Some((count, first, last, max_id)),
+        [Some(count), first, last, max_id] if max_id == last_id_now => Some((count, first, last, max_id)),
         _ => None,
     }
+}
+
+/// Records [`FINISHED_EXTENT_KEY`] (at `finish`, after the indexes: the count reads one).
+pub fn record_finished_extent(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    let extent: RecordedExtent =
+        conn.query_row(EXTENT_SQL, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+    conn.execute(
+        "INSERT OR REPLACE INTO schema_info (key, value) VALUES (?1, ?2)",
+        [FINISHED_EXTENT_KEY, &extent_value(extent)],
+    )?;
+    Ok(())
+}
+
+/// The events' (count, first timestamp, last timestamp) a finished SQLite trace recorded, when
+/// still current ([`extent_if_current`]).
+pub(crate) fn finished_extent(
+    conn: &rusqlite::Connection,
+    schema_info: &std::collections::BTreeMap<String, String>,
+) -> rusqlite::Result<Option<crate::reader_common::EventExtent>> {
+    let Some(recorded) = schema_info.get(FINISHED_EXTENT_KEY) else { return Ok(None) };
+    let now: Option<i64> = conn.query_row(LAST_ID_SQL, [], |r| r.get(0))?;
+    Ok(extent_if_current(Some(recorded), now).map(|(count, first, last, _)| (count, first, last)))
 }
 
 /// The condition that selects `sched_switch` rows, with the codes as literals: SQLite uses a

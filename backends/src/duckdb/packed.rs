@@ -13,20 +13,17 @@ use duckdb::{params, Connection};
 
 use super::reader::{ints, val};
 use crate::packed::durations;
-use crate::schema::{extent_value, parse_extent, FINISHED_EXTENT_KEY};
+use crate::schema::{extent_if_current, extent_value, RecordedExtent, EXTENT_SQL, FINISHED_EXTENT_KEY, LAST_ID_SQL};
 use crate::{Result, StoreError};
 
 /// (Re)builds the sorted durations from `events`, then records the extent that vouches for them.
 pub(crate) fn build(conn: &Connection) -> Result<()> {
     build_op_durations(conn)?;
-    let (count, first, last, max_id): (i64, Option<i64>, Option<i64>, Option<i64>) = conn
-        .query_row("SELECT count(*), min(timestamp), max(timestamp), max(id) FROM events", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })
-        .map_err(engine)?;
+    let extent: RecordedExtent =
+        conn.query_row(EXTENT_SQL, [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).map_err(engine)?;
     conn.execute(
         "INSERT OR REPLACE INTO schema_info (key, value) VALUES (?, ?)",
-        params![FINISHED_EXTENT_KEY, extent_value(count, first, last, max_id)],
+        params![FINISHED_EXTENT_KEY, extent_value(extent)],
     )
     .map_err(engine)?;
     Ok(())
@@ -43,12 +40,11 @@ pub(crate) fn forget(conn: &Connection) -> duckdb::Result<()> {
 /// Whether the extent the last finish recorded still ends at the trace's last id, and the
 /// sorted durations are there.
 pub(crate) fn believed(conn: &Connection, tables: &[String], recorded: Option<&String>) -> duckdb::Result<bool> {
-    let Some((_, _, _, max_id)) = recorded.and_then(|v| parse_extent(v)) else { return Ok(false) };
-    if !tables.iter().any(|t| t == durations::TABLE) {
+    if recorded.is_none() || !tables.iter().any(|t| t == durations::TABLE) {
         return Ok(false);
     }
-    let now: Option<i64> = conn.query_row("SELECT max(id) FROM events", [], |r| r.get(0))?;
-    Ok(now == max_id)
+    let now: Option<i64> = conn.query_row(LAST_ID_SQL, [], |r| r.get(0))?;
+    Ok(extent_if_current(recorded.map(String::as_str), now).is_some())
 }
 
 fn build_op_durations(conn: &Connection) -> Result<()> {

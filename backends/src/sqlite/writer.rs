@@ -167,7 +167,7 @@ fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -
     tx.execute_batch(NATIVE_DDL)?;
     schema::add_missing_columns(&tx)?;
     schema::fill_lookup_tables(&tx)?;
-    // events are about to be added: the extent and the call blocks of the last finish are stale
+    // events are about to be added: the extent and the packed structures of the last finish are stale
     tx.execute("DELETE FROM schema_info WHERE key = ?1", [schema::FINISHED_EXTENT_KEY])?;
     for table in crate::packed::TABLES {
         tx.execute_batch(&format!("DROP TABLE IF EXISTS {table};"))?;
@@ -195,12 +195,12 @@ pub(crate) fn build_finished_structures(conn: &Connection) -> rusqlite::Result<(
 /// [`build_finished_structures`] for a trace finished by an older build: the indexes it lacks,
 /// and the packed structures with the extent when it has none.
 pub(crate) fn build_finished_structures_missing(conn: &Connection) -> rusqlite::Result<()> {
-    let has_blocks: bool = conn.query_row(
+    let has_packed: bool = conn.query_row(
         "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
         [crate::packed::durations::TABLE],
         |r| r.get(0),
     )?;
-    if has_blocks {
+    if has_packed {
         conn.execute_batch(&schema::indexes())
     } else {
         build_finished_structures(conn)
