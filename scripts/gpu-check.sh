@@ -21,13 +21,17 @@
 #   4c one rank of torch.distributed over NCCL traced: every ncclAllReduce with its nccl_calls row
 #      (communicator hash, rank 0 of 1, sequence 1..N), libnccl attached; the GPU's own state
 #      sampled through NVML while tracing (gpu_samples: clocks, reasons, temperature, power)
+#   4d train.py traced with --stacks: the Python line of train.py behind PyTorch's launches
+#      (CPython's own frames walked in BPF, merged with the native ones)
 #   5  one summary table; exit 1 when any row is FAIL
 #
 # Environment knobs: GPU_CHECK_BUDGET (seconds for the whole run, default 480), GPU_CHECK_DIAG_SECS
 # (length of each diagnosis run, default 40), GPU_CHECK_HOG_CPU (default 2), PYTHON (default
 # python3), NVCC, GPU_CHECK_TRAIN_ARGS (extra train.py arguments), GPU_CHECK_PACK=1 (at the end,
 # pack logs/ and traces/ into logs.tar.gz and traces.tar so that only a few files remain: for
-# machines that hand back a limited number of files).
+# machines that hand back a limited number of files), GPU_CHECK_STEPS (a comma-separated subset of
+# counts, train, diag-spin, late, nccl, stacks, diag-blocking, overhead; default all: a rerun of the
+# steps a first run had no time for; the environment step always runs).
 set -u
 set -o pipefail
 
@@ -581,6 +585,57 @@ row("nvml: GPU samples", ">= 1 per GPU, SM clock > 0", s, bool(s and isinstance(
 PYEOF
 }
 
+# ------------------------------------------------------------------------------------ 4d. stacks
+
+step_stacks() {
+    say "4d. Python frames: train.py traced with --stacks"
+    ((HAVE_CW && HAVE_TORCH)) || {
+        row "stacks: traced" "run" "skipped: no causeway or no torch with CUDA" FAIL
+        return
+    }
+    local t rc name=stacks
+    if ! t=$(budget 90 45); then
+        row "stacks: traced" "run" "skipped: no time left" FAIL
+        return
+    fi
+    rm -f "$TRACES/$name.db"*
+    echo "+ $CW trace --stacks --db $TRACES/$name.db -- $PY $SRC/train.py --secs 15 (limit ${t}s)" >"$LOGS/$name.err"
+    timeout -k 30 "$t" "$CW" trace --stacks --db "$TRACES/$name.db" -- "$PY" "$SRC/train.py" --secs 15 --json "$LOGS/$name.json" \
+        >"$LOGS/$name.out" 2>>"$LOGS/$name.err"
+    rc=$?
+    trace_report "$name"
+    ((rc == 0)) || row "stacks: causeway trace --stacks" "exit 0" "exit $rc (see logs/$name.err)" FAIL
+    timeout 120 "$CW" stacks --db "$TRACES/$name.db" --top 3 >"$LOGS/$name.stacks.txt" 2>&1
+    head -n 60 "$LOGS/$name.stacks.txt"
+    local op
+    for op in cudaLaunchKernel cuLaunchKernelEx; do
+        timeout 120 "$CW" stacks --db "$TRACES/$name.db" --op "$op" --top 20 --json >"$LOGS/$name.$op.json" 2>"$LOGS/$name.$op.err"
+        "$PY" - "$LOGS/$name.$op.json" "$op" "$ROWS" <<'PYEOF' 2>&1 | tee -a "$LOGS/$name.check.log"
+import json, sys
+path, op, rows = sys.argv[1:4]
+def row(check, want, got, st):
+    with open(rows, "a") as out:
+        out.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in (check, want, got, st)) + "\n")
+    print(check, want, got, st)
+try:
+    d = json.load(open(path))
+except Exception as e:
+    row(f"stacks: {op} stacks", "a JSON report", f"unreadable: {e}", "FAIL")
+    sys.exit(0)
+row(f"stacks: {op} calls with a stack", "> 0", f"{d.get('calls_with_stack')} of {d.get('calls')}", "PASS" if d.get("calls_with_stack") else "FAIL")
+top = d.get("by_count") or []
+py = [f["text"] for s in top for f in s["frames"] if f["kind"] == "python"]
+mine = [t for t in py if "train.py:" in t]
+row(f"stacks: {op}: a train.py line behind the top stacks", "train.py:N in ...", (mine[:2] or py[:2] or ["no Python frame"]), "PASS" if mine else "FAIL")
+# The backward pass launches from autograd's own C++ threads (pt_autograd_N), which run no Python:
+# their stacks rightly have no Python frame. Reported, not judged.
+bare = [s for s in top if not any(f["kind"] == "python" for f in s["frames"])]
+row(f"stacks: {op}: top stacks without a Python frame", "info (autograd threads run no Python)",
+    f"{len(bare)} of {len(top)} stacks, {sum(s['calls'] for s in bare)} of {sum(s['calls'] for s in top)} calls", "INFO")
+PYEOF
+    done
+}
+
 # ------------------------------------------------------------------------------------------ summary
 
 summary() {
@@ -627,18 +682,22 @@ pack() {
     rm -rf "$LOGS" "$TRACES"
 }
 
+# wants STEP: whether GPU_CHECK_STEPS (default: every step) names STEP.
+wants() { [[ -z ${GPU_CHECK_STEPS:-} || ,$GPU_CHECK_STEPS, == *,$1,* ]]; }
+
 main() {
-    echo "gpu-check: causeway=$CW output=$OUTDIR budget=${BUDGET}s work=$WORK"
+    echo "gpu-check: causeway=$CW output=$OUTDIR budget=${BUDGET}s work=$WORK steps=${GPU_CHECK_STEPS:-all}"
     start_builds
     step_env
-    step_counts
-    step_train
-    diag spin 1
-    step_late
-    step_nccl
-    diag blocking 0 --blocking-sync
-    step_compare
-    step_overhead
+    wants counts && step_counts
+    wants train && step_train
+    wants diag-spin && diag spin 1
+    wants late && step_late
+    wants nccl && step_nccl
+    wants stacks && step_stacks
+    wants diag-blocking && diag blocking 0 --blocking-sync
+    wants diag-spin && wants diag-blocking && step_compare
+    wants overhead && step_overhead
     say "5. summary"
     local ok=0
     summary || ok=1

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 # One style (rustfmt.toml): a formatting drift fails before anything is built.
 cargo fmt --all -- --check
+# The GPU acceptance run's own checks (its SQL and verdicts on synthetic traces of this schema):
+# no GPU needed, and a schema change that breaks them shows here, not on a lent GPU machine.
+python3 scripts/gpu-check/selftest.py
 # Lints: every target of the workspace, warnings are errors (the DuckDB engine included).
 cargo clippy --release --locked --workspace --all-targets -- -D warnings
 cargo test --release --locked --workspace

@@ -3,7 +3,7 @@
 // Every runtime call that Causeway may probe goes through COUNTED(), which counts it here, so the
 // `CALLS <api> <n>` lines printed at the end are what the program really called, by construction.
 // The script compares them with the events Causeway recorded. Calls Causeway has no op code for
-// (cudaGetDeviceCount, cudaSetDevice, cudaStreamCreate, cudaEventRecord, cudaGetLastError, ...) are
+// (cudaGetDeviceCount, cudaStreamCreate, cudaEventRecord, cudaGetLastError, ...) are
 // not counted and not expected in the trace.
 //
 // What it does (sm_90 for the cluster launch):
@@ -17,7 +17,8 @@
 //   1    cudaHostAlloc / cudaFreeHost (the pinned buffer of the copies),
 //   1    capture (cudaStreamBeginCapture, cudaStreamEndCapture, cudaGraphInstantiate) of a
 //        10-kernel graph, replayed 50 times with cudaGraphLaunch,
-//   10   cudaDeviceSynchronize.
+//   10   cudaDeviceSynchronize,
+//   1    cudaSetDevice (Causeway records it: the device NCCL communicators created next use).
 //
 // Before the first counted call it loads the driver (cudaGetDeviceCount) and sleeps --delay-ms
 // (default 500), so a tracer that attaches to libraries as the process maps them has attached: this
@@ -43,7 +44,7 @@
 enum Api {
     LAUNCH, LAUNCH_EX, MEMCPY_ASYNC_H2D, MEMCPY_ASYNC_D2H, MEMCPY_ASYNC_D2D, STREAM_SYNC, EVENT_SYNC,
     MALLOC, FREE, MALLOC_ASYNC, FREE_ASYNC, MEMSET_ASYNC, HOST_ALLOC, BEGIN_CAPTURE, END_CAPTURE,
-    GRAPH_INSTANTIATE, GRAPH_LAUNCH, DEVICE_SYNC, N_API
+    GRAPH_INSTANTIATE, GRAPH_LAUNCH, DEVICE_SYNC, SET_DEVICE, N_API
 };
 
 // The names the script maps to Causeway's op codes; `cudaMemcpyAsync:<kind>` is split by arg1.
@@ -52,7 +53,7 @@ static const char *API_NAMES[N_API] = {
     "cudaMemcpyAsync:DeviceToHost", "cudaMemcpyAsync:DeviceToDevice", "cudaStreamSynchronize",
     "cudaEventSynchronize", "cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
     "cudaMemsetAsync", "cudaHostAlloc", "cudaStreamBeginCapture", "cudaStreamEndCapture",
-    "cudaGraphInstantiate", "cudaGraphLaunch", "cudaDeviceSynchronize",
+    "cudaGraphInstantiate", "cudaGraphLaunch", "cudaDeviceSynchronize", "cudaSetDevice",
 };
 
 static long calls[N_API];
@@ -103,7 +104,7 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
     usleep(delay_ms * 1000);
-    CHECK(cudaSetDevice(0));
+    COUNTED(SET_DEVICE, cudaSetDevice(0));
     int cluster_ok = 0;
     CHECK(cudaDeviceGetAttribute(&cluster_ok, cudaDevAttrClusterLaunch, 0));
 

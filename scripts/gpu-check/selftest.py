@@ -48,7 +48,8 @@ def expect(cond, what):
 def schema():
     src = open(os.path.join(ROOT, "backends", "src", "schema.rs")).read()
     ddl = re.search(r'NATIVE_DDL: &str = r#"(.*?)"#;', src, re.S).group(1)
-    idx = re.search(r'INDEXES: &str = r#"(.*?)"#;', src, re.S).group(1)
+    # The plain indexes of `schema::indexes()` (the partial ones are formatted at run time).
+    idx = "\n".join(re.findall(r"CREATE INDEX IF NOT EXISTS \w+ ON events\([a-z_, ]+\);", src))
     codes = open(os.path.join(ROOT, "model", "src", "codes.rs")).read()
     ops = [(int(s), int(o), n) for s, o, n in re.findall(r'\((\d+), (\d+), "([^"]+)", OpKind::', codes)]
     return ddl, idx, ops
@@ -106,7 +107,7 @@ CALLS = {
     "cudaMemcpyAsync:DeviceToHost": 100, "cudaMemcpyAsync:DeviceToDevice": 100, "cudaStreamSynchronize": 100,
     "cudaEventSynchronize": 50, "cudaMalloc": 20, "cudaFree": 20, "cudaMallocAsync": 10, "cudaFreeAsync": 10,
     "cudaMemsetAsync": 10, "cudaHostAlloc": 1, "cudaStreamBeginCapture": 1, "cudaStreamEndCapture": 1,
-    "cudaGraphInstantiate": 1, "cudaGraphLaunch": 50, "cudaDeviceSynchronize": 10,
+    "cudaGraphInstantiate": 1, "cudaGraphLaunch": 50, "cudaDeviceSynchronize": 10, "cudaSetDevice": 1,
 }
 # runtime API -> (source, op, arg1, driver op inside or None)
 SYNTH = {
@@ -117,6 +118,7 @@ SYNTH = {
     "cudaMallocAsync": (1, 16, 0, (4, 15)), "cudaFreeAsync": (1, 17, 0, (4, 16)), "cudaMemsetAsync": (1, 15, 0, (4, 10)),
     "cudaHostAlloc": (1, 18, 0, None), "cudaStreamBeginCapture": (8, 1, 0, None), "cudaStreamEndCapture": (8, 2, 0, None),
     "cudaGraphInstantiate": (8, 3, 0, None), "cudaGraphLaunch": (8, 4, 0, (8, 5)), "cudaDeviceSynchronize": (1, 6, 0, (4, 4)),
+    "cudaSetDevice": (1, 22, 0, None),
 }
 
 
