@@ -126,6 +126,21 @@ except Exception:
 EOF
 }
 
+# ready CHECK WANT MIN: print the seconds a traced-PyTorch step may take (see budget); else a FAIL
+# row for CHECK (no causeway, no torch with CUDA, or no time left) and status 1.
+ready() {
+    local t
+    if ! ((HAVE_CW && HAVE_TORCH)); then
+        row "$1" "run" "skipped: no causeway or no torch with CUDA" FAIL >&2
+        return 1
+    fi
+    if ! t=$(budget "$2" "$3"); then
+        row "$1" "run" "skipped: no time left" FAIL >&2
+        return 1
+    fi
+    echo "$t"
+}
+
 # analyze ARGS...: scripts/gpu-check/analyze.py, which appends its rows to the summary (and a FAIL
 # row of its own when a check breaks); killed by its time limit, it gets a FAIL row here.
 analyze() {
@@ -383,15 +398,8 @@ step_counts() {
 
 step_train() {
     say "3. train.py traced: launch counts per API vs torch.profiler (CUPTI)"
-    ((HAVE_CW && HAVE_TORCH)) || {
-        row "train: traced" "run" "skipped: no causeway or no torch with CUDA" FAIL
-        return
-    }
     local t rc
-    if ! t=$(budget 240 90); then
-        row "train: traced" "run" "skipped: no time left" FAIL
-        return
-    fi
+    t=$(ready "train: traced" 240 90) || return
     cw_trace train "$t" "$PY" "$SRC/train.py" --json "$LOGS/train-traced.json" --trace-dir "$LOGS/profiles" ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"}
     rc=$?
     trace_report train
@@ -505,15 +513,8 @@ diag() {
 
 step_late() {
     say "4b. late attach: CUDA libraries mapped 3 s after the process started"
-    ((HAVE_CW && HAVE_TORCH)) || {
-        row "late attach" "run" "skipped: no causeway or no torch with CUDA" FAIL
-        return
-    }
     local t rc
-    if ! t=$(budget 90 30); then
-        row "late attach" "run" "skipped: no time left" FAIL
-        return
-    fi
+    t=$(ready "late attach" 90 30) || return
     cw_trace late "$t" "$PY" "$SRC/late.py" 3
     rc=$?
     trace_report late
@@ -536,15 +537,8 @@ step_compare() {
 
 step_nccl() {
     say "4c. one NCCL rank (torch.distributed) traced, with NVML samples"
-    ((HAVE_CW && HAVE_TORCH)) || {
-        row "nccl: traced" "run" "skipped: no causeway or no torch with CUDA" FAIL
-        return
-    }
     local t rc n=50
-    if ! t=$(budget 120 40); then
-        row "nccl: traced" "run" "skipped: no time left" FAIL
-        return
-    fi
+    t=$(ready "nccl: traced" 120 40) || return
     cw_trace nccl "$t" "$PY" "$SRC/nccl_one_rank.py" "$n" 16
     rc=$?
     trace_report nccl
@@ -589,15 +583,8 @@ PYEOF
 
 step_stacks() {
     say "4d. Python frames: train.py traced with --stacks"
-    ((HAVE_CW && HAVE_TORCH)) || {
-        row "stacks: traced" "run" "skipped: no causeway or no torch with CUDA" FAIL
-        return
-    }
     local t rc name=stacks
-    if ! t=$(budget 90 45); then
-        row "stacks: traced" "run" "skipped: no time left" FAIL
-        return
-    fi
+    t=$(ready "stacks: traced" 90 45) || return
     rm -f "$TRACES/$name.db"*
     echo "+ $CW trace --stacks --db $TRACES/$name.db -- $PY $SRC/train.py --secs 15 (limit ${t}s)" >"$LOGS/$name.err"
     timeout -k 30 "$t" "$CW" trace --stacks --db "$TRACES/$name.db" -- "$PY" "$SRC/train.py" --secs 15 --json "$LOGS/$name.json" \
