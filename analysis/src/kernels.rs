@@ -91,6 +91,36 @@ pub fn kernel_label(index: &KernelIndex, pid: u32, handle: i64) -> String {
     }
 }
 
+/// A kernel's name as a headline says it: the function without its return type, template
+/// arguments, parameter list or anonymous namespaces (`at::native::reduce_kernel` for PyTorch's
+/// `void at::native::reduce_kernel<128, 4, at::native::ReduceOp<...> >(...)`, whose names run to
+/// kilobytes). Names with nothing to drop (Triton's, cuBLAS's `nvjet_*`, mangled ones) are kept
+/// whole; a name cut short inside its template arguments keeps what came before them. The full name
+/// stays in the chain's `kernels` and in `causeway kernels`.
+pub fn short_name(full: &str) -> String {
+    let name = full.trim();
+    let name = name.strip_prefix("void ").unwrap_or(name);
+    let name = name.replace("(anonymous namespace)::", "");
+    let mut out = String::with_capacity(name.len().min(128));
+    let mut depth = 0usize;
+    for ch in name.chars() {
+        match ch {
+            '<' => depth += 1,
+            '>' if depth > 0 => depth -= 1,
+            // the parameter list: nothing after it names the function
+            '(' if depth == 0 => break,
+            _ if depth == 0 => out.push(ch),
+            _ => {}
+        }
+    }
+    let out = out.trim();
+    if out.is_empty() {
+        full.trim().to_string()
+    } else {
+        out.to_string()
+    }
+}
+
 fn unnamed(pid: u32, handle: i64) -> String {
     format!("unnamed kernel (pid {pid}, handle {handle:#x})")
 }
@@ -378,6 +408,21 @@ pub fn chain_kernels<'a>(items: impl Iterator<Item = (&'a str, i64)>) -> Vec<Cha
     v
 }
 
+/// The same kernels as a headline names them: merged by [`short_name`] (a template's
+/// instantiations are one function to the reader), most time first.
+pub fn by_short_name(kernels: &[ChainKernel]) -> Vec<ChainKernel> {
+    let mut per: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    for k in kernels {
+        let e = per.entry(short_name(&k.kernel)).or_default();
+        e.0 += k.calls;
+        e.1 += k.ns;
+    }
+    let mut v: Vec<ChainKernel> =
+        per.into_iter().map(|(kernel, (calls, ns))| ChainKernel { kernel, calls, ns }).collect();
+    v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.kernel.cmp(&b.kernel)));
+    v
+}
+
 /// `grid(128,1,1) block(256,1,1) smem 0 B cluster(1,1,1)`.
 pub fn config_words(c: &ConfigCount) -> String {
     let d = |v: [u32; 3]| format!("({},{},{})", v[0], v[1], v[2]);
@@ -478,6 +523,41 @@ mod tests {
         assert_eq!(launch_kernel(&calls, 0, &index).as_deref(), Some("gemm"));
         assert_eq!(launch_kernel(&calls, 3, &index).as_deref(), Some("unnamed kernel (pid 7, handle 0x999)"));
         assert_eq!(launch_kernel(&calls, 4, &index), None, "a graph launch names no kernel by arg0");
+    }
+
+    #[test]
+    fn a_headline_names_the_function_without_its_templates_and_parameters() {
+        // names as PyTorch 2.11 + CUDA 13 recorded them on an H100 (docs/real-gpu)
+        let reduce = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<c10::BFloat16, \
+            at::native::func_wrapper_t<c10::BFloat16, at::native::sum_functor<c10::BFloat16, float, \
+            c10::BFloat16>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, \
+            c10::BFloat16, 4, 8> >(at::native::ReduceOp<c10::BFloat16, at::native::func_wrapper_t<c10::BFloat16>>)";
+        assert_eq!(short_name(reduce), "at::native::reduce_kernel");
+        assert_eq!(
+            short_name("void at::native::(anonymous namespace)::LayerNormBackwardKernelImplInternal<c10::BFloat16, float>(int, float const*)"),
+            "at::native::LayerNormBackwardKernelImplInternal"
+        );
+        // cut at 1,023 bytes inside the template arguments
+        assert_eq!(
+            short_name("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFl"),
+            "at::native::vectorized_elementwise_kernel"
+        );
+        for whole in
+            ["triton_poi_fused_add_0", "nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNN", "_Z7cw_stepPfi", "gemm_sm90_tma"]
+        {
+            assert_eq!(short_name(whole), whole);
+        }
+        assert_eq!(short_name("cw_step(float*, int)"), "cw_step");
+        let two = [
+            ChainKernel { kernel: "void k<1>(int)".into(), calls: 2, ns: 10 },
+            ChainKernel { kernel: "gemm".into(), calls: 1, ns: 15 },
+            ChainKernel { kernel: "void k<2>(int)".into(), calls: 3, ns: 20 },
+        ];
+        let merged = by_short_name(&two);
+        assert_eq!(merged[0], ChainKernel { kernel: "k".into(), calls: 5, ns: 30 });
+        assert_eq!(merged[1], ChainKernel { kernel: "gemm".into(), calls: 1, ns: 15 });
+        // nothing before the parameters: the name as recorded
+        assert_eq!(short_name("(broken"), "(broken");
     }
 
     #[test]

@@ -46,7 +46,9 @@ pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
 pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;
-pub use kernels::{config_words, kernel_label, ChainKernel, KernelIndex, KernelReport};
+pub use kernels::{
+    config_words, kernel_label, short_name as short_kernel_name, ChainKernel, KernelIndex, KernelReport,
+};
 pub use network::{network_report, NetworkReport, PeerTraffic, UntracedTraffic};
 pub use serving::{serving_report, serving_series, EngineServing, LatencyFigures, ServingReport, ServingSeries, Spike};
 pub use stacks::{call_site, kernel_filter_words, top_stacks, StackShare, StackSummary, StacksReport, StacksRequest};

@@ -250,7 +250,10 @@ fn kernels_text(k: &KernelReport) -> String {
         "\n{} kernel launches of {} kernels ({} named; {} driver launches inside runtime launches counted with them)\nnote: {}\n",
         k.launches, k.kernels_total, k.named_launches, k.nested_launches, k.note
     );
+    // The table names each kernel short (PyTorch's templates run to kilobytes and would stretch every
+    // row); the list below it gives each one's full name by the same number.
     let mut t = Table::new(&[
+        ">#",
         "KERNEL",
         ">LAUNCHES",
         ">SUM us",
@@ -262,9 +265,10 @@ fn kernels_text(k: &KernelReport) -> String {
         ">P99 us",
         ">MAX us",
     ]);
-    for s in &k.kernels {
+    for (i, s) in k.kernels.iter().enumerate() {
         t.row(vec![
-            s.kernel.clone(),
+            format!("k{}", i + 1),
+            causeway_analysis::short_kernel_name(&s.kernel),
             s.launches.to_string(),
             us(s.sum_us),
             us(s.avg_us),
@@ -277,9 +281,9 @@ fn kernels_text(k: &KernelReport) -> String {
         ]);
     }
     out.push_str(&t.render());
-    for s in &k.kernels {
+    for (i, s) in k.kernels.iter().enumerate() {
         let apis: Vec<String> = s.apis.iter().map(|(a, n)| format!("{a} x{n}")).collect();
-        out.push_str(&format!("\n{}\n  launched by {}\n", s.kernel, apis.join(", ")));
+        out.push_str(&format!("\nk{} {}\n  launched by {}\n", i + 1, s.kernel, apis.join(", ")));
         for c in &s.configs {
             out.push_str(&format!("  {} x{}\n", config_words(c), c.launches));
         }

@@ -67,7 +67,10 @@ fn stats_by_kernel_and_stacks_by_kernel_name() {
     let text = causeway(&["stats", "--db", db, "--by", "kernel"]);
     assert!(text.contains("4 kernel launches of 1 kernels (4 named"), "{text}");
     assert!(text.contains("not of the kernels on the GPU"), "{text}");
-    assert!(text.contains("softmax_warp(float*)\n  launched by cudaLaunchKernel x4\n  grid(8,1,1) block(32,1,1) smem 0 B cluster(1,1,1) x4"), "{text}");
+    assert!(text.contains("\nk1 softmax_warp(float*)\n  launched by cudaLaunchKernel x4\n  grid(8,1,1) block(32,1,1) smem 0 B cluster(1,1,1) x4"), "{text}");
+    // the table names the kernel short, by the number its full name is listed under
+    let row = text.lines().find(|l| l.trim_start().starts_with("k1 ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains(" softmax_warp ") && !row.contains("float*"), "{row}");
     assert!(
         text.contains(
             "coverage: pid 812: only driver calls are visible: the CUDA runtime is statically linked without symbols"

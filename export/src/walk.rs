@@ -365,7 +365,9 @@ impl<'a> Walk<'a> {
         let role = codes::gpu_role(code);
         if codes::is_kernel_launch(code) {
             let kernel = causeway_analysis::kernel_label(&self.kernels, ev.pid, ev.arg0);
-            name = format!("{op_name}: {kernel}");
+            // the slice says the function (a timeline row cannot show PyTorch's kilobyte templates);
+            // its args keep the full name
+            name = format!("{op_name}: {}", causeway_analysis::short_kernel_name(&kernel));
             args.push(("kernel", Arg::Str(kernel)));
         }
         if matches!(role, GpuRole::Alloc | GpuRole::SyncCopy) || op_name.contains("emcpy") || op_name.contains("emset")

@@ -190,7 +190,7 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
         if let Some(w) = k.kernels.iter().max_by(|x, y| x.p99_us.total_cmp(&y.p99_us)) {
             summary.push_str(&format!(
                 ", highest launch-call p99: {} {} ({} launches; host-side launch time, not GPU time)",
-                w.kernel,
+                causeway_analysis::short_kernel_name(&w.kernel),
                 us(w.p99_us),
                 w.launches
             ));

@@ -97,7 +97,7 @@ pub(super) fn attributed_chain(
     let mut io_window: Option<(i64, i64)> = None;
     for w in worst.iter().take(3) {
         let Some(Item { ts, dur, tid: itid, label, parts, wait, kernel, .. }) = s.items.get(&w.1) else { continue };
-        let of_kernel = kernel.as_ref().map(|k| format!(" of {k}")).unwrap_or_default();
+        let of_kernel = kernel.as_ref().map(|k| format!(" of {}", kernels::short_name(k))).unwrap_or_default();
         let mut what = match (s.kind, s.dist) {
             (ChainKind::SlowCalls, Some(d)) => {
                 format!("{}{of_kernel} on tid {itid} took {} (op p50 {})", s.op_name, fmt_ns(*dur), fmt_ns(d.p50))
@@ -143,12 +143,13 @@ pub(super) fn attributed_chain(
     let kernels =
         kernels::chain_kernels(g.items.iter().filter_map(|w| s.items.get(&w.1)?.kernel.as_deref().map(|k| (k, w.0))));
     if !kernels.is_empty() {
-        let named: Vec<String> = kernels
+        let headline = kernels::by_short_name(&kernels);
+        let named: Vec<String> = headline
             .iter()
             .take(KERNELS_IN_SUMMARY)
             .map(|k| format!("{} ({} calls, {})", k.kernel, k.calls, fmt_ns(k.ns)))
             .collect();
-        let more = kernels.len().saturating_sub(KERNELS_IN_SUMMARY);
+        let more = headline.len().saturating_sub(KERNELS_IN_SUMMARY);
         summary_tail.push_str(&format!(
             "; kernels: {}{}",
             named.join(", "),
