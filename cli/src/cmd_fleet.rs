@@ -298,6 +298,11 @@ fn print_clocks(clocks: &[NodeClock]) {
             Some(r) => format!("; collectives agree ({} residual over {})", signed(r), c.residual_collectives),
             None => String::new(),
         };
+        if !c.measured {
+            // a merged lake (no catalog server) or a node that has not flushed yet
+            println!("  {}: not measured (no flush sampled a catalog server's clock): taken as +0{check}", c.node);
+            continue;
+        }
         println!(
             "  {}: {} ± {} ({} flushes, spread {}; {kernel}){check}",
             c.node,

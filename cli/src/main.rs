@@ -12,6 +12,8 @@ mod cmd_export;
 #[cfg(feature = "duckdb")]
 mod cmd_fleet;
 mod cmd_mcp;
+#[cfg(feature = "duckdb")]
+mod cmd_merge;
 mod cmd_query;
 mod cmd_report;
 mod cmd_serving;
@@ -81,6 +83,9 @@ enum Command {
     /// Questions across hosts, over a lake: nodes, clocks, stragglers at collectives, per-rank waits.
     #[cfg(feature = "duckdb")]
     Fleet(cmd_fleet::Args),
+    /// Many nodes' traces into one lake file on this machine (no server), each under its node: `fleet` and `mcp` read it with --lake ducklake:FILE.
+    #[cfg(feature = "duckdb")]
+    Merge(cmd_merge::Args),
 }
 
 /// The log filter when CAUSEWAY_LOG is not set: warnings, except aya's loader, whose one warning on
@@ -119,6 +124,8 @@ fn main() {
         Command::Ship(a) => cmd_ship::run(a),
         #[cfg(feature = "duckdb")]
         Command::Fleet(a) => cmd_fleet::run(a),
+        #[cfg(feature = "duckdb")]
+        Command::Merge(a) => cmd_merge::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

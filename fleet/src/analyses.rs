@@ -191,6 +191,10 @@ pub struct RankWait {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct NodeClock {
     pub node: String,
+    /// Whether any flush sampled the catalog server's clock. `false` for traces merged into a
+    /// catalog file (`causeway merge`): no server clock was there, the offset is taken as 0 and its
+    /// bound is unknown (0 here); the collectives' cross-check below is then the only evidence.
+    pub measured: bool,
     /// Flushes that sampled the catalog clock.
     pub flushes: i64,
     /// The catalog's clock minus the node's, from its tightest round trip, and that bound, ns.
@@ -383,20 +387,25 @@ comp AS (
 med AS (SELECT comm_hash, seq, quantile_disc(done_ns, 0.5) AS med FROM comp GROUP BY comm_hash, seq
         HAVING count(DISTINCT node) >= 2),
 resid AS (SELECT node, quantile_disc(done_ns - med, 0.5) AS residual_ns, count(*) AS n
-          FROM comp JOIN med USING (comm_hash, seq) GROUP BY node)
-SELECT per.node, per.flushes, per.offset_ns, per.err_ns, per.spread_ns,
+          FROM comp JOIN med USING (comm_hash, seq) GROUP BY node),
+nodes AS (SELECT DISTINCT node FROM {LAKE}.ship_traces)
+SELECT nodes.node, coalesce(per.flushes, 0), coalesce(per.offset_ns, 0), coalesce(per.err_ns, 0),
+       coalesce(per.spread_ns, 0),
        CASE WHEN kern.status IS NULL OR kern.status < 0 THEN NULL ELSE (kern.status & 64) = 0 END,
        CASE WHEN kern.est IS NULL OR kern.est < 0 THEN NULL ELSE kern.est END,
        resid.residual_ns, coalesce(resid.n, 0)
-FROM per LEFT JOIN kern USING (node) LEFT JOIN resid USING (node) ORDER BY per.node"
+FROM nodes LEFT JOIN per USING (node) LEFT JOIN kern USING (node) LEFT JOIN resid USING (node)
+ORDER BY nodes.node"
         );
         let mut st = self.conn.prepare(&sql)?;
         let rows = st.query_map([], |r| {
             let err: i64 = r.get(3)?;
             let residual: Option<i64> = r.get(7)?;
+            let flushes: i64 = r.get(1)?;
             Ok(NodeClock {
                 node: r.get(0)?,
-                flushes: r.get(1)?,
+                measured: flushes > 0,
+                flushes,
                 offset_ns: r.get(2)?,
                 error_ns: err,
                 spread_ns: r.get(4)?,

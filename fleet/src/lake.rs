@@ -6,6 +6,10 @@
 //! its data as Parquet files under a data path fixed when the lake is created. Credentials never
 //! appear in the lake string: libpq reads them from `PGPASSWORD` or a password file
 //! (`PGPASSFILE`, default `~/.pgpass`), so they stay out of argv, logs and answers.
+//!
+//! A lake can also keep its catalog in a DuckDB file (`ducklake:PATH`, what `causeway merge`
+//! writes): one process writes it at a time and no server measures the nodes' clocks, so it is for
+//! traces gathered after the fact, read by the same analyses.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -46,23 +50,39 @@ pub fn missing_extensions(dir: &Path) -> Vec<String> {
 }
 
 /// A lake's catalog, as the user named it: a libpq connection string after `postgres:`
-/// (`postgres:host=10.0.0.5 port=5432 dbname=causeway_fleet user=causeway_ship sslmode=require`).
+/// (`postgres:host=10.0.0.5 port=5432 dbname=causeway_fleet user=causeway_ship sslmode=require`),
+/// or a DuckDB catalog file after `ducklake:` (`ducklake:run42.ducklake`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LakeSpec {
-    conninfo: String,
+    catalog: Catalog,
+}
+
+/// Where a lake's catalog lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Catalog {
+    /// A PostgreSQL server (libpq connection string): many shippers and readers at once, and a
+    /// clock every shipper measures its own against.
+    Postgres(String),
+    /// A DuckDB file on this machine: one writer at a time, no server clock.
+    File(PathBuf),
 }
 
 impl LakeSpec {
-    /// Parse `--lake`. Accepts `postgres:CONNINFO` or `ducklake:postgres:CONNINFO`; refuses a
-    /// password in the string (it would sit in argv and in shell history).
+    /// Parse `--lake`. Accepts `postgres:CONNINFO`, `ducklake:postgres:CONNINFO` or
+    /// `ducklake:PATH` (a DuckDB catalog file); refuses a password in a connection string (it would
+    /// sit in argv and in shell history).
     pub fn parse(s: &str) -> Result<LakeSpec, FleetError> {
         let s = s.trim();
         let rest = s.strip_prefix("ducklake:").unwrap_or(s);
         let Some(conninfo) = rest.strip_prefix("postgres:").or_else(|| rest.strip_prefix("postgresql:")) else {
+            if let Some(path) = s.strip_prefix("ducklake:").filter(|p| !p.trim().is_empty()) {
+                return LakeSpec::file(Path::new(path.trim()));
+            }
             return Err(FleetError::BadLake(format!(
                 "`{s}`: a lake is `postgres:` followed by a libpq connection string, e.g. \
                  'postgres:host=127.0.0.1 port=55432 dbname=causeway_fleet user=causeway_read' \
-                 (scripts/fleet-catalog.sh prints both of a new catalog's)"
+                 (scripts/fleet-catalog.sh prints both of a new catalog's), or `ducklake:` and the path of \
+                 a catalog file (`causeway merge` writes one)"
             )));
         };
         let lower = conninfo.to_ascii_lowercase();
@@ -83,17 +103,54 @@ impl LakeSpec {
         if !lower.contains("connect_timeout") {
             conninfo.push_str(&format!(" connect_timeout={CONNECT_TIMEOUT_S}"));
         }
-        Ok(LakeSpec { conninfo })
+        Ok(LakeSpec { catalog: Catalog::Postgres(conninfo) })
     }
 
-    /// The connection string, for messages: it holds no secret (see [`LakeSpec::parse`]).
-    pub fn conninfo(&self) -> &str {
-        &self.conninfo
+    /// A lake whose catalog is the DuckDB file at `path` (created by the first shipper).
+    pub fn file(path: &Path) -> Result<LakeSpec, FleetError> {
+        let text = path.to_string_lossy();
+        if text.contains('\0') || text.trim().is_empty() {
+            return Err(FleetError::BadLake(format!("`{text}`: not a usable catalog file name")));
+        }
+        Ok(LakeSpec { catalog: Catalog::File(path.to_path_buf()) })
     }
 
-    /// The `user=` of the string, if it names one.
+    /// The catalog, for messages: a connection string holds no secret (see [`LakeSpec::parse`]).
+    pub fn conninfo(&self) -> String {
+        match &self.catalog {
+            Catalog::Postgres(c) => c.clone(),
+            Catalog::File(p) => p.display().to_string(),
+        }
+    }
+
+    /// The `user=` of a connection string, if it names one.
     pub fn user(&self) -> Option<&str> {
-        self.conninfo.split_whitespace().find_map(|kv| kv.strip_prefix("user="))
+        match &self.catalog {
+            Catalog::Postgres(c) => c.split_whitespace().find_map(|kv| kv.strip_prefix("user=")),
+            Catalog::File(_) => None,
+        }
+    }
+
+    /// Whether a catalog server's clock is there to measure each node's against (a PostgreSQL
+    /// catalog); a catalog file has none, and its nodes' offsets are not measured.
+    pub fn has_server_clock(&self) -> bool {
+        matches!(self.catalog, Catalog::Postgres(_))
+    }
+
+    /// The catalog file, for a file lake.
+    pub fn catalog_file(&self) -> Option<&Path> {
+        match &self.catalog {
+            Catalog::File(p) => Some(p),
+            Catalog::Postgres(_) => None,
+        }
+    }
+
+    /// What DuckDB's `ATTACH` takes.
+    fn attach_target(&self) -> String {
+        match &self.catalog {
+            Catalog::Postgres(c) => format!("ducklake:postgres:{c}"),
+            Catalog::File(p) => format!("ducklake:{}", p.display()),
+        }
     }
 }
 
@@ -143,7 +200,15 @@ pub fn connect(lake: &LakeSpec, access: &Access) -> Result<Connection, FleetErro
         Access::Ship { data_path: None } => String::new(),
         Access::Read => " (READ_ONLY)".to_string(),
     };
-    let attach = format!("ATTACH {} AS {LAKE}{options}", lit(&format!("ducklake:postgres:{}", lake.conninfo)));
+    if let (Some(file), Access::Read) = (lake.catalog_file(), access) {
+        if !file.is_file() {
+            return Err(FleetError::Unreachable(format!(
+                "no lake at {}: nothing was merged or shipped into it yet",
+                file.display()
+            )));
+        }
+    }
+    let attach = format!("ATTACH {} AS {LAKE}{options}", lit(&lake.attach_target()));
     // The first attach of a new lake creates its catalog tables; shippers starting together race to
     // do it, and the losers' attach finds them half made: attach again.
     let mut attempt = 0u32;
@@ -187,11 +252,11 @@ fn attach_error(lake: &LakeSpec, access: &Access, e: duckdb::Error) -> FleetErro
             "the catalog refused {who}: set PGPASSWORD or PGPASSFILE (scripts/fleet-catalog.sh writes DIR/pgpass): {msg}"
         ))
     } else if msg.contains("Connection refused") || msg.contains("timeout") || msg.contains("could not connect") {
-        FleetError::Unreachable(format!("the catalog at `{}` does not answer: {msg}", lake.conninfo))
+        FleetError::Unreachable(format!("the catalog at `{}` does not answer: {msg}", lake.conninfo()))
     } else if matches!(access, Access::Read) && msg.contains("does not exist") {
         FleetError::Unreachable(format!("no lake in that catalog yet (nothing was shipped to it): {msg}"))
     } else {
-        FleetError::Engine(format!("cannot attach the lake `{}`: {msg}", lake.conninfo))
+        FleetError::Engine(format!("cannot attach the lake `{}`: {msg}", lake.conninfo()))
     }
 }
 
@@ -232,6 +297,13 @@ mod tests {
             assert!(e.contains("PGPASSWORD") && !e.contains("=x"), "{e}");
         }
         assert!(LakeSpec::parse("/tmp/lake").unwrap_err().to_string().contains("postgres:"));
+        assert!(LakeSpec::parse("ducklake:").is_err());
+        let f = LakeSpec::parse("ducklake:/tmp/run 42.ducklake").unwrap();
+        assert_eq!(f.catalog_file(), Some(Path::new("/tmp/run 42.ducklake")));
+        assert!(!f.has_server_clock() && f.user().is_none());
+        assert_eq!(f.attach_target(), "ducklake:/tmp/run 42.ducklake");
+        assert!(l.has_server_clock() && l.catalog_file().is_none());
+        assert_eq!(l.attach_target(), "ducklake:postgres:host=h connect_timeout=3");
     }
 
     #[test]

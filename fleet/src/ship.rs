@@ -168,6 +168,9 @@ pub struct Shipper {
     local_tables: Vec<String>,
     summary: String,
     skew_ns: i64,
+    /// Whether the lake's catalog is a server whose clock each flush samples (a PostgreSQL
+    /// catalog); a catalog file has none, and the flushes record no clock (see [`LakeSpec::file`]).
+    server_clock: bool,
     /// When this shipper last replaced the small tables (see [`SNAPSHOT_EVERY`]).
     snapshot_at: Option<Instant>,
     /// The id range (lo, hi] of the events read ahead into [`PENDING`]; (0, 0) when none.
@@ -231,6 +234,7 @@ impl Shipper {
             local_tables,
             summary: summary_predicate(),
             skew_ns,
+            server_clock: lake.has_server_clock(),
             snapshot_at: None,
             pending: (0, 0),
         })
@@ -433,8 +437,13 @@ impl Shipper {
         report: &mut ShipReport,
     ) -> Result<(), FleetError> {
         self.attach()?;
-        let samples = clock::sample_catalog(&self.conn, self.skew_ns)?;
-        let kernel = clock::kernel_state(self.skew_ns);
+        // A merge's catalog file has no server clock, and this host's kernel clock says nothing
+        // of the clocks of the hosts that recorded the traces: no clock rows then.
+        let (samples, kernel) = if self.server_clock {
+            (clock::sample_catalog(&self.conn, self.skew_ns)?, Some(clock::kernel_state(self.skew_ns)))
+        } else {
+            (Vec::new(), None)
+        };
         // read the new events once, before the transaction (one transaction writes one database)
         if hi.events > wm.events {
             let source = if self.pending.0 <= wm.events && hi.events <= self.pending.1 {
@@ -483,7 +492,7 @@ impl Shipper {
         &self,
         plan: &FlushPlan,
         samples: &[ClockSample],
-        kernel: clock::KernelClock,
+        kernel: Option<clock::KernelClock>,
     ) -> Result<FlushRows, FleetError> {
         let FlushPlan { wm, hi, flush_id, finished, snapshots } = *plan;
         let (node, uid) = (&self.node, &self.trace_uid);
@@ -549,19 +558,21 @@ impl Shipper {
         for (i, s) in samples.iter().enumerate() {
             st.execute(params![node, uid, flush_id, i as i32, s.local_send_ns, s.server_ns, s.local_recv_ns])?;
         }
-        c.execute(
-            &format!("INSERT INTO {LAKE}.clock_state VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
-            params![
-                node,
-                uid,
-                flush_id,
-                clock::realtime_ns(self.skew_ns),
-                kernel.status,
-                kernel.esterror_us,
-                kernel.maxerror_us,
-                kernel.mono_to_realtime_ns
-            ],
-        )?;
+        if let Some(kernel) = kernel {
+            c.execute(
+                &format!("INSERT INTO {LAKE}.clock_state VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+                params![
+                    node,
+                    uid,
+                    flush_id,
+                    clock::realtime_ns(self.skew_ns),
+                    kernel.status,
+                    kernel.esterror_us,
+                    kernel.maxerror_us,
+                    kernel.mono_to_realtime_ns
+                ],
+            )?;
+        }
         let rows: u64 = counts.iter().map(|(_, n)| n).sum();
         c.execute(
             &format!(

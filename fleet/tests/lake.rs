@@ -103,6 +103,7 @@ fn eight_nodes_ship_once_and_the_straggler_is_named_within_the_clock_bounds() {
     let worst = clocks.iter().map(|c| c.error_ns).max().unwrap();
     for (k, c) in clocks.iter().enumerate() {
         assert!((c.offset_ns + SKEWS[k]).abs() <= c.error_ns, "node-{k}: planted {} ns, measured {c:?}", -SKEWS[k]);
+        assert!(c.measured && c.flushes > 0, "every flush sampled the catalog server's clock: {c:?}");
         assert!(c.error_ns < MS, "loopback round trips: {c:?}");
         assert!(c.residual_collectives >= 190, "{c:?}");
         assert!(!c.disagrees, "the collectives agree with the aligned clocks: {c:?}");

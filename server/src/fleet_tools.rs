@@ -86,6 +86,13 @@ fn clocks_words(clocks: &[NodeClock]) -> String {
     let worst = clocks.iter().map(|c| c.error_ns).max().unwrap_or(0);
     let disagree: Vec<&str> = clocks.iter().filter(|c| c.disagrees).map(|c| c.node.as_str()).collect();
     let mut s = format!("{} node clocks aligned (bounds up to {})", clocks.len(), fmt_ns(worst));
+    let unmeasured: Vec<&str> = clocks.iter().filter(|c| !c.measured).map(|c| c.node.as_str()).collect();
+    if !unmeasured.is_empty() {
+        s.push_str(&format!(
+            "; not measured (taken as +0, bound unknown: a merged lake has no catalog clock): {}",
+            unmeasured.join(", ")
+        ));
+    }
     if !disagree.is_empty() {
         s.push_str(&format!("; the collectives DISAGREE with the clock of {}", disagree.join(", ")));
     }

@@ -1,5 +1,6 @@
 //! The checked-in `tool-schemas/` must equal the schemas the code generates. To regenerate:
-//! `CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release -p causeway-server --test tool_schemas`, or
+//! `CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release --workspace --test tool_schemas` (`--workspace`: the
+//! features the install builds; `-p` alone builds another DuckDB and leaves out the fleet tools), or
 //! `causeway mcp --write-schemas tool-schemas`.
 
 #[test]
@@ -11,7 +12,7 @@ fn checked_in_tool_schemas_match_the_code() {
     let diff = causeway_server::schemas::differences(&dir);
     assert!(
         diff.is_empty(),
-        "tool-schemas/ differs from the code in {diff:?}: regenerate with CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release -p causeway-server --test tool_schemas"
+        "tool-schemas/ differs from the code in {diff:?}: regenerate with CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release --workspace --test tool_schemas"
     );
     let files = causeway_server::schemas::generate();
     // 12 tools (capture_trace included), and the 6 fleet tools when the `fleet` feature is built
