@@ -105,6 +105,20 @@ fn node_traces_merge_into_one_lake_file_that_the_fleet_commands_answer() {
     let text = ok(causeway(&["fleet", "clock", "--lake", &lake]), "fleet clock");
     assert!(text.contains("node-0: not measured"), "{text}");
 
+    // the drill-down: node-2's own report, read from the merged lake, is its local trace's
+    let remote: serde_json::Value = serde_json::from_str(&ok(
+        causeway(&["fleet", "explain", "--json", "--node", "node-2", "--lake", &lake]),
+        "fleet explain",
+    ))
+    .unwrap();
+    let local: serde_json::Value =
+        serde_json::from_str(&ok(causeway(&["explain", "--json", "--db", traces[2].to_str().unwrap()]), "explain"))
+            .unwrap();
+    for k in ["gpu_calls", "slow_calls", "slow_time_ns", "verdict", "chains_total"] {
+        assert_eq!(remote[k], local[k], "{k}: lake {} vs local {}", remote[k], local[k]);
+    }
+    assert!(remote["gpu_calls"].as_u64().unwrap() > 0, "{remote}");
+
     // guarded SQL over the merged lake: every event of every node, and the lake's files refused
     let total: i64 = traces.iter().map(|p| local_events(p)).sum();
     let out = ok(causeway(&["fleet", "query", "--json", "--lake", &lake, "SELECT count(*) AS n FROM events"]), "query");
