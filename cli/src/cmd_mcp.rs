@@ -42,9 +42,10 @@ pub struct Args {
     /// Where capture_trace writes new traces (default: a new private directory under the temp dir).
     #[arg(long, value_name = "DIR")]
     capture_dir: Option<PathBuf>,
-    /// Also serve a fleet lake (`postgres:...`, the read-only role; password from PGPASSWORD or
-    /// PGPASSFILE): the fleet tools (nodes, stragglers, collective waits, clocks, SQL over the lake)
-    /// and every node as a trace named `node:NAME` for the per-host tools.
+    /// Also serve a fleet lake (`postgres:...`, the read-only role, password from PGPASSWORD or
+    /// PGPASSFILE; or `ducklake:FILE`, a merged lake): the fleet tools (nodes, stragglers, collective
+    /// waits, clocks, SQL over the lake) and every node as a trace named `node:NAME` for the per-host
+    /// tools.
     #[arg(long, env = "CAUSEWAY_LAKE", value_name = "LAKE")]
     lake: Option<String>,
     /// Write the JSON Schemas of every tool's input and output into DIR and exit.

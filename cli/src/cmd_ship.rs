@@ -47,7 +47,8 @@ pub struct Args {
 #[derive(clap::Args, Clone)]
 pub struct LakeArgs {
     /// The lake's catalog: `postgres:` and a libpq connection string, no password in it (libpq reads
-    /// PGPASSWORD or PGPASSFILE). scripts/fleet-catalog.sh prints a new catalog's.
+    /// PGPASSWORD or PGPASSFILE; scripts/fleet-catalog.sh prints a new catalog's), or `ducklake:FILE`
+    /// for a catalog file (what `causeway merge` writes).
     #[arg(long, env = "CAUSEWAY_LAKE", value_name = "LAKE")]
     pub lake: String,
     /// Where a new lake keeps its Parquet files (a directory or an object-store URL); only needed
