@@ -5,11 +5,14 @@
 //! refusals.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use causeway_backends::SyntheticJob;
 use causeway_testdata::FleetCatalog;
+use common::ok;
+
+mod common;
 
 const MS: i64 = 1_000_000;
 
@@ -30,16 +33,6 @@ fn causeway(catalog: &FleetCatalog, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
     c.envs(catalog.env()).env_remove("CAUSEWAY_LAKE").args(args);
     c
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 fn ship(catalog: &FleetCatalog, db: &Path, extra: &[&str]) -> Command {

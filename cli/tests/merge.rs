@@ -5,9 +5,12 @@
 //! bad inputs refused before anything is written.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use causeway_backends::SyntheticJob;
+use common::ok;
+
+mod common;
 
 const MS: i64 = 1_000_000;
 
@@ -37,17 +40,7 @@ fn node_traces(dir: &Path, skewed: Option<(u32, i64)>) -> Vec<PathBuf> {
 }
 
 fn causeway(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_causeway")).env_remove("CAUSEWAY_LAKE").args(args).output().unwrap()
-}
-
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::causeway().env_remove("CAUSEWAY_LAKE").args(args).output().unwrap()
 }
 
 fn merge(out: &Path, traces: &[PathBuf]) -> Output {

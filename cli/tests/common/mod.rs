@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The tests that trace with eBPF (and do `what` besides) run as root, as CI does.
 pub fn require_root_to(what: &str) {
@@ -17,6 +17,18 @@ pub fn causeway() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_causeway"));
     c.env_remove("CAUSEWAY_LOG").env_remove("CAUSEWAY_LABELS");
     c
+}
+
+/// The stdout of a command that must have succeeded (`what` names it; its stdout and stderr are
+/// shown when it did not).
+pub fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The repository's root.
