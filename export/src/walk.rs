@@ -68,6 +68,9 @@ struct Walk<'a> {
     store: &'a dyn TraceStore,
     req: &'a ExportRequest,
     kernels: KernelIndex,
+    /// Each launched kernel's (name, short name) by (pid, handle), worked out once per window: the
+    /// names PyTorch records run to kilobytes, and a window launches the same kernels again and again.
+    kernel_names: HashMap<(u32, i64), (String, String)>,
     /// Socket peers by key (`net_peers`), to name socket calls.
     peers: HashMap<i64, String>,
     process_names: BTreeMap<u32, String>,
@@ -96,6 +99,7 @@ impl<'a> Walk<'a> {
             store,
             req,
             kernels: KernelIndex::load(store)?,
+            kernel_names: HashMap::new(),
             peers: store.net_peers()?.into_iter().map(|p| (p.peer, p.label())).collect(),
             process_names: store.process_names()?,
             thread_names: store.thread_comms(&filter, true)?,
@@ -357,18 +361,23 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
-    fn call_slice(&self, e: &StoredEvent, code: OpCode, flows_in: Vec<u64>) -> Slice {
+    fn call_slice(&mut self, e: &StoredEvent, code: OpCode, flows_in: Vec<u64>) -> Slice {
         let ev = &e.event;
         let op_name = code.name();
         let mut args = vec![("event_id", Arg::Str(e.id.to_string())), ("dur", Arg::Str(fmt_ns(ev.dur_ns)))];
         let mut name = op_name.to_string();
         let role = codes::gpu_role(code);
         if codes::is_kernel_launch(code) {
-            let kernel = causeway_analysis::kernel_label(&self.kernels, ev.pid, ev.arg0);
+            let kernels = &self.kernels;
+            let (kernel, short) = self.kernel_names.entry((ev.pid, ev.arg0)).or_insert_with(|| {
+                let kernel = causeway_analysis::kernel_label(kernels, ev.pid, ev.arg0);
+                let short = causeway_analysis::short_kernel_name(&kernel);
+                (kernel, short)
+            });
             // the slice says the function (a timeline row cannot show PyTorch's kilobyte templates);
             // its args keep the full name
-            name = format!("{op_name}: {}", causeway_analysis::short_kernel_name(&kernel));
-            args.push(("kernel", Arg::Str(kernel)));
+            name = format!("{op_name}: {short}");
+            args.push(("kernel", Arg::Str(kernel.clone())));
         }
         if matches!(role, GpuRole::Alloc | GpuRole::SyncCopy) || op_name.contains("emcpy") || op_name.contains("emset")
         {
