@@ -35,7 +35,7 @@ pub const CHOICE_WINDOW_NS: i64 = 60_000_000_000;
 
 /// The views every cross-host answer reads (temporary: they live in the reader's connection).
 pub fn align_views() -> String {
-    let collectives: Vec<String> = NCCL_COLLECTIVES.iter().map(|c| c.op.to_string()).collect();
+    let is_collective = is_collective_sql();
     format!(
         "CREATE OR REPLACE TEMP VIEW clock_offsets AS
   SELECT node, trace_uid, flush_id,
@@ -57,7 +57,7 @@ CREATE OR REPLACE TEMP VIEW collectives AS
   SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
          n.timestamp AS enter_raw, n.timestamp + coalesce(f.offset_ns, 0) AS enter_ns, coalesce(f.err_ns, 0) AS err_ns
   FROM {LAKE}.nccl_calls n LEFT JOIN node_first_offset f ON f.node = n.node
-  WHERE coalesce(f.offsets, 1) = 1 AND n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({0})
+  WHERE coalesce(f.offsets, 1) = 1 AND {is_collective}
   UNION ALL
   SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
          n.timestamp AS enter_raw,
@@ -65,16 +65,24 @@ CREATE OR REPLACE TEMP VIEW collectives AS
          coalesce(o.err_ns, f.err_ns) AS err_ns
   FROM {LAKE}.nccl_calls n JOIN node_first_offset f ON f.node = n.node AND f.offsets > 1
   ASOF LEFT JOIN clock_chosen o ON n.node = o.node AND n.timestamp >= o.sampled_at
-  WHERE n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({0});",
-        collectives.join(", ")
+  WHERE {is_collective};"
     )
+}
+
+/// Which `nccl_calls` rows (as `n`) are entries into a collective matched across ranks: the
+/// `collectives` view's rows.
+fn is_collective_sql() -> String {
+    let ops: Vec<String> = NCCL_COLLECTIVES.iter().map(|c| c.op.to_string()).collect();
+    format!("n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({})", ops.join(", "))
 }
 
 /// Every rank's entry into every collective, one per process (its earliest, as the one-host
 /// analysis keeps), over the `collectives` view. Only a process holding several handles of one
 /// communicator (`ncclCommInitAll`) calls a collective more than once: its rows are grouped, every
 /// other row passes as it is (grouping ten million rows that are already one per process would
-/// cost more than the rest of the straggler query).
+/// cost more than the rest of the straggler query). [`Fleet::entries`] uses [`ONE_ENTRY_EACH`]
+/// instead when no process has two handles (the usual fleet): even against an empty `multi`, the
+/// anti-join costs twice the rest of the straggler query.
 const ENTRIES: &str = "WITH multi AS (
     SELECT node, trace_uid, pid, comm_hash FROM collectives GROUP BY ALL HAVING min(comm) != max(comm))
   SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM collectives c
@@ -86,42 +94,65 @@ const ENTRIES: &str = "WITH multi AS (
   FROM collectives c SEMI JOIN multi m USING (node, trace_uid, pid, comm_hash)
   GROUP BY comm_hash, seq, node, trace_uid, pid";
 
-/// Per collective seen on two ranks or more: the ranks in, the first entry, the sum of entries,
-/// the last two entries (`tops`, latest first) with their clock bounds and nodes, and who entered
-/// last. When the last two entered at the same
-/// nanosecond their order is arbitrary, and nothing depends on it: that collective's lateness is
-/// 0. One hash aggregate over the entries, no sort of them.
-fn instances_sql() -> String {
+/// [`ENTRIES`] where every process holds one handle per communicator: the rows as they are.
+const ONE_ENTRY_EACH: &str =
+    "SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM collectives";
+
+/// Whether some process holds several handles of one communicator, asked of the `collectives`
+/// view's rows in the table itself (no clock alignment needed) and on integer columns only (a pid
+/// shared by two nodes can only make the answer yes, never hide a real one).
+fn any_multi_handle_sql() -> String {
     format!(
-        "SELECT comm_hash, seq, count(*) AS n, min(enter_ns) AS first_ns, sum(enter_ns::HUGEINT) AS sum_enter,
-         max(enter_ns, 2) AS tops, arg_max(err_ns, enter_ns, 2) AS errs, arg_max(hash(node), enter_ns, 2) AS nodes,
-         arg_max(node, enter_ns) AS node, arg_max(trace_uid, enter_ns) AS trace_uid, arg_max(pid, enter_ns) AS pid,
-         arg_max(tid, enter_ns) AS tid, arg_max(rank, enter_ns) AS rank, arg_max(nranks, enter_ns) AS nranks
-  FROM ({ENTRIES}) GROUP BY comm_hash, seq HAVING count(*) >= 2"
+        "SELECT count(*) FROM (SELECT comm_hash, pid FROM {LAKE}.nccl_calls n WHERE {} GROUP BY ALL HAVING min(comm) != max(comm))",
+        is_collective_sql()
     )
 }
 
-/// The late collectives (one row per late one), over the `collectives` view.
-fn late_sql() -> String {
+/// The statements that make the temporary tables `cand_entries` (every entry of each collective
+/// that may be late) and `late` (one row per late collective) from `entries` ([`Fleet::entries`]).
+///
+/// The entries are read twice, integers first: per collective seen on two ranks or more, the ranks
+/// in, the first entry and the last two (`max(enter_ns, 2)`: one hash aggregate, no sort), which
+/// give the communicator's period and the candidates (last minus second-last at least the floor
+/// and the period's share: late but for the clock bounds). The second read keeps the candidates'
+/// entries, from which who entered last, the last two entries' clock bounds and nodes, the sum of
+/// entries, and later what each other rank waited ([`Fleet::stragglers`]) are taken. When the last
+/// two entered at the same nanosecond their order is arbitrary, and nothing depends on it: that
+/// collective's lateness is 0. (One pass holding every column of every collective took three times
+/// as long: strings and lists per collective are what a hash aggregate pays most for.)
+fn late_tables_sql(entries: &str) -> String {
     format!(
-        "WITH per AS MATERIALIZED ({}),
+        "CREATE OR REPLACE TEMP TABLE cand AS
+WITH per AS MATERIALIZED (
+  SELECT comm_hash, seq, count(*) AS n, min(enter_ns) AS first_ns, max(enter_ns) AS last_ns,
+         max(enter_ns, 2)[2] AS second_ns
+  FROM ({entries}) GROUP BY comm_hash, seq HAVING count(*) >= 2),
 gaps AS (
   SELECT comm_hash, first_ns - lag(first_ns) OVER w AS gap, seq - lag(seq) OVER w AS dseq
   FROM per WINDOW w AS (PARTITION BY comm_hash ORDER BY seq)),
 period AS (
   SELECT comm_hash, coalesce(quantile_disc(gap, 0.5) FILTER (WHERE dseq = 1 AND gap > 0), 0) AS period_ns
-  FROM gaps GROUP BY comm_hash),
+  FROM gaps GROUP BY comm_hash)
+SELECT per.*, period_ns FROM per JOIN period USING (comm_hash)
+WHERE last_ns - second_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR});
+CREATE OR REPLACE TEMP TABLE cand_entries AS SELECT * FROM ({entries}) SEMI JOIN cand USING (comm_hash, seq);
+CREATE OR REPLACE TEMP TABLE late AS
+WITH who AS (
+  SELECT comm_hash, seq, sum(enter_ns::HUGEINT) AS sum_enter, arg_max(err_ns, enter_ns, 2) AS errs,
+         arg_max(hash(node), enter_ns, 2) AS nodes, arg_max(node, enter_ns) AS node,
+         arg_max(trace_uid, enter_ns) AS trace_uid, arg_max(pid, enter_ns) AS pid, arg_max(tid, enter_ns) AS tid,
+         arg_max(rank, enter_ns) AS rank, arg_max(nranks, enter_ns) AS nranks
+  FROM cand_entries GROUP BY comm_hash, seq),
 late AS (
   SELECT comm_hash, seq, node, trace_uid, pid, tid, rank, nranks,
-         tops[1] - tops[2] AS late_ns,
+         last_ns - second_ns AS late_ns,
          -- two entries on one node share its clock: its offset's error cancels
          CASE WHEN nodes[1] = nodes[2] THEN 0 ELSE errs[1] + errs[2] END AS err_ns,
-         (n::HUGEINT * tops[1] - sum_enter)::BIGINT AS waited_ns,
-         tops[1] AS last_ns, n AS ranks_in, period_ns
-  FROM per JOIN period USING (comm_hash))
+         (n::HUGEINT * last_ns - sum_enter)::BIGINT AS waited_ns,
+         last_ns, n AS ranks_in, period_ns
+  FROM cand JOIN who USING (comm_hash, seq))
 SELECT * FROM late
-WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns)",
-        instances_sql()
+WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns);"
     )
 }
 
@@ -419,10 +450,17 @@ ORDER BY nodes.node"
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// The SQL of every rank's entry into every collective, one per process: [`ENTRIES`], or the
+    /// rows as they are ([`ONE_ENTRY_EACH`]) when no process holds two handles of a communicator.
+    fn entries(&self) -> Result<&'static str, FleetError> {
+        let multi: i64 = self.conn.query_row(&any_multi_handle_sql(), [], |r| r.get(0))?;
+        Ok(if multi == 0 { ONE_ENTRY_EACH } else { ENTRIES })
+    }
+
     /// The stragglers of every communicator, the most waited-for first, with their episodes.
     pub fn stragglers(&self) -> Result<Vec<FleetStraggler>, FleetError> {
         // the late collectives once, then the episodes and the medians from them
-        self.conn.execute_batch(&format!("CREATE OR REPLACE TEMP TABLE late AS {}", late_sql()))?;
+        self.conn.execute_batch(&late_tables_sql(self.entries()?))?;
         let sql = format!(
             "WITH isl AS (SELECT *, seq - row_number() OVER (PARTITION BY comm_hash, node, trace_uid, pid ORDER BY seq) AS island FROM late),
 s AS (SELECT comm_hash, node, trace_uid, pid FROM late GROUP BY ALL HAVING count(*) >= {MIN_LATE})
@@ -499,12 +537,10 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
             late_of.entry((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)).or_default().push((r.get(4)?, r.get(5)?));
         }
         // (the entries as the late collectives counted them: one per process)
-        let paid = format!(
-            "SELECT c.comm_hash, c.node, c.trace_uid, c.pid, l.seq, (l.last_ns - c.enter_ns)::BIGINT
-             FROM late l JOIN ({ENTRIES}) c ON c.comm_hash = l.comm_hash AND c.seq = l.seq
-             WHERE NOT (c.node = l.node AND c.trace_uid = l.trace_uid AND c.pid = l.pid) ORDER BY l.seq"
-        );
-        let mut st = self.conn.prepare(&paid)?;
+        let paid = "SELECT c.comm_hash, c.node, c.trace_uid, c.pid, l.seq, (l.last_ns - c.enter_ns)::BIGINT
+             FROM late l JOIN cand_entries c ON c.comm_hash = l.comm_hash AND c.seq = l.seq
+             WHERE NOT (c.node = l.node AND c.trace_uid = l.trace_uid AND c.pid = l.pid) ORDER BY l.seq";
+        let mut st = self.conn.prepare(paid)?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
             paid_of.entry((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)).or_default().push((r.get(4)?, r.get(5)?));
@@ -572,7 +608,7 @@ FROM pn JOIN pf USING (source, op) JOIN nodes USING (source, op) ORDER BY pn.sou
     /// Per rank and communicator: how long it waited at collectives for the last rank in.
     pub fn waits(&self) -> Result<Vec<RankWait>, FleetError> {
         let sql = format!(
-            "WITH c AS ({ENTRIES}),
+            "WITH c AS ({}),
 per AS (SELECT comm_hash, seq, max(enter_ns) AS last_ns,
                arg_max({{'node': node, 'trace_uid': trace_uid, 'pid': pid}}, enter_ns) AS lastp
         FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2)
@@ -580,7 +616,8 @@ SELECT c.comm_hash, c.node, c.pid, any_value(c.rank), count(*),
        count(*) FILTER (WHERE lastp.node = c.node AND lastp.trace_uid = c.trace_uid AND lastp.pid = c.pid),
        sum(last_ns - enter_ns)::BIGINT, quantile_disc(last_ns - enter_ns, 0.5), max(last_ns - enter_ns)
 FROM c JOIN per USING (comm_hash, seq)
-GROUP BY c.comm_hash, c.node, c.trace_uid, c.pid ORDER BY c.comm_hash, any_value(c.rank), c.node, c.pid"
+GROUP BY c.comm_hash, c.node, c.trace_uid, c.pid ORDER BY c.comm_hash, any_value(c.rank), c.node, c.pid",
+            self.entries()?
         );
         let mut st = self.conn.prepare(&sql)?;
         let rows = st.query_map([], |r| {

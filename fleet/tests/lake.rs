@@ -161,15 +161,28 @@ fn eight_nodes_ship_once_and_the_straggler_is_named_within_the_clock_bounds() {
 }
 
 /// Scoped to one node with every rank on it, the fleet's straggler is the one-host analysis's,
-/// figure for figure (one node's offset shifts every rank alike).
+/// figure for figure (one node's offset shifts every rank alike): with one process per rank, and
+/// with one process driving two ranks through two handles of the communicator (`ncclCommInitAll`),
+/// where both analyses keep that process's earliest entry into each collective.
 #[test]
 fn one_node_straggler_matches_the_local_analysis() {
-    let catalog = FleetCatalog::start("fleet-one");
+    for two_handles in [false, true] {
+        one_node_straggler_matches(two_handles);
+    }
+}
+
+fn one_node_straggler_matches(two_handles: bool) {
+    let catalog = FleetCatalog::start(if two_handles { "fleet-one-multi" } else { "fleet-one" });
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("one.db");
     let ranks: Vec<(u32, i64)> = (0..8).map(|r| (r, 0)).collect();
-    let pids: Vec<u32> = (0..8).map(|r| 6000 + r).collect();
+    // ranks 6 and 7 in one process when `two_handles`
+    let pids: Vec<u32> = (0..8).map(|r| 6000 + if two_handles { r.min(6) } else { r }).collect();
     write_node(&p, "solo", &ranks, Some(&pids), 0);
+    if two_handles {
+        let db = rusqlite::Connection::open(&p).unwrap();
+        assert_eq!(db.execute("UPDATE nccl_calls SET comm = comm + rank WHERE pid = 6006", []).unwrap(), 400);
+    }
     let opts = ShipOptions { data_path: Some(catalog.data_path()), ..Default::default() };
     Shipper::open(&lake(&catalog.ship_lake()), &p, &opts).unwrap().ship_all().unwrap();
 
@@ -182,6 +195,9 @@ fn one_node_straggler_matches_the_local_analysis() {
     let (l, r) = (&local[0], &remote[0]);
     assert_eq!((r.pid, r.rank, r.comm_hash), (i64::from(l.pid), i64::from(l.rank), l.comm_hash));
     assert_eq!(r.late_collectives as usize, l.late.len());
+    // what the others waited counts one entry per process: 7 with two handles in one
+    let in_per_collective = if two_handles { 7 } else { 8 };
+    assert!(l.late.iter().all(|c| c.others.len() + 1 == in_per_collective), "{:?}", l.late[0]);
     assert_eq!(r.waited_ns, l.waited_ns());
     assert_eq!(r.period_ns, l.period_ns);
     let mut lates: Vec<i64> = l.late.iter().map(|c| c.late_ns).collect();
@@ -194,6 +210,9 @@ fn one_node_straggler_matches_the_local_analysis() {
     assert_eq!(r.net_waited_ns, l.net_waited_ns());
     assert_eq!(r.worst_stretch, l.worst_stretch());
     assert_eq!(r.worst_stretch.late, l.late.len(), "one dense run: {:?}", r.worst_stretch);
+    // and the per-rank waits count the same entries
+    let waits = fleet.waits().unwrap();
+    assert_eq!(waits.len(), in_per_collective, "{waits:?}");
 }
 
 /// An inference-like fleet (no collective across nodes): one node's synchronize calls take five
