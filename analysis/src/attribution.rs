@@ -226,57 +226,83 @@ pub fn overlap(a0: i64, a1: i64, b0: i64, b1: i64) -> i64 {
 }
 
 /// The calls of each thread in the order in which a call's enclosing call comes first: by
-/// timestamp, longest first, runtime before driver, then id. Built once per analysis and shared by
-/// [`nested_flags`] and the gap detector. It holds compact copies of the times, one vector per
-/// thread, so that the per-thread passes read memory in sequence; linear on time-sorted input.
-pub struct ThreadOrder {
-    /// `(tid, its calls in order)`, ascending tid.
-    threads: Vec<(u32, Vec<CallSpan>)>,
+/// timestamp, longest first, runtime before driver, then id. Shared by [`nested_flags`] and the gap
+/// detector, which walk it with [`ThreadOrder::visit`]: every call once, threads interleaved in
+/// time, each thread's calls in that order. Calls sorted by timestamp (explain's) cost nothing to
+/// order but the few that share a timestamp; others are ordered once by an index (4 bytes a call).
+/// Nothing per call is copied: explain holds one call per GPU call of the scope, millions.
+pub struct ThreadOrder<'a> {
+    calls: &'a [Call],
+    /// The indexes of `calls` by timestamp, when `calls` are not in timestamp order.
+    by_ts: Option<Vec<u32>>,
 }
 
-/// The times of one call and its index in the calls.
+/// The times of one call, its thread and its index in the calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallSpan {
     pub ts: i64,
     pub dur: i64,
     pub idx: u32,
+    pub tid: u32,
     pub source: u8,
 }
 
 impl CallSpan {
+    /// The span of `calls[idx]`.
+    pub fn of(calls: &[Call], idx: u32) -> CallSpan {
+        let c = &calls[idx as usize];
+        CallSpan { ts: c.ts, dur: c.dur, idx, tid: c.tid, source: c.op.source }
+    }
+
     pub fn end(&self) -> i64 {
         self.ts.saturating_add(self.dur)
     }
 }
 
-impl ThreadOrder {
-    pub fn of(calls: &[Call]) -> ThreadOrder {
-        // One walk deals the calls to their threads (few: a sorted list beats hashing every call),
-        // keeping each thread's calls in input order...
-        let mut per_thread: FewKeys<u32, Vec<CallSpan>> = FewKeys::default();
-        for (i, c) in calls.iter().enumerate() {
-            per_thread.entry(c.tid, Vec::new).push(CallSpan {
-                ts: c.ts,
-                dur: c.dur,
-                idx: i as u32,
-                source: c.op.source,
-            });
-        }
-        let mut threads = per_thread.into_sorted();
-        // ...and a stable sort per thread, nearly free on time-sorted input, puts them in order.
-        for (_, spans) in &mut threads {
-            spans.sort_by(|x, y| {
-                (x.ts, std::cmp::Reverse(x.dur), x.source)
-                    .cmp(&(y.ts, std::cmp::Reverse(y.dur), y.source))
-                    .then_with(|| calls[x.idx as usize].id.cmp(&calls[y.idx as usize].id))
-            });
-        }
-        ThreadOrder { threads }
+impl<'a> ThreadOrder<'a> {
+    pub fn of(calls: &'a [Call]) -> ThreadOrder<'a> {
+        let by_ts = (!calls.windows(2).all(|w| w[0].ts <= w[1].ts)).then(|| {
+            let mut idx: Vec<u32> = (0..calls.len() as u32).collect();
+            idx.sort_by_key(|&i| calls[i as usize].ts);
+            idx
+        });
+        ThreadOrder { calls, by_ts }
     }
 
-    /// Each thread's tid and its calls, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &[CallSpan])> {
-        self.threads.iter().map(|(t, spans)| (*t, spans.as_slice()))
+    /// Calls `f` with every call once: in timestamp order, those sharing a timestamp by thread,
+    /// longest first, runtime before driver, then id. Each thread's calls thus come in the
+    /// thread's order.
+    pub fn visit(&self, mut f: impl FnMut(CallSpan)) {
+        let calls = self.calls;
+        let at = |k: usize| self.by_ts.as_ref().map_or(k as u32, |v| v[k]);
+        let ts = |k: usize| calls[at(k) as usize].ts;
+        let mut tied: Vec<u32> = Vec::new();
+        let mut k = 0;
+        while k < calls.len() {
+            let mut end = k + 1;
+            while end < calls.len() && ts(end) == ts(k) {
+                end += 1;
+            }
+            if end == k + 1 {
+                f(CallSpan::of(calls, at(k)));
+            } else {
+                tied.clear();
+                tied.extend((k..end).map(at));
+                tied.sort_by(|&x, &y| {
+                    let (a, b) = (&calls[x as usize], &calls[y as usize]);
+                    (a.tid, std::cmp::Reverse(a.dur), a.op.source, &a.id).cmp(&(
+                        b.tid,
+                        std::cmp::Reverse(b.dur),
+                        b.op.source,
+                        &b.id,
+                    ))
+                });
+                for &i in &tied {
+                    f(CallSpan::of(calls, i));
+                }
+            }
+            k = end;
+        }
     }
 }
 
@@ -284,12 +310,8 @@ impl ThreadOrder {
 /// thread. `calls` must all come from the same window; `order` is [`ThreadOrder::of`] them.
 pub fn nested_flags(calls: &[Call], order: &ThreadOrder) -> Vec<bool> {
     let mut nested = vec![false; calls.len()];
-    for (_, spans) in order.iter() {
-        let mut thread = ThreadNesting::default();
-        for s in spans {
-            nested[s.idx as usize] = thread.nested(s.end());
-        }
-    }
+    let mut threads: FewKeys<u32, ThreadNesting> = FewKeys::default();
+    order.visit(|s| nested[s.idx as usize] = threads.entry(s.tid, ThreadNesting::default).nested(s.end()));
     nested
 }
 
@@ -483,6 +505,44 @@ mod tests {
             call(5, 1, 4, 1, 200, 10), // identical span, driver: nested (source order)
         ];
         assert_eq!(nested_flags(&calls, &ThreadOrder::of(&calls)), vec![false, true, false, false, true]);
+    }
+
+    /// The walk gives every call once and each thread's calls sorted by (ts, longest first,
+    /// runtime before driver, id), whatever order the calls come in and however many share a
+    /// timestamp.
+    #[test]
+    fn thread_order_visits_each_threads_calls_in_its_order() {
+        // a small deterministic generator: many ties on ts and dur, three threads, two sources
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % m) as i64
+        };
+        let calls: Vec<Call> = (0..2000)
+            .map(|i| {
+                let (tid, source) = (1 + next(3) as u32, if next(2) == 0 { 1 } else { 4 });
+                call(1000 - i, tid, source, 1, next(50), next(4))
+            })
+            .collect();
+        for input in [calls.clone(), {
+            let mut sorted = calls.clone();
+            sorted.sort_by_key(|c| c.ts);
+            sorted
+        }] {
+            let mut seen: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+            ThreadOrder::of(&input).visit(|s| seen.entry(s.tid).or_default().push(s.idx));
+            assert_eq!(seen.values().map(Vec::len).sum::<usize>(), input.len());
+            for (tid, got) in seen {
+                let mut want: Vec<u32> = (0..input.len() as u32).filter(|&i| input[i as usize].tid == tid).collect();
+                want.sort_by_key(|&i| {
+                    let c = &input[i as usize];
+                    (c.ts, std::cmp::Reverse(c.dur), c.op.source, c.id.clone())
+                });
+                assert_eq!(got, want, "thread {tid}");
+            }
+        }
     }
 
     /// Asleep from its switch-out until woken at 130 by pid 7 tid 8.

@@ -74,62 +74,82 @@ pub fn long_gaps(
     order: &ThreadOrder,
     given: Option<&BTreeMap<u32, i64>>,
 ) -> (Vec<Gap>, BTreeMap<u32, i64>) {
-    let mut out = Vec::new();
-    let mut used = BTreeMap::new();
-    let mut sizes: Vec<i64> = Vec::new();
-    for (tid, spans) in order.iter() {
-        // The thread's rhythm first (sizes only: a thread has as many gaps as calls), then a second
-        // walk keeps the long ones.
-        let threshold = match given.and_then(|g| g.get(&tid)) {
-            Some(&t) => t,
-            None => {
-                sizes.clear();
-                sizes.extend(gaps_of(spans).map(|(start, end, _, _)| end - start));
-                let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
-                let (p50, p75) = (p[0], p[1]);
-                GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE))
+    // The threads' rhythms first (sizes only: a thread has as many gaps as calls), then a second
+    // walk keeps the long ones.
+    let mut sizes: FewKeys<u32, (GapWalk, Vec<i64>)> = FewKeys::default();
+    order.visit(|s| {
+        if given.is_none_or(|g| !g.contains_key(&s.tid)) {
+            let (walk, sizes) = sizes.entry(s.tid, Default::default);
+            if let Some((start, end, _, _)) = walk.next(s) {
+                sizes.push(end - start);
             }
-        };
+        }
+    });
+    let mut used: BTreeMap<u32, i64> = given.cloned().unwrap_or_default();
+    for (tid, (_, mut sizes)) in sizes.into_sorted() {
+        let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
+        let (p50, p75) = (p[0], p[1]);
+        let threshold =
+            GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
         used.insert(tid, threshold);
-        out.extend(gaps_of(spans).filter(|g| g.1 - g.0 >= threshold).map(|(start, end, a, b)| Gap {
-            pid: calls[b].pid,
-            tid,
-            start,
-            end,
-            after: calls[a].id.clone(),
-            before: calls[b].id.clone(),
-        }));
     }
+    let mut out = Vec::new();
+    let mut walks: FewKeys<u32, GapWalk> = FewKeys::default();
+    order.visit(|s| {
+        let Some(&threshold) = used.get(&s.tid) else { return };
+        if let Some((start, end, a, b)) = walks.entry(s.tid, Default::default).next(s) {
+            if end - start >= threshold {
+                out.push(Gap {
+                    pid: calls[b].pid,
+                    tid: s.tid,
+                    start,
+                    end,
+                    after: calls[a].id.clone(),
+                    before: calls[b].id.clone(),
+                });
+            }
+        }
+    });
+    // thread by thread, each in its order (the walk interleaves threads in time)
+    out.sort_by_key(|g| g.tid);
+    // only the threads of these calls (a wider scope's thresholds may name others)
+    let seen: BTreeMap<u32, ()> = walks.into_sorted().into_iter().map(|(t, _)| (t, ())).collect();
+    used.retain(|t, _| seen.contains_key(t));
     (out, used)
 }
 
-/// The gaps of one thread's calls (in [`ThreadOrder`]): `(start, end, index of the call that opens
-/// it, index of the call that closes it)`.
-fn gaps_of(spans: &[CallSpan]) -> impl Iterator<Item = (i64, i64, usize, usize)> + '_ {
-    let mut prev: Option<(i64, usize)> = None;
-    spans.iter().filter_map(move |c| {
+/// One thread's gaps as its calls come in [`ThreadOrder`]: from the latest end of all its earlier
+/// calls to the next call's start.
+#[derive(Default)]
+struct GapWalk {
+    /// The latest end so far, and the index of the call that ends there.
+    prev: Option<(i64, usize)>,
+}
+
+impl GapWalk {
+    /// The gap the call `c` closes, if any: `(start, end, index of the call that opens it, index
+    /// of the call that closes it)`.
+    fn next(&mut self, c: CallSpan) -> Option<(i64, i64, usize, usize)> {
         let i = c.idx as usize;
-        let Some((pe, pi)) = prev else {
-            prev = Some((c.end(), i));
+        let Some((pe, pi)) = self.prev else {
+            self.prev = Some((c.end(), i));
             return None;
         };
         if c.end() > pe {
-            prev = Some((c.end(), i));
+            self.prev = Some((c.end(), i));
         }
         (c.ts > pe).then_some((pe, c.ts, pi, i))
-    })
+    }
 }
 
 /// First call start and last call end of each thread: the span it fed the GPU.
 pub fn thread_spans(order: &ThreadOrder) -> BTreeMap<u32, (i64, i64)> {
-    order
-        .iter()
-        .filter_map(|(tid, spans)| {
-            let first = spans.iter().map(|s| s.ts).min()?;
-            let last = spans.iter().map(CallSpan::end).max()?;
-            Some((tid, (first, last)))
-        })
-        .collect()
+    let mut spans: FewKeys<u32, (i64, i64)> = FewKeys::default();
+    order.visit(|s| {
+        let span = spans.entry(s.tid, || (s.ts, s.end()));
+        *span = (span.0.min(s.ts), span.1.max(s.end()));
+    });
+    spans.into_sorted().into_iter().collect()
 }
 
 /// A fall of the launch rate.

@@ -543,9 +543,19 @@ impl PhaseClock {
     }
 
     fn lap(&mut self, phase: &str) {
-        tracing::debug!(ms = self.0.elapsed().as_secs_f64() * 1e3, "explain: {phase}");
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(ms = self.0.elapsed().as_secs_f64() * 1e3, rss_mib = resident_mib(), "explain: {phase}");
+        }
         self.0 = std::time::Instant::now();
     }
+}
+
+/// This process's resident memory now, MiB (Linux; 0 elsewhere), for the phase timings.
+fn resident_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4 / 1024) // 4 KiB pages
 }
 
 /// Each op's exact distribution over `calls` (nested calls included).
