@@ -210,7 +210,8 @@ pub struct RankWait {
     pub rank: i64,
     /// Collectives matched across at least two ranks.
     pub collectives: i64,
-    /// Times it was the last one in.
+    /// Times it was the last one in (ranks that entered at the same nanosecond as the last are
+    /// each counted: which of them was last is not known).
     pub times_last: i64,
     /// Sum, nearest-rank median and maximum of (last rank's entry - its entry), ns.
     pub waited_ns: i64,
@@ -608,12 +609,9 @@ FROM pn JOIN pf USING (source, op) JOIN nodes USING (source, op) ORDER BY pn.sou
     /// Per rank and communicator: how long it waited at collectives for the last rank in.
     pub fn waits(&self) -> Result<Vec<RankWait>, FleetError> {
         let sql = format!(
-            "WITH c AS ({}),
-per AS (SELECT comm_hash, seq, max(enter_ns) AS last_ns,
-               arg_max({{'node': node, 'trace_uid': trace_uid, 'pid': pid}}, enter_ns) AS lastp
-        FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2)
-SELECT c.comm_hash, c.node, c.pid, any_value(c.rank), count(*),
-       count(*) FILTER (WHERE lastp.node = c.node AND lastp.trace_uid = c.trace_uid AND lastp.pid = c.pid),
+            "WITH c AS NOT MATERIALIZED ({}),
+per AS (SELECT comm_hash, seq, max(enter_ns) AS last_ns FROM c GROUP BY comm_hash, seq HAVING count(*) >= 2)
+SELECT c.comm_hash, c.node, c.pid, any_value(c.rank), count(*), count(*) FILTER (WHERE c.enter_ns = last_ns),
        sum(last_ns - enter_ns)::BIGINT, quantile_disc(last_ns - enter_ns, 0.5), max(last_ns - enter_ns)
 FROM c JOIN per USING (comm_hash, seq)
 GROUP BY c.comm_hash, c.node, c.trace_uid, c.pid ORDER BY c.comm_hash, any_value(c.rank), c.node, c.pid",
