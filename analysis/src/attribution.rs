@@ -288,15 +288,11 @@ impl<'a> ThreadOrder<'a> {
             } else {
                 tied.clear();
                 tied.extend((k..end).map(at));
-                tied.sort_by(|&x, &y| {
-                    let (a, b) = (&calls[x as usize], &calls[y as usize]);
-                    (a.tid, std::cmp::Reverse(a.dur), a.op.source, &a.id).cmp(&(
-                        b.tid,
-                        std::cmp::Reverse(b.dur),
-                        b.op.source,
-                        &b.id,
-                    ))
-                });
+                let key = |i: u32| {
+                    let c = &calls[i as usize];
+                    (c.tid, std::cmp::Reverse(c.dur), c.op.source, &c.id)
+                };
+                tied.sort_by(|&x, &y| key(x).cmp(&key(y)));
                 for &i in &tied {
                     f(CallSpan::of(calls, i));
                 }

@@ -4,7 +4,7 @@
 //! Each works on the GPU calls of the window (sorted by time, with their nested flags) and states its
 //! rule next to its constant; the evidence SQL in [`crate::evidence`] applies the same rules.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use causeway_model::codes::{self, gpu_role, op, GpuRole, OpCode};
 use causeway_store::EventId;
@@ -113,8 +113,8 @@ pub fn long_gaps(
     // thread by thread, each in its order (the walk interleaves threads in time)
     out.sort_by_key(|g| g.tid);
     // only the threads of these calls (a wider scope's thresholds may name others)
-    let seen: BTreeMap<u32, ()> = walks.into_sorted().into_iter().map(|(t, _)| (t, ())).collect();
-    used.retain(|t, _| seen.contains_key(t));
+    let seen: BTreeSet<u32> = walks.into_sorted().into_iter().map(|(t, _)| t).collect();
+    used.retain(|t, _| seen.contains(t));
     (out, used)
 }
 
