@@ -15,7 +15,9 @@
 #   2  counts.cu built with -cudart=shared and static, traced: exact runtime counts, driver events,
 #      kernel names, cluster launch configuration, the nesting map, loss counters, attachments
 #   3  train.py (eager, torch.compile, CUDA graphs) traced: launch counts per API in the profiled
-#      windows vs torch.profiler (CUPTI), the kernel gap by name family; overhead vs an untraced run
+#      windows vs torch.profiler (CUPTI), the kernel gap by name family
+#   3b overhead: steps/s of eager and torch.compile training, traced and untraced runs alternating
+#      (ABBA), medians and every run's figure
 #   4  a CPU hog (backup-rsync) pinned to the training thread's CPU: `causeway explain` must rank it
 #      first; again under cudaSetDeviceFlags(blocking sync); late attach
 #   4c one rank of torch.distributed over NCCL traced: every ncclAllReduce with its nccl_calls row
@@ -31,7 +33,9 @@
 # pack logs/ and traces/ into logs.tar.gz and traces.tar so that only a few files remain: for
 # machines that hand back a limited number of files), GPU_CHECK_STEPS (a comma-separated subset of
 # counts, train, diag-spin, late, nccl, stacks, diag-blocking, overhead; default all: a rerun of the
-# steps a first run had no time for; the environment step always runs).
+# steps a first run had no time for; the environment step always runs), GPU_CHECK_OVERHEAD_RUNS
+# (traced and untraced runs of each kind for the overhead, default 2), GPU_CHECK_OVERHEAD_STEPS
+# (timed steps per phase in those runs, default 1000).
 set -u
 set -o pipefail
 
@@ -81,6 +85,8 @@ if ((HOG_CPU >= $(nproc))); then
     HOG_CPU=$(($(nproc) - 1)) # a smaller machine than the one this run was written for
 fi
 read -r -a TRAIN_EXTRA <<<"${GPU_CHECK_TRAIN_ARGS:-}"
+OVERHEAD_RUNS=${GPU_CHECK_OVERHEAD_RUNS:-2}
+OVERHEAD_STEPS=${GPU_CHECK_OVERHEAD_STEPS:-1000}
 
 BG_PIDS=()
 HAVE_CW=0
@@ -415,23 +421,41 @@ step_train() {
 }
 
 step_overhead() {
-    say "3b. overhead: the same training untraced"
-    if ! ((HAVE_TORCH)) || [[ ! -s $LOGS/train-traced.json ]]; then
-        row "overhead" "an untraced run to compare with" "skipped: no traced results" INFO
+    say "3b. overhead: the same training traced and untraced, runs alternating"
+    if ! ((HAVE_TORCH && HAVE_CW)); then
+        row "overhead" "traced and untraced runs" "skipped: no causeway or no torch with CUDA" INFO
         return
     fi
-    local t
-    if ! t=$(budget 150 60); then
-        row "overhead" "an untraced run (eager, compile)" "skipped: no time left" INFO
-        return
-    fi
-    timeout -k 10 "$t" "$PY" "$SRC/train.py" --phases eager,compile --no-profile --json "$LOGS/train-untraced.json" \
-        ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"} >"$LOGS/train-untraced.out" 2>&1
-    grep -E '^(STEPS_PER_S|PHASE_ERROR)' "$LOGS/train-untraced.out"
-    if [[ -s $LOGS/train-untraced.json ]]; then
-        analyze overhead --traced "$LOGS/train-traced.json" --untraced "$LOGS/train-untraced.json" 2>&1 | tee "$LOGS/overhead.analyze.log"
+    # Runs in the order untraced, traced, traced, untraced, ... (ABBA): a drift of the machine
+    # (clocks, temperature, page cache) weighs on both kinds alike. No profiler windows: the train
+    # step's traced run pays for its own profiler, which is not the tracer's cost.
+    local i kind t order=() traced=() untraced=()
+    for ((i = 0; i < OVERHEAD_RUNS; i++)); do
+        if ((i % 2 == 0)); then order+=(untraced traced); else order+=(traced untraced); fi
+    done
+    local args=(--phases eager,compile --no-profile --steps "$OVERHEAD_STEPS" ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"})
+    i=0
+    for kind in "${order[@]}"; do
+        i=$((i + 1))
+        if ! t=$(budget 120 60); then
+            row "overhead" "run $i of ${#order[@]} ($kind)" "skipped: no time left" INFO
+            break
+        fi
+        if [[ $kind == untraced ]]; then
+            timeout -k 10 "$t" "$PY" "$SRC/train.py" "${args[@]}" --json "$LOGS/overhead-$i.json" >"$LOGS/overhead-$i.out" 2>&1
+        else
+            cw_trace "overhead-$i" "$t" "$PY" "$SRC/train.py" "${args[@]}" --json "$LOGS/overhead-$i.json"
+            rm -f "$TRACES/overhead-$i.db" # only its steps/s matter; keep the packed traces small
+        fi
+        echo "run $i ($kind): $(grep -E '^(STEPS_PER_S|PHASE_ERROR)' "$LOGS/overhead-$i.out" | paste -sd ' ' -)"
+        if [[ -s $LOGS/overhead-$i.json ]]; then
+            if [[ $kind == traced ]]; then traced+=("$LOGS/overhead-$i.json"); else untraced+=("$LOGS/overhead-$i.json"); fi
+        fi
+    done
+    if ((${#traced[@]} && ${#untraced[@]})); then
+        analyze overhead --traced "${traced[@]}" --untraced "${untraced[@]}" 2>&1 | tee "$LOGS/overhead.analyze.log"
     else
-        row "overhead" "an untraced run" "no results: $(tail -n1 "$LOGS/train-untraced.out")" INFO
+        row "overhead" "traced and untraced runs" "no pair of results (see logs/overhead-*.out)" INFO
     fi
 }
 

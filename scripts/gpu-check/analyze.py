@@ -537,13 +537,31 @@ def cmd_train(a, rows):
 
 
 def cmd_overhead(a, rows):
-    t = {p["name"]: p for p in json.load(open(a.traced)).get("phases", []) if p.get("steps_per_s")}
-    u = {p["name"]: p for p in json.load(open(a.untraced)).get("phases", []) if p.get("steps_per_s")}
+    """Steps/s of the traced runs against the untraced ones, per phase: the median of each kind and
+    every run's figure, so that the spread between runs of one kind (the noise) is in the row."""
+    def per_phase(paths):
+        out = {}
+        for path in paths:
+            for p in json.load(open(path)).get("phases", []):
+                if p.get("steps_per_s"):
+                    out.setdefault(p["name"], []).append(p["steps_per_s"])
+        return out
+
+    def median(xs):
+        s = sorted(xs)
+        n = len(s)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+    t, u = per_phase(a.traced), per_phase(a.untraced)
     for name in ("eager", "compile", "cudagraphs"):
         if name in t and name in u:
-            r = t[name]["steps_per_s"] / u[name]["steps_per_s"]
+            mt, mu = median(t[name]), median(u[name])
+            runs = ""
+            if len(t[name]) > 1 or len(u[name]) > 1:
+                runs = (f" (medians; traced runs {', '.join(str(x) for x in t[name])};"
+                        f" untraced runs {', '.join(str(x) for x in u[name])})")
             rows.add(f"overhead {name}: steps/s traced / untraced", "measured (1.0 = no overhead)",
-                     f"{t[name]['steps_per_s']} / {u[name]['steps_per_s']} = {r:.3f}", "INFO")
+                     f"{mt:g} / {mu:g} = {mt / mu:.3f}{runs}", "INFO")
 
 
 # ------------------------------------------------------------------------------------------------ diag
@@ -750,8 +768,8 @@ def main():
     t.add_argument("--json", required=True)
     t.add_argument("--label", default="train")
     o = sub.add_parser("overhead")
-    o.add_argument("--traced", required=True)
-    o.add_argument("--untraced", required=True)
+    o.add_argument("--traced", required=True, nargs="+", help="train.py JSON of each traced run")
+    o.add_argument("--untraced", required=True, nargs="+", help="train.py JSON of each untraced run")
     d = sub.add_parser("diag")
     d.add_argument("--db", required=True)
     d.add_argument("--explain", required=True)

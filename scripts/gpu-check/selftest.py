@@ -282,6 +282,18 @@ def test_train(tmp, causeway):
     subprocess.run([sys.executable, ANALYZE, "--rows", rows, "overhead", "--traced", j, "--untraced", ju], capture_output=True, timeout=60)
     got = {x[0]: x for x in rows_of(rows)}
     expect("= 0.833" in got.get("overhead eager: steps/s traced / untraced", ["", "", ""])[2], "overhead ratio")
+    # Several runs of each kind: medians (of 250, 200, 260 and of 300, 320), every run listed.
+    jt2, jt3, ju2 = (os.path.join(tmp, f"overhead-{n}.json") for n in ("t2", "t3", "u2"))
+    json.dump({"phases": [{"name": "eager", "steps_per_s": 200.0}]}, open(jt2, "w"))
+    json.dump({"phases": [{"name": "eager", "steps_per_s": 260.0}]}, open(jt3, "w"))
+    json.dump({"phases": [{"name": "eager", "steps_per_s": 320.0}]}, open(ju2, "w"))
+    rows = os.path.join(tmp, "rows-overhead-runs.tsv")
+    subprocess.run([sys.executable, ANALYZE, "--rows", rows, "overhead", "--traced", j, jt2, jt3, "--untraced", ju, ju2],
+                   capture_output=True, timeout=60)
+    got = {x[0]: x for x in rows_of(rows)}
+    eager = got.get("overhead eager: steps/s traced / untraced", ["", "", ""])[2]
+    expect(eager.startswith("250 / 310 = 0.806"), f"overhead medians: {eager}")
+    expect("traced runs 250.0, 200.0, 260.0" in eager and "untraced runs 300.0, 320.0" in eager, f"overhead runs listed: {eager}")
 
 
 # --------------------------------------------------------------------------------------------- diag
