@@ -47,8 +47,8 @@ pub fn gpu_call_sources() -> &'static [u8] {
     &codes::GPU_CALL_SOURCES
 }
 
-/// One GPU API call, the columns attribution needs: the storage layer's integer-only event row.
-pub use causeway_store::SlimEvent as Call;
+/// One GPU API call, the columns attribution needs ([`crate::calls`]).
+pub use crate::calls::{Call, CallId, Calls};
 
 /// One off-CPU interval of a thread (a `sched_switch` row).
 #[derive(Debug, Clone, PartialEq)]
@@ -290,9 +290,9 @@ impl<'a> ThreadOrder<'a> {
                 tied.extend((k..end).map(at));
                 let key = |i: u32| {
                     let c = &calls[i as usize];
-                    (c.tid, std::cmp::Reverse(c.dur), c.op.source, &c.id)
+                    (c.tid, std::cmp::Reverse(c.dur), c.op.source, c.id)
                 };
-                tied.sort_by(|&x, &y| key(x).cmp(&key(y)));
+                tied.sort_by_key(|&i| key(i));
                 for &i in &tied {
                     f(CallSpan::of(calls, i));
                 }
@@ -344,10 +344,18 @@ pub struct OpDistribution {
 }
 
 impl OpDistribution {
+    /// The percentiles it holds (per mille): p50, p90 ([`SLOW_PER_MILLE`]), p99.
+    pub const PER_MILLE: [u32; 3] = [500, SLOW_PER_MILLE, 990];
+
     /// The figures of unsorted durations (reordered in place).
     pub fn from_durations(durations: &mut [i64]) -> OpDistribution {
-        let p = nearest_ranks_unsorted(durations, &[500, SLOW_PER_MILLE, 990]).unwrap_or_else(|| vec![0; 3]);
-        OpDistribution { count: durations.len(), p50: p[0], p90: p[1], p99: p[2] }
+        let p = nearest_ranks_unsorted(durations, &Self::PER_MILLE).unwrap_or_else(|| vec![0; 3]);
+        Self::of_percentiles(durations.len(), &p)
+    }
+
+    /// The figures of `count` durations whose nearest-rank values at [`Self::PER_MILLE`] are `p`.
+    pub fn of_percentiles(count: usize, p: &[i64]) -> OpDistribution {
+        OpDistribution { count, p50: p[0], p90: p[1], p99: p[2] }
     }
 
     /// The slow-call threshold: `max(p90, 2 * p50, floor)`.
@@ -484,7 +492,7 @@ mod tests {
     use super::*;
 
     fn call(id: i64, tid: u32, source: u8, op: u16, ts: i64, dur: i64) -> Call {
-        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op: OpCode::new(source, op), arg0: 0, arg2: 0 }
+        Call { id: CallId(id), ts, dur, pid: 1, tid, op: OpCode::new(source, op), arg0: 0 }
     }
 
     fn off(id: i64, start: i64, end: i64, sched: Option<SchedDetail>) -> OffCpu {
@@ -534,7 +542,7 @@ mod tests {
                 let mut want: Vec<u32> = (0..input.len() as u32).filter(|&i| input[i as usize].tid == tid).collect();
                 want.sort_by_key(|&i| {
                     let c = &input[i as usize];
-                    (c.ts, std::cmp::Reverse(c.dur), c.op.source, c.id.clone())
+                    (c.ts, std::cmp::Reverse(c.dur), c.op.source, c.id)
                 });
                 assert_eq!(got, want, "thread {tid}");
             }

@@ -8,7 +8,7 @@ use causeway_model::codes::{gpu_role, op, GpuRole, OpCode};
 use causeway_model::time::{fmt_ns, fmt_since};
 use causeway_store::EventId;
 
-use crate::attribution::Call;
+use crate::attribution::{Call, Calls};
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
 use crate::detectors::{self, ops_with_role};
 use crate::evidence::{self, SqlScope};
@@ -70,13 +70,16 @@ fn step(ts: i64, dur: i64, layer: &str, what: String, id: Option<EventId>) -> Ti
     TimelineStep { ts_ns: ts, dur_ns: dur, layer: layer.into(), what, event_id: id }
 }
 
+/// A launch beside a change point, with its event id.
+type Launch = (Call, EventId);
+
 /// What the detectors found over the calls of a scope: the passes over every call, apart from the
 /// wording (which needs the thread names) and free of the store.
 pub struct DetectorFindings {
     /// `bounds` of the scope: first and last event.
     bounds: Option<(i64, i64)>,
     /// The launch rate drop, with the last launch before its change point and the first after.
-    drop: Option<(detectors::ThroughputDrop, Option<Call>, Option<Call>)>,
+    drop: Option<(detectors::ThroughputDrop, Option<Launch>, Option<Launch>)>,
     storms: Vec<detectors::SyncStorm>,
     allocators: Vec<detectors::AllocatorFindings>,
     has_ptr: bool,
@@ -85,7 +88,7 @@ pub struct DetectorFindings {
 /// Runs the detectors over `calls` (in (ts, id) order; `nested` flags the calls inside another GPU
 /// call of their thread). `bounds`: first and last event in scope.
 pub fn detector_findings(
-    calls: &[Call],
+    calls: &Calls,
     nested: &[bool],
     bounds: Option<(i64, i64)>,
     has_ptr: bool,
@@ -94,12 +97,14 @@ pub fn detector_findings(
     let Some((_, end)) = bounds else { return found };
     let top = detectors::top_level_findings(calls, nested, has_ptr);
     // Throughput drop over the top-level launches of the scope.
-    found.drop = detectors::throughput_drop(&top.launch_ts, end).map(|d| {
+    let launch_ts = detectors::top_level_launch_ts(calls, nested);
+    found.drop = detectors::throughput_drop(launch_ts, top.launches, end).map(|d| {
         // Calls are in time order: the launches on each side of the split are next to it.
         let at = calls.partition_point(|c| c.ts < d.split);
         let is_launch = |i: &usize| !nested[*i] && gpu_role(calls[*i].op) == GpuRole::Launch;
-        let last_before = (0..at).rev().find(is_launch).map(|i| calls[i].clone());
-        let first_after = (at..calls.len()).find(is_launch).map(|i| calls[i].clone());
+        let with_id = |i: usize| (calls[i].clone(), calls.event_id(&calls[i]));
+        let last_before = (0..at).rev().find(is_launch).map(with_id);
+        let first_after = (at..calls.len()).find(is_launch).map(with_id);
         (d, last_before, first_after)
     });
     found.storms = top.storms;
@@ -126,7 +131,7 @@ pub fn detector_chains(
         let during_rate = d.during as f64 * 1e9 / (d.end - d.split) as f64;
         let ratio = during_rate / before_rate;
         let severity = crate::severity::THROUGHPUT_DROP.grade(ratio, d.lost_ns);
-        let pid = last_before.as_ref().map(|c| c.pid).unwrap_or(0);
+        let pid = last_before.as_ref().map(|(c, _)| c.pid).unwrap_or(0);
         let mut timeline = vec![step(
             d.first,
             d.split - d.first,
@@ -134,8 +139,8 @@ pub fn detector_chains(
             format!("{} launches at {before_rate:.1}/s", d.before),
             None,
         )];
-        let launch = |c: &causeway_store::SlimEvent, what: &str| {
-            step(c.ts, c.dur, "CUDA", format!("{what}: {} on tid {}", c.op.name(), c.tid), Some(c.id.clone()))
+        let launch = |(c, id): &(Call, EventId), what: &str| {
+            step(c.ts, c.dur, "CUDA", format!("{what}: {} on tid {}", c.op.name(), c.tid), Some(id.clone()))
         };
         timeline.extend(last_before.as_ref().map(|c| launch(c, "last launch at the old rate")));
         timeline.push(step(
@@ -146,7 +151,7 @@ pub fn detector_chains(
             None,
         ));
         timeline.extend(first_after.as_ref().map(|c| launch(c, "next launch")));
-        let ids = last_before.iter().chain(first_after.iter()).map(|c| c.id.clone()).collect();
+        let ids = last_before.iter().chain(first_after.iter()).map(|(_, id)| id.clone()).collect();
         out.push(chain(
             ChainKind::ThroughputDrop,
             "kernel launches",

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use causeway_model::codes::{self, gpu_role, op, GpuRole, OpCode};
 use causeway_store::EventId;
 
-use crate::attribution::{Call, CallSpan, ThreadOrder};
+use crate::attribution::{Call, CallId, CallSpan, Calls, ThreadOrder};
 use crate::few_keys::FewKeys;
 use crate::stats::{nearest_rank, nearest_ranks_unsorted};
 
@@ -70,7 +70,7 @@ pub struct Gap {
 /// threshold comes from its own rhythm in `calls`, or from `given` (a wider scope's, see
 /// [`crate::explain`]'s slow steps); the thresholds used are returned beside the gaps.
 pub fn long_gaps(
-    calls: &[Call],
+    calls: &Calls,
     order: &ThreadOrder,
     given: Option<&BTreeMap<u32, i64>>,
 ) -> (Vec<Gap>, BTreeMap<u32, i64>) {
@@ -104,8 +104,8 @@ pub fn long_gaps(
                     tid: s.tid,
                     start,
                     end,
-                    after: calls[a].id.clone(),
-                    before: calls[b].id.clone(),
+                    after: calls.event_id(&calls[a]),
+                    before: calls.event_id(&calls[b]),
                 });
             }
         }
@@ -167,15 +167,25 @@ pub struct ThroughputDrop {
 /// The change point of the launch rate (launch timestamps sorted; `end` = last event in scope): the
 /// split that best fits two constant rates, among those where the rate after is at most half the rate before.
 /// Candidate splits lie just after a launch: `split = t[i-1] + 1`, `i >= DROP_MIN_BEFORE`.
-pub fn throughput_drop(launch_ts: &[i64], end: i64) -> Option<ThroughputDrop> {
-    let n = launch_ts.len();
-    let first = *launch_ts.first()?;
+///
+/// `launch_ts` yields `n` timestamps in order, read once (a scope's launches are most of its calls:
+/// they are not copied out of the calls).
+pub fn throughput_drop(launch_ts: impl IntoIterator<Item = i64>, n: usize, end: i64) -> Option<ThroughputDrop> {
+    let mut launch_ts = launch_ts.into_iter();
+    let first = launch_ts.next()?;
     let mut best: Option<(ThroughputDrop, f64)> = None;
-    for i in DROP_MIN_BEFORE..=n {
-        if i < n && launch_ts[i] == launch_ts[i - 1] {
+    // at step i: `prev` is launch i - 1 (0-based), `next` launch i (none after the last)
+    let mut prev = first;
+    for i in 1..=n {
+        let next = launch_ts.next();
+        let at_i = prev;
+        if let Some(t) = next {
+            prev = t;
+        }
+        if i < DROP_MIN_BEFORE || next == Some(at_i) {
             continue;
         }
-        let split = launch_ts[i - 1] + 1;
+        let split = at_i + 1;
         let (before, during) = (i as i64, (n - i) as i64);
         let (before_ns, during_ns) = (split - first, end - split);
         let mean_gap = before_ns / before;
@@ -214,8 +224,8 @@ pub struct SyncStorm {
 /// (calls are the bulk of a trace: each pass over them costs more than the work it does).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopLevelFindings {
-    /// Timestamps of the top-level launches, in call order (for [`throughput_drop`]).
-    pub launch_ts: Vec<i64>,
+    /// Top-level launches ([`top_level_launch_ts`] yields their timestamps for [`throughput_drop`]).
+    pub launches: usize,
     /// Threads that synchronize after nearly every launch.
     pub storms: Vec<SyncStorm>,
     /// Allocator figures per process with allocations or frees.
@@ -224,9 +234,8 @@ pub struct TopLevelFindings {
 
 /// One pass over the top-level calls (`nested[i]` false) for the launch rate, the sync storms and
 /// the allocator. `has_ptr`: frees can be matched to allocations by device pointer (`arg2`).
-pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> TopLevelFindings {
-    // Room for every call up front (address space only): growing by doubling copies it all.
-    let mut launch_ts = Vec::with_capacity(calls.len());
+pub fn top_level_findings(calls: &Calls, nested: &[bool], has_ptr: bool) -> TopLevelFindings {
+    let mut launches = 0;
     // Per thread: the storm figures and the indices of its syncs (the worst are named at the end).
     let mut per_thread: FewKeys<u32, (SyncStorm, Vec<usize>)> = FewKeys::default();
     let mut allocs: BTreeMap<u32, Vec<&Call>> = BTreeMap::new();
@@ -241,7 +250,7 @@ pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Top
         match gpu_role(c.op) {
             GpuRole::Launch => {
                 s.launches += 1;
-                launch_ts.push(c.ts);
+                launches += 1;
             }
             GpuRole::Sync => {
                 s.syncs += 1;
@@ -260,13 +269,18 @@ pub fn top_level_findings(calls: &[Call], nested: &[bool], has_ptr: bool) -> Top
             s.launches >= SYNC_STORM_MIN_LAUNCHES && s.syncs * 10 >= s.launches * SYNC_STORM_PER_10_LAUNCHES
         })
         .map(|(_, (mut s, syncs))| {
-            let mut w: Vec<(i64, &EventId)> = syncs.iter().map(|&i| (calls[i].dur, &calls[i].id)).collect();
-            w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
-            s.worst = w.into_iter().take(5).map(|x| x.1.clone()).collect();
+            let mut w: Vec<(i64, CallId)> = syncs.iter().map(|&i| (calls[i].dur, calls[i].id)).collect();
+            w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            s.worst = w.into_iter().take(5).map(|x| calls.event_id_of(x.1)).collect();
             s
         })
         .collect();
-    TopLevelFindings { launch_ts, storms, allocators: allocator_figures(allocs, frees, has_ptr) }
+    TopLevelFindings { launches, storms, allocators: allocator_figures(calls, allocs, frees, has_ptr) }
+}
+
+/// The timestamps of the top-level launches (`nested[i]` false) of `calls`, in call order.
+pub fn top_level_launch_ts<'a>(calls: &'a [Call], nested: &'a [bool]) -> impl Iterator<Item = i64> + 'a {
+    calls.iter().zip(nested).filter(|(c, &n)| !n && gpu_role(c.op) == GpuRole::Launch).map(|(c, _)| c.ts)
 }
 
 /// Allocator figures of one process.
@@ -296,6 +310,7 @@ pub struct AllocatorFindings {
 
 /// Allocator figures per process from its top-level allocations and frees (in call order).
 fn allocator_figures(
+    calls: &Calls,
     mut allocs: BTreeMap<u32, Vec<&Call>>,
     mut frees: BTreeMap<u32, Vec<&Call>>,
     has_ptr: bool,
@@ -305,7 +320,7 @@ fn allocator_figures(
     for pid in pids {
         let mut a = allocs.remove(&pid).unwrap_or_default();
         let f = frees.remove(&pid).unwrap_or_default();
-        a.sort_by(|x, y| (x.ts, &x.id).cmp(&(y.ts, &y.id)));
+        a.sort_by_key(|c| (c.ts, c.id));
         let half = a.len() / 2;
         let growth = (a.len() >= ALLOC_GROWTH_MIN_CALLS).then(|| {
             let mut early: Vec<i64> = a[..half].iter().map(|c| c.dur).collect();
@@ -321,19 +336,19 @@ fn allocator_figures(
         let mean_growth = (a.len() >= ALLOC_GROWTH_MIN_CALLS).then(|| (mean(&a[..half]), mean(&a[half..])));
         let mut last_free: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
         for fr in &f {
-            let t = last_free.entry(fr.arg2).or_insert(fr.ts);
+            let t = last_free.entry(calls.pointer(fr)).or_insert(fr.ts);
             *t = (*t).max(fr.ts);
         }
         let unfreed: Vec<&&Call> =
-            a.iter().filter(|c| !has_ptr || last_free.get(&c.arg2).is_none_or(|&t| t < c.ts)).collect();
+            a.iter().filter(|c| !has_ptr || last_free.get(&calls.pointer(c)).is_none_or(|&t| t < c.ts)).collect();
         let unfreed_bytes = unfreed.iter().map(|c| c.arg0).sum();
         let unfreed_pinned_bytes = unfreed.iter().filter(|c| c.op == op::CUDA_HOST_ALLOC).map(|c| c.arg0).sum();
         let ops_of =
             |v: &[&Call]| v.iter().map(|c| c.op).collect::<std::collections::BTreeSet<OpCode>>().into_iter().collect();
         let worst = |v: &[&Call]| {
-            let mut w: Vec<(i64, EventId)> = v.iter().map(|c| (c.dur, c.id.clone())).collect();
+            let mut w: Vec<(i64, CallId)> = v.iter().map(|c| (c.dur, c.id)).collect();
             w.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.cmp(&y.1)));
-            w.into_iter().take(5).map(|x| x.1).collect()
+            w.into_iter().take(5).map(|x| calls.event_id_of(x.1)).collect()
         };
         out.push(AllocatorFindings {
             pid,
@@ -359,9 +374,10 @@ fn allocator_figures(
 mod tests {
     use super::*;
     use causeway_model::codes::op;
+    use causeway_store::SlimEvent;
 
-    fn c(id: i64, tid: u32, op: OpCode, ts: i64, dur: i64) -> Call {
-        Call { id: EventId::Int(id), ts, dur, pid: 1, tid, op, arg0: 0, arg2: 0 }
+    fn c(id: i64, tid: u32, op: OpCode, ts: i64, dur: i64) -> SlimEvent {
+        SlimEvent { id: EventId::Int(id), ts, dur, pid: 1, tid, op, arg0: 0, arg2: 0 }
     }
 
     #[test]
@@ -375,6 +391,7 @@ mod tests {
         calls.push(c(100, 1, op::CUDA_STREAM_SYNC, 20 * ms, 5 * ms));
         calls.push(c(101, 1, op::CU_CTX_SYNCHRONIZE, 20 * ms + 10, ms));
         calls.push(c(102, 1, op::CUDA_LAUNCH_KERNEL, 75 * ms, 10_000));
+        let calls = Calls::of(calls);
         let (gaps, used) = long_gaps(&calls, &ThreadOrder::of(&calls), None);
         assert_eq!(gaps.len(), 1);
         // a wider scope's threshold is taken as given
@@ -390,17 +407,18 @@ mod tests {
         let ms = 1_000_000;
         let mut ts: Vec<i64> = (0..200).map(|i| i * ms).collect(); // 1 kHz for 200 ms
         ts.extend((1..=10).map(|i| 200 * ms + i * 500 * ms)); // then 2 Hz for 5 s
-        let d = throughput_drop(&ts, 5_200 * ms).expect("drop");
+        let drop = |ts: &[i64], end: i64| throughput_drop(ts.iter().copied(), ts.len(), end);
+        let d = drop(&ts, 5_200 * ms).expect("drop");
         assert_eq!(d.before, 200);
         assert_eq!(d.split, 199 * ms + 1);
         assert!(d.lost_ns > 4_900 * ms, "{d:?}");
         // One burst of launches, then a steady rate: not a drop.
         let mut bursty: Vec<i64> = (0..20).map(|i| i * 1000).collect();
         bursty.extend((1..2000).map(|i| i * ms));
-        assert_eq!(throughput_drop(&bursty, 2000 * ms), None);
+        assert_eq!(drop(&bursty, 2000 * ms), None);
         let steady: Vec<i64> = (0..1000).map(|i| i * ms).collect();
-        assert_eq!(throughput_drop(&steady, 1000 * ms), None);
-        assert_eq!(throughput_drop(&[], 1000 * ms), None);
+        assert_eq!(drop(&steady, 1000 * ms), None);
+        assert_eq!(drop(&[], 1000 * ms), None);
     }
 
     #[test]
@@ -410,9 +428,12 @@ mod tests {
             calls.push(c(2 * i, 1, op::CUDA_LAUNCH_KERNEL, i * 100, 5));
             calls.push(c(2 * i + 1, 1, op::CUDA_STREAM_SYNC, i * 100 + 10, 50));
         }
+        let calls = Calls::of(calls);
         let nested = vec![false; calls.len()];
         let found = top_level_findings(&calls, &nested, false);
-        assert_eq!(found.launch_ts, (0..30).map(|i| i * 100).collect::<Vec<i64>>());
+        assert_eq!(found.launches, 30);
+        let ts: Vec<i64> = top_level_launch_ts(&calls, &nested).collect();
+        assert_eq!(ts, (0..30).map(|i| i * 100).collect::<Vec<i64>>());
         let s = found.storms;
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].launches, s[0].syncs, s[0].sync_ns), (30, 30, 1500));
@@ -430,9 +451,10 @@ mod tests {
         let mut f = c(50, 1, op::CUDA_FREE, 99_999, 10);
         f.arg2 = 0x1000;
         calls.push(f);
+        let calls = Calls::of(calls);
         let nested = vec![false; calls.len()];
         let found = top_level_findings(&calls, &nested, true);
-        assert!(found.launch_ts.is_empty() && found.storms.is_empty());
+        assert!(found.launches == 0 && found.storms.is_empty());
         let a = &found.allocators[0];
         assert_eq!((a.allocs, a.frees), (10, 1));
         assert_eq!(a.growth, Some((100, 400, 200 + 300 + 400 + 500 + 600 - 500)));
@@ -488,9 +510,10 @@ mod tests {
                 calls.push(f);
             }
         }
+        let calls = Calls::of(calls);
         let nested = vec![false; calls.len()];
         let found = top_level_findings(&calls, &nested, true);
-        assert_eq!(found.launch_ts.len(), 30);
+        assert_eq!(found.launches, 30);
         assert_eq!((found.storms[0].launches, found.storms[0].syncs, found.storms[0].sync_ns), (30, 30, 1500));
         let a = &found.allocators[0];
         assert_eq!((a.allocs, a.frees, a.alloc_ns, a.free_ns), (3, 2, 9, 8));
@@ -510,6 +533,7 @@ mod tests {
         let mut f = c(9, 1, op::CUDA_FREE, 100, 2);
         f.arg2 = 0x101;
         calls.push(f);
+        let calls = Calls::of(calls);
         let found = top_level_findings(&calls, &vec![false; calls.len()], true);
         let a = &found.allocators[0];
         assert_eq!((a.unfreed_bytes, a.unfreed_pinned_bytes), ((1 + 3 + 4) << 20, 1 << 20));

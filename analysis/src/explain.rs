@@ -136,7 +136,8 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
 fn baseline_of(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Baseline, AnalysisError> {
     let mut view = TraceView::open(store, req)?;
     let calls = view.load_calls(None)?;
-    Ok(find_slow_calls_and_gaps(&calls, None).baseline)
+    let packed = view.packed_distributions(calls.len())?;
+    Ok(find_slow_calls_and_gaps(&calls, None, packed).baseline)
 }
 
 /// What "slow" meant in a scope: each op's slow-call threshold and each thread's long-gap
@@ -171,7 +172,8 @@ fn explain_calls(
         crate::find_steps(store, req.window, req.pid)?
     };
     phase.lap("steps");
-    let found = find_slow_calls_and_gaps(&calls, given);
+    let packed = view.packed_distributions(calls.len())?;
+    let found = find_slow_calls_and_gaps(&calls, given, packed);
     phase.lap("distributions, nesting, gaps");
     let ctx = view.load_context(&calls, &found)?;
     phase.lap("off-CPU intervals, names, coverage, page allocations");
@@ -231,11 +233,16 @@ struct Found {
     baseline: Baseline,
 }
 
-/// Stage 2, pure. Two independent passes over the calls, one per core: the ops' distributions, and
-/// each thread's order with the nesting and gaps it gives.
-fn find_slow_calls_and_gaps(calls: &[attr::Call], given: Option<&Baseline>) -> Found {
+/// Stage 2, pure. Two independent passes over the calls, one per core: the ops' distributions
+/// (unless `packed`, what the finished trace holds, gives them), and each thread's order with the
+/// nesting and gaps it gives.
+fn find_slow_calls_and_gaps(
+    calls: &attr::Calls,
+    given: Option<&Baseline>,
+    packed: Option<BTreeMap<OpCode, OpDistribution>>,
+) -> Found {
     let (dists, (nested, (gaps, gap_thresholds), spans_by_tid)) = std::thread::scope(|s| {
-        let dists = s.spawn(|| op_distributions(calls));
+        let dists = s.spawn(|| packed.unwrap_or_else(|| op_distributions(calls)));
         let by_thread = attr::ThreadOrder::of(calls);
         let nested = attr::nested_flags(calls, &by_thread);
         let gaps = detectors::long_gaps(calls, &by_thread, given.map(|g| &g.gaps));
@@ -280,7 +287,7 @@ struct SlowCalls {
 /// ([`crate::spin`]); a slow launch names its kernel.
 fn attribute_slow_calls(
     view: &TraceView,
-    calls: &[attr::Call],
+    calls: &attr::Calls,
     found: &Found,
     ctx: &Context,
 ) -> Result<SlowCalls, AnalysisError> {
@@ -324,9 +331,10 @@ fn attribute_slow_calls(
             None
         };
         let (acc, items) = out.per_op.entry(c.op).or_default();
-        acc.add(&c.id, c.ts, c.dur, &a.parts);
+        let id = calls.event_id(c);
+        acc.add(&id, c.ts, c.dur, &a.parts);
         items.insert(
-            c.id.clone(),
+            id,
             Item {
                 ts: c.ts,
                 dur: c.dur,
@@ -544,18 +552,25 @@ impl PhaseClock {
 
     fn lap(&mut self, phase: &str) {
         if tracing::enabled!(tracing::Level::DEBUG) {
-            tracing::debug!(ms = self.0.elapsed().as_secs_f64() * 1e3, rss_mib = resident_mib(), "explain: {phase}");
+            let (rss_mib, peak_mib) = resident_mib();
+            tracing::debug!(ms = self.0.elapsed().as_secs_f64() * 1e3, rss_mib, peak_mib, "explain: {phase}");
         }
         self.0 = std::time::Instant::now();
     }
 }
 
-/// This process's resident memory now, MiB (Linux; 0 elsewhere), for the phase timings.
-fn resident_mib() -> u64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
-        .map_or(0, |pages| pages * 4 / 1024) // 4 KiB pages
+/// This process's resident memory now and its peak so far, MiB (Linux; 0 elsewhere), for the
+/// phase timings.
+fn resident_mib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    (kib("VmRSS:") / 1024, kib("VmHWM:") / 1024)
 }
 
 /// Each op's exact distribution over `calls` (nested calls included).

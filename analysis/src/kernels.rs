@@ -501,17 +501,16 @@ mod tests {
 
     #[test]
     fn a_slow_launch_takes_the_name_of_the_driver_launch_inside_it() {
-        use crate::attribution::Call;
+        use crate::attribution::{Call, CallId};
         let index = KernelIndex::from_parts(vec![name(0xf00, "gemm", "gemm")], vec![]);
         let c = |id: i64, tid: u32, code: OpCode, ts: i64, dur: i64, arg0: i64| Call {
-            id: EventId::Int(id),
+            id: CallId(id),
             ts,
             dur,
             pid: 7,
             tid,
             op: code,
             arg0,
-            arg2: 0,
         };
         let calls = vec![
             c(1, 1, op::CUDA_LAUNCH_KERNEL, 100, 50, 0x999),

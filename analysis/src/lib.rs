@@ -14,6 +14,7 @@
 //! belongs to the CLI (`cli/src/report.rs`) and the MCP server.
 
 mod attribution;
+mod calls;
 mod chains;
 mod collectives;
 mod compare;

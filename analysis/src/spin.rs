@@ -38,7 +38,7 @@ use std::collections::{BTreeSet, HashMap};
 use causeway_model::codes::{self, op, GpuRole, OpCode, SchedPolicy};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::PrevState;
-use causeway_store::{EventFilter, EventId, QueryLimits, TraceStore};
+use causeway_store::{EventFilter, EventId, QueryLimits, SlimEvent, TraceStore};
 
 use crate::attribution::{Call, Cause, OffCpu, Part};
 use crate::AnalysisError;
@@ -137,11 +137,24 @@ impl SchedPolicies {
     #[cfg(test)]
     fn from_calls(calls: &[Call], cpus: usize) -> SchedPolicies {
         let mut out = SchedPolicies { cpus, ..Default::default() };
-        out.add_calls(calls);
+        let rows: Vec<SlimEvent> = calls
+            .iter()
+            .map(|c| SlimEvent {
+                id: EventId::Int(c.id.0),
+                ts: c.ts,
+                dur: c.dur,
+                pid: c.pid,
+                tid: c.tid,
+                op: c.op,
+                arg0: c.arg0,
+                arg2: 0,
+            })
+            .collect();
+        out.add_calls(&rows);
         out
     }
 
-    fn add_calls(&mut self, calls: &[Call]) {
+    fn add_calls(&mut self, calls: &[SlimEvent]) {
         for c in calls.iter().filter(|c| codes::sets_sched_flags(c.op)) {
             self.flags.entry(c.pid).or_default().push((c.ts, c.id.clone(), c.arg0));
             if c.op == op::CU_CTX_CREATE {
@@ -265,7 +278,7 @@ mod tests {
     const US: i64 = 1_000;
 
     fn call(id: i64, pid: u32, code: OpCode, ts: i64, dur: i64, arg0: i64) -> Call {
-        Call { id: EventId::Int(id), ts, dur, pid, tid: pid, op: code, arg0, arg2: 0 }
+        Call { id: crate::attribution::CallId(id), ts, dur, pid, tid: pid, op: code, arg0 }
     }
 
     fn off(start: i64, end: i64, state: PrevState, by: u32) -> OffCpu {

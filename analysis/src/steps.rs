@@ -12,6 +12,7 @@ use causeway_model::codes::{self, gpu_role, GpuRole, OpCode, OPS};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_store::{EventFilter, SlimEvent, TraceStore};
 
+use crate::attribution::Call;
 use crate::stats::nearest_rank;
 
 use crate::AnalysisError;
@@ -151,26 +152,29 @@ pub fn find_steps(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) 
 /// [`find_steps`] over events already read: `labels` (source STEP) and `calls` (GPU calls); when
 /// the labels are empty, `calls` must be the whole trace's (of a process), which inferred step
 /// numbers count from. What `explain` passes, saving the scans.
-pub fn steps_of(labels: &[SlimEvent], calls: &[SlimEvent], window: TimeWindow) -> StepReport {
+pub fn steps_of(labels: &[SlimEvent], calls: &[Call], window: TimeWindow) -> StepReport {
     let ops = boundary_ops();
-    let Ok(all) = series_from::<std::convert::Infallible>(labels, || {
-        Ok(calls.iter().filter(|c| ops.contains(&c.op)).cloned().collect())
+    let Ok(all) = series_from::<std::convert::Infallible, _>(labels, || {
+        Ok(calls.iter().filter(|c| ops.contains(&c.op)).map(|c| (c.tid, c.ts, c.ts + c.dur, c.op, c.pid)))
     });
     report_of(all, window)
 }
+
+/// A call that can end a step: `(tid, start, end, op, pid)`.
+type Boundary = (u32, i64, i64, OpCode, u32);
 
 /// What a read of steps gives: a series per (process, kind), or why there is none.
 type FoundSeries = Vec<Result<StepSeries, String>>;
 
 /// The series the workload labeled in `labels`, else the one inferred from `boundaries()` (its
 /// synchronizing calls and collectives), or why none was.
-fn series_from<E>(
+fn series_from<E, B: IntoIterator<Item = Boundary>>(
     labels: &[SlimEvent],
-    boundaries: impl FnOnce() -> Result<Vec<SlimEvent>, E>,
+    boundaries: impl FnOnce() -> Result<B, E>,
 ) -> Result<FoundSeries, E> {
     let labeled = labeled_series(labels);
     if labeled.is_empty() {
-        Ok(vec![infer_series(&boundaries()?)])
+        Ok(vec![infer_series(boundaries()?)])
     } else {
         Ok(labeled.into_iter().map(Ok).collect())
     }
@@ -179,7 +183,8 @@ fn series_from<E>(
 /// [`series_from`] of the whole trace (of `pid`), read from the store.
 fn scanned_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<FoundSeries, AnalysisError> {
     series_from(&scan(store, pid, vec![codes::Source::Step.code()], None)?, || {
-        scan(store, pid, Vec::new(), Some(boundary_ops()))
+        let calls = scan(store, pid, Vec::new(), Some(boundary_ops()))?;
+        Ok::<_, AnalysisError>(calls.into_iter().map(|e| (e.tid, e.ts, e.ts + e.dur, e.op, e.pid)))
     })
 }
 
@@ -334,11 +339,11 @@ fn boundary_ops() -> Vec<OpCode> {
 /// Steps inferred from the thread with the most synchronizing calls and collectives (`boundaries`:
 /// those calls): the smallest period of its calls whose ops repeat and whose spacing repeats; or
 /// why none was found.
-fn infer_series(boundaries: &[SlimEvent]) -> Result<StepSeries, String> {
+fn infer_series(boundaries: impl IntoIterator<Item = Boundary>) -> Result<StepSeries, String> {
     let ops = boundary_ops();
     let mut by_tid: BTreeMap<u32, Vec<(i64, i64, OpCode, u32)>> = BTreeMap::new();
-    for e in boundaries {
-        by_tid.entry(e.tid).or_default().push((e.ts, e.ts + e.dur, e.op, e.pid));
+    for (tid, start, end, op, pid) in boundaries {
+        by_tid.entry(tid).or_default().push((start, end, op, pid));
     }
     // top-level calls only: a runtime call's own driver call inside it is the same wait
     let mut top_level: BTreeMap<u32, Vec<(i64, OpCode, u32)>> = BTreeMap::new();

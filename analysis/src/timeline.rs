@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use causeway_model::codes::{op, Source};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::PrevState;
-use causeway_store::{EventFilter, EventId, StoredEvent, TraceStore};
+use causeway_store::{EventFilter, EventId, SlimEvent, StoredEvent, TraceStore};
 
-use crate::attribution::{self, is_gpu_call_source, Call};
+use crate::attribution::{self, is_gpu_call_source, Calls};
 use crate::stacks::clean;
 use crate::AnalysisError;
 
@@ -249,7 +249,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
     let stack_of: BTreeMap<&EventId, i64> =
         events.iter().filter(|s| s.event.stack_hash != 0).map(|s| (&s.id, s.event.stack_hash)).collect();
     let mut threads: BTreeMap<u32, ThreadTimeline> = BTreeMap::new();
-    let mut calls_of: BTreeMap<u32, Vec<(usize, Call)>> = BTreeMap::new();
+    let mut calls_of: BTreeMap<u32, Vec<(usize, SlimEvent)>> = BTreeMap::new();
     for s in &events {
         let e = &s.event;
         let t = threads.entry(e.tid).or_insert_with(|| ThreadTimeline {
@@ -263,13 +263,13 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
             t.comm = clean(&e.comm);
         }
         if is_gpu_call_source(e.source) {
-            let call = Call::of(s);
+            let call = SlimEvent::of(s);
             calls_of.entry(e.tid).or_default().push((t.entries.len(), call));
         }
         t.entries.push(entry_of(s, &peers));
     }
     for (tid, calls) in calls_of {
-        let only: Vec<Call> = calls.iter().map(|c| c.1.clone()).collect();
+        let only = Calls::of(calls.iter().map(|c| c.1.clone()));
         let nested = attribution::nested_flags(&only, &attribution::ThreadOrder::of(&only));
         let t = threads.get_mut(&tid).expect("thread exists");
         for ((i, _), n) in calls.iter().zip(nested) {

@@ -1,17 +1,18 @@
 //! Loading what attribution needs from a [`TraceStore`], in bounded memory: the GPU calls of the
 //! window, then only the scheduler rows, page allocations and block requests that touch a slow call
 //! or a long gap. GPU calls and page allocations are read as
-//! [`SlimEvent`](causeway_store::SlimEvent)s (integers only), other
-//! events are streamed from the engine, so a ten-million-event trace never sits in memory as full
-//! events.
+//! [`SlimEvent`](causeway_store::SlimEvent)s (integers only) and the calls kept as the analysis's
+//! 48-byte [`Call`](crate::calls::Call)s; other events are streamed from the engine, so a
+//! ten-million-event trace never sits in memory as full events.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use causeway_model::codes::{self, op};
 use causeway_model::time::TimeWindow;
-use causeway_store::{EventFilter, EventId, QueryLimits, StoredEvent, TraceStore};
+use causeway_store::{EventFilter, EventId, QueryLimits, SlimEvent, StoredEvent, TraceStore};
 
-use crate::attribution::{gpu_call_sources, is_gpu_call_source, Call, Coverage, OffCpu};
+use crate::attribution::{gpu_call_sources, is_gpu_call_source, Calls, Coverage, OffCpu};
+use crate::calls::CallsBuilder;
 use crate::few_keys::FewKeys;
 use crate::AnalysisError;
 
@@ -101,8 +102,8 @@ pub fn load_calls(
     window: TimeWindow,
     pid: Option<u32>,
     names: &mut Names,
-    mut labels: Option<&mut Vec<Call>>,
-) -> Result<Vec<Call>, AnalysisError> {
+    mut labels: Option<&mut Vec<SlimEvent>>,
+) -> Result<Calls, AnalysisError> {
     let step = causeway_model::codes::Source::Step.code();
     let mut sources = gpu_call_sources().to_vec();
     if labels.is_some() {
@@ -111,7 +112,7 @@ pub fn load_calls(
     let filter = EventFilter { window, pid, sources: Some(sources), ..Default::default() };
     // Room for every event up front (address space only; pages are touched as calls arrive): growing
     // a vector of millions of calls by doubling costs more than reading them.
-    let mut calls = Vec::with_capacity(store.info().events as usize);
+    let mut calls = CallsBuilder::with_capacity(store.info().events as usize);
     store.scan_slim(&filter, &mut |r| {
         if is_gpu_call_source(r.op.source) {
             calls.push(r);
@@ -119,7 +120,8 @@ pub fn load_calls(
             l.push(r);
         }
     })?;
-    sort_by_time_and_id(&mut calls);
+    let mut calls = calls.finish();
+    calls.sort_by_time_and_id();
     let filter = EventFilter { sources: Some(gpu_call_sources().to_vec()), ..filter };
     name_threads_from_first_calls(store, &filter, &calls, names)?;
     Ok(calls)
@@ -132,7 +134,7 @@ pub fn load_calls(
 fn name_threads_from_first_calls(
     store: &dyn TraceStore,
     scope: &EventFilter,
-    calls: &[Call],
+    calls: &Calls,
     names: &mut Names,
 ) -> Result<(), AnalysisError> {
     let mut first_call: FewKeys<u32, usize> = FewKeys::default();
@@ -141,14 +143,14 @@ fn name_threads_from_first_calls(
     }
     let mut first = first_call.into_sorted();
     first.retain(|(tid, _)| !names.threads.contains_key(tid));
-    let ids: Vec<EventId> = first.iter().map(|&(_, i)| calls[i].id.clone()).collect();
+    let ids: Vec<EventId> = first.iter().map(|&(_, i)| calls.event_id(&calls[i])).collect();
     let mut comm_of: HashMap<EventId, String> = HashMap::new();
     for chunk in ids.chunks(500) {
         comm_of.extend(store.events_by_id(chunk)?.into_iter().map(|s| (s.id, s.event.comm)));
     }
     let mut unnamed: Vec<u32> = Vec::new();
     for &(tid, i) in &first {
-        match comm_of.remove(&calls[i].id) {
+        match comm_of.remove(&calls.event_id(&calls[i])) {
             Some(comm) if !comm.is_empty() => {
                 names.threads.insert(tid, comm);
             }
@@ -162,44 +164,6 @@ fn name_threads_from_first_calls(
         }
     }
     Ok(())
-}
-
-/// Sorts calls by (ts, id). Calls are large: with integer ids (native traces, Ingero v0.8) a
-/// permutation is sorted on compact keys and applied once, instead of moving the calls themselves
-/// around in a comparison sort; already ordered input is left as it is.
-fn sort_by_time_and_id(calls: &mut [Call]) {
-    let ordered = |a: &Call, b: &Call| (a.ts, &a.id) <= (b.ts, &b.id);
-    if calls.windows(2).all(|w| ordered(&w[0], &w[1])) {
-        return;
-    }
-    let keys: Option<Vec<(i64, i64, u32)>> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| match c.id {
-            EventId::Int(id) => Some((c.ts, id, i as u32)),
-            EventId::Text(_) => None,
-        })
-        .collect();
-    match keys {
-        Some(mut keys) => {
-            keys.sort_unstable();
-            // Position i takes the call at keys[i].2: follow each cycle of the permutation, swapping.
-            let mut placed = vec![false; calls.len()];
-            for start in 0..calls.len() {
-                let mut i = start;
-                while !placed[i] {
-                    placed[i] = true;
-                    let j = keys[i].2 as usize;
-                    if j == start {
-                        break;
-                    }
-                    calls.swap(i, j);
-                    i = j;
-                }
-            }
-        }
-        None => calls.sort_by(|a, b| a.ts.cmp(&b.ts).then_with(|| a.id.cmp(&b.id))),
-    }
 }
 
 /// Sorted, merged intervals per thread: where attribution needs scheduler data.
@@ -446,8 +410,8 @@ mod tests {
     use super::*;
     use causeway_model::codes::op;
 
-    fn call(id: EventId, ts: i64) -> Call {
-        Call { id, ts, dur: 1, pid: 1, tid: 1, op: op::CUDA_LAUNCH_KERNEL, arg0: 0, arg2: 0 }
+    fn call(id: EventId, ts: i64) -> SlimEvent {
+        SlimEvent { id, ts, dur: 1, pid: 1, tid: 1, op: op::CUDA_LAUNCH_KERNEL, arg0: 0, arg2: 0 }
     }
 
     #[test]
@@ -467,15 +431,16 @@ mod tests {
         };
         for n in [0usize, 1, 2, 7, 100, 1000] {
             // Many equal timestamps, so the id decides often.
-            let ints: Vec<Call> = (0..n).map(|_| call(EventId::Int(next(50)), next(20))).collect();
-            let texts: Vec<Call> =
+            let ints: Vec<SlimEvent> = (0..n).map(|_| call(EventId::Int(next(50)), next(20))).collect();
+            let texts: Vec<SlimEvent> =
                 (0..n).map(|_| call(EventId::Text(format!("n:{}", next(50)).into_boxed_str()), next(20))).collect();
-            for mut calls in [ints, texts] {
-                let mut want = calls.clone();
-                want.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
-                sort_by_time_and_id(&mut calls);
-                let key = |v: &[Call]| v.iter().map(|c| (c.ts, c.id.clone())).collect::<Vec<_>>();
-                assert_eq!(key(&calls), key(&want), "n = {n}");
+            for rows in [ints, texts] {
+                let mut want: Vec<(i64, EventId)> = rows.iter().map(|r| (r.ts, r.id.clone())).collect();
+                want.sort();
+                let mut calls = Calls::of(rows);
+                calls.sort_by_time_and_id();
+                let got: Vec<(i64, EventId)> = calls.iter().map(|c| (c.ts, calls.event_id(c))).collect();
+                assert_eq!(got, want, "n = {n}");
             }
         }
     }

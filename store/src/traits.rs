@@ -517,6 +517,13 @@ pub trait TraceStore: Send + Sync {
     ) -> Result<crate::summary::DurationSummary> {
         crate::summary::summarize_by_scan(self, filter, per_mille, per_process)
     }
+    /// Whether [`duration_summary`](Self::duration_summary) of the whole trace reads figures the
+    /// trace already holds (a finished trace's sorted durations per op) instead of going through
+    /// every event: callers that hold the events anyway (explain) then ask it rather than sort
+    /// durations of their own.
+    fn summarizes_whole_trace_from_packed(&self) -> bool {
+        false
+    }
 }
 
 /// What a finished trace holds.

@@ -7,7 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_store::{EventId, StoredEvent, TraceInfo, TraceStore};
+use causeway_model::codes::OpCode;
+use causeway_store::{EventFilter, EventId, StoredEvent, TraceInfo, TraceStore};
 
 use super::{ExplainRequest, Found};
 use crate::attribution::{self as attr, Coverage, Culprit, OffCpu, Part};
@@ -86,8 +87,8 @@ impl<'s> TraceView<'s> {
     /// workload's step labels in scope too (read in the same scan).
     pub(super) fn load_calls(
         &mut self,
-        labels: Option<&mut Vec<attr::Call>>,
-    ) -> Result<Vec<attr::Call>, AnalysisError> {
+        labels: Option<&mut Vec<causeway_store::SlimEvent>>,
+    ) -> Result<attr::Calls, AnalysisError> {
         trace_data::load_calls(self.store, self.req.window, self.req.pid, &mut self.names, labels)
     }
 
@@ -160,6 +161,33 @@ impl<'s> TraceView<'s> {
             }
         })?;
         Ok(out)
+    }
+
+    /// Each GPU op's exact distribution, read from what a finished trace holds when the scope is the
+    /// whole trace and the store answers without a scan ([`TraceStore::summarizes_whole_trace_from_packed`]):
+    /// the same figures as the loaded calls give, without sorting their durations. `None`
+    /// otherwise, or when the figures do not account for exactly the `calls` loaded.
+    pub(super) fn packed_distributions(
+        &self,
+        calls: usize,
+    ) -> Result<Option<BTreeMap<OpCode, attr::OpDistribution>>, AnalysisError> {
+        if !(self.req.window.is_all() && self.req.pid.is_none() && self.store.summarizes_whole_trace_from_packed()) {
+            return Ok(None);
+        }
+        let per_mille = attr::OpDistribution::PER_MILLE;
+        let summary = self.store.duration_summary(&EventFilter::default(), &per_mille, false)?;
+        let dists: BTreeMap<OpCode, attr::OpDistribution> = summary
+            .ops
+            .iter()
+            .filter(|o| attr::is_gpu_call_source(o.op.source) && o.percentiles.len() == per_mille.len())
+            .map(|o| (o.op, attr::OpDistribution::of_percentiles(o.count as usize, &o.percentiles)))
+            .collect();
+        let counted: usize = dists.values().map(|d| d.count).sum();
+        if counted != calls {
+            tracing::debug!(counted, calls, "explain: the packed durations do not match the calls; sorting the calls'");
+            return Ok(None);
+        }
+        Ok(Some(dists))
     }
 
     /// The scheduling policies in force for `pids`, and the host's CPUs.

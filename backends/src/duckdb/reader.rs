@@ -509,6 +509,11 @@ impl TraceStore for DuckDbStore {
         }
         super::summary::summarize_in_engine(self, filter, per_mille, per_process)
     }
+
+    /// A finished DuckDB trace holds its sorted durations ([`super::packed::believed`]).
+    fn summarizes_whole_trace_from_packed(&self) -> bool {
+        self.finished
+    }
 }
 
 #[cfg(test)]

@@ -443,6 +443,10 @@ impl TraceStore for SqliteStore {
         causeway_store::summary::summarize_by_scan(self, filter, per_mille, per_process)
     }
 
+    fn summarizes_whole_trace_from_packed(&self) -> bool {
+        self.finished && self.info.has_table(crate::packed::durations::TABLE)
+    }
+
     /// A finished trace's GPU calls come from its packed blocks ([`super::packed`]), in time
     /// order; other rows, and traces without blocks, through SQL.
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
