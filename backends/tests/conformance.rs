@@ -494,6 +494,7 @@ pub fn sessions_append(b: Engine) {
     let scanned = summarize_by_scan(store.as_ref(), &EventFilter::default(), &pm, true).unwrap();
     assert_eq!(store.duration_summary(&EventFilter::default(), &pm, true).unwrap(), scanned);
     assert_eq!(scanned.events, 300);
+    assert!(store.summarizes_whole_trace_from_packed(), "the last finish packed the sorted durations");
 }
 
 pub fn guarded_sql_and_limits(b: Engine) {

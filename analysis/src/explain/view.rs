@@ -276,3 +276,47 @@ fn sampled_note(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Option<S
         "events is a sample (selective storage): event_aggregates counts {count} GPU calls in the minute buckets of this scope, {stored} of them stored"
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use causeway_backends::{create_sink, Engine, SyntheticTrace};
+    use causeway_model::SessionInfo;
+
+    /// A finished trace of synthetic events (GPU calls of several ops among the scheduler rows).
+    fn finished_trace(path: &std::path::Path, engine: Engine) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let session = SessionInfo { started_at_ns: 1, tool_version: "test".into(), ..Default::default() };
+            let mut sink = create_sink(path, session, Some(engine)).unwrap();
+            let mut synth = SyntheticTrace::new(7, 1_000_000_000);
+            for _ in 0..4 {
+                sink.write_batch(synth.take(5_000)).await.unwrap();
+            }
+            sink.finish(2).await.unwrap();
+        });
+    }
+
+    #[test]
+    fn a_finished_traces_distributions_are_the_ones_its_calls_give() {
+        for engine in [Engine::Sqlite, Engine::DuckDb].into_iter().filter(|&e| causeway_backends::is_built(e)) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(format!("t.{}", engine.extension()));
+            finished_trace(&path, engine);
+            let store = causeway_backends::open_store(&path).unwrap();
+            assert!(store.summarizes_whole_trace_from_packed(), "{engine:?}: a finished trace packs its durations");
+            let req = ExplainRequest::default();
+            let mut view = TraceView::open(store.as_ref(), &req).unwrap();
+            let calls = view.load_calls(None).unwrap();
+            let packed = view.packed_distributions(calls.len()).unwrap().expect("the whole trace: read, not sorted");
+            assert!(packed.len() > 3, "{engine:?}: several GPU ops");
+            assert_eq!(packed, super::super::op_distributions(&calls), "{engine:?}");
+            // figures that do not account for the calls loaded are not used
+            assert_eq!(view.packed_distributions(calls.len() - 1).unwrap(), None);
+            // a scope narrower than the trace sorts its own calls' durations
+            let one = ExplainRequest { pid: Some(calls[0].pid), ..Default::default() };
+            let view = TraceView::open(store.as_ref(), &one).unwrap();
+            assert_eq!(view.packed_distributions(calls.len()).unwrap(), None);
+        }
+    }
+}
