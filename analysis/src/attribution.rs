@@ -516,14 +516,8 @@ mod tests {
     /// timestamp.
     #[test]
     fn thread_order_visits_each_threads_calls_in_its_order() {
-        // a small deterministic generator: many ties on ts and dur, three threads, two sources
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % m) as i64
-        };
+        // many ties on ts and dur, three threads, two sources
+        let mut next = crate::test_rng::xorshift(0x9e37_79b9_7f4a_7c15);
         let calls: Vec<Call> = (0..2000)
             .map(|i| {
                 let (tid, source) = (1 + next(3) as u32, if next(2) == 0 { 1 } else { 4 });

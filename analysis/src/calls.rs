@@ -53,7 +53,7 @@ fn keeps_pointer(op: OpCode) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct Calls {
     pub calls: Vec<Call>,
-    /// `CallId`s from `text_base` on are text ids: `texts[id - text_base]`.
+    /// `CallId`s from `text_base` (at least 1) on are text ids: `texts[id - text_base]`.
     text_base: i64,
     texts: Vec<Box<str>>,
     /// `arg2` of the allocator calls ([`keeps_pointer`]).
@@ -83,9 +83,10 @@ impl Calls {
 
     /// The event id that `id` stands for.
     pub fn event_id_of(&self, id: CallId) -> EventId {
-        match id.0.checked_sub(self.text_base) {
-            Some(k) if !self.texts.is_empty() && k >= 0 => EventId::Text(self.texts[k as usize].clone()),
-            _ => EventId::Int(id.0),
+        if !self.texts.is_empty() && id.0 >= self.text_base {
+            EventId::Text(self.texts[(id.0 - self.text_base) as usize].clone())
+        } else {
+            EventId::Int(id.0)
         }
     }
 
@@ -110,6 +111,7 @@ pub struct CallsBuilder {
     calls: Vec<Call>,
     /// The text ids seen, with the index of their call.
     texts: Vec<(Box<str>, u32)>,
+    /// The largest integer id seen, or 0: text ids are numbered above it.
     max_int: i64,
     pointers: Vec<(u32, i64)>,
 }
@@ -117,7 +119,7 @@ pub struct CallsBuilder {
 impl CallsBuilder {
     /// Room for `n` calls up front (address space only: pages are touched as calls arrive).
     pub fn with_capacity(n: usize) -> CallsBuilder {
-        CallsBuilder { calls: Vec::with_capacity(n), max_int: i64::MIN, ..Default::default() }
+        CallsBuilder { calls: Vec::with_capacity(n), ..Default::default() }
     }
 
     pub fn push(&mut self, r: SlimEvent) {
@@ -141,7 +143,7 @@ impl CallsBuilder {
     pub fn finish(self) -> Calls {
         let CallsBuilder { mut calls, mut texts, max_int, pointers } = self;
         // every text id above every integer one (`EventId` orders `Int` before `Text`), by rank
-        let text_base = max_int.saturating_add(1).max(0);
+        let text_base = max_int.saturating_add(1);
         texts.sort_unstable();
         let mut distinct: Vec<Box<str>> = Vec::new();
         for (t, idx) in texts {
@@ -203,5 +205,28 @@ mod tests {
         calls.sort_by_time_and_id();
         let got: Vec<(String, i64)> = calls.iter().map(|c| (calls.event_id(c).to_string(), calls.pointer(c))).collect();
         assert_eq!(got, [("n:3".to_string(), 3), ("n:1".to_string(), 1), ("n:2".to_string(), 2)]);
+    }
+
+    #[test]
+    fn calls_sort_by_time_then_id_with_integer_and_text_ids() {
+        let mut next = crate::test_rng::xorshift(0x2545_F491_4F6C_DD1D);
+        for n in [0usize, 1, 2, 7, 100, 1000] {
+            // Many equal timestamps, so the id decides often.
+            let ints: Vec<SlimEvent> =
+                (0..n).map(|_| row(EventId::Int(next(50)), next(20), op::CUDA_LAUNCH_KERNEL, 0)).collect();
+            let texts: Vec<SlimEvent> = (0..n)
+                .map(|_| {
+                    row(EventId::Text(format!("n:{}", next(50)).into_boxed_str()), next(20), op::CUDA_LAUNCH_KERNEL, 0)
+                })
+                .collect();
+            for rows in [ints, texts] {
+                let mut want: Vec<(i64, EventId)> = rows.iter().map(|r| (r.ts, r.id.clone())).collect();
+                want.sort();
+                let mut calls = Calls::of(rows);
+                calls.sort_by_time_and_id();
+                let got: Vec<(i64, EventId)> = calls.iter().map(|c| (c.ts, calls.event_id(c))).collect();
+                assert_eq!(got, want, "n = {n}");
+            }
+        }
     }
 }

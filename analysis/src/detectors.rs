@@ -171,21 +171,16 @@ pub struct ThroughputDrop {
 /// `launch_ts` yields `n` timestamps in order, read once (a scope's launches are most of its calls:
 /// they are not copied out of the calls).
 pub fn throughput_drop(launch_ts: impl IntoIterator<Item = i64>, n: usize, end: i64) -> Option<ThroughputDrop> {
-    let mut launch_ts = launch_ts.into_iter();
-    let first = launch_ts.next()?;
+    let mut launch_ts = launch_ts.into_iter().peekable();
+    let first = *launch_ts.peek()?;
     let mut best: Option<(ThroughputDrop, f64)> = None;
-    // at step i: `prev` is launch i - 1 (0-based), `next` launch i (none after the last)
-    let mut prev = first;
     for i in 1..=n {
-        let next = launch_ts.next();
-        let at_i = prev;
-        if let Some(t) = next {
-            prev = t;
-        }
-        if i < DROP_MIN_BEFORE || next == Some(at_i) {
+        // launch i - 1 (0-based), then a look at launch i (none after the last)
+        let Some(last_before) = launch_ts.next() else { break };
+        if i < DROP_MIN_BEFORE || launch_ts.peek() == Some(&last_before) {
             continue;
         }
-        let split = at_i + 1;
+        let split = last_before + 1;
         let (before, during) = (i as i64, (n - i) as i64);
         let (before_ns, during_ns) = (split - first, end - split);
         let mean_gap = before_ns / before;

@@ -34,6 +34,8 @@ mod spin;
 mod stacks;
 mod stats;
 mod steps;
+#[cfg(test)]
+mod test_rng;
 mod timeline;
 mod trace_data;
 mod trace_facts;
