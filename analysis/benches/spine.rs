@@ -1,5 +1,6 @@
 //! Spine benchmarks, one run, figures and ratios printed:
-//! 1. write path: sustained events/s from `Event` batches into SQLite through `EventSink`, with memory;
+//! 1. write path: sustained events/s from `Event` batches into SQLite through `EventSink`, the writer
+//!    thread's own CPU per event (the tracer's cost a traced host pays), with memory;
 //! 2. read path: `stats` over a generated 10,000,000-event trace, beside the `sqlite3` command-line
 //!    tool running the plain window-function SQL that computes the same nearest-rank percentiles
 //!    (the figures of both are compared, not just timed).
@@ -19,6 +20,9 @@ fn session() -> SessionInfo {
     SessionInfo { started_at_ns: 1_774_000_000_000_000_000, tool_version: "bench".into(), ..Default::default() }
 }
 
+/// The SQLite sink's writer thread, as the kernel names it (15 bytes).
+const WRITER_THREAD: &str = "causeway-sqlite";
+
 fn write_path(dir: &Path, n: usize) {
     let path = dir.join("write.db");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -26,6 +30,7 @@ fn write_path(dir: &Path, n: usize) {
     let batches: Vec<Vec<_>> = (0..n / 4096).map(|_| synth.take(4096)).collect();
     let total: usize = batches.iter().map(Vec::len).sum();
     let before = causeway_testdata::peak_rss_kib();
+    let mut writer_cpu = 0;
     let t = Instant::now();
     let summary = rt.block_on(async {
         let mut sink: Box<dyn EventSink> = Box::new(SqliteSink::create(&path, session()).unwrap());
@@ -34,6 +39,8 @@ fn write_path(dir: &Path, n: usize) {
         }
         sink.flush().await.unwrap();
         let written_at = t.elapsed();
+        // the writer thread is still there (it ends with `finish`)
+        writer_cpu = causeway_testdata::thread_cpu_ns(WRITER_THREAD);
         let s = sink.finish(1).await.unwrap();
         (s, written_at)
     });
@@ -47,6 +54,12 @@ fn write_path(dir: &Path, n: usize) {
     println!(
         "              target >= 500,000 events/s sustained: {}",
         if sustained >= 500_000.0 { "met" } else { "MISSED" }
+    );
+    let cpu_us = writer_cpu as f64 / 1000.0 / total as f64;
+    println!(
+        "              the writer thread's CPU: {cpu_us:.2} us per event ({:.2} s; target <= 0.5 us: {:.2}x)",
+        writer_cpu as f64 / 1e9,
+        cpu_us / 0.5
     );
     println!("              finish (indexes, checkpoint, journal back to DELETE): {:.2} s once per trace; {:.0} events/s end to end",
         (with_index - written).as_secs_f64(), total as f64 / with_index.as_secs_f64());
