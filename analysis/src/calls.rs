@@ -97,12 +97,36 @@ impl Calls {
 
     /// Sorts the calls by (ts, id), in place (no key array beside millions of calls; (ts, id)
     /// is unique, so an unstable sort is deterministic); already ordered input (a finished
-    /// trace's packed calls) is left as it is.
+    /// trace's packed calls) is left as it is. Millions of calls (a DuckDB trace's scan, a trace
+    /// still being written) are sorted on two cores.
     pub fn sort_by_time_and_id(&mut self) {
-        if !self.calls.windows(2).all(|w| (w[0].ts, w[0].id) <= (w[1].ts, w[1].id)) {
-            self.calls.sort_unstable_by_key(|c| (c.ts, c.id));
-        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        sort_in_place(&mut self.calls, if threads >= 2 { PARALLEL_SORT_MIN } else { usize::MAX });
     }
+}
+
+/// Calls from which [`Calls::sort_by_time_and_id`] splits the sort across two threads.
+const PARALLEL_SORT_MIN: usize = 1 << 20;
+
+/// Sorts `calls` by (ts, id) in place; from `parallel_min` calls on, one partition around the
+/// median key (linear, in place) and then each half on its own thread: no buffer beside the calls
+/// (a merge of two sorted halves would need one as large as the calls).
+fn sort_in_place(calls: &mut [Call], parallel_min: usize) {
+    let key = |c: &Call| (c.ts, c.id);
+    if calls.is_sorted_by_key(key) {
+        return;
+    }
+    if calls.len() < parallel_min.max(2) {
+        calls.sort_unstable_by_key(key);
+        return;
+    }
+    let mid = calls.len() / 2;
+    calls.select_nth_unstable_by_key(mid, key);
+    let (low, high) = calls.split_at_mut(mid);
+    std::thread::scope(|s| {
+        s.spawn(|| low.sort_unstable_by_key(key));
+        high.sort_unstable_by_key(key);
+    });
 }
 
 /// Builds [`Calls`] from store rows as they are scanned.
@@ -223,9 +247,13 @@ mod tests {
                 let mut want: Vec<(i64, EventId)> = rows.iter().map(|r| (r.ts, r.id.clone())).collect();
                 want.sort();
                 let mut calls = Calls::of(rows);
-                calls.sort_by_time_and_id();
-                let got: Vec<(i64, EventId)> = calls.iter().map(|c| (c.ts, calls.event_id(c))).collect();
-                assert_eq!(got, want, "n = {n}");
+                // on one thread, and split across two from two calls on
+                for parallel_min in [usize::MAX, 2] {
+                    sort_in_place(&mut calls.calls, parallel_min);
+                    let got: Vec<(i64, EventId)> = calls.iter().map(|c| (c.ts, calls.event_id(c))).collect();
+                    assert_eq!(got, want, "n = {n}, parallel from {parallel_min}");
+                    calls.calls.reverse();
+                }
             }
         }
     }
