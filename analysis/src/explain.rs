@@ -233,20 +233,22 @@ struct Found {
     baseline: Baseline,
 }
 
-/// Stage 2, pure. Two independent passes over the calls, one per core: the ops' distributions
-/// (unless `packed`, what the finished trace holds, gives them), and each thread's order with the
-/// nesting and gaps it gives.
+/// Stage 2, pure. Independent passes over the calls, side by side: the ops' distributions (unless
+/// `packed`, what the finished trace holds, gives them), the long gaps in each thread's order, and
+/// the nesting and spans in the same order.
 fn find_slow_calls_and_gaps(
     calls: &attr::Calls,
     given: Option<&Baseline>,
     packed: Option<BTreeMap<OpCode, OpDistribution>>,
 ) -> Found {
+    let by_thread = attr::ThreadOrder::of(calls);
     let (dists, (nested, (gaps, gap_thresholds), spans_by_tid)) = std::thread::scope(|s| {
         let dists = s.spawn(|| packed.unwrap_or_else(|| op_distributions(calls)));
-        let by_thread = attr::ThreadOrder::of(calls);
+        let gaps = s.spawn(|| detectors::long_gaps(calls, &by_thread, given.map(|g| &g.gaps)));
         let nested = attr::nested_flags(calls, &by_thread);
-        let gaps = detectors::long_gaps(calls, &by_thread, given.map(|g| &g.gaps));
-        (dists.join().expect("op distributions"), (nested, gaps, detectors::thread_spans(&by_thread)))
+        let spans = detectors::thread_spans(&by_thread);
+        let gaps = gaps.join().expect("long gaps");
+        (dists.join().expect("op distributions"), (nested, gaps, spans))
     });
     let baseline = Baseline {
         ops: dists
