@@ -175,17 +175,28 @@ fn explain_calls(
     let packed = view.packed_distributions(calls.len())?;
     let found = find_slow_calls_and_gaps(&calls, given, packed);
     phase.lap("distributions, nesting, gaps");
-    let ctx = view.load_context(&calls, &found)?;
-    phase.lap("off-CPU intervals, names, coverage, page allocations");
-    let mut slow = attribute_slow_calls(&view, &calls, &found, &ctx)?;
-    phase.lap("attribute slow calls");
-    // per attributed chain (by key): the calls whose stacks it shows, its worst first
-    let mut stack_sample: HashMap<String, Vec<EventId>> = HashMap::new();
-    let mut chains_out = slow_call_chains(&view, &found, &ctx, &mut slow, &mut stack_sample)?;
-    chains_out.extend(gap_chains(&view, &found, &ctx, &mut stack_sample)?);
-    phase.lap("slow-call and gap chains");
-    let findings = detector_chains::detector_findings(&calls, &found.nested, ctx.bounds, view.info.has_column("arg2"));
-    phase.lap("detector passes");
+    let bounds = view.scope_bounds()?;
+    let has_pointers = view.info.has_column("arg2");
+    // The detectors read only the calls: their passes run beside the reads of the slow calls'
+    // context and the attribution.
+    let (attributed, findings) = std::thread::scope(|s| {
+        let findings = s.spawn(|| detector_chains::detector_findings(&calls, &found.nested, bounds, has_pointers));
+        let attributed = (|| -> Result<_, AnalysisError> {
+            let ctx = view.load_context(&calls, &found, bounds)?;
+            phase.lap("off-CPU intervals, names, coverage, page allocations");
+            let mut slow = attribute_slow_calls(&view, &calls, &found, &ctx)?;
+            phase.lap("attribute slow calls");
+            // per attributed chain (by key): the calls whose stacks it shows, its worst first
+            let mut stack_sample: HashMap<String, Vec<EventId>> = HashMap::new();
+            let mut chains_out = slow_call_chains(&view, &found, &ctx, &mut slow, &mut stack_sample)?;
+            chains_out.extend(gap_chains(&view, &found, &ctx, &mut stack_sample)?);
+            phase.lap("slow-call and gap chains");
+            Ok((ctx, slow, stack_sample, chains_out))
+        })();
+        (attributed, findings.join().expect("detector passes"))
+    });
+    let (ctx, slow, mut stack_sample, mut chains_out) = attributed?;
+    phase.lap("detector passes (beside the three above)");
     chains_out.extend(detector_chains::detector_chains(&view.scope, findings, &found.spans_by_tid, &view.names)?);
     phase.lap("detector chains");
     chains_out.extend(straggler::straggler_chains(&mut view, &ctx)?);

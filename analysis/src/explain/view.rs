@@ -92,9 +92,19 @@ impl<'s> TraceView<'s> {
         trace_data::load_calls(self.store, self.req.window, self.req.pid, &mut self.names, labels)
     }
 
+    /// The first and last event in scope.
+    pub(super) fn scope_bounds(&self) -> Result<Option<(i64, i64)>, AnalysisError> {
+        trace_data::scope_bounds(self.store, self.req.window, self.req.pid)
+    }
+
     /// What the attribution of `found` needs: off-CPU intervals (and their wakers' names),
-    /// coverage, page allocations, kernel names, the scope's bounds.
-    pub(super) fn load_context(&mut self, calls: &[attr::Call], found: &Found) -> Result<Context, AnalysisError> {
+    /// coverage, page allocations, kernel names, with the scope's `bounds` ([`Self::scope_bounds`]).
+    pub(super) fn load_context(
+        &mut self,
+        calls: &[attr::Call],
+        found: &Found,
+        bounds: Option<(i64, i64)>,
+    ) -> Result<Context, AnalysisError> {
         let off = trace_data::load_off_cpu(self.store, &found.spans, !self.names.peers.is_empty())?;
         let wakers = off.values().flatten().filter_map(|o| o.sched.as_ref()).map(|s| s.waker_tid);
         self.names.resolve_threads(self.store, wakers)?;
@@ -110,7 +120,7 @@ impl<'s> TraceView<'s> {
             pages,
             kernel_index,
             gpu: crate::gpu_state::GpuState::of(&self.store.gpu_samples(&self.req.window)?),
-            bounds: trace_data::scope_bounds(self.store, self.req.window, self.req.pid)?,
+            bounds,
             sample_note: sampled_note(self.store, self.req)?,
             no_off: Vec::new(),
         })
