@@ -4,6 +4,10 @@
 //! timestamps stay each node's own), so every `causeway fleet` question and `causeway mcp --lake`
 //! answer over it as over a shipped fleet, with `--lake ducklake:FILE`.
 //!
+//! A node is one host: two inputs recorded on different hosts under one node name are refused
+//! before anything is written (`--node TRACE=NODE` files one under a name of its own), and the
+//! shipper refuses a trace of another host than the node's traces already in the lake.
+//!
 //! Each trace is shipped by the fleet's own [`Shipper`] (rows and watermark in one transaction), so a
 //! merge run again adds only what is new and never a trace twice. The clocks are the one
 //! difference: no catalog server was there when the traces were recorded, so no offset is measured;
@@ -23,9 +27,14 @@ pub struct Args {
     out: PathBuf,
     /// The node traces (native SQLite or DuckDB, finished or still being written; `causeway
     /// convert` an Ingero DB first). Each is filed under the node it recorded (`trace --node`,
-    /// default its host name).
+    /// default its host name) unless `--node` names another.
     #[arg(required = true, value_name = "TRACE")]
     traces: Vec<PathBuf>,
+    /// File one trace under another node than the one it recorded (repeat for several): two hosts
+    /// that recorded the same name (cloned machines, containers) must be told apart, since a node
+    /// is one host (one clock, one drill-down).
+    #[arg(long = "node", value_name = "TRACE=NODE")]
+    nodes: Vec<String>,
     /// all (every event) or summary (collectives, synchronizing calls, aggregates of everything).
     #[arg(long, default_value = "all")]
     tier: String,
@@ -52,11 +61,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             );
         }
     }
+    let renamed = node_names(&args.traces, &args.nodes)?;
+    refuse_hosts_sharing_a_node(&args.traces, &renamed)?;
     let out = if args.out.is_absolute() { args.out.clone() } else { std::env::current_dir()?.join(&args.out) };
     let lake = LakeSpec::file(&out)?;
-    let opts = ShipOptions { tier, batch_rows: args.batch, data_path: args.data_path.clone(), ..Default::default() };
     let mut reports: Vec<(PathBuf, ShipReport)> = Vec::new();
-    for t in &args.traces {
+    for (t, node) in args.traces.iter().zip(&renamed) {
+        let opts = ShipOptions {
+            tier,
+            batch_rows: args.batch,
+            data_path: args.data_path.clone(),
+            node: node.clone(),
+            ..Default::default()
+        };
         // one shipper at a time: a catalog file has one writer
         let report = Shipper::open(&lake, t, &opts)
             .and_then(|mut s| s.ship_all())
@@ -100,4 +117,51 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     );
     println!("clocks: not measured (no catalog server was there when the traces were recorded): `causeway fleet clock` cross-checks them with the collectives");
     Ok(0)
+}
+
+/// Each trace's node from `--node TRACE=NODE` (`None`: the one it recorded), in the traces' order.
+fn node_names(traces: &[PathBuf], renames: &[String]) -> anyhow::Result<Vec<Option<String>>> {
+    let canonical = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let inputs: Vec<PathBuf> = traces.iter().map(|t| canonical(t)).collect();
+    let mut names = vec![None; traces.len()];
+    for r in renames {
+        let Some((trace, node)) = r.rsplit_once('=').filter(|(t, n)| !t.is_empty() && !n.trim().is_empty()) else {
+            anyhow::bail!("--node {r}: expected TRACE=NODE (a trace of this merge and the node to file it under)");
+        };
+        let want = canonical(std::path::Path::new(trace));
+        let Some(k) = inputs.iter().position(|p| *p == want) else {
+            anyhow::bail!("--node {r}: {trace} is not one of the traces to merge");
+        };
+        names[k] = Some(node.trim().to_string());
+    }
+    Ok(names)
+}
+
+/// Refuse, before anything is written, two traces recorded on different hosts that would be filed
+/// under one node (the lake's own traces are checked as each trace is added).
+fn refuse_hosts_sharing_a_node(traces: &[PathBuf], renamed: &[Option<String>]) -> anyhow::Result<()> {
+    let this_host =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    let mut seen: std::collections::BTreeMap<String, (String, &PathBuf)> = Default::default();
+    for (t, rename) in traces.iter().zip(renamed) {
+        let store = causeway_backends::open_store(t)?;
+        let first = store.sessions()?.into_iter().next().unwrap_or_default();
+        // as the shipper names them: the recorded host name, else this host's
+        let host = if first.hostname.is_empty() { this_host.clone() } else { first.hostname };
+        let node = rename.clone().or((!first.node.is_empty()).then_some(first.node)).unwrap_or_else(|| host.clone());
+        match seen.get(&node) {
+            Some((other, earlier)) if *other != host => anyhow::bail!(
+                "{} and {} were recorded on two hosts (`{other}` and `{host}`) under one node, `{node}`: a node \
+                 is one host (one clock, one drill-down); file one under a name of its own with --node {}=NAME",
+                earlier.display(),
+                t.display(),
+                t.display()
+            ),
+            Some(_) => {}
+            None => {
+                seen.insert(node, (host, t));
+            }
+        }
+    }
+    Ok(())
 }

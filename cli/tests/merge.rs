@@ -2,7 +2,8 @@
 //! server, asked with the fleet's own commands (`--lake ducklake:FILE`): every event kept under its
 //! node, the planted straggler named, the clocks said to be unmeasured and cross-checked with the
 //! collectives (a node whose clock runs 40 ms ahead is caught), a second merge adding nothing, and
-//! bad inputs refused before anything is written.
+//! bad inputs refused before anything is written; two hosts that recorded one node name refused until
+//! `--node TRACE=NODE` files one under a name of its own.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -162,4 +163,62 @@ fn bad_inputs_are_refused_before_anything_is_written() {
     // and reading a lake file that was never written says so
     let out = causeway(&["fleet", "nodes", "--lake", &format!("ducklake:{}", file.display())]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no lake at"));
+}
+
+/// A copy of the job's trace of rank `r` recorded as node `node` on host `host`.
+fn trace_on_host(dir: &Path, file: &str, r: u32, node: &str, host: &str) -> PathBuf {
+    let path = dir.join(file);
+    job().write_node(&path, node, &[(r, 0, None)], 0).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE sessions SET hostname = ?1", [host]).unwrap();
+    path
+}
+
+#[test]
+fn two_hosts_under_one_node_are_refused_and_told_apart_with_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = trace_on_host(dir.path(), "a.db", 0, "gpu", "host-a");
+    let twin = trace_on_host(dir.path(), "twin.db", 1, "gpu", "host-b");
+    let file = dir.path().join("twins.ducklake");
+
+    // two hosts that recorded one name: refused before anything is written, with the way out
+    let out = merge(&file, &[a.clone(), twin.clone()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("two hosts") && err.contains("host-a") && err.contains("host-b"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("--node {}=NAME", twin.display())), "{err}");
+    assert!(!file.exists(), "the lake was created although the merge was refused");
+
+    // --node files one under a name of its own; both are then in the lake, each with its events
+    let rename = format!("{}=gpu-b", twin.display());
+    let mut args = vec!["merge", "--out", file.to_str().unwrap(), "--node", &rename];
+    args.extend([a.to_str().unwrap(), twin.to_str().unwrap()]);
+    let text = ok(causeway(&args), "merge --node");
+    assert!(text.contains("merged 2 trace(s) of 2 node(s)"), "{text}");
+    let lake = format!("ducklake:{}", file.display());
+    let nodes = fleet_json(&lake, "nodes");
+    let names: Vec<&str> = nodes.as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(names, ["gpu", "gpu-b"], "{nodes}");
+    let b = nodes.as_array().unwrap().iter().find(|n| n["node"] == "gpu-b").unwrap();
+    assert_eq!(b["events"].as_i64(), Some(local_events(&twin)), "{b}");
+
+    // a third host's trace under a node the lake already has from another host: refused by the
+    // lake's own record, the lake unchanged
+    let third = trace_on_host(dir.path(), "third.db", 2, "gpu", "host-c");
+    let out = merge(&file, std::slice::from_ref(&third));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("already in the lake from host `host-a`"), "{err}");
+    assert_eq!(fleet_json(&lake, "nodes").as_array().unwrap().len(), 2);
+
+    // a --node that names no input, or no node
+    for (bad, says) in [
+        (format!("{}=x", dir.path().join("other.db").display()), "is not one of the traces"),
+        (format!("{}=", a.display()), "expected TRACE=NODE"),
+    ] {
+        let out = causeway(&["merge", "--out", file.to_str().unwrap(), "--node", &bad, a.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{bad}: {err}");
+    }
 }

@@ -189,6 +189,27 @@ pub struct Shipper {
     pending: (i64, i64),
 }
 
+/// A node is one host: its clock offsets are measured and applied per node, and its drill-down is
+/// its traces. A trace recorded on another host than the traces already filed under `node` (two
+/// hosts with one name: cloned machines, containers, a `--node` typed twice) is refused, named,
+/// with the way to file it under a name of its own.
+fn refuse_node_of_another_host(conn: &Connection, node: &str, hostname: &str, trace: &Path) -> Result<(), FleetError> {
+    let others: Vec<String> = conn
+        .prepare(&format!(
+            "SELECT DISTINCT hostname FROM {LAKE}.ship_traces WHERE node = ? AND hostname != ? ORDER BY 1"
+        ))?
+        .query_map(params![node, hostname], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    match others.first() {
+        None => Ok(()),
+        Some(other) => Err(FleetError::BadLake(format!(
+            "{}: node `{node}` is already in the lake from host `{other}`, and this trace was recorded on              `{hostname}`: two hosts under one node would share one clock and one drill-down; file this one              under a name of its own (`causeway ship --node NAME`, `causeway merge --node {}=NAME`)",
+            trace.display(),
+            trace.display()
+        ))),
+    }
+}
+
 impl Shipper {
     /// Attach the lake (creating its tables if needed) and the local trace at `trace`.
     pub fn open(lake: &LakeSpec, trace: &Path, opts: &ShipOptions) -> Result<Shipper, FleetError> {
@@ -207,6 +228,8 @@ impl Shipper {
         schema::ensure(&conn, LOCAL)?;
         let engine = if causeway_backends::duckdb::is_duckdb_file(trace) { "duckdb" } else { "sqlite" };
         let tier = lake::retry_conflicts(8, || {
+            // before the trace's own row: a trace of another host can carry the same uid
+            refuse_node_of_another_host(&conn, &node, &hostname, trace)?;
             let existing: Option<String> = conn
                 .prepare(&format!("SELECT tier FROM {LAKE}.ship_traces WHERE node = ? AND trace_uid = ?"))?
                 .query_map(params![node, trace_uid], |r| r.get(0))?
