@@ -343,14 +343,15 @@ fn main() {
         // where the added cost goes: time inside the BPF programs (kernel.bpf_stats_enabled, separate
         // runs since the statistics cost time themselves)
         let bt = bpf_program_ns(&["cudaLaunchKerne"], || with_bpftrace(&lib, &bin, &args));
-        let cw = bpf_program_ns(&["rt_launch", "rt_ret"], causeway_loop);
+        // a launch's own entry and return programs (`ebpf/cuda_probes.bpf.c`)
+        let cw = bpf_program_ns(&["rt_launch", "rt_launch_ret"], causeway_loop);
         let calls = (iters + 1) as f64;
         if let Some(b) = bt {
             println!("bpftrace BPF programs: {:.0} ns per call (entry + return, with bpf_stats on)", b[0].0 / calls);
         }
         if let Some(c) = cw {
             println!(
-                "Causeway BPF programs: rt_launch {:.0} ns + rt_ret {:.0} ns per call (with bpf_stats on); the rest of the added cost is the uprobe traps and the user-space reader/writer sharing this host's CPUs",
+                "Causeway BPF programs: rt_launch {:.0} ns + rt_launch_ret {:.0} ns per call (with bpf_stats on); the rest of the added cost is the uprobe traps and the user-space reader/writer sharing this host's CPUs",
                 c[0].0 / c[0].1,
                 c[1].0 / c[1].1
             );
