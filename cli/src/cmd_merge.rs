@@ -17,7 +17,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use causeway_backends::TraceFormat;
-use causeway_fleet::{LakeSpec, ShipOptions, ShipReport, Shipper, Tier};
+use causeway_fleet::{node_and_host, LakeSpec, ShipOptions, ShipReport, Shipper, Tier};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -51,8 +51,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let tier = Tier::parse(&args.tier)?;
-    // Every input is looked at before anything is written: a wrong file fails the merge whole.
-    for t in &args.traces {
+    let renamed = node_names(&args.traces, &args.nodes)?;
+    // Every input is looked at before anything is written: a wrong file, or two hosts under one
+    // node, fails the merge whole (the lake's own traces are checked as each trace is added).
+    let mut filed = FiledNodes::default();
+    for (t, rename) in args.traces.iter().zip(&renamed) {
         let store = causeway_backends::open_store(t).with_context(|| format!("{}: cannot be merged", t.display()))?;
         if let TraceFormat::Ingero { version } = &store.info().format {
             anyhow::bail!(
@@ -60,9 +63,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 t.display()
             );
         }
+        let first = store.sessions()?.into_iter().next().unwrap_or_default();
+        filed.add(t, node_and_host(rename.as_deref(), &first.node, &first.hostname))?;
     }
-    let renamed = node_names(&args.traces, &args.nodes)?;
-    refuse_hosts_sharing_a_node(&args.traces, &renamed)?;
     let out = if args.out.is_absolute() { args.out.clone() } else { std::env::current_dir()?.join(&args.out) };
     let lake = LakeSpec::file(&out)?;
     let mut reports: Vec<(PathBuf, ShipReport)> = Vec::new();
@@ -137,31 +140,25 @@ fn node_names(traces: &[PathBuf], renames: &[String]) -> anyhow::Result<Vec<Opti
     Ok(names)
 }
 
-/// Refuse, before anything is written, two traces recorded on different hosts that would be filed
-/// under one node (the lake's own traces are checked as each trace is added).
-fn refuse_hosts_sharing_a_node(traces: &[PathBuf], renamed: &[Option<String>]) -> anyhow::Result<()> {
-    let this_host =
-        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
-    let mut seen: std::collections::BTreeMap<String, (String, &PathBuf)> = Default::default();
-    for (t, rename) in traces.iter().zip(renamed) {
-        let store = causeway_backends::open_store(t)?;
-        let first = store.sessions()?.into_iter().next().unwrap_or_default();
-        // as the shipper names them: the recorded host name, else this host's
-        let host = if first.hostname.is_empty() { this_host.clone() } else { first.hostname };
-        let node = rename.clone().or((!first.node.is_empty()).then_some(first.node)).unwrap_or_else(|| host.clone());
-        match seen.get(&node) {
+/// The node each input is filed under, with its host: two hosts under one node are refused.
+#[derive(Default)]
+struct FiledNodes<'a>(std::collections::BTreeMap<String, (String, &'a PathBuf)>);
+
+impl<'a> FiledNodes<'a> {
+    fn add(&mut self, trace: &'a PathBuf, (node, host): (String, String)) -> anyhow::Result<()> {
+        match self.0.get(&node) {
             Some((other, earlier)) if *other != host => anyhow::bail!(
                 "{} and {} were recorded on two hosts (`{other}` and `{host}`) under one node, `{node}`: a node \
                  is one host (one clock, one drill-down); file one under a name of its own with --node {}=NAME",
                 earlier.display(),
-                t.display(),
-                t.display()
+                trace.display(),
+                trace.display()
             ),
-            Some(_) => {}
+            Some(_) => Ok(()),
             None => {
-                seen.insert(node, (host, t));
+                self.0.insert(node, (host, trace));
+                Ok(())
             }
         }
     }
-    Ok(())
 }

@@ -33,6 +33,7 @@ pub use analyses::{
     OUTLIER_MIN_CALLS, OUTLIER_RATIO,
 };
 pub use lake::{connect, Access, LakeSpec};
+pub use local::node_and_host;
 pub use maintain::{maintain, MaintainStep};
 pub use schema::{FLEET_DDL, MIRRORED, TABLE_DOCS};
 pub use ship::{Marks, ShipOptions, ShipReport, Shipper};

@@ -51,7 +51,8 @@ pub(crate) fn attach_local(conn: &Connection, path: &Path) -> Result<(), FleetEr
 }
 
 /// The trace's identity: a uid stable across shipper restarts (its first session's start and
-/// tracer pid), the node it recorded, its host name and tool version.
+/// tracer pid), the node and host name it recorded (either may be empty: see [`node_and_host`]) and
+/// its tool version.
 pub(crate) fn identity(conn: &Connection, path: &Path) -> Result<(String, String, String, String), FleetError> {
     // traces written before the column existed have no tracer_pid
     let has_tracer: bool = conn.query_row(
@@ -83,10 +84,21 @@ pub(crate) fn identity(conn: &Connection, path: &Path) -> Result<(String, String
             FleetError::Local(format!("{}: no session recorded, so no identity to ship under: {e}", path.display()))
         })?;
     let (started, tracer, node, hostname, version) = row;
-    let hostname = if hostname.is_empty() {
+    Ok((format!("{started:x}-{tracer}"), node, hostname, version))
+}
+
+/// The node and host a trace is filed under: the host name it recorded, else this host's (a trace
+/// written before the column was filled); the node `given` (`--node`), else the one it recorded,
+/// else its host. The one rule for `ship` and `merge`.
+pub fn node_and_host(given: Option<&str>, recorded_node: &str, recorded_host: &str) -> (String, String) {
+    let host = if recorded_host.is_empty() {
         std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
     } else {
-        hostname
+        recorded_host.to_string()
     };
-    Ok((format!("{started:x}-{tracer}"), node, hostname, version))
+    let node = [given.unwrap_or(""), recorded_node]
+        .into_iter()
+        .find(|n| !n.is_empty())
+        .map_or_else(|| host.clone(), str::to_string);
+    (node, host)
 }

@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::clock::{self, ClockSample};
 use crate::lake::{self, lit, Access, LakeSpec, LAKE};
-use crate::local::{attach_local, identity, LOCAL};
+use crate::local::{attach_local, identity, node_and_host, LOCAL};
 use crate::schema::{self, MIRRORED};
 use crate::tier::{summary_predicate, Tier};
 use crate::FleetError;
@@ -203,7 +203,9 @@ fn refuse_node_of_another_host(conn: &Connection, node: &str, hostname: &str, tr
     match others.first() {
         None => Ok(()),
         Some(other) => Err(FleetError::BadLake(format!(
-            "{}: node `{node}` is already in the lake from host `{other}`, and this trace was recorded on              `{hostname}`: two hosts under one node would share one clock and one drill-down; file this one              under a name of its own (`causeway ship --node NAME`, `causeway merge --node {}=NAME`)",
+            "{}: node `{node}` is already in the lake from host `{other}`, and this trace was recorded on \
+             `{hostname}`: two hosts under one node would share one clock and one drill-down; file this one \
+             under a name of its own (`causeway ship --node NAME`, `causeway merge --node {}=NAME`)",
             trace.display(),
             trace.display()
         ))),
@@ -218,13 +220,8 @@ impl Shipper {
         conn.execute_batch(&format!("SET threads = {}", opts.threads.max(1)))?;
         attach_local(&conn, trace)?;
         let local_tables = schema::tables(&conn, LOCAL)?;
-        let (trace_uid, trace_node, hostname, tool_version) = identity(&conn, trace)?;
-        let node = opts
-            .node
-            .clone()
-            .filter(|n| !n.is_empty())
-            .or_else(|| (!trace_node.is_empty()).then_some(trace_node))
-            .unwrap_or_else(|| hostname.clone());
+        let (trace_uid, trace_node, trace_host, tool_version) = identity(&conn, trace)?;
+        let (node, hostname) = node_and_host(opts.node.as_deref(), &trace_node, &trace_host);
         schema::ensure(&conn, LOCAL)?;
         let engine = if causeway_backends::duckdb::is_duckdb_file(trace) { "duckdb" } else { "sqlite" };
         let tier = lake::retry_conflicts(8, || {
