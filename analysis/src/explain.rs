@@ -196,7 +196,7 @@ fn explain_calls(
         (attributed, findings.join().expect("detector passes"))
     });
     let (ctx, slow, mut stack_sample, mut chains_out) = attributed?;
-    phase.lap("detector passes (beside the three above)");
+    phase.lap("detector passes: the wait for them after the three above");
     chains_out.extend(detector_chains::detector_chains(&view.scope, findings, &found.spans_by_tid, &view.names)?);
     phase.lap("detector chains");
     chains_out.extend(straggler::straggler_chains(&mut view, &ctx)?);

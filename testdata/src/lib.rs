@@ -59,9 +59,9 @@ pub fn peak_rss_kib() -> u64 {
 }
 
 /// CPU time (user + system) of this process's threads whose name, as the kernel keeps it (its
-/// first 15 bytes), starts with `prefix`, ns; the
-/// kernel counts in clock ticks (`/proc/self/task/*/stat`, fields 14 and 15), so the resolution is
-/// one tick (10 ms at the usual 100 Hz): measure seconds of work, not a call.
+/// first 15 bytes), starts with `prefix`, ns. The kernel counts in clock ticks
+/// (`/proc/self/task/*/stat`, fields 14 and 15), so the resolution is one tick (10 ms at the usual
+/// 100 Hz): measure seconds of work, not a call.
 pub fn thread_cpu_ns(prefix: &str) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
