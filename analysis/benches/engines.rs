@@ -1,8 +1,9 @@
 //! Storage engines side by side, in one run, on the same generated traces (1M and 10M events):
 //! write throughput into each backend (through the engine's sink, as a trace writes: batches of 8,192
 //! events, grouped per commit by the writer thread; generation not timed; the streaming part and
-//! `finish`, which builds what a finished trace holds beyond its rows, apart), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step)
-//! on each, and the ratio of every figure to SQLite. Prints one table.
+//! `finish`, which builds what a finished trace holds beyond its rows, apart), then `stats` and `explain` wall time and peak memory (VmHWM, reset before each step;
+//! for explain also the peak anonymous memory, which leaves out its calls when they are in a mapped
+//! file, past `CAUSEWAY_CALLS_MEMORY_MIB`) on each, and the ratio of every figure to SQLite. Prints one table.
 //!
 //! `cargo bench --workspace --bench engines` (the workspace enables DuckDB and reuses the tests'
 //! build of it; `-p causeway-analysis` without `--features duckdb` runs SQLite only). `CAUSEWAY_BENCH_SIZES=1000000,10000000` chooses the sizes; `CAUSEWAY_BENCH_KEEP=DIR`
@@ -77,6 +78,8 @@ struct Row {
     stats_mib: f64,
     explain_s: f64,
     explain_mib: f64,
+    /// explain's peak anonymous memory (its calls in a mapped file are not in it).
+    explain_anon_mib: f64,
     /// DuckDB only: the same per-op figures computed in SQL instead of by the Rust scan.
     /// DuckDB only: stats' figures by the Rust scan instead of in SQL.
     scan_s: Option<f64>,
@@ -112,10 +115,12 @@ fn measure(dir: &Path, backend: Engine, n: usize) -> Row {
         s
     });
     causeway_testdata::reset_peak_rss();
+    let anon = causeway_testdata::AnonPeak::start();
     let t = Instant::now();
     let e = explain(store.as_ref(), &ExplainRequest::default()).expect("explain");
     let explain_s = t.elapsed().as_secs_f64();
     let explain_mib = causeway_testdata::peak_rss_kib() as f64 / 1024.0;
+    let explain_anon_mib = anon.stop() as f64 / 1024.0;
     eprintln!(
         "  {} {n}: {} chains; verdict: {}",
         backend.name(),
@@ -126,7 +131,7 @@ fn measure(dir: &Path, backend: Engine, n: usize) -> Row {
     if std::env::var_os("CAUSEWAY_BENCH_KEEP").is_none() {
         let _ = std::fs::remove_file(&path);
     }
-    Row { backend, n, write_s, finish_s, size, stats_s, stats_mib, explain_s, explain_mib, scan_s }
+    Row { backend, n, write_s, finish_s, size, stats_s, stats_mib, explain_s, explain_mib, explain_anon_mib, scan_s }
 }
 
 fn main() {
@@ -160,13 +165,13 @@ fn main() {
     }
     println!();
     println!(
-        "| engine | events | write s | events/s | finish s | file MiB | stats s | stats peak MiB | explain s | explain peak MiB | stats+explain s | vs SQLite (write / stats / explain) | stats by Rust scan s |"
+        "| engine | events | write s | events/s | finish s | file MiB | stats s | stats peak MiB | explain s | explain peak MiB | explain anon peak MiB | stats+explain s | vs SQLite (write / stats / explain) | stats by Rust scan s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
     for r in &rows {
         let base = rows.iter().find(|x| x.n == r.n && x.backend == Engine::Sqlite).unwrap_or(r);
         println!(
-            "| {} | {} | {:.2} | {:.0} | {:.2} | {:.1} | {:.3} | {:.0} | {:.3} | {:.0} | {:.3} | {:.2}x / {:.2}x / {:.2}x faster | {} |",
+            "| {} | {} | {:.2} | {:.0} | {:.2} | {:.1} | {:.3} | {:.0} | {:.3} | {:.0} | {:.0} | {:.3} | {:.2}x / {:.2}x / {:.2}x faster | {} |",
             r.backend.name(),
             r.n,
             r.write_s,
@@ -177,6 +182,7 @@ fn main() {
             r.stats_mib,
             r.explain_s,
             r.explain_mib,
+            r.explain_anon_mib,
             r.stats_s + r.explain_s,
             base.write_s / r.write_s,
             base.stats_s / r.stats_s,

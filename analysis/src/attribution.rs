@@ -27,6 +27,7 @@ use causeway_model::{PrevState, SchedDetail};
 use causeway_store::EventId;
 
 use crate::few_keys::FewKeys;
+use crate::spill_vec::{calls_memory_budget, SpillVec, SpillVecBuilder};
 use crate::stats::nearest_ranks_unsorted;
 
 /// Calls shorter than this are never slow (launches take microseconds; only stalls matter).
@@ -303,9 +304,13 @@ impl<'a> ThreadOrder<'a> {
 }
 
 /// Marks nested calls: `nested[i]` is true when `calls[i]` lies inside another GPU call of the same
-/// thread. `calls` must all come from the same window; `order` is [`ThreadOrder::of`] them.
-pub fn nested_flags(calls: &[Call], order: &ThreadOrder) -> Vec<bool> {
-    let mut nested = vec![false; calls.len()];
+/// thread. `calls` must all come from the same window; `order` is [`ThreadOrder::of`] them. The
+/// flags go to a mapped file when as many calls would ([`crate::spill_vec`]).
+pub fn nested_flags(calls: &[Call], order: &ThreadOrder) -> SpillVec<bool> {
+    let calls_in_memory = calls_memory_budget() / std::mem::size_of::<Call>();
+    let mut nested = SpillVecBuilder::with_capacity(calls.len(), calls_in_memory);
+    (0..calls.len()).for_each(|_| nested.push(false));
+    let mut nested = nested.finish();
     let mut threads: FewKeys<u32, ThreadNesting> = FewKeys::default();
     order.visit(|s| nested[s.idx as usize] = threads.entry(s.tid, ThreadNesting::default).nested(s.end()));
     nested
@@ -484,7 +489,7 @@ pub fn attribute_call(
             p.culprit = None;
         }
     }
-    CallAttribution { call: call.clone(), parts, page_alloc_bytes }
+    CallAttribution { call: *call, parts, page_alloc_bytes }
 }
 
 #[cfg(test)]
@@ -508,7 +513,7 @@ mod tests {
             call(4, 1, 1, 3, 200, 10), // later, top-level
             call(5, 1, 4, 1, 200, 10), // identical span, driver: nested (source order)
         ];
-        assert_eq!(nested_flags(&calls, &ThreadOrder::of(&calls)), vec![false, true, false, false, true]);
+        assert_eq!(*nested_flags(&calls, &ThreadOrder::of(&calls)), [false, true, false, false, true]);
     }
 
     /// The walk gives every call once and each thread's calls sorted by (ts, longest first,

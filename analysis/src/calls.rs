@@ -2,13 +2,17 @@
 //! scope (8.1 million of a ten-million-event trace). [`Calls`] builds them from the store's rows
 //! ([`SlimEvent`], 64 bytes): the event id becomes an integer ([`CallId`]; the texts of a trace with
 //! text ids are kept once, beside the calls) and `arg2` is kept only where the analysis reads it,
-//! the pointer of allocator calls (matching frees to allocations).
+//! the pointer of allocator calls (matching frees to allocations). Past a budget the calls live in
+//! a mapped temporary file ([`SpillVec`]): a scope of any size leaves the process's own memory
+//! bounded.
 
 use std::collections::HashMap;
 use std::ops::Deref;
 
 use causeway_model::codes::{gpu_role, GpuRole, OpCode};
 use causeway_store::{EventId, SlimEvent};
+
+use crate::spill_vec::{calls_memory_budget, SpillVec, SpillVecBuilder};
 
 /// A call's event id as an integer that orders as the event ids do: a native trace's (or Ingero
 /// v0.8's) integer id itself; for a text id (Ingero v0.9+: `node:seq`), a number above every
@@ -18,7 +22,7 @@ use causeway_store::{EventId, SlimEvent};
 pub struct CallId(pub i64);
 
 /// One GPU API call: the integer columns attribution and the detectors read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Call {
     pub id: CallId,
     /// Unix ns.
@@ -50,9 +54,9 @@ fn keeps_pointer(op: OpCode) -> bool {
 }
 
 /// GPU calls with what turns their ids back into event ids, and the allocator calls' pointers.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Calls {
-    pub calls: Vec<Call>,
+    calls: SpillVec<Call>,
     /// `CallId`s from `text_base` (at least 1) on are text ids: `texts[id - text_base]`.
     text_base: i64,
     texts: Vec<Box<str>>,
@@ -88,6 +92,11 @@ impl Calls {
         } else {
             EventId::Int(id.0)
         }
+    }
+
+    /// Whether the calls are in a mapped temporary file (more than the memory budget's worth).
+    pub fn is_mapped(&self) -> bool {
+        self.calls.is_mapped()
     }
 
     /// `arg2` of an allocator call (the pointer); 0 for any other call.
@@ -132,7 +141,7 @@ fn sort_in_place(calls: &mut [Call], parallel_min: usize) {
 /// Builds [`Calls`] from store rows as they are scanned.
 #[derive(Debug, Default)]
 pub struct CallsBuilder {
-    calls: Vec<Call>,
+    calls: SpillVecBuilder<Call>,
     /// The text ids seen, with the index of their call.
     texts: Vec<(Box<str>, u32)>,
     /// The largest integer id seen, or 0: text ids are numbered above it.
@@ -141,9 +150,10 @@ pub struct CallsBuilder {
 }
 
 impl CallsBuilder {
-    /// Room for `n` calls up front (address space only: pages are touched as calls arrive).
+    /// Room for `n` calls up front (address space only: pages are touched as calls arrive), in a
+    /// mapped file when `n` calls are over the budget ([`calls_memory_budget`]).
     pub fn with_capacity(n: usize) -> CallsBuilder {
-        CallsBuilder { calls: Vec::with_capacity(n), ..Default::default() }
+        CallsBuilder { calls: SpillVecBuilder::with_capacity(n, calls_memory_budget()), ..Default::default() }
     }
 
     pub fn push(&mut self, r: SlimEvent) {
@@ -165,7 +175,8 @@ impl CallsBuilder {
     }
 
     pub fn finish(self) -> Calls {
-        let CallsBuilder { mut calls, mut texts, max_int, pointers } = self;
+        let CallsBuilder { calls, mut texts, max_int, pointers } = self;
+        let mut calls = calls.finish();
         // every text id above every integer one (`EventId` orders `Int` before `Text`), by rank
         let text_base = max_int.saturating_add(1);
         texts.sort_unstable();

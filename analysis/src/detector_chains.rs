@@ -102,7 +102,7 @@ pub fn detector_findings(
         // Calls are in time order: the launches on each side of the split are next to it.
         let at = calls.partition_point(|c| c.ts < d.split);
         let is_launch = |i: &usize| !nested[*i] && gpu_role(calls[*i].op) == GpuRole::Launch;
-        let with_id = |i: usize| (calls[i].clone(), calls.event_id(&calls[i]));
+        let with_id = |i: usize| (calls[i], calls.event_id(&calls[i]));
         let last_before = (0..at).rev().find(is_launch).map(with_id);
         let first_after = (at..calls.len()).find(is_launch).map(with_id);
         (d, last_before, first_after)

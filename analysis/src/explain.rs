@@ -230,7 +230,7 @@ fn explain_calls(
 /// their thread, the slow top-level calls, the long gaps, each thread's feeding span.
 struct Found {
     dists: BTreeMap<OpCode, OpDistribution>,
-    nested: Vec<bool>,
+    nested: crate::spill_vec::SpillVec<bool>,
     gaps: Vec<Gap>,
     /// tid -> (first call start, last call end).
     spans_by_tid: BTreeMap<u32, (i64, i64)>,
@@ -565,16 +565,16 @@ impl PhaseClock {
 
     fn lap(&mut self, phase: &str) {
         if tracing::enabled!(tracing::Level::DEBUG) {
-            let (rss_mib, peak_mib) = resident_mib();
-            tracing::debug!(ms = self.0.elapsed().as_secs_f64() * 1e3, rss_mib, peak_mib, "explain: {phase}");
+            let (rss_mib, anon_mib, peak_mib) = resident_mib();
+            tracing::debug!(ms = self.0.elapsed().as_secs_f64() * 1e3, rss_mib, anon_mib, peak_mib, "explain: {phase}");
         }
         self.0 = std::time::Instant::now();
     }
 }
 
-/// This process's resident memory now and its peak so far, MiB (Linux; 0 elsewhere), for the
-/// phase timings.
-fn resident_mib() -> (u64, u64) {
+/// This process's resident memory now, the anonymous part of it (not the calls in a mapped file)
+/// and its peak so far, MiB (Linux; 0 elsewhere), for the phase timings.
+fn resident_mib() -> (u64, u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let kib = |key: &str| {
         status
@@ -583,7 +583,7 @@ fn resident_mib() -> (u64, u64) {
             .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()))
             .unwrap_or(0)
     };
-    (kib("VmRSS:") / 1024, kib("VmHWM:") / 1024)
+    (kib("VmRSS:") / 1024, kib("RssAnon:") / 1024, kib("VmHWM:") / 1024)
 }
 
 /// Each op's exact distribution over `calls` (nested calls included).

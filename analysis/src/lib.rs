@@ -30,6 +30,7 @@ mod kernels;
 mod network;
 mod serving;
 mod severity;
+mod spill_vec;
 mod spin;
 mod stacks;
 mod stats;

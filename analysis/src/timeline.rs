@@ -272,7 +272,7 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
         let only = Calls::of(calls.iter().map(|c| c.1.clone()));
         let nested = attribution::nested_flags(&only, &attribution::ThreadOrder::of(&only));
         let t = threads.get_mut(&tid).expect("thread exists");
-        for ((i, _), n) in calls.iter().zip(nested) {
+        for ((i, _), n) in calls.iter().zip(nested.iter().copied()) {
             t.entries[*i].depth = u8::from(n);
         }
     }

@@ -121,6 +121,13 @@ pub fn load_calls(
         }
     })?;
     let mut calls = calls.finish();
+    if calls.is_mapped() {
+        tracing::debug!(
+            calls = calls.len(),
+            "the scope's calls are in a mapped temporary file (over {} MiB)",
+            crate::spill_vec::calls_memory_budget() >> 20
+        );
+    }
     calls.sort_by_time_and_id();
     let filter = EventFilter { sources: Some(gpu_call_sources().to_vec()), ..filter };
     name_threads_from_first_calls(store, &filter, &calls, names)?;

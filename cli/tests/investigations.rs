@@ -96,3 +96,38 @@ fn bundled_traces_stay_small() {
         assert!(size < 8 << 20, "{name}: {size} bytes");
     }
 }
+
+#[test]
+fn calls_in_a_mapped_file_explain_every_investigation_as_calls_in_memory() {
+    // a budget of 0 MiB puts every scope's calls in a mapped temporary file: the report is the same,
+    // on SQLite (calls read in order) and on DuckDB (read unsorted: sorted in place in the file)
+    let tmp = tempfile::tempdir().unwrap();
+    let mut traces: Vec<PathBuf> =
+        ["cpu-contention", "io-storm", "dataloader-starvation", "allocator-churn", "sync-storm", "clean"]
+            .iter()
+            .map(|name| dir().join(name).join("trace.db"))
+            .collect();
+    for name in ["cpu-contention", "allocator-churn"] {
+        let to = tmp.path().join(format!("{name}.duckdb"));
+        let from = dir().join(name).join("trace.db");
+        causeway(&["convert", "--from", from.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+        traces.push(to);
+    }
+    for db in &traces {
+        let args = ["explain", "--db", db.to_str().unwrap(), "--json"];
+        let mapped = Command::new(env!("CARGO_BIN_EXE_causeway"))
+            .args(args)
+            .env("CAUSEWAY_CALLS_MEMORY_MIB", "0")
+            .env("CAUSEWAY_LOG", "causeway_analysis=debug")
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&mapped.stderr);
+        assert!(mapped.status.success(), "{}: {log}", db.display());
+        assert!(
+            log.contains("calls are in a mapped temporary file"),
+            "{}: the calls stayed in memory: {log}",
+            db.display()
+        );
+        assert_eq!(String::from_utf8(mapped.stdout).unwrap(), causeway(&args), "{}", db.display());
+    }
+}

@@ -6,7 +6,8 @@
 //! - the mock CUDA libraries and workloads, built once per test process by `make -C mock-cuda`;
 //! - the CPython interpreters installed on the machine (pyenv's and the system's), for the
 //!   Python-frames tests;
-//! - the benches' memory figures ([`rss_kib`], [`peak_rss_kib`], [`reset_peak_rss`]).
+//! - the benches' memory figures ([`rss_kib`], [`peak_rss_kib`], [`reset_peak_rss`],
+//!   [`AnonPeak`]).
 //!
 //! `CAUSEWAY_INGERO_DBS` points the Ingero fixtures at another directory (newer Ingero DBs, say);
 //! `PYENV_ROOT` (else `~/.pyenv`) is where pyenv's interpreters are looked for.
@@ -51,6 +52,39 @@ fn status_kib(key: &str) -> u64 {
 /// This process's resident memory now (`VmRSS`), KiB.
 pub fn rss_kib() -> u64 {
     status_kib("VmRSS:")
+}
+
+/// The largest anonymous resident memory (`RssAnon`: the heap and the stacks, not the pages of
+/// mapped files, which the kernel can drop and read again) this process had while it ran, KiB.
+/// The kernel keeps no peak of it: a thread of its own reads it every 2 ms, so a peak shorter than
+/// that may be missed.
+pub struct AnonPeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    poller: std::thread::JoinHandle<u64>,
+}
+
+impl AnonPeak {
+    pub fn start() -> AnonPeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let poller = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                peak = peak.max(status_kib("RssAnon:"));
+                if flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        });
+        AnonPeak { stop, poller }
+    }
+
+    /// The peak seen, KiB.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.poller.join().expect("the RssAnon poller")
+    }
 }
 
 /// This process's peak resident memory (`VmHWM`) since the start or the last [`reset_peak_rss`], KiB.
