@@ -11,7 +11,7 @@ use causeway_model::codes::OpCode;
 use causeway_store::summary::DurationSummary;
 use duckdb::{params, Connection};
 
-use super::reader::{ints, val};
+use super::reader::{ints, val, READER_MEMORY_MIB};
 use crate::packed::durations;
 use crate::schema::{extent_if_current, extent_value, RecordedExtent, EXTENT_SQL, FINISHED_EXTENT_KEY, LAST_ID_SQL};
 use crate::{Result, StoreError};
@@ -71,17 +71,81 @@ pub(crate) fn summarize(
     per_mille: &[u32],
     per_process: bool,
 ) -> Result<DurationSummary> {
-    let mut st = conn.prepare(&durations::select_sql(per_process)).map_err(engine)?;
-    let rows: Vec<durations::DurationsRow> = st
-        .query_map([], |r| {
-            let op = OpCode::new(r.get::<_, i64>(1)? as u8, r.get::<_, i64>(2)? as u16);
-            Ok((r.get(0)?, op, r.get(3)?, r.get(4)?, r.get(5)?))
+    let keys: Vec<durations::DurationsKey> = conn
+        .prepare(&durations::keys_sql(per_process))
+        .and_then(|mut st| {
+            st.query_map([], |r| {
+                let op = OpCode::new(r.get::<_, i64>(1)? as u8, r.get::<_, i64>(2)? as u16);
+                Ok((r.get(0)?, op, r.get(3)?, r.get(4)?))
+            })?
+            .collect()
         })
-        .and_then(|rows| rows.collect())
         .map_err(engine)?;
-    durations::summary(&mut rows.into_iter().map(Ok), extent, per_mille)
+    let mut rows = durations::with_data(keys, |pid, op| data_of(conn, pid, op));
+    durations::summary(&mut rows, extent, per_mille)
+}
+
+/// The most engine memory a reader is given to read one op's sorted durations.
+const PACKED_READ_MAX_MIB: u64 = 16 << 10;
+
+/// One op's sorted durations. A reader's engine memory is bounded ([`READER_MEMORY_MIB`]) and
+/// DuckDB reads a blob whole into its buffers: an op's blob that does not fit (tens of MiB at 100M
+/// events) raises the bound for this read only ([`with_memory_for`]).
+fn data_of(conn: &Connection, pid: i64, op: OpCode) -> Result<Vec<u8>> {
+    let sql = durations::data_sql();
+    let read = || conn.query_row(&sql, params![pid, op.source, op.op], |r| r.get::<_, Vec<u8>>(0));
+    with_memory_for(conn, READER_MEMORY_MIB, read).map(|(data, _)| data)
+}
+
+/// `read` on `conn`, whose engine memory is bounded to `bound_mib`: while it fails for want of
+/// memory, again with twice the bound (up to [`PACKED_READ_MAX_MIB`]); the bound is put back after.
+/// Returns what it read and the bound it took.
+fn with_memory_for<T>(
+    conn: &Connection,
+    bound_mib: u64,
+    mut read: impl FnMut() -> duckdb::Result<T>,
+) -> Result<(T, u64)> {
+    let set = |mib: u64| conn.execute_batch(&format!("SET memory_limit = '{mib}MiB'")).map_err(engine);
+    let mut limit = bound_mib;
+    let result = loop {
+        match read() {
+            Err(e) if e.to_string().contains("Out of Memory") && limit < PACKED_READ_MAX_MIB => {
+                limit *= 2;
+                tracing::debug!(limit_mib = limit, "reading packed durations, again with more memory: {e}");
+                set(limit)?;
+            }
+            r => break r.map_err(engine),
+        }
+    };
+    if limit != bound_mib {
+        set(bound_mib)?;
+    }
+    Ok((result?, limit))
 }
 
 fn engine(e: duckdb::Error) -> StoreError {
     StoreError::Engine(format!("packed structures: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_larger_than_the_bound_is_read_with_more_memory_and_the_bound_put_back() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE t (data BLOB); \
+             INSERT INTO t SELECT string_agg(chr(65 + (i % 26)::INTEGER), '')::BLOB FROM range(8000000) r(i); \
+             SET memory_limit = '2MiB';",
+        )
+        .unwrap();
+        let (data, took) =
+            with_memory_for(&conn, 2, || conn.query_row("SELECT data FROM t", [], |r| r.get::<_, Vec<u8>>(0))).unwrap();
+        assert_eq!(data.len(), 8_000_000);
+        assert_eq!(&data[..3], b"ABC");
+        assert!(took > 2, "the 8 MB blob was read within 2 MiB: the test reads nothing large");
+        let limit: String = conn.query_row("SELECT current_setting('memory_limit')", [], |r| r.get(0)).unwrap();
+        assert!(limit.starts_with("2.0 MiB") || limit.starts_with("2MiB") || limit.starts_with("2.0MiB"), "{limit}");
+    }
 }

@@ -80,15 +80,33 @@ pub(crate) fn insert_sql() -> String {
     format!("INSERT INTO {TABLE} (pid, source, op, count, sum_ns, data) VALUES (?, ?, ?, ?, ?, ?)")
 }
 
-/// The rows a summary reads (every process's only, unless `per_process`), as [`summary`] wants
-/// them: pid, source, op, count, sum, data, ordered by pid, source, op.
-pub(crate) fn select_sql(per_process: bool) -> String {
+/// The rows a summary reads (every process's only, unless `per_process`), without their data, as
+/// [`summary`] wants them: pid, source, op, count, sum, ordered by pid, source, op. Each row's data
+/// is read on its own ([`data_sql`]) as the summary reaches it: one op's sorted durations are held
+/// at a time (at 100M events one op's are tens of MiB).
+pub(crate) fn keys_sql(per_process: bool) -> String {
     let which = if per_process { "" } else { " WHERE pid = -1" };
-    format!("SELECT pid, source, op, count, sum_ns, data FROM {TABLE}{which} ORDER BY pid, source, op")
+    format!("SELECT pid, source, op, count, sum_ns FROM {TABLE}{which} ORDER BY pid, source, op")
+}
+
+/// The data of one row, by its key: pid, source, op.
+pub(crate) fn data_sql() -> String {
+    format!("SELECT data FROM {TABLE} WHERE pid = ? AND source = ? AND op = ?")
+}
+
+/// A row of [`keys_sql`]: pid, op, count, sum.
+pub(crate) type DurationsKey = (i64, OpCode, i64, String);
+
+/// The rows of `keys` with their data, read by `data_of` one at a time as they are reached.
+pub(crate) fn with_data<'a>(
+    keys: Vec<DurationsKey>,
+    mut data_of: impl FnMut(i64, OpCode) -> Result<Vec<u8>> + 'a,
+) -> impl Iterator<Item = Result<DurationsRow>> + 'a {
+    keys.into_iter().map(move |(pid, op, count, sum)| Ok((pid, op, count, sum, data_of(pid, op)?)))
 }
 
 /// The summary of every event of the trace (`extent`: its events, first and last timestamp)
-/// from the table's `rows` (those [`select_sql`] selects, in its order).
+/// from the table's `rows` (those [`keys_sql`] selects, in its order, with their data).
 pub(crate) fn summary(
     rows: &mut dyn Iterator<Item = Result<DurationsRow>>,
     extent: (u64, i64, i64),

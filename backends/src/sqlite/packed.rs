@@ -81,12 +81,16 @@ pub(crate) fn summarize(
     per_mille: &[u32],
     per_process: bool,
 ) -> Result<DurationSummary> {
-    let mut st = conn.prepare(&durations::select_sql(per_process))?;
-    let rows: Vec<durations::DurationsRow> = st
+    let keys: Vec<durations::DurationsKey> = conn
+        .prepare(&durations::keys_sql(per_process))?
         .query_map([], |r| {
             let op = OpCode::new(r.get::<_, i64>(1)? as u8, r.get::<_, i64>(2)? as u16);
-            Ok((r.get(0)?, op, r.get(3)?, r.get(4)?, r.get(5)?))
+            Ok((r.get(0)?, op, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    durations::summary(&mut rows.into_iter().map(Ok), extent, per_mille)
+    let mut data = conn.prepare(&durations::data_sql())?;
+    let mut rows = durations::with_data(keys, |pid, op| {
+        Ok(data.query_row(rusqlite::params![pid, op.source, op.op], |r| r.get(0))?)
+    });
+    durations::summary(&mut rows, extent, per_mille)
 }
