@@ -27,7 +27,7 @@ use causeway_model::{PrevState, SchedDetail};
 use causeway_store::EventId;
 
 use crate::few_keys::FewKeys;
-use crate::spill_vec::{calls_memory_budget, SpillVec, SpillVecBuilder};
+use crate::spill_vec::{SpillVec, SpillVecBuilder};
 use crate::stats::nearest_ranks_unsorted;
 
 /// Calls shorter than this are never slow (launches take microseconds; only stalls matter).
@@ -305,10 +305,10 @@ impl<'a> ThreadOrder<'a> {
 
 /// Marks nested calls: `nested[i]` is true when `calls[i]` lies inside another GPU call of the same
 /// thread. `calls` must all come from the same window; `order` is [`ThreadOrder::of`] them. The
-/// flags go to a mapped file when as many calls would ([`crate::spill_vec`]).
-pub fn nested_flags(calls: &[Call], order: &ThreadOrder) -> SpillVec<bool> {
-    let calls_in_memory = calls_memory_budget() / std::mem::size_of::<Call>();
-    let mut nested = SpillVecBuilder::with_capacity(calls.len(), calls_in_memory);
+/// flags go to a mapped file when the calls are in one ([`crate::spill_vec`]).
+pub fn nested_flags(calls: &Calls, order: &ThreadOrder) -> SpillVec<bool> {
+    let budget = if calls.is_mapped() { 0 } else { usize::MAX };
+    let mut nested = SpillVecBuilder::with_capacity(calls.len(), budget);
     (0..calls.len()).for_each(|_| nested.push(false));
     let mut nested = nested.finish();
     let mut threads: FewKeys<u32, ThreadNesting> = FewKeys::default();
@@ -506,13 +506,13 @@ mod tests {
 
     #[test]
     fn runtime_call_contains_its_driver_call() {
-        let calls = vec![
+        let calls = Calls::from_calls(vec![
             call(1, 1, 1, 5, 100, 50), // cudaStreamSync
             call(2, 1, 4, 8, 101, 40), // cuStreamSynchronize inside it
             call(3, 2, 4, 8, 101, 40), // same times, other thread: top-level
             call(4, 1, 1, 3, 200, 10), // later, top-level
             call(5, 1, 4, 1, 200, 10), // identical span, driver: nested (source order)
-        ];
+        ]);
         assert_eq!(*nested_flags(&calls, &ThreadOrder::of(&calls)), [false, true, false, false, true]);
     }
 

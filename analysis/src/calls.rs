@@ -94,6 +94,12 @@ impl Calls {
         }
     }
 
+    /// Integer-id calls as they are (the tests' calls).
+    #[cfg(test)]
+    pub fn from_calls(calls: Vec<Call>) -> Calls {
+        Calls { calls: SpillVec::Heap(calls), ..Default::default() }
+    }
+
     /// Whether the calls are in a mapped temporary file (more than the memory budget's worth).
     pub fn is_mapped(&self) -> bool {
         self.calls.is_mapped()

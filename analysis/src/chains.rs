@@ -14,7 +14,7 @@
 //! own thread's causes are in it); then stall time, then the stable key. Ids are `c1`, `c2`, ... in that order
 //! (stable for the same DB and request); `key` names the chain independently of rank.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use causeway_model::time::fmt_ns;
 use causeway_store::EventId;
@@ -181,20 +181,39 @@ pub fn attributed_severity(kind: ChainKind, cause: Cause, share: f64, stall_ns: 
 }
 
 /// Accumulates attributed parts into chains for one subject (an op's slow calls, a thread's gaps).
+/// What it keeps per group is bounded, whatever the number of intervals added (each group's worst
+/// [`WORST_KEPT`], its per-CPU and per-kernel sums), unless it keeps every interval's span
+/// ([`ChainAccumulator::keeping_spans`]).
 #[derive(Debug, Default)]
 pub struct ChainAccumulator {
     groups: BTreeMap<(Cause, CulpritKey), Group>,
+    keep_spans: bool,
 }
+
+/// The worst intervals a group keeps: a chain shows five, and the stacks of 64.
+pub const WORST_KEPT: usize = 64;
 
 /// One (cause, culprit) group under way.
 #[derive(Debug, Default)]
 pub struct Group {
     pub stall_ns: i64,
-    /// Per covered call or gap: (ns of this cause, the interval's id, interval start, interval duration).
-    pub items: Vec<(i64, EventId, i64, i64)>,
+    /// Calls or gaps with time in this group.
+    pub count: u64,
+    /// The worst of them, most of this cause's ns first, then by id, at most [`WORST_KEPT`]:
+    /// (ns of this cause, the interval's id, interval start, interval duration).
+    pub worst: Vec<(i64, EventId, i64, i64)>,
     pub cpus: BTreeMap<i32, i64>,
     /// The worst parts, for the timeline: (ns, part).
     pub worst_parts: Vec<(i64, Part)>,
+    /// The kernels of the slow launches in the group: per kernel, (calls, ns of this cause).
+    pub kernels: BTreeMap<String, (u64, i64)>,
+    /// Every interval's (start, end), when the accumulator keeps them.
+    pub spans: Vec<(i64, i64)>,
+}
+
+fn sort_worst(worst: &mut Vec<(i64, EventId, i64, i64)>) {
+    worst.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    worst.truncate(WORST_KEPT);
 }
 
 /// The culprit key of a part, as the evidence SQL groups it.
@@ -213,8 +232,15 @@ pub fn culprit_key(part: &Part) -> CulpritKey {
 }
 
 impl ChainAccumulator {
-    /// Add the parts of one interval (`id` names it: the call, or the call ending a gap).
-    pub fn add(&mut self, id: &EventId, start: i64, dur: i64, parts: &[Part]) {
+    /// An accumulator whose groups keep every interval's span (what the throttle of a GPU-time
+    /// group is measured over): memory that grows with the intervals added.
+    pub fn keeping_spans() -> ChainAccumulator {
+        ChainAccumulator { keep_spans: true, ..Default::default() }
+    }
+
+    /// Add the parts of one interval (`id` names it: the call, or the call ending a gap), and the
+    /// kernel it ran when it is a launch.
+    pub fn add(&mut self, id: &EventId, start: i64, dur: i64, parts: &[Part], kernel: Option<&str>) {
         let mut per_group: BTreeMap<(Cause, CulpritKey), i64> = BTreeMap::new();
         for p in parts {
             let key = (p.cause, culprit_key(p));
@@ -231,13 +257,39 @@ impl ChainAccumulator {
             }
         }
         for (key, ns) in per_group {
-            self.groups.get_mut(&key).expect("group exists").items.push((ns, id.clone(), start, dur));
+            let g = self.groups.get_mut(&key).expect("group exists");
+            g.count += 1;
+            g.worst.push((ns, id.clone(), start, dur));
+            if g.worst.len() >= 2 * WORST_KEPT {
+                sort_worst(&mut g.worst);
+            }
+            if let Some(k) = kernel {
+                match g.kernels.get_mut(k) {
+                    Some(e) => *e = (e.0 + 1, e.1 + ns),
+                    None => {
+                        g.kernels.insert(k.to_owned(), (1, ns));
+                    }
+                }
+            }
+            if self.keep_spans {
+                g.spans.push((start, start.saturating_add(dur)));
+            }
         }
+    }
+
+    /// The ids of every group's worst intervals (those its chain will show).
+    pub fn worst_ids(&mut self) -> BTreeSet<EventId> {
+        let mut ids = BTreeSet::new();
+        for g in self.groups.values_mut() {
+            sort_worst(&mut g.worst);
+            ids.extend(g.worst.iter().map(|w| w.1.clone()));
+        }
+        ids
     }
 
     pub fn into_groups(self) -> impl Iterator<Item = ((Cause, CulpritKey), Group)> {
         self.groups.into_iter().map(|(k, mut g)| {
-            g.items.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            sort_worst(&mut g.worst);
             g.worst_parts.sort_by_key(|p| std::cmp::Reverse(p.0));
             g.worst_parts.truncate(8);
             (k, g)

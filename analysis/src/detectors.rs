@@ -11,6 +11,7 @@ use causeway_store::EventId;
 
 use crate::attribution::{Call, CallId, CallSpan, Calls, ThreadOrder};
 use crate::few_keys::FewKeys;
+use crate::spill_vec::SpillVecBuilder;
 use crate::stats::{nearest_rank, nearest_ranks_unsorted};
 
 /// A gap between GPU calls of one thread is long when it is at least this...
@@ -74,20 +75,21 @@ pub fn long_gaps(
     order: &ThreadOrder,
     given: Option<&BTreeMap<u32, i64>>,
 ) -> (Vec<Gap>, BTreeMap<u32, i64>) {
-    // The threads' rhythms first (sizes only: a thread has as many gaps as calls), then a second
-    // walk keeps the long ones.
-    let mut sizes: FewKeys<u32, (GapWalk, Vec<i64>)> = FewKeys::default();
+    // The threads' rhythms first (sizes only: a thread has as many gaps as calls, so they go to a
+    // mapped file when the calls did), then a second walk keeps the long ones.
+    let budget = if calls.is_mapped() { 0 } else { usize::MAX };
+    let mut sizes: FewKeys<u32, (GapWalk, SpillVecBuilder<i64>)> = FewKeys::default();
     order.visit(|s| {
         if given.is_none_or(|g| !g.contains_key(&s.tid)) {
-            let (walk, sizes) = sizes.entry(s.tid, Default::default);
+            let (walk, sizes) = sizes.entry(s.tid, || (GapWalk::default(), SpillVecBuilder::with_capacity(0, budget)));
             if let Some((start, end, _, _)) = walk.next(s) {
                 sizes.push(end - start);
             }
         }
     });
     let mut used: BTreeMap<u32, i64> = given.cloned().unwrap_or_default();
-    for (tid, (_, mut sizes)) in sizes.into_sorted() {
-        let Some(p) = nearest_ranks_unsorted(&mut sizes, &[500, 750]) else { continue };
+    for (tid, (_, sizes)) in sizes.into_sorted() {
+        let Some(p) = nearest_ranks_unsorted(&mut sizes.finish(), &[500, 750]) else { continue };
         let (p50, p75) = (p[0], p[1]);
         let threshold =
             GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));

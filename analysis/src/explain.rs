@@ -7,7 +7,7 @@
 //! 3. load what those need: off-CPU intervals, coverage, page allocations, kernel names;
 //! 4. [`attribute_slow_calls`] (pure but for the scheduling policies, read only when a
 //!    synchronizing call that may have spun was preempted): each slow call split by cause
-//!    ([`crate::attribution`]), grouped per op;
+//!    ([`crate::attribution`]), folded into its op's groups (sums and the worst calls only);
 //! 5. [`slow_call_chains`] and [`gap_chains`]: each (cause, culprit) group becomes a chain
 //!    ([`subject::attributed_chain`]) with the facts behind it; the detectors' findings
 //!    ([`crate::detectors`]) add theirs;
@@ -284,7 +284,7 @@ fn find_slow_calls_and_gaps(
 
 /// The slow calls attributed, per op.
 struct SlowCalls {
-    per_op: BTreeMap<OpCode, (ChainAccumulator, HashMap<EventId, Item>)>,
+    per_op: BTreeMap<OpCode, OpSlowCalls>,
     /// (slow calls, their total duration) per op.
     op_slow: BTreeMap<OpCode, (u64, i64)>,
     /// Pages allocated during slow calls under page-allocation pressure, per op.
@@ -295,31 +295,34 @@ struct SlowCalls {
     any_spun: bool,
 }
 
+/// One op's slow calls: their (cause, culprit) groups, the attributions of each group's worst
+/// calls, and what spinning did to them.
+struct OpSlowCalls {
+    acc: ChainAccumulator,
+    items: HashMap<EventId, Item>,
+    spin: spin::OpSpinFacts,
+}
+
+/// One slow call as explain keeps it: its parts (a spinning wait's bounded to what can have
+/// delayed it), how it waited, the kernel it launched.
+struct SlowCall {
+    parts: Vec<attr::Part>,
+    wait: Option<spin::WaitMode>,
+    kernel: Option<String>,
+    page_alloc_bytes: i64,
+}
+
 /// Stage 4: each slow call split by cause over its thread's off-CPU intervals; a preempted
 /// synchronizing call that spun keeps only the preemption that can have delayed it
-/// ([`crate::spin`]); a slow launch names its kernel.
+/// ([`crate::spin`]); a slow launch names its kernel. The calls stream through their op's groups,
+/// which keep sums and their worst calls; the worst calls' attributions are taken again at the end
+/// (the attribution is pure): explain's memory does not grow with the slow calls.
 fn attribute_slow_calls(
     view: &TraceView,
     calls: &attr::Calls,
     found: &Found,
     ctx: &Context,
 ) -> Result<SlowCalls, AnalysisError> {
-    let attributed: Vec<attr::CallAttribution> = found
-        .slow
-        .iter()
-        .map(|&i| {
-            let c = &calls[i];
-            attr::attribute_call(c, ctx.off_of(c.tid), ctx.coverage_of(c.tid), ctx.pages_of(c.pid))
-        })
-        .collect();
-    let preempted_wait = |i: usize, a: &attr::CallAttribution| {
-        spin::is_spin_bounded_op(calls[i].op) && a.parts.iter().any(|p| p.cause == Cause::Preempted)
-    };
-    let policies = if found.slow.iter().zip(&attributed).any(|(&i, a)| preempted_wait(i, a)) {
-        Some(view.sched_policies(&found.slow_pids)?)
-    } else {
-        None
-    };
     let mut out = SlowCalls {
         per_op: BTreeMap::new(),
         op_slow: BTreeMap::new(),
@@ -327,38 +330,23 @@ fn attribute_slow_calls(
         policies: None,
         any_spun: false,
     };
-    for (&i, mut a) in found.slow.iter().zip(attributed) {
+    for &i in &found.slow {
         let c = &calls[i];
-        let mut wait = None;
-        if preempted_wait(i, &a) {
-            let w = policies.as_ref().expect("read when a wait was preempted").wait_mode(c, ctx.off_of(c.tid));
-            if w.spins {
-                spin::bound_spin_wait(&mut a.parts, c.end());
-                out.any_spun = true;
-            }
-            wait = Some(w);
-        }
-        let kernel = if codes::is_kernel_launch(c.op) {
-            ctx.kernel_index.as_ref().filter(|k| !k.is_empty()).and_then(|k| kernels::launch_kernel(calls, i, k))
-        } else {
-            None
-        };
-        let (acc, items) = out.per_op.entry(c.op).or_default();
-        let id = calls.event_id(c);
-        acc.add(&id, c.ts, c.dur, &a.parts);
-        items.insert(
-            id,
-            Item {
-                ts: c.ts,
-                dur: c.dur,
-                pid: c.pid,
-                tid: c.tid,
-                label: c.op.name().into_owned(),
-                parts: a.parts,
-                wait,
-                kernel,
+        let a = attribute_slow_call(view, calls, i, found, ctx, &mut out.policies)?;
+        out.any_spun |= a.wait.is_some_and(|w| w.spins);
+        let op = out.per_op.entry(c.op).or_insert_with(|| OpSlowCalls {
+            acc: if gpu_time::keeps_spans(&ctx.gpu, c.op) {
+                ChainAccumulator::keeping_spans()
+            } else {
+                ChainAccumulator::default()
             },
-        );
+            items: HashMap::new(),
+            spin: spin::OpSpinFacts::default(),
+        });
+        op.acc.add(&calls.event_id(c), c.ts, c.dur, &a.parts, a.kernel.as_deref());
+        if spin::is_spin_bounded_op(c.op) {
+            op.spin.add(&a.parts, a.wait);
+        }
         let s = out.op_slow.entry(c.op).or_default();
         s.0 += 1;
         s.1 += c.dur;
@@ -366,8 +354,59 @@ fn attribute_slow_calls(
             *out.page_bytes.entry(c.op).or_default() += a.page_alloc_bytes;
         }
     }
-    out.policies = policies;
+    let worst: BTreeMap<OpCode, BTreeSet<EventId>> =
+        out.per_op.iter_mut().map(|(op, o)| (*op, o.acc.worst_ids())).collect();
+    for &i in &found.slow {
+        let c = &calls[i];
+        let id = calls.event_id(c);
+        if !worst.get(&c.op).is_some_and(|ids| ids.contains(&id)) {
+            continue;
+        }
+        let a = attribute_slow_call(view, calls, i, found, ctx, &mut out.policies)?;
+        let item = Item {
+            ts: c.ts,
+            dur: c.dur,
+            pid: c.pid,
+            tid: c.tid,
+            label: c.op.name().into_owned(),
+            parts: a.parts,
+            wait: a.wait,
+            kernel: a.kernel,
+        };
+        out.per_op.get_mut(&c.op).expect("the op of a slow call").items.insert(id, item);
+    }
     Ok(out)
+}
+
+/// Attribute slow call `i` ([`attribute_slow_calls`]); the scheduling policies are read into
+/// `policies` the first time a synchronizing call that may have spun was preempted.
+fn attribute_slow_call(
+    view: &TraceView,
+    calls: &attr::Calls,
+    i: usize,
+    found: &Found,
+    ctx: &Context,
+    policies: &mut Option<SchedPolicies>,
+) -> Result<SlowCall, AnalysisError> {
+    let c = &calls[i];
+    let mut a = attr::attribute_call(c, ctx.off_of(c.tid), ctx.coverage_of(c.tid), ctx.pages_of(c.pid));
+    let mut wait = None;
+    if spin::is_spin_bounded_op(c.op) && a.parts.iter().any(|p| p.cause == Cause::Preempted) {
+        if policies.is_none() {
+            *policies = Some(view.sched_policies(&found.slow_pids)?);
+        }
+        let w = policies.as_ref().expect("read above").wait_mode(c, ctx.off_of(c.tid));
+        if w.spins {
+            spin::bound_spin_wait(&mut a.parts, c.end());
+        }
+        wait = Some(w);
+    }
+    let kernel = if codes::is_kernel_launch(c.op) {
+        ctx.kernel_index.as_ref().filter(|k| !k.is_empty()).and_then(|k| kernels::launch_kernel(calls, i, k))
+    } else {
+        None
+    };
+    Ok(SlowCall { parts: a.parts, wait, kernel, page_alloc_bytes: a.page_alloc_bytes })
 }
 
 impl SlowCalls {
@@ -386,7 +425,7 @@ fn slow_call_chains(
 ) -> Result<Vec<Chain>, AnalysisError> {
     let mut out = Vec::new();
     let slow_time_ns = slow.time_ns();
-    for (op, (acc, items)) in std::mem::take(&mut slow.per_op) {
+    for (op, OpSlowCalls { acc, items, spin }) in std::mem::take(&mut slow.per_op) {
         let subject = Subject {
             kind: ChainKind::SlowCalls,
             op_name: op.name().into_owned(),
@@ -396,6 +435,7 @@ fn slow_call_chains(
             total_ns: slow_time_ns,
             share_of: "all slow-call time in scope".into(),
             items: &items,
+            spin: Some(&spin),
         };
         // the op's largest GPU-time group on a throttled GPU is the throttle's chain
         let mut throttled: Option<(usize, i64, crate::gpu_state::ThrottleFacts)> = None;
@@ -439,7 +479,7 @@ fn gap_chains(
         for g in gs {
             let parts =
                 attr::attribute_interval(g.start, g.end, ctx.off_of(tid), ctx.coverage_of(tid), Cause::HostCompute);
-            acc.add(&g.before, g.start, g.end - g.start, &parts);
+            acc.add(&g.before, g.start, g.end - g.start, &parts, None);
             let label = format!("gap from the end of event {} to event {}", g.after, g.before);
             items.insert(
                 g.before.clone(),
@@ -456,6 +496,7 @@ fn gap_chains(
             total_ns: span,
             share_of: format!("the span tid {tid} fed the GPU (first call to last call end, {})", fmt_ns(span)),
             items: &items,
+            spin: None,
         };
         for (key, group) in acc.into_groups() {
             let sample = stack_sample_ids(&group);

@@ -394,16 +394,10 @@ pub struct ChainKernel {
     pub ns: i64,
 }
 
-/// Kernels of `(kernel, ns)` items, most time first.
-pub fn chain_kernels<'a>(items: impl Iterator<Item = (&'a str, i64)>) -> Vec<ChainKernel> {
-    let mut per: BTreeMap<&str, (u64, i64)> = BTreeMap::new();
-    for (k, ns) in items {
-        let e = per.entry(k).or_default();
-        e.0 += 1;
-        e.1 += ns;
-    }
+/// The kernels of a chain from its per-kernel (calls, ns), most time first.
+pub fn chain_kernels(per_kernel: &BTreeMap<String, (u64, i64)>) -> Vec<ChainKernel> {
     let mut v: Vec<ChainKernel> =
-        per.into_iter().map(|(k, (calls, ns))| ChainKernel { kernel: k.to_string(), calls, ns }).collect();
+        per_kernel.iter().map(|(k, &(calls, ns))| ChainKernel { kernel: k.clone(), calls, ns }).collect();
     v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.kernel.cmp(&b.kernel)));
     v
 }

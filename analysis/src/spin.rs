@@ -33,7 +33,7 @@
 //!
 //! [`crate::evidence::spin_wait_cte`] computes the same per-call decision in SQL.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use causeway_model::codes::{self, op, GpuRole, OpCode, SchedPolicy};
 use causeway_model::time::{fmt_ns, TimeWindow};
@@ -229,27 +229,49 @@ pub struct SpinShare {
     pub policies: BTreeSet<String>,
 }
 
-/// The spinning calls among `calls` (parts and how each waited) preempted by `culprit` (`(pid,
-/// tid, comm)` as the parts carry it).
-pub fn spin_share<'a>(
-    calls: impl Iterator<Item = (&'a [Part], Option<WaitMode>)>,
-    culprit: &(u32, u32, String),
-) -> SpinShare {
-    let mut s = SpinShare::default();
-    for (parts, wait) in calls {
-        let Some(w) = wait.filter(|w| w.spins) else { continue };
-        let mine = |p: &&Part| p.culprit.as_ref() == Some(culprit);
-        let bounded: i64 = parts.iter().filter(|p| p.cause == Cause::Preempted).filter(mine).map(|p| p.ns).sum();
-        let overlap: i64 = parts.iter().filter(|p| p.cause == Cause::SpinGpuBusy).filter(mine).map(|p| p.ns).sum();
-        if bounded + overlap > 0 {
-            s.calls += 1;
-            s.bounded_ns += bounded;
-            s.overlap_ns += overlap;
-            s.preempted_ns += bounded + overlap;
-            s.policies.insert(w.policy_words());
+/// What spinning did to the slow calls of one op, gathered call by call (explain keeps the worst
+/// calls only): each culprit's [`SpinShare`] (the spinning calls it preempted), who held the CPU
+/// while the calls spun on a busy GPU, and how the calls waited.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpSpinFacts {
+    /// Per culprit, as the parts carry it.
+    pub shares: BTreeMap<(u32, u32, String), SpinShare>,
+    /// `spin_gpu_busy` ns per task that held the CPU (`(0, 0, "")`: not recorded).
+    pub busy_by: BTreeMap<(u32, u32, String), i64>,
+    /// [`WaitMode::reason`] of the calls that spun or slept.
+    pub reasons: BTreeSet<String>,
+}
+
+impl OpSpinFacts {
+    /// One slow call: its parts and how it waited.
+    pub fn add(&mut self, parts: &[Part], wait: Option<WaitMode>) {
+        for p in parts.iter().filter(|p| p.cause == Cause::SpinGpuBusy) {
+            let who = p.culprit.clone().unwrap_or((0, 0, String::new()));
+            *self.busy_by.entry(who).or_default() += p.ns;
+        }
+        if let Some(w) = wait.filter(|w| w.spins || w.slept) {
+            self.reasons.insert(w.reason());
+        }
+        let Some(w) = wait.filter(|w| w.spins) else { return };
+        let culprits: BTreeSet<&(u32, u32, String)> = parts
+            .iter()
+            .filter(|p| matches!(p.cause, Cause::Preempted | Cause::SpinGpuBusy))
+            .filter_map(|p| p.culprit.as_ref())
+            .collect();
+        for c in culprits {
+            let mine = |p: &&Part| p.culprit.as_ref() == Some(c);
+            let bounded: i64 = parts.iter().filter(|p| p.cause == Cause::Preempted).filter(mine).map(|p| p.ns).sum();
+            let overlap: i64 = parts.iter().filter(|p| p.cause == Cause::SpinGpuBusy).filter(mine).map(|p| p.ns).sum();
+            if bounded + overlap > 0 {
+                let s = self.shares.entry(c.clone()).or_default();
+                s.calls += 1;
+                s.bounded_ns += bounded;
+                s.overlap_ns += overlap;
+                s.preempted_ns += bounded + overlap;
+                s.policies.insert(w.policy_words());
+            }
         }
     }
-    s
 }
 
 impl SpinShare {
@@ -393,17 +415,20 @@ mod tests {
         bound_spin_wait(&mut spun, c.end());
         let blocked = parts_of(&c, &offs);
         let who = (9, 9, "task9".to_string());
-        let s = spin_share([(spun.as_slice(), Some(spin)), (blocked.as_slice(), Some(block))].into_iter(), &who);
+        let mut facts = OpSpinFacts::default();
+        facts.add(&spun, Some(spin));
+        facts.add(&blocked, Some(block));
+        let s = &facts.shares[&who];
         assert_eq!((s.calls, s.preempted_ns, s.bounded_ns, s.overlap_ns), (1, 38_900 * US, 20_900 * US, 18 * MS));
+        // the spinning call's time on a busy GPU is the culprit's; the blocking call did not spin
+        assert_eq!(facts.busy_by.get(&who), Some(&(18 * MS)));
+        assert_eq!(facts.reasons.len(), 1, "{:?}", facts.reasons);
         let text = s.words("cudaStreamSync", "task9");
         assert!(
             text.contains("(scheduling: auto -> spin); of 38.90 ms preempted by task9, at most 20.90 ms"),
             "{text}"
         );
         assert!(text.ends_with("18.00 ms overlapped GPU work"), "{text}");
-        assert_eq!(
-            spin_share([(spun.as_slice(), Some(spin))].into_iter(), &(8, 8, "task8".into())),
-            SpinShare::default()
-        );
+        assert!(!facts.shares.contains_key(&(8, 8, "task8".into())), "{:?}", facts.shares.keys());
     }
 }

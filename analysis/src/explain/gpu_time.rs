@@ -27,8 +27,8 @@ fn waits_for_gpu(op: OpCode) -> bool {
     is_gpu_wait_op(op) || (op.source == Source::CudaGraph.code() && gpu_role(op) == GpuRole::Launch)
 }
 
-/// The calls of a group whose GPU time ran on a throttled GPU, as the facts that say so: taken
-/// before the group becomes a chain (the chain keeps only its worst calls).
+/// The calls of a group whose GPU time ran on a throttled GPU, as the facts that say so, over
+/// every call's span (the group keeps them when [`keeps_spans`] says so).
 pub(super) fn throttle_of(
     gpu: &GpuState,
     op: OpCode,
@@ -38,11 +38,16 @@ pub(super) fn throttle_of(
     if gpu.is_empty() || !is_gpu_time(cause) || !waits_for_gpu(op) {
         return None;
     }
-    let intervals: Vec<(i64, i64)> = group.items.iter().map(|&(_, _, start, dur)| (start, start + dur)).collect();
-    let facts = gpu.throttle_facts(&intervals)?;
+    let facts = gpu.throttle_facts(&group.spans)?;
     // most of the calls' time on a throttled GPU
-    let total: i64 = intervals.iter().map(|(a, b)| b - a).sum();
+    let total: i64 = group.spans.iter().map(|(a, b)| b - a).sum();
     (facts.throttled_ns * 2 >= total).then_some(facts)
+}
+
+/// Whether the slow calls of `op` can be a throttled GPU's chain: their groups keep every call's
+/// span for [`throttle_of`].
+pub(super) fn keeps_spans(gpu: &GpuState, op: OpCode) -> bool {
+    !gpu.is_empty() && waits_for_gpu(op)
 }
 
 /// Make `chain` (GPU time of slow calls) the throttled GPU's chain.

@@ -3,7 +3,7 @@
 //! that back the cause (block requests, I/O contenders, how a synchronizing call waited, the
 //! kernels), the recommendations and the SQL that reproduces the figure.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use causeway_model::codes::OpCode;
 use causeway_model::time::fmt_ns;
@@ -31,8 +31,10 @@ pub(super) struct Subject<'a> {
     /// Denominator of `share`.
     pub(super) total_ns: i64,
     pub(super) share_of: String,
-    /// Attributions by interval id.
+    /// Attributions by interval id: at least those of every group's worst intervals.
     pub(super) items: &'a HashMap<EventId, Item>,
+    /// What spinning did to the subject's calls (an op's slow calls).
+    pub(super) spin: Option<&'a spin::OpSpinFacts>,
 }
 
 /// One attributed interval: a slow call, or a gap (keyed by the call that ends it).
@@ -53,7 +55,7 @@ pub(super) struct Item {
 pub(super) const STACK_SAMPLE_CALLS: usize = 64;
 
 pub(super) fn stack_sample_ids(g: &Group) -> Vec<EventId> {
-    g.items.iter().take(STACK_SAMPLE_CALLS).map(|i| i.1.clone()).collect()
+    g.worst.iter().take(STACK_SAMPLE_CALLS).map(|i| i.1.clone()).collect()
 }
 
 fn subject_words(names: &Names, pid: u32, tid: Option<u32>) -> String {
@@ -87,9 +89,9 @@ pub(super) fn attributed_chain(
     if let Some(c) = culprit.as_mut() {
         c.place = names.place_of(c.pid);
     }
-    let calls = g.items.len() as u64;
+    let calls = g.count;
     let share = g.stall_ns as f64 / s.total_ns.max(1) as f64;
-    let worst: Vec<&(i64, EventId, i64, i64)> = g.items.iter().take(5).collect();
+    let worst: Vec<&(i64, EventId, i64, i64)> = g.worst.iter().take(5).collect();
     let pid = worst.first().and_then(|w| s.items.get(&w.1)).map(|it| it.pid).unwrap_or(0);
     let tid = s.tid;
     let mut timeline = Vec::new();
@@ -140,8 +142,7 @@ pub(super) fn attributed_chain(
         details.push(format!("preempted time by CPU: {}", per.join(", ")));
     }
     let mut summary_tail = String::new();
-    let kernels =
-        kernels::chain_kernels(g.items.iter().filter_map(|w| s.items.get(&w.1)?.kernel.as_deref().map(|k| (k, w.0))));
+    let kernels = kernels::chain_kernels(&g.kernels);
     if !kernels.is_empty() {
         let headline = kernels::by_short_name(&kernels);
         let named: Vec<String> = headline
@@ -157,7 +158,7 @@ pub(super) fn attributed_chain(
         ));
     }
     if let Some(op) = s.op.filter(|o| s.kind == ChainKind::SlowCalls && spin::is_spin_bounded_op(*o)) {
-        let (tail, lines) = spin_facts(op, cause, &ckey, &culprit, s.items, names);
+        let (tail, lines) = spin_facts(op, cause, &ckey, &culprit, s.spin, names);
         summary_tail.push_str(&tail);
         details.extend(lines);
     }
@@ -267,28 +268,23 @@ fn spin_facts(
     cause: Cause,
     ckey: &CulpritKey,
     culprit: &Option<attr::Culprit>,
-    items: &HashMap<EventId, Item>,
+    facts: Option<&spin::OpSpinFacts>,
     names: &Names,
 ) -> (String, Vec<String>) {
     let mut lines = Vec::new();
-    let reasons: BTreeSet<String> =
-        items.values().filter_map(|it| it.wait.filter(|w| w.spins || w.slept)).map(|w| w.reason()).collect();
+    let Some(facts) = facts else { return (String::new(), lines) };
     let mut tail = String::new();
     match (cause, ckey) {
         (Cause::Preempted, CulpritKey::TookCpu(p, t, comm)) => {
-            let share =
-                spin::spin_share(items.values().map(|it| (it.parts.as_slice(), it.wait)), &(*p, *t, comm.clone()));
+            let none = spin::SpinShare::default();
+            let share = facts.shares.get(&(*p, *t, comm.clone())).unwrap_or(&none);
             if share.calls == 0 {
                 return (tail, lines);
             }
             tail = format!("; {}", share.words(&op.name(), &chains::culprit_words(culprit)));
         }
         (Cause::SpinGpuBusy, _) => {
-            let mut by: BTreeMap<(u32, u32, String), i64> = BTreeMap::new();
-            for p in items.values().flat_map(|it| &it.parts).filter(|p| p.cause == Cause::SpinGpuBusy) {
-                *by.entry(p.culprit.clone().unwrap_or((0, 0, String::new()))).or_default() += p.ns;
-            }
-            let mut by: Vec<_> = by.into_iter().collect();
+            let mut by: Vec<_> = facts.busy_by.iter().map(|(who, ns)| (who.clone(), *ns)).collect();
             by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let who: Vec<String> = by
                 .iter()
@@ -305,6 +301,6 @@ fn spin_facts(
         }
         _ => return (tail, lines),
     }
-    lines.extend(reasons.into_iter().map(|r| format!("{}: {r}", op.name())));
+    lines.extend(facts.reasons.iter().map(|r| format!("{}: {r}", op.name())));
     (tail, lines)
 }
