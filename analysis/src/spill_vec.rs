@@ -16,7 +16,7 @@
 //!
 //! The price, at 100M events on a 2-core VM with memory to spare: loading the calls takes 1.3-1.4x
 //! as long (the kernel writes the file's pages back to disk as they pile up), explain as a whole
-//! 1.1-1.3x.
+//! 1.1-1.5x.
 
 use std::fs::File;
 use std::marker::PhantomData;
