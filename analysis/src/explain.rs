@@ -474,18 +474,32 @@ fn gap_chains(
         per_tid.entry(g.tid).or_default().push(g);
     }
     for (tid, gs) in per_tid {
+        // as the slow calls: every gap folded into its groups, the worst ones attributed again
+        let attribute = |g: &Gap| {
+            attr::attribute_interval(g.start, g.end, ctx.off_of(tid), ctx.coverage_of(tid), Cause::HostCompute)
+        };
         let mut acc = ChainAccumulator::default();
-        let mut items = HashMap::new();
-        for g in gs {
-            let parts =
-                attr::attribute_interval(g.start, g.end, ctx.off_of(tid), ctx.coverage_of(tid), Cause::HostCompute);
-            acc.add(&g.before, g.start, g.end - g.start, &parts, None);
-            let label = format!("gap from the end of event {} to event {}", g.after, g.before);
-            items.insert(
-                g.before.clone(),
-                Item { ts: g.start, dur: g.end - g.start, pid: g.pid, tid, label, parts, wait: None, kernel: None },
-            );
+        for g in &gs {
+            acc.add(&g.before, g.start, g.end - g.start, &attribute(g), None);
         }
+        let worst = acc.worst_ids();
+        let mut items = HashMap::new();
+        for g in gs.iter().filter(|g| worst.contains(&g.before)) {
+            let label = format!("gap from the end of event {} to event {}", g.after, g.before);
+            let item = Item {
+                ts: g.start,
+                dur: g.end - g.start,
+                pid: g.pid,
+                tid,
+                label,
+                parts: attribute(g),
+                wait: None,
+                kernel: None,
+            };
+            items.insert(g.before.clone(), item);
+        }
+        let first_gap = gs.iter().map(|g| g.start).min().unwrap_or(0);
+        let last_gap_end = gs.iter().map(|g| g.end).max().unwrap_or(0);
         let span = found.spans_by_tid.get(&tid).map(|s| s.1 - s.0).unwrap_or(1).max(1);
         let subject = Subject {
             kind: ChainKind::FeedingGap,
@@ -503,8 +517,6 @@ fn gap_chains(
             let mut chain = attributed_chain(view, &subject, key, group)?;
             stack_sample.insert(chain.key.clone(), sample);
             if chain.cause == Cause::HostCompute.as_str() {
-                let last_gap_end = items.values().map(|it| it.ts + it.dur).max().unwrap_or(0);
-                let first_gap = items.values().map(|it| it.ts).min().unwrap_or(0);
                 chain.details.extend(view.host_work_facts(chain.pid, first_gap, last_gap_end, ctx.bounds)?);
             }
             chain.details.push(format!(
