@@ -27,7 +27,7 @@ use causeway_model::{PrevState, SchedDetail};
 use causeway_store::EventId;
 
 use crate::few_keys::FewKeys;
-use crate::spill_vec::{SpillVec, SpillVecBuilder};
+use crate::spill_vec::SpillVec;
 use crate::stats::nearest_ranks_unsorted;
 
 /// Calls shorter than this are never slow (launches take microseconds; only stalls matter).
@@ -307,8 +307,7 @@ impl<'a> ThreadOrder<'a> {
 /// thread. `calls` must all come from the same window; `order` is [`ThreadOrder::of`] them. The
 /// flags go to a mapped file when the calls are in one ([`crate::spill_vec`]).
 pub fn nested_flags(calls: &Calls, order: &ThreadOrder) -> SpillVec<bool> {
-    let budget = if calls.is_mapped() { 0 } else { usize::MAX };
-    let mut nested = SpillVecBuilder::with_capacity(calls.len(), budget);
+    let mut nested = calls.array_beside(calls.len());
     (0..calls.len()).for_each(|_| nested.push(false));
     let mut nested = nested.finish();
     let mut threads: FewKeys<u32, ThreadNesting> = FewKeys::default();

@@ -105,6 +105,12 @@ impl Calls {
         self.calls.is_mapped()
     }
 
+    /// A builder for an array beside the calls (a value per call, per thread's call, ...), room
+    /// for `n`: it goes to a mapped file when the calls did, and stays on the heap when they did.
+    pub fn array_beside<T: Copy>(&self, n: usize) -> SpillVecBuilder<T> {
+        SpillVecBuilder::with_capacity(n, if self.is_mapped() { 0 } else { usize::MAX })
+    }
+
     /// `arg2` of an allocator call (the pointer); 0 for any other call.
     pub fn pointer(&self, c: &Call) -> i64 {
         self.pointers.get(&c.id).copied().unwrap_or(0)

@@ -77,11 +77,10 @@ pub fn long_gaps(
 ) -> (Vec<Gap>, BTreeMap<u32, i64>) {
     // The threads' rhythms first (sizes only: a thread has as many gaps as calls, so they go to a
     // mapped file when the calls did), then a second walk keeps the long ones.
-    let budget = if calls.is_mapped() { 0 } else { usize::MAX };
     let mut sizes: FewKeys<u32, (GapWalk, SpillVecBuilder<i64>)> = FewKeys::default();
     order.visit(|s| {
         if given.is_none_or(|g| !g.contains_key(&s.tid)) {
-            let (walk, sizes) = sizes.entry(s.tid, || (GapWalk::default(), SpillVecBuilder::with_capacity(0, budget)));
+            let (walk, sizes) = sizes.entry(s.tid, || (GapWalk::default(), calls.array_beside(0)));
             if let Some((start, end, _, _)) = walk.next(s) {
                 sizes.push(end - start);
             }

@@ -19,6 +19,7 @@
 //! 1.1-1.5x.
 
 use std::fs::File;
+use std::io::ErrorKind;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::AsRawFd;
@@ -175,52 +176,55 @@ impl<T: Copy> Default for SpillVecBuilder<T> {
 /// Writes `items` at item offset `at` of `file`. The bytes go to the kernel by pointer (`pwrite`):
 /// an item's padding is never read as a Rust value.
 fn write_at<T: Copy>(file: &File, items: &[T], at: usize) -> std::io::Result<()> {
-    let size = std::mem::size_of::<T>();
-    let (ptr, total) = (items.as_ptr().cast::<u8>(), std::mem::size_of_val(items));
-    let mut done = 0;
-    while done < total {
-        // SAFETY: `ptr + done .. ptr + total` lies inside `items`.
-        let n = unsafe {
-            libc::pwrite(file.as_raw_fd(), ptr.add(done).cast(), total - done, (at * size + done) as libc::off_t)
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "the temporary file took no bytes"));
-        }
-        done += n as usize;
-    }
-    Ok(())
+    let (ptr, offset) = (items.as_ptr().cast::<u8>(), at * std::mem::size_of::<T>());
+    move_bytes(
+        std::mem::size_of_val(items),
+        (ErrorKind::WriteZero, "the temporary file took no bytes"),
+        |done, left| {
+            // SAFETY: `ptr + done .. ptr + done + left` lies inside `items`.
+            unsafe { libc::pwrite(file.as_raw_fd(), ptr.add(done).cast(), left, (offset + done) as libc::off_t) }
+        },
+    )
 }
 
 /// Reads the first `n` items of `file` onto the end of `into` (empty, with room for `n`).
 fn read_into<T: Copy>(file: &File, into: &mut Vec<T>, n: usize) -> std::io::Result<()> {
     assert!(into.is_empty() && into.capacity() >= n);
-    let total = n * std::mem::size_of::<T>();
     let ptr = into.as_mut_ptr().cast::<u8>();
-    let mut done = 0;
-    while done < total {
-        // SAFETY: `ptr .. ptr + total` lies inside `into`'s allocation.
-        let got = unsafe { libc::pread(file.as_raw_fd(), ptr.add(done).cast(), total - done, done as libc::off_t) };
-        if got < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if got == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the temporary file is short"));
-        }
-        done += got as usize;
-    }
+    move_bytes(
+        n * std::mem::size_of::<T>(),
+        (ErrorKind::UnexpectedEof, "the temporary file is short"),
+        |done, left| {
+            // SAFETY: `ptr + done .. ptr + done + left` lies inside `into`'s allocation.
+            unsafe { libc::pread(file.as_raw_fd(), ptr.add(done).cast(), left, done as libc::off_t) }
+        },
+    )?;
     // SAFETY: the `n` items were written by `write_at` from values of `T` and read back whole.
     unsafe { into.set_len(n) };
+    Ok(())
+}
+
+/// Moves `total` bytes with `io(done, left)` (a `pread` or `pwrite` of the `left` bytes after the
+/// first `done`), again after a partial move or an interruption; a move of no bytes is the error
+/// `none`.
+fn move_bytes(
+    total: usize,
+    none: (ErrorKind, &str),
+    mut io: impl FnMut(usize, usize) -> libc::ssize_t,
+) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < total {
+        match io(done, total - done) {
+            n if n > 0 => done += n as usize,
+            0 => return Err(std::io::Error::new(none.0, none.1)),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
     Ok(())
 }
 

@@ -284,14 +284,14 @@ fn spin_facts(
             tail = format!("; {}", share.words(&op.name(), &chains::culprit_words(culprit)));
         }
         (Cause::SpinGpuBusy, _) => {
-            let mut by: Vec<_> = facts.busy_by.iter().map(|(who, ns)| (who.clone(), *ns)).collect();
-            by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let mut by: Vec<_> = facts.busy_by.iter().collect();
+            by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
             let who: Vec<String> = by
                 .iter()
                 .take(5)
                 .map(|((p, t, c), ns)| {
                     let c = if c.is_empty() { names.of(*p, *t) } else { c.clone() };
-                    format!("{c} (pid {p}, tid {t}): {}", fmt_ns(*ns))
+                    format!("{c} (pid {p}, tid {t}): {}", fmt_ns(**ns))
                 })
                 .collect();
             lines.push(format!(

@@ -81,19 +81,19 @@ pub(crate) fn summarize(
             .collect()
         })
         .map_err(engine)?;
-    let mut rows = durations::with_data(keys, |pid, op| data_of(conn, pid, op));
+    let mut data = conn.prepare(&durations::data_sql()).map_err(engine)?;
+    let mut rows = durations::with_data(keys, |pid, op| data_of(conn, &mut data, pid, op));
     durations::summary(&mut rows, extent, per_mille)
 }
 
 /// The most engine memory a reader is given to read one op's sorted durations.
 const PACKED_READ_MAX_MIB: u64 = 16 << 10;
 
-/// One op's sorted durations. A reader's engine memory is bounded ([`READER_MEMORY_MIB`]) and
+/// One op's sorted durations (`data`: [`durations::data_sql`] prepared). A reader's engine memory is bounded ([`READER_MEMORY_MIB`]) and
 /// DuckDB reads a blob whole into its buffers: an op's blob that does not fit (tens of MiB at 100M
 /// events) raises the bound for this read only ([`with_memory_for`]).
-fn data_of(conn: &Connection, pid: i64, op: OpCode) -> Result<Vec<u8>> {
-    let sql = durations::data_sql();
-    let read = || conn.query_row(&sql, params![pid, op.source, op.op], |r| r.get::<_, Vec<u8>>(0));
+fn data_of(conn: &Connection, data: &mut duckdb::Statement, pid: i64, op: OpCode) -> Result<Vec<u8>> {
+    let read = || data.query_row(params![pid, op.source, op.op], |r| r.get::<_, Vec<u8>>(0));
     with_memory_for(conn, READER_MEMORY_MIB, read).map(|(data, _)| data)
 }
 
