@@ -83,6 +83,12 @@ fn lake_count(catalog: &FleetCatalog, sql: &str) -> i64 {
     v["rows"][0][0].as_i64().unwrap_or_else(|| panic!("{sql}: {v}"))
 }
 
+fn local_count(catalog: &FleetCatalog, db: &Path, sql: &str) -> i64 {
+    let out = causeway(catalog, &["query", "--json", "--db", db.to_str().unwrap(), sql]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(out, sql)).unwrap();
+    v["rows"][0][0].as_i64().unwrap_or_else(|| panic!("{sql}: {v}"))
+}
+
 #[test]
 fn shippers_resume_after_sigkill_and_wait_out_a_frozen_catalog() {
     let catalog = FleetCatalog::start("fleet-cli");
@@ -125,11 +131,18 @@ fn shippers_resume_after_sigkill_and_wait_out_a_frozen_catalog() {
     ok(a.wait_with_output().unwrap(), "ship gpu-2");
     ok(b.wait_with_output().unwrap(), "ship gpu-3");
 
-    // exactly once everywhere: 200 all-reduces + 200 syncs per rank, no id twice
-    for r in 0..4 {
+    // exactly once everywhere: 200 all-reduces + 200 syncs per rank, no id twice; the small tables
+    // once too (gpu-0's second shipper replaced what the first had written)
+    for (r, trace) in traces.iter().enumerate() {
         let q = |what: &str| lake_count(&catalog, &format!("SELECT {what} FROM events WHERE node = 'gpu-{r}'"));
         assert_eq!(q("count(*)"), 400, "gpu-{r}");
         assert_eq!(q("count(DISTINCT id)"), 400, "gpu-{r}");
+        for table in ["sessions", "process_names", "process_ranks"] {
+            let local = local_count(&catalog, trace, &format!("SELECT count(*) FROM {table}"));
+            assert!(local > 0 || table == "process_names", "{table} of gpu-{r}");
+            let lake = lake_count(&catalog, &format!("SELECT count(*) FROM {table} WHERE node = 'gpu-{r}'"));
+            assert_eq!(lake, local, "{table} of gpu-{r}");
+        }
     }
     // housekeeping (compaction, snapshot expiry, file cleanup) keeps every row exactly once
     let out =
@@ -273,4 +286,16 @@ fn trace_ships_while_tracing_and_the_fleet_names_the_straggler() {
     );
     let local: serde_json::Value = serde_json::from_str(&local).unwrap();
     assert_eq!(lake_count(&catalog, "SELECT count(*) FROM nccl_calls"), local["rows"][0][0].as_i64().unwrap());
+    // the small tables changed while shipping (the processes appeared, the session stopped): the
+    // lake holds their final rows, once
+    let local_count = |sql: &str| local_count(&catalog, &db, sql);
+    assert_eq!(lake_count(&catalog, "SELECT count(*) FROM sessions WHERE node = 'gpu-a'"), 1);
+    assert_eq!(lake_count(&catalog, "SELECT count(*) FROM sessions WHERE node = 'gpu-a' AND stopped_at > 0"), 1);
+    let names = local_count("SELECT count(*) FROM process_names");
+    assert!(names >= 2, "the two ranks' processes at least: {names}");
+    assert_eq!(lake_count(&catalog, "SELECT count(*) FROM process_names WHERE node = 'gpu-a'"), names);
+    assert_eq!(
+        lake_count(&catalog, "SELECT count(*) FROM process_ranks WHERE node = 'gpu-a'"),
+        local_count("SELECT count(*) FROM process_ranks")
+    );
 }

@@ -25,6 +25,7 @@ mod local;
 mod maintain;
 mod schema;
 mod ship;
+mod small_tables;
 mod store;
 mod tier;
 

@@ -17,7 +17,8 @@ use crate::lake::{lit, retry_conflicts, LAKE};
 use crate::FleetError;
 
 /// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
-/// beyond it are new), or `None` for the small tables it replaces whole at each flush.
+/// beyond it are new), or `None` for the stacks (shipped with their events) and the small tables
+/// (shipped whole when they change: `small_tables.rs`).
 pub const MIRRORED: [(&str, Option<&str>); 14] = [
     ("events", Some("id")),
     ("nccl_calls", Some("rowid")),
@@ -83,16 +84,15 @@ pub const TABLE_DOCS: [(&str, &str); 10] = [
     ("process_cgroups", "each traced process's cgroup and the container or pod it stands for, per node"),
 ];
 
-/// Columns of a table, in order, with DuckDB types.
-fn columns(conn: &Connection, db: &str, table: &str) -> Result<Vec<(String, String)>, FleetError> {
+/// Every table's columns in an attached database, in order, with DuckDB types: (table, column, type).
+fn all_columns(conn: &Connection, db: &str) -> Result<Vec<(String, String, String)>, FleetError> {
     let sql = format!(
-        "SELECT column_name, data_type FROM information_schema.columns WHERE table_catalog = {} AND \
-         table_name = {} ORDER BY ordinal_position",
-        lit(db),
-        lit(table)
+        "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_catalog = {} \
+         ORDER BY table_name, ordinal_position",
+        lit(db)
     );
     let mut st = conn.prepare(&sql)?;
-    let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -104,36 +104,105 @@ pub(crate) fn tables(conn: &Connection, db: &str) -> Result<Vec<String>, FleetEr
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-/// Make the lake able to take the local trace attached as `local`: the fleet tables, and each
-/// mirrored table the trace has, with every column it has. Safe to run from many shippers at once
-/// (a commit conflict with another shipper doing the same is retried).
-pub fn ensure(conn: &Connection, local: &str) -> Result<(), FleetError> {
-    retry_conflicts(8, || {
-        conn.execute_batch(FLEET_DDL)?;
-        // a lake made before serving_samples was shipped: its watermark column, NULL (0) in the
-        // rows before
-        if !columns(conn, LAKE, "ship_watermarks")?.iter().any(|(c, _)| c == "serving_samples_hi") {
-            conn.execute_batch(&format!(
-                "ALTER TABLE {LAKE}.ship_watermarks ADD COLUMN IF NOT EXISTS serving_samples_hi BIGINT"
-            ))?;
+/// The fleet tables [`FLEET_DDL`] creates, by name.
+fn fleet_tables() -> impl Iterator<Item = &'static str> {
+    FLEET_DDL.split("CREATE TABLE IF NOT EXISTS lake.").skip(1).filter_map(|s| s.split([' ', '(']).next())
+}
+
+/// The statements that make the lake able to take the local trace attached as `local`, given both
+/// databases' columns: none when the lake has every table and column already (every shipper after
+/// the first, every restart).
+fn missing_ddl(
+    lake_cols: &[(String, String, String)],
+    local_cols: &[(String, String, String)],
+    local: &str,
+) -> Vec<String> {
+    let in_lake = |t: &str| lake_cols.iter().any(|(lt, _, _)| lt == t);
+    let has_col = |t: &str, c: &str| lake_cols.iter().any(|(lt, lc, _)| lt == t && lc == c);
+    let mut ddl = Vec::new();
+    if fleet_tables().any(|t| !in_lake(t)) {
+        ddl.push(FLEET_DDL.to_string());
+    }
+    // a lake made before serving_samples was shipped: its watermark column, NULL (0) in the rows before
+    if in_lake("ship_watermarks") && !has_col("ship_watermarks", "serving_samples_hi") {
+        ddl.push(format!("ALTER TABLE {LAKE}.ship_watermarks ADD COLUMN IF NOT EXISTS serving_samples_hi BIGINT"));
+    }
+    for (table, _) in MIRRORED {
+        let cols: Vec<_> = local_cols.iter().filter(|(t, _, _)| t == table).collect();
+        if cols.is_empty() {
+            continue;
         }
-        let local_tables = tables(conn, local)?;
-        for (table, _) in MIRRORED {
-            if !local_tables.iter().any(|t| t == table) {
-                continue;
-            }
-            let local_cols = columns(conn, local, table)?;
-            let node_col = if local_cols.iter().any(|(c, _)| c == "node") { "" } else { "''::VARCHAR AS node, " };
-            conn.execute_batch(&format!(
+        if !in_lake(table) {
+            let node_col = if cols.iter().any(|(_, c, _)| c == "node") { "" } else { "''::VARCHAR AS node, " };
+            ddl.push(format!(
                 "CREATE TABLE IF NOT EXISTS {LAKE}.{table} AS SELECT ''::VARCHAR AS trace_uid, {node_col}* FROM {local}.{table} LIMIT 0"
-            ))?;
-            let lake_cols = columns(conn, LAKE, table)?;
-            for (c, ty) in &local_cols {
-                if !lake_cols.iter().any(|(l, _)| l == c) {
-                    conn.execute_batch(&format!("ALTER TABLE {LAKE}.{table} ADD COLUMN IF NOT EXISTS \"{c}\" {ty}"))?;
-                }
+            ));
+            continue;
+        }
+        for (_, c, ty) in cols {
+            if !has_col(table, c) {
+                ddl.push(format!("ALTER TABLE {LAKE}.{table} ADD COLUMN IF NOT EXISTS \"{c}\" {ty}"));
             }
+        }
+    }
+    ddl
+}
+
+/// Make the lake able to take the local trace attached as `local`: the fleet tables, and each
+/// mirrored table the trace has, with every column it has. What is missing is made in one
+/// transaction; nothing is written when nothing is missing. Safe to run from many shippers at once:
+/// a commit conflict with another shipper making the same tables is retried, and the retry finds
+/// them made.
+pub fn ensure(conn: &Connection, local: &str) -> Result<(), FleetError> {
+    let local_cols = all_columns(conn, local)?;
+    retry_conflicts(8, || {
+        let ddl = missing_ddl(&all_columns(conn, LAKE)?, &local_cols, local);
+        if ddl.is_empty() {
+            return Ok(());
+        }
+        conn.execute_batch("BEGIN TRANSACTION")?;
+        let made = conn.execute_batch(&ddl.join(";\n")).and_then(|()| conn.execute_batch("COMMIT"));
+        if let Err(e) = made {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e.into());
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols(rows: &[(&str, &str)]) -> Vec<(String, String, String)> {
+        rows.iter().map(|(t, c)| (t.to_string(), c.to_string(), "BIGINT".to_string())).collect()
+    }
+
+    #[test]
+    fn the_fleet_tables_are_read_from_their_ddl() {
+        let t: Vec<_> = fleet_tables().collect();
+        assert_eq!(t, ["ship_traces", "ship_watermarks", "clock_samples", "clock_state", "op_windows", "ship_windows"]);
+    }
+
+    #[test]
+    fn only_what_the_lake_lacks_is_made() {
+        let local = cols(&[("events", "id"), ("events", "cpu"), ("sessions", "id"), ("sessions", "node")]);
+        // a new lake: every fleet table, both mirrored tables, the events with a node column
+        let ddl = missing_ddl(&[], &local, "local");
+        assert_eq!(ddl.len(), 3, "{ddl:?}");
+        assert!(ddl[0].contains("ship_watermarks"));
+        assert!(ddl[1].contains("lake.events AS SELECT ''::VARCHAR AS trace_uid, ''::VARCHAR AS node, *"));
+        assert!(ddl[2].contains("lake.sessions AS SELECT ''::VARCHAR AS trace_uid, * FROM local.sessions"));
+        // a lake with everything: nothing to do
+        let mut lake: Vec<_> = fleet_tables().map(|t| (t, "node")).collect();
+        lake.extend([("ship_watermarks", "serving_samples_hi"), ("events", "id"), ("events", "cpu")]);
+        lake.extend([("sessions", "id"), ("sessions", "node")]);
+        assert!(missing_ddl(&cols(&lake), &local, "local").is_empty());
+        // a trace with a newer column, a lake from before serving_samples were shipped
+        lake.retain(|r| *r != ("ship_watermarks", "serving_samples_hi") && *r != ("events", "cpu"));
+        let ddl = missing_ddl(&cols(&lake), &local, "local");
+        assert_eq!(ddl.len(), 2, "{ddl:?}");
+        assert!(ddl[0].contains("ADD COLUMN IF NOT EXISTS serving_samples_hi"));
+        assert_eq!(ddl[1], "ALTER TABLE lake.events ADD COLUMN IF NOT EXISTS \"cpu\" BIGINT");
+    }
 }

@@ -16,7 +16,8 @@
 //! aggregates of *every* event (`op_windows`), so the fleet's counts stay exact; `all` ships every
 //! event. A window of raw events can be shipped on request ([`Shipper::ship_window`]) for a
 //! drill-down. The small tables (sessions, process names and ranks, losses, kernel names, launch
-//! configurations, attachments) are replaced whole at each flush, in the same transaction.
+//! configurations, attachments) are replaced whole when they changed, in a flush's transaction
+//! (`small_tables.rs`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use crate::clock::{self, ClockSample};
 use crate::lake::{self, lit, Access, LakeSpec, LAKE};
 use crate::local::{attach_local, identity, node_and_host, LOCAL};
 use crate::schema::{self, MIRRORED};
+use crate::small_tables::{self, SmallTables};
 use crate::tier::{summary_predicate, Tier};
 use crate::FleetError;
 
@@ -39,15 +41,14 @@ struct FlushPlan {
     hi: Marks,
     flush_id: i64,
     finished: bool,
-    snapshots: bool,
 }
 
 /// What one flush wrote: rows per table.
 type FlushRows = Vec<(&'static str, u64)>;
 
-/// The small tables (names, ranks, sessions, losses, ...) are replaced at a shipper's first flush,
-/// at the last one, and otherwise at most this often: replacing is a delete, deletes of one table by
-/// shippers at once conflict, and these tables change rarely.
+/// The small tables (names, ranks, sessions, losses, ...) are compared with what the lake has at a
+/// shipper's first flush, at the last one, and otherwise at most this often; those that changed are
+/// replaced (see [`crate::small_tables`]).
 pub const SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
 
 /// The DuckDB temporary table a flush reads its events from: the local trace is read once per
@@ -60,19 +61,6 @@ const PENDING_ROWS: i64 = 2_000_000;
 
 /// Times a flush is redone after a commit conflict with another shipper.
 const CONFLICT_RETRIES: u32 = 12;
-/// Tables replaced whole at each flush (see the module docs).
-const SNAPSHOT_TABLES: [&str; 9] = [
-    "sessions",
-    "process_names",
-    "process_ranks",
-    "process_cgroups",
-    "loss_counters",
-    "kernel_names",
-    "net_peers",
-    "launch_configs",
-    "attachments",
-];
-
 /// How to ship.
 #[derive(Debug, Clone)]
 pub struct ShipOptions {
@@ -183,8 +171,10 @@ pub struct Shipper {
     /// Whether the lake's catalog is a server whose clock each flush samples (a PostgreSQL
     /// catalog); a catalog file has none, and the flushes record no clock (see [`LakeSpec::file`]).
     server_clock: bool,
-    /// When this shipper last replaced the small tables (see [`SNAPSHOT_EVERY`]).
+    /// When this shipper last compared the small tables (see [`SNAPSHOT_EVERY`]).
     snapshot_at: Option<Instant>,
+    /// What the lake holds of the small tables.
+    small: SmallTables,
     /// The id range (lo, hi] of the events read ahead into [`PENDING`]; (0, 0) when none.
     pending: (i64, i64),
 }
@@ -269,6 +259,7 @@ impl Shipper {
             skew_ns,
             server_clock: lake.has_server_clock(),
             snapshot_at: None,
+            small: SmallTables::default(),
             pending: (0, 0),
         })
     }
@@ -490,10 +481,15 @@ impl Shipper {
             ))?;
         }
         let snapshots = finished || self.snapshot_at.is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
+        let changes = if snapshots {
+            self.small.changes(&SmallTables::local_prints(&self.conn, |t| self.has_local(t))?, flush_id == 1)
+        } else {
+            Vec::new()
+        };
         let started = Instant::now();
         self.conn.execute_batch("BEGIN TRANSACTION")?;
-        let plan = FlushPlan { wm, hi, flush_id, finished, snapshots };
-        let result = self.flush_in_transaction(&plan, &samples, kernel);
+        let plan = FlushPlan { wm, hi, flush_id, finished };
+        let result = self.flush_in_transaction(&plan, &changes, &samples, kernel);
         let counts = match result {
             Ok(c) => c,
             Err(e) => {
@@ -508,6 +504,7 @@ impl Shipper {
         let _ = self.conn.execute_batch(&format!("DROP TABLE IF EXISTS {BATCH}"));
         if snapshots {
             self.snapshot_at = Some(Instant::now());
+            self.small.committed(&changes);
         }
         report.commit_ms.push(started.elapsed().as_millis() as u64);
         report.flushes += 1;
@@ -524,10 +521,11 @@ impl Shipper {
     fn flush_in_transaction(
         &self,
         plan: &FlushPlan,
+        small_changes: &[small_tables::Change],
         samples: &[ClockSample],
         kernel: Option<clock::KernelClock>,
     ) -> Result<FlushRows, FleetError> {
-        let FlushPlan { wm, hi, flush_id, finished, snapshots } = *plan;
+        let FlushPlan { wm, hi, flush_id, finished } = *plan;
         let (node, uid) = (&self.node, &self.trace_uid);
         let c = &self.conn;
         let mut counts = Vec::new();
@@ -576,17 +574,7 @@ impl Shipper {
                 counts.push((table, n as u64));
             }
         }
-        for table in SNAPSHOT_TABLES {
-            if !snapshots || !self.has_local(table) {
-                continue;
-            }
-            c.execute(&format!("DELETE FROM {LAKE}.{table} WHERE node = ? AND trace_uid = ?"), params![node, uid])?;
-            let select = if table == "sessions" { "* REPLACE (?::VARCHAR AS node)" } else { "?::VARCHAR AS node, *" };
-            c.execute(
-                &format!("INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, {select} FROM {LOCAL}.{table}"),
-                params![uid, node],
-            )?;
-        }
+        SmallTables::write(c, small_changes, node, uid)?;
         let mut st = c.prepare(&format!("INSERT INTO {LAKE}.clock_samples VALUES (?, ?, ?, ?, ?, ?, ?)"))?;
         for (i, s) in samples.iter().enumerate() {
             st.execute(params![node, uid, flush_id, i as i32, s.local_send_ns, s.server_ns, s.local_recv_ns])?;
