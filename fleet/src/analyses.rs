@@ -7,7 +7,9 @@
 //! [`CHOICE_WINDOW_NS`]), then `collectives` (every rank's entry into every NCCL collective,
 //! `enter_ns` = its timestamp plus the chosen offset of its node's latest flush before it, or of its
 //! first flush for rows older than every sample, as in a trace shipped after it ended; `err_ns` =
-//! that offset's bound).
+//! that offset's bound). `collectives` is the union of two views: `collectives_one_offset` (the
+//! nodes with one chosen offset, a plain join) and `collectives_several_offsets` (the others, an
+//! as-of join); an analysis reads the first alone when no node has several offsets.
 //!
 //! **Straggler.** The definitions are `causeway-analysis`'s `collectives` (one host), over aligned
 //! entries: per (comm_hash, seq) with two ranks or more, the last rank in is late by its entry minus
@@ -52,20 +54,22 @@ CREATE OR REPLACE TEMP VIEW node_first_offset AS
   SELECT node, count(DISTINCT offset_ns) AS offsets, arg_min(offset_ns, sampled_at) AS offset_ns,
          arg_min(err_ns, sampled_at) AS err_ns
   FROM clock_chosen GROUP BY node;
-CREATE OR REPLACE TEMP VIEW collectives AS
-  -- nodes with one chosen offset (or none): a plain join; the others: the flush before each row
+-- nodes with one chosen offset (or none): a plain join; the others: the flush before each row
+CREATE OR REPLACE TEMP VIEW collectives_one_offset AS
   SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
          n.timestamp AS enter_raw, n.timestamp + coalesce(f.offset_ns, 0) AS enter_ns, coalesce(f.err_ns, 0) AS err_ns
   FROM {LAKE}.nccl_calls n LEFT JOIN node_first_offset f ON f.node = n.node
-  WHERE coalesce(f.offsets, 1) = 1 AND {is_collective}
-  UNION ALL
+  WHERE coalesce(f.offsets, 1) = 1 AND {is_collective};
+CREATE OR REPLACE TEMP VIEW collectives_several_offsets AS
   SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
          n.timestamp AS enter_raw,
          n.timestamp + coalesce(o.offset_ns, f.offset_ns) AS enter_ns,
          coalesce(o.err_ns, f.err_ns) AS err_ns
   FROM {LAKE}.nccl_calls n JOIN node_first_offset f ON f.node = n.node AND f.offsets > 1
   ASOF LEFT JOIN clock_chosen o ON n.node = o.node AND n.timestamp >= o.sampled_at
-  WHERE {is_collective};"
+  WHERE {is_collective};
+CREATE OR REPLACE TEMP VIEW collectives AS
+  SELECT * FROM collectives_one_offset UNION ALL SELECT * FROM collectives_several_offsets;"
     )
 }
 
@@ -77,26 +81,31 @@ fn is_collective_sql() -> String {
 }
 
 /// Every rank's entry into every collective, one per process (its earliest, as the one-host
-/// analysis keeps), over the `collectives` view. Only a process holding several handles of one
-/// communicator (`ncclCommInitAll`) calls a collective more than once: its rows are grouped, every
-/// other row passes as it is (grouping ten million rows that are already one per process would
-/// cost more than the rest of the straggler query). [`Fleet::entries`] uses [`ONE_ENTRY_EACH`]
-/// instead when no process has two handles (the usual fleet): even against an empty `multi`, the
-/// anti-join costs twice the rest of the straggler query.
-const ENTRIES: &str = "WITH multi AS (
-    SELECT node, trace_uid, pid, comm_hash FROM collectives GROUP BY ALL HAVING min(comm) != max(comm))
-  SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM collectives c
+/// analysis keeps), over `view` (`collectives` or one of its two parts, see [`Fleet::entries`]).
+/// Only a process holding several handles of one communicator (`ncclCommInitAll`) calls a
+/// collective more than once: its rows are grouped, every other row passes as it is (grouping ten
+/// million rows that are already one per process would cost more than the rest of the straggler
+/// query). [`one_entry_each`] is used instead when no process has two handles (the usual fleet):
+/// even against an empty `multi`, the anti-join costs twice the rest of the straggler query.
+fn grouped_entries(view: &str) -> String {
+    format!(
+        "WITH multi AS (
+    SELECT node, trace_uid, pid, comm_hash FROM {view} GROUP BY ALL HAVING min(comm) != max(comm))
+  SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM {view} c
   WHERE NOT EXISTS (SELECT 1 FROM multi m WHERE m.node = c.node AND m.trace_uid = c.trace_uid AND m.pid = c.pid
                     AND m.comm_hash = c.comm_hash)
   UNION ALL
   SELECT comm_hash, seq, node, trace_uid, pid, min(enter_ns), arg_min(tid, enter_ns), any_value(rank),
          any_value(nranks), any_value(err_ns)
-  FROM collectives c SEMI JOIN multi m USING (node, trace_uid, pid, comm_hash)
-  GROUP BY comm_hash, seq, node, trace_uid, pid";
+  FROM {view} c SEMI JOIN multi m USING (node, trace_uid, pid, comm_hash)
+  GROUP BY comm_hash, seq, node, trace_uid, pid"
+    )
+}
 
-/// [`ENTRIES`] where every process holds one handle per communicator: the rows as they are.
-const ONE_ENTRY_EACH: &str =
-    "SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM collectives";
+/// [`grouped_entries`] where every process holds one handle per communicator: the rows as they are.
+fn one_entry_each(view: &str) -> String {
+    format!("SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM {view}")
+}
 
 /// Whether some process holds several handles of one communicator, asked of the `collectives`
 /// view's rows in the table itself (no clock alignment needed) and on integer columns only (a pid
@@ -114,42 +123,44 @@ fn any_multi_handle_sql() -> String {
 /// The statements that make the temporary tables `cand_entries` (every entry of each collective
 /// that may be late) and `late` (one row per late collective) from `entries` ([`Fleet::entries`]).
 ///
-/// The entries are read twice, integers first: per collective seen on two ranks or more, the ranks
-/// in, the first entry and the last two (`max(enter_ns, 2)`: one hash aggregate, no sort), which
-/// give the communicator's period and the candidates (last minus second-last at least the floor
-/// and the period's share: late but for the clock bounds). The second read keeps the candidates'
-/// entries, from which who entered last, the last two entries' clock bounds and nodes, the sum of
-/// entries, and later what each other rank waited ([`Fleet::stragglers`]) are taken. When the last
-/// two entered at the same nanosecond their order is arbitrary, and nothing depends on it: that
-/// collective's lateness is 0. (One pass holding every column of every collective took three times
-/// as long: strings and lists per collective are what a hash aggregate pays most for.)
+/// The entries are read twice, integers first: per collective seen on two ranks or more, the first
+/// and the last entry (plain aggregates: a list per collective, `max(enter_ns, 2)`, cost a fifth
+/// of the statement over 10M entries), which give the communicator's period and the candidates:
+/// last minus first at least the floor and the period's share, a superset of the late ones (last
+/// minus second-last can only be smaller). The second read keeps the candidates' entries, from
+/// which the last two entries, who entered last, their clock bounds and nodes, the sum of entries,
+/// and later what each other rank waited ([`Fleet::stragglers`]) are taken, and the late ones are
+/// kept. When the last two entered at the same nanosecond their order is arbitrary, and nothing
+/// depends on it: that collective's lateness is 0. (One pass holding every column of every
+/// collective took three times as long: strings and lists per collective are what a hash aggregate
+/// pays most for.)
 fn late_tables_sql(entries: &str) -> String {
     format!(
         "CREATE OR REPLACE TEMP TABLE cand AS
 WITH per AS MATERIALIZED (
-  SELECT comm_hash, seq, count(*) AS n, min(enter_ns) AS first_ns, max(enter_ns) AS last_ns,
-         max(enter_ns, 2)[2] AS second_ns
+  SELECT comm_hash, seq, min(enter_ns) AS first_ns, max(enter_ns) AS last_ns
   FROM ({entries}) GROUP BY comm_hash, seq HAVING count(*) >= 2),
 period AS (
   SELECT a.comm_hash, quantile_disc(a.first_ns - b.first_ns, 0.5) FILTER (WHERE a.first_ns > b.first_ns) AS period_ns
   FROM per a JOIN per b ON b.comm_hash = a.comm_hash AND b.seq = a.seq - 1 GROUP BY a.comm_hash)
-SELECT per.*, coalesce(period_ns, 0) AS period_ns FROM per LEFT JOIN period USING (comm_hash)
-WHERE last_ns - second_ns >= greatest({LATE_FLOOR_NS}, coalesce(period_ns, 0) // {LATE_PERIOD_DIVISOR});
+SELECT comm_hash, seq, coalesce(period_ns, 0) AS period_ns FROM per LEFT JOIN period USING (comm_hash)
+WHERE last_ns - first_ns >= greatest({LATE_FLOOR_NS}, coalesce(period_ns, 0) // {LATE_PERIOD_DIVISOR});
 CREATE OR REPLACE TEMP TABLE cand_entries AS SELECT * FROM ({entries}) SEMI JOIN cand USING (comm_hash, seq);
 CREATE OR REPLACE TEMP TABLE late AS
 WITH who AS (
-  SELECT comm_hash, seq, sum(enter_ns::HUGEINT) AS sum_enter, arg_max(err_ns, enter_ns, 2) AS errs,
+  SELECT comm_hash, seq, count(*) AS n, sum(enter_ns::HUGEINT) AS sum_enter, max(enter_ns, 2) AS last2,
+         arg_max(err_ns, enter_ns, 2) AS errs,
          arg_max(hash(node), enter_ns, 2) AS nodes, arg_max(node, enter_ns) AS node,
          arg_max(trace_uid, enter_ns) AS trace_uid, arg_max(pid, enter_ns) AS pid, arg_max(tid, enter_ns) AS tid,
          arg_max(rank, enter_ns) AS rank, arg_max(nranks, enter_ns) AS nranks
   FROM cand_entries GROUP BY comm_hash, seq),
 late AS (
   SELECT comm_hash, seq, node, trace_uid, pid, tid, rank, nranks,
-         last_ns - second_ns AS late_ns,
+         last2[1] - last2[2] AS late_ns,
          -- two entries on one node share its clock: its offset's error cancels
          CASE WHEN nodes[1] = nodes[2] THEN 0 ELSE errs[1] + errs[2] END AS err_ns,
-         (n::HUGEINT * last_ns - sum_enter)::BIGINT AS waited_ns,
-         last_ns, n AS ranks_in, period_ns
+         (n::HUGEINT * last2[1] - sum_enter)::BIGINT AS waited_ns,
+         last2[1] AS last_ns, n AS ranks_in, period_ns
   FROM cand JOIN who USING (comm_hash, seq))
 SELECT * FROM late
 WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns);"
@@ -451,17 +462,22 @@ ORDER BY nodes.node"
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The SQL of every rank's entry into every collective, one per process: [`ENTRIES`], or the
-    /// rows as they are ([`ONE_ENTRY_EACH`]) when no process holds two handles of a communicator.
-    fn entries(&self) -> Result<&'static str, FleetError> {
+    /// The SQL of every rank's entry into every collective, one per process: [`grouped_entries`],
+    /// or the rows as they are ([`one_entry_each`]) when no process holds two handles of a
+    /// communicator; over `collectives_one_offset` alone when no node has several clock offsets
+    /// (the usual fleet: the other part's as-of join still reads every row, 0.1 s over 10M).
+    fn entries(&self) -> Result<String, FleetError> {
         let multi: i64 = self.conn.query_row(&any_multi_handle_sql(), [], |r| r.get(0))?;
-        Ok(if multi == 0 { ONE_ENTRY_EACH } else { ENTRIES })
+        let several: i64 =
+            self.conn.query_row("SELECT count(*) FROM node_first_offset WHERE offsets > 1", [], |r| r.get(0))?;
+        let view = if several == 0 { "collectives_one_offset" } else { "collectives" };
+        Ok(if multi == 0 { one_entry_each(view) } else { grouped_entries(view) })
     }
 
     /// The stragglers of every communicator, the most waited-for first, with their episodes.
     pub fn stragglers(&self) -> Result<Vec<FleetStraggler>, FleetError> {
         // the late collectives once, then the episodes and the medians from them
-        self.conn.execute_batch(&late_tables_sql(self.entries()?))?;
+        self.conn.execute_batch(&late_tables_sql(&self.entries()?))?;
         let sql = format!(
             "WITH isl AS (SELECT *, seq - row_number() OVER (PARTITION BY comm_hash, node, trace_uid, pid ORDER BY seq) AS island FROM late),
 s AS (SELECT comm_hash, node, trace_uid, pid FROM late GROUP BY ALL HAVING count(*) >= {MIN_LATE})
@@ -632,5 +648,71 @@ GROUP BY c.comm_hash, c.node, c.trace_uid, c.pid ORDER BY c.comm_hash, any_value
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::FLEET_DDL;
+
+    const SEC: i64 = 1_000_000_000;
+    const MS: i64 = 1_000_000;
+
+    /// A lake of two nodes in an in-memory DuckDB: `a` (clock offset 0, one flush) and `b`, whose
+    /// clock stepped between its two flushes (offset +7 ms, then -3 ms, 100 s apart). Rank 1 on `b`
+    /// is 200 ms late at collectives 50-69 (before the step) and 150-169 (after it); otherwise it
+    /// enters 100 us after rank 0. The collectives are 1 s apart.
+    fn stepped_clock_lake() -> Fleet {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!("ATTACH ':memory:' AS {LAKE}")).unwrap();
+        conn.execute_batch(FLEET_DDL).unwrap();
+        conn.execute_batch(&format!(
+            "CREATE TABLE {LAKE}.nccl_calls (node VARCHAR, trace_uid VARCHAR, pid BIGINT, tid BIGINT, rank BIGINT,
+               nranks BIGINT, comm_hash BIGINT, comm BIGINT, seq BIGINT, op BIGINT, count BIGINT, timestamp BIGINT)"
+        ))
+        .unwrap();
+        let t0 = 1_790_000_000 * SEC;
+        // (node, flush, the local clock at the sample, offset = server - local)
+        let flushes = [("a", 1, t0 - SEC, 0), ("b", 1, t0 - SEC, 7 * MS), ("b", 2, t0 + 100 * SEC, -3 * MS)];
+        for (node, flush, local, offset) in flushes {
+            conn.execute(
+                &format!("INSERT INTO {LAKE}.clock_samples VALUES (?, 'u', ?, 0, ?, ?, ?)"),
+                duckdb::params![node, flush, local, local + 500 + offset, local + 1000],
+            )
+            .unwrap();
+        }
+        let op = NCCL_COLLECTIVES[0].op as i64;
+        let mut insert = conn
+            .prepare(&format!("INSERT INTO {LAKE}.nccl_calls VALUES (?, 'u', ?, ?, ?, 2, 77, 1, ?, ?, 1, ?)"))
+            .unwrap();
+        for seq in 1..=200i64 {
+            let server_time = t0 + seq * SEC;
+            let late = (50..70).contains(&seq) || (150..170).contains(&seq);
+            let b_server = server_time + if late { 200 * MS } else { 100_000 };
+            // b's own clock reads server time minus the offset in force then
+            let b_offset = if b_server - 7 * MS >= t0 + 100 * SEC { -3 * MS } else { 7 * MS };
+            insert.execute(duckdb::params!["a", 100, 100, 0, seq, op, server_time]).unwrap();
+            insert.execute(duckdb::params!["b", 200, 200, 1, seq, op, b_server - b_offset]).unwrap();
+        }
+        Fleet::new(conn).unwrap()
+    }
+
+    #[test]
+    fn a_node_whose_clock_stepped_is_aligned_flush_by_flush() {
+        let fleet = stepped_clock_lake();
+        let st = fleet.stragglers().unwrap();
+        assert_eq!(st.len(), 1, "{st:?}");
+        let s = &st[0];
+        assert_eq!((s.node.as_str(), s.rank, s.late_collectives), ("b", 1, 40), "{s:?}");
+        // aligned with the offset in force at each row: exactly the planted lateness, both sides of
+        // the step (one offset for every row would be 10 ms off on one side)
+        assert_eq!((s.median_late_ns, s.max_late_ns), (200 * MS, 200 * MS), "{s:?}");
+        let eps: Vec<_> = s.episodes.iter().map(|e| (e.first_seq, e.last_seq)).collect();
+        assert_eq!(eps, [(50, 69), (150, 169)]);
+        assert_eq!(s.period_ns, SEC);
+        let waits = fleet.waits().unwrap();
+        let b = waits.iter().find(|w| w.node == "b").unwrap();
+        assert_eq!((b.collectives, b.times_last), (200, 200), "{waits:?}");
     }
 }
