@@ -37,7 +37,6 @@ pub const CHOICE_WINDOW_NS: i64 = 60_000_000_000;
 
 /// The views every cross-host answer reads (temporary: they live in the reader's connection).
 pub fn align_views() -> String {
-    let is_collective = is_collective_sql();
     format!(
         "CREATE OR REPLACE TEMP VIEW clock_offsets AS
   SELECT node, trace_uid, flush_id,
@@ -54,22 +53,32 @@ CREATE OR REPLACE TEMP VIEW node_first_offset AS
   SELECT node, count(DISTINCT offset_ns) AS offsets, arg_min(offset_ns, sampled_at) AS offset_ns,
          arg_min(err_ns, sampled_at) AS err_ns
   FROM clock_chosen GROUP BY node;
--- nodes with one chosen offset (or none): a plain join; the others: the flush before each row
-CREATE OR REPLACE TEMP VIEW collectives_one_offset AS
+"
+    ) + &collectives_views("collectives", &format!("{LAKE}.nccl_calls"))
+}
+
+/// The views `{name}_one_offset`, `{name}_several_offsets` and their union `{name}`: the entries into
+/// collectives among `rows` (`nccl_calls` rows, as a table or a subquery) with their aligned
+/// times: the nodes with one chosen offset (or none) by a plain join, the others by the flush
+/// before each row.
+fn collectives_views(name: &str, rows: &str) -> String {
+    let is_collective = is_collective_sql();
+    format!(
+        "CREATE OR REPLACE TEMP VIEW {name}_one_offset AS
   SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
          n.timestamp AS enter_raw, n.timestamp + coalesce(f.offset_ns, 0) AS enter_ns, coalesce(f.err_ns, 0) AS err_ns
-  FROM {LAKE}.nccl_calls n LEFT JOIN node_first_offset f ON f.node = n.node
+  FROM {rows} n LEFT JOIN node_first_offset f ON f.node = n.node
   WHERE coalesce(f.offsets, 1) = 1 AND {is_collective};
-CREATE OR REPLACE TEMP VIEW collectives_several_offsets AS
+CREATE OR REPLACE TEMP VIEW {name}_several_offsets AS
   SELECT n.node, n.trace_uid, n.pid, n.tid, n.rank, n.nranks, n.comm_hash, n.comm, n.seq, n.op, n.count,
          n.timestamp AS enter_raw,
          n.timestamp + coalesce(o.offset_ns, f.offset_ns) AS enter_ns,
          coalesce(o.err_ns, f.err_ns) AS err_ns
-  FROM {LAKE}.nccl_calls n JOIN node_first_offset f ON f.node = n.node AND f.offsets > 1
+  FROM {rows} n JOIN node_first_offset f ON f.node = n.node AND f.offsets > 1
   ASOF LEFT JOIN clock_chosen o ON n.node = o.node AND n.timestamp >= o.sampled_at
   WHERE {is_collective};
-CREATE OR REPLACE TEMP VIEW collectives AS
-  SELECT * FROM collectives_one_offset UNION ALL SELECT * FROM collectives_several_offsets;"
+CREATE OR REPLACE TEMP VIEW {name} AS
+  SELECT * FROM {name}_one_offset UNION ALL SELECT * FROM {name}_several_offsets;"
     )
 }
 
@@ -81,7 +90,7 @@ fn is_collective_sql() -> String {
 }
 
 /// Every rank's entry into every collective, one per process (its earliest, as the one-host
-/// analysis keeps), over `view` (`collectives` or one of its two parts, see [`Fleet::entries`]).
+/// analysis keeps), over `view` (`collectives` or its plain-join half, see [`Entries`]).
 /// Only a process holding several handles of one communicator (`ncclCommInitAll`) calls a
 /// collective more than once: its rows are grouped, every other row passes as it is (grouping ten
 /// million rows that are already one per process would cost more than the rest of the straggler
@@ -107,6 +116,28 @@ fn one_entry_each(view: &str) -> String {
     format!("SELECT comm_hash, seq, node, trace_uid, pid, enter_ns, tid, rank, nranks, err_ns FROM {view}")
 }
 
+/// How a fleet's entries into collectives are read: grouped per process ([`grouped_entries`]) only
+/// when some process holds two handles of a communicator, and from the plain-join half of the
+/// views ([`collectives_views`]) only when no node has several clock offsets (the usual fleet: the
+/// other half's as-of join still reads every row, 0.1 s over 10M).
+#[derive(Debug, Clone, Copy)]
+struct Entries {
+    grouped: bool,
+    several_offsets: bool,
+}
+
+impl Entries {
+    /// The SQL of the entries over the views named `views` (see [`collectives_views`]).
+    fn sql(self, views: &str) -> String {
+        let view = if self.several_offsets { views.to_string() } else { format!("{views}_one_offset") };
+        if self.grouped {
+            grouped_entries(&view)
+        } else {
+            one_entry_each(&view)
+        }
+    }
+}
+
 /// Whether some process holds several handles of one communicator, asked of the `collectives`
 /// view's rows in the table itself (no clock alignment needed) and on integer columns only (a pid
 /// shared by two nodes can only make the answer yes, never hide a real one). Each handle numbers
@@ -127,26 +158,39 @@ fn any_multi_handle_sql() -> String {
 /// and the last entry (plain aggregates: a list per collective, `max(enter_ns, 2)`, cost a fifth
 /// of the statement over 10M entries), which give the communicator's period and the candidates:
 /// last minus first at least the floor and the period's share, a superset of the late ones (last
-/// minus second-last can only be smaller). The second read keeps the candidates' entries, from
+/// minus second-last can only be smaller). The second read (`cand_collectives`: the candidates'
+/// `nccl_calls` rows picked before they are aligned, so the join with the clock views runs on
+/// them alone) keeps the candidates' entries, from
 /// which the last two entries, who entered last, their clock bounds and nodes, the sum of entries,
 /// and later what each other rank waited ([`Fleet::stragglers`]) are taken, and the late ones are
 /// kept. When the last two entered at the same nanosecond their order is arbitrary, and nothing
 /// depends on it: that collective's lateness is 0. (One pass holding every column of every
 /// collective took three times as long: strings and lists per collective are what a hash aggregate
 /// pays most for.)
-fn late_tables_sql(entries: &str) -> String {
-    format!(
-        "CREATE OR REPLACE TEMP TABLE cand AS
+fn late_tables_sql(entries: Entries) -> [(&'static str, String); 4] {
+    let cand_rows = format!("(SELECT * FROM {LAKE}.nccl_calls SEMI JOIN cand USING (comm_hash, seq))");
+    let (all, of_cand) = (entries.sql("collectives"), entries.sql("cand_collectives"));
+    [
+        (
+            "candidates (first read)",
+            format!(
+                "CREATE OR REPLACE TEMP TABLE cand AS
 WITH per AS MATERIALIZED (
   SELECT comm_hash, seq, min(enter_ns) AS first_ns, max(enter_ns) AS last_ns
-  FROM ({entries}) GROUP BY comm_hash, seq HAVING count(*) >= 2),
+  FROM ({all}) GROUP BY comm_hash, seq HAVING count(*) >= 2),
 period AS (
   SELECT a.comm_hash, quantile_disc(a.first_ns - b.first_ns, 0.5) FILTER (WHERE a.first_ns > b.first_ns) AS period_ns
   FROM per a JOIN per b ON b.comm_hash = a.comm_hash AND b.seq = a.seq - 1 GROUP BY a.comm_hash)
 SELECT comm_hash, seq, coalesce(period_ns, 0) AS period_ns FROM per LEFT JOIN period USING (comm_hash)
-WHERE last_ns - first_ns >= greatest({LATE_FLOOR_NS}, coalesce(period_ns, 0) // {LATE_PERIOD_DIVISOR});
-CREATE OR REPLACE TEMP TABLE cand_entries AS SELECT * FROM ({entries}) SEMI JOIN cand USING (comm_hash, seq);
-CREATE OR REPLACE TEMP TABLE late AS
+WHERE last_ns - first_ns >= greatest({LATE_FLOOR_NS}, coalesce(period_ns, 0) // {LATE_PERIOD_DIVISOR})"
+            ),
+        ),
+        ("candidates' views", collectives_views("cand_collectives", &cand_rows)),
+        ("candidates' entries (second read)", format!("CREATE OR REPLACE TEMP TABLE cand_entries AS {of_cand}")),
+        (
+            "late collectives",
+            format!(
+                "CREATE OR REPLACE TEMP TABLE late AS
 WITH who AS (
   SELECT comm_hash, seq, count(*) AS n, sum(enter_ns::HUGEINT) AS sum_enter, max(enter_ns, 2) AS last2,
          arg_max(err_ns, enter_ns, 2) AS errs,
@@ -163,8 +207,10 @@ late AS (
          last2[1] AS last_ns, n AS ranks_in, period_ns
   FROM cand JOIN who USING (comm_hash, seq))
 SELECT * FROM late
-WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns);"
-    )
+WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns)"
+            ),
+        ),
+    ]
 }
 
 /// One run of consecutive late collectives of a straggler.
@@ -462,22 +508,26 @@ ORDER BY nodes.node"
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// The SQL of every rank's entry into every collective, one per process: [`grouped_entries`],
-    /// or the rows as they are ([`one_entry_each`]) when no process holds two handles of a
-    /// communicator; over `collectives_one_offset` alone when no node has several clock offsets
-    /// (the usual fleet: the other part's as-of join still reads every row, 0.1 s over 10M).
-    fn entries(&self) -> Result<String, FleetError> {
+    /// How to read every rank's entry into every collective, one per process (see [`Entries`]).
+    fn entries(&self) -> Result<Entries, FleetError> {
         let multi: i64 = self.conn.query_row(&any_multi_handle_sql(), [], |r| r.get(0))?;
         let several: i64 =
             self.conn.query_row("SELECT count(*) FROM node_first_offset WHERE offsets > 1", [], |r| r.get(0))?;
-        let view = if several == 0 { "collectives_one_offset" } else { "collectives" };
-        Ok(if multi == 0 { one_entry_each(view) } else { grouped_entries(view) })
+        Ok(Entries { grouped: multi > 0, several_offsets: several > 0 })
     }
 
     /// The stragglers of every communicator, the most waited-for first, with their episodes.
     pub fn stragglers(&self) -> Result<Vec<FleetStraggler>, FleetError> {
         // the late collectives once, then the episodes and the medians from them
-        self.conn.execute_batch(&late_tables_sql(&self.entries()?))?;
+        let lap = std::time::Instant::now();
+        let entries = self.entries()?;
+        tracing::debug!(?entries, ms = lap.elapsed().as_millis() as u64, "stragglers: how to read the entries");
+        for (what, sql) in late_tables_sql(entries) {
+            let lap = std::time::Instant::now();
+            self.conn.execute_batch(&sql)?;
+            tracing::debug!(ms = lap.elapsed().as_millis() as u64, "stragglers: {what}");
+        }
+        let lap = std::time::Instant::now();
         let sql = format!(
             "WITH isl AS (SELECT *, seq - row_number() OVER (PARTITION BY comm_hash, node, trace_uid, pid ORDER BY seq) AS island FROM late),
 s AS (SELECT comm_hash, node, trace_uid, pid FROM late GROUP BY ALL HAVING count(*) >= {MIN_LATE})
@@ -553,11 +603,16 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
         while let Some(r) = rows.next()? {
             late_of.entry((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)).or_default().push((r.get(4)?, r.get(5)?));
         }
-        // (the entries as the late collectives counted them: one per process)
-        let paid = "SELECT c.comm_hash, c.node, c.trace_uid, c.pid, l.seq, (l.last_ns - c.enter_ns)::BIGINT
+        // (the entries as the late collectives counted them: one per process; of the stragglers only:
+        // a fleet's on-time ranks each paid at every late collective, and nothing reads theirs)
+        let paid = format!(
+            "SELECT c.comm_hash, c.node, c.trace_uid, c.pid, l.seq, (l.last_ns - c.enter_ns)::BIGINT
              FROM late l JOIN cand_entries c ON c.comm_hash = l.comm_hash AND c.seq = l.seq
-             WHERE NOT (c.node = l.node AND c.trace_uid = l.trace_uid AND c.pid = l.pid) ORDER BY l.seq";
-        let mut st = self.conn.prepare(paid)?;
+             SEMI JOIN (SELECT comm_hash, node, trace_uid, pid FROM late GROUP BY ALL HAVING count(*) >= {MIN_LATE}) s
+               ON s.comm_hash = c.comm_hash AND s.node = c.node AND s.trace_uid = c.trace_uid AND s.pid = c.pid
+             WHERE NOT (c.node = l.node AND c.trace_uid = l.trace_uid AND c.pid = l.pid) ORDER BY l.seq"
+        );
+        let mut st = self.conn.prepare(&paid)?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
             paid_of.entry((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)).or_default().push((r.get(4)?, r.get(5)?));
@@ -568,6 +623,7 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
             s.net_waited_ns = (s.waited_ns - s.waited_for_others_ns).max(0);
             s.worst_stretch = worst_stretch(late_of.get(key).map(Vec::as_slice).unwrap_or_default(), paid);
         }
+        tracing::debug!(ms = lap.elapsed().as_millis() as u64, "stragglers: episodes, medians and waits");
         let mut out: Vec<FleetStraggler> = out.into_iter().map(|(_, s)| s).collect();
         out.sort_by(|a, b| b.waited_ns.cmp(&a.waited_ns).then(a.node.cmp(&b.node)).then(a.pid.cmp(&b.pid)));
         Ok(out)
@@ -631,7 +687,7 @@ SELECT c.comm_hash, c.node, c.pid, any_value(c.rank), count(*), count(*) FILTER 
        sum(last_ns - enter_ns)::BIGINT, quantile_disc(last_ns - enter_ns, 0.5), max(last_ns - enter_ns)
 FROM c JOIN per USING (comm_hash, seq)
 GROUP BY c.comm_hash, c.node, c.trace_uid, c.pid ORDER BY c.comm_hash, any_value(c.rank), c.node, c.pid",
-            self.entries()?
+            self.entries()?.sql("collectives")
         );
         let mut st = self.conn.prepare(&sql)?;
         let rows = st.query_map([], |r| {
