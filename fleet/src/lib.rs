@@ -38,7 +38,7 @@ pub use local::node_and_host;
 pub use maintain::{maintain, MaintainStep};
 pub use schema::{FLEET_DDL, MIRRORED, TABLE_DOCS};
 pub use ship::{Marks, ShipOptions, ShipReport, Shipper};
-pub use store::{node_store, node_traces};
+pub use store::{latest_node_store, node_store, node_traces};
 pub use tier::{summary_predicate, Tier};
 
 /// What can go wrong in the fleet, worded for the person who can fix it.

@@ -48,14 +48,20 @@ fn lake_columns(conn: &Connection, table: &str) -> Result<Vec<String>, FleetErro
 /// A connection whose default database shows `(node, trace_uid)` of the lake as a native trace.
 fn scoped_connection(lake: &LakeSpec, node: &str, trace_uid: &str) -> Result<Connection, FleetError> {
     let conn = lake::connect(lake, &Access::Read)?;
-    init_native_schema(&conn)?;
-    let in_lake = tables(&conn, LAKE)?;
+    scope(&conn, node, trace_uid)?;
+    Ok(conn)
+}
+
+/// Make the default database of `conn` (the lake attached) show `(node, trace_uid)` as a native trace.
+fn scope(conn: &Connection, node: &str, trace_uid: &str) -> Result<(), FleetError> {
+    init_native_schema(conn)?;
+    let in_lake = tables(conn, LAKE)?;
     for (table, _) in MIRRORED {
         if !in_lake.iter().any(|t| t == table) {
             continue;
         }
-        let native = main_columns(&conn, table)?;
-        let shipped = lake_columns(&conn, table)?;
+        let native = main_columns(conn, table)?;
+        let shipped = lake_columns(conn, table)?;
         let select: Vec<String> = native
             .iter()
             .map(|c| if shipped.iter().any(|s| s == c) { format!("\"{c}\"") } else { format!("NULL AS \"{c}\"") })
@@ -67,16 +73,27 @@ fn scoped_connection(lake: &LakeSpec, node: &str, trace_uid: &str) -> Result<Con
             lit(trace_uid)
         ))?;
     }
-    Ok(conn)
+    Ok(())
 }
 
 /// Open `node`'s trace in the lake as a [`TraceStore`](causeway_backends::TraceStore). With
 /// `trace_uid` None the node must have shipped one trace (else the error lists them).
 pub fn node_store(lake: &LakeSpec, node: &str, trace_uid: Option<&str>) -> Result<DuckDbStore, FleetError> {
-    let probe = lake::connect(lake, &Access::Read)?;
-    let traces = node_traces(&probe, node)?;
-    drop(probe);
-    let uid = match (trace_uid, traces.as_slice()) {
+    open_node(lake, node, |traces| pick_trace(node, trace_uid, traces))
+}
+
+/// Open `node`'s latest shipped trace in the lake (by first shipment) as a
+/// [`TraceStore`](causeway_backends::TraceStore): what the MCP server serves as `node:NAME`.
+pub fn latest_node_store(lake: &LakeSpec, node: &str) -> Result<DuckDbStore, FleetError> {
+    open_node(lake, node, |traces| match traces.first() {
+        Some(uid) => Ok(uid.clone()),
+        None => pick_trace(node, None, traces),
+    })
+}
+
+/// Which of `traces` (a node's, newest first) [`node_store`] opens.
+fn pick_trace(node: &str, trace_uid: Option<&str>, traces: &[String]) -> Result<String, FleetError> {
+    Ok(match (trace_uid, traces) {
         (Some(u), _) if traces.iter().any(|t| t == u) => u.to_string(),
         (Some(u), _) => {
             return Err(FleetError::Empty(format!(
@@ -95,8 +112,20 @@ pub fn node_store(lake: &LakeSpec, node: &str, trace_uid: Option<&str>) -> Resul
                 many.join(", ")
             )))
         }
-    };
-    let conn = scoped_connection(lake, node, &uid)?;
+    })
+}
+
+/// Open the trace of `node` that `pick` chooses among its traces (newest first).
+fn open_node(
+    lake: &LakeSpec,
+    node: &str,
+    pick: impl FnOnce(&[String]) -> Result<String, FleetError>,
+) -> Result<DuckDbStore, FleetError> {
+    // one connection to find the trace and to read it (each connection loads the extensions and
+    // checks their signatures: 0.5-0.8 s)
+    let conn = lake::connect(lake, &Access::Read)?;
+    let uid = pick(&node_traces(&conn, node)?)?;
+    scope(&conn, node, &uid)?;
     let (lake2, node2, uid2) = (lake.clone(), node.to_string(), uid.clone());
     // Guarded queries (the user's SQL, and the analyses' own few: explain asks four) each get a
     // connection of their own to one hardened database, made on the first: attaching the lake
@@ -116,4 +145,21 @@ pub fn node_store(lake: &LakeSpec, node: &str, trace_uid: Option<&str>) -> Resul
     });
     let label = PathBuf::from(format!("lake:{node}/{uid}"));
     DuckDbStore::from_connection(conn, label, Some(reopen)).map_err(|e| FleetError::Engine(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_is_picked_by_name_or_as_the_only_one() {
+        let two = ["b".to_string(), "a".to_string()];
+        assert_eq!(pick_trace("n", Some("a"), &two).unwrap(), "a");
+        let e = pick_trace("n", Some("c"), &two).unwrap_err().to_string();
+        assert!(e.contains("no trace `c`") && e.contains("b, a"), "{e}");
+        let e = pick_trace("n", None, &two).unwrap_err().to_string();
+        assert!(e.contains("shipped 2 traces: name one (b, a)"), "{e}");
+        assert_eq!(pick_trace("n", None, &two[..1]).unwrap(), "b");
+        assert!(pick_trace("n", None, &[]).unwrap_err().to_string().contains("no node `n`"));
+    }
 }

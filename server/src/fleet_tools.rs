@@ -275,10 +275,7 @@ pub fn add_nodes(set: &TraceSet, lake: &Arc<LakeSpec>) -> Result<usize, String> 
         let (lake, node) = (lake.clone(), n.node.clone());
         let label = format!("lake:{}", n.node);
         let opener = Box::new(move || {
-            let conn = causeway_fleet::connect(&lake, &Access::Read).map_err(|e| e.to_string())?;
-            let latest = causeway_fleet::node_traces(&conn, &node).map_err(|e| e.to_string())?;
-            drop(conn);
-            causeway_fleet::node_store(&lake, &node, latest.first().map(String::as_str))
+            causeway_fleet::latest_node_store(&lake, &node)
                 .map(|s| Arc::new(s) as Arc<dyn causeway_backends::TraceStore>)
                 .map_err(|e| e.to_string())
         });
