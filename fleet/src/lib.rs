@@ -23,6 +23,7 @@ pub mod clock;
 pub mod lake;
 mod local;
 mod maintain;
+mod reader;
 mod schema;
 mod ship;
 mod small_tables;
@@ -36,6 +37,7 @@ pub use analyses::{
 pub use lake::{connect, Access, LakeSpec};
 pub use local::node_and_host;
 pub use maintain::{maintain, MaintainStep};
+pub use reader::LakeReader;
 pub use schema::{FLEET_DDL, MIRRORED, TABLE_DOCS};
 pub use ship::{Marks, ShipOptions, ShipReport, Shipper};
 pub use store::{latest_node_store, node_store, node_traces};

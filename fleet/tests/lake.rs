@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use causeway_backends::SyntheticJob;
-use causeway_fleet::{connect, Access, Fleet, LakeSpec, ShipOptions, Shipper, Tier};
+use causeway_fleet::{connect, Access, Fleet, LakeReader, LakeSpec, ShipOptions, Shipper, Tier};
 use causeway_testdata::FleetCatalog;
 
 const T0: i64 = 1_790_000_000_000_000_000;
@@ -260,4 +260,37 @@ fn a_tls_catalog_ships_and_refuses_plain_connections() {
     let plain = catalog.read_lake().replace("sslmode=require", "sslmode=disable");
     let e = connect(&lake(&plain), &Access::Read).map(|_| ()).expect_err("a plain connection is refused").to_string();
     assert!(e.contains("no pg_hba.conf entry") || e.contains("SSL"), "{e}");
+}
+
+#[test]
+fn a_reader_answers_from_one_instance_and_attaches_again_after_the_catalog_restarts() {
+    let catalog = FleetCatalog::start("fleet-reader");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("node-0.db");
+    write_node(&p, "node-0", &[(5, 0), (6, 0)], None, 0);
+    let opts = ShipOptions { tier: Tier::All, data_path: Some(catalog.data_path()), ..Default::default() };
+    Shipper::open(&lake(&catalog.ship_lake()), &p, &opts).unwrap().ship_all().unwrap();
+
+    let reader = LakeReader::new(lake(&catalog.read_lake()));
+    assert!(!reader.is_open(), "nothing opened before the first answer");
+    let first = reader.with_fleet(|f| f.stragglers()).unwrap();
+    assert!(reader.is_open());
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].rank, 5);
+    // a second answer from the same instance (its own connection: the temporary tables of the first
+    // do not leak into it) equals a fresh connection's
+    assert_eq!(reader.with_fleet(|f| f.stragglers()).unwrap(), first);
+    let fresh = Fleet::new(connect(&lake(&catalog.read_lake()), &Access::Read).unwrap()).unwrap();
+    assert_eq!(fresh.stragglers().unwrap(), first);
+    drop(fresh);
+
+    // the catalog goes away: a clear error, and the instance is let go
+    catalog.stop_server();
+    let e = reader.with_fleet(|f| f.nodes()).unwrap_err().to_string();
+    assert!(!reader.is_open(), "the instance is dropped after an error: {e}");
+    // it comes back: the next answer attaches the lake again
+    catalog.start_server();
+    let nodes = reader.with_fleet(|f| f.nodes()).unwrap();
+    assert_eq!(nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["node-0"]);
+    assert!(reader.is_open());
 }

@@ -66,7 +66,7 @@ fn server(dbs: &[PathBuf], request_timeout: Duration, extras: Extras) -> anyhow:
     if let Some(lake) = extras.lake {
         #[cfg(feature = "fleet")]
         {
-            let lake = Arc::new(causeway_fleet::LakeSpec::parse(&lake)?);
+            let lake = Arc::new(causeway_fleet::LakeReader::new(causeway_fleet::LakeSpec::parse(&lake)?));
             let n = fleet_tools::add_nodes(&traces, &lake).map_err(anyhow::Error::msg)?;
             tracing::info!("serving {n} nodes of the lake");
             tools.extend(fleet_tools::catalogue(lake));

@@ -18,9 +18,9 @@ pub fn generate() -> BTreeMap<String, String> {
     #[cfg_attr(not(feature = "fleet"), allow(unused_mut))]
     let mut tools = catalogue_with(Some(Arc::new(capture)));
     #[cfg(feature = "fleet")]
-    tools.extend(crate::fleet_tools::catalogue(Arc::new(
+    tools.extend(crate::fleet_tools::catalogue(Arc::new(causeway_fleet::LakeReader::new(
         causeway_fleet::LakeSpec::parse("postgres:host=127.0.0.1").expect("a lake string without a password"),
-    )));
+    ))));
     for spec in tools {
         let t = &spec.tool;
         let pretty = |v: serde_json::Value| serde_json::to_string_pretty(&v).expect("json") + "\n";

@@ -319,6 +319,25 @@ impl FleetCatalog {
         )
     }
 
+    /// Stop the catalog server (`fleet-catalog.sh stop`): fault tests of an unreachable catalog.
+    pub fn stop_server(&self) {
+        self.script("stop");
+    }
+
+    /// Start the stopped catalog server again, same directory and port (`fleet-catalog.sh start`).
+    pub fn start_server(&self) {
+        self.script("start");
+    }
+
+    fn script(&self, cmd: &str) {
+        let out = std::process::Command::new("bash")
+            .arg(repo_root().join("scripts/fleet-catalog.sh"))
+            .args([cmd, self.dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "fleet-catalog.sh {cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// The environment a process needs to reach the catalog.
     pub fn env(&self) -> [(&'static str, PathBuf); 1] {
         [("PGPASSFILE", self.pgpass())]
