@@ -18,6 +18,7 @@
 //!
 //! The local trace stays each host's source of truth; nothing here rewrites a stored timestamp.
 
+mod aligned;
 mod analyses;
 pub mod clock;
 pub mod lake;
@@ -30,9 +31,10 @@ mod small_tables;
 mod store;
 mod tier;
 
+pub use aligned::align_views;
 pub use analyses::{
-    align_views, query, sync_predicate, Episode, Fleet, FleetStraggler, NodeClock, NodeOp, NodeSummary, RankWait,
-    OUTLIER_MIN_CALLS, OUTLIER_RATIO,
+    query, sync_predicate, Episode, Fleet, FleetStraggler, NodeClock, NodeOp, NodeSummary, RankWait, OUTLIER_MIN_CALLS,
+    OUTLIER_RATIO,
 };
 pub use lake::{connect, Access, LakeSpec};
 pub use local::node_and_host;

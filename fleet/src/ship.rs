@@ -61,6 +61,7 @@ const PENDING_ROWS: i64 = 2_000_000;
 
 /// Times a flush is redone after a commit conflict with another shipper.
 const CONFLICT_RETRIES: u32 = 12;
+
 /// How to ship.
 #[derive(Debug, Clone)]
 pub struct ShipOptions {
