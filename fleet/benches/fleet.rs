@@ -70,13 +70,24 @@ fn main() {
                 let (ship, data) = (catalog.ship_lake(), catalog.data_path());
                 s.spawn(move || {
                     let opts = ShipOptions { tier: Tier::All, batch_rows, data_path: Some(data), ..Default::default() };
-                    Shipper::open(&lake(ship), p, &opts).unwrap().ship_all().unwrap()
+                    let t = Instant::now();
+                    let mut shipper = Shipper::open(&lake(ship), p, &opts).unwrap();
+                    let opened = t.elapsed().as_millis() as u64;
+                    let report = shipper.ship_all().unwrap();
+                    (report, opened, t.elapsed().as_millis() as u64 - opened)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let secs = t.elapsed().as_secs_f64();
+    let (reports, mut opens, mut ships): (Vec<_>, Vec<u64>, Vec<u64>) =
+        reports.into_iter().fold((Vec::new(), Vec::new(), Vec::new()), |(mut r, mut o, mut s), (a, b, c)| {
+            r.push(a);
+            o.push(b);
+            s.push(c);
+            (r, o, s)
+        });
     let rows: u64 = reports.iter().flat_map(|r| r.rows.values()).sum();
     let mut commits: Vec<u64> = reports.iter().flat_map(|r| r.commit_ms.iter().copied()).collect();
     let (p50, p99) = (nearest_rank(&mut commits, 500), nearest_rank(&mut commits, 990));
@@ -86,6 +97,13 @@ fn main() {
         rate / 100_000.0,
         commits.len(),
         p99 as f64 / 3000.0
+    );
+    println!(
+        "  per shipper, all eight at once on this machine's cores: opening (extensions loaded and checked, lake and trace attached, tables made) median {} ms, max {} ms; shipping median {} ms, max {} ms",
+        nearest_rank(&mut opens, 500),
+        nearest_rank(&mut opens, 1000),
+        nearest_rank(&mut ships, 500),
+        nearest_rank(&mut ships, 1000)
     );
 
     // 2. the straggler query over 10M lake rows
