@@ -11,9 +11,7 @@
 //! writes): one process writes it at a time and no server measures the nodes' clocks, so it is for
 //! traces gathered after the fact, read by the same analyses.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use duckdb::{Config, Connection};
@@ -224,64 +222,6 @@ pub fn connect(lake: &LakeSpec, access: &Access) -> Result<Connection, FleetErro
             Err(e) => return Err(attach_error(lake, access, e)),
         }
     }
-}
-
-/// One DuckDB instance per lake and access mode in this process, shared by the shippers that use
-/// it, with how many use it: opening a lake loads its extensions and checks their signatures
-/// (0.5-0.8 s of CPU), once per instance. The instance closes when its last shipper is dropped
-/// (a catalog file is let go between the traces `causeway merge` ships one after the other).
-static SHARED: Mutex<BTreeMap<String, (Connection, usize)>> = Mutex::new(BTreeMap::new());
-
-/// A shipper's hold on a shared instance (see [`shared_connect`]); dropping it lets the instance
-/// go when no other shipper holds it.
-pub(crate) struct SharedLake {
-    key: String,
-}
-
-impl Drop for SharedLake {
-    fn drop(&mut self) {
-        let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, users)) = shared.get_mut(&self.key) {
-            *users -= 1;
-            if *users == 0 {
-                shared.remove(&self.key);
-            }
-        }
-    }
-}
-
-/// A connection of its own to this process's instance for `lake` and `access` (made by
-/// [`connect`] on the first call): its own transactions, temporary tables and settings of the
-/// session, the instance's attached databases (the lake, as [`LAKE`], and every shipper's local
-/// trace under an alias of its own) and global settings.
-pub(crate) fn shared_connect(lake: &LakeSpec, access: &Access) -> Result<(Connection, SharedLake), FleetError> {
-    let key = shared_key(lake, access);
-    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-    let conn = match shared.get_mut(&key) {
-        Some((base, users)) => {
-            let conn = base.try_clone()?;
-            *users += 1;
-            conn
-        }
-        None => {
-            let base = connect(lake, access)?;
-            let conn = base.try_clone()?;
-            shared.insert(key.clone(), (base, 1));
-            conn
-        }
-    };
-    Ok((conn, SharedLake { key }))
-}
-
-/// Whether this process holds a shared instance for `lake` and `access` (tests).
-#[cfg(test)]
-pub(crate) fn is_shared(lake: &LakeSpec, access: &Access) -> bool {
-    SHARED.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&shared_key(lake, access))
-}
-
-/// The registry's key of an instance.
-fn shared_key(lake: &LakeSpec, access: &Access) -> String {
-    format!("{}\0{access:?}", lake.attach_target())
 }
 
 /// Lock a read connection down for user SQL, as the SQL guard's engine layer does for a trace

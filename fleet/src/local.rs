@@ -10,40 +10,36 @@ use crate::lake::lit;
 use crate::schema;
 use crate::FleetError;
 
-/// A new alias for a local trace in a shipper's connection: unique in the process, since the
-/// shippers of one process share a DuckDB instance (`lake::shared_connect`) and its attachments.
-pub(crate) fn new_alias() -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    format!("local_{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-}
+/// The alias of the local trace in the shipper's connection.
+pub(crate) const LOCAL: &str = "local";
 
-/// Attach the trace at `path` read-only as `alias`: a native trace only (an Ingero DB is
+/// Attach the trace at `path` read-only as [`LOCAL`]: a native trace only (an Ingero DB is
 /// converted first).
-pub(crate) fn attach_local(conn: &Connection, path: &Path, alias: &str) -> Result<(), FleetError> {
+pub(crate) fn attach_local(conn: &Connection, path: &Path) -> Result<(), FleetError> {
     let p = lit(&path.to_string_lossy());
     let meta = std::fs::metadata(path).map_err(|e| FleetError::Local(format!("{}: {e}", path.display())))?;
     if !meta.is_file() {
         return Err(FleetError::Local(format!("{}: not a file", path.display())));
     }
     let sql = if causeway_backends::duckdb::is_duckdb_file(path) {
-        format!("ATTACH {p} AS {alias} (READ_ONLY)")
+        format!("ATTACH {p} AS {LOCAL} (READ_ONLY)")
     } else {
-        format!("ATTACH {p} AS {alias} (TYPE sqlite, READ_ONLY)")
+        format!("ATTACH {p} AS {LOCAL} (TYPE sqlite, READ_ONLY)")
     };
     conn.execute_batch(&sql)
         .map_err(|e| FleetError::Local(format!("{}: cannot open it as a trace: {e}", path.display())))?;
-    let tables = schema::tables(conn, alias)?;
+    let tables = schema::tables(conn, LOCAL)?;
     let native = tables.iter().any(|t| t == "schema_info")
         && conn
             .query_row(
-                &format!("SELECT count(*) FROM {alias}.schema_info WHERE key = 'format' AND value = 'causeway'"),
+                &format!("SELECT count(*) FROM {LOCAL}.schema_info WHERE key = 'format' AND value = 'causeway'"),
                 [],
                 |r| r.get::<_, i64>(0),
             )
             .unwrap_or(0)
             > 0;
     if !native {
-        let _ = conn.execute_batch(&format!("DETACH {alias}"));
+        let _ = conn.execute_batch(&format!("DETACH {LOCAL}"));
         let what = if tables.iter().any(|t| t == "events") {
             "not a Causeway trace (an Ingero DB? `causeway convert` it to a native trace first)"
         } else {
@@ -57,15 +53,11 @@ pub(crate) fn attach_local(conn: &Connection, path: &Path, alias: &str) -> Resul
 /// The trace's identity: a uid stable across shipper restarts (its first session's start and
 /// tracer pid), the node and host name it recorded (either may be empty: see [`node_and_host`]) and
 /// its tool version.
-pub(crate) fn identity(
-    conn: &Connection,
-    path: &Path,
-    alias: &str,
-) -> Result<(String, String, String, String), FleetError> {
+pub(crate) fn identity(conn: &Connection, path: &Path) -> Result<(String, String, String, String), FleetError> {
     // traces written before the column existed have no tracer_pid
     let has_tracer: bool = conn.query_row(
         &format!(
-            "SELECT count(*) > 0 FROM information_schema.columns WHERE table_catalog = '{alias}' AND table_name = 'sessions' \
+            "SELECT count(*) > 0 FROM information_schema.columns WHERE table_catalog = '{LOCAL}' AND table_name = 'sessions' \
              AND column_name = 'tracer_pid'"
         ),
         [],
@@ -75,7 +67,7 @@ pub(crate) fn identity(
     let row = conn
         .query_row(
             &format!(
-                "SELECT started_at, {tracer}, node, hostname, tool_version FROM {alias}.sessions ORDER BY id LIMIT 1"
+                "SELECT started_at, {tracer}, node, hostname, tool_version FROM {LOCAL}.sessions ORDER BY id LIMIT 1"
             ),
             [],
             |r| {

@@ -1,10 +1,8 @@
 //! The shipper: copies a local trace into the lake, exactly once, as it grows or after it ends.
 //!
 //! The local trace stays the source of truth. The shipper attaches it read-only in the same DuckDB
-//! instance as the lake (a SQLite trace through DuckDB's `sqlite_scanner`, a DuckDB trace
-//! directly; one instance per lake in a process, shared by its shippers, each trace under an alias
-//! of its own), so every copy is one `INSERT INTO lake.t SELECT ... FROM local_N.t` run by the
-//! engine.
+//! connection as the lake (a SQLite trace through DuckDB's `sqlite_scanner`, a DuckDB trace
+//! directly), so every copy is one `INSERT INTO lake.t SELECT ... FROM local.t` run by the engine.
 //!
 //! **Exactly once.** Each flush ships the rows beyond the trace's watermark (per table: `events.id`,
 //! the `rowid` of `nccl_calls`, `gpu_samples` and `serving_samples`) up to a high mark, and writes them together with
@@ -28,8 +26,8 @@ use duckdb::{params, Connection};
 use serde::Serialize;
 
 use crate::clock::{self, ClockSample};
-use crate::lake::{self, lit, Access, LakeSpec, SharedLake, LAKE};
-use crate::local::{attach_local, identity, new_alias, node_and_host};
+use crate::lake::{self, lit, Access, LakeSpec, LAKE};
+use crate::local::{attach_local, identity, node_and_host, LOCAL};
 use crate::schema::{self, MIRRORED};
 use crate::small_tables::{self, SmallTables};
 use crate::tier::{summary_predicate, Tier};
@@ -74,8 +72,7 @@ pub struct ShipOptions {
     pub batch_rows: i64,
     /// Where a new lake keeps its data files.
     pub data_path: Option<PathBuf>,
-    /// DuckDB threads of the instance the shipper uses (a global setting of the instance, which the
-    /// process's shippers of one lake share: the last opened sets it). One by default: a shipper runs beside the job it
+    /// DuckDB threads of the shipper's connection. One by default: a shipper runs beside the job it
     /// traces and must not compete for its cores; and eight shippers on one 2-core machine (the
     /// fleet bench) shipped 1.4x the rows per second with one thread each than with a thread per
     /// core each (the engine's scheduling between threads cost more than it gave).
@@ -160,15 +157,10 @@ impl ShipReport {
 
 /// A shipper for one local trace.
 pub struct Shipper {
-    /// A connection of its own to the process's instance for the lake ([`lake::shared_connect`]).
     conn: Connection,
-    /// The hold on that instance (after `conn`: dropped after it).
-    _shared: SharedLake,
-    /// The local trace, attached as `local` only while the shipper reads it (see
+    /// The local trace, attached as [`LOCAL`] only while the shipper reads it (see
     /// [`Shipper::release`]).
     path: PathBuf,
-    /// Its alias in the instance, unique in the process.
-    local: String,
     attached: std::cell::Cell<bool>,
     node: String,
     trace_uid: String,
@@ -186,13 +178,6 @@ pub struct Shipper {
     small: SmallTables,
     /// The id range (lo, hi] of the events read ahead into [`PENDING`]; (0, 0) when none.
     pending: (i64, i64),
-}
-
-impl Drop for Shipper {
-    /// The instance outlives this shipper when another in the process holds it: let the trace go.
-    fn drop(&mut self) {
-        self.release();
-    }
 }
 
 /// A node is one host: its clock offsets are measured and applied per node, and its drill-down is
@@ -219,61 +204,20 @@ fn refuse_node_of_another_host(conn: &Connection, node: &str, hostname: &str, tr
 }
 
 impl Shipper {
-    /// Attach the lake (creating its tables if needed) and the local trace at `trace`. The lake is
-    /// attached once per process: the shippers of one process share a DuckDB instance for it
-    /// ([`lake::shared_connect`]), each with a connection of its own and its trace under an alias
-    /// of its own.
+    /// Attach the lake (creating its tables if needed) and the local trace at `trace`.
     pub fn open(lake: &LakeSpec, trace: &Path, opts: &ShipOptions) -> Result<Shipper, FleetError> {
         let skew_ns = opts.test_clock_skew_ns.unwrap_or_else(clock::test_skew_ns);
-        let (conn, shared) = lake::shared_connect(lake, &Access::Ship { data_path: opts.data_path.clone() })?;
+        let conn = lake::connect(lake, &Access::Ship { data_path: opts.data_path.clone() })?;
         conn.execute_batch(&format!("SET threads = {}", opts.threads.max(1)))?;
-        let local = new_alias();
-        attach_local(&conn, trace, &local)?;
-        let (local_tables, node, trace_uid, tier) = match Self::identify(&conn, trace, &local, opts, skew_ns) {
-            Ok(identified) => identified,
-            Err(e) => {
-                // the instance outlives this shipper: let the trace go
-                let _ = conn.execute_batch(&format!("DETACH {local}"));
-                return Err(e);
-            }
-        };
-        Ok(Shipper {
-            conn,
-            _shared: shared,
-            path: trace.to_path_buf(),
-            local,
-            attached: std::cell::Cell::new(true),
-            node,
-            trace_uid,
-            tier,
-            batch_rows: opts.batch_rows.max(1),
-            local_tables,
-            summary: summary_predicate(),
-            skew_ns,
-            server_clock: lake.has_server_clock(),
-            snapshot_at: None,
-            small: SmallTables::default(),
-            pending: (0, 0),
-        })
-    }
-
-    /// The local trace's tables, node, uid and tier, with the lake made able to take it and the
-    /// trace recorded in `ship_traces`.
-    fn identify(
-        conn: &Connection,
-        trace: &Path,
-        local: &str,
-        opts: &ShipOptions,
-        skew_ns: i64,
-    ) -> Result<(Vec<String>, String, String, Tier), FleetError> {
-        let local_tables = schema::tables(conn, local)?;
-        let (trace_uid, trace_node, trace_host, tool_version) = identity(conn, trace, local)?;
+        attach_local(&conn, trace)?;
+        let local_tables = schema::tables(&conn, LOCAL)?;
+        let (trace_uid, trace_node, trace_host, tool_version) = identity(&conn, trace)?;
         let (node, hostname) = node_and_host(opts.node.as_deref(), &trace_node, &trace_host);
-        schema::ensure(conn, local)?;
+        schema::ensure(&conn, LOCAL)?;
         let engine = if causeway_backends::duckdb::is_duckdb_file(trace) { "duckdb" } else { "sqlite" };
         let tier = lake::retry_conflicts(8, || {
             // before the trace's own row: a trace of another host can carry the same uid
-            refuse_node_of_another_host(conn, &node, &hostname, trace)?;
+            refuse_node_of_another_host(&conn, &node, &hostname, trace)?;
             let existing: Option<String> = conn
                 .prepare(&format!("SELECT tier FROM {LAKE}.ship_traces WHERE node = ? AND trace_uid = ?"))?
                 .query_map(params![node, trace_uid], |r| r.get(0))?
@@ -303,7 +247,22 @@ impl Shipper {
                 }
             }
         })?;
-        Ok((local_tables, node, trace_uid, tier))
+        Ok(Shipper {
+            conn,
+            path: trace.to_path_buf(),
+            attached: std::cell::Cell::new(true),
+            node,
+            trace_uid,
+            tier,
+            batch_rows: opts.batch_rows.max(1),
+            local_tables,
+            summary: summary_predicate(),
+            skew_ns,
+            server_clock: lake.has_server_clock(),
+            snapshot_at: None,
+            small: SmallTables::default(),
+            pending: (0, 0),
+        })
     }
 
     pub fn node(&self) -> &str {
@@ -343,14 +302,13 @@ impl Shipper {
     /// How far the local trace goes now.
     pub fn local_marks(&self) -> Result<Marks, FleetError> {
         self.attach()?;
-        let local = &self.local;
         let max = |table: &str, col: &str| -> Result<i64, FleetError> {
             if !self.has_local(table) {
                 return Ok(0);
             }
             Ok(self
                 .conn
-                .query_row(&format!("SELECT coalesce(max({col}), 0) FROM {local}.{table}"), [], |r| r.get(0))?)
+                .query_row(&format!("SELECT coalesce(max({col}), 0) FROM {LOCAL}.{table}"), [], |r| r.get(0))?)
         };
         Ok(Marks {
             events: max("events", "id")?,
@@ -363,7 +321,7 @@ impl Shipper {
     /// Attach the local trace again if [`Shipper::release`] let it go.
     fn attach(&self) -> Result<(), FleetError> {
         if !self.attached.get() {
-            attach_local(&self.conn, &self.path, &self.local)?;
+            attach_local(&self.conn, &self.path)?;
             self.attached.set(true);
         }
         Ok(())
@@ -373,16 +331,15 @@ impl Shipper {
     /// up by this reader (it turns the write-ahead log back into a plain file at the end).
     pub fn release(&self) {
         if self.attached.replace(false) {
-            let _ = self.conn.execute_batch(&format!("DETACH {}", self.local));
+            let _ = self.conn.execute_batch(&format!("DETACH {LOCAL}"));
         }
     }
 
     /// Whether the tracer has finished the trace (its latest session has stopped).
     pub fn trace_finished(&self) -> Result<bool, FleetError> {
         self.attach()?;
-        let local = &self.local;
         Ok(self.conn.query_row(
-            &format!("SELECT coalesce(max(stopped_at) FILTER (WHERE id = (SELECT max(id) FROM {local}.sessions)), 0) != 0 FROM {local}.sessions"),
+            &format!("SELECT coalesce(max(stopped_at) FILTER (WHERE id = (SELECT max(id) FROM {LOCAL}.sessions)), 0) != 0 FROM {LOCAL}.sessions"),
             [],
             |r| r.get(0),
         )?)
@@ -454,9 +411,8 @@ impl Shipper {
             if hi.events > self.pending.1 {
                 // read ahead: the next PENDING_ROWS events in one scan of the local trace
                 let end = upto.events.min(wm.events + PENDING_ROWS.max(self.batch_rows));
-                let local = &self.local;
                 self.conn.execute_batch(&format!(
-                    "CREATE OR REPLACE TEMP TABLE {PENDING} AS SELECT * FROM {local}.events WHERE id > {} AND id <= {end}",
+                    "CREATE OR REPLACE TEMP TABLE {PENDING} AS SELECT * FROM {LOCAL}.events WHERE id > {} AND id <= {end}",
                     wm.events
                 ))?;
                 self.pending = (wm.events, end);
@@ -518,7 +474,7 @@ impl Shipper {
             let source = if self.pending.0 <= wm.events && hi.events <= self.pending.1 {
                 PENDING.to_string()
             } else {
-                format!("{}.events", self.local)
+                format!("{LOCAL}.events")
             };
             self.conn.execute_batch(&format!(
                 "CREATE OR REPLACE TEMP TABLE {BATCH} AS SELECT * FROM {source} WHERE id > {} AND id <= {}",
@@ -527,8 +483,7 @@ impl Shipper {
         }
         let snapshots = finished || self.snapshot_at.is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
         let changes = if snapshots {
-            self.small
-                .changes(&SmallTables::local_prints(&self.conn, &self.local, |t| self.has_local(t))?, flush_id == 1)
+            self.small.changes(&SmallTables::local_prints(&self.conn, |t| self.has_local(t))?, flush_id == 1)
         } else {
             Vec::new()
         };
@@ -573,7 +528,7 @@ impl Shipper {
     ) -> Result<FlushRows, FleetError> {
         let FlushPlan { wm, hi, flush_id, finished } = *plan;
         let (node, uid) = (&self.node, &self.trace_uid);
-        let (c, local) = (&self.conn, &self.local);
+        let c = &self.conn;
         let mut counts = Vec::new();
         let tier_pred = match self.tier {
             Tier::Summary => self.summary.clone(),
@@ -612,7 +567,7 @@ impl Shipper {
             if up > lo {
                 let n = c.execute(
                     &format!(
-                        "INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, ?::VARCHAR AS node, * FROM {local}.{table} \
+                        "INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, ?::VARCHAR AS node, * FROM {LOCAL}.{table} \
                          WHERE {col} > {lo} AND {col} <= {up}"
                     ),
                     params![uid, node],
@@ -620,7 +575,7 @@ impl Shipper {
                 counts.push((table, n as u64));
             }
         }
-        SmallTables::write(c, &self.local, small_changes, node, uid)?;
+        SmallTables::write(c, small_changes, node, uid)?;
         let mut st = c.prepare(&format!("INSERT INTO {LAKE}.clock_samples VALUES (?, ?, ?, ?, ?, ?, ?)"))?;
         for (i, s) in samples.iter().enumerate() {
             st.execute(params![node, uid, flush_id, i as i32, s.local_send_ns, s.server_ns, s.local_recv_ns])?;
@@ -665,11 +620,10 @@ impl Shipper {
     /// The stacks of the events of `events` (a table of local events) matching `pred` that the lake
     /// does not have for this trace.
     fn ship_stacks(&self, events: &str, pred: &str) -> Result<u64, FleetError> {
-        let local = &self.local;
         let n = self.conn.execute(
             &format!(
                 "INSERT INTO {LAKE}.stack_traces BY NAME SELECT ? AS trace_uid, ?::VARCHAR AS node, s.* \
-                 FROM {local}.stack_traces s WHERE s.hash IN (SELECT DISTINCT stack_hash FROM {events} \
+                 FROM {LOCAL}.stack_traces s WHERE s.hash IN (SELECT DISTINCT stack_hash FROM {events} \
                  WHERE {pred} AND stack_hash != 0) AND s.hash NOT IN (SELECT hash FROM {LAKE}.stack_traces \
                  WHERE node = ? AND trace_uid = ?)"
             ),
@@ -686,7 +640,6 @@ impl Shipper {
         }
         self.attach()?;
         let (node, uid) = (self.node.clone(), self.trace_uid.clone());
-        let local = &self.local;
         let pred = format!(
             "timestamp >= {from_ns} AND timestamp < {to_ns} AND NOT {} AND NOT EXISTS (SELECT 1 FROM {LAKE}.ship_windows w \
              WHERE w.node = {} AND w.trace_uid = {} AND timestamp >= w.from_ns AND timestamp < w.to_ns)",
@@ -700,12 +653,12 @@ impl Shipper {
                 let n = self.conn.execute(
                     &format!(
                         "INSERT INTO {LAKE}.events BY NAME SELECT ? AS trace_uid, * REPLACE (?::VARCHAR AS node) \
-                         FROM {local}.events WHERE {pred}"
+                         FROM {LOCAL}.events WHERE {pred}"
                     ),
                     params![uid, node],
                 )? as u64;
                 if self.has_local("stack_traces") {
-                    self.ship_stacks(&format!("{}.events", self.local), &pred)?;
+                    self.ship_stacks(&format!("{LOCAL}.events"), &pred)?;
                 }
                 self.conn.execute(
                     &format!("INSERT INTO {LAKE}.ship_windows VALUES (?, ?, ?, ?, ?, ?)"),
@@ -736,58 +689,5 @@ mod tests {
         for (table, col) in MIRRORED {
             assert_eq!(Marks::default().of(table).is_some(), col.is_some(), "{table}");
         }
-    }
-
-    /// The local traces attached in `s`'s instance.
-    fn attached(s: &Shipper) -> Vec<String> {
-        let mut st = s
-            .conn
-            .prepare("SELECT database_name FROM duckdb_databases() WHERE database_name LIKE 'local_%' ORDER BY 1")
-            .unwrap();
-        let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();
-        rows.collect::<Result<_, _>>().unwrap()
-    }
-
-    #[test]
-    fn the_shippers_of_a_process_share_one_instance_and_let_their_traces_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let job = causeway_backends::SyntheticJob {
-            world: 2,
-            steps: 20,
-            period_ns: 10_000_000,
-            start_ns: 1_790_000_000_000_000_000,
-            comm_hash: 0x77,
-            launches_per_step: 2,
-            transfer_ns: 1_000_000,
-            straggler: None,
-        };
-        let traces: Vec<PathBuf> = (0..2u32)
-            .map(|r| {
-                let p = dir.path().join(format!("n{r}.db"));
-                job.write_node(&p, &format!("n{r}"), &[(r, 0, None)], 0).unwrap();
-                p
-            })
-            .collect();
-        let lake = LakeSpec::file(&dir.path().join("shared.ducklake")).unwrap();
-        let opts = ShipOptions { tier: Tier::All, data_path: Some(dir.path().join("data")), ..Default::default() };
-        let mut a = Shipper::open(&lake, &traces[0], &opts).unwrap();
-        assert!(lake::is_shared(&lake, &Access::Ship { data_path: opts.data_path.clone() }));
-        let mut b = Shipper::open(&lake, &traces[1], &opts).unwrap();
-        assert_ne!(a.local, b.local);
-        let both = attached(&a);
-        assert_eq!(both.len(), 2, "one instance, both traces: {both:?}");
-        assert_eq!(attached(&b), both);
-        a.ship_all().unwrap();
-        b.ship_all().unwrap();
-        // a shipper refused at open (this trace was shipped as `all`) leaves nothing attached
-        let summary = ShipOptions { tier: Tier::Summary, ..opts.clone() };
-        let refused = Shipper::open(&lake, &traces[0], &summary).err().expect("a second tier for one trace");
-        assert!(refused.to_string().contains("as tier `all`"), "{refused}");
-        assert_eq!(attached(&b), both);
-        drop(a);
-        assert_eq!(attached(&b), [b.local.clone()]);
-        drop(b);
-        let access = Access::Ship { data_path: opts.data_path.clone() };
-        assert!(!lake::is_shared(&lake, &access), "the last shipper let the instance go");
     }
 }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use duckdb::{params, Connection};
 
 use crate::lake::LAKE;
+use crate::local::LOCAL;
 use crate::schema::MIRRORED;
 use crate::FleetError;
 
@@ -49,11 +50,9 @@ pub(crate) struct SmallTables {
 }
 
 impl SmallTables {
-    /// The prints of the small tables of the local trace attached as `local` that `has_local` says
-    /// exist, in one query.
+    /// The prints of the local trace's small tables that `has_local` says exist, in one query.
     pub(crate) fn local_prints(
         conn: &Connection,
-        local: &str,
         has_local: impl Fn(&str) -> bool,
     ) -> Result<Vec<(&'static str, Print)>, FleetError> {
         let present: Vec<&'static str> = tables().filter(|t| has_local(t)).collect();
@@ -63,7 +62,7 @@ impl SmallTables {
         let sql = present
             .iter()
             .enumerate()
-            .map(|(i, t)| format!("SELECT {i} AS k, count(*), coalesce(sum(hash(r)), 0)::HUGEINT FROM {local}.{t} r"))
+            .map(|(i, t)| format!("SELECT {i} AS k, count(*), coalesce(sum(hash(r)), 0)::HUGEINT FROM {LOCAL}.{t} r"))
             .collect::<Vec<_>>()
             .join(" UNION ALL ");
         let mut st = conn.prepare(&sql)?;
@@ -93,15 +92,8 @@ impl SmallTables {
             .collect()
     }
 
-    /// Write `changes` of the local trace attached as `local` for the trace `uid` of `node`, inside
-    /// the caller's transaction.
-    pub(crate) fn write(
-        conn: &Connection,
-        local: &str,
-        changes: &[Change],
-        node: &str,
-        uid: &str,
-    ) -> Result<(), FleetError> {
+    /// Write `changes` for the trace `uid` of `node`, inside the caller's transaction.
+    pub(crate) fn write(conn: &Connection, changes: &[Change], node: &str, uid: &str) -> Result<(), FleetError> {
         for ch in changes {
             let table = ch.table;
             if ch.delete {
@@ -115,7 +107,7 @@ impl SmallTables {
             }
             let select = if table == "sessions" { "* REPLACE (?::VARCHAR AS node)" } else { "?::VARCHAR AS node, *" };
             conn.execute(
-                &format!("INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, {select} FROM {local}.{table}"),
+                &format!("INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, {select} FROM {LOCAL}.{table}"),
                 params![uid, node],
             )?;
         }
@@ -168,7 +160,6 @@ mod tests {
 
     #[test]
     fn prints_tell_contents_apart_whatever_the_row_order() {
-        const LOCAL: &str = "local_1";
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(&format!(
             "ATTACH ':memory:' AS {LOCAL}; CREATE TABLE {LOCAL}.sessions (id BIGINT, node VARCHAR);
@@ -177,7 +168,7 @@ mod tests {
         ))
         .unwrap();
         let has = |t: &str| t == "sessions" || t == "kernel_names";
-        let before = SmallTables::local_prints(&conn, LOCAL, has).unwrap();
+        let before = SmallTables::local_prints(&conn, has).unwrap();
         assert_eq!(before.iter().map(|(t, _)| *t).collect::<Vec<_>>(), ["sessions", "kernel_names"]);
         assert_eq!(before[1].1, p(0, 0));
         assert_eq!(before[0].1.rows, 2);
@@ -185,9 +176,9 @@ mod tests {
             "DELETE FROM {LOCAL}.sessions; INSERT INTO {LOCAL}.sessions VALUES (2, NULL), (1, 'a');"
         ))
         .unwrap();
-        assert_eq!(SmallTables::local_prints(&conn, LOCAL, has).unwrap(), before, "the same rows in another order");
+        assert_eq!(SmallTables::local_prints(&conn, has).unwrap(), before, "the same rows in another order");
         conn.execute_batch(&format!("UPDATE {LOCAL}.sessions SET node = 'b' WHERE id = 1")).unwrap();
-        let after = SmallTables::local_prints(&conn, LOCAL, has).unwrap();
+        let after = SmallTables::local_prints(&conn, has).unwrap();
         assert_eq!(after[0].1.rows, 2);
         assert_ne!(after[0].1, before[0].1, "one value changed");
     }
