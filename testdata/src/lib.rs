@@ -330,12 +330,16 @@ impl FleetCatalog {
     }
 
     fn script(&self, cmd: &str) {
-        let out = std::process::Command::new("bash")
+        let out = self.run_script(cmd).unwrap();
+        assert!(out.status.success(), "fleet-catalog.sh {cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// `fleet-catalog.sh CMD DIR` on this catalog's directory.
+    fn run_script(&self, cmd: &str) -> std::io::Result<std::process::Output> {
+        std::process::Command::new("bash")
             .arg(repo_root().join("scripts/fleet-catalog.sh"))
             .args([cmd, self.dir.to_str().unwrap()])
             .output()
-            .unwrap();
-        assert!(out.status.success(), "fleet-catalog.sh {cmd}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// The environment a process needs to reach the catalog.
@@ -370,10 +374,7 @@ impl FleetCatalog {
 
 impl Drop for FleetCatalog {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(repo_root().join("scripts/fleet-catalog.sh"))
-            .args(["stop", self.dir.to_str().unwrap()])
-            .output();
+        let _ = self.run_script("stop");
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
