@@ -84,11 +84,12 @@ pub const TABLE_DOCS: [(&str, &str); 10] = [
     ("process_cgroups", "each traced process's cgroup and the container or pod it stands for, per node"),
 ];
 
-/// Every table's columns in an attached database, in order, with DuckDB types: (table, column, type).
-fn all_columns(conn: &Connection, db: &str) -> Result<Vec<(String, String, String)>, FleetError> {
+/// Every table's columns in the `main` schema of an attached database, in order, with DuckDB
+/// types: (table, column, type). One query for the whole database.
+pub(crate) fn all_columns(conn: &Connection, db: &str) -> Result<Vec<(String, String, String)>, FleetError> {
     let sql = format!(
         "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_catalog = {} \
-         ORDER BY table_name, ordinal_position",
+         AND table_schema = 'main' ORDER BY table_name, ordinal_position",
         lit(db)
     );
     let mut st = conn.prepare(&sql)?;

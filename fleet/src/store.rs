@@ -16,7 +16,7 @@ use causeway_backends::StoreError;
 use duckdb::Connection;
 
 use crate::lake::{self, lit, Access, LakeSpec, LAKE};
-use crate::schema::{tables, MIRRORED};
+use crate::schema::{all_columns, MIRRORED};
 use crate::FleetError;
 
 /// The traces a node shipped, newest first (by first shipment).
@@ -24,24 +24,6 @@ pub fn node_traces(conn: &Connection, node: &str) -> Result<Vec<String>, FleetEr
     let mut st = conn
         .prepare(&format!("SELECT trace_uid FROM {LAKE}.ship_traces WHERE node = ? ORDER BY first_shipped_ns DESC"))?;
     let rows = st.query_map([node], |r| r.get::<_, String>(0))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-/// Columns of a table in the default database, in order.
-fn main_columns(conn: &Connection, table: &str) -> Result<Vec<String>, FleetError> {
-    let mut st = conn.prepare(
-        "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() AND \
-         table_schema = 'main' AND table_name = ? ORDER BY ordinal_position",
-    )?;
-    let rows = st.query_map([table], |r| r.get::<_, String>(0))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
-fn lake_columns(conn: &Connection, table: &str) -> Result<Vec<String>, FleetError> {
-    let mut st = conn.prepare(
-        "SELECT column_name FROM information_schema.columns WHERE table_catalog = ? AND table_name = ? ORDER BY ordinal_position",
-    )?;
-    let rows = st.query_map([LAKE, table], |r| r.get::<_, String>(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -55,14 +37,19 @@ fn scoped_connection(lake: &LakeSpec, node: &str, trace_uid: &str) -> Result<Con
 /// Make the default database of `conn` (the lake attached) show `(node, trace_uid)` as a native trace.
 fn scope(conn: &Connection, node: &str, trace_uid: &str) -> Result<(), FleetError> {
     init_native_schema(conn)?;
-    let in_lake = tables(conn, LAKE)?;
+    // both databases' columns in one query each (the lake's are asked of its catalog server)
+    let default_db: String = conn.query_row("SELECT current_database()", [], |r| r.get(0))?;
+    let native_cols = all_columns(conn, &default_db)?;
+    let lake_cols = all_columns(conn, LAKE)?;
+    let of = |cols: &'_ [(String, String, String)], table: &str| -> Vec<String> {
+        cols.iter().filter(|(t, _, _)| t == table).map(|(_, c, _)| c.clone()).collect()
+    };
     for (table, _) in MIRRORED {
-        if !in_lake.iter().any(|t| t == table) {
+        let shipped = of(&lake_cols, table);
+        if shipped.is_empty() {
             continue;
         }
-        let native = main_columns(conn, table)?;
-        let shipped = lake_columns(conn, table)?;
-        let select: Vec<String> = native
+        let select: Vec<String> = of(&native_cols, table)
             .iter()
             .map(|c| if shipped.iter().any(|s| s == c) { format!("\"{c}\"") } else { format!("NULL AS \"{c}\"") })
             .collect();
