@@ -3,6 +3,15 @@
  * and, for a sleep, when it was woken and by whom; emitted at switch-in. Switches and wake-ups of
  * other tasks are only counted. Fork following: children of traced processes become traced.
  *
+ * The waker is taken at `sched_waking`, which runs in the context that issues the wake-up, never at
+ * `sched_wakeup`: when the kernel queues a wake-up to the wakee's CPU (TTWU_QUEUE: that CPU is idle,
+ * or the two CPUs share no cache, as across the sockets of a GPU server), `sched_wakeup` runs there
+ * in interrupt context, where the current task is the idle task or an unrelated process. A wake-up
+ * issued from an interrupt (a timer expiring, an I/O completion, a softirq) has no waking task
+ * either: the interrupted task did not wake anyone, so the waker is left unknown (0), and the
+ * interrupt depth of each CPU is followed for that (cw_irq_depth). The wake time stays the one of
+ * `sched_wakeup`, when the thread was put back on a run queue.
+ *
  * "The task that took the CPU" of a preempted interval is the task that held that CPU the longest
  * single stretch while the traced thread waited runnable, not merely the first one to run: a
  * freshly woken thread often runs for microseconds before a CPU hog takes the rest of the wait. Each
@@ -43,6 +52,16 @@ struct {
     __type(value, struct cw_cpu_run);
 } cw_cpu_run SEC(".maps");
 
+/* Per CPU: how many interrupt contexts (hard IRQ handlers, softirqs, hrtimer callbacks) are open
+ * on it. Reset at every context switch, which never happens inside one, so a handler that was
+ * entered before tracing began (its exit seen, not its entry) cannot leave it wrong for long. */
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u32);
+} cw_irq_depth SEC(".maps");
+
 /* `prev` held this CPU from run->since to now: if a preempted traced thread waits here and this is
  * the longest stretch so far, `prev` is the one that took its CPU. */
 static __always_inline void cw_account_runner(struct cw_cpu_run *run, struct task_struct *prev, __u32 prev_tid,
@@ -70,6 +89,8 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
     __u64 now = bpf_ktime_get_ns();
     __u32 prev_tid = prev->pid, next_tid = next->pid;
     __u32 zero = 0;
+    __u32 *irq_depth = bpf_map_lookup_elem(&cw_irq_depth, &zero);
+    if (irq_depth) *irq_depth = 0; /* a context switch is never inside an interrupt */
     struct cw_cpu_run *run = bpf_map_lookup_elem(&cw_cpu_run, &zero);
     __u64 ran_ns = 0; /* how long `prev` held this CPU (0 for the first switch seen here) */
     if (run) {
@@ -121,6 +142,67 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
     return 0;
 }
 
+static __always_inline void cw_irq_step(int up) {
+    __u32 zero = 0;
+    __u32 *d = bpf_map_lookup_elem(&cw_irq_depth, &zero);
+    if (!d) return;
+    if (up)
+        *d += 1;
+    else if (*d > 0)
+        *d -= 1;
+}
+
+static __always_inline int cw_in_interrupt(void) {
+    __u32 zero = 0;
+    __u32 *d = bpf_map_lookup_elem(&cw_irq_depth, &zero);
+    return d && *d > 0;
+}
+
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(cw_irq_enter) { cw_irq_step(1); return 0; }
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(cw_irq_exit) { cw_irq_step(0); return 0; }
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(cw_softirq_enter) { cw_irq_step(1); return 0; }
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(cw_softirq_exit) { cw_irq_step(0); return 0; }
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(cw_hrtimer_enter) { cw_irq_step(1); return 0; }
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(cw_hrtimer_exit) { cw_irq_step(0); return 0; }
+
+/* Who issued the pending wake-up of a traced thread, from `sched_waking` to its `sched_wakeup`
+ * (pid and tid 0: an interrupt, or the idle task, woke it). */
+struct cw_waker {
+    __u32 pid;
+    __u32 tid;
+    char comm[16];
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_LRU_HASH);
+    __uint(max_entries, 16384);
+    __type(key, __u32);
+    __type(value, struct cw_waker);
+} cw_waking SEC(".maps");
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(cw_sched_waking, struct task_struct *p) {
+    if (!cw_is_traced(p->tgid)) return 0;
+    __u32 tid = p->pid;
+    struct cw_waker w = {};
+    __u64 id = bpf_get_current_pid_tgid();
+    if ((__u32)id != 0 && !cw_in_interrupt()) {
+        w.pid = id >> 32;
+        w.tid = (__u32)id;
+        bpf_get_current_comm(w.comm, sizeof(w.comm));
+    } else {
+        __builtin_memcpy(w.comm, "[interrupt]", 12);
+    }
+    bpf_map_update_elem(&cw_waking, &tid, &w, BPF_ANY);
+    return 0;
+}
+
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(cw_sched_wakeup, struct task_struct *p) {
     __u32 tgid = p->tgid, tid = p->pid;
@@ -129,12 +211,17 @@ int BPF_PROG(cw_sched_wakeup, struct task_struct *p) {
         return 0;
     }
     __u64 now = bpf_ktime_get_ns();
-    __u64 id = bpf_get_current_pid_tgid();
+    struct cw_waker waker = {};
+    struct cw_waker *w = bpf_map_lookup_elem(&cw_waking, &tid);
+    if (w) {
+        waker = *w;
+        bpf_map_delete_elem(&cw_waking, &tid);
+    }
     struct cw_offcpu *o = bpf_map_lookup_elem(&cw_offcpu, &tid);
     if (o && o->wake_ts == 0) {
         o->wake_ts = now;
-        o->waker_pid = id >> 32;
-        o->waker_tid = (__u32)id;
+        o->waker_pid = waker.pid;
+        o->waker_tid = waker.tid;
     }
     struct cw_wakeup *r = bpf_ringbuf_reserve(&cw_rb_sched, sizeof(*r), 0);
     if (!r) {
@@ -144,12 +231,12 @@ int BPF_PROG(cw_sched_wakeup, struct task_struct *p) {
     r->kind = CW_REC_WAKEUP;
     r->pad[0] = r->pad[1] = r->pad[2] = 0;
     r->cpu = p->wake_cpu;
-    r->pid = id >> 32;
-    r->tid = (__u32)id;
+    r->pid = waker.pid;
+    r->tid = waker.tid;
     r->ts = now;
     r->wakee_pid = tgid;
     r->wakee_tid = tid;
-    bpf_get_current_comm(r->comm, sizeof(r->comm));
+    __builtin_memcpy(r->comm, waker.comm, sizeof(r->comm));
     cw_submit(r, &cw_rb_sched, cfg_wake_sched);
     return 0;
 }

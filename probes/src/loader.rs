@@ -24,9 +24,19 @@ use crate::wire::cnt;
 /// The compiled BPF object (built by build.rs from `ebpf/`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/causeway.bpf.o"));
 
-/// (program, tp_btf tracepoint, required for per-call attribution)
+/// (program, tp_btf tracepoint, required for per-call attribution), attached in this order. The
+/// interrupt exits go before their entries (an entry without its exit would leave a CPU counted as
+/// in an interrupt until its next context switch), and both before `sched_waking`, which leaves
+/// the waker of a wake-up issued from an interrupt unknown (`ebpf/sched.bpf.c`).
 pub const HOST_PROBES: &[(&str, &str, bool)] = &[
     ("cw_sched_switch", "sched_switch", true),
+    ("cw_irq_exit", "irq_handler_exit", false),
+    ("cw_softirq_exit", "softirq_exit", false),
+    ("cw_hrtimer_exit", "hrtimer_expire_exit", false),
+    ("cw_irq_enter", "irq_handler_entry", false),
+    ("cw_softirq_enter", "softirq_entry", false),
+    ("cw_hrtimer_enter", "hrtimer_expire_entry", false),
+    ("cw_sched_waking", "sched_waking", true),
     ("cw_sched_wakeup", "sched_wakeup", true),
     ("cw_proc_fork", "sched_process_fork", true),
     ("cw_proc_exec", "sched_process_exec", false),

@@ -154,6 +154,59 @@ fn scheduler_intervals_carry_reason_preemptor_and_waker() {
     assert!(ns > 0 && ns <= cpus * wall_ns, "other tasks' CPU time {ns} ns over {wall_ns} ns on {cpus} CPUs");
 }
 
+/// The waker of a sleep is the task that issued the wake-up, wherever `sched_wakeup` ran: on a wakee
+/// CPU that is idle (the kernel queues the wake-up there and `sched_wakeup` runs in the idle task),
+/// on one busy with another task (where a queued wake-up runs in that task's context), and a sleep
+/// that a timer ended is woken by no task, never by the hog the timer interrupt found on the CPU.
+#[test]
+fn the_waker_is_the_task_that_woke_the_thread() {
+    require_root();
+    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if cpus < 2 {
+        eprintln!("SKIPPED the_waker_is_the_task_that_woke_the_thread: this machine has {cpus} CPU, the test pins the waker and the wakee to two");
+        return;
+    }
+    let rounds = 100;
+    let (_r, c, w) = run_traced(&["wakers", "--rounds", &rounds.to_string(), "--gap-us", "2000"], |_| {});
+    let (waker, hog) = (w.threads["waker"], w.threads["hog"]);
+    let sleeps_of = |name: &str| -> Vec<&causeway_model::SchedDetail> {
+        let tid = w.threads[name];
+        c.events
+            .iter()
+            .filter(|e| e.tid == tid)
+            .filter_map(|e| e.sched.as_ref())
+            .filter(|s| s.prev_state == PrevState::Sleeping && s.wake_ts_ns != 0)
+            .collect()
+    };
+    for wakee in ["wakee-idle", "wakee-busy"] {
+        let sleeps = sleeps_of(wakee);
+        let named = sleeps.iter().filter(|s| s.waker_tid == waker && s.waker_pid == w.pid).count();
+        let others: Vec<_> =
+            sleeps.iter().filter(|s| s.waker_tid != waker).map(|s| (s.waker_pid, s.waker_tid)).collect();
+        assert!(others.is_empty(), "{wakee}: woken by {others:?}, only the waker {waker} wrote its pipe");
+        assert!(named * 10 >= rounds * 9, "{wakee}: {named} of {rounds} wake-ups name the waker {waker}");
+    }
+    let timer = sleeps_of("wakee-timer");
+    assert!(timer.len() * 10 >= rounds * 9, "wakee-timer: {} of {rounds} sleeps have a wake time", timer.len());
+    let named: Vec<_> = timer.iter().filter(|s| (s.waker_pid, s.waker_tid) != (0, 0)).map(|s| s.waker_tid).collect();
+    assert!(
+        named.is_empty(),
+        "wakee-timer's sleeps are ended by a timer interrupt, yet {} name a waker (the hog is {hog}): {named:?}",
+        named.len()
+    );
+    // the wake-up events carry the same waker
+    let points: Vec<_> =
+        c.events.iter().filter(|e| (e.source, e.op) == (3, 2) && e.arg2 == w.threads["wakee-idle"] as i64).collect();
+    assert!(points.len() * 10 >= rounds * 9, "{} wake-up events of wakee-idle", points.len());
+    // (pinning the wakee to CPU 1 moves it there: the kernel's migration thread wakes it once)
+    let others: Vec<_> = points
+        .iter()
+        .filter(|e| e.tid != waker && !e.comm.starts_with("migration/"))
+        .map(|e| (e.pid, e.tid, &e.comm))
+        .collect();
+    assert!(others.is_empty(), "wake-up events of wakee-idle name other wakers: {others:?}");
+}
+
 #[test]
 fn inference_engine_ptsz_graph_event_2d_peer_counts_are_exact() {
     require_root();
