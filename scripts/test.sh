@@ -11,8 +11,10 @@ cargo fmt --all -- --check
 # no GPU needed, and a schema change that breaks them shows here, not on a lent GPU machine.
 python3 scripts/gpu-check/selftest.py
 # Lints: every target of the workspace, warnings are errors (the DuckDB engine included).
-cargo clippy --release --locked --workspace --all-targets -- -D warnings
-cargo test --release --locked --workspace
+# shellcheck disable=SC2086 # CAUSEWAY_DUCKDB_FEATURES (scripts/env.sh): the DuckDB install.sh chose
+cargo clippy --release --locked --workspace --all-targets $CAUSEWAY_DUCKDB_FEATURES -- -D warnings
+# shellcheck disable=SC2086
+cargo test --release --locked --workspace $CAUSEWAY_DUCKDB_FEATURES
 # The SQLite-only build (no C++ DuckDB) must keep working: build it in its own target directory and
 # run the engine conformance suite and the convert round-trips on it. The fleet crate is DuckDB
 # (DuckLake) by nature and stays out of it.

@@ -34,6 +34,11 @@ mod synth;
 // The storage boundary (traits, rows, engine names, the error type), defined in causeway-store and
 // re-exported so that a user of the engines needs one crate.
 pub use causeway_store::*;
+
+/// The SQLite compiled into this binary (`3.50.2`).
+pub fn sqlite_library_version() -> &'static str {
+    rusqlite::version()
+}
 pub use conversion::{convert, cut, ConvertReport, Scope as CutScope};
 pub use sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 pub use sqlite::{create_series_sink, RollPolicy, RollingWriter, SqliteSink, SqliteStore, SqliteWriter};

@@ -30,7 +30,7 @@ mod report;
 mod table;
 mod window;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -88,6 +88,27 @@ enum Command {
     Merge(cmd_merge::Args),
 }
 
+/// The command line, with `--version` naming the storage engines this binary carries: the DuckDB
+/// version and whether it is compiled in or linked (and from where), since the fleet's extensions
+/// load only into the exact version.
+fn parse_cli() -> Cli {
+    let engines = {
+        #[cfg(feature = "duckdb")]
+        {
+            causeway_backends::duckdb::engine_version()
+        }
+        #[cfg(not(feature = "duckdb"))]
+        {
+            "no DuckDB (a SQLite-only build)".to_string()
+        }
+    };
+    let sqlite = causeway_backends::sqlite_library_version();
+    let long = format!("{}\nSQLite {sqlite} (compiled in); {engines}", env!("CARGO_PKG_VERSION"));
+    // clap keeps a &'static str; the line is made once per process.
+    let matches = Cli::command().long_version(&*Box::leak(long.into_boxed_str())).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 /// The log filter when CAUSEWAY_LOG is not set: warnings, except aya's loader, whose one warning on
 /// a working setup says that the task-storage map `cw_inflight` (used only by the BPF programs, and
 /// loaded on purpose with `allow_unsupported_maps`) is "unsupported in Aya": true of aya's Rust
@@ -102,7 +123,7 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_env("CAUSEWAY_LOG").unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
         )
         .init();
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let result = match cli.command {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Stats(a) => cmd_stats::run(a),

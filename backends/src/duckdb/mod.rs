@@ -24,6 +24,26 @@ use std::path::Path;
 
 use crate::StoreError;
 
+/// The DuckDB this binary runs and where it comes from: `DuckDB v1.5.5 (compiled in)` for the
+/// bundled build, else the shared library the dynamic loader mapped (`DuckDB v1.5.5
+/// (/path/libduckdb.so)`, read from /proc/self/maps). The pinned extensions load only into the
+/// exact version, so `causeway --version` and `causeway check` say it.
+pub fn engine_version() -> String {
+    // SAFETY: duckdb_library_version returns a pointer to a static NUL-terminated string.
+    let version = unsafe { std::ffi::CStr::from_ptr(duckdb::ffi::duckdb_library_version()) };
+    let version = version.to_string_lossy();
+    if cfg!(feature = "duckdb-bundled") {
+        return format!("DuckDB {version} (compiled in)");
+    }
+    let mapped = std::fs::read_to_string("/proc/self/maps").ok().and_then(|maps| {
+        maps.lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|path| path.rsplit('/').next().is_some_and(|f| f.starts_with("libduckdb.so")))
+            .map(str::to_string)
+    });
+    format!("DuckDB {version} ({})", mapped.as_deref().unwrap_or("shared library"))
+}
+
 /// The first bytes of a DuckDB database file are a checksum; the magic `DUCK` follows at offset 8.
 pub const MAGIC_OFFSET: usize = 8;
 pub const MAGIC: &[u8; 4] = b"DUCK";
