@@ -14,6 +14,7 @@
 //! 6. rank, keep the top, attach the stacks behind each kept chain, and [`assemble`] the report,
 //!    every chain with a SQL query that reproduces its headline figure.
 
+mod counted;
 mod gpu_time;
 mod serving;
 mod steps;
@@ -38,6 +39,8 @@ use crate::trace_data::Spans;
 use crate::AnalysisError;
 use subject::{attributed_chain, stack_sample_ids, Item, Subject};
 use view::{Context, TraceView};
+
+pub(crate) use counted::Counted;
 
 /// What to explain.
 #[derive(Debug, Clone)]
@@ -126,7 +129,7 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         Some(wider) => Some(baseline_of(store, &ExplainRequest { window: wider, ..req.clone() })?),
         None => None,
     };
-    let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref(), true)?;
+    let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref(), None, true)?;
     steps::explain_slow_ranges(store, &mut e.steps, &baseline)?;
     e.serving = serving::explain_serving(store, req.window, &baseline)?;
     Ok(e)
@@ -150,11 +153,13 @@ struct Baseline {
 }
 
 /// The chains of a scope judged by `given` where it has a threshold, with the thresholds used; with
-/// `with_steps`, its steps too (their slow ranges not yet explained).
+/// `counted`, only the time of the slow calls and long gaps inside those ranges is split by cause
+/// and counted ([`counted`]); with `with_steps`, its steps too (their slow ranges not yet explained).
 fn explain_calls(
     store: &dyn TraceStore,
     req: &ExplainRequest,
     given: Option<&Baseline>,
+    counted: Option<&Counted>,
     with_steps: bool,
 ) -> Result<(Explanation, Baseline), AnalysisError> {
     let mut phase = PhaseClock::start();
@@ -173,7 +178,10 @@ fn explain_calls(
     };
     phase.lap("steps");
     let packed = view.packed_distributions(calls.len())?;
-    let found = find_slow_calls_and_gaps(&calls, given, packed);
+    let mut found = find_slow_calls_and_gaps(&calls, given, packed);
+    if let Some(k) = counted {
+        found.count_only(&calls, k);
+    }
     phase.lap("distributions, nesting, gaps");
     let bounds = view.scope_bounds()?;
     let has_pointers = view.info.has_column("arg2");
@@ -242,6 +250,8 @@ struct Found {
     spans: Spans,
     /// The thresholds that made calls slow and gaps long.
     baseline: Baseline,
+    /// The time counted (`None`: all of it), see [`counted`].
+    counted: Option<Counted>,
 }
 
 /// Stage 2, pure. Independent passes over the calls, side by side: the ops' distributions (unless
@@ -279,7 +289,7 @@ fn find_slow_calls_and_gaps(
     }
     spans.finish();
     let slow_pids = slow.iter().map(|&i| calls[i].pid).collect();
-    Found { dists, nested, gaps, spans_by_tid, slow, slow_pids, spans, baseline }
+    Found { dists, nested, gaps, spans_by_tid, slow, slow_pids, spans, baseline, counted: None }
 }
 
 /// The slow calls attributed, per op.
@@ -307,6 +317,8 @@ struct OpSlowCalls {
 /// delayed it), how it waited, the kernel it launched.
 struct SlowCall {
     parts: Vec<attr::Part>,
+    /// The call's time counted (all of it unless the scope counts only some, [`counted`]).
+    counted_ns: i64,
     wait: Option<spin::WaitMode>,
     kernel: Option<String>,
     page_alloc_bytes: i64,
@@ -343,13 +355,13 @@ fn attribute_slow_calls(
             items: HashMap::new(),
             spin: spin::OpSpinFacts::default(),
         });
-        op.acc.add(&calls.event_id(c), c.ts, c.dur, &a.parts, a.kernel.as_deref());
+        op.acc.add(&calls.event_id(c), c.ts, a.counted_ns, &a.parts, a.kernel.as_deref());
         if spin::is_spin_bounded_op(c.op) {
             op.spin.add(&a.parts, a.wait);
         }
         let s = out.op_slow.entry(c.op).or_default();
         s.0 += 1;
-        s.1 += c.dur;
+        s.1 += a.counted_ns;
         if a.page_alloc_bytes >= attr::PAGE_ALLOC_PRESSURE_BYTES {
             *out.page_bytes.entry(c.op).or_default() += a.page_alloc_bytes;
         }
@@ -389,15 +401,21 @@ fn attribute_slow_call(
     policies: &mut Option<SchedPolicies>,
 ) -> Result<SlowCall, AnalysisError> {
     let c = &calls[i];
-    let mut a = attr::attribute_call(c, ctx.off_of(c.tid), ctx.coverage_of(c.tid), ctx.pages_of(c.pid));
+    let mut page_alloc_bytes = 0;
+    let (mut parts, counted_ns) = counted::split_counted(found.counted.as_ref(), c.ts, c.end(), |a, b| {
+        let piece = attr::Call { ts: a, dur: b - a, ..*c };
+        let at = attr::attribute_call(&piece, ctx.off_of(c.tid), ctx.coverage_of(c.tid), ctx.pages_of(c.pid));
+        page_alloc_bytes += at.page_alloc_bytes;
+        at.parts
+    });
     let mut wait = None;
-    if spin::is_spin_bounded_op(c.op) && a.parts.iter().any(|p| p.cause == Cause::Preempted) {
+    if spin::is_spin_bounded_op(c.op) && parts.iter().any(|p| p.cause == Cause::Preempted) {
         if policies.is_none() {
             *policies = Some(view.sched_policies(&found.slow_pids)?);
         }
         let w = policies.as_ref().expect("read above").wait_mode(c, ctx.off_of(c.tid));
         if w.spins {
-            spin::bound_spin_wait(&mut a.parts, c.end());
+            spin::bound_spin_wait(&mut parts, c.end());
         }
         wait = Some(w);
     }
@@ -406,7 +424,7 @@ fn attribute_slow_call(
     } else {
         None
     };
-    Ok(SlowCall { parts: a.parts, wait, kernel, page_alloc_bytes: a.page_alloc_bytes })
+    Ok(SlowCall { parts, counted_ns, wait, kernel, page_alloc_bytes })
 }
 
 impl SlowCalls {
@@ -476,11 +494,14 @@ fn gap_chains(
     for (tid, gs) in per_tid {
         // as the slow calls: every gap folded into its groups, the worst ones attributed again
         let attribute = |g: &Gap| {
-            attr::attribute_interval(g.start, g.end, ctx.off_of(tid), ctx.coverage_of(tid), Cause::HostCompute)
+            counted::split_counted(found.counted.as_ref(), g.start, g.end, |a, b| {
+                attr::attribute_interval(a, b, ctx.off_of(tid), ctx.coverage_of(tid), Cause::HostCompute)
+            })
         };
         let mut acc = ChainAccumulator::default();
         for g in &gs {
-            acc.add(&g.before, g.start, g.end - g.start, &attribute(g), None);
+            let (parts, counted_ns) = attribute(g);
+            acc.add(&g.before, g.start, counted_ns, &parts, None);
         }
         let worst = acc.worst_ids();
         let mut items = HashMap::new();
@@ -492,7 +513,7 @@ fn gap_chains(
                 pid: g.pid,
                 tid,
                 label,
-                parts: attribute(g),
+                parts: attribute(g).0,
                 wait: None,
                 kernel: None,
             };

@@ -8,7 +8,9 @@
 //! A spike is a run of intervals whose mean is at least [`SPIKE_RATIO`] times the baseline and
 //! [`SPIKE_MIN_S`] above it, together with the intervals in front and between that served
 //! nothing while its requests waited (a stalled engine serves nothing, so its latency shows only
-//! when it serves again: the stall is the front of the spike; see [`find_spikes`]).
+//! when it serves again: the stall is the front of the spike; see [`find_spikes`]). What explains
+//! a spike is the time that hurt (`Spike::waited`): the intervals where requests waited and none
+//! was served, never the engine's idle time beside them.
 
 use std::collections::BTreeMap;
 
@@ -107,6 +109,12 @@ pub struct Spike {
     pub requests: u64,
     /// Time in the spike when requests waited and none was served.
     pub stalled_ns: i64,
+    /// The time that hurt, what explains the spike: its intervals where requests waited and none
+    /// was served; without such an interval, its high intervals the engine said requests waited
+    /// in; empty when the scrapes cannot tell (`explain/serving.rs` then says so).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub(crate) waited: Vec<(i64, i64)>,
     /// The most requests waiting at a scrape of the spike.
     pub waiting_max: Option<f64>,
     /// The cause found by `explain` in the window (its top chain), if explained.
@@ -256,6 +264,12 @@ fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) 
         floor = last + 1;
         let run = &intervals[first..=last];
         let head = &run[0];
+        let stalled: Vec<(i64, i64)> = run.iter().filter(|x| idle(x)).map(|x| (x.from_ns, x.to_ns)).collect();
+        let waited = if stalled.is_empty() {
+            run.iter().filter(|x| high(x) && x.waiting.is_some_and(|w| w > 0.0)).map(|x| (x.from_ns, x.to_ns)).collect()
+        } else {
+            stalled
+        };
         spikes.push(Spike {
             kind: metric.kind,
             metric: metric.family.to_string(),
@@ -269,6 +283,7 @@ fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) 
             peak_p99_le_s: peak.p99_le_s,
             requests: run.iter().map(|x| x.requests).sum(),
             stalled_ns: run.iter().filter(|x| idle(x)).map(|x| x.to_ns - x.from_ns).sum(),
+            waited,
             waiting_max: run.iter().filter_map(|x| x.waiting).reduce(f64::max).filter(|w| *w > 0.0),
             why: None,
             chain_key: None,
@@ -427,6 +442,8 @@ mod tests {
         // the two stalled intervals (4 to 6 s) and the late one (6 to 7 s)
         assert_eq!((s.from_ns, s.to_ns), (4_000_000_000, 7_000_000_000));
         assert_eq!(s.stalled_ns, 2_000_000_000);
+        // the time that explains it: requests waiting and none served
+        assert_eq!(s.waited, vec![(4_000_000_000, 5_000_000_000), (5_000_000_000, 6_000_000_000)]);
         assert_eq!(s.requests, 20);
         assert!((s.peak_mean_s - 1.2).abs() < 1e-9);
         assert_eq!(s.peak_p99_le_s, Some(2.5));
@@ -449,6 +466,7 @@ mod tests {
         // one from 4 s is not
         assert_eq!((spike.from_ns, spike.to_ns, spike.stalled_ns), (5_000_000_000, 7_000_000_000, 1_000_000_000));
         assert_eq!(spike.waiting_max, None);
+        assert_eq!(spike.waited, vec![(5_000_000_000, 6_000_000_000)]);
         // explained from where its first served requests may have arrived (7 s - 2.5 s), one interval more
         assert_eq!(spike.cause_from_ns, 3_500_000_000);
     }

@@ -1,9 +1,15 @@
 //! The straggler stage of `explain`: each rank that reached a communicator's collectives late
 //! (found by [`crate::collectives::find_stragglers`]) becomes a chain that says which rank, in
 //! which collectives, by how much, how long the other ranks waited for it, and what its thread went
-//! through before each late entry that the other ranks' threads did not: each rank's step (from
-//! its previous collective's entry to this one's) is split by cause over its off-CPU intervals,
-//! and the cause with the largest excess over the other ranks' median is the chain's cause.
+//! through before each late entry that the other ranks' threads did not.
+//!
+//! The time that hurt comes first: from the entry of the rank before it to its own (`late_ns`,
+//! the others all in and waiting), the late rank's thread is split by cause over its off-CPU
+//! intervals, and each other rank's over as long a time before its own entry; the host cause with
+//! the largest excess over the other ranks' median is the chain's cause. What the late rank did
+//! earlier in its step, before anyone waited for it (an idle sleep, say), is no cause of the wait.
+//! Only when that time holds nothing beyond the others is the whole step (from its previous
+//! collective's entry to this one's) compared the same way, and the answer says so.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -32,7 +38,10 @@ fn add_parts(totals: &mut CauseTotals, parts: &[Part]) {
     }
 }
 
-fn by_cause(t: &CauseTotals) -> BTreeMap<Cause, i64> {
+/// ns per cause.
+type ByCause = BTreeMap<Cause, i64>;
+
+fn by_cause(t: &CauseTotals) -> ByCause {
     let mut m = BTreeMap::new();
     for ((c, _), ns) in t {
         *m.entry(*c).or_default() += ns;
@@ -74,22 +83,49 @@ pub(super) fn straggler_chains(view: &mut TraceView, ctx: &Context) -> Result<Ve
         let step_parts = |tid: u32, a: i64, b: i64| {
             attr::attribute_interval(a, b, off.get(&tid).unwrap_or(&no_off), ctx.coverage_of(tid), Cause::HostCompute)
         };
-        let mut late_totals = CauseTotals::new();
-        let mut other_totals: BTreeMap<u32, CauseTotals> = BTreeMap::new();
+        let (mut hurt, mut whole) = (Totals::default(), Totals::default());
         let mut steps = 0u64;
         for l in &s.late {
             let Some(prev) = l.late.prev_ts_ns else { continue };
             steps += 1;
-            add_parts(&mut late_totals, &step_parts(l.late.tid, prev, l.late.ts_ns));
+            // the late rank's time while the others waited, and each other rank's as long before its
+            // own entry (within each one's step)
+            let before = |a: &collectives::Arrival, prev: i64| (a.ts_ns - l.late_ns).max(prev);
+            add_parts(&mut hurt.late, &step_parts(l.late.tid, before(&l.late, prev), l.late.ts_ns));
+            add_parts(&mut whole.late, &step_parts(l.late.tid, prev, l.late.ts_ns));
             for o in &l.others {
                 if let Some(op) = o.prev_ts_ns {
-                    add_parts(other_totals.entry(o.pid).or_default(), &step_parts(o.tid, op, o.ts_ns));
+                    add_parts(hurt.others.entry(o.pid).or_default(), &step_parts(o.tid, before(o, op), o.ts_ns));
+                    add_parts(whole.others.entry(o.pid).or_default(), &step_parts(o.tid, op, o.ts_ns));
                 }
             }
         }
-        out.push(chain(view, s, &calls, &late_totals, &other_totals, steps, &ids, &job_ranks));
+        out.push(chain(view, s, &calls, &hurt, &whole, steps, &ids, &job_ranks));
     }
     Ok(out)
+}
+
+/// The late rank's and the other ranks' totals over the same stretch of each late collective's step.
+#[derive(Default)]
+struct Totals {
+    late: CauseTotals,
+    others: BTreeMap<u32, CauseTotals>,
+}
+
+/// What the late rank went through beyond the other ranks' median in `t`: the host cause with the
+/// largest excess, with the late rank's totals and the median by cause (`None`: no host cause
+/// exceeds the others').
+fn cause_beyond(t: &Totals) -> Option<(Cause, ByCause, ByCause)> {
+    let mine = by_cause(&t.late);
+    let median = others_median(&t.others);
+    let excess = |c: Cause| mine.get(&c).copied().unwrap_or(0) - median.get(&c).copied().unwrap_or(0);
+    let cause = mine
+        .keys()
+        .copied()
+        .filter(|c| c.is_host_cause())
+        .max_by_key(|c| (excess(*c), std::cmp::Reverse(*c)))
+        .filter(|c| excess(*c) > 0)?;
+    Some((cause, mine, median))
 }
 
 /// The late collectives shown in the timeline: the longest waits first.
@@ -132,8 +168,8 @@ fn chain(
     view: &TraceView,
     s: &Straggler,
     calls: &[NcclCall],
-    late_totals: &CauseTotals,
-    other_totals: &BTreeMap<u32, CauseTotals>,
+    hurt: &Totals,
+    whole: &Totals,
     steps: u64,
     ids: &HashMap<(u32, u32, i64), causeway_store::EventId>,
     job_ranks: &HashMap<u32, causeway_model::ProcessRank>,
@@ -149,17 +185,17 @@ fn chain(
     let comm = format!("{:016x}", s.comm_hash as u64);
     let ranks =
         if s.nranks > 0 { format!("{} ranks", s.nranks) } else { format!("{} ranks traced", s.other_ranks + 1) };
-    // what the late rank's thread went through beyond the other ranks
-    let mine = by_cause(late_totals);
-    let median = others_median(other_totals);
+    // what the late rank's thread went through beyond the other ranks: while they waited for it,
+    // else over its whole step
+    let (found, late_totals, in_wait) = match cause_beyond(hurt) {
+        Some(f) => (Some(f), &hurt.late, true),
+        None => (cause_beyond(whole), &whole.late, false),
+    };
+    let (cause, mine, median) = match found {
+        Some(f) => f,
+        None => (Cause::OnCpuOrGpu, by_cause(&hurt.late), others_median(&hurt.others)),
+    };
     let excess = |c: Cause| mine.get(&c).copied().unwrap_or(0) - median.get(&c).copied().unwrap_or(0);
-    let cause = mine
-        .keys()
-        .copied()
-        .filter(|c| c.is_host_cause())
-        .max_by_key(|c| (excess(*c), std::cmp::Reverse(*c)))
-        .filter(|c| excess(*c) > 0)
-        .unwrap_or(Cause::OnCpuOrGpu);
     let culprit: Option<Culprit> = if cause == Cause::Preempted {
         late_totals
             .iter()
@@ -183,9 +219,15 @@ fn chain(
     let per_step = |ns: i64| if steps > 0 { fmt_ns(ns / steps as i64) } else { fmt_ns(0) };
     let went_through = if cause == Cause::OnCpuOrGpu {
         "its thread went through nothing the other ranks' threads did not before those collectives".to_string()
+    } else if in_wait {
+        format!(
+            "while the other ranks waited for it its thread spent {} ({} per collective more than the other ranks' median over as long before their own entry) {cause_words}",
+            fmt_ns(mine.get(&cause).copied().unwrap_or(0)),
+            per_step(excess(cause))
+        )
     } else {
         format!(
-            "before those collectives its thread spent {} ({} per collective more than the other ranks' median) {cause_words}",
+            "while the other ranks waited for it its thread went through nothing they did not; over its whole step before those collectives it spent {} ({} per collective more than the other ranks' median) {cause_words}",
             fmt_ns(mine.get(&cause).copied().unwrap_or(0)),
             per_step(excess(cause))
         )
@@ -243,8 +285,12 @@ fn chain(
         })
         .collect();
     if !breakdown.is_empty() {
-        details
-            .push(format!("the late rank's {steps} steps before its late entries, by cause: {}", breakdown.join(", ")));
+        let what = if in_wait {
+            "the time the other ranks waited before its late entries"
+        } else {
+            "steps before its late entries"
+        };
+        details.push(format!("the late rank's {steps} {what}, by cause: {}", breakdown.join(", ")));
     }
     if let Some(c) = calls.iter().find(|c| c.pid == s.pid && c.comm_hash == s.comm_hash && c.device >= 0) {
         details.push(format!("rank {} runs on CUDA device {}", s.rank, c.device));
