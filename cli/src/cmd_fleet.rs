@@ -2,7 +2,7 @@
 //! their clocks, the straggler at each collective, every rank's waits. Every cross-host answer
 //! lists the clock offset and bound of each node it compares.
 
-use causeway_fleet::{Access, Fleet, LakeSpec, NodeClock};
+use causeway_fleet::{Access, Fleet, LakeSpec, NodeClock, TraceBehind};
 use causeway_model::time::{fmt_ns, fmt_utc};
 
 use crate::cmd_ship::{signed, LakeArgs};
@@ -122,11 +122,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     n.first_ns.map(fmt_utc).unwrap_or_default(),
                     n.last_ns.map(fmt_utc).unwrap_or_default(),
                     n.flushes.to_string(),
-                    if n.finished { "to its end".into() } else { "still shipping".into() },
+                    if n.finished { "to its end".into() } else { "behind".into() },
                     n.lost.to_string(),
                 ]);
             }
             print!("{}", t.render());
+            for n in &nodes {
+                for b in &n.behind {
+                    println!("{}", behind_line(&n.node, b));
+                }
+            }
         }
         Answer::Clock => {
             let clocks = fleet.clocks()?;
@@ -279,6 +284,26 @@ fn run_query(q: &QueryArgs) -> anyhow::Result<i32> {
     }
     crate::cmd_query::print_table(&result);
     Ok(0)
+}
+
+/// One trace the lake lacks the end of: what is missing as far as the lake knows, and where the
+/// command that ships it runs.
+fn behind_line(node: &str, b: &TraceBehind) -> String {
+    let mut missing = Vec::new();
+    if b.events_missing > 0 {
+        missing.push(format!("{} events", b.events_missing));
+    }
+    if b.nccl_calls_missing > 0 {
+        missing.push(format!("{} NCCL calls", b.nccl_calls_missing));
+    }
+    let lacks =
+        if missing.is_empty() { "its end".to_string() } else { format!("at least {} and its end", missing.join(", ")) };
+    let last = b.last_shipped_ns.map_or("no flush yet".to_string(), |t| format!("last flush {}", fmt_utc(t)));
+    format!(
+        "{node}: behind: the lake lacks {lacks} of trace {} ({} flushes, {last}, events to id {}); a tracer still \
+         running ships it, else on host {}: causeway ship --db {}",
+        b.trace_uid, b.flushes, b.events_shipped, b.hostname, b.local_path
+    )
 }
 
 fn print_clocks(clocks: &[NodeClock]) {

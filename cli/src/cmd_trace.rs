@@ -322,10 +322,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         })
         .await
     })?;
+    // the trace is whole locally whatever the lake did; a lake left behind is the exit status
     #[cfg(feature = "duckdb")]
-    if let Some(ship) = ship {
-        ship.finish(&db);
-    }
+    let shipped = ship.is_none_or(|ship| ship.finish(&db));
 
     let lost = report.lost();
     if json {
@@ -370,6 +369,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         for n in &report.notes {
             eprintln!("causeway: note: {n}");
         }
+    }
+    #[cfg(feature = "duckdb")]
+    if !shipped {
+        return Ok(crate::cmd_ship::EXIT_BEHIND);
     }
     Ok(0)
 }

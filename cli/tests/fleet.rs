@@ -1,8 +1,10 @@
 //! The fleet as users run it: `causeway ship` processes against a real PostgreSQL catalog (started by
 //! `scripts/fleet-catalog.sh`), killed with SIGKILL mid-way and run again (exactly once), a catalog
 //! server frozen with SIGSTOP under a shipper and resumed (no loss), `causeway trace --ship` of a
-//! real (mock-NCCL) job whose straggler `causeway fleet stragglers` then names, and the read side's
-//! refusals.
+//! real (mock-NCCL) job whose straggler `causeway fleet stragglers` then names, the read side's
+//! refusals, and `trace --ship` through a catalog stopped inside a mid-run and a final flush's
+//! commit (waited out, exactly once) and for longer than the retry bound (exit 3, what is missing,
+//! one `causeway ship` completes it).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -298,4 +300,151 @@ fn trace_ships_while_tracing_and_the_fleet_names_the_straggler() {
         lake_count(&catalog, "SELECT count(*) FROM process_ranks WHERE node = 'gpu-a'"),
         local_count("SELECT count(*) FROM process_ranks")
     );
+}
+
+/// How a test's catalog outage ends: restarted after a second, or not before the shipper gives up.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outage {
+    Restarted,
+    PastTheBound,
+}
+
+/// `trace --ship` of a short one-rank job whose shipper stops inside the commit of its first
+/// mid-run (`mid`) or final (`final`) flush (`CAUSEWAY_TEST_SHIP_PAUSE`), while the test stops the
+/// catalog; the catalog comes back per `outage`. Returns the exit status and the trace's stderr.
+fn trace_through_an_outage(
+    catalog: &FleetCatalog,
+    dir: &Path,
+    node: &str,
+    pause: &str,
+    outage: Outage,
+) -> (Option<i32>, String) {
+    let hook = dir.join(format!("{node}.hook"));
+    std::fs::create_dir_all(&hook).unwrap();
+    let db = dir.join(format!("{node}.db"));
+    let log = dir.join(format!("{node}.log"));
+    let build = causeway_testdata::mock_cuda_build();
+    let (lake, data) = (catalog.ship_lake(), catalog.data_path());
+    let retry_for = if outage == Outage::Restarted { "60s" } else { "2s" };
+    let mut child = causeway(
+        catalog,
+        &[
+            "trace",
+            "--nvml-hz",
+            "0",
+            "--quiet",
+            "--node",
+            node,
+            "--db",
+            db.to_str().unwrap(),
+            "--ship",
+            &lake,
+            "--ship-data-path",
+            data.to_str().unwrap(),
+            "--ship-tier",
+            "all",
+            "--ship-interval",
+            "200ms",
+            "--ship-retry-for",
+            retry_for,
+            "--",
+            build.join("nccl_ranks").to_str().unwrap(),
+            "--ranks",
+            "1",
+            "--steps",
+            "300",
+        ],
+    )
+    .env(causeway_fleet::TEST_PAUSE_ENV, format!("{pause}:{}", hook.display()))
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !hook.join("paused").exists() {
+        let done = child.try_wait().unwrap();
+        assert!(
+            done.is_none() && Instant::now() < deadline,
+            "{node}: the {pause} flush never started ({done:?}): {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // the flush's rows are written, its commit not sent: the catalog goes away under it
+    catalog.stop_server();
+    std::fs::write(hook.join("resume"), b"").unwrap();
+    if outage == Outage::Restarted {
+        std::thread::sleep(Duration::from_secs(1));
+        catalog.start_server();
+    }
+    let status = child.wait().unwrap();
+    if outage == Outage::PastTheBound {
+        catalog.start_server();
+    }
+    (status.code(), std::fs::read_to_string(&log).unwrap())
+}
+
+#[test]
+fn trace_ship_waits_out_a_restarting_catalog_and_says_what_it_could_not_ship() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test traces with eBPF and must run as root (CI does)");
+    let catalog = FleetCatalog::start("fleet-outage");
+    let dir = tempfile::tempdir().unwrap();
+
+    // the catalog stopped in a mid-run flush's commit, then in the final one's, and back within the
+    // bound: the trace exits 0 and the lake gets everything
+    for (node, pause) in [("gpu-mid", "mid"), ("gpu-final", "final")] {
+        let (code, stderr) = trace_through_an_outage(&catalog, dir.path(), node, pause, Outage::Restarted);
+        assert_eq!(code, Some(0), "{node}: {stderr}");
+        assert!(stderr.contains(&format!("shipped to the lake as node {node}")), "{node}: {stderr}");
+        assert!(stderr.contains("retrying"), "{node}: the outage was met and waited out: {stderr}");
+    }
+
+    // stopped for longer than the bound: exit 3 and one line saying what is missing and how to ship it
+    let (code, stderr) = trace_through_an_outage(&catalog, dir.path(), "gpu-gone", "final", Outage::PastTheBound);
+    let db = dir.path().join("gpu-gone.db");
+    assert_eq!(code, Some(3), "{stderr}");
+    let line = stderr.lines().find(|l| l.contains("not shipped")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.contains("the lake lacks") && line.contains("of node gpu-gone's trace"), "{line}");
+    assert!(line.contains(&format!("`causeway ship --db {}", db.display())), "{line}");
+    // the lake knows it is behind, and where the rest is
+    let n = nodes(&catalog);
+    let gone = n.as_array().unwrap().iter().find(|x| x["node"] == "gpu-gone").unwrap_or_else(|| panic!("{n}"));
+    assert_eq!(gone["finished"], false, "{n}");
+    assert_eq!(gone["behind"].as_array().unwrap().len(), 1, "{n}");
+    assert_eq!(gone["behind"][0]["local_path"], db.to_str().unwrap(), "{n}");
+    let out = causeway(&catalog, &["fleet", "nodes", "--lake", &catalog.read_lake()]).output().unwrap();
+    let text = ok(out, "fleet nodes");
+    assert!(text.contains("gpu-gone: behind: the lake lacks") && text.contains("causeway ship --db"), "{text}");
+    // one `causeway ship` completes it
+    ok(ship(&catalog, &db, &["--tier", "all"]).output().unwrap(), "ship after the outage");
+
+    // every node's rows exactly once, the same as its local trace
+    let counts = |sql: &str| -> Vec<(String, i64, i64)> {
+        let out =
+            causeway(&catalog, &["fleet", "query", "--json", "--lake", &catalog.read_lake(), sql]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&ok(out, sql)).unwrap();
+        let rows = v["rows"].as_array().unwrap().iter();
+        rows.map(|r| (r[0].as_str().unwrap().to_string(), r[1].as_i64().unwrap(), r[2].as_i64().unwrap())).collect()
+    };
+    let events = counts("SELECT node, count(*), count(DISTINCT id) FROM events GROUP BY node ORDER BY node");
+    let nccl = counts("SELECT node, count(*), count(DISTINCT timestamp) FROM nccl_calls GROUP BY node ORDER BY node");
+    let sessions = counts(
+        "SELECT node, count(*), count(*) FILTER (WHERE stopped_at > 0) FROM sessions GROUP BY node ORDER BY node",
+    );
+    let names: Vec<&str> = events.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["gpu-final", "gpu-gone", "gpu-mid"]);
+    for (i, node) in names.iter().enumerate() {
+        let local = rusqlite::Connection::open(dir.path().join(format!("{node}.db"))).unwrap();
+        let count = |sql: &str| local.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+        let local_events = count("SELECT count(*) FROM events");
+        assert!(local_events > 0, "{node}");
+        assert_eq!((events[i].1, events[i].2), (local_events, local_events), "{node}: every event once");
+        let local_nccl = count("SELECT count(*) FROM nccl_calls");
+        let local_times = count("SELECT count(DISTINCT timestamp) FROM nccl_calls");
+        assert_eq!((nccl[i].1, nccl[i].2), (local_nccl, local_times), "{node}: every NCCL call once");
+        assert_eq!((sessions[i].1, sessions[i].2), (1, 1), "{node}: its session once, stopped");
+    }
+    let n = nodes(&catalog);
+    assert!(n.as_array().unwrap().iter().all(|x| x["finished"] == true && x["behind"] == serde_json::json!([])), "{n}");
 }

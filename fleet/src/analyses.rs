@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::aligned::{align_views, any_multi_handle_sql, late_tables_sql, Entries};
 use crate::lake::LAKE;
+use crate::progress::{traces_behind, TraceBehind};
 use crate::FleetError;
 
 /// One run of consecutive late collectives of a straggler.
@@ -119,6 +120,8 @@ pub struct NodeSummary {
     pub finished: bool,
     /// Events the node's tracer counted as lost (all kinds).
     pub lost: i64,
+    /// The node's traces the lake lacks the end of (empty when `finished`), with what is missing.
+    pub behind: Vec<TraceBehind>,
 }
 
 /// One node's figures of one op beside the whole fleet's, exact nearest-rank over the shipped rows.
@@ -250,9 +253,16 @@ FROM {LAKE}.ship_traces t GROUP BY t.node ORDER BY t.node"
                 last_shipped_ns: r.get(9)?,
                 finished: r.get(10)?,
                 lost: r.get(11)?,
+                behind: Vec::new(),
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut nodes: Vec<NodeSummary> = rows.collect::<Result<_, _>>()?;
+        for (node, trace) in traces_behind(&self.conn)? {
+            if let Some(n) = nodes.iter_mut().find(|n| n.node == node) {
+                n.behind.push(trace);
+            }
+        }
+        Ok(nodes)
     }
 
     /// Every node's clock: offset, bound, spread, the kernel's view, and the cross-check with the

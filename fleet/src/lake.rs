@@ -277,8 +277,7 @@ pub(crate) fn retry_conflicts<T>(tries: u32, mut f: impl FnMut() -> Result<T, Fl
 
 /// Whether an engine error is a commit conflict worth retrying.
 pub(crate) fn is_conflict(msg: &str) -> bool {
-    let m = msg.to_ascii_lowercase();
-    m.contains("conflict") || m.contains("could not serialize") || m.contains("duplicate key")
+    crate::retry::is_conflict_message(msg)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! - [`node_store`] (`store.rs`): one node's trace in the lake as a `TraceStore`, so every
 //!   per-host analysis runs on it unchanged;
 //! - [`maintain`]: the lake's housekeeping through DuckLake's own procedures;
+//! - [`retry`]: which lake errors pass by themselves, waited out with backoff for a bounded time;
 //! - [`lake`]: the `--lake` string, the extension files, attaching to ship or to serve.
 //!
 //! The local trace stays each host's source of truth; nothing here rewrites a stored timestamp.
@@ -24,7 +25,9 @@ pub mod clock;
 pub mod lake;
 mod local;
 mod maintain;
+mod progress;
 mod reader;
+pub mod retry;
 mod schema;
 mod ship;
 mod small_tables;
@@ -39,9 +42,11 @@ pub use analyses::{
 pub use lake::{connect, Access, LakeSpec};
 pub use local::node_and_host;
 pub use maintain::{maintain, MaintainStep};
+pub use progress::TraceBehind;
 pub use reader::LakeReader;
+pub use retry::{is_transient, DEFAULT_RETRY_FOR};
 pub use schema::{FLEET_DDL, MIRRORED, TABLE_DOCS};
-pub use ship::{Marks, ShipOptions, ShipReport, Shipper};
+pub use ship::{Behind, Marks, ShipOptions, ShipReport, Shipper, TEST_PAUSE_ENV};
 pub use store::{latest_node_store, node_store, node_traces};
 pub use tier::{summary_predicate, Tier};
 
@@ -69,6 +74,10 @@ pub enum FleetError {
     /// DuckDB (or DuckLake through it) failed.
     #[error("{0}")]
     Engine(String),
+    /// A trace's final flushes failed (a transient error retried for the bound, or a lasting one):
+    /// what the lake lacks of it.
+    #[error("{0}")]
+    Behind(Box<Behind>),
 }
 
 impl From<duckdb::Error> for FleetError {

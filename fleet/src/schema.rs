@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS lake.ship_traces (
 CREATE TABLE IF NOT EXISTS lake.ship_watermarks (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL,
     events_hi BIGINT NOT NULL, nccl_calls_hi BIGINT NOT NULL, gpu_samples_hi BIGINT NOT NULL,
-    rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL, serving_samples_hi BIGINT);
+    rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL, serving_samples_hi BIGINT,
+    local_events_hi BIGINT, local_nccl_calls_hi BIGINT);
 CREATE TABLE IF NOT EXISTS lake.clock_samples (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, sample INTEGER NOT NULL,
     local_send_ns BIGINT NOT NULL, server_ns BIGINT NOT NULL, local_recv_ns BIGINT NOT NULL);
@@ -71,7 +72,8 @@ pub const TABLE_DOCS: [(&str, &str); 10] = [
     ("ship_traces", "one row per shipped local trace: node, tier (summary/all), where it came from"),
     (
         "ship_watermarks",
-        "one row per flush: how far each table of a trace is shipped (rows and watermark in one transaction)",
+        "one row per flush: how far each table of a trace is shipped (rows and watermark in one transaction), \
+         and how far the local trace went then (local_events_hi, local_nccl_calls_hi)",
     ),
     (
         "clock_samples",
@@ -96,6 +98,9 @@ pub(crate) fn all_columns(conn: &Connection, db: &str) -> Result<Vec<(String, St
     let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
+
+/// The columns of `ship_watermarks` added after its first version (nullable), in order.
+const WATERMARK_COLUMNS_ADDED: [&str; 3] = ["serving_samples_hi", "local_events_hi", "local_nccl_calls_hi"];
 
 /// Tables of an attached database.
 pub(crate) fn tables(conn: &Connection, db: &str) -> Result<Vec<String>, FleetError> {
@@ -124,9 +129,12 @@ fn missing_ddl(
     if fleet_tables().any(|t| !in_lake(t)) {
         ddl.push(FLEET_DDL.to_string());
     }
-    // a lake made before serving_samples was shipped: its watermark column, NULL (0) in the rows before
-    if in_lake("ship_watermarks") && !has_col("ship_watermarks", "serving_samples_hi") {
-        ddl.push(format!("ALTER TABLE {LAKE}.ship_watermarks ADD COLUMN IF NOT EXISTS serving_samples_hi BIGINT"));
+    // a lake made before serving_samples was shipped, or before the flushes recorded how far the
+    // local trace went: those columns, NULL in the rows before
+    for col in WATERMARK_COLUMNS_ADDED {
+        if in_lake("ship_watermarks") && !has_col("ship_watermarks", col) {
+            ddl.push(format!("ALTER TABLE {LAKE}.ship_watermarks ADD COLUMN IF NOT EXISTS {col} BIGINT"));
+        }
     }
     for (table, _) in MIRRORED {
         let cols: Vec<_> = local_cols.iter().filter(|(t, _, _)| t == table).collect();
@@ -196,7 +204,8 @@ mod tests {
         assert!(ddl[2].contains("lake.sessions AS SELECT ''::VARCHAR AS trace_uid, * FROM local.sessions"));
         // a lake with everything: nothing to do
         let mut lake: Vec<_> = fleet_tables().map(|t| (t, "node")).collect();
-        lake.extend([("ship_watermarks", "serving_samples_hi"), ("events", "id"), ("events", "cpu")]);
+        lake.extend(WATERMARK_COLUMNS_ADDED.map(|c| ("ship_watermarks", c)));
+        lake.extend([("events", "id"), ("events", "cpu")]);
         lake.extend([("sessions", "id"), ("sessions", "node")]);
         assert!(missing_ddl(&cols(&lake), &local, "local").is_empty());
         // a trace with a newer column, a lake from before serving_samples were shipped
@@ -205,5 +214,11 @@ mod tests {
         assert_eq!(ddl.len(), 2, "{ddl:?}");
         assert!(ddl[0].contains("ADD COLUMN IF NOT EXISTS serving_samples_hi"));
         assert_eq!(ddl[1], "ALTER TABLE lake.events ADD COLUMN IF NOT EXISTS \"cpu\" BIGINT");
+        // a lake from before the flushes recorded the local trace's extent
+        lake.retain(|r| r.0 != "ship_watermarks" || !r.1.starts_with("local_"));
+        lake.extend([("ship_watermarks", "serving_samples_hi"), ("events", "cpu")]);
+        let ddl = missing_ddl(&cols(&lake), &local, "local");
+        assert_eq!(ddl.len(), 2, "{ddl:?}");
+        assert!(ddl[0].ends_with("local_events_hi BIGINT") && ddl[1].ends_with("local_nccl_calls_hi BIGINT"));
     }
 }

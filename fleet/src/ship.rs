@@ -8,8 +8,10 @@
 //! the `rowid` of `nccl_calls`, `gpu_samples` and `serving_samples`) up to a high mark, and writes them together with
 //! the new watermark row in **one** DuckLake transaction. A shipper killed at any point leaves either
 //! the whole flush or none of it; a new one reads the watermark back from the lake and goes on. A
-//! lake that cannot be reached fails the flush (rolled back, watermark unmoved) and the next one
-//! retries; the local trace keeps everything meanwhile.
+//! lake that cannot be reached fails the flush (rolled back, watermark unmoved) and it is tried
+//! again with backoff for a bounded time (`resilient.rs`, [`crate::retry`]); the local trace keeps
+//! everything meanwhile, and each watermark row records how far the local trace went, so the lake
+//! knows what it lacks of a trace whose shipper gave up.
 //!
 //! **Tiers.** `summary` (the default) ships the NCCL calls and the calls that wait for the GPU
 //! (synchronize, synchronous copies, collectives), the stacks they carry, and per-second per-op
@@ -22,6 +24,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod resilient;
+pub use resilient::{Behind, TEST_PAUSE_ENV};
+
 use duckdb::{params, Connection};
 use serde::Serialize;
 
@@ -33,14 +38,15 @@ use crate::small_tables::{self, SmallTables};
 use crate::tier::{summary_predicate, Tier};
 use crate::FleetError;
 
-/// What one flush ships: the rows in (wm, hi], its number, whether it ends the trace and whether
-/// it replaces the small tables.
+/// What one flush ships: the rows in (wm, hi], its number, whether it ends the trace, and how far
+/// the local trace went when it was planned (recorded with the watermark: what the lake lacks).
 #[derive(Debug, Clone, Copy)]
 struct FlushPlan {
     wm: Marks,
     hi: Marks,
     flush_id: i64,
     finished: bool,
+    local: Marks,
 }
 
 /// What one flush wrote: rows per table.
@@ -80,6 +86,9 @@ pub struct ShipOptions {
     /// Test hook: plant a clock offset in this shipper's readings (see [`clock::TEST_SKEW_ENV`],
     /// which sets it for a process).
     pub test_clock_skew_ns: Option<i64>,
+    /// How long a lake that fails transiently is waited out (with backoff) before the shipper gives
+    /// up and says what the lake lacks (see [`crate::retry`]).
+    pub retry_for: Duration,
 }
 
 impl Default for ShipOptions {
@@ -91,6 +100,7 @@ impl Default for ShipOptions {
             data_path: None,
             threads: 1,
             test_clock_skew_ns: None,
+            retry_for: crate::retry::DEFAULT_RETRY_FOR,
         }
     }
 }
@@ -158,6 +168,15 @@ impl ShipReport {
 /// A shipper for one local trace.
 pub struct Shipper {
     conn: Connection,
+    /// The lake and how to attach it again after the catalog dropped the connection.
+    lake: LakeSpec,
+    data_path: Option<PathBuf>,
+    threads: usize,
+    /// The connection may be dead (the last error said the catalog went away): attach anew first.
+    broken: bool,
+    retry_for: Duration,
+    /// The test pause ([`TEST_PAUSE_ENV`]) was taken.
+    paused: std::cell::Cell<bool>,
     /// The local trace, attached as [`LOCAL`] only while the shipper reads it (see
     /// [`Shipper::release`]).
     path: PathBuf,
@@ -249,6 +268,12 @@ impl Shipper {
         })?;
         Ok(Shipper {
             conn,
+            lake: lake.clone(),
+            data_path: opts.data_path.clone(),
+            threads: opts.threads.max(1),
+            broken: false,
+            retry_for: opts.retry_for,
+            paused: std::cell::Cell::new(false),
             path: trace.to_path_buf(),
             attached: std::cell::Cell::new(true),
             node,
@@ -327,11 +352,25 @@ impl Shipper {
         Ok(())
     }
 
+    /// Whether the local trace is attached in the connection now (a DETACH that failed left it).
+    fn local_attached(&self) -> bool {
+        self.conn
+            .query_row(
+                &format!("SELECT count(*) > 0 FROM duckdb_databases() WHERE database_name = '{LOCAL}'"),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap_or(false)
+    }
+
     /// Let go of the local trace between flushes, so that the tracer finishing it is never held
     /// up by this reader (it turns the write-ahead log back into a plain file at the end).
     pub fn release(&self) {
-        if self.attached.replace(false) {
-            let _ = self.conn.execute_batch(&format!("DETACH {LOCAL}"));
+        if self.attached.get() {
+            // a DETACH can fail (a connection whose catalog went away mid-commit): then the trace
+            // stays attached, and known to be
+            let _ = self.conn.execute_batch(&format!("DETACH DATABASE IF EXISTS {LOCAL}"));
+            self.attached.set(self.local_attached());
         }
     }
 
@@ -345,49 +384,6 @@ impl Shipper {
         )?)
     }
 
-    /// Ship everything the local trace holds now (a finished trace: all of it), in transactions
-    /// of at most `batch_rows` events.
-    pub fn ship_all(&mut self) -> Result<ShipReport, FleetError> {
-        let upto = self.local_marks()?;
-        let mut report = self.report();
-        self.ship_upto(upto, true, &mut report)?;
-        Ok(report)
-    }
-
-    /// Ship while the trace grows, every `interval`, until `stop` says so (asked once per
-    /// interval); then ship the rest. Each flush ships up to what the previous one saw, so rows the
-    /// tracer writes right after an event (its NCCL row) are committed before they are shipped. A
-    /// flush that fails (the lake unreachable) is retried at the next interval; nothing moves until
-    /// it commits. Between flushes the local trace is let go ([`Shipper::release`]).
-    pub fn ship_live(
-        &mut self,
-        interval: Duration,
-        stop: &mut dyn FnMut(&Shipper) -> bool,
-        on_error: &mut dyn FnMut(&FleetError),
-    ) -> Result<ShipReport, FleetError> {
-        let mut report = self.report();
-        let mut seen = Marks::default();
-        loop {
-            std::thread::sleep(interval);
-            if stop(self) {
-                break;
-            }
-            let upto = seen;
-            match self.local_marks() {
-                Ok(m) => seen = m,
-                Err(e) => on_error(&e),
-            }
-            if let Err(e) = self.ship_upto(upto, false, &mut report) {
-                on_error(&e);
-            }
-            self.release();
-        }
-        let upto = self.local_marks()?;
-        self.ship_upto(upto, true, &mut report)?;
-        self.release();
-        Ok(report)
-    }
-
     /// Flush until the watermark reaches `upto`.
     fn ship_upto(&mut self, upto: Marks, finished: bool, report: &mut ShipReport) -> Result<(), FleetError> {
         report.local = self.local_marks()?;
@@ -398,7 +394,8 @@ impl Shipper {
                 self.drop_pending();
                 // nothing new; a finished trace still gets its final small tables once
                 if finished && !self.finished_flag()? {
-                    self.flush(wm, wm, flush + 1, true, report)?;
+                    let plan = FlushPlan { wm, hi: wm, flush_id: flush + 1, finished: true, local: report.local };
+                    self.flush(plan, report)?;
                 }
                 return Ok(());
             }
@@ -418,7 +415,8 @@ impl Shipper {
                 self.pending = (wm.events, end);
             }
             let last = hi.events >= upto.events;
-            self.flush(wm, hi, flush + 1, finished && last, report)?;
+            let plan = FlushPlan { wm, hi, flush_id: flush + 1, finished: finished && last, local: report.local };
+            self.flush(plan, report)?;
             report.shipped = hi;
         }
     }
@@ -440,27 +438,14 @@ impl Shipper {
 
     /// [`Shipper::flush_once`], again while its commit conflicts with another shipper's (two
     /// nodes replacing their rows of one small table at once): the rolled-back flush is redone whole.
-    fn flush(
-        &mut self,
-        wm: Marks,
-        hi: Marks,
-        flush_id: i64,
-        finished: bool,
-        report: &mut ShipReport,
-    ) -> Result<(), FleetError> {
-        lake::retry_conflicts(CONFLICT_RETRIES + 1, || self.flush_once(wm, hi, flush_id, finished, report))
+    fn flush(&mut self, plan: FlushPlan, report: &mut ShipReport) -> Result<(), FleetError> {
+        lake::retry_conflicts(CONFLICT_RETRIES + 1, || self.flush_once(plan, report))
     }
 
     /// One transaction: the rows in (wm, hi] of every table, the small tables, the clock samples and
     /// the new watermark.
-    fn flush_once(
-        &mut self,
-        wm: Marks,
-        hi: Marks,
-        flush_id: i64,
-        finished: bool,
-        report: &mut ShipReport,
-    ) -> Result<(), FleetError> {
+    fn flush_once(&mut self, plan: FlushPlan, report: &mut ShipReport) -> Result<(), FleetError> {
+        let FlushPlan { wm, hi, flush_id, finished, .. } = plan;
         self.attach()?;
         // A merge's catalog file has no server clock, and this host's kernel clock says nothing
         // of the clocks of the hosts that recorded the traces: no clock rows then.
@@ -489,7 +474,6 @@ impl Shipper {
         };
         let started = Instant::now();
         self.conn.execute_batch("BEGIN TRANSACTION")?;
-        let plan = FlushPlan { wm, hi, flush_id, finished };
         let result = self.flush_in_transaction(&plan, &changes, &samples, kernel);
         let counts = match result {
             Ok(c) => c,
@@ -498,6 +482,7 @@ impl Shipper {
                 return Err(e);
             }
         };
+        self.test_pause(finished);
         if let Err(e) = self.conn.execute_batch("COMMIT") {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(e.into());
@@ -526,7 +511,7 @@ impl Shipper {
         samples: &[ClockSample],
         kernel: Option<clock::KernelClock>,
     ) -> Result<FlushRows, FleetError> {
-        let FlushPlan { wm, hi, flush_id, finished } = *plan;
+        let FlushPlan { wm, hi, flush_id, finished, local } = *plan;
         let (node, uid) = (&self.node, &self.trace_uid);
         let c = &self.conn;
         let mut counts = Vec::new();
@@ -599,7 +584,8 @@ impl Shipper {
         c.execute(
             &format!(
                 "INSERT INTO {LAKE}.ship_watermarks (node, trace_uid, flush_id, events_hi, nccl_calls_hi, \
-                 gpu_samples_hi, rows, finished, shipped_at_ns, serving_samples_hi) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                 gpu_samples_hi, rows, finished, shipped_at_ns, serving_samples_hi, local_events_hi, local_nccl_calls_hi) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             ),
             params![
                 node,
@@ -611,7 +597,9 @@ impl Shipper {
                 rows as i64,
                 finished,
                 clock::realtime_ns(self.skew_ns),
-                hi.serving_samples
+                hi.serving_samples,
+                local.events.max(hi.events),
+                local.nccl_calls.max(hi.nccl_calls)
             ],
         )?;
         Ok(counts)
