@@ -1,7 +1,11 @@
 //! Which traced processes run CPython, and their layout in `cw_py_procs`: looked for when a process
 //! is adopted, at each of its dlopens (the loader hook; the process is stopped, so the layout is in
 //! place before its first CUDA call through a new library), on the library poll, and again after
-//! an exec. Only with `--stacks`.
+//! an exec. Only with `--stacks`. The exec event reaches user space on another channel than the
+//! loader's notices and the poll, often after them: by then the process may have been looked at
+//! running its new program already (the kernel switches `/proc/PID/exe` and the maps before the
+//! `sched_process_exec` tracepoint fires), so an exec looks again at what runs now rather than
+//! forgetting what was found.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -34,7 +38,11 @@ impl PyProcs {
             Some(Seen::NotPython) if !again => return,
             _ => {}
         }
+        // gone, or a zombie (no mappings left): nothing to look at
         let Ok(maps) = crate::symbols::read_maps(pid) else { return };
+        if maps.is_empty() {
+            return;
+        }
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
         let seen = match detect(&maps, exe.as_deref()) {
             Ok(layout) => match probes.set_python(pid, &layout.raw) {
@@ -53,10 +61,19 @@ impl PyProcs {
         self.seen.insert(pid, seen);
     }
 
-    /// `pid` exec'd: what it runs now is looked for afresh.
+    /// `pid` exec'd: what it runs now is looked for afresh, at once (its layout stays in place
+    /// if it runs the interpreter that was found); not Python, its walk is forgotten. A process
+    /// that exited before its exec was heard of keeps what was seen of it, for the report.
     pub fn exec(&mut self, probes: &mut Probes, pid: u32) {
-        if self.seen.remove(&pid).is_some() {
-            probes.forget_python(pid);
+        let Some(before) = self.seen.remove(&pid) else { return };
+        self.check(probes, pid, true);
+        match self.seen.get(&pid) {
+            Some(Seen::Python(_)) => {}
+            Some(_) => probes.forget_python(pid),
+            None => {
+                probes.forget_python(pid);
+                self.seen.insert(pid, before);
+            }
         }
     }
 
