@@ -13,10 +13,11 @@ python3 scripts/gpu-check/selftest.py
 # Lints: every target of the workspace, warnings are errors (the DuckDB engine included).
 # shellcheck disable=SC2086 # CAUSEWAY_DUCKDB_FEATURES (scripts/env.sh): the DuckDB install.sh chose
 cargo clippy --release --locked --workspace --all-targets $CAUSEWAY_DUCKDB_FEATURES -- -D warnings
+# The SQLite-only build (no DuckDB) must keep working: the engine conformance suite and the convert
+# round-trips on it. The fleet crate is DuckDB (DuckLake) by nature and stays out of it. It shares
+# the one target directory (the dependencies are built once; the workspace crates of each feature
+# set are kept side by side) and runs first: the binary cargo leaves at target/release/causeway is
+# the last one built, and the DuckDB one built next is the one install.sh put on PATH.
+cargo test --release --locked --workspace --exclude causeway-fleet --no-default-features --test conformance --test convert
 # shellcheck disable=SC2086
 cargo test --release --locked --workspace $CAUSEWAY_DUCKDB_FEATURES
-# The SQLite-only build (no C++ DuckDB) must keep working: build it in its own target directory and
-# run the engine conformance suite and the convert round-trips on it. The fleet crate is DuckDB
-# (DuckLake) by nature and stays out of it.
-CARGO_TARGET_DIR="${CAUSEWAY_SQLITE_ONLY_TARGET:-$HOME/.cache/causeway/target-sqlite-only}" \
-  cargo test --release --locked --workspace --exclude causeway-fleet --no-default-features --test conformance --test convert
