@@ -173,32 +173,22 @@ int BPF_PROG(cw_hrtimer_exit) { cw_irq_step(0); return 0; }
 
 /* Who issued the pending wake-up of a traced thread, from `sched_waking` to its `sched_wakeup`
  * (pid and tid 0: an interrupt, or the idle task, woke it). */
-struct cw_waker {
-    __u32 pid;
-    __u32 tid;
-    char comm[16];
-};
-
 struct {
     __uint(type, BPF_MAP_TYPE_LRU_HASH);
     __uint(max_entries, 16384);
     __type(key, __u32);
-    __type(value, struct cw_waker);
+    __type(value, struct cw_task_ref);
 } cw_waking SEC(".maps");
 
 SEC("tp_btf/sched_waking")
 int BPF_PROG(cw_sched_waking, struct task_struct *p) {
     if (!cw_is_traced(p->tgid)) return 0;
     __u32 tid = p->pid;
-    struct cw_waker w = {};
-    __u64 id = bpf_get_current_pid_tgid();
-    if ((__u32)id != 0 && !cw_in_interrupt()) {
-        w.pid = id >> 32;
-        w.tid = (__u32)id;
-        bpf_get_current_comm(w.comm, sizeof(w.comm));
-    } else {
+    struct cw_task_ref w = {};
+    if ((__u32)bpf_get_current_pid_tgid() != 0 && !cw_in_interrupt())
+        cw_task_ref_current(&w);
+    else
         __builtin_memcpy(w.comm, "[interrupt]", 12);
-    }
     bpf_map_update_elem(&cw_waking, &tid, &w, BPF_ANY);
     return 0;
 }
@@ -211,8 +201,8 @@ int BPF_PROG(cw_sched_wakeup, struct task_struct *p) {
         return 0;
     }
     __u64 now = bpf_ktime_get_ns();
-    struct cw_waker waker = {};
-    struct cw_waker *w = bpf_map_lookup_elem(&cw_waking, &tid);
+    struct cw_task_ref waker = {};
+    struct cw_task_ref *w = bpf_map_lookup_elem(&cw_waking, &tid);
     if (w) {
         waker = *w;
         bpf_map_delete_elem(&cw_waking, &tid);
