@@ -6,6 +6,7 @@
 
 use super::Found;
 use crate::attribution::{Calls, Part};
+use crate::trace_data::merge_intervals;
 
 /// Sorted, disjoint, non-empty `[start, end)` ranges of time that count.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -17,15 +18,7 @@ impl Counted {
     /// The union of `ranges` (empty ones dropped, overlapping and touching ones merged).
     pub(crate) fn of(mut ranges: Vec<(i64, i64)>) -> Counted {
         ranges.retain(|r| r.1 > r.0);
-        ranges.sort_unstable();
-        let mut merged: Vec<(i64, i64)> = Vec::with_capacity(ranges.len());
-        for (a, b) in ranges {
-            match merged.last_mut() {
-                Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                _ => merged.push((a, b)),
-            }
-        }
-        Counted { ranges: merged }
+        Counted { ranges: merge_intervals(ranges) }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
