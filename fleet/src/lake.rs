@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use duckdb::{Config, Connection};
 
+use crate::retry::is_conflict_message;
 use crate::FleetError;
 
 /// The DuckDB release this build links (the extension files must be built for exactly it).
@@ -215,7 +216,9 @@ pub fn connect(lake: &LakeSpec, access: &Access) -> Result<Connection, FleetErro
     loop {
         match conn.execute_batch(&attach) {
             Ok(()) => return Ok(conn),
-            Err(e) if attempt < 8 && (is_conflict(&e.to_string()) || e.to_string().contains("already exists")) => {
+            Err(e)
+                if attempt < 8 && (is_conflict_message(&e.to_string()) || e.to_string().contains("already exists")) =>
+            {
                 attempt += 1;
                 std::thread::sleep(Duration::from_millis(50 << attempt.min(5)));
             }
@@ -266,18 +269,13 @@ pub(crate) fn retry_conflicts<T>(tries: u32, mut f: impl FnMut() -> Result<T, Fl
     let mut attempt = 0;
     loop {
         match f() {
-            Err(FleetError::Engine(msg)) if attempt + 1 < tries && is_conflict(&msg) => {
+            Err(FleetError::Engine(msg)) if attempt + 1 < tries && is_conflict_message(&msg) => {
                 attempt += 1;
                 std::thread::sleep(Duration::from_millis(20 << attempt.min(6)));
             }
             other => return other,
         }
     }
-}
-
-/// Whether an engine error is a commit conflict worth retrying.
-pub(crate) fn is_conflict(msg: &str) -> bool {
-    crate::retry::is_conflict_message(msg)
 }
 
 #[cfg(test)]
