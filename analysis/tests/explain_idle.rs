@@ -11,7 +11,7 @@ mod common;
 use causeway_analysis::{explain, ChainKind, ExplainRequest, Explanation};
 use causeway_backends::open_store;
 use causeway_model::codes::op;
-use causeway_model::{NcclCall, PrevState, ServingSample};
+use causeway_model::{PrevState, ServingSample};
 use common::{Trace, MS, T0, US};
 
 const S: i64 = 1_000 * MS;
@@ -169,39 +169,7 @@ fn ranks_with_an_idle_late_rank() -> Trace {
             if r == 1 && late {
                 t.preempted(pid, pid, entry[i] - late_ns - MS, entry[i] - MS, 1, HOG);
             }
-            t.call(pid, pid, op::NCCL_ALL_REDUCE, entry[i], 20 * US).arg2 = 0x5;
-            t.nccl.push(NcclCall {
-                pid,
-                tid: pid,
-                ts_ns: entry[i],
-                op: op::NCCL_ALL_REDUCE.op,
-                comm_hash: 0x0bad_cafe,
-                comm: 0xc0,
-                rank: r,
-                nranks: 2,
-                seq: step,
-                count: 16 << 20,
-                datatype: 7,
-                redop: 0,
-                peer: -1,
-                device: r,
-            });
-            let sync_start = entry[i] + 30 * US;
-            t.call(pid, pid, op::CUDA_STREAM_SYNC, sync_start, done - sync_start);
-            if done - sync_start > 2 * MS {
-                let next = (0, 0, "swapper/0");
-                t.off_cpu(
-                    pid,
-                    pid,
-                    sync_start + 10 * US,
-                    done,
-                    i as i32,
-                    PrevState::Sleeping,
-                    next,
-                    done,
-                    (pid, pid + 1),
-                );
-            }
+            t.allreduce_step(pid, r, step, entry[i], done);
             if r == 1 {
                 idle(&mut t, pid, pid, done + 100 * US, done + 20 * MS);
             }

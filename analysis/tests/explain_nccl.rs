@@ -7,8 +7,6 @@ mod common;
 
 use causeway_analysis::{explain, ChainKind, ExplainRequest, Severity};
 use causeway_backends::{open_store, QueryLimits};
-use causeway_model::codes::op;
-use causeway_model::{NcclCall, PrevState};
 use common::{Trace, MS, T0, US};
 
 const STEPS: i64 = 40;
@@ -44,39 +42,8 @@ fn two_ranks(plant: Plant) -> Trace {
             if r == 1 && late && plant == Plant::Hog {
                 t.preempted(pid, pid, entry[i] - late_ns - MS, entry[i] - MS, 1, HOG);
             }
-            t.call(pid, pid, op::NCCL_ALL_REDUCE, entry[i], 20 * US).arg2 = 0x5;
-            t.nccl.push(NcclCall {
-                pid,
-                tid: pid,
-                ts_ns: entry[i],
-                op: op::NCCL_ALL_REDUCE.op,
-                comm_hash: 0x0bad_cafe,
-                comm: 0xc0,
-                rank: r,
-                nranks: 2,
-                seq: step,
-                count: 16 << 20,
-                datatype: 7,
-                redop: 0,
-                peer: -1,
-                device: r,
-            });
             // the sync sleeps until the collective is done: the GPU's time, woken by the driver
-            let sync_start = entry[i] + 30 * US;
-            t.call(pid, pid, op::CUDA_STREAM_SYNC, sync_start, done - sync_start);
-            if done - sync_start > 2 * MS {
-                t.off_cpu(
-                    pid,
-                    pid,
-                    sync_start + 10 * US,
-                    done,
-                    i as i32,
-                    PrevState::Sleeping,
-                    (0, 0, "swapper/0"),
-                    done,
-                    (pid, pid + 1),
-                );
-            }
+            t.allreduce_step(pid, r, step, entry[i], done);
         }
     }
     t

@@ -96,6 +96,35 @@ impl Trace {
         self.off_cpu(pid, tid, out, inn, cpu, PrevState::Preempted, by, 0, (0, 0));
     }
 
+    /// Rank `rank` (pid = tid `pid`, one of two, on CPU `rank`) enters all-reduce `seq` of
+    /// communicator 0xc0 at `entry`, then synchronizes until the collective is `done`: the sync
+    /// sleeps (woken by the driver's thread, `pid + 1`) when it lasts over 2 ms.
+    pub fn allreduce_step(&mut self, pid: u32, rank: i32, seq: i64, entry: i64, done: i64) {
+        self.call(pid, pid, op::NCCL_ALL_REDUCE, entry, 20 * US).arg2 = 0x5;
+        self.nccl.push(NcclCall {
+            pid,
+            tid: pid,
+            ts_ns: entry,
+            op: op::NCCL_ALL_REDUCE.op,
+            comm_hash: 0x0bad_cafe,
+            comm: 0xc0,
+            rank,
+            nranks: 2,
+            seq,
+            count: 16 << 20,
+            datatype: 7,
+            redop: 0,
+            peer: -1,
+            device: rank,
+        });
+        let sync_start = entry + 30 * US;
+        self.call(pid, pid, op::CUDA_STREAM_SYNC, sync_start, done - sync_start);
+        if done - sync_start > 2 * MS {
+            let driver = (0, 0, "swapper/0");
+            self.off_cpu(pid, pid, sync_start + 10 * US, done, rank, PrevState::Sleeping, driver, done, (pid, pid + 1));
+        }
+    }
+
     pub fn block(&mut self, pid: u32, code: OpCode, ts: i64, dur: i64, bytes: i64, dev: i64) {
         let comm = self.names.iter().find(|n| n.0 == pid).map(|n| n.1.clone()).unwrap_or_else(|| "train".into());
         self.events.push(Event {
