@@ -90,23 +90,27 @@ enum Command {
 
 /// The command line, with `--version` naming the storage engines this binary carries: the DuckDB
 /// version and whether it is compiled in or linked (and from where), since the fleet's extensions
-/// load only into the exact version.
+/// load only into the exact version. That line (a read of /proc/self/maps) is made only when
+/// `--version` is on the command line, not at every start.
 fn parse_cli() -> Cli {
-    let engines = {
-        #[cfg(feature = "duckdb")]
-        {
-            causeway_backends::duckdb::engine_version()
-        }
-        #[cfg(not(feature = "duckdb"))]
-        {
-            "no DuckDB (a SQLite-only build)".to_string()
-        }
-    };
-    let sqlite = causeway_backends::sqlite_library_version();
-    let long = format!("{}\nSQLite {sqlite} (compiled in); {engines}", env!("CARGO_PKG_VERSION"));
-    // clap keeps a &'static str; the line is made once per process.
-    let matches = Cli::command().long_version(&*Box::leak(long.into_boxed_str())).get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let mut command = Cli::command();
+    if std::env::args_os().any(|a| a == "--version") {
+        let engines = {
+            #[cfg(feature = "duckdb")]
+            {
+                causeway_backends::duckdb::engine_version()
+            }
+            #[cfg(not(feature = "duckdb"))]
+            {
+                "no DuckDB (a SQLite-only build)".to_string()
+            }
+        };
+        let sqlite = causeway_backends::sqlite_library_version();
+        let long = format!("{}\nSQLite {sqlite} (compiled in); {engines}", env!("CARGO_PKG_VERSION"));
+        // clap keeps a &'static str; the line is made once per process.
+        command = command.long_version(&*Box::leak(long.into_boxed_str()));
+    }
+    Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
 }
 
 /// The log filter when CAUSEWAY_LOG is not set: warnings, except aya's loader, whose one warning on
