@@ -12,11 +12,13 @@ mod cgroup;
 pub mod codes;
 pub mod demangle;
 pub mod fnv;
+mod gpu_timeline;
 pub mod serving;
 pub mod time;
 
 pub use cgroup::ProcessCgroup;
 pub use codes::{OpCode, PrevState, Source};
+pub use gpu_timeline::{GpuClockSync, GpuDevice, GpuOp, GpuOpKind, GpuTimelineNote};
 
 /// One recorded event. Times are nanoseconds on one clock for every source (unix epoch in stored
 /// traces). A call spans `[ts_ns, ts_ns + dur_ns]`; a `sched_switch` row is written at switch-IN time

@@ -25,6 +25,7 @@ pub use engine::Engine;
 pub use error::{Result, StoreError};
 pub use query::{QueryCancel, QueryLimits, QueryResult};
 pub use traits::{
-    AggregateRow, CodeDescription, ColumnDescription, DurationRow, EventFilter, EventId, EventSink, SchemaDescription,
+    AggregateRow, CodeDescription, ColumnDescription, DurationRow, EventFilter, EventId, EventSink, GpuTimelinePart,
+    SchemaDescription,
     SinkSummary, SlimEvent, StackRecord, StoredEvent, SwitchRow, TableDescription, TraceFormat, TraceInfo, TraceStore,
 };

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
+    Event, GpuClockSync, GpuDevice, GpuOp, GpuSample, GpuTimelineNote, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, SchedDetail, ServingSample, SessionInfo,
 };
 
@@ -502,6 +502,27 @@ pub trait TraceStore: Send + Sync {
     fn process_cgroups(&self) -> Result<Vec<ProcessCgroup>> {
         Ok(Vec::new())
     }
+    /// The device's own timeline (`gpu_ops`): every kernel, copy, memset and synchronization whose
+    /// device start is in `window`, handed to `f` by start time (then pid, device, stream, end);
+    /// returns how many. Nothing for traces recorded without `--gpu-timeline`.
+    fn scan_gpu_ops(&self, _window: &TimeWindow, _f: &mut dyn FnMut(GpuOp)) -> Result<u64> {
+        Ok(0)
+    }
+    /// The calibrations of CUPTI's clock against the trace's (`gpu_clock_syncs`), by pid then
+    /// trace time; empty without a device timeline.
+    fn gpu_clock_syncs(&self) -> Result<Vec<GpuClockSync>> {
+        Ok(Vec::new())
+    }
+    /// The CUDA devices the traced processes used (`gpu_devices`), by pid then device; empty
+    /// without a device timeline.
+    fn gpu_devices(&self) -> Result<Vec<GpuDevice>> {
+        Ok(Vec::new())
+    }
+    /// What a reader of the device view must know (`gpu_timeline_notes`): holes, losses, refusals,
+    /// by time; empty without a device timeline.
+    fn gpu_timeline_notes(&self) -> Result<Vec<GpuTimelineNote>> {
+        Ok(Vec::new())
+    }
     /// Run user SQL, read-only, with limits.
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
@@ -523,6 +544,28 @@ pub trait TraceStore: Send + Sync {
     /// durations of their own.
     fn summarizes_whole_trace_from_packed(&self) -> bool {
         false
+    }
+}
+
+/// What the device-timeline library delivered in one flush, as the sink takes it: the device ops
+/// (times already on the trace's clock), the calibrations that mapped them, devices described,
+/// notes (holes, losses).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuTimelinePart {
+    /// Kernels, copies, memsets and synchronizations.
+    pub ops: Vec<GpuOp>,
+    /// The calibration pairs of this flush.
+    pub clock_syncs: Vec<GpuClockSync>,
+    /// Devices described (usually only in the first part of a process).
+    pub devices: Vec<GpuDevice>,
+    /// Holes, losses and refusals.
+    pub notes: Vec<GpuTimelineNote>,
+}
+
+impl GpuTimelinePart {
+    /// Whether it carries nothing.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.clock_syncs.is_empty() && self.devices.is_empty() && self.notes.is_empty()
     }
 }
 
@@ -570,6 +613,10 @@ pub trait EventSink: Send {
     async fn write_process_ranks(&mut self, ranks: Vec<ProcessRank>) -> Result<()>;
     /// Record processes' cgroups (a later row for a pid replaces the earlier one).
     async fn write_process_cgroups(&mut self, cgroups: Vec<ProcessCgroup>) -> Result<()>;
+    /// Record what the device-timeline library delivered (`gpu_ops`, `gpu_clock_syncs`,
+    /// `gpu_devices`, `gpu_timeline_notes`); a later device row for the same (pid, device) replaces
+    /// the earlier one. `launch_event_id` is filled when the trace is finished.
+    async fn write_gpu_timeline(&mut self, part: GpuTimelinePart) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).
