@@ -140,6 +140,10 @@ pub struct Chain {
     pub stacks: Vec<crate::stacks::StackShare>,
     pub recommendations: Vec<String>,
     pub evidence: Evidence,
+    /// With the device's own timeline: how much of `stall_ns` fell while the GPU sat idle (what
+    /// it can have cost the GPU); `None` without a device timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_idle_ns: Option<i64>,
 }
 
 impl Chain {
@@ -188,6 +192,7 @@ pub fn attributed_severity(kind: ChainKind, cause: Cause, share: f64, stall_ns: 
 pub struct ChainAccumulator {
     groups: BTreeMap<(Cause, CulpritKey), Group>,
     keep_spans: bool,
+    device_idle: Option<std::sync::Arc<Vec<(i64, i64)>>>,
 }
 
 /// The worst intervals a group keeps: a chain shows five, and the stacks of 64.
@@ -209,6 +214,8 @@ pub struct Group {
     pub kernels: BTreeMap<String, (u64, i64)>,
     /// Every interval's (start, end), when the accumulator keeps them.
     pub spans: Vec<(i64, i64)>,
+    /// With the device's idle intervals: the parts' time that fell inside them.
+    pub gpu_idle_ns: Option<i64>,
 }
 
 fn sort_worst(worst: &mut Vec<(i64, EventId, i64, i64)>) {
@@ -238,6 +245,13 @@ impl ChainAccumulator {
         ChainAccumulator { keep_spans: true, ..Default::default() }
     }
 
+    /// Also measure each part against the device's idle intervals (sorted, disjoint), when the
+    /// trace has a device timeline: what a group's time can have cost the GPU.
+    pub fn measuring_device_idle(mut self, idle: Option<std::sync::Arc<Vec<(i64, i64)>>>) -> ChainAccumulator {
+        self.device_idle = idle;
+        self
+    }
+
     /// Add the parts of one interval (`id` names it: the call, or the call ending a gap), and the
     /// kernel it ran when it is a launch.
     pub fn add(&mut self, id: &EventId, start: i64, dur: i64, parts: &[Part], kernel: Option<&str>) {
@@ -247,6 +261,10 @@ impl ChainAccumulator {
             *per_group.entry(key.clone()).or_default() += p.ns;
             let g = self.groups.entry(key).or_default();
             g.stall_ns += p.ns;
+            if let Some(idle) = &self.device_idle {
+                // a remainder's span is its whole interval: it cannot have cost more than its ns
+                *g.gpu_idle_ns.get_or_insert(0) += crate::device_idle::overlap_with(idle, p.start, p.end).min(p.ns);
+            }
             if p.cpu >= 0 {
                 *g.cpus.entry(p.cpu).or_default() += p.ns;
             }

@@ -63,6 +63,7 @@ fn chain(
         stacks: Vec::new(),
         recommendations,
         evidence,
+        gpu_idle_ns: None,
     }
 }
 

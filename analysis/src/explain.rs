@@ -117,6 +117,10 @@ pub struct Explanation {
     pub steps: crate::StepReport,
     /// The serving engines in scope (their own metrics), their latency spikes and why.
     pub serving: crate::ServingReport,
+    /// The device's own view (`trace --gpu-timeline`): busy share, idle gaps and their host
+    /// causes; `None` when the trace holds no device timeline (said in `missing`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::DeviceView>,
 }
 
 /// Find a chain by id (`c3`) or key.
@@ -132,6 +136,22 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref(), None, true)?;
     steps::explain_slow_ranges(store, &mut e.steps, &baseline)?;
     e.serving = serving::explain_serving(store, req.window, &baseline)?;
+    e.device = crate::device_idle::device_view(store, req.window, req.pid, crate::DEFAULT_GAP_NS)?;
+    match &mut e.device {
+        Some(d) => {
+            crate::device_idle::place_in_steps(d, &e.steps);
+            if let Some(v) = crate::device_idle::verdict(d) {
+                // a host stall that cost the GPU no idle time is no part of the first sentence
+                let top_cost_nothing = e.chains.first().is_some_and(|c| c.gpu_idle_ns == Some(0));
+                e.verdict = if top_cost_nothing {
+                    format!("{v} The host stalls found overlapped no GPU idle time: they cost the GPU nothing.")
+                } else {
+                    format!("{v} {}", e.verdict)
+                };
+            }
+        }
+        None => e.missing.push(crate::device_idle::MISSING.to_string()),
+    }
     Ok(e)
 }
 
@@ -351,7 +371,8 @@ fn attribute_slow_calls(
                 ChainAccumulator::keeping_spans()
             } else {
                 ChainAccumulator::default()
-            },
+            }
+            .measuring_device_idle(ctx.device_idle.clone()),
             items: HashMap::new(),
             spin: spin::OpSpinFacts::default(),
         });
@@ -498,7 +519,7 @@ fn gap_chains(
                 attr::attribute_interval(a, b, ctx.off_of(tid), ctx.coverage_of(tid), Cause::HostCompute)
             })
         };
-        let mut acc = ChainAccumulator::default();
+        let mut acc = ChainAccumulator::default().measuring_device_idle(ctx.device_idle.clone());
         for g in &gs {
             let (parts, counted_ns) = attribute(g);
             acc.add(&g.before, g.start, counted_ns, &parts, None);
@@ -626,6 +647,7 @@ fn assemble(
         notes,
         steps: crate::StepReport::default(),
         serving: crate::ServingReport::default(),
+        device: None,
     }
 }
 

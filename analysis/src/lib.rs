@@ -21,6 +21,8 @@ mod compare;
 mod coverage;
 mod detector_chains;
 mod detectors;
+mod device_idle;
+mod device_idle_sql;
 mod engine_steps;
 mod evidence;
 mod explain;
@@ -41,13 +43,17 @@ mod timeline;
 mod trace_data;
 mod trace_facts;
 
-pub use attribution::{gpu_call_sources, Culprit, ThreadNesting};
+pub use attribution::{gpu_call_sources, Cause, Culprit, ThreadNesting};
 pub use chains::{culprit_words, Chain, ChainKind, CpuTime, Evidence, Severity, TimelineStep};
 pub use collectives::{
     find_stragglers, worst_stretch, Straggler, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE,
 };
 pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
 pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
+pub use device_idle::{
+    device_view, part_words as idle_part_words, DeviceFigures, DeviceView, IdleCause, IdleChain, IdleGap, IdlePart, NextOp,
+    StreamFigures, DEFAULT_GAP_NS,
+};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;
 pub use kernels::{

@@ -369,5 +369,6 @@ fn chain(
             value: waited,
             unit: "ns".into(),
         },
+        gpu_idle_ns: None,
     }
 }

@@ -212,6 +212,21 @@ pub(super) fn attributed_chain(
             format!("Keep the tracer off the workload's cores (taskset -c <free cores> causeway trace ...) or record fewer events (no --stacks); this chain is an effect of tracing, not of the workload (pid {})", c.pid),
         );
     }
+    match g.gpu_idle_ns {
+        Some(0) if cause.is_host_cause() => details.insert(
+            0,
+            "the GPU stayed busy throughout (device timeline): this cost the GPU no idle time".to_string(),
+        ),
+        Some(idle) => details.insert(
+            0,
+            format!(
+                "{} of its {} fell while the GPU sat idle (device timeline): at most that much GPU time was lost to it",
+                fmt_ns(idle),
+                fmt_ns(g.stall_ns)
+            ),
+        ),
+        None => {}
+    }
     Ok(Chain {
         id: String::new(),
         key: chains::chain_key(s.kind, &op_label, cause, &ckey)
@@ -219,6 +234,8 @@ pub(super) fn attributed_chain(
         // an effect of tracing is said, never ranked HIGH as the workload's problem
         severity: match chains::attributed_severity(s.kind, cause, share, g.stall_ns) {
             sev if tracer_effect => sev.max(Severity::Medium),
+            // the device view says the GPU never waited for it: said, never ranked as a stall
+            _ if g.gpu_idle_ns == Some(0) && cause.is_host_cause() => Severity::Low,
             sev => sev,
         },
         kind: s.kind,
@@ -257,6 +274,7 @@ pub(super) fn attributed_chain(
             value: g.stall_ns,
             unit: "ns".into(),
         },
+        gpu_idle_ns: g.gpu_idle_ns,
     })
 }
 

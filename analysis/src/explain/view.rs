@@ -53,6 +53,8 @@ pub(super) struct Context {
     pub(super) sample_note: Option<String>,
     /// The GPUs' own state from the NVML samples in scope (empty without them).
     pub(super) gpu: crate::gpu_state::GpuState,
+    /// When the devices sat idle, from the device timeline (`None`: the trace has none).
+    pub(super) device_idle: Option<std::sync::Arc<Vec<(i64, i64)>>>,
     no_off: Vec<OffCpu>,
 }
 
@@ -120,6 +122,8 @@ impl<'s> TraceView<'s> {
             pages,
             kernel_index,
             gpu: crate::gpu_state::GpuState::of(&self.store.gpu_samples(&self.req.window)?),
+            device_idle: crate::device_idle::idle_intervals(self.store, self.req.window, self.req.pid)?
+                .map(std::sync::Arc::new),
             bounds,
             sample_note: sampled_note(self.store, self.req)?,
             no_off: Vec::new(),

@@ -31,6 +31,8 @@ pub struct Trace {
     pub gpu_samples: Vec<GpuSample>,
     pub serving_samples: Vec<causeway_model::ServingSample>,
     pub cgroups: Vec<ProcessCgroup>,
+    /// The device's own timeline (`gpu_ops` and the rest).
+    pub gpu: causeway_store::GpuTimelinePart,
 }
 
 impl Trace {
@@ -89,6 +91,40 @@ impl Trace {
                 waker_tid: waker.1,
             }),
             ..Default::default()
+        });
+    }
+
+    /// A device op of `kind` on `device`/`stream` from `start` for `dur`, launched by `tid` with a
+    /// call spanning `[launch, launch + launch_dur]` (tid 0: no record of the call).
+    #[allow(clippy::too_many_arguments)]
+    pub fn device_op(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        kind: causeway_model::GpuOpKind,
+        stream: u32,
+        start: i64,
+        dur: i64,
+        launch: i64,
+        launch_dur: i64,
+    ) {
+        let correlation = self.gpu.ops.len() as u32 + 1;
+        self.gpu.ops.push(causeway_model::GpuOp {
+            pid,
+            device: 0,
+            context: 1,
+            stream,
+            kind,
+            start_ns: start,
+            end_ns: start + dur,
+            correlation,
+            name: if kind == causeway_model::GpuOpKind::Kernel { "_Z4stepPf".into() } else { "stream".into() },
+            bytes: 0,
+            launch_tid: tid,
+            launch_start_ns: if tid == 0 { 0 } else { launch },
+            launch_end_ns: if tid == 0 { 0 } else { launch + launch_dur },
+            launch_cbid: 0,
+            launch_event_id: 0,
         });
     }
 
@@ -178,6 +214,9 @@ impl Trace {
             sink.write_gpu_samples(std::mem::take(&mut self.gpu_samples)).await.unwrap();
             sink.write_serving_samples(std::mem::take(&mut self.serving_samples)).await.unwrap();
             sink.write_process_cgroups(std::mem::take(&mut self.cgroups)).await.unwrap();
+            if !self.gpu.is_empty() {
+                sink.write_gpu_timeline(std::mem::take(&mut self.gpu)).await.unwrap();
+            }
             let last = self.events.iter().map(|e| e.ts_ns).max().unwrap_or(T0);
             for chunk in self.events.chunks(10_000) {
                 sink.write_batch(chunk.to_vec()).await.unwrap();
