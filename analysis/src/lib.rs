@@ -23,6 +23,7 @@ mod detector_chains;
 mod detectors;
 mod device_idle;
 mod device_idle_sql;
+mod device_stats;
 mod engine_steps;
 mod evidence;
 mod explain;
@@ -54,6 +55,7 @@ pub use device_idle::{
     device_view, part_words as idle_part_words, DeviceFigures, DeviceView, IdleCause, IdleChain, IdleGap, IdlePart, NextOp,
     StreamFigures, DEFAULT_GAP_NS,
 };
+pub use device_stats::{DeviceBusy, DeviceOpStats, DeviceStats, LatencyStats};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;
 pub use kernels::{

@@ -157,6 +157,10 @@ pub struct TraceStats {
     /// untraced processes' traffic (absent: the window holds no network event).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::network::NetworkReport>,
+    /// The device's own timeline (`trace --gpu-timeline`): device time per kernel and launch
+    /// latency, exact nearest-rank; absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<crate::device_stats::DeviceStats>,
 }
 
 /// What to compute.
@@ -258,6 +262,7 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         kernels: if req.by_kernel { Some(kernel_report(store, req.window, req.pid)?) } else { None },
         gpus: crate::gpu_state::GpuState::of(&store.gpu_samples(&req.window)?).summaries(),
         network,
+        device: crate::device_stats::device_stats(store, req.window, req.pid)?,
     })
 }
 

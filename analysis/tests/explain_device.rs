@@ -167,3 +167,26 @@ fn a_trace_without_the_device_timeline_says_the_device_view_is_missing() {
     assert!(e.device.is_none());
     assert!(e.missing.iter().any(|m| m.contains("--gpu-timeline")), "{:?}", e.missing);
 }
+
+#[test]
+fn stats_give_device_time_per_kernel_and_launch_latency_by_nearest_rank() {
+    let mut t = Trace::default();
+    let kernels = training(&mut t, late_from_at(38 * MS));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stats.db");
+    t.write(&path);
+    let store = open_store(&path).unwrap();
+    let s = causeway_analysis::compute_stats(store.as_ref(), &causeway_analysis::StatsRequest::default()).unwrap();
+    let d = s.device.expect("a device section");
+    assert_eq!(d.ops.len(), 1);
+    let k = &d.ops[0];
+    assert_eq!((k.count, k.p50_ns, k.max_ns, k.total_ns), (STEPS as u64, KERNEL, KERNEL, STEPS as i64 * KERNEL));
+    assert_eq!(k.name, "step(float*)", "demangled");
+    // every launch waits 15 us for the device here, as the loop never queues
+    let mut latencies: Vec<i64> = (0..STEPS).map(|i| kernels[i].0 - late_from_at(38 * MS)(i)).collect();
+    latencies.sort_unstable();
+    let l = k.launch_latency.as_ref().unwrap();
+    assert_eq!(l.p50_ns, latencies[(STEPS + 1) / 2 - 1]);
+    assert_eq!(l.max_ns, *latencies.last().unwrap());
+    assert_eq!(d.devices[0].busy_ns, STEPS as i64 * KERNEL);
+}

@@ -1,0 +1,154 @@
+//! `stats` of the device's own timeline: per device, kind and name (a kernel's, a copy's
+//! direction), the device time of every op with exact nearest-rank percentiles; the launch latency
+//! (from the launching call's start to the device's start of the work) the same way; and each
+//! device's busy share. Absent without a device timeline (`trace --gpu-timeline`).
+
+use std::collections::BTreeMap;
+
+use causeway_model::time::TimeWindow;
+use causeway_model::{GpuOp, GpuOpKind};
+use causeway_store::summary::nearest_ranks_unsorted;
+use causeway_store::TraceStore;
+
+use crate::stats::PERCENTILES;
+use crate::AnalysisError;
+
+/// Rows of device time per name kept (the most device time first); the rest are summed.
+const NAMES_LISTED: usize = 50;
+
+/// One (device, kind, name)'s device time.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct DeviceOpStats {
+    pub pid: u32,
+    pub device: i32,
+    pub kind: GpuOpKind,
+    /// A kernel's name (demangled where it is C++), a copy's direction; empty for memsets.
+    pub name: String,
+    pub count: u64,
+    pub total_ns: i64,
+    /// Exact nearest-rank percentiles of the device time, ns.
+    pub p50_ns: i64,
+    pub p90_ns: i64,
+    pub p95_ns: i64,
+    pub p99_ns: i64,
+    pub max_ns: i64,
+    /// Of the launch latency (launching call's start to device start), where the call is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_latency: Option<LatencyStats>,
+}
+
+/// Exact nearest-rank figures of a latency.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct LatencyStats {
+    pub count: u64,
+    pub p50_ns: i64,
+    pub p90_ns: i64,
+    pub p99_ns: i64,
+    pub max_ns: i64,
+}
+
+/// The device section of `stats`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct DeviceStats {
+    /// Per (pid, device): ops, busy time (the union of its ops' spans), its share of the device's
+    /// span.
+    pub devices: Vec<DeviceBusy>,
+    /// The most device time first (at most 50 rows).
+    pub ops: Vec<DeviceOpStats>,
+    /// Rows beyond the 50 listed, and their device time.
+    pub ops_not_listed: u64,
+    pub ns_not_listed: i64,
+    /// The launch latency of every op whose launching call is known, per kind.
+    pub launch_latency: BTreeMap<String, LatencyStats>,
+}
+
+/// A device's busy time.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct DeviceBusy {
+    pub pid: u32,
+    pub device: i32,
+    pub ops: u64,
+    pub busy_ns: i64,
+    pub span_ns: i64,
+    pub busy_share: f64,
+}
+
+fn latency(mut v: Vec<i64>) -> Option<LatencyStats> {
+    let p = nearest_ranks_unsorted(&mut v, &[500, 900, 990, 1000])?;
+    Some(LatencyStats { count: v.len() as u64, p50_ns: p[0], p90_ns: p[1], p99_ns: p[2], max_ns: p[3] })
+}
+
+/// The device section of `stats` over `window` (of `pid`); `None` without a device timeline.
+pub fn device_stats(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+) -> Result<Option<DeviceStats>, AnalysisError> {
+    type Key = (u32, i32, GpuOpKind, String);
+    let mut durs: BTreeMap<Key, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
+    let mut spans: BTreeMap<(u32, i32), Vec<(i64, i64)>> = BTreeMap::new();
+    let mut by_kind: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    store.scan_gpu_ops(&window, &mut |g: GpuOp| {
+        if pid.is_some_and(|p| p != g.pid) || !g.kind.occupies_device() {
+            return;
+        }
+        let name = if g.kind == GpuOpKind::Kernel { causeway_model::demangle::demangle(&g.name) } else { g.name.clone() };
+        let e = durs.entry((g.pid, g.device, g.kind, name)).or_default();
+        e.0.push(g.dur_ns());
+        if let Some(l) = g.launch_latency_ns() {
+            e.1.push(l);
+            by_kind.entry(g.kind.name().to_string()).or_default().push(l);
+        }
+        spans.entry((g.pid, g.device)).or_default().push((g.start_ns, g.end_ns.max(g.start_ns)));
+    })?;
+    if durs.is_empty() {
+        return Ok(None);
+    }
+    let mut ops: Vec<DeviceOpStats> = durs
+        .into_iter()
+        .filter_map(|((pid, device, kind, name), (mut d, l))| {
+            let total = d.iter().sum();
+            let p = nearest_ranks_unsorted(&mut d, &[PERCENTILES[0], PERCENTILES[1], PERCENTILES[2], PERCENTILES[3], 1000])?;
+            Some(DeviceOpStats {
+                pid,
+                device,
+                kind,
+                name,
+                count: d.len() as u64,
+                total_ns: total,
+                p50_ns: p[0],
+                p90_ns: p[1],
+                p95_ns: p[2],
+                p99_ns: p[3],
+                max_ns: p[4],
+                launch_latency: latency(l),
+            })
+        })
+        .collect();
+    ops.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    let rest: Vec<DeviceOpStats> = ops.split_off(ops.len().min(NAMES_LISTED));
+    let devices = spans
+        .into_iter()
+        .map(|((pid, device), v)| {
+            let n = v.len() as u64;
+            let merged = crate::trace_data::merge_intervals(v);
+            let busy: i64 = merged.iter().map(|(a, b)| b - a).sum();
+            let span = merged.last().map_or(0, |l| l.1) - merged.first().map_or(0, |f| f.0);
+            DeviceBusy {
+                pid,
+                device,
+                ops: n,
+                busy_ns: busy,
+                span_ns: span,
+                busy_share: if span > 0 { busy as f64 / span as f64 } else { 1.0 },
+            }
+        })
+        .collect();
+    Ok(Some(DeviceStats {
+        devices,
+        ops,
+        ops_not_listed: rest.iter().map(|r| r.count).sum(),
+        ns_not_listed: rest.iter().map(|r| r.total_ns).sum(),
+        launch_latency: by_kind.into_iter().filter_map(|(k, v)| Some((k, latency(v)?))).collect(),
+    }))
+}
