@@ -1,15 +1,13 @@
-/* Mock CUDA driver (soname libcuda.so.1). The "GPU" is one worker thread per stream: launches and
- * async copies and memsets enqueue work with a simulated duration, synchronize calls block until the
+/* Mock CUDA driver (soname libcuda.so.1), its GPU: streams, the work queued on them, and the calls
+ * that wait for it (the rest: driver_mem.c, device memory; driver_obj.c, cuInit and the injection
+ * library, contexts, devices, capture, modules and kernel names; driver_act.c, the activity hook;
+ * driver_int.h, what they share). The "GPU" is one worker thread per stream: launches and async
+ * copies and memsets enqueue work with a simulated duration, synchronize calls block until the
  * stream's queue has drained up to the point they were called at, cuStreamWaitEvent enqueues a wait
  * for another stream, cuLaunchHostFunc a host function the worker calls in stream order (mock NCCL's
  * collectives are such functions, waiting for the other ranks). Stream capture
  * (cuStreamBeginCapture_v2 .. cuStreamEndCapture) diverts what a stream is given into a graph, whose
- * instantiation cuGraphLaunch replays as one item of their summed duration. The device allocator is
- * a first-fit free list over a heap of MOCK_CUDA_HEAP_MB (beyond it allocations fail with
- * CUDA_ERROR_OUT_OF_MEMORY); with MOCK_CUDA_FRAG=1 freed blocks never coalesce and every block
- * visited costs MOCK_CUDA_FRAG_NS, so allocation latency grows as the heap fragments. Modules,
- * libraries, kernels and functions are distinct heap objects; the same name asked twice of one module
- * (library) gives the same CUfunction (CUkernel).
+ * instantiation cuGraphLaunch replays as one item of their summed duration.
  *
  * How a synchronize call waits is the scheduling policy (the low 3 bits of the flags) of the calling
  * thread's context: the one cuCtxCreate_v2 made current, else the primary context
@@ -25,23 +23,20 @@
  * the thread that enqueued it: the runtime's cudaSetDevice tells the driver (mockcuSetDevice, a
  * per-thread value, default 0; cuCtxCreate_v2 sets it to the context's device).
  *
+ * Activity (src/mock_activity.h): the calls wrapped in REPORTED report to an attached hook; the
+ * work they queue carries their correlation id, and the stream's worker reports it when it has run
+ * (a zero-length kernel is queued then, so that it is reported); host waits report their span.
+ * Stream ids are CUPTI's: the legacy default stream 7, every other stream (created or per-thread)
+ * the next of 13, 14, ...; event ids count from 1.
+ *
  * Environment: MOCK_CUDA_KERNEL_US (default kernel duration, default 50), MOCK_CUDA_BW_MBPS (copy
  * bandwidth in MB/s, default 10000), MOCK_CUDA_HEAP_MB (device memory, default 81920), MOCK_CUDA_FRAG,
  * MOCK_CUDA_FRAG_NS (default 200), MOCK_CUDA_SYNC=spin (what auto means: busy-poll like
  * cudaDeviceScheduleSpin, the real runtime's choice when it has fewer contexts than cores; default:
  * block on a condition variable like cudaDeviceScheduleBlockingSync), MOCK_GPU_THROTTLE (above). */
-#define _GNU_SOURCE
-#include "mock_cuda.h"
-#include "mock_gpu.h"
-#include "mock_clock.h"
-#include <pthread.h>
+#include "driver_int.h"
 #include <sched.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
-
-#define API __attribute__((visibility("default")))
-#define QCAP 1024 /* like the real launch queue: launches block when 1024 are pending */
 
 /* the layouts the tracer reads from memory, as in cuda.h */
 _Static_assert(sizeof(CUlaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
@@ -52,47 +47,27 @@ _Static_assert(offsetof(CUlaunchConfig, attrs) == 40, "CUlaunchConfig.attrs at 4
 _Static_assert(offsetof(CUlaunchConfig, numAttrs) == 48, "CUlaunchConfig.numAttrs at 48");
 _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig is 56 bytes");
 
-/* CUresult values */
-enum { OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_HANDLE = 400, ILLEGAL_STATE = 401,
-       NOT_READY = 600, STREAM_CAPTURE_UNSUPPORTED = 900 };
-
-/* One item of GPU work: `dur` ns of running (at full speed) on device `dev`, after waiting
- * (cuStreamWaitEvent) until `wait_s` has completed `wait_seq` items when `wait_s` is set; a host
- * function (cuLaunchHostFunc) is `fn(arg)`, run by the stream's worker when the stream gets to it,
- * the stream held until it returns. */
-struct qitem { uint64_t dur; struct CUstream_st *wait_s; uint64_t wait_seq; CUhostFn fn; void *arg; int dev; };
-struct CUgraph_st { uint64_t ns; unsigned nodes; };
-struct CUgraphExec_st { uint64_t ns; unsigned nodes; struct CUgraphExec_st *next; };
-struct CUstream_st {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct qitem q[QCAP];
-    uint64_t submitted, completed; /* sequence numbers */
-    struct CUgraph_st *capture;    /* while capturing: where work goes instead of the queue */
-    pthread_t worker;
-    struct CUstream_st *next;
-};
-struct CUevent_st { CUstream stream; uint64_t seq; };
-struct CUctx_st { unsigned int flags; CUdevice dev; };
-
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUstream_st *g_streams;
 static struct CUstream_st *g_default;
-static struct CUgraphExec_st *g_execs;
-static uint64_t g_kernel_ns = 50000, g_bw_mbps = 10000, g_frag_ns = 200, g_heap = 81920ull << 20;
-static int g_frag, g_auto_spins;
-static unsigned int g_primary_flags; /* cuDevicePrimaryCtxSetFlags_v2 */
+struct CUgraphExec_st *g_execs;
+uint64_t g_kernel_ns = 50000, g_frag_ns = 200, g_heap = 81920ull << 20;
+static uint64_t g_bw_mbps = 10000;
+int g_frag, g_auto_spins;
+unsigned int g_primary_flags; /* cuDevicePrimaryCtxSetFlags_v2 */
 static __thread CUstream t_ptsz;
-static __thread CUcontext t_ctx;     /* cuCtxCreate_v2 makes its context current */
-static __thread int t_dev;           /* the thread's current device (mockcuSetDevice) */
+__thread CUcontext t_ctx;     /* cuCtxCreate_v2 makes its context current */
+__thread int t_dev;           /* the thread's current device (mockcuSetDevice) */
 static struct mock_throttle g_throttle[MOCK_THROTTLE_MAX]; /* MOCK_GPU_THROTTLE */
 static int g_nthrottle;
+static uint32_t g_stream_ids = 12; /* the last stream id given */
+static uint32_t g_event_ids;       /* the last event id given */
 
-static void spin_ns(uint64_t ns) {
+void spin_ns(uint64_t ns) {
     uint64_t end = now_ns() + ns;
     while (now_ns() < end) {}
 }
-static uint64_t env_u64(const char *name, uint64_t dflt) {
+uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
     return v && *v ? strtoull(v, NULL, 10) : dflt;
 }
@@ -116,6 +91,7 @@ static void run_work(uint64_t dur, int dev) {
     }
 }
 
+
 static void *stream_worker(void *arg) {
     CUstream s = arg;
     pthread_mutex_lock(&s->mu);
@@ -129,7 +105,9 @@ static void *stream_worker(void *arg) {
             pthread_mutex_unlock(&it.wait_s->mu);
         }
         if (it.fn) it.fn(it.arg); /* cuLaunchHostFunc: the stream waits for the host function */
+        uint64_t start = it.act.corr ? mock_unix_ns() : 0;
         if (it.dur) run_work(it.dur, it.dev); /* the GPU runs the kernel */
+        if (it.act.corr) act_work(s, &it, start, mock_unix_ns()); /* reported before it completes */
         pthread_mutex_lock(&s->mu);
         __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&s->cv);
@@ -137,10 +115,11 @@ static void *stream_worker(void *arg) {
     return NULL;
 }
 
-static CUstream stream_new(void) {
+static CUstream stream_new(uint32_t id) {
     CUstream s = calloc(1, sizeof(*s));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    s->id = id ? id : __atomic_add_fetch(&g_stream_ids, 1, __ATOMIC_RELAXED);
     pthread_create(&s->worker, NULL, stream_worker, s);
     pthread_setname_np(s->worker, "mockgpu-stream");
     pthread_mutex_lock(&g_mu);
@@ -150,8 +129,8 @@ static CUstream stream_new(void) {
     return s;
 }
 
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static void init_once(void) {
+pthread_once_t g_once = PTHREAD_ONCE_INIT;
+void init_once(void) {
     g_kernel_ns = env_u64("MOCK_CUDA_KERNEL_US", 50) * 1000;
     g_bw_mbps = env_u64("MOCK_CUDA_BW_MBPS", 10000);
     if (!g_bw_mbps) g_bw_mbps = 1;
@@ -161,29 +140,27 @@ static void init_once(void) {
     const char *sync = getenv("MOCK_CUDA_SYNC");
     g_auto_spins = sync && !strcmp(sync, "spin");
     g_nthrottle = mock_throttle_parse("mockcuda", g_throttle);
-    g_default = stream_new();
+    g_default = stream_new(MOCK_STREAM_ID_LEGACY);
 }
 /* The calling thread's current device, which the runtime's cudaSetDevice sets (the driver keys the
  * planted slowdown by it). */
 API void mockcuSetDevice(int dev) { t_dev = dev; }
 API CUstream mockcuPerThreadStream(void) {
     pthread_once(&g_once, init_once);
-    if (!t_ptsz) t_ptsz = stream_new();
+    if (!t_ptsz) t_ptsz = stream_new(0);
     return t_ptsz;
 }
 /* The stream a handle means: the null stream and CU_STREAM_LEGACY are the legacy default stream,
  * CU_STREAM_PER_THREAD the calling thread's own. */
-static CUstream resolve(CUstream s) {
+CUstream resolve(CUstream s) {
     pthread_once(&g_once, init_once);
     if (s == CU_STREAM_PER_THREAD) return mockcuPerThreadStream();
     return s && s != CU_STREAM_LEGACY ? s : g_default;
 }
-/* What a _ptsz entry point means by the null stream: the per-thread default stream. */
-static CUstream ptsz(CUstream s) { return s ? s : CU_STREAM_PER_THREAD; }
 
 /* Enqueue an item of GPU work (or, while the stream is being captured, add it to the graph);
  * returns the sequence number it completes at. */
-static uint64_t enqueue_item(CUstream s, struct qitem it) {
+uint64_t enqueue_item(CUstream s, struct qitem it) {
     pthread_mutex_lock(&s->mu);
     if (s->capture) {
         s->capture->ns += it.dur;
@@ -200,7 +177,6 @@ static uint64_t enqueue_item(CUstream s, struct qitem it) {
     pthread_mutex_unlock(&s->mu);
     return seq;
 }
-static uint64_t enqueue(CUstream s, uint64_t d) { return enqueue_item(s, (struct qitem){.dur = d}); }
 
 /* The scheduling policy of the calling thread's context (CU_CTX_SCHED_*). */
 static unsigned int sched_policy(void) {
@@ -233,16 +209,6 @@ static CUresult sync_stream(CUstream s) {
     wait_seq(s, seq);
     return OK;
 }
-static uint64_t copy_ns(size_t bytes) { return (uint64_t)bytes * 1000ull / g_bw_mbps; }
-static CUresult copy_sync(size_t bytes) {
-    CUstream s = resolve(NULL);
-    wait_seq(s, enqueue(s, copy_ns(bytes)));
-    return OK;
-}
-static CUresult copy_async(size_t bytes, CUstream s) {
-    enqueue(resolve(s), copy_ns(bytes));
-    return OK;
-}
 
 /* ---- kernel registry: simulated duration per function pointer ---- */
 #define KCAP 256
@@ -261,216 +227,174 @@ static uint64_t kernel_ns(const void *f) {
     return g_kernel_ns;
 }
 
-/* ---- device allocator ---- */
-struct block { CUdeviceptr addr; size_t size; struct block *next; };
-static struct block *g_free, *g_used;
-static CUdeviceptr g_brk = 0x7f0000000000ull;
-static size_t g_in_use; /* bytes allocated (blocks and cuMemCreate handles), against g_heap */
-static pthread_mutex_t g_amu = PTHREAD_MUTEX_INITIALIZER;
-
-static CUresult dev_alloc(CUdeviceptr *out, size_t bytes) {
-    pthread_once(&g_once, init_once);
-    if (!out) return INVALID_VALUE;
-    if (bytes == 0) { *out = 0; return OK; }
-    if (bytes > g_heap) return OUT_OF_MEMORY;
-    size_t sz = (bytes + 255) & ~(size_t)255;
-    pthread_mutex_lock(&g_amu);
-    struct block **pp = &g_free, *b = NULL;
-    for (; *pp; pp = &(*pp)->next) {
-        if (g_frag) spin_ns(g_frag_ns);
-        if ((*pp)->size >= sz) { b = *pp; break; }
-    }
-    if (g_in_use + (b ? (g_frag ? sz : b->size) : sz) > g_heap) {
-        pthread_mutex_unlock(&g_amu);
-        return OUT_OF_MEMORY;
-    }
-    if (b) {
-        if (g_frag && b->size > sz) { /* split: the remainder stays on the free list as a sliver */
-            struct block *rest = malloc(sizeof(*rest));
-            rest->addr = b->addr + sz; rest->size = b->size - sz; rest->next = b->next;
-            b->size = sz;
-            *pp = rest;
-        } else {
-            *pp = b->next;
-        }
-    } else {
-        b = malloc(sizeof(*b));
-        b->addr = g_brk; b->size = sz;
-        g_brk += sz;
-    }
-    g_in_use += b->size;
-    b->next = g_used;
-    g_used = b;
-    *out = b->addr;
-    pthread_mutex_unlock(&g_amu);
-    return OK;
-}
-static CUresult dev_free(CUdeviceptr p) {
-    if (!p) return OK;
-    pthread_mutex_lock(&g_amu);
-    for (struct block **pp = &g_used; *pp; pp = &(*pp)->next) {
-        if ((*pp)->addr == p) {
-            struct block *b = *pp;
-            *pp = b->next;
-            g_in_use -= b->size;
-            b->next = g_free; /* never coalesced: fragmentation when sizes vary */
-            g_free = b;
-            pthread_mutex_unlock(&g_amu);
-            return OK;
-        }
-    }
-    pthread_mutex_unlock(&g_amu);
-    return INVALID_VALUE;
-}
-
-/* ---- exported driver API ---- */
-API CUresult cuInit(unsigned int flags) { (void)flags; pthread_once(&g_once, init_once); return OK; }
-API CUresult cuDriverGetVersion(int *v) { if (v) *v = 12040; return OK; }
-
-static CUresult launch(CUfunction f, CUstream stream) {
+/* ---- launches ---- */
+static CUresult launch(uint32_t corr, CUfunction f, CUstream stream, unsigned int gx, unsigned int gy, unsigned int gz,
+                       unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem) {
     CUstream s = resolve(stream);
     if (!f) return INVALID_HANDLE;
     uint64_t ns = kernel_ns(f);
-    if (ns) enqueue(s, ns); /* a zero-length kernel completes at once (benchmarks) */
+    if (!ns && !corr) return OK; /* a zero-length kernel completes at once (benchmarks) */
+    struct qitem it = {.dur = ns};
+    if (corr) {
+        const char *name = names_get(f);
+        it.act = (struct qact){.corr = corr, .kind = MOCK_WORK_KERNEL, .name = name ? name : "mock_kernel",
+                               .grid = {gx, gy, gz}, .block = {bx, by, bz}, .shmem = shmem};
+    }
+    enqueue_item(s, it); /* reported, even a zero-length kernel runs, to be reported */
     return OK;
 }
 API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                             unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream,
                             void **params, void **extra) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)params; (void)extra;
-    return launch(f, stream);
+    (void)params; (void)extra;
+    REPORTED(CBID_cuLaunchKernel, launch(CORR, f, stream, gx, gy, gz, bx, by, bz, shmem));
 }
 /* cuLaunchKernelEx: the same simulated work as cuLaunchKernel, the launch described by a
  * CUlaunchConfig (grid, block, shared memory, stream, attributes such as the cluster dimension). */
-static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, int per_thread) {
+static CUresult launch_ex(uint32_t corr, const CUlaunchConfig *c, CUfunction f, int per_thread) {
     if (!c || (c->numAttrs && !c->attrs)) return INVALID_VALUE;
     if (!c->gridDimX || !c->gridDimY || !c->gridDimZ || !c->blockDimX || !c->blockDimY || !c->blockDimZ)
         return INVALID_VALUE;
-    return launch(f, per_thread ? ptsz(c->hStream) : c->hStream);
+    return launch(corr, f, per_thread ? ptsz(c->hStream) : c->hStream, c->gridDimX, c->gridDimY, c->gridDimZ,
+                  c->blockDimX, c->blockDimY, c->blockDimZ, c->sharedMemBytes);
 }
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra) {
     (void)kernelParams; (void)extra;
-    return launch_ex(config, f, 0);
+    REPORTED(CBID_cuLaunchKernelEx, launch_ex(CORR, config, f, 0));
 }
 API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                    void **extra) {
     (void)kernelParams; (void)extra;
-    return launch_ex(config, f, 1);
-}
-API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) { return dev_alloc(dptr, bytes); }
-API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags) {
-    (void)flags;
-    return dev_alloc(dptr, bytes);
-}
-API CUresult cuMemFree_v2(CUdeviceptr dptr) { return dev_free(dptr); }
-/* Stream-ordered allocation: the mock allocates and frees at once (the pool is the heap). */
-API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream st) { resolve(st); return dev_alloc(dptr, bytes); }
-API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream st) {
-    return cuMemAllocAsync(dptr, bytes, ptsz(st));
-}
-API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream st) { resolve(st); return dev_free(dptr); }
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream st) { return cuMemFreeAsync(dptr, ptsz(st)); }
-API CUresult cuMemHostAlloc(void **pp, size_t bytes, unsigned int flags) {
-    (void)flags;
-    if (!pp) return INVALID_VALUE;
-    if (posix_memalign(pp, 4096, bytes ? bytes : 1)) return OUT_OF_MEMORY;
-    return OK;
-}
-API CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy_sync(n); }
-API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
-    (void)d; (void)s; return copy_async(n, st);
-}
-API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { (void)d; (void)s; return copy_sync(n); }
-API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy_sync(n); }
-API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { (void)d; (void)s; return copy_sync(n); }
-API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) {
-    (void)d; (void)s; return copy_async(n, st);
-}
-API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) {
-    (void)d; (void)s; return copy_async(n, st);
-}
-API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
-    (void)d; (void)s; return copy_async(n, st);
-}
-API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
-    return cuMemcpyDtoDAsync_v2(d, s, n, ptsz(st));
-}
-API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) {
-    return p ? copy_sync(p->WidthInBytes * p->Height) : INVALID_VALUE;
-}
-API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream st) {
-    return p ? copy_async(p->WidthInBytes * p->Height, st) : INVALID_VALUE;
-}
-API CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n) {
-    (void)d; (void)dc; (void)s; (void)sc; return copy_sync(n);
-}
-API CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) {
-    (void)d; (void)dc; (void)s; (void)sc; return copy_async(n, st);
-}
-/* memsets run on the GPU at copy bandwidth: N elements of 1, 2 or 4 bytes */
-static CUresult memset_async(CUdeviceptr d, size_t bytes, CUstream st) {
-    if (!d) return INVALID_VALUE;
-    return copy_async(bytes, st);
-}
-API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
-    (void)v; return memset_async(d, n, st);
-}
-API CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
-    return cuMemsetD8Async(d, v, n, ptsz(st));
-}
-API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream st) {
-    (void)v; return memset_async(d, n * 2, st);
-}
-API CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream st) {
-    return cuMemsetD16Async(d, v, n, ptsz(st));
-}
-API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st) {
-    (void)v; return memset_async(d, n * 4, st);
-}
-API CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream st) {
-    return cuMemsetD32Async(d, v, n, ptsz(st));
+    REPORTED(CBID_cuLaunchKernelEx_ptsz, launch_ex(CORR, config, f, 1));
 }
 
-/* ---- contexts: flags decide how synchronize calls wait (see the top of this file) ---- */
-static CUresult ctx_sync(void) {
+/* ---- copies and memsets: GPU work at MOCK_CUDA_BW_MBPS ---- */
+enum { CK_HTOD = 1, CK_DTOH = 2, CK_DTOD = 8, CK_HTOH = 9, CK_PTOP = 10 }; /* CUPTI's copy kinds */
+enum { MK_PAGEABLE = 1, MK_DEVICE = 3 };                                    /* CUPTI's memory kinds */
+static uint8_t copy_kind(int src_dev, int dst_dev) {
+    return src_dev ? (dst_dev ? CK_DTOD : CK_DTOH) : (dst_dev ? CK_HTOD : CK_HTOH);
+}
+/* cuMemcpy and cuMemcpyAsync (unified addressing): the kind from what the addresses are (only asked
+ * for a reported call) */
+static uint8_t uva_kind(uint32_t corr, CUdeviceptr dst, CUdeviceptr src) {
+    return corr ? copy_kind(dev_ptr_known(src), dev_ptr_known(dst)) : 0;
+}
+static uint8_t kind2d(uint32_t corr, const CUDA_MEMCPY2D *p) { /* memory types: 1 host, 2 device, 4 unified */
+    if (!corr) return 0;
+    int s = p->srcMemoryType == 2 || (p->srcMemoryType != 1 && dev_ptr_known(p->srcDevice));
+    int d = p->dstMemoryType == 2 || (p->dstMemoryType != 1 && dev_ptr_known(p->dstDevice));
+    return copy_kind(s, d);
+}
+static uint64_t copy_ns(size_t bytes) { return (uint64_t)bytes * 1000ull / g_bw_mbps; }
+static struct qitem copy_item(uint32_t corr, size_t bytes, uint8_t ck, int memset_kind, uint32_t value) {
+    struct qitem it = {.dur = copy_ns(bytes)};
+    if (corr) {
+        it.act = (struct qact){.corr = corr, .kind = memset_kind ? MOCK_WORK_MEMSET : MOCK_WORK_MEMCPY,
+                               .bytes = bytes, .copy_kind = ck, .value = value};
+        it.act.src_kind = ck == CK_HTOD || ck == CK_HTOH ? MK_PAGEABLE : MK_DEVICE;
+        it.act.dst_kind = ck == CK_DTOH || ck == CK_HTOH ? MK_PAGEABLE : MK_DEVICE;
+    }
+    return it;
+}
+static CUresult copy_sync(uint32_t corr, size_t bytes, uint8_t ck) {
+    CUstream s = resolve(NULL);
+    wait_seq(s, enqueue_item(s, copy_item(corr, bytes, ck, 0, 0)));
+    return OK;
+}
+static CUresult copy_async(uint32_t corr, size_t bytes, uint8_t ck, CUstream s) {
+    enqueue_item(resolve(s), copy_item(corr, bytes, ck, 0, 0));
+    return OK;
+}
+API CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) {
+    REPORTED(CBID_cuMemcpy, copy_sync(CORR, n, uva_kind(CORR, d, s)));
+}
+API CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    REPORTED(CBID_cuMemcpyAsync, copy_async(CORR, n, uva_kind(CORR, d, s), st));
+}
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) {
+    (void)d; (void)s; REPORTED(CBID_cuMemcpyHtoD_v2, copy_sync(CORR, n, CK_HTOD));
+}
+API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) {
+    (void)d; (void)s; REPORTED(CBID_cuMemcpyDtoH_v2, copy_sync(CORR, n, CK_DTOH));
+}
+API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) {
+    (void)d; (void)s; REPORTED(CBID_cuMemcpyDtoD_v2, copy_sync(CORR, n, CK_DTOD));
+}
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+    (void)d; (void)s; REPORTED(CBID_cuMemcpyHtoDAsync_v2, copy_async(CORR, n, CK_HTOD, st));
+}
+API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)d; (void)s; REPORTED(CBID_cuMemcpyDtoHAsync_v2, copy_async(CORR, n, CK_DTOH, st));
+}
+API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)d; (void)s; REPORTED(CBID_cuMemcpyDtoDAsync_v2, copy_async(CORR, n, CK_DTOD, st));
+}
+API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)d; (void)s; REPORTED(CBID_cuMemcpyDtoDAsync_v2_ptsz, copy_async(CORR, n, CK_DTOD, ptsz(st)));
+}
+API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) {
+    REPORTED(CBID_cuMemcpy2D_v2, p ? copy_sync(CORR, p->WidthInBytes * p->Height, kind2d(CORR, p)) : INVALID_VALUE);
+}
+API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream st) {
+    REPORTED(CBID_cuMemcpy2DAsync_v2, p ? copy_async(CORR, p->WidthInBytes * p->Height, kind2d(CORR, p), st) : INVALID_VALUE);
+}
+API CUresult cuMemcpyPeer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n) {
+    (void)d; (void)dc; (void)s; (void)sc; REPORTED(CBID_cuMemcpyPeer, copy_sync(CORR, n, CK_PTOP));
+}
+API CUresult cuMemcpyPeerAsync(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n, CUstream st) {
+    (void)d; (void)dc; (void)s; (void)sc; REPORTED(CBID_cuMemcpyPeerAsync, copy_async(CORR, n, CK_PTOP, st));
+}
+/* memsets run on the GPU at copy bandwidth: N elements of 1, 2 or 4 bytes */
+static CUresult memset_async(uint32_t corr, CUdeviceptr d, size_t bytes, uint32_t value, CUstream st) {
+    if (!d) return INVALID_VALUE;
+    enqueue_item(resolve(st), copy_item(corr, bytes, 0, 1, value));
+    return OK;
+}
+API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
+    REPORTED(CBID_cuMemsetD8Async, memset_async(CORR, d, n, v, st));
+}
+API CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {
+    REPORTED(CBID_cuMemsetD8Async_ptsz, memset_async(CORR, d, n, v, ptsz(st)));
+}
+API CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream st) {
+    REPORTED(CBID_cuMemsetD16Async, memset_async(CORR, d, n * 2, v, st));
+}
+API CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream st) {
+    REPORTED(CBID_cuMemsetD16Async_ptsz, memset_async(CORR, d, n * 2, v, ptsz(st)));
+}
+API CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream st) {
+    REPORTED(CBID_cuMemsetD32Async, memset_async(CORR, d, n * 4, v, st));
+}
+API CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream st) {
+    REPORTED(CBID_cuMemsetD32Async_ptsz, memset_async(CORR, d, n * 4, v, ptsz(st)));
+}
+
+/* ---- synchronization: how the host waits is the context's policy (see the top of this file) ---- */
+static CUresult ctx_sync(uint32_t corr) {
     pthread_once(&g_once, init_once);
+    uint64_t start = corr ? mock_unix_ns() : 0;
     pthread_mutex_lock(&g_mu);
     struct CUstream_st *list = g_streams;
     pthread_mutex_unlock(&g_mu);
     for (struct CUstream_st *s = list; s; s = s->next) sync_stream(s);
+    if (corr) act_sync(corr, MOCK_SYNC_CONTEXT, MOCK_ACTIVITY_NONE, MOCK_ACTIVITY_NONE, start, OK);
     return OK;
 }
-API CUresult cuCtxSynchronize(void) { return ctx_sync(); }
-API CUresult cuCtxSynchronize_v2(CUcontext ctx) { (void)ctx; return ctx_sync(); } /* NULL: the current one */
-API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
-    pthread_once(&g_once, init_once);
-    if (!pctx) return INVALID_VALUE;
-    if (dev != 0) return 101; /* CUDA_ERROR_INVALID_DEVICE: the mock has one GPU */
-    CUcontext c = calloc(1, sizeof(*c));
-    c->flags = flags;
-    c->dev = dev;
-    t_ctx = c; /* a new context is current on the calling thread */
-    t_dev = dev;
-    *pctx = c;
-    return OK;
+API CUresult cuCtxSynchronize(void) { REPORTED(CBID_cuCtxSynchronize, ctx_sync(CORR)); }
+API CUresult cuCtxSynchronize_v2(CUcontext ctx) { (void)ctx; REPORTED(CBID_cuCtxSynchronize_v2, ctx_sync(CORR)); }
+static CUresult stream_sync(uint32_t corr, CUstream stream) {
+    CUstream s = resolve(stream);
+    uint64_t start = corr ? mock_unix_ns() : 0;
+    CUresult r = sync_stream(s);
+    if (corr) act_sync(corr, MOCK_SYNC_STREAM, s->id, MOCK_ACTIVITY_NONE, start, r);
+    return r;
 }
-API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
-    if (dev != 0) return 101;
-    __atomic_store_n(&g_primary_flags, flags, __ATOMIC_RELAXED);
-    return OK;
-}
-API CUresult cuCtxSetFlags(unsigned int flags) {
-    if (t_ctx) __atomic_store_n(&t_ctx->flags, flags, __ATOMIC_RELAXED);
-    else __atomic_store_n(&g_primary_flags, flags, __ATOMIC_RELAXED);
-    return OK;
-}
-
-API CUresult cuStreamSynchronize(CUstream stream) { return sync_stream(resolve(stream)); }
+API CUresult cuStreamSynchronize(CUstream stream) { REPORTED(CBID_cuStreamSynchronize, stream_sync(CORR, stream)); }
 API CUresult cuStreamCreate(CUstream *stream, unsigned int flags) {
     (void)flags;
     pthread_once(&g_once, init_once);
     if (!stream) return INVALID_VALUE;
-    *stream = stream_new();
+    *stream = stream_new(0);
     return OK;
 }
 API CUresult cuStreamDestroy_v2(CUstream stream) { (void)stream; return OK; /* workers live until exit */ }
@@ -478,9 +402,10 @@ API CUresult cuEventCreate(CUevent *ev, unsigned int flags) {
     (void)flags;
     if (!ev) return INVALID_VALUE;
     *ev = calloc(1, sizeof(**ev));
+    (*ev)->id = __atomic_add_fetch(&g_event_ids, 1, __ATOMIC_RELAXED);
     return OK;
 }
-API CUresult cuEventRecord(CUevent ev, CUstream stream) {
+static CUresult event_record(CUevent ev, CUstream stream) {
     if (!ev) return INVALID_HANDLE;
     CUstream s = resolve(stream);
     pthread_mutex_lock(&s->mu);
@@ -489,11 +414,15 @@ API CUresult cuEventRecord(CUevent ev, CUstream stream) {
     pthread_mutex_unlock(&s->mu);
     return OK;
 }
-API CUresult cuEventSynchronize(CUevent ev) {
+API CUresult cuEventRecord(CUevent ev, CUstream stream) { REPORTED(CBID_cuEventRecord, event_record(ev, stream)); }
+static CUresult event_sync(uint32_t corr, CUevent ev) {
     if (!ev) return INVALID_HANDLE;
+    uint64_t start = corr ? mock_unix_ns() : 0;
     if (ev->stream) wait_seq(ev->stream, ev->seq);
+    if (corr) act_sync(corr, MOCK_SYNC_EVENT, ev->stream ? ev->stream->id : MOCK_ACTIVITY_NONE, ev->id, start, OK);
     return OK;
 }
+API CUresult cuEventSynchronize(CUevent ev) { REPORTED(CBID_cuEventSynchronize, event_sync(CORR, ev)); }
 API CUresult cuEventQuery(CUevent ev) {
     if (!ev) return INVALID_HANDLE;
     if (ev->stream && __atomic_load_n(&ev->stream->completed, __ATOMIC_ACQUIRE) < ev->seq) return NOT_READY;
@@ -501,7 +430,8 @@ API CUresult cuEventQuery(CUevent ev) {
 }
 /* A host function runs on the stream's worker after the work before it, and the work after it waits
  * for it to return (what NCCL's kernels look like to the mock: they block the stream until the peers
- * get there). The mock's graphs replay durations only, so capturing one is unsupported. */
+ * get there). The mock's graphs replay durations only, so capturing one is unsupported. Not device
+ * work: the call is reported, the function's run is not. */
 static CUresult launch_host_func(CUstream stream, CUhostFn fn, void *userData) {
     if (!fn) return INVALID_VALUE;
     CUstream s = resolve(stream);
@@ -513,57 +443,24 @@ static CUresult launch_host_func(CUstream stream, CUhostFn fn, void *userData) {
     return OK;
 }
 API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData) {
-    return launch_host_func(hStream, fn, userData);
+    REPORTED(CBID_cuLaunchHostFunc, launch_host_func(hStream, fn, userData));
 }
 API CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData) {
-    return launch_host_func(ptsz(hStream), fn, userData);
+    REPORTED(CBID_cuLaunchHostFunc_ptsz, launch_host_func(ptsz(hStream), fn, userData));
 }
-API CUresult cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags) {
-    (void)flags;
+static CUresult wait_event(CUstream stream, CUevent ev) {
     if (!ev) return INVALID_HANDLE;
     CUstream s = resolve(stream);
     if (ev->stream && ev->stream != s) enqueue_item(s, (struct qitem){.wait_s = ev->stream, .wait_seq = ev->seq});
     return OK;
 }
-
-/* ---- stream capture and graphs ---- */
-API CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
-    (void)mode;
-    if (!stream || stream == CU_STREAM_LEGACY) return STREAM_CAPTURE_UNSUPPORTED;
-    CUstream s = resolve(stream);
-    pthread_mutex_lock(&s->mu);
-    CUresult r = s->capture ? ILLEGAL_STATE : OK;
-    if (!r) s->capture = calloc(1, sizeof(*s->capture));
-    pthread_mutex_unlock(&s->mu);
-    return r;
-}
-API CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph) {
-    if (!graph) return INVALID_VALUE;
-    if (!stream || stream == CU_STREAM_LEGACY) return ILLEGAL_STATE;
-    CUstream s = resolve(stream);
-    pthread_mutex_lock(&s->mu);
-    CUgraph g = s->capture;
-    s->capture = NULL;
-    pthread_mutex_unlock(&s->mu);
-    if (!g) return ILLEGAL_STATE; /* not capturing */
-    *graph = g;
-    return OK;
-}
-API CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags) {
+API CUresult cuStreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags) {
     (void)flags;
-    if (!exec) return INVALID_VALUE;
-    if (!graph) return INVALID_HANDLE;
-    CUgraphExec e = calloc(1, sizeof(*e));
-    e->ns = graph->ns;
-    e->nodes = graph->nodes;
-    pthread_mutex_lock(&g_mu);
-    e->next = g_execs;
-    g_execs = e;
-    pthread_mutex_unlock(&g_mu);
-    *exec = e;
-    return OK;
+    REPORTED(CBID_cuStreamWaitEvent, wait_event(stream, ev));
 }
-API CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+
+/* ---- graph launches: one item of the captured duration, reported as one kernel named "graph" ---- */
+static CUresult graph_launch(uint32_t corr, CUgraphExec exec, CUstream stream) {
     CUstream s = resolve(stream);
     if (!exec) return INVALID_HANDLE;
     /* an instantiated capture runs for what was captured; any other handle is a batch of kernels
@@ -573,157 +470,12 @@ API CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
     for (CUgraphExec e = g_execs; e; e = e->next)
         if (e == exec) { ns = e->ns; break; }
     pthread_mutex_unlock(&g_mu);
-    enqueue(s, ns);
+    struct qitem it = {.dur = ns};
+    if (corr) it.act = (struct qact){.corr = corr, .kind = MOCK_WORK_KERNEL, .name = "graph"};
+    enqueue_item(s, it);
     return OK;
 }
-API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) { return cuGraphLaunch(exec, ptsz(stream)); }
-
-/* ---- virtual memory management: physical handles mapped into reserved ranges ---- */
-struct vmm { CUmemGenericAllocationHandle h; size_t size; CUdeviceptr va; struct vmm *next; };
-static struct vmm *g_vmm_allocs, *g_vmm_maps;
-static CUdeviceptr g_va = 0x7e0000000000ull;
-API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                                 unsigned long long flags) {
-    (void)addr; (void)flags;
-    if (!ptr || !size) return INVALID_VALUE;
-    size_t align = alignment ? alignment : (size_t)2 << 20;
-    pthread_mutex_lock(&g_amu);
-    g_va = (g_va + align - 1) & ~(CUdeviceptr)(align - 1);
-    *ptr = g_va;
-    g_va += size;
-    pthread_mutex_unlock(&g_amu);
-    return OK;
-}
-API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { return ptr && size ? OK : INVALID_VALUE; }
-API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                         unsigned long long flags) {
-    (void)flags;
-    pthread_once(&g_once, init_once);
-    if (!handle || !size || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return INVALID_VALUE;
-    pthread_mutex_lock(&g_amu);
-    if (size > g_heap || g_in_use + size > g_heap) { pthread_mutex_unlock(&g_amu); return OUT_OF_MEMORY; }
-    struct vmm *a = calloc(1, sizeof(*a));
-    a->h = (CUmemGenericAllocationHandle)(uintptr_t)a;
-    a->size = size;
-    a->next = g_vmm_allocs;
-    g_vmm_allocs = a;
-    g_in_use += size;
-    pthread_mutex_unlock(&g_amu);
-    *handle = a->h;
-    return OK;
-}
-API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                      unsigned long long flags) {
-    if (!ptr || !size || flags) return INVALID_VALUE;
-    pthread_mutex_lock(&g_amu);
-    struct vmm *a = g_vmm_allocs;
-    while (a && a->h != handle) a = a->next;
-    if (!a || offset + size > a->size) { pthread_mutex_unlock(&g_amu); return INVALID_VALUE; }
-    struct vmm *m = calloc(1, sizeof(*m));
-    m->h = handle; m->size = size; m->va = ptr;
-    m->next = g_vmm_maps;
-    g_vmm_maps = m;
-    pthread_mutex_unlock(&g_amu);
-    return OK;
-}
-API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
-    pthread_mutex_lock(&g_amu);
-    for (struct vmm **pp = &g_vmm_maps; *pp; pp = &(*pp)->next) {
-        if ((*pp)->va == ptr && (*pp)->size == size) {
-            struct vmm *m = *pp;
-            *pp = m->next;
-            pthread_mutex_unlock(&g_amu);
-            free(m);
-            return OK;
-        }
-    }
-    pthread_mutex_unlock(&g_amu);
-    return INVALID_VALUE;
-}
-API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
-    pthread_mutex_lock(&g_amu);
-    for (struct vmm **pp = &g_vmm_allocs; *pp; pp = &(*pp)->next) {
-        if ((*pp)->h == handle) {
-            struct vmm *a = *pp;
-            *pp = a->next;
-            g_in_use -= a->size;
-            pthread_mutex_unlock(&g_amu);
-            free(a);
-            return OK;
-        }
-    }
-    pthread_mutex_unlock(&g_amu);
-    return INVALID_VALUE;
-}
-
-/* ---- modules, libraries, kernels, functions: distinct heap objects, one per name ---- */
-struct CUfunc_st { char *name; struct CUfunc_st *next; };
-struct CUmod_st { const void *image; struct CUfunc_st *funcs; };
-struct CUkern_st { char *name; CUfunction func; struct CUkern_st *next; };
-struct CUlib_st { const void *code; struct CUkern_st *kernels; };
-static CUfunction func_new(const char *name) {
-    CUfunction f = calloc(1, sizeof(*f));
-    f->name = strdup(name);
-    return f;
-}
-API CUresult cuModuleLoadData(CUmodule *module, const void *image) {
-    pthread_once(&g_once, init_once);
-    if (!module || !image) return INVALID_VALUE;
-    CUmodule m = calloc(1, sizeof(*m));
-    m->image = image;
-    *module = m;
-    return OK;
-}
-API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
-    if (!hfunc || !name) return INVALID_VALUE;
-    if (!hmod) return INVALID_HANDLE;
-    pthread_mutex_lock(&g_mu);
-    CUfunction f = hmod->funcs;
-    while (f && strcmp(f->name, name)) f = f->next;
-    if (!f) {
-        f = func_new(name);
-        f->next = hmod->funcs;
-        hmod->funcs = f;
-    }
-    pthread_mutex_unlock(&g_mu);
-    *hfunc = f;
-    return OK;
-}
-API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-                               void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
-                               void **libraryOptionValues, unsigned int numLibraryOptions) {
-    pthread_once(&g_once, init_once);
-    if (!library || !code) return INVALID_VALUE;
-    if ((numJitOptions && (!jitOptions || !jitOptionsValues)) ||
-        (numLibraryOptions && (!libraryOptions || !libraryOptionValues)))
-        return INVALID_VALUE;
-    CUlibrary l = calloc(1, sizeof(*l));
-    l->code = code;
-    *library = l;
-    return OK;
-}
-API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name) {
-    if (!pKernel || !name) return INVALID_VALUE;
-    if (!library) return INVALID_HANDLE;
-    pthread_mutex_lock(&g_mu);
-    CUkernel k = library->kernels;
-    while (k && strcmp(k->name, name)) k = k->next;
-    if (!k) {
-        k = calloc(1, sizeof(*k));
-        k->name = strdup(name);
-        k->next = library->kernels;
-        library->kernels = k;
-    }
-    pthread_mutex_unlock(&g_mu);
-    *pKernel = k;
-    return OK;
-}
-API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel) {
-    if (!pFunc) return INVALID_VALUE;
-    if (!kernel) return INVALID_HANDLE;
-    pthread_mutex_lock(&g_mu);
-    if (!kernel->func) kernel->func = func_new(kernel->name);
-    pthread_mutex_unlock(&g_mu);
-    *pFunc = kernel->func;
-    return OK;
+API CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) { REPORTED(CBID_cuGraphLaunch, graph_launch(CORR, exec, stream)); }
+API CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+    REPORTED(CBID_cuGraphLaunch_ptsz, graph_launch(CORR, exec, ptsz(stream)));
 }

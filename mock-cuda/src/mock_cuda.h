@@ -134,8 +134,13 @@ typedef struct CUDA_MEMCPY2D_st {
     size_t WidthInBytes, Height;
 } CUDA_MEMCPY2D;
 
+typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+
 CUresult cuInit(unsigned int flags);
 CUresult cuDriverGetVersion(int *v);
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                         unsigned int by, unsigned int bz, unsigned int shmem, CUstream stream, void **params,
                         void **extra);
@@ -210,6 +215,7 @@ CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 void mockcuSetKernelNs(const void *func, uint64_t ns); /* simulated duration of one kernel */
 CUstream mockcuPerThreadStream(void);                  /* the per-thread default stream (ptsz) */
 void mockcuSetDevice(int dev); /* the calling thread's current device (cudaSetDevice tells the driver) */
+void mockcuRegisterFunction(const void *hostFun, const char *deviceName); /* a host stub's kernel name */
 
 /* ---- runtime API (libcudart.so.12) ---- */
 typedef int cudaError_t;

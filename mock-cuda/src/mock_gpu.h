@@ -145,6 +145,24 @@ static inline double mock_throttle_at(const struct mock_throttle *w, int n, int 
     return f;
 }
 
+/* Device i's PCI bus number (domain 0, device 0, function 0): as in a DGX H100. */
+static inline unsigned int mock_gpu_bus(int i) {
+    static const unsigned char bus[MOCK_GPU_MAX] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
+    return i >= 0 && i < MOCK_GPU_MAX ? bus[i] : 0;
+}
+/* Device i's UUID, GPU-5e1c0ffe-a10<i>-4c2a-9b1d-000000c0de0<i> (the NVML's string; the driver's
+ * cuDeviceGetUuid and CUPTI's DEVICE records give these 16 bytes). */
+static inline void mock_gpu_uuid(int i, unsigned char out[16]) {
+    static const unsigned char base[16] = {0x5e, 0x1c, 0x0f, 0xfe, 0xa1, 0x00, 0x4c, 0x2a,
+                                           0x9b, 0x1d, 0x00, 0x00, 0x00, 0xc0, 0xde, 0x00};
+    memcpy(out, base, 16);
+    out[5] = (unsigned char)i;
+    out[15] = (unsigned char)i;
+}
+static inline void mock_gpu_uuid_str(int i, char *s, size_t n) {
+    snprintf(s, n, "GPU-5e1c0ffe-%04x-4c2a-9b1d-%012x", 0xa100 + i, 0xc0de00 + i);
+}
+
 /* MOCK_GPU_COUNT: 1 .. MOCK_GPU_MAX, default 1 (out of range: a warning, then clamped). */
 static inline int mock_gpu_count(const char *who) {
     const char *v = getenv("MOCK_GPU_COUNT");

@@ -98,7 +98,6 @@ _Static_assert(sizeof(nvmlClockType_t) == 4 && sizeof(nvmlReturn_t) == 4, "enums
 #define SUPPORTED_EVENTS \
     (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypePState | nvmlEventTypeXidCriticalError)
 #define NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId / computeInstanceId without MIG */
-static const unsigned char k_bus[MOCK_GPU_MAX] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}; /* a DGX H100 */
 
 struct nvmlDevice_st { unsigned int index; };
 static struct nvmlDevice_st g_dev[MOCK_GPU_MAX] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
@@ -313,7 +312,7 @@ API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int
 API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
     DEVICE(device, i);
     char s[NVML_DEVICE_UUID_BUFFER_SIZE];
-    snprintf(s, sizeof s, "GPU-5e1c0ffe-%04x-4c2a-9b1d-%012x", 0xa100 + i, 0xc0de00 + i);
+    mock_gpu_uuid_str(i, s, sizeof s);
     return put_str(uuid, length, s);
 }
 API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
@@ -321,7 +320,7 @@ API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci
     if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
     memset(pci, 0, sizeof(*pci));
     pci->domain = 0;
-    pci->bus = k_bus[i];
+    pci->bus = mock_gpu_bus(i);
     pci->device = 0;
     pci->pciDeviceId = 0x233010de;    /* H100 SXM5 80GB (0x2330), NVIDIA (0x10de) */
     pci->pciSubSystemId = 0x16c110de;

@@ -10,7 +10,9 @@
  * (__cudaRegisterFatBinary, __cudaRegisterFunction); __cudaGetKernel gives a registered stub's
  * opaque cudaKernel_t handle (a heap object, never the stub's address), which nvcc 13's launch
  * stubs pass to cudaLaunchKernel instead of the stub. The launch calls accept either and hand the
- * driver the host stub, as this mock's driver keys simulated kernel durations by it. */
+ * driver the host stub, as this mock's driver keys simulated kernel durations by it (and the
+ * kernel names it reports to CUPTI: __cudaRegisterFunction tells it, mockcuRegisterFunction).
+ * Like the real libcudart, the first call that needs the device calls cuInit(0) first. */
 #define _GNU_SOURCE
 #include "mock_cuda.h"
 #include <pthread.h>
@@ -31,6 +33,15 @@ _Static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute), "runtim
 
 static __thread cudaError_t t_last;
 static cudaError_t ret(CUresult r) { if (r) t_last = r; return r; }
+/* The runtime initializes lazily, at the first call that needs the device, with cuInit(0) (which
+ * loads CUDA_INJECTION64_PATH): RT(driver call) makes sure of it before the driver call. */
+static pthread_once_t g_rt_once = PTHREAD_ONCE_INIT;
+static int g_rt_ready;
+static void rt_init_once(void) { cuInit(0); __atomic_store_n(&g_rt_ready, 1, __ATOMIC_RELEASE); }
+static inline void rt_init(void) {
+    if (__builtin_expect(!__atomic_load_n(&g_rt_ready, __ATOMIC_ACQUIRE), 0)) pthread_once(&g_rt_once, rt_init_once);
+}
+#define RT(call) (rt_init(), ret(call))
 static CUstream ptsz(cudaStream_t s) { return s ? s : mockcuPerThreadStream(); }
 
 /* ---- registered kernels: host stub, device name, the handle __cudaGetKernel gives ---- */
@@ -64,6 +75,7 @@ API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char
         g_reg[n].name = deviceName;
         g_reg[n].handle = k;
         __atomic_store_n(&g_nreg, n + 1, __ATOMIC_RELEASE);
+        mockcuRegisterFunction(hostFun, deviceName); /* the name the driver reports its launches by */
     }
     pthread_mutex_unlock(&g_reg_mu);
 }
@@ -83,8 +95,8 @@ static const void *stub_of(const void *func) {
 }
 
 static cudaError_t launch(const void *func, dim3 g, dim3 b, void **args, size_t shmem, CUstream s) {
-    return ret(cuLaunchKernel((CUfunction)stub_of(func), g.x, g.y, g.z, b.x, b.y, b.z, (unsigned int)shmem, s,
-                              args, 0));
+    return RT(cuLaunchKernel((CUfunction)stub_of(func), g.x, g.y, g.z, b.x, b.y, b.z, (unsigned int)shmem, s,
+                             args, 0));
 }
 /* cudaLaunchKernelExC -> cuLaunchKernelEx with the same configuration (the attribute layouts agree) */
 static cudaError_t launch_ex(const cudaLaunchConfig_t *c, const void *func, void **args, int per_thread) {
@@ -97,7 +109,7 @@ static cudaError_t launch_ex(const cudaLaunchConfig_t *c, const void *func, void
         .attrs = (CUlaunchAttribute *)c->attrs,
         .numAttrs = c->numAttrs,
     };
-    return ret(cuLaunchKernelEx(&d, (CUfunction)stub_of(func), args, NULL));
+    return RT(cuLaunchKernelEx(&d, (CUfunction)stub_of(func), args, NULL));
 }
 API cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args) {
     return launch_ex(config, func, args, 0);
@@ -114,17 +126,17 @@ API cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **a
 }
 API cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     switch (kind) {
-    case cudaMemcpyHostToDevice: return ret(cuMemcpyHtoD_v2((CUdeviceptr)dst, src, n));
-    case cudaMemcpyDeviceToHost: return ret(cuMemcpyDtoH_v2(dst, (CUdeviceptr)src, n));
-    case cudaMemcpyDeviceToDevice: return ret(cuMemcpyDtoD_v2((CUdeviceptr)dst, (CUdeviceptr)src, n));
-    default: return ret(cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n));
+    case cudaMemcpyHostToDevice: return RT(cuMemcpyHtoD_v2((CUdeviceptr)dst, src, n));
+    case cudaMemcpyDeviceToHost: return RT(cuMemcpyDtoH_v2(dst, (CUdeviceptr)src, n));
+    case cudaMemcpyDeviceToDevice: return RT(cuMemcpyDtoD_v2((CUdeviceptr)dst, (CUdeviceptr)src, n));
+    default: return RT(cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n));
     }
 }
 static cudaError_t memcpy_async(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, CUstream s) {
     switch (kind) {
-    case cudaMemcpyHostToDevice: return ret(cuMemcpyHtoDAsync_v2((CUdeviceptr)dst, src, n, s));
-    case cudaMemcpyDeviceToHost: return ret(cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)src, n, s));
-    default: return ret(cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, s));
+    case cudaMemcpyHostToDevice: return RT(cuMemcpyHtoDAsync_v2((CUdeviceptr)dst, src, n, s));
+    case cudaMemcpyDeviceToHost: return RT(cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)src, n, s));
+    default: return RT(cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, n, s));
     }
 }
 API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
@@ -145,82 +157,83 @@ API cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t s
     (void)kind;
     CUDA_MEMCPY2D p;
     fill2d(&p, dst, dpitch, src, spitch, w, h);
-    return ret(cuMemcpy2D_v2(&p));
+    return RT(cuMemcpy2D_v2(&p));
 }
 API cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t w, size_t h,
                                   enum cudaMemcpyKind kind, cudaStream_t s) {
     (void)kind;
     CUDA_MEMCPY2D p;
     fill2d(&p, dst, dpitch, src, spitch, w, h);
-    return ret(cuMemcpy2DAsync_v2(&p, s));
+    return RT(cuMemcpy2DAsync_v2(&p, s));
 }
 API cudaError_t cudaMemcpyPeer(void *dst, int ddev, const void *src, int sdev, size_t n) {
     (void)ddev; (void)sdev;
-    return ret(cuMemcpyPeer((CUdeviceptr)dst, 0, (CUdeviceptr)src, 0, n));
+    return RT(cuMemcpyPeer((CUdeviceptr)dst, 0, (CUdeviceptr)src, 0, n));
 }
 API cudaError_t cudaMemcpyPeerAsync(void *dst, int ddev, const void *src, int sdev, size_t n, cudaStream_t s) {
     (void)ddev; (void)sdev;
-    return ret(cuMemcpyPeerAsync((CUdeviceptr)dst, 0, (CUdeviceptr)src, 0, n, s));
+    return RT(cuMemcpyPeerAsync((CUdeviceptr)dst, 0, (CUdeviceptr)src, 0, n, s));
 }
-API cudaError_t cudaMalloc(void **ptr, size_t n) { return ret(cuMemAlloc_v2((CUdeviceptr *)ptr, n)); }
+API cudaError_t cudaMalloc(void **ptr, size_t n) { return RT(cuMemAlloc_v2((CUdeviceptr *)ptr, n)); }
 API cudaError_t cudaMallocManaged(void **ptr, size_t n, unsigned int flags) {
-    return ret(cuMemAllocManaged((CUdeviceptr *)ptr, n, flags));
+    return RT(cuMemAllocManaged((CUdeviceptr *)ptr, n, flags));
 }
-API cudaError_t cudaFree(void *ptr) { return ret(cuMemFree_v2((CUdeviceptr)ptr)); }
-API cudaError_t cudaStreamCreate(cudaStream_t *s) { return ret(cuStreamCreate(s, 0)); }
-API cudaError_t cudaStreamDestroy(cudaStream_t s) { return ret(cuStreamDestroy_v2(s)); }
-API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return ret(cuStreamSynchronize(s)); }
-API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) { return ret(cuStreamSynchronize(ptsz(s))); }
+API cudaError_t cudaFree(void *ptr) { return RT(cuMemFree_v2((CUdeviceptr)ptr)); }
+API cudaError_t cudaStreamCreate(cudaStream_t *s) { return RT(cuStreamCreate(s, 0)); }
+API cudaError_t cudaStreamDestroy(cudaStream_t s) { return RT(cuStreamDestroy_v2(s)); }
+API cudaError_t cudaStreamSynchronize(cudaStream_t s) { return RT(cuStreamSynchronize(s)); }
+API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) { return RT(cuStreamSynchronize(ptsz(s))); }
 #ifdef MOCK_CUDA13
-API cudaError_t cudaDeviceSynchronize(void) { return ret(cuCtxSynchronize_v2(NULL)); }
+API cudaError_t cudaDeviceSynchronize(void) { return RT(cuCtxSynchronize_v2(NULL)); }
 #else
-API cudaError_t cudaDeviceSynchronize(void) { return ret(cuCtxSynchronize()); }
+API cudaError_t cudaDeviceSynchronize(void) { return RT(cuCtxSynchronize()); }
 #endif
-API cudaError_t cudaEventCreate(cudaEvent_t *e) { return ret(cuEventCreate(e, 0)); }
-API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return ret(cuEventRecord(e, s)); }
-API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return ret(cuEventSynchronize(e)); }
-API cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) { return ret(cuGraphLaunch(g, s)); }
-API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t g, cudaStream_t s) { return ret(cuGraphLaunch(g, ptsz(s))); }
+API cudaError_t cudaEventCreate(cudaEvent_t *e) { return RT(cuEventCreate(e, 0)); }
+API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return RT(cuEventRecord(e, s)); }
+API cudaError_t cudaEventSynchronize(cudaEvent_t e) { return RT(cuEventSynchronize(e)); }
+API cudaError_t cudaGraphLaunch(cudaGraphExec_t g, cudaStream_t s) { return RT(cuGraphLaunch(g, s)); }
+API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t g, cudaStream_t s) { return RT(cuGraphLaunch(g, ptsz(s))); }
 API cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-    return ret(cuMemsetD8Async((CUdeviceptr)p, (unsigned char)v, n, s));
+    return RT(cuMemsetD8Async((CUdeviceptr)p, (unsigned char)v, n, s));
 }
 API cudaError_t cudaMemsetAsync_ptsz(void *p, int v, size_t n, cudaStream_t s) {
-    return ret(cuMemsetD8Async((CUdeviceptr)p, (unsigned char)v, n, ptsz(s)));
+    return RT(cuMemsetD8Async((CUdeviceptr)p, (unsigned char)v, n, ptsz(s)));
 }
 API cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
-    return ret(cuMemAllocAsync((CUdeviceptr *)p, n, s));
+    return RT(cuMemAllocAsync((CUdeviceptr *)p, n, s));
 }
 API cudaError_t cudaMallocAsync_ptsz(void **p, size_t n, cudaStream_t s) {
-    return ret(cuMemAllocAsync((CUdeviceptr *)p, n, ptsz(s)));
+    return RT(cuMemAllocAsync((CUdeviceptr *)p, n, ptsz(s)));
 }
-API cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return ret(cuMemFreeAsync((CUdeviceptr)p, s)); }
-API cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return ret(cuMemFreeAsync((CUdeviceptr)p, ptsz(s))); }
-API cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) { return ret(cuMemHostAlloc(p, n, flags)); }
+API cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { return RT(cuMemFreeAsync((CUdeviceptr)p, s)); }
+API cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s) { return RT(cuMemFreeAsync((CUdeviceptr)p, ptsz(s))); }
+API cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) { return RT(cuMemHostAlloc(p, n, flags)); }
 /* not ready is an answer, not an error: it does not become the last error */
 API cudaError_t cudaEventQuery(cudaEvent_t e) {
+    rt_init();
     CUresult r = cuEventQuery(e);
     return r == cudaErrorNotReady ? r : ret(r);
 }
 API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-    return ret(cuStreamWaitEvent(s, e, flags));
+    return RT(cuStreamWaitEvent(s, e, flags));
 }
 API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
-    return ret(cuStreamWaitEvent(ptsz(s), e, flags));
+    return RT(cuStreamWaitEvent(ptsz(s), e, flags));
 }
 /* the scheduling flags belong to the device's primary context */
-API cudaError_t cudaSetDeviceFlags(unsigned int flags) { return ret(cuDevicePrimaryCtxSetFlags_v2(0, flags)); }
+API cudaError_t cudaSetDeviceFlags(unsigned int flags) { return RT(cuDevicePrimaryCtxSetFlags_v2(0, flags)); }
 API cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
-    return ret(cuStreamBeginCapture_v2(s, (CUstreamCaptureMode)mode));
+    return RT(cuStreamBeginCapture_v2(s, (CUstreamCaptureMode)mode));
 }
-API cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { return ret(cuStreamEndCapture(s, g)); }
+API cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) { return RT(cuStreamEndCapture(s, g)); }
 API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags) {
-    return ret(cuGraphInstantiateWithFlags(e, g, flags));
+    return RT(cuGraphInstantiateWithFlags(e, g, flags));
 }
 API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *userData) {
-    return ret(cuLaunchHostFunc(s, fn, userData));
+    return RT(cuLaunchHostFunc(s, fn, userData));
 }
 API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t s, cudaHostFn_t fn, void *userData) {
-    return ret(cuLaunchHostFunc(ptsz(s), fn, userData));
+    return RT(cuLaunchHostFunc(ptsz(s), fn, userData));
 }
 /* The current device is the calling thread's, as in the real runtime (NCCL reads it at init); the
  * mock accepts any device number >= 0 and runs every device's work on its one set of streams. The
