@@ -24,7 +24,9 @@
 //! long trace as a standalone file to share. It keeps every event whose time span overlaps the
 //! window (a slow call that began before it, an off-CPU interval that ended in it), the event ids
 //! (so evidence SQL naming them still works), the stacks those events carry, and the side tables
-//! within the window; the loss counters stay whole-session figures and the file says so.
+//! within the window; the loss counters stay whole-session figures and the file says so. The device
+//! timeline is kept as [`timeline`] says (the ops that started in the window), and its ops are tied
+//! to their launching calls again when the target is finished.
 
 use std::path::{Path, PathBuf};
 
@@ -35,10 +37,11 @@ use causeway_model::{
 };
 
 use crate::Engine;
-use crate::{AggregateRow, StackRecord, TraceStore};
+use crate::{AggregateRow, GpuTimelinePart, StackRecord, TraceStore};
 use crate::{Result, StoreError};
 
 mod sqlite_side;
+mod timeline;
 
 pub use sqlite_side::{SqliteSource, SqliteTarget};
 
@@ -94,13 +97,15 @@ pub trait ConvertTarget {
     fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()>;
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()>;
+    /// A part of the device timeline (its `launch_event_id`s are filled again at `finish`).
+    fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()>;
     /// Attachments with their own session ids.
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()>;
     fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()>;
     /// Record what the original does not record and which `events` columns it has
     /// (`schema_info.source_missing`, `schema_info.source_columns`).
     fn write_provenance(&mut self, missing: &[String], columns: &[String]) -> Result<()>;
-    /// Indexes, checkpoint, close.
+    /// Indexes, the device ops' launching calls, checkpoint, close.
     fn finish(self: Box<Self>) -> Result<()>;
 }
 
@@ -194,6 +199,11 @@ pub struct ConvertReport {
     pub process_ranks: u64,
     pub process_cgroups: u64,
     pub attachments: u64,
+    /// The device timeline's rows: ops, calibrations, devices, notes.
+    pub gpu_ops: u64,
+    pub gpu_clock_syncs: u64,
+    pub gpu_devices: u64,
+    pub gpu_timeline_notes: u64,
     /// True when text ids were replaced by integers (see the module docs).
     pub ids_renumbered: bool,
 }
@@ -276,7 +286,9 @@ pub fn cut(
         let mut cgroups = store.process_cgroups()?;
         let mut attachments = source.attachment_rows()?;
         let mut aggregates = store.aggregates(&scope.window)?;
-        let mut missing = info.missing.clone();
+        // the target says it lacks a device timeline from its own rows, not as the original's gap
+        let mut missing: Vec<String> =
+            info.missing.iter().filter(|m| *m != crate::NO_DEVICE_TIMELINE).cloned().collect();
         if !scope.is_all() {
             stacks.retain(|s| stack_hashes.contains(&s.hash));
             names.retain(|n| scope.keeps_pid(n.0));
@@ -301,6 +313,7 @@ pub fn cut(
         target.write_process_cgroups(&cgroups)?;
         target.write_attachments(&attachments)?;
         target.write_aggregates(&aggregates)?;
+        let timeline = timeline::copy(store, scope, target.as_mut())?;
         target.write_provenance(&missing, &info.event_columns)?;
         target.finish()?;
         Ok(ConvertReport {
@@ -322,6 +335,10 @@ pub fn cut(
             process_ranks: ranks.len() as u64,
             process_cgroups: cgroups.len() as u64,
             attachments: attachments.len() as u64,
+            gpu_ops: timeline.ops,
+            gpu_clock_syncs: timeline.clock_syncs,
+            gpu_devices: timeline.devices,
+            gpu_timeline_notes: timeline.notes,
             ids_renumbered: source.renumbers_ids(),
         })
     })();

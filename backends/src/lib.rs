@@ -22,6 +22,7 @@ mod cuda_tables;
 mod describe;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
+mod gpu_tables;
 pub mod guard;
 mod packed;
 mod reader_common;
@@ -40,6 +41,9 @@ pub fn sqlite_library_version() -> &'static str {
     rusqlite::version()
 }
 pub use conversion::{convert, cut, ConvertReport, Scope as CutScope};
+pub use gpu_tables::LAUNCH_TOLERANCE_NS;
+pub use reader_common::NO_DEVICE_TIMELINE;
+pub use schema::FINISHED_EXTENT_KEY;
 pub use sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
 pub use sqlite::{create_series_sink, RollPolicy, RollingWriter, SqliteSink, SqliteStore, SqliteWriter};
 pub use synth::{

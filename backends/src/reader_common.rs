@@ -1,5 +1,5 @@
 //! What the readers of every engine share: the checks made when a trace is opened (with the same
-//! one-line errors), what a trace does not record, and the SQL of an [`EventFilter`], of Ingero's
+//! one-line errors), what a trace does not record (a device timeline included), and the SQL of an [`EventFilter`], of Ingero's
 //! minute buckets and of the loss counters.
 
 use std::collections::BTreeMap;
@@ -79,6 +79,19 @@ fn missing_features(columns: &[String], tables: &[String], schema_info: &BTreeMa
     }
     crate::schema::extend_missing(&mut missing, schema_info.get(crate::schema::SOURCE_MISSING_KEY));
     missing
+}
+
+/// What [`TraceInfo::missing`] says of a trace without a device timeline (no `gpu_ops` rows: traced
+/// without `--gpu-timeline`, recorded before the table existed, or an Ingero DB). `convert` does not
+/// carry it as the original's gap: the converted trace says it from its own rows.
+pub const NO_DEVICE_TIMELINE: &str = "the device's own timeline (gpu_ops: when each kernel, copy and memset ran on \
+the GPU, recorded by `trace --gpu-timeline`): GPU time is seen only through the host's calls";
+
+/// The [`NO_DEVICE_TIMELINE`] gap of a trace whose `gpu_ops` has no rows (`has_ops` false), said once.
+pub(crate) fn note_device_timeline(info: &mut TraceInfo, has_ops: bool) {
+    if !has_ops && !info.missing.iter().any(|m| m == NO_DEVICE_TIMELINE) {
+        info.missing.push(NO_DEVICE_TIMELINE.to_string());
+    }
 }
 
 /// Whether a native trace has the table (an Ingero DB never has ours, whatever its tables are named).

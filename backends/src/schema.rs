@@ -171,6 +171,44 @@ CREATE TABLE IF NOT EXISTS serving_samples (
     le        DOUBLE,
     value     DOUBLE NOT NULL
 );
+CREATE TABLE IF NOT EXISTS gpu_ops (
+    pid             INTEGER NOT NULL,
+    device          INTEGER NOT NULL,
+    context         INTEGER NOT NULL,
+    stream          INTEGER NOT NULL,
+    kind            INTEGER NOT NULL,
+    start_ns        INTEGER NOT NULL,
+    end_ns          INTEGER NOT NULL,
+    correlation     INTEGER NOT NULL,
+    name            TEXT NOT NULL DEFAULT '',
+    bytes           INTEGER NOT NULL DEFAULT 0,
+    launch_tid      INTEGER NOT NULL DEFAULT 0,
+    launch_start_ns INTEGER NOT NULL DEFAULT 0,
+    launch_end_ns   INTEGER NOT NULL DEFAULT 0,
+    launch_cbid     INTEGER NOT NULL DEFAULT 0,
+    launch_event_id INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS gpu_clock_syncs (
+    pid      INTEGER NOT NULL,
+    cupti_ns INTEGER NOT NULL,
+    trace_ns INTEGER NOT NULL,
+    error_ns INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS gpu_devices (
+    pid        INTEGER NOT NULL,
+    device     INTEGER NOT NULL,
+    uuid       TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    nvml_index INTEGER NOT NULL DEFAULT -1,
+    PRIMARY KEY (pid, device)
+);
+CREATE TABLE IF NOT EXISTS gpu_timeline_notes (
+    pid    INTEGER NOT NULL,
+    ts_ns  INTEGER NOT NULL,
+    kind   TEXT NOT NULL,
+    count  INTEGER NOT NULL DEFAULT 0,
+    detail TEXT NOT NULL DEFAULT ''
+);
 CREATE TABLE IF NOT EXISTS loss_counters (
     session_id INTEGER NOT NULL,
     source     INTEGER NOT NULL,
@@ -184,6 +222,7 @@ CREATE TABLE IF NOT EXISTS prev_states (code INTEGER PRIMARY KEY, name TEXT NOT 
 CREATE TABLE IF NOT EXISTS memcpy_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS cuda_errors (code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS loss_kinds (name TEXT PRIMARY KEY, description TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gpu_op_kinds (code INTEGER PRIMARY KEY, name TEXT NOT NULL, description TEXT NOT NULL);
 "#;
 
 /// Writes one `sessions` row, every column, by position (both engines bind the same parameters).
@@ -409,6 +448,10 @@ pub fn fill_lookup_tables(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()
     for k in LossKind::ALL {
         st.execute(rusqlite::params![k.as_str(), k.description()])?;
     }
+    let mut st = tx.prepare(crate::gpu_tables::INSERT_OP_KIND_SQL)?;
+    for (c, name, desc) in crate::gpu_tables::op_kind_rows() {
+        st.execute(rusqlite::params![c, name, desc])?;
+    }
     let mut st = tx.prepare("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?1, ?2)")?;
     for (k, v) in schema_info_rows() {
         st.execute(rusqlite::params![k, v])?;
@@ -484,6 +527,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "memcpy_kinds" => "lookup: cudaMemcpyKind in events.arg1 of copies",
         "cuda_errors" => "lookup: CUDA error code in events.ret_code",
         "loss_kinds" => "lookup: loss_counters.kind -> where events were lost",
+        "gpu_op_kinds" => "lookup: gpu_ops.kind code -> kernel, memcpy, memset, sync",
         "schema_info" => "key/value facts about this database (format, version, units)",
         "op_durations" => "derived when the trace finished, for fast reads: every event's duration sorted per (source, op) (pid -1) and per (pid, source, op); data is an internal encoding: query events instead",
         "call_blocks" => "derived when the trace finished, for fast reads: the GPU calls and step labels of events in time order, packed 65,536 to a block (timestamps min_ts..max_ts); data is an internal encoding: query events instead",
@@ -494,7 +538,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "cgroup_schedstat" => "Ingero: cumulative off-CPU per cgroup window (do not sum across rows)",
         "annotations" => "Ingero v0.10: user annotations on the timeline",
         "event_aggregates_5s" => "Ingero v0.10: 5-second totals per (source, op, pid)",
-        _ => "",
+        _ => crate::gpu_tables::table_meaning(table),
     }
 }
 
@@ -606,7 +650,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("gpu_samples", "ecc_corrected") | ("gpu_samples", "ecc_uncorrected") => "corrected / uncorrected ECC errors since the driver loaded (volatile counters)",
         ("loss_counters", "kind") => "where the events were lost, see loss_kinds",
         ("loss_counters", "count") => "events lost",
-        _ => "",
+        _ => crate::gpu_tables::column_meaning(table, column),
     }
 }
 

@@ -8,7 +8,7 @@
 //! - [`shared_trace_store_methods!`]`(int)`, inside the store's `impl TraceStore`, with the
 //!   engine's reader of an integer cell (SQLite's is lenient: Ingero DBs store what they like):
 //!   every method that reads a table beside `events` (losses, aggregates, stacks, the CUDA, NCCL
-//!   and NVML tables, ranks, cgroups) and `describe_schema`. Each table is empty for traces without
+//!   and NVML tables, ranks, cgroups, the device timeline) and `describe_schema`. Each table is empty for traces without
 //!   it (Ingero DBs have no CUDA side tables, older native traces lack the newer ones).
 //!
 //! An engine-specific fast path overrides nothing here: it is a different method of the trait.
@@ -281,6 +281,74 @@ macro_rules! shared_trace_store_methods {
             })?;
             let db = &self.info().path;
             rows.into_iter().map(|(n, t)| $crate::cuda_tables::process_cgroup_from(db, n, t)).collect()
+        }
+
+        fn scan_gpu_ops(
+            &self,
+            window: &causeway_model::time::TimeWindow,
+            f: &mut dyn FnMut(causeway_model::GpuOp),
+        ) -> $crate::Result<u64> {
+            if !self.has_native_table("gpu_ops") {
+                return Ok(0);
+            }
+            // decoded row by row and handed over as read; a row that does not decode stops the scan
+            let db = &self.info().path;
+            let mut bad = None;
+            let n = self.with_conn(|c| {
+                let mut st = c.prepare(&$crate::gpu_tables::select_gpu_ops_sql(window))?;
+                let mut rows = st.query([])?;
+                let mut n = 0u64;
+                while let Some(r) = rows.next()? {
+                    let mut ints = [0i64; 14];
+                    for (i, v) in ints.iter_mut().enumerate() {
+                        *v = r.get(i)?;
+                    }
+                    match $crate::gpu_tables::gpu_op_from(db, ints, r.get(14)?) {
+                        Ok(op) => f(op),
+                        Err(e) => {
+                            bad = Some(e);
+                            break;
+                        }
+                    }
+                    n += 1;
+                }
+                Ok(n)
+            })?;
+            bad.map_or(Ok(n), Err)
+        }
+
+        fn gpu_clock_syncs(&self) -> $crate::Result<Vec<causeway_model::GpuClockSync>> {
+            if !self.has_native_table("gpu_clock_syncs") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<[i64; 4]> = self.int_rows($crate::gpu_tables::SELECT_GPU_CLOCK_SYNCS_SQL)?;
+            rows.into_iter().map(|r| $crate::gpu_tables::gpu_clock_sync_from(&self.info().path, r)).collect()
+        }
+
+        fn gpu_devices(&self) -> $crate::Result<Vec<causeway_model::GpuDevice>> {
+            if !self.has_native_table("gpu_devices") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<([i64; 3], String, String)> = self.with_conn(|c| {
+                c.prepare($crate::gpu_tables::SELECT_GPU_DEVICES_SQL)?
+                    .query_map([], |r| Ok(([r.get(0)?, r.get(1)?, r.get(2)?], r.get(3)?, r.get(4)?)))?
+                    .collect()
+            })?;
+            let db = &self.info().path;
+            rows.into_iter().map(|(n, u, name)| $crate::gpu_tables::gpu_device_from(db, n, u, name)).collect()
+        }
+
+        fn gpu_timeline_notes(&self) -> $crate::Result<Vec<causeway_model::GpuTimelineNote>> {
+            if !self.has_native_table("gpu_timeline_notes") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<([i64; 3], String, String)> = self.with_conn(|c| {
+                c.prepare($crate::gpu_tables::SELECT_GPU_TIMELINE_NOTES_SQL)?
+                    .query_map([], |r| Ok(([r.get(0)?, r.get(1)?, r.get(2)?], r.get(3)?, r.get(4)?)))?
+                    .collect()
+            })?;
+            let db = &self.info().path;
+            rows.into_iter().map(|(n, k, d)| $crate::gpu_tables::gpu_timeline_note_from(db, n, k, d)).collect()
         }
 
         fn describe_schema(&self) -> $crate::Result<$crate::SchemaDescription> {

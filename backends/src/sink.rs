@@ -22,7 +22,7 @@ use causeway_model::{
     ProcessRank, ServingSample, SessionInfo,
 };
 
-use crate::{EventSink, SinkSummary, StackRecord};
+use crate::{EventSink, GpuTimelinePart, SinkSummary, StackRecord};
 use crate::{Result, StoreError};
 
 /// Loss counters per (source, kind), absolute values: the running tally a sink keeps.
@@ -70,6 +70,9 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
     /// Record processes' cgroups (a later row for a pid replaces the earlier one).
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()>;
+    /// Append what the device-timeline library delivered (`gpu_ops`, `gpu_clock_syncs`,
+    /// `gpu_timeline_notes`; `gpu_devices` a later row per (pid, device) replacing), in one commit.
+    fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -101,6 +104,7 @@ enum Msg {
     ServingSamples(Vec<ServingSample>),
     ProcessRanks(Vec<ProcessRank>),
     ProcessCgroups(Vec<ProcessCgroup>),
+    GpuTimeline(GpuTimelinePart),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -170,6 +174,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::ServingSamples(s) => w.write_serving_samples(&s)?,
                 Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
                 Msg::ProcessCgroups(c) => w.write_process_cgroups(&c)?,
+                Msg::GpuTimeline(p) => w.write_gpu_timeline(&p)?,
             }
             Ok(())
         };
@@ -292,6 +297,13 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_process_cgroups(&mut self, cgroups: Vec<ProcessCgroup>) -> Result<()> {
         self.tx.send(Msg::ProcessCgroups(cgroups)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_gpu_timeline(&mut self, part: GpuTimelinePart) -> Result<()> {
+        if part.is_empty() {
+            return Ok(());
+        }
+        self.tx.send(Msg::GpuTimeline(part)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

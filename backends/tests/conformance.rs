@@ -3,7 +3,8 @@
 //! so a behaviour that differs fails the suite on that engine.
 //!
 //! Covered: write and read back exactly (ids, order, scheduler detail, stacks, names, losses,
-//! sessions, launch configurations, kernel names, attachments: see `launch_tables/`), every typed query and its filters (full, streamed, slim and per-thread names), the duration summary (scanned, and computed in DuckDB's SQL)
+//! sessions, launch configurations, kernel names, attachments: see `launch_tables/`; the device
+//! timeline and the launching calls of its ops: see `gpu_timeline/`), every typed query and its filters (full, streamed, slim and per-thread names), the duration summary (scanned, and computed in DuckDB's SQL)
 //! against the Rust definition, the schema description, appending sessions, guarded SQL with its
 //! limits, and bad input (missing, empty, garbage files, directories, foreign files).
 
@@ -17,6 +18,7 @@ use causeway_model::codes::{op, OpCode, Source};
 use causeway_model::time::TimeWindow;
 use causeway_model::{Event, LossCounter, LossKind, SessionInfo};
 
+mod gpu_timeline;
 mod guard_common;
 mod launch_tables;
 
@@ -54,6 +56,7 @@ fn file(dir: &Path, b: Engine, name: &str) -> PathBuf {
 fn write_trace(path: &Path, b: Engine, seed: u64) -> Vec<StoredEvent> {
     let mut events = SyntheticTrace::new(seed, 1_000_000_000).take(N);
     let fixture = launch_tables::Fixture::new();
+    let timeline = gpu_timeline::Fixture::new();
     fixture.tag_launches(&mut events);
     // Threads renamed half-way (as worker threads are right after they start), so a thread's first
     // and latest names differ.
@@ -72,6 +75,7 @@ fn write_trace(path: &Path, b: Engine, seed: u64) -> Vec<StoredEvent> {
         sink.write_process_name(4821, "python3.12".into(), 6).await.unwrap();
         sink.write_process_name(77, "backup-rsync".into(), 7).await.unwrap();
         fixture.write(&mut sink).await;
+        timeline.write(&mut sink).await;
         sink.add_loss(3, LossKind::RingReserve, 17);
         sink.add_loss(1, LossKind::Decode, 2);
         sink.flush().await.unwrap();
@@ -123,6 +127,11 @@ pub fn write_read_back_exactly(b: Engine) {
         "net_peers",
         "process_ranks",
         "process_cgroups",
+        "gpu_ops",
+        "gpu_clock_syncs",
+        "gpu_devices",
+        "gpu_timeline_notes",
+        "gpu_op_kinds",
     ] {
         assert!(info.has_table(t), "{t} missing");
     }
@@ -136,6 +145,7 @@ pub fn write_read_back_exactly(b: Engine) {
     assert_eq!(back, expected, "events, ids and order");
     assert!(back.iter().any(|e| e.event.sched.is_some()), "scheduler detail round-trips");
     launch_tables::assert_reads_back(store.as_ref(), &back);
+    gpu_timeline::assert_reads_back(store.as_ref());
     let stacks = store.stacks(&[99, 5]).unwrap();
     assert_eq!(stacks.len(), 1);
     assert_eq!(stacks[&99].ips, "[\"0x1\"]");
@@ -617,6 +627,18 @@ macro_rules! conformance {
             #[test]
             fn convert_keeps_launch_tables() {
                 launch_tables::convert_keeps_them(B)
+            }
+            #[test]
+            fn gpu_ops_name_their_launching_calls() {
+                gpu_timeline::launches_resolve(B)
+            }
+            #[test]
+            fn a_trace_without_gpu_ops_says_so() {
+                gpu_timeline::missing_without_ops(B)
+            }
+            #[test]
+            fn convert_and_cut_keep_the_gpu_timeline() {
+                gpu_timeline::convert_and_cut_keep_it(B)
             }
         }
     };

@@ -1,14 +1,15 @@
 //! A trace written as a series of files (rollover by size, retention by total size, a restart)
 //! reads as the same trace written as one file: the same events with the same ids, the same
-//! sessions, names, stacks and loss totals, through the typed scans and through guarded SQL; each
-//! part is a standalone trace; nothing is lost at a rollover.
+//! sessions, names, stacks and loss totals, the same device timeline with the same launching calls,
+//! through the typed scans and through guarded SQL; each part is a standalone trace; nothing is
+//! lost at a rollover.
 
 use std::path::Path;
 
 use causeway_backends::sqlite::series::list_parts;
 use causeway_backends::*;
 use causeway_model::time::TimeWindow;
-use causeway_model::{LossKind, SessionInfo};
+use causeway_model::{Event, GpuClockSync, GpuDevice, GpuOp, GpuOpKind, GpuTimelineNote, LossKind, SessionInfo};
 
 fn session(at: i64) -> SessionInfo {
     SessionInfo { started_at_ns: at, tool_version: "test".into(), hostname: "h1".into(), ..Default::default() }
@@ -20,7 +21,57 @@ fn rt() -> tokio::runtime::Runtime {
 
 const EVENTS: usize = 60_000;
 
-/// Write the same events, stacks, names and losses into `sink`, losses spread between batches.
+/// The device timeline of one batch of events: a kernel for each of its first five launches, its API
+/// span the launch's own, with a calibration, its process's device (once) and a note.
+fn timeline_of(events: &[Event], first: bool) -> GpuTimelinePart {
+    let launch = causeway_model::codes::op::CUDA_LAUNCH_KERNEL;
+    let ops: Vec<GpuOp> = events
+        .iter()
+        .filter(|e| launch.is(e.source, e.op))
+        .take(5)
+        .map(|e| GpuOp {
+            pid: e.pid,
+            device: 0,
+            context: 1,
+            stream: 7,
+            kind: GpuOpKind::Kernel,
+            start_ns: e.ts_ns + e.dur_ns + 10_000,
+            end_ns: e.ts_ns + e.dur_ns + 60_000,
+            correlation: e.ts_ns as u32,
+            name: "_Z4gemmIfEvPKfi".into(),
+            bytes: 0,
+            launch_tid: e.tid,
+            launch_start_ns: e.ts_ns + 100,
+            launch_end_ns: e.ts_ns + e.dur_ns - 100,
+            launch_cbid: GpuOp::RUNTIME_CBID_BASE + 211,
+            launch_event_id: 0,
+        })
+        .collect();
+    let at = events[0].ts_ns;
+    GpuTimelinePart {
+        devices: if first {
+            let pids: std::collections::BTreeSet<u32> = ops.iter().map(|o| o.pid).collect();
+            pids.into_iter()
+                .map(|pid| GpuDevice { pid, device: 0, uuid: "GPU-1".into(), name: "H100".into(), nvml_index: 0 })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        clock_syncs: vec![GpuClockSync { pid: events[0].pid, cupti_ns: at / 2, trace_ns: at, error_ns: 900 }],
+        notes: vec![GpuTimelineNote {
+            pid: events[0].pid,
+            ts_ns: at,
+            kind: "dropped".into(),
+            count: 1,
+            detail: "one".into(),
+        }],
+        ops,
+    }
+}
+
+/// Write the same events, stacks, names, losses and device timeline into `sink`, losses spread
+/// between batches; each timeline part after the flush that commits its launches (so a series
+/// holds them in the same part, where they are resolved).
 fn write_all(mut sink: Box<dyn EventSink>, seed: u64) -> SinkSummary {
     let mut synth = SyntheticTrace::new(seed, 1_000_000_000);
     let events = synth.take(EVENTS);
@@ -39,6 +90,7 @@ fn write_all(mut sink: Box<dyn EventSink>, seed: u64) -> SinkSummary {
                 sink.add_loss(3, LossKind::RingReserve, 7);
                 sink.add_loss(1, LossKind::Decode, 1);
                 sink.flush().await.unwrap();
+                sink.write_gpu_timeline(timeline_of(chunk, i == 0)).await.unwrap();
             }
         }
         sink.finish(9_000_000_000).await.unwrap()
@@ -83,6 +135,7 @@ fn a_series_reads_as_the_same_trace_as_one_file() {
         // every part names the stacks and processes seen before it (a standalone trace)
         assert!(part.stacks(&[1000]).unwrap().contains_key(&1000), "{} carries the first stack", p.display());
         assert_eq!(part.process_names().unwrap().get(&4000).map(String::as_str), Some("proc-0"));
+        assert!(!part.gpu_devices().unwrap().is_empty(), "{} carries the devices", p.display());
     }
 
     let a = SqliteStore::open(&one).unwrap();
@@ -111,6 +164,26 @@ fn a_series_reads_as_the_same_trace_as_one_file() {
     assert_eq!(b.process_names().unwrap(), a.process_names().unwrap());
     let hashes: Vec<i64> = (0..120).map(|i| 1000 + i).collect();
     assert_eq!(b.stacks(&hashes).unwrap(), a.stacks(&hashes).unwrap());
+    // the device timeline: the same ops, each part's resolved against its own events as one file's
+    let ops = |s: &SqliteStore, w: &TimeWindow| {
+        let mut v = Vec::new();
+        s.scan_gpu_ops(w, &mut |o| v.push(o)).unwrap();
+        v
+    };
+    let one_ops = ops(&a, &TimeWindow::ALL);
+    assert_eq!(one_ops.len(), 5 * EVENTS / 500 / 10, "fixture: five launches per timeline part");
+    let launches: Vec<EventId> = one_ops.iter().map(|o| EventId::Int(o.launch_event_id)).collect();
+    let calls = a.events_by_id(&launches).unwrap();
+    assert_eq!(calls.len(), one_ops.len(), "every op names its launch");
+    for c in &calls {
+        assert!(one_ops.iter().any(|o| o.launch_start_ns == c.event.ts_ns + 100 && o.launch_tid == c.event.tid));
+    }
+    assert_eq!(ops(&b, &TimeWindow::ALL), one_ops);
+    let w = TimeWindow { from_ns: Some(mid - 50_000_000), to_ns: Some(mid + 50_000_000) };
+    assert_eq!(ops(&b, &w), ops(&a, &w));
+    assert_eq!(b.gpu_clock_syncs().unwrap(), a.gpu_clock_syncs().unwrap());
+    assert_eq!(b.gpu_devices().unwrap(), a.gpu_devices().unwrap(), "the carried devices once each");
+    assert_eq!(b.gpu_timeline_notes().unwrap(), a.gpu_timeline_notes().unwrap());
     assert_eq!(
         b.duration_summary(&window, &[500, 990], true).unwrap(),
         a.duration_summary(&window, &[500, 990], true).unwrap()
@@ -128,6 +201,8 @@ fn a_series_reads_as_the_same_trace_as_one_file() {
         "SELECT count(*) FROM sessions",
         "SELECT count(*) FROM stack_traces",
         "SELECT op, count(*) FROM events WHERE source = 1 GROUP BY op ORDER BY op",
+        "SELECT count(*), sum(launch_event_id), min(start_ns), max(end_ns) FROM gpu_ops",
+        "SELECT pid, device, uuid FROM gpu_devices ORDER BY pid, device",
     ] {
         assert_eq!(sql(&b, q), sql(&a, q), "{q}");
     }
@@ -144,6 +219,7 @@ fn a_series_reads_as_the_same_trace_as_one_file() {
     assert_eq!(report.events, EVENTS as u64);
     let c = SqliteStore::open(&whole).unwrap();
     assert_eq!(c.events(&window).unwrap(), a.events(&window).unwrap());
+    assert_eq!(ops(&c, &TimeWindow::ALL), one_ops, "the device timeline, its launches resolved again");
 }
 
 #[test]

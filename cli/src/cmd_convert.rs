@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         println!(
             "{} -> {} ({}): {} events, {} sessions, {} stacks, {} process names, {} launch configurations, {} kernel names, \
-             {} NCCL calls, {} GPU samples, {} serving samples, {} process ranks, {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
+             {} NCCL calls, {} GPU samples, {} serving samples, {} device ops, {} process ranks, {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
             report.from.display(),
             report.to.display(),
             report.backend,
@@ -92,6 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             report.nccl_calls,
             report.gpu_samples,
             report.serving_samples,
+            report.gpu_ops,
             report.process_ranks,
             report.attachments,
             report.loss_rows,

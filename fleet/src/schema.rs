@@ -19,11 +19,15 @@ use crate::FleetError;
 /// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
 /// beyond it are new), or `None` for the stacks (shipped with their events) and the small tables
 /// (shipped whole when they change: `small_tables.rs`).
-pub const MIRRORED: [(&str, Option<&str>); 14] = [
+pub const MIRRORED: [(&str, Option<&str>); 18] = [
     ("events", Some("id")),
     ("nccl_calls", Some("rowid")),
     ("gpu_samples", Some("rowid")),
     ("serving_samples", Some("rowid")),
+    ("gpu_ops", Some("rowid")),
+    ("gpu_clock_syncs", Some("rowid")),
+    ("gpu_timeline_notes", Some("rowid")),
+    ("gpu_devices", None),
     ("stack_traces", None),
     ("sessions", None),
     ("process_names", None),
@@ -45,7 +49,8 @@ CREATE TABLE IF NOT EXISTS lake.ship_watermarks (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL,
     events_hi BIGINT NOT NULL, nccl_calls_hi BIGINT NOT NULL, gpu_samples_hi BIGINT NOT NULL,
     rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL, serving_samples_hi BIGINT,
-    local_events_hi BIGINT, local_nccl_calls_hi BIGINT);
+    local_events_hi BIGINT, local_nccl_calls_hi BIGINT, gpu_ops_hi BIGINT, gpu_clock_syncs_hi BIGINT,
+    gpu_timeline_notes_hi BIGINT);
 CREATE TABLE IF NOT EXISTS lake.clock_samples (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, sample INTEGER NOT NULL,
     local_send_ns BIGINT NOT NULL, server_ns BIGINT NOT NULL, local_recv_ns BIGINT NOT NULL);
@@ -63,7 +68,7 @@ CREATE TABLE IF NOT EXISTS lake.ship_windows (
 ";
 
 /// One-line descriptions of the lake's tables, for `describe` answers and the docs.
-pub const TABLE_DOCS: [(&str, &str); 10] = [
+pub const TABLE_DOCS: [(&str, &str); 11] = [
     (
         "events",
         "the shipped events of every node (the local `events` columns; `node` set, `trace_uid` names the local trace)",
@@ -84,6 +89,11 @@ pub const TABLE_DOCS: [(&str, &str); 10] = [
     ("ship_windows", "raw-event windows shipped on request for a drill-down"),
     ("process_ranks", "each traced process's rank, local rank and world size, per node"),
     ("process_cgroups", "each traced process's cgroup and the container or pod it stands for, per node"),
+    (
+        "gpu_ops",
+        "every node's device timeline (kernels, copies, memsets, syncs on the node's own clock), shipped once the \
+         trace is finished and each op names its launching call (launch_event_id = events.id of the same trace)",
+    ),
 ];
 
 /// Every table's columns in the `main` schema of an attached database, in order, with DuckDB
@@ -100,7 +110,14 @@ pub(crate) fn all_columns(conn: &Connection, db: &str) -> Result<Vec<(String, St
 }
 
 /// The columns of `ship_watermarks` added after its first version (nullable), in order.
-const WATERMARK_COLUMNS_ADDED: [&str; 3] = ["serving_samples_hi", "local_events_hi", "local_nccl_calls_hi"];
+const WATERMARK_COLUMNS_ADDED: [&str; 6] = [
+    "serving_samples_hi",
+    "local_events_hi",
+    "local_nccl_calls_hi",
+    "gpu_ops_hi",
+    "gpu_clock_syncs_hi",
+    "gpu_timeline_notes_hi",
+];
 
 /// Tables of an attached database.
 pub(crate) fn tables(conn: &Connection, db: &str) -> Result<Vec<String>, FleetError> {
@@ -129,8 +146,8 @@ fn missing_ddl(
     if fleet_tables().any(|t| !in_lake(t)) {
         ddl.push(FLEET_DDL.to_string());
     }
-    // a lake made before serving_samples was shipped, or before the flushes recorded how far the
-    // local trace went: those columns, NULL in the rows before
+    // a lake made before serving_samples or the device timeline were shipped, or before the flushes
+    // recorded how far the local trace went: those columns, NULL in the rows before
     for col in WATERMARK_COLUMNS_ADDED {
         if in_lake("ship_watermarks") && !has_col("ship_watermarks", col) {
             ddl.push(format!("ALTER TABLE {LAKE}.ship_watermarks ADD COLUMN IF NOT EXISTS {col} BIGINT"));

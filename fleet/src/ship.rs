@@ -5,7 +5,8 @@
 //! directly), so every copy is one `INSERT INTO lake.t SELECT ... FROM local.t` run by the engine.
 //!
 //! **Exactly once.** Each flush ships the rows beyond the trace's watermark (per table: `events.id`,
-//! the `rowid` of `nccl_calls`, `gpu_samples` and `serving_samples`) up to a high mark, and writes them together with
+//! the `rowid` of `nccl_calls`, `gpu_samples`, `serving_samples` and the device timeline's tables:
+//! `marks.rs`) up to a high mark, and writes them together with
 //! the new watermark row in **one** DuckLake transaction. A shipper killed at any point leaves either
 //! the whole flush or none of it; a new one reads the watermark back from the lake and goes on. A
 //! lake that cannot be reached fails the flush (rolled back, watermark unmoved) and it is tried
@@ -24,7 +25,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod marks;
 mod resilient;
+pub use marks::Marks;
 pub use resilient::{Behind, TEST_PAUSE_ENV};
 
 use duckdb::{params, Connection};
@@ -102,35 +105,6 @@ impl Default for ShipOptions {
             test_clock_skew_ns: None,
             retry_for: crate::retry::DEFAULT_RETRY_FOR,
         }
-    }
-}
-
-/// How far a trace is shipped (or how far the local trace goes).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Marks {
-    pub events: i64,
-    pub nccl_calls: i64,
-    pub gpu_samples: i64,
-    pub serving_samples: i64,
-}
-
-impl Marks {
-    /// The mark of a table [`MIRRORED`] ships by watermark; `None` for any other.
-    fn of(&self, table: &str) -> Option<i64> {
-        match table {
-            "events" => Some(self.events),
-            "nccl_calls" => Some(self.nccl_calls),
-            "gpu_samples" => Some(self.gpu_samples),
-            "serving_samples" => Some(self.serving_samples),
-            _ => None,
-        }
-    }
-
-    fn covers(&self, other: &Marks) -> bool {
-        self.events >= other.events
-            && self.nccl_calls >= other.nccl_calls
-            && self.gpu_samples >= other.gpu_samples
-            && self.serving_samples >= other.serving_samples
     }
 }
 
@@ -310,39 +284,6 @@ impl Shipper {
         }
     }
 
-    /// How far the lake has this trace, and the last flush's number.
-    pub fn watermark(&self) -> Result<(Marks, i64), FleetError> {
-        let sql = format!(
-            "SELECT coalesce(max(events_hi), 0), coalesce(max(nccl_calls_hi), 0), coalesce(max(gpu_samples_hi), 0), \
-             coalesce(max(flush_id), 0), coalesce(max(serving_samples_hi), 0) FROM {LAKE}.ship_watermarks \
-             WHERE node = ? AND trace_uid = ?"
-        );
-        Ok(self.conn.query_row(&sql, params![self.node, self.trace_uid], |r| {
-            let marks =
-                Marks { events: r.get(0)?, nccl_calls: r.get(1)?, gpu_samples: r.get(2)?, serving_samples: r.get(4)? };
-            Ok((marks, r.get(3)?))
-        })?)
-    }
-
-    /// How far the local trace goes now.
-    pub fn local_marks(&self) -> Result<Marks, FleetError> {
-        self.attach()?;
-        let max = |table: &str, col: &str| -> Result<i64, FleetError> {
-            if !self.has_local(table) {
-                return Ok(0);
-            }
-            Ok(self
-                .conn
-                .query_row(&format!("SELECT coalesce(max({col}), 0) FROM {LOCAL}.{table}"), [], |r| r.get(0))?)
-        };
-        Ok(Marks {
-            events: max("events", "id")?,
-            nccl_calls: max("nccl_calls", "rowid")?,
-            gpu_samples: max("gpu_samples", "rowid")?,
-            serving_samples: max("serving_samples", "rowid")?,
-        })
-    }
-
     /// Attach the local trace again if [`Shipper::release`] let it go.
     fn attach(&self) -> Result<(), FleetError> {
         if !self.attached.get() {
@@ -399,12 +340,7 @@ impl Shipper {
                 }
                 return Ok(());
             }
-            let hi = Marks {
-                events: upto.events.min(wm.events + self.batch_rows).max(wm.events),
-                nccl_calls: upto.nccl_calls.max(wm.nccl_calls),
-                gpu_samples: upto.gpu_samples.max(wm.gpu_samples),
-                serving_samples: upto.serving_samples.max(wm.serving_samples),
-            };
+            let hi = wm.next_flush(&upto, self.batch_rows);
             if hi.events > self.pending.1 {
                 // read ahead: the next PENDING_ROWS events in one scan of the local trace
                 let end = upto.events.min(wm.events + PENDING_ROWS.max(self.batch_rows));
@@ -511,7 +447,7 @@ impl Shipper {
         samples: &[ClockSample],
         kernel: Option<clock::KernelClock>,
     ) -> Result<FlushRows, FleetError> {
-        let FlushPlan { wm, hi, flush_id, finished, local } = *plan;
+        let FlushPlan { wm, hi, flush_id, .. } = *plan;
         let (node, uid) = (&self.node, &self.trace_uid);
         let c = &self.conn;
         let mut counts = Vec::new();
@@ -581,27 +517,7 @@ impl Shipper {
             )?;
         }
         let rows: u64 = counts.iter().map(|(_, n)| n).sum();
-        c.execute(
-            &format!(
-                "INSERT INTO {LAKE}.ship_watermarks (node, trace_uid, flush_id, events_hi, nccl_calls_hi, \
-                 gpu_samples_hi, rows, finished, shipped_at_ns, serving_samples_hi, local_events_hi, local_nccl_calls_hi) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            ),
-            params![
-                node,
-                uid,
-                flush_id,
-                hi.events,
-                hi.nccl_calls,
-                hi.gpu_samples,
-                rows as i64,
-                finished,
-                clock::realtime_ns(self.skew_ns),
-                hi.serving_samples,
-                local.events.max(hi.events),
-                local.nccl_calls.max(hi.nccl_calls)
-            ],
-        )?;
+        self.insert_watermark(plan, rows)?;
         Ok(counts)
     }
 

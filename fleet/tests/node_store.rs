@@ -1,7 +1,8 @@
 //! One node's trace read back from the lake (`node_store`) answers every `TraceStore` question
 //! exactly as the local trace it was shipped from: events, ids and order, every filter, stacks,
-//! names, losses, sessions, the CUDA and NCCL side tables, the nearest-rank summary, the explain
-//! report, and guarded SQL (with the lake's own functions refused).
+//! names, losses, sessions, the CUDA and NCCL side tables, the device timeline with its launching
+//! calls, the nearest-rank summary, the explain report, and guarded SQL (with the lake's own
+//! functions refused).
 
 use causeway_backends::{open_store, EventFilter, QueryLimits, SyntheticJob, SyntheticTrace, TraceStore};
 use causeway_fleet::{node_store, LakeSpec, ShipOptions, Shipper, Tier};
@@ -63,8 +64,45 @@ fn write_rich_trace(path: &std::path::Path) {
         for c in events.chunks(5000) {
             sink.write_batch(c.to_vec()).await.unwrap();
         }
+        sink.write_gpu_timeline(device_timeline(&events)).await.unwrap();
         sink.finish(2_000_000_000).await.unwrap();
     });
+}
+
+/// A device timeline over the host trace: a kernel per launch of its first 2,000 events (each
+/// naming its launch once the trace is finished), a calibration, the devices, notes.
+fn device_timeline(events: &[causeway_model::Event]) -> causeway_backends::GpuTimelinePart {
+    use causeway_model::{GpuClockSync, GpuDevice, GpuOp, GpuOpKind, GpuTimelineNote};
+    let ops: Vec<GpuOp> = events[..2000]
+        .iter()
+        .filter(|e| op::CUDA_LAUNCH_KERNEL.is(e.source, e.op))
+        .map(|e| GpuOp {
+            pid: e.pid,
+            device: 0,
+            context: 1,
+            stream: 7,
+            kind: GpuOpKind::Kernel,
+            start_ns: e.ts_ns + e.dur_ns + 5_000,
+            end_ns: e.ts_ns + e.dur_ns + 90_000,
+            correlation: (e.ts_ns / 1000) as u32,
+            name: "_Z4gemmIfEvPKfi".into(),
+            bytes: 0,
+            launch_tid: e.tid,
+            launch_start_ns: e.ts_ns + 50,
+            launch_end_ns: e.ts_ns + e.dur_ns - 50,
+            launch_cbid: GpuOp::RUNTIME_CBID_BASE + 211,
+            launch_event_id: 0,
+        })
+        .collect();
+    let pid = ops[0].pid;
+    let note =
+        |ts_ns: i64, kind: &str| GpuTimelineNote { pid, ts_ns, kind: kind.into(), count: 0, detail: kind.into() };
+    causeway_backends::GpuTimelinePart {
+        clock_syncs: vec![GpuClockSync { pid, cupti_ns: 77, trace_ns: events[0].ts_ns, error_ns: 700 }],
+        devices: vec![GpuDevice { pid, device: 0, uuid: "GPU-1".into(), name: "H100".into(), nvml_index: 0 }],
+        notes: vec![note(events[0].ts_ns, "started"), note(events[1999].ts_ns, "stopped")],
+        ops,
+    }
 }
 
 #[test]
@@ -112,6 +150,18 @@ fn a_node_in_the_lake_reads_like_its_local_trace() {
     assert_eq!(remote.nccl_calls(&TimeWindow::ALL).unwrap(), local.nccl_calls(&TimeWindow::ALL).unwrap());
     assert_eq!(remote.process_ranks().unwrap(), local.process_ranks().unwrap());
     assert_eq!(remote.gpu_samples(&TimeWindow::ALL).unwrap(), local.gpu_samples(&TimeWindow::ALL).unwrap());
+    let gpu_ops = |s: &dyn TraceStore, w: &TimeWindow| {
+        let mut v = Vec::new();
+        s.scan_gpu_ops(w, &mut |o| v.push(o)).unwrap();
+        v
+    };
+    let ops = gpu_ops(local.as_ref(), &TimeWindow::ALL);
+    assert!(ops.len() > 50 && ops.iter().all(|o| o.launch_event_id > 0), "fixture: every op names its launch");
+    assert_eq!(gpu_ops(remote_ref(&remote), &TimeWindow::ALL), ops, "device ops, exactly once, launches resolved");
+    assert_eq!(gpu_ops(remote_ref(&remote), &window), gpu_ops(local.as_ref(), &window));
+    assert_eq!(remote.gpu_clock_syncs().unwrap(), local.gpu_clock_syncs().unwrap());
+    assert_eq!(remote.gpu_devices().unwrap(), local.gpu_devices().unwrap());
+    assert_eq!(remote.gpu_timeline_notes().unwrap(), local.gpu_timeline_notes().unwrap());
     let serving = local.serving_samples(&TimeWindow::ALL).unwrap();
     assert_eq!(serving.len(), 32);
     assert_eq!(remote.serving_samples(&TimeWindow::ALL).unwrap(), serving, "serving samples, exactly once");

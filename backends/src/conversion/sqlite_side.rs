@@ -15,7 +15,7 @@ use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowEx
 use crate::schema::{self, EVENT_AGGREGATES_DDL, NATIVE_DDL, SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
 use crate::sqlite::rows::{column_or_default, decode_event, event_select_list, int, opt_int, EVENT_SELECT_WIDTH};
 use crate::SqliteStore;
-use crate::{AggregateRow, StackRecord, TraceStore};
+use crate::{AggregateRow, GpuTimelinePart, StackRecord, TraceStore};
 use crate::{Result, StoreError};
 
 /// A SQLite trace (native or Ingero) read for conversion.
@@ -314,6 +314,13 @@ impl ConvertTarget for SqliteTarget {
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
         let tx = self.conn.transaction()?;
         crate::sqlite::insert_process_cgroups(&tx, cgroups)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_gpu_timeline(&tx, part)?;
         tx.commit()?;
         Ok(())
     }

@@ -16,7 +16,7 @@ use super::{aggregates_ddl, engine_err, DuckDbStore, DuckDbWriter};
 use crate::conversion::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};
 use crate::schema::{SOURCE_COLUMNS_KEY, SOURCE_MISSING_KEY};
 use crate::sink::EngineWriter;
-use crate::{AggregateRow, StackRecord, TraceStore};
+use crate::{AggregateRow, GpuTimelinePart, StackRecord, TraceStore};
 use crate::{Result, StoreError};
 
 /// A native DuckDB trace read for conversion.
@@ -250,6 +250,10 @@ impl ConvertTarget for DuckDbTarget {
 
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
         self.writer.write_process_cgroups(cgroups)
+    }
+
+    fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
+        self.writer.write_gpu_timeline(part)
     }
 
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {

@@ -18,9 +18,14 @@ mod writer;
 
 pub use convert::{DuckDbSource, DuckDbTarget};
 pub use reader::{DuckDbStore, Reopen};
-pub use writer::{init_native_schema, DuckDbSink, DuckDbWriter, PARALLEL_PART_ROWS};
+pub use writer::{DuckDbSink, DuckDbWriter, PARALLEL_PART_ROWS};
 
 use std::path::Path;
+
+use duckdb::params;
+
+use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
+use causeway_model::LossKind;
 
 use crate::StoreError;
 
@@ -64,6 +69,61 @@ pub fn native_ddl() -> String {
         .replace("INTEGER", "BIGINT")
 }
 
+/// Create the native schema in `conn` (idempotent: a trace written by an older version gains the
+/// columns added since) and fill its lookup tables and `schema_info`.
+pub fn init_native_schema(conn: &duckdb::Connection) -> duckdb::Result<()> {
+    conn.execute_batch(&format!("BEGIN; {} COMMIT;", native_ddl()))?;
+    // Columns added after the first version of the schema, for traces written before them.
+    for (name, _) in crate::schema::LATER_SESSION_COLUMNS {
+        conn.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {name} BIGINT DEFAULT 0"))?;
+    }
+    // Added at the end of the table, where EVENT_COLUMNS (the Appender's row order) has them.
+    for (name, ddl) in crate::schema::LATER_EVENT_COLUMNS {
+        let ddl = ddl.replace("INTEGER", "BIGINT");
+        conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {ddl}"))?;
+    }
+    fill_lookup_tables(conn)
+}
+
+/// Insert the lookup rows and `schema_info` (idempotent).
+fn fill_lookup_tables(conn: &duckdb::Connection) -> duckdb::Result<()> {
+    conn.execute_batch("BEGIN")?;
+    let mut st = conn.prepare("INSERT OR REPLACE INTO sources (id, name, description) VALUES (?, ?, ?)")?;
+    for (id, name, desc) in SOURCES {
+        st.execute(params![id, name, desc])?;
+    }
+    let mut st =
+        conn.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?, ?, ?, ?)")?;
+    for (s, o, name, _, desc) in OPS {
+        st.execute(params![s, o, name, desc])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO prev_states (code, name, description) VALUES (?, ?, ?)")?;
+    for (c, name, desc) in PREV_STATES {
+        st.execute(params![c, name, desc])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO memcpy_kinds (code, name) VALUES (?, ?)")?;
+    for (c, name) in MEMCPY_KINDS {
+        st.execute(params![c, name])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO cuda_errors (code, name) VALUES (?, ?)")?;
+    for (c, name) in CUDA_ERRORS {
+        st.execute(params![c, name])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO loss_kinds (name, description) VALUES (?, ?)")?;
+    for k in LossKind::ALL {
+        st.execute(params![k.as_str(), k.description()])?;
+    }
+    let mut st = conn.prepare(crate::gpu_tables::INSERT_OP_KIND_SQL)?;
+    for (c, name, desc) in crate::gpu_tables::op_kind_rows() {
+        st.execute(params![c, name, desc])?;
+    }
+    let mut st = conn.prepare("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?, ?)")?;
+    for (k, v) in crate::schema::schema_info_rows() {
+        st.execute(params![k, v])?;
+    }
+    conn.execute_batch("COMMIT")
+}
+
 /// `event_aggregates` in DuckDB's types.
 pub fn aggregates_ddl() -> String {
     crate::schema::EVENT_AGGREGATES_DDL.replace("INTEGER", "BIGINT")
@@ -102,6 +162,23 @@ pub const EVENT_COLUMNS: [&str; 30] = [
     "waker_tid",
     "launch_config",
 ];
+
+/// Tie every device op of the trace to its launching call
+/// ([`crate::gpu_tables::resolve_launches_sql`]), in one transaction, as a range join; nothing to
+/// do in a trace without ops.
+pub(crate) fn resolve_launches(conn: &duckdb::Connection) -> duckdb::Result<()> {
+    if !conn.query_row(crate::gpu_tables::HAS_OPS_SQL, [], |r| r.get::<_, bool>(0))? {
+        return Ok(());
+    }
+    let [reset, resolve] = crate::gpu_tables::resolve_launches_sql(crate::Engine::DuckDb);
+    conn.execute_batch("SET prefer_range_joins = true; BEGIN")?;
+    let done = conn.execute_batch(&format!("{reset}; {resolve}; COMMIT"));
+    if done.is_err() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    let _ = conn.execute_batch("RESET prefer_range_joins");
+    done
+}
 
 pub(crate) fn engine_err(path: &Path) -> impl Fn(duckdb::Error) -> StoreError + '_ {
     move |e| StoreError::Engine(format!("{}: {e}", path.display()))

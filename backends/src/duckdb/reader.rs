@@ -163,7 +163,10 @@ impl DuckDbStore {
                 .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))
                 .map_err(corrupt)?;
         let format = TraceFormat::Native { schema_version: v };
-        let info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
+        let has_ops = tables.iter().any(|t| t == "gpu_ops")
+            && conn.query_row(crate::gpu_tables::HAS_OPS_SQL, [], |r| r.get(0)).map_err(corrupt)?;
+        let mut info = trace_info(path, format, extent, columns, tables, sampled, &schema_info);
+        crate::reader_common::note_device_timeline(&mut info, has_ops);
         let select_events = select_events(&info);
         let finished =
             super::packed::believed(&conn, &info.tables, schema_info.get(crate::schema::FINISHED_EXTENT_KEY))

@@ -14,17 +14,16 @@ use duckdb::arrow::datatypes::{DataType, Field, Schema};
 use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
 
-use causeway_model::codes::{CUDA_ERRORS, MEMCPY_KINDS, OPS, PREV_STATES, SOURCES};
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
+    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
-use super::{base_config, engine_err, native_ddl, EVENT_COLUMNS};
+use super::{base_config, engine_err, init_native_schema, EVENT_COLUMNS};
 use crate::conversion::{NativeRow, RowExtra};
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::sink::{EngineWriter, QueuedSink};
-use crate::{Result, StoreError};
+use crate::{GpuTimelinePart, Result, StoreError};
 use crate::{StackRecord, TraceStore};
 
 enum Builder {
@@ -541,6 +540,31 @@ impl EngineWriter for DuckDbWriter {
         })
     }
 
+    /// Append a part of the device timeline, in one transaction: the ops through the Appender (a
+    /// prepared INSERT per op cost 100 us each: 10 s for 100,000 kernels), the rest by INSERT.
+    fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            for (table, sql, rows) in
+                crate::gpu_tables::part_rows(part).into_iter().filter(|(.., rows)| !rows.is_empty())
+            {
+                if table == "gpu_ops" {
+                    let mut app = c.appender(table).map_err(&err)?;
+                    for r in rows {
+                        app.append_row(duckdb::appender_params_from_iter(r)).map_err(&err)?;
+                    }
+                    app.flush().map_err(&err)?;
+                    continue;
+                }
+                let mut st = c.prepare_cached(sql).map_err(&err)?;
+                for r in rows {
+                    st.execute(duckdb::params_from_iter(r)).map_err(&err)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Store this session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()> {
         let session_id = self.session_id;
@@ -551,8 +575,9 @@ impl EngineWriter for DuckDbWriter {
         self.written
     }
 
-    /// Close the session (stopped_at), pack what a finished trace holds ([`super::packed`]) and
-    /// checkpoint, so the file is self-contained (no `.wal`).
+    /// Close the session (stopped_at), tie the device ops to their launching calls, pack what a
+    /// finished trace holds ([`super::packed`]) and checkpoint, so the file is self-contained (no
+    /// `.wal`).
     fn finish(self, stopped_at_ns: i64) -> Result<u64> {
         let err = engine_err(&self.path);
         if self.session_id > 0 {
@@ -560,63 +585,13 @@ impl EngineWriter for DuckDbWriter {
                 .execute("UPDATE sessions SET stopped_at = ? WHERE id = ?", params![stopped_at_ns, self.session_id])
                 .map_err(&err)?;
         }
+        super::resolve_launches(&self.conn).map_err(&err)?;
         super::packed::build(&self.conn)?;
         self.conn.execute_batch("CHECKPOINT").map_err(&err)?;
         let written = self.written;
         self.conn.close().map_err(|(_, e)| err(e))?;
         Ok(written)
     }
-}
-
-/// Create the native schema in `conn` (idempotent: a trace written by an older version gains the
-/// columns added since) and fill its lookup tables and `schema_info`.
-pub fn init_native_schema(conn: &Connection) -> duckdb::Result<()> {
-    conn.execute_batch(&format!("BEGIN; {} COMMIT;", native_ddl()))?;
-    // Columns added after the first version of the schema, for traces written before them.
-    for (name, _) in crate::schema::LATER_SESSION_COLUMNS {
-        conn.execute_batch(&format!("ALTER TABLE sessions ADD COLUMN IF NOT EXISTS {name} BIGINT DEFAULT 0"))?;
-    }
-    // Added at the end of the table, where EVENT_COLUMNS (the Appender's row order) has them.
-    for (name, ddl) in crate::schema::LATER_EVENT_COLUMNS {
-        let ddl = ddl.replace("INTEGER", "BIGINT");
-        conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {ddl}"))?;
-    }
-    fill_lookup_tables(conn)
-}
-
-/// Insert the lookup rows and `schema_info` (idempotent).
-fn fill_lookup_tables(conn: &Connection) -> duckdb::Result<()> {
-    conn.execute_batch("BEGIN")?;
-    let mut st = conn.prepare("INSERT OR REPLACE INTO sources (id, name, description) VALUES (?, ?, ?)")?;
-    for (id, name, desc) in SOURCES {
-        st.execute(params![id, name, desc])?;
-    }
-    let mut st =
-        conn.prepare("INSERT OR REPLACE INTO ops (source_id, op_id, name, description) VALUES (?, ?, ?, ?)")?;
-    for (s, o, name, _, desc) in OPS {
-        st.execute(params![s, o, name, desc])?;
-    }
-    let mut st = conn.prepare("INSERT OR REPLACE INTO prev_states (code, name, description) VALUES (?, ?, ?)")?;
-    for (c, name, desc) in PREV_STATES {
-        st.execute(params![c, name, desc])?;
-    }
-    let mut st = conn.prepare("INSERT OR REPLACE INTO memcpy_kinds (code, name) VALUES (?, ?)")?;
-    for (c, name) in MEMCPY_KINDS {
-        st.execute(params![c, name])?;
-    }
-    let mut st = conn.prepare("INSERT OR REPLACE INTO cuda_errors (code, name) VALUES (?, ?)")?;
-    for (c, name) in CUDA_ERRORS {
-        st.execute(params![c, name])?;
-    }
-    let mut st = conn.prepare("INSERT OR REPLACE INTO loss_kinds (name, description) VALUES (?, ?)")?;
-    for k in LossKind::ALL {
-        st.execute(params![k.as_str(), k.description()])?;
-    }
-    let mut st = conn.prepare("INSERT OR REPLACE INTO schema_info (key, value) VALUES (?, ?)")?;
-    for (k, v) in crate::schema::schema_info_rows() {
-        st.execute(params![k, v])?;
-    }
-    conn.execute_batch("COMMIT")
 }
 
 /// [`EventSink`](crate::EventSink) over DuckDB: a [`DuckDbWriter`] on its own thread behind a

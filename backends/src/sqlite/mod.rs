@@ -20,7 +20,7 @@ pub use rolling::{create_series_sink, RollPolicy, RollingWriter};
 pub(crate) use target::ReadTarget;
 pub(crate) use writer::{
     build_finished_structures, build_finished_structures_missing, insert_attachments, insert_gpu_samples,
-    insert_kernel_names, insert_launch_configs, insert_nccl_calls, insert_net_peers, insert_process_cgroups,
-    insert_process_ranks, insert_serving_samples, insert_session,
+    insert_gpu_timeline, insert_kernel_names, insert_launch_configs, insert_nccl_calls, insert_net_peers,
+    insert_process_cgroups, insert_process_ranks, insert_serving_samples, insert_session,
 };
 pub use writer::{SqliteSink, SqliteWriter};

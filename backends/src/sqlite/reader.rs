@@ -160,7 +160,12 @@ impl SqliteStore {
         let sampled = tables.iter().any(|t| t == "event_aggregates")
             && conn
                 .query_row("SELECT EXISTS (SELECT 1 FROM event_aggregates WHERE count != stored)", [], |r| r.get(0))?;
-        Ok(trace_info(path, format, extent, columns, tables, sampled, schema_info))
+        let has_ops = matches!(format, TraceFormat::Native { .. })
+            && tables.iter().any(|t| t == "gpu_ops")
+            && conn.query_row(crate::gpu_tables::HAS_OPS_SQL, [], |r| r.get(0))?;
+        let mut info = trace_info(path, format, extent, columns, tables, sampled, schema_info);
+        reader_common::note_device_timeline(&mut info, has_ops);
+        Ok(info)
     }
 
     /// Open a series directory as one trace: its parts attached to one connection, joined by views.

@@ -25,7 +25,7 @@ use causeway_model::{
 use super::series::{has_events_table, list_parts, part_path, part_seq};
 use super::SqliteWriter;
 use crate::sink::{EngineWriter, QueuedSink, QUEUE_BATCHES};
-use crate::{EventSink, StackRecord};
+use crate::{EventSink, GpuTimelinePart, StackRecord};
 use crate::{Result, StoreError};
 
 /// When a series rolls over to a new part, and which old parts it removes.
@@ -343,6 +343,10 @@ impl EngineWriter for RollingWriter {
 
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
         self.part.write_process_cgroups(cgroups)
+    }
+
+    fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
+        self.part.write_gpu_timeline(part)
     }
 
     /// The session's tally: the live part stores its share.

@@ -69,7 +69,8 @@ pub(crate) fn has_events_table(path: &Path) -> bool {
 /// How the rows of one table of the parts join in the series' view.
 #[derive(Debug, Clone, Copy)]
 enum Merge {
-    /// Every row of every part (time series: events, NCCL calls, GPU samples).
+    /// Every row of every part (time series: events, NCCL calls, GPU samples, the device
+    /// timeline's ops, calibrations and notes).
     All,
     /// One row per key, from the newest part that has it (sessions go on; names and ranks may
     /// change; carried rows repeat).
@@ -82,11 +83,15 @@ enum Merge {
 
 /// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
 /// `schema_info` are the same in every part: they are read from the newest.
-const MERGES: [(&str, Merge); 15] = [
+const MERGES: [(&str, Merge); 19] = [
     ("events", Merge::All),
     ("nccl_calls", Merge::All),
     ("gpu_samples", Merge::All),
     ("serving_samples", Merge::All),
+    ("gpu_ops", Merge::All),
+    ("gpu_clock_syncs", Merge::All),
+    ("gpu_timeline_notes", Merge::All),
+    ("gpu_devices", Merge::NewestBy("pid, device")),
     ("event_aggregates", Merge::All),
     ("sessions", Merge::NewestBy("id")),
     ("stack_traces", Merge::NewestBy("hash")),

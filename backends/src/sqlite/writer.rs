@@ -17,7 +17,7 @@ use causeway_model::{
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::schema::{self, NATIVE_DDL};
 use crate::sink::{EngineWriter, QueuedSink};
-use crate::{Result, StoreError};
+use crate::{GpuTimelinePart, Result, StoreError};
 use crate::{StackRecord, TraceStore};
 
 /// The synchronous writer: owns the connection of one trace session.
@@ -115,6 +115,43 @@ pub(crate) fn insert_process_cgroups(conn: &Connection, cgroups: &[ProcessCgroup
     Ok(())
 }
 
+/// Append a part of the device timeline (devices: the last per (pid, device) wins), in the
+/// caller's transaction.
+pub(crate) fn insert_gpu_timeline(conn: &Connection, part: &GpuTimelinePart) -> rusqlite::Result<()> {
+    for (_, sql, rows) in crate::gpu_tables::part_rows(part) {
+        if rows.is_empty() {
+            continue;
+        }
+        let mut st = conn.prepare_cached(sql)?;
+        for r in rows {
+            st.execute(params_from_iter(r))?;
+        }
+    }
+    Ok(())
+}
+
+/// Tie every device op to its launching call ([`crate::gpu_tables::resolve_launches_sql`]), after
+/// the events' indexes and `gpu_ops`' own are built; nothing to do in a trace without ops (or
+/// one written before the table existed).
+fn resolve_launches(conn: &Connection) -> rusqlite::Result<()> {
+    let has_table: bool =
+        conn.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'gpu_ops'", [], |r| {
+            r.get(0)
+        })?;
+    if !has_table {
+        return Ok(());
+    }
+    conn.execute_batch(crate::gpu_tables::SQLITE_INDEXES)?;
+    if !conn.query_row(crate::gpu_tables::HAS_OPS_SQL, [], |r| r.get::<_, bool>(0))? {
+        return Ok(());
+    }
+    let tx = conn.unchecked_transaction()?;
+    for sql in crate::gpu_tables::resolve_launches_sql(crate::Engine::Sqlite) {
+        tx.execute(&sql, [])?;
+    }
+    tx.commit()
+}
+
 /// Append attachments, each with its session id, in the caller's transaction.
 pub(crate) fn insert_attachments<'a>(
     conn: &Connection,
@@ -136,8 +173,8 @@ pub(crate) fn insert_session(conn: &Connection, id: Option<i64>, s: &SessionInfo
 
 /// The tables a part of a series carries over from the part before it, so that each part is a
 /// standalone trace: the events of a later part name stacks, launch configurations and kernels
-/// first seen in an earlier one.
-const CARRIED_TABLES: [&str; 8] = [
+/// first seen in an earlier one, and its device ops the devices described in an earlier one.
+const CARRIED_TABLES: [&str; 9] = [
     "stack_traces",
     "process_names",
     "launch_configs",
@@ -146,6 +183,7 @@ const CARRIED_TABLES: [&str; 8] = [
     "process_ranks",
     "process_cgroups",
     "attachments",
+    "gpu_devices",
 ];
 
 /// Open a new or existing native trace for writing: WAL, the native schema (added columns
@@ -178,17 +216,20 @@ fn open_for_writing(path: &Path, then: impl FnOnce(&rusqlite::Transaction<'_>) -
 }
 
 /// What a finished trace holds beyond its rows, built once its last row is in (by the writer's
-/// finish and by `convert`): the indexes, the [`packed`](crate::packed) structures, then the
-/// extent that vouches for them.
+/// finish and by `convert`): the indexes, each device op's launching call, the
+/// [`packed`](crate::packed) structures, then the extent that vouches for them (so a reader that
+/// finds the extent finds the launches resolved: the fleet's shipper waits for it).
 pub(crate) fn build_finished_structures(conn: &Connection) -> rusqlite::Result<()> {
     let t = std::time::Instant::now();
     conn.execute_batch("PRAGMA threads=2;")?;
     conn.execute_batch(&schema::indexes())?;
     let indexes = t.elapsed();
+    resolve_launches(conn)?;
+    let launches = t.elapsed() - indexes;
     super::packed::build(conn)?;
-    let packed = t.elapsed() - indexes;
+    let packed = t.elapsed() - indexes - launches;
     schema::record_finished_extent(conn)?;
-    tracing::debug!(?indexes, ?packed, "finished trace structures built");
+    tracing::debug!(?indexes, ?launches, ?packed, "finished trace structures built");
     Ok(())
 }
 
@@ -412,6 +453,14 @@ impl EngineWriter for SqliteWriter {
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_process_cgroups(&tx, cgroups)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Append a part of the device timeline, in one transaction.
+    fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_gpu_timeline(&tx, part)?;
         tx.commit()?;
         Ok(())
     }

@@ -41,7 +41,7 @@ pub struct Fixture {
 }
 
 /// The side tables added after the first native schema (an older trace lacks them all).
-const SIDE_TABLES: [&str; 9] = [
+const SIDE_TABLES: [&str; 13] = [
     "launch_configs",
     "kernel_names",
     "attachments",
@@ -51,6 +51,10 @@ const SIDE_TABLES: [&str; 9] = [
     "net_peers",
     "process_ranks",
     "process_cgroups",
+    "gpu_ops",
+    "gpu_clock_syncs",
+    "gpu_devices",
+    "gpu_timeline_notes",
 ];
 
 fn cfg(grid: [u32; 3], block: [u32; 3], shared_mem_bytes: u32, cluster: [u32; 3]) -> LaunchConfig {
@@ -345,6 +349,10 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert!(store.launch_configs().unwrap().is_empty());
     assert!(store.kernel_names().unwrap().is_empty());
     assert!(store.attachments().unwrap().is_empty());
+    assert_eq!(store.scan_gpu_ops(&TimeWindow::ALL, &mut |_| {}).unwrap(), 0);
+    assert!(store.gpu_clock_syncs().unwrap().is_empty() && store.gpu_devices().unwrap().is_empty());
+    assert!(store.gpu_timeline_notes().unwrap().is_empty());
+    assert_eq!(store.info().missing, [NO_DEVICE_TIMELINE], "an older trace has no device timeline");
     assert_eq!(store.events(&EventFilter::default()).unwrap(), zeroed(&all), "launch_config reads as 0");
     let d = store.describe_schema().unwrap();
     assert_eq!(d.tables.iter().find(|t| t.name == "events").unwrap().columns.len(), 29);
@@ -493,6 +501,10 @@ fn ingero_dbs_have_no_launch_tables() {
         assert!(store.launch_configs().unwrap().is_empty(), "{name}");
         assert!(store.kernel_names().unwrap().is_empty(), "{name}");
         assert!(store.attachments().unwrap().is_empty(), "{name}");
+        // no device timeline: the defaults, and the trace says so
+        assert_eq!(store.scan_gpu_ops(&TimeWindow::ALL, &mut |_| {}).unwrap(), 0, "{name}");
+        assert!(store.gpu_devices().unwrap().is_empty() && store.gpu_timeline_notes().unwrap().is_empty());
+        assert!(store.info().missing.iter().any(|m| m == NO_DEVICE_TIMELINE), "{name}");
         let events = store.events(&EventFilter::default()).unwrap();
         assert!(!events.is_empty() && events.iter().all(|s| s.event.launch_config == 0), "{name}");
         if *name == "sample-cluster.db" {

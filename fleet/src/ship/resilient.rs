@@ -56,6 +56,9 @@ impl Behind {
             (l.nccl_calls - s.nccl_calls, "NCCL calls"),
             (l.gpu_samples - s.gpu_samples, "GPU samples"),
             (l.serving_samples - s.serving_samples, "serving samples"),
+            (l.gpu_ops - s.gpu_ops, "device ops"),
+            (l.gpu_clock_syncs - s.gpu_clock_syncs, "device clock calibrations"),
+            (l.gpu_timeline_notes - s.gpu_timeline_notes, "device timeline notes"),
         ]
         .into_iter()
         .filter(|(n, _)| *n > 0)
@@ -235,8 +238,8 @@ mod tests {
         let b = Behind {
             node: "gpu-3".into(),
             trace_uid: "abc-1".into(),
-            shipped: Marks { events: 100, nccl_calls: 10, gpu_samples: 5, serving_samples: 0 },
-            local: Marks { events: 150, nccl_calls: 12, gpu_samples: 5, serving_samples: 0 },
+            shipped: Marks { events: 100, nccl_calls: 10, gpu_samples: 5, ..Default::default() },
+            local: Marks { events: 150, nccl_calls: 12, gpu_samples: 5, ..Default::default() },
             tried_for: Duration::from_secs(3),
             cause: "Connection refused".into(),
         };
