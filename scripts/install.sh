@@ -31,8 +31,9 @@ if [ -n "$CAUSEWAY_DUCKDB_FEATURES" ]; then
 else
   echo "install.sh: building causeway (release, linked to $DUCKDB_LIB_DIR/libduckdb.so: about 7 minutes cold on 2 cores)" >&2
 fi
+# the binary, and beside it the injection library `trace --gpu-timeline` has the CUDA driver load
 # shellcheck disable=SC2086 # the features are words
-cargo build --release --locked -p causeway $CAUSEWAY_DUCKDB_FEATURES
+cargo build --release --locked -p causeway -p causeway-inject $CAUSEWAY_DUCKDB_FEATURES
 mkdir -p "$HOME/.cargo/bin"
 ln -sf "$CARGO_TARGET_DIR/release/causeway" "$HOME/.cargo/bin/causeway"
 echo "install.sh: causeway is at $HOME/.cargo/bin/causeway" >&2

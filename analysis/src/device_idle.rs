@@ -40,12 +40,27 @@ pub(crate) const DRAIN_TOLERANCE_NS: i64 = 100_000;
 /// Gaps listed one by one (the rest are counted in [`DeviceView::gaps_total`]).
 const GAPS_LISTED: usize = 20;
 
-/// Why the device sat idle for a part of a gap.
+/// Why the device sat idle for a part of a gap: what the launching thread went through (the host
+/// causes of [`Cause`] that a gap can meet, named alike), or what the device and the launch did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum IdleCause {
-    /// What the launching thread went through while the work came late (its cause).
-    Host(Cause),
+    /// Runnable, but another task had the CPU.
+    Preempted,
+    /// Woken, waiting in the run queue for a CPU.
+    RunqueueWait,
+    /// A voluntary sleep (futex, queue, poll, a timer).
+    Sleep,
+    /// Asleep inside a socket call.
+    NetworkWait,
+    /// Uninterruptible: block I/O, page faults.
+    Uninterruptible,
+    /// Stopped, traced, parked.
+    StoppedOrOther,
+    /// Off-CPU, the trace does not record why.
+    OffCpuUnrecorded,
+    /// On the CPU doing host work.
+    HostCompute,
     /// A synchronizing call emptied the queue; the host then had nothing queued behind it.
     Drain,
     /// From the launching call's start to the device's start of the work.
@@ -58,32 +73,63 @@ pub enum IdleCause {
 }
 
 impl IdleCause {
-    /// Its stored name: a host cause's own name, `drain`, `launch_overhead`, ...
+    /// The idle cause of what the launching thread went through.
+    pub fn of_host(c: Cause) -> IdleCause {
+        match c {
+            Cause::Preempted => IdleCause::Preempted,
+            Cause::RunqueueWait => IdleCause::RunqueueWait,
+            Cause::Sleep => IdleCause::Sleep,
+            Cause::NetworkWait => IdleCause::NetworkWait,
+            Cause::Uninterruptible => IdleCause::Uninterruptible,
+            Cause::StoppedOrOther => IdleCause::StoppedOrOther,
+            Cause::OffCpuUnrecorded | Cause::NoSchedData => IdleCause::OffCpuUnrecorded,
+            _ => IdleCause::HostCompute,
+        }
+    }
+
+    /// The host cause it is, if it is one.
+    pub fn host(self) -> Option<Cause> {
+        Some(match self {
+            IdleCause::Preempted => Cause::Preempted,
+            IdleCause::RunqueueWait => Cause::RunqueueWait,
+            IdleCause::Sleep => Cause::Sleep,
+            IdleCause::NetworkWait => Cause::NetworkWait,
+            IdleCause::Uninterruptible => Cause::Uninterruptible,
+            IdleCause::StoppedOrOther => Cause::StoppedOrOther,
+            IdleCause::OffCpuUnrecorded => Cause::OffCpuUnrecorded,
+            IdleCause::HostCompute => Cause::HostCompute,
+            _ => return None,
+        })
+    }
+
+    /// Its name: a host cause's own name, `drain`, `launch_overhead`, ...
     pub fn as_str(self) -> &'static str {
         match self {
-            IdleCause::Host(c) => c.as_str(),
             IdleCause::Drain => "drain",
             IdleCause::LaunchOverhead => "launch_overhead",
             IdleCause::DeviceDependency => "device_dependency",
             IdleCause::LaunchUnknown => "launch_unknown",
+            c => c.host().map_or("", Cause::as_str),
         }
     }
 
     /// What it means, in words.
     pub fn describe(self) -> &'static str {
         match self {
-            IdleCause::Host(Cause::HostCompute) => "the launching thread was on the CPU doing host work",
-            IdleCause::Host(c) => c.describe(),
+            IdleCause::HostCompute => "the launching thread was on the CPU doing host work",
             IdleCause::Drain => "a synchronizing call drained the queue, and nothing was queued behind it",
             IdleCause::LaunchOverhead => "the launching call itself, until the device started the work",
-            IdleCause::DeviceDependency => "the work was queued in time; the device waited for another stream or a host function",
+            IdleCause::DeviceDependency => {
+                "the work was queued in time; the device waited for another stream or a host function"
+            }
             IdleCause::LaunchUnknown => "the call that launched the work was not recorded",
+            c => c.host().map_or("", Cause::describe),
         }
     }
 
     /// Whether a host cause (a task or wait that can be named and fixed on the host).
     pub fn is_host(self) -> bool {
-        matches!(self, IdleCause::Host(c) if c.is_host_cause())
+        self.host().is_some_and(Cause::is_host_cause)
     }
 }
 
@@ -321,12 +367,8 @@ pub fn device_view(
     let socket = !names_of.peers.is_empty();
     let off = load_off_cpu(store, &spans, socket)?;
     let tids: Vec<u32> = raw.iter().map(|g| by_device[&(g.pid, g.device)].ops[g.next].launch_tid).collect();
-    let culprit_tids: Vec<u32> = off
-        .values()
-        .flatten()
-        .filter_map(|o| o.sched.as_ref().map(|s| [s.next_tid, s.waker_tid]))
-        .flatten()
-        .collect();
+    let culprit_tids: Vec<u32> =
+        off.values().flatten().filter_map(|o| o.sched.as_ref().map(|s| [s.next_tid, s.waker_tid])).flatten().collect();
     names_of.resolve_threads(store, tids.into_iter().chain(culprit_tids))?;
 
     let hidden = hidden_host_time(&by_device, &off);
@@ -344,13 +386,15 @@ pub fn device_view(
     gaps.truncate(GAPS_LISTED);
 
     let syncs_all = store.gpu_clock_syncs()?;
-    let clock_error_ns = syncs_all.iter().filter(|s| pid.is_none_or(|p| p == s.pid)).map(|s| s.error_ns).max().unwrap_or(0);
+    let clock_error_ns =
+        syncs_all.iter().filter(|s| pid.is_none_or(|p| p == s.pid)).map(|s| s.error_ns).max().unwrap_or(0);
     let mut notes: Vec<String> = store
         .gpu_timeline_notes()?
         .into_iter()
         .filter(|n| pid.is_none_or(|p| p == n.pid) && n.kind != "started" && n.kind != "stopped")
         .map(|n| format!("{} (pid {}): {}", fmt_clock(n.ts_ns), n.pid, n.detail))
         .collect();
+    notes.extend(holes_at_the_end(store, window, &by_device)?);
     if unmatched > 0 {
         notes.push(format!(
             "{unmatched} device ops had no record of the call that launched them: their gaps are not charged to a thread"
@@ -392,7 +436,14 @@ fn busy_and_gaps(
             Some(u) if o.start > u => {
                 let idle = o.start - u;
                 if idle >= threshold {
-                    gaps.push(RawGap { pid, device, start: u, end: o.start, next: i, drain_end: drain_end(syncs, u, o.start) });
+                    gaps.push(RawGap {
+                        pid,
+                        device,
+                        start: u,
+                        end: o.start,
+                        next: i,
+                        drain_end: drain_end(syncs, u, o.start),
+                    });
                 } else {
                     short += idle;
                 }
@@ -422,7 +473,10 @@ fn busy_and_gaps(
         idle_ns: span - busy,
         busy_share: if span > 0 { busy as f64 / span as f64 } else { 1.0 },
         idle_in_short_gaps_ns: short,
-        streams: streams.into_iter().map(|(stream, (ops, busy_ns, _))| StreamFigures { stream, ops, busy_ns }).collect(),
+        streams: streams
+            .into_iter()
+            .map(|(stream, (ops, busy_ns, _))| StreamFigures { stream, ops, busy_ns })
+            .collect(),
     };
     (fig, gaps)
 }
@@ -433,11 +487,7 @@ fn busy_and_gaps(
 fn drain_end(syncs: Option<&[(i64, i64)]>, idle_from: i64, idle_to: i64) -> Option<i64> {
     let syncs = syncs?;
     let hi = syncs.partition_point(|s| s.0 < idle_from);
-    syncs[..hi]
-        .iter()
-        .filter(|s| s.1 >= idle_from - DRAIN_TOLERANCE_NS)
-        .map(|s| s.1.clamp(idle_from, idle_to))
-        .max()
+    syncs[..hi].iter().filter(|s| s.1 >= idle_from - DRAIN_TOLERANCE_NS).map(|s| s.1.clamp(idle_from, idle_to)).max()
 }
 
 /// The part of a gap the launching thread's story explains: from the device going idle (or the
@@ -470,7 +520,7 @@ fn explain_gap(g: &RawGap, op: &Op, name: &str, offs: Option<&[OffCpu]>, names: 
             for p in attribute_interval(host_from, host_to, offs.unwrap_or(&[]), None, Cause::HostCompute) {
                 let cause = match p.cause {
                     Cause::HostCompute if g.drain_end.is_some() => IdleCause::Drain,
-                    c => IdleCause::Host(c),
+                    c => IdleCause::of_host(c),
                 };
                 // who took the CPU keeps the name its switch row gives (the evidence SQL matches it);
                 // a waker is named from the trace's names
@@ -535,13 +585,13 @@ fn merge_parts(parts: Vec<IdlePart>) -> Vec<IdlePart> {
 pub fn part_words(cause: IdleCause, culprit: Option<&Culprit>) -> String {
     let who = |c: &Culprit| format!("{} (pid {})", if c.comm.is_empty() { "?" } else { &c.comm }, c.pid);
     match (cause, culprit) {
-        (IdleCause::Host(Cause::Preempted), Some(c)) => format!("the launching thread was preempted by {}", who(c)),
-        (IdleCause::Host(Cause::Sleep), Some(c)) => format!("the launching thread slept until {} woke it", who(c)),
-        (IdleCause::Host(Cause::Sleep), None) => "the launching thread slept (a timer or nothing recorded woke it)".into(),
-        (IdleCause::Host(Cause::RunqueueWait), _) => "the launching thread waited for a CPU after its wake-up".into(),
-        (IdleCause::Host(Cause::Uninterruptible), _) => "the launching thread waited on block I/O or page faults".into(),
-        (IdleCause::Host(Cause::NetworkWait), _) => "the launching thread waited on the network".into(),
-        (IdleCause::Host(Cause::HostCompute), _) => "the launching thread was on the CPU doing host work".into(),
+        (IdleCause::Preempted, Some(c)) => format!("the launching thread was preempted by {}", who(c)),
+        (IdleCause::Sleep, Some(c)) => format!("the launching thread slept until {} woke it", who(c)),
+        (IdleCause::Sleep, None) => "the launching thread slept (a timer or nothing recorded woke it)".into(),
+        (IdleCause::RunqueueWait, _) => "the launching thread waited for a CPU after its wake-up".into(),
+        (IdleCause::Uninterruptible, _) => "the launching thread waited on block I/O or page faults".into(),
+        (IdleCause::NetworkWait, _) => "the launching thread waited on the network".into(),
+        (IdleCause::HostCompute, _) => "the launching thread was on the CPU doing host work".into(),
         (IdleCause::Drain, _) => "a synchronize drained the queue and nothing was queued behind it".into(),
         (c, _) => c.describe().to_string(),
     }
@@ -629,12 +679,15 @@ fn chains_of(gaps: &[IdleGap], window: TimeWindow, pid: Option<u32>, threshold: 
 /// What `explain` says a trace without a device timeline lacks.
 pub const MISSING: &str = "the device's own timeline (when the GPU itself sat idle and why): trace with --gpu-timeline";
 
-/// Number each listed gap by the step of its process it began in (the first series of that pid).
+/// Number each listed gap by the step of its process whose work came late: the step the launch
+/// that ended the gap was made in (else the step the gap ended in), from the first series of that
+/// pid. A gap opens when the previous step's work ends; the step that owes it is the next one.
 pub fn place_in_steps(view: &mut DeviceView, steps: &crate::StepReport) {
     for g in &mut view.gaps {
         let Some(series) = steps.series.iter().find(|s| s.pid == g.pid && !s.steps.is_empty()) else { continue };
-        let i = series.steps.partition_point(|s| s.start_ns <= g.start_ns);
-        if let Some(step) = i.checked_sub(1).map(|i| &series.steps[i]).filter(|s| g.start_ns < s.end_ns()) {
+        let at = if g.next.launch_start_ns > 0 { g.next.launch_start_ns } else { g.end_ns };
+        let i = series.steps.partition_point(|s| s.start_ns <= at);
+        if let Some(step) = i.checked_sub(1).map(|i| &series.steps[i]).filter(|s| at <= s.end_ns()) {
             g.step = Some(step.index);
             g.summary = g.summary.replacen(": ", &format!(" at step {}: ", step.index), 1);
         }
@@ -671,9 +724,11 @@ pub fn overlap_with(intervals: &[(i64, i64)], a: i64, b: i64) -> i64 {
     intervals[i..].iter().take_while(|x| x.0 < b).map(|x| crate::attribution::overlap(a, b, x.0, x.1)).sum()
 }
 
-/// When the scope's devices sat idle (any of them: a thread feeds one device, and which one is
-/// not known here), sorted and disjoint; `None` without a device timeline. What the host chains
-/// are measured against: a host stall outside these intervals cost the GPU nothing.
+/// When the scope's devices sat idle in gaps at least [`DEFAULT_GAP_NS`] long (any device: a
+/// thread feeds one, and which one is not known here), sorted and disjoint; `None` without a
+/// device timeline. What the host chains are measured against: a host stall outside them cost the
+/// GPU nothing the device view counts (the few microseconds between back-to-back kernels are the
+/// device's own cadence, not a stall).
 pub fn idle_intervals(
     store: &dyn TraceStore,
     window: TimeWindow,
@@ -691,7 +746,55 @@ pub fn idle_intervals(
     let mut idle = Vec::new();
     for busy in by_device.into_values() {
         let busy = crate::trace_data::merge_intervals(busy);
-        idle.extend(busy.windows(2).map(|w| (w[0].1, w[1].0)).filter(|(a, b)| b > a));
+        idle.extend(busy.windows(2).map(|w| (w[0].1, w[1].0)).filter(|(a, b)| b - a >= DEFAULT_GAP_NS));
     }
     Ok(Some(crate::trace_data::merge_intervals(idle)))
+}
+
+/// How long after a process's last device record traced launches mean the device view stopped
+/// (the flush period is 200 ms: records may trail their launches by that much).
+const HOLE_AFTER_NS: i64 = 500_000_000;
+
+/// A process whose device records stop while its traced kernel launches go on has a hole at the
+/// end of its device view (another CUPTI client, such as torch.profiler or Nsight, took the
+/// records, or the library turned off): said with the count of launches it missed.
+fn holes_at_the_end(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    by_device: &BTreeMap<(u32, i32), DeviceOps>,
+) -> Result<Vec<String>, AnalysisError> {
+    let mut last: BTreeMap<u32, i64> = BTreeMap::new();
+    for ((pid, _), d) in by_device {
+        let end = d.ops.iter().map(|o| o.launch_start.max(o.start)).max().unwrap_or(0);
+        let e = last.entry(*pid).or_insert(end);
+        *e = (*e).max(end);
+    }
+    let launches = crate::detectors::ops_with_role(causeway_model::codes::GpuRole::Launch);
+    let mut notes = Vec::new();
+    for (pid, end) in last {
+        let from = end + HOLE_AFTER_NS;
+        if window.to_ns.is_some_and(|to| to < from) {
+            continue;
+        }
+        let filter = causeway_store::EventFilter {
+            window: TimeWindow { from_ns: Some(from), to_ns: window.to_ns },
+            pid: Some(pid),
+            ops: Some(launches.clone()),
+            ..Default::default()
+        };
+        // a runtime launch wraps a driver launch: count the driver's only where no runtime call is
+        let (mut runtime, mut driver) = (0u64, 0u64);
+        store.scan_slim(&filter, &mut |e| match e.op.source {
+            4 => driver += 1,
+            _ => runtime += 1,
+        })?;
+        let n = if runtime > 0 { runtime } else { driver };
+        if n > 0 {
+            notes.push(format!(
+                "pid {pid}: {n} kernel launches were traced after the device view's last record at {} (+0.5 s): the device view has a hole from there (another CUPTI client such as torch.profiler or Nsight took the records, or the injection library stopped; see its notes)",
+                fmt_clock(end)
+            ));
+        }
+    }
+    Ok(notes)
 }

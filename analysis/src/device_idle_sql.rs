@@ -53,7 +53,8 @@ pub fn chain_sql(
 ) -> String {
     let gaps = gaps_cte(window, pid, threshold);
     let scope = SqlScope { window: TimeWindow::ALL, pid: None, sched_detail: true, has_cpu: true };
-    let subject = |which: &str| format!(", c AS (SELECT tid, pid, hf AS ts, ht AS te FROM g WHERE late AND ht > hf{which})");
+    let subject =
+        |which: &str| format!(", c AS (SELECT tid, pid, hf AS ts, ht AS te FROM g WHERE late AND ht > hf{which})");
     match cause {
         IdleCause::LaunchUnknown => {
             format!("WITH {gaps} SELECT COALESCE(SUM(ge - gs), 0) AS value FROM g WHERE tid = 0 OR ls <= 0")
@@ -69,12 +70,13 @@ pub fn chain_sql(
             c = subject(" AND de IS NOT NULL"),
             m = measure_sql(&scope, Cause::HostCompute, &CulpritKey::None),
         ),
-        IdleCause::Host(Cause::HostCompute) => format!(
+        IdleCause::HostCompute => format!(
             "WITH {gaps}{c} {m}",
             c = subject(" AND de IS NULL"),
             m = measure_sql(&scope, Cause::HostCompute, &CulpritKey::None),
         ),
-        IdleCause::Host(c) => {
+        host => {
+            let c = host.host().unwrap_or(Cause::HostCompute);
             let key = match (c, culprit) {
                 (Cause::Preempted, Some(k)) => CulpritKey::TookCpu(k.pid, k.tid, k.comm.clone()),
                 (Cause::Sleep | Cause::StoppedOrOther, Some(k)) => CulpritKey::Woke(k.pid, k.tid),

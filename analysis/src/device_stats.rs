@@ -92,7 +92,8 @@ pub fn device_stats(
         if pid.is_some_and(|p| p != g.pid) || !g.kind.occupies_device() {
             return;
         }
-        let name = if g.kind == GpuOpKind::Kernel { causeway_model::demangle::demangle(&g.name) } else { g.name.clone() };
+        let name =
+            if g.kind == GpuOpKind::Kernel { causeway_model::demangle::demangle(&g.name) } else { g.name.clone() };
         let e = durs.entry((g.pid, g.device, g.kind, name)).or_default();
         e.0.push(g.dur_ns());
         if let Some(l) = g.launch_latency_ns() {
@@ -108,7 +109,10 @@ pub fn device_stats(
         .into_iter()
         .filter_map(|((pid, device, kind, name), (mut d, l))| {
             let total = d.iter().sum();
-            let p = nearest_ranks_unsorted(&mut d, &[PERCENTILES[0], PERCENTILES[1], PERCENTILES[2], PERCENTILES[3], 1000])?;
+            let p = nearest_ranks_unsorted(
+                &mut d,
+                &[PERCENTILES[0], PERCENTILES[1], PERCENTILES[2], PERCENTILES[3], 1000],
+            )?;
             Some(DeviceOpStats {
                 pid,
                 device,

@@ -134,12 +134,15 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         None => None,
     };
     let (mut e, baseline) = explain_calls(store, req, judged_by.as_ref(), None, true)?;
+    // (the gaps are placed in their steps before the step list is dropped from the answer)
+    e.device = crate::device_idle::device_view(store, req.window, req.pid, crate::DEFAULT_GAP_NS)?;
+    if let Some(d) = &mut e.device {
+        crate::device_idle::place_in_steps(d, &e.steps);
+    }
     steps::explain_slow_ranges(store, &mut e.steps, &baseline)?;
     e.serving = serving::explain_serving(store, req.window, &baseline)?;
-    e.device = crate::device_idle::device_view(store, req.window, req.pid, crate::DEFAULT_GAP_NS)?;
     match &mut e.device {
         Some(d) => {
-            crate::device_idle::place_in_steps(d, &e.steps);
             if let Some(v) = crate::device_idle::verdict(d) {
                 // a host stall that cost the GPU no idle time is no part of the first sentence
                 let top_cost_nothing = e.chains.first().is_some_and(|c| c.gpu_idle_ns == Some(0));

@@ -50,12 +50,13 @@ pub use collectives::{
     find_stragglers, worst_stretch, Straggler, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE,
 };
 pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
-pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
 pub use device_idle::{
-    device_view, part_words as idle_part_words, DeviceFigures, DeviceView, IdleCause, IdleChain, IdleGap, IdlePart, NextOp,
-    StreamFigures, DEFAULT_GAP_NS,
+    device_view, part_words as idle_part_words, place_in_steps as place_gaps_in_steps, verdict as device_verdict,
+    DeviceFigures, DeviceView, IdleCause, IdleChain, IdleGap, IdlePart, NextOp, StreamFigures, DEFAULT_GAP_NS,
+    MISSING as DEVICE_VIEW_MISSING,
 };
 pub use device_stats::{DeviceBusy, DeviceOpStats, DeviceStats, LatencyStats};
+pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
 pub use gpu_state::GpuSummary;
 pub use kernels::{

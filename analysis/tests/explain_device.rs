@@ -7,7 +7,7 @@
 
 mod common;
 
-use causeway_analysis::{explain, Cause, ExplainRequest, Explanation, IdleCause};
+use causeway_analysis::{explain, ExplainRequest, Explanation, IdleCause};
 use causeway_backends::{open_store, QueryLimits};
 use causeway_model::codes::op;
 use causeway_model::{Event, GpuOpKind, PrevState};
@@ -69,7 +69,7 @@ fn a_preempted_launch_thread_is_charged_with_the_idle_gap_it_caused_and_named() 
     let g = &d.gaps[0];
     assert_eq!((g.start_ns, g.end_ns), (kernels[AT - 1].1, kernels[AT].0));
     let top = &g.parts[0];
-    assert_eq!(top.cause, IdleCause::Host(Cause::Preempted));
+    assert_eq!(top.cause, IdleCause::Preempted);
     assert_eq!(top.ns, 38 * MS, "the whole preemption lay inside the gap");
     assert_eq!(top.culprit.as_ref().unwrap().comm, "backup-rsync");
     assert_eq!(g.parts.iter().map(|p| p.ns).sum::<i64>(), g.idle_ns, "the parts add up to the gap");
@@ -129,7 +129,7 @@ fn a_sleep_is_named_with_the_thread_that_ended_it() {
     let d = e.device.as_ref().unwrap();
     let g = &d.gaps[0];
     let top = &g.parts[0];
-    assert_eq!(top.cause, IdleCause::Host(Cause::Sleep));
+    assert_eq!(top.cause, IdleCause::Sleep);
     assert_eq!(top.ns, 20 * MS);
     assert_eq!(top.culprit.as_ref().unwrap().comm, "pt_data_worker");
     assert!(g.summary.contains("slept until pt_data_worker"), "{}", g.summary);
@@ -186,7 +186,7 @@ fn stats_give_device_time_per_kernel_and_launch_latency_by_nearest_rank() {
     let mut latencies: Vec<i64> = (0..STEPS).map(|i| kernels[i].0 - late_from_at(38 * MS)(i)).collect();
     latencies.sort_unstable();
     let l = k.launch_latency.as_ref().unwrap();
-    assert_eq!(l.p50_ns, latencies[(STEPS + 1) / 2 - 1]);
+    assert_eq!(l.p50_ns, latencies[STEPS.div_ceil(2) - 1]);
     assert_eq!(l.max_ns, *latencies.last().unwrap());
     assert_eq!(d.devices[0].busy_ns, STEPS as i64 * KERNEL);
 }

@@ -30,7 +30,8 @@ pub struct ReportArgs {
     /// Chains to show.
     #[arg(long, default_value_t = 10)]
     top: usize,
-    /// Print one chain in full (id like c1, or its key), with the SQL that reproduces its figure.
+    /// Print one chain in full (id like c1, or its key; g1 for the device view's idle chains), with the
+    /// SQL that reproduces its figure.
     #[arg(long, value_name = "ID")]
     chain: Option<String>,
     /// Also write the top chain's picture (or --chain's) as an SVG timeline to FILE.
@@ -48,6 +49,15 @@ pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, args: &
     // A chain id is a rank among all chains: look it up in all of them.
     let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
     let e = explain(store, &args.scope.explain_request(store, top)?)?;
+    // an idle chain of the device view (g1, g2, ...)
+    if let Some(c) = args.chain.as_deref().and_then(|id| e.device.as_ref()?.chains.iter().find(|c| c.id == id)) {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(c)?);
+        } else {
+            print!("{}", report::render_idle_chain(c, label));
+        }
+        return Ok(0);
+    }
     let chosen = match args.chain.as_deref() {
         Some(id) => Some(find_chain(&e, id).ok_or_else(|| {
             anyhow::anyhow!("no chain '{id}' in this scope ({} chains: c1..c{})", e.chains_total, e.chains_total)

@@ -135,6 +135,9 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
     if let Some(n) = &s.network {
         out.push_str(&network_text(n));
     }
+    if let Some(d) = &s.device {
+        out.push_str(&device_text(d));
+    }
     if let Some(sample) = &s.sampled {
         out.push_str(&format!("\nnote: {}\n", sample.note));
         let mut t = Table::new(&["SOURCE", "OP", ">HAPPENED", ">STORED", ">SUM us", ">AVG us", ">MIN us", ">MAX us"]);
@@ -290,6 +293,59 @@ fn kernels_text(k: &KernelReport) -> String {
         if s.launches_without_config > 0 {
             out.push_str(&format!("  no configuration recorded x{}\n", s.launches_without_config));
         }
+    }
+    out
+}
+
+/// The device's own timeline: busy share per device, device time per kernel and launch latency.
+fn device_text(d: &causeway_analysis::DeviceStats) -> String {
+    let ms = |ns: i64| format!("{:.3}", ns as f64 / 1e6);
+    let mut out = String::from(
+        "\ndevice timeline (CUPTI: device time of each op, launch latency = call start to device start)\n",
+    );
+    for b in &d.devices {
+        out.push_str(&format!(
+            "  pid {} GPU {}: {} ops, busy {} ms of {} ms ({:.1}%)\n",
+            b.pid,
+            b.device,
+            b.ops,
+            ms(b.busy_ns),
+            ms(b.span_ns),
+            b.busy_share * 100.0
+        ));
+    }
+    let mut t = Table::new(&[
+        "KIND",
+        "NAME",
+        ">COUNT",
+        ">TOTAL ms",
+        ">P50 us",
+        ">P90 us",
+        ">P99 us",
+        ">MAX us",
+        ">LAUNCH P50 us",
+        ">LAUNCH P99 us",
+    ]);
+    let us = |ns: i64| format!("{:.1}", ns as f64 / 1e3);
+    for o in &d.ops {
+        let name: String =
+            if o.name.chars().count() > 48 { o.name.chars().take(47).chain(['…']).collect() } else { o.name.clone() };
+        t.row(vec![
+            o.kind.name().into(),
+            name,
+            o.count.to_string(),
+            ms(o.total_ns),
+            us(o.p50_ns),
+            us(o.p90_ns),
+            us(o.p99_ns),
+            us(o.max_ns),
+            o.launch_latency.as_ref().map(|l| us(l.p50_ns)).unwrap_or_else(|| "-".into()),
+            o.launch_latency.as_ref().map(|l| us(l.p99_ns)).unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    out.push_str(&t.render());
+    if d.ops_not_listed > 0 {
+        out.push_str(&format!("  … {} more ops ({} ms) under other names\n", d.ops_not_listed, ms(d.ns_not_listed)));
     }
     out
 }

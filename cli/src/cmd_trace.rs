@@ -101,6 +101,20 @@ pub struct Args {
     /// Open no label socket.
     #[arg(long)]
     pub no_labels: bool,
+    /// Record the GPU's own timeline of the launched command: every kernel, copy, memset and
+    /// synchronization with its device start and end, tied to the call that launched it (CUPTI's
+    /// Activity API, through the injection library the CUDA driver loads from
+    /// CUDA_INJECTION64_PATH; no code change). `explain` then says when the GPU sat idle and why.
+    /// A service traced with --all or --pid sets CUDA_INJECTION64_PATH=<libcauseway_inject.so> and
+    /// CAUSEWAY_GPU_SOCKET=<--gpu-socket> in its own environment.
+    #[arg(long)]
+    pub gpu_timeline: bool,
+    /// The injection library (default: libcauseway_inject.so beside this binary, or $CAUSEWAY_INJECT_LIB).
+    #[arg(long, value_name = "PATH", requires = "gpu_timeline")]
+    pub gpu_library: Option<PathBuf>,
+    /// Where the device timeline is received (default: gpu-PID.sock beside the label socket).
+    #[arg(long, value_name = "PATH", requires = "gpu_timeline")]
+    pub gpu_socket: Option<PathBuf>,
     /// How often a serving engine's metrics are scraped, in milliseconds. A traced process (or
     /// its ancestor) running vLLM, SGLang, TGI or Triton has its Prometheus endpoint found from
     /// its listening ports and command line; its latency histograms, queues and KV-cache use go
@@ -283,6 +297,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         ring_sched_bytes: args.ring_mib.0[1] << 20,
         ring_host_bytes: args.ring_mib.0[2] << 20,
         nvml: causeway_probes::NvmlOptions { hz: args.nvml_hz, lib: args.nvml_lib.clone() },
+        gpu_timeline: causeway_probes::GpuTimelineOptions {
+            enabled: args.gpu_timeline,
+            library: args.gpu_library.clone(),
+            socket: args.gpu_socket.clone(),
+        },
         metrics: args.metrics.as_ref().map(|_| std::sync::Arc::new(causeway_probes::TraceMetrics::new())),
         container_root: args.container_root.clone(),
         labels: causeway_probes::LabelOptions {
@@ -365,6 +384,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 .collect();
             let got = if labels.is_empty() { "no labels".to_string() } else { labels.join(", ") };
             eprintln!("causeway: label socket {path}: {got}");
+        }
+        if args.gpu_timeline {
+            eprintln!(
+                "causeway: device timeline: {} device ops (kernels, copies, memsets, synchronizations)",
+                report.gpu_ops
+            );
         }
         for n in &report.notes {
             eprintln!("causeway: note: {n}");

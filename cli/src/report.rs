@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use causeway_model::time::{fmt_ns, fmt_since};
 
-use causeway_analysis::{culprit_words, Chain, Explanation, StackShare};
+use causeway_analysis::{culprit_words, Chain, DeviceView, Explanation, IdleChain, StackShare};
 
 /// Chains shown in detail in the one-screen report.
 const DETAILED: usize = 3;
@@ -34,6 +34,9 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
         fmt_ns(e.slow_time_ns)
     );
     let _ = writeln!(o, "\n{}\n", e.verdict);
+    if let Some(d) = &e.device {
+        render_device(&mut o, d, e.first_ns, db_arg);
+    }
     if e.chains.is_empty() {
         let _ = writeln!(o, "no chains: {}", e.slow_call_rule);
     } else {
@@ -191,4 +194,71 @@ pub fn render_serving_spikes(o: &mut String, serving: &causeway_analysis::Servin
             let _ = writeln!(o, "   … {} spikes in all (causeway serving)", en.spikes.len());
         }
     }
+}
+
+/// The device view: each device's busy share, the idle chains ranked by GPU time lost, the longest
+/// gaps.
+pub fn render_device(o: &mut String, d: &DeviceView, first_ns: i64, db_arg: &str) {
+    for g in &d.devices {
+        let name = if g.name.is_empty() { String::new() } else { format!(" ({})", g.name) };
+        let _ = writeln!(
+            o,
+            "device view: pid {} GPU {}{name}: busy {:.1}% of {}, idle {} ({} in gaps under {})",
+            g.pid,
+            g.device,
+            g.busy_share * 100.0,
+            fmt_ns(g.last_ns - g.first_ns),
+            fmt_ns(g.idle_ns),
+            fmt_ns(g.idle_in_short_gaps_ns),
+            fmt_ns(d.gap_threshold_ns)
+        );
+    }
+    if d.chains.is_empty() {
+        let _ = writeln!(o, "no idle gap over {}", fmt_ns(d.gap_threshold_ns));
+    } else {
+        let _ = writeln!(o, "{:<4} {:>10} {:>6} {:>5}  GPU idle by cause · culprit", "id", "idle", "share", "gaps");
+        for c in d.chains.iter().take(8) {
+            let _ = writeln!(
+                o,
+                "{:<4} {:>10} {:>5.1}% {:>5}  {}",
+                c.id,
+                fmt_ns(c.idle_ns),
+                c.share * 100.0,
+                c.gaps,
+                cut(&causeway_analysis::idle_part_words(c.cause, c.culprit.as_ref()), 80)
+            );
+        }
+    }
+    for g in d.gaps.iter().take(3) {
+        let _ = writeln!(o, "   {}  {}", fmt_since(g.start_ns, first_ns), cut(&g.summary, 150));
+    }
+    if d.host_time_hidden_ns > 0 {
+        let _ = writeln!(
+            o,
+            "   {} off-CPU time of the launching threads fell while the GPU stayed busy: it cost the GPU nothing",
+            fmt_ns(d.host_time_hidden_ns)
+        );
+    }
+    for n in d.notes.iter().take(4) {
+        let _ = writeln!(o, "   device note: {}", cut(n, 200));
+    }
+    if let Some(c) = d.chains.first() {
+        let _ = writeln!(
+            o,
+            "   evidence: causeway explain --db {db_arg} --chain {} prints the SQL behind each figure",
+            c.id
+        );
+    }
+    let _ = writeln!(o);
+}
+
+/// One idle chain in full, with its SQL.
+pub fn render_idle_chain(c: &IdleChain, db_arg: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "[{}] {}", c.id, c.summary);
+    let _ = writeln!(o, "   cause: {} ({})", c.cause.as_str(), c.cause.describe());
+    let _ = writeln!(o, "   share of the explained GPU idle time: {:.1}%", c.share * 100.0);
+    let _ = writeln!(o, "   evidence ({} ns): causeway query --db {db_arg} \"<SQL below>\"", c.idle_ns);
+    let _ = writeln!(o, "{}", c.sql);
+    o
 }

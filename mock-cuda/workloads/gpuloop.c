@@ -30,6 +30,7 @@
  *                     (for everyone), and prints `foreign client received N kernels`: the kernel
  *                     records it got that started in its window, F x K when nobody takes the
  *                     registration back meanwhile. Buffers it did not allocate are not freed.
+ * Traced with a label socket ($CAUSEWAY_LABELS), each step is labeled with its number and span.
  * Output: that line, and at the end `gpuloop: N steps, K kernels each, done`; the same whether or not
  * an injection library (CUDA_INJECTION64_PATH) is loaded. Exit 0 (2 on bad use or a CUDA error). */
 #include "kernels.h"
@@ -38,6 +39,8 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 __attribute__((noinline, used)) void gpuloop_forward_gemm(void) { __asm__ volatile("nop"); }
 __attribute__((noinline, used)) void gpuloop_backward_gemm(void) { __asm__ volatile("nop; nop"); }
@@ -173,6 +176,26 @@ static void foreign_end(cudaStream_t st) {
     fflush(stdout);
 }
 
+/* Step labels, when traced with a label socket ($CAUSEWAY_LABELS): one JSON line per step with its
+ * CLOCK_MONOTONIC span, as Python's `with causeway.step(i):` sends them. No socket: nothing. */
+static int g_labels = -1;
+static void labels_open(void) {
+    const char *path = getenv("CAUSEWAY_LABELS");
+    if (!path || !*path || strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) return;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    strcpy(a.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) g_labels = fd;
+    else if (fd >= 0) close(fd);
+}
+static void label_step(long s, uint64_t begin, uint64_t end) {
+    if (g_labels < 0) return;
+    char line[160];
+    int n = snprintf(line, sizeof(line), "{\"kind\":\"step\",\"index\":%ld,\"begin_ns\":%llu,\"end_ns\":%llu}\n", s,
+                     (unsigned long long)begin, (unsigned long long)end);
+    if (write(g_labels, line, (size_t)n) != n) { close(g_labels); g_labels = -1; }
+}
+
 int main(int argc, char **argv) {
     long steps = opt(argc, argv, "--steps", 1000), kernels = opt(argc, argv, "--kernels", 4);
     long host_us = opt(argc, argv, "--host-us", 200), depth = opt(argc, argv, "--depth", 0);
@@ -196,8 +219,10 @@ int main(int argc, char **argv) {
     /* pinned after the setup: the threads CUDA started (the mock GPU's stream workers, an injection
      * library's) keep every CPU, as a real GPU does not run on the launch thread's CPU */
     pin(pin_cpu);
+    labels_open();
     dim3 grid = {264, 1, 1}, block = {256, 1, 1};
     for (long s = 0; s < steps; s++) {
+        uint64_t step_begin = wl_now_ns();
         if (s == foreign_at) foreign_begin(st);
         if (g_f_active && s == foreign_at + foreign_steps) foreign_end(st);
         if (s == drain_at) check(cudaStreamSynchronize(st), "cudaStreamSynchronize");
@@ -208,6 +233,7 @@ int main(int argc, char **argv) {
         for (long k = 0; k < kernels; k++) check(wl_launch(&K[k % 4], grid, block, NULL, 0, st), "cudaLaunchKernel");
         if (depth == 0) check(cudaStreamSynchronize(st), "cudaStreamSynchronize");
         else check(cudaEventRecord(ev[s % (depth + 1)], st), "cudaEventRecord");
+        label_step(s, step_begin, wl_now_ns());
     }
     if (g_f_active) foreign_end(st);
     check(cudaStreamSynchronize(st), "cudaStreamSynchronize");

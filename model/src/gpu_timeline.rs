@@ -7,7 +7,9 @@
 //! refusal of the device view, so none is hidden).
 
 /// What a [`GpuOp`] is (`gpu_ops.kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum GpuOpKind {
     /// A kernel (CUPTI `CONCURRENT_KERNEL`).

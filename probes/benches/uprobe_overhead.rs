@@ -603,6 +603,9 @@ impl EventSink for CountingSink {
     async fn write_gpu_samples(&mut self, _: Vec<causeway_model::GpuSample>) -> SinkResult<()> {
         Ok(())
     }
+    async fn write_gpu_timeline(&mut self, _: causeway_backends::GpuTimelinePart) -> SinkResult<()> {
+        Ok(())
+    }
     async fn write_serving_samples(&mut self, _: Vec<causeway_model::ServingSample>) -> SinkResult<()> {
         Ok(())
     }

@@ -36,6 +36,9 @@ pub enum ProbeError {
     /// The label socket the caller named could not be opened.
     #[error("the label socket: {0}")]
     Labels(String),
+    /// `--gpu-timeline` could not be set up (no injection library, no socket).
+    #[error("the device timeline: {0}")]
+    GpuTimeline(String),
     /// The trace's storage failed (creating, flushing or finishing it).
     #[error("trace storage: {0}")]
     Storage(#[from] causeway_store::StoreError),

@@ -26,6 +26,7 @@ mod decode;
 mod discovery;
 mod error;
 mod gpu_state;
+mod gpu_timeline;
 mod host_watch;
 mod kernels;
 mod labels;
@@ -49,6 +50,9 @@ pub use cuda_table::{ProbeLib, CUDA_PROBES};
 pub use discovery::{discover, site_packages_of_program, DiscoveryOptions, FoundLibrary, LibKind};
 pub use error::ProbeError;
 pub use gpu_state::{NvmlOptions, DEFAULT_NVML_LIB};
+pub use gpu_timeline::{
+    find_library as find_injection_library, GpuTimelineOptions, INJECTION_ENV, LIBRARY_FILE as INJECTION_LIBRARY_FILE,
+};
 pub use labels::{default_socket_path, monotonic_ns, send_labels, LabelMessage, LabelOptions, LABELS_ENV};
 pub use loader::{file_id, LoadOptions, Probes};
 pub use metrics::{BatchTally, TraceMetrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};

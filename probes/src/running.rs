@@ -469,6 +469,21 @@ impl<'o> Running<'o> {
         }
     }
 
+    /// What the injection library of a traced process sent: the device's own timeline.
+    pub(crate) async fn on_gpu_timeline(&mut self, part: causeway_store::GpuTimelinePart) {
+        let n = part.ops.len() + part.clock_syncs.len() + part.devices.len() + part.notes.len();
+        let said: Vec<String> = part
+            .notes
+            .iter()
+            .filter(|n| matches!(n.kind.as_str(), "off" | "stepped_aside" | "dropped"))
+            .map(|n| format!("device timeline of pid {}: {}", n.pid, n.detail))
+            .collect();
+        self.note_all(said);
+        self.report.gpu_ops += part.ops.len() as u64;
+        let written = self.sink.write_gpu_timeline(part).await;
+        self.report.check_write("gpu_ops", n, written);
+    }
+
     /// The poll: decide the end, attach what the loader hook did not report, find new Python
     /// processes.
     pub(crate) async fn on_poll(&mut self) {

@@ -16,6 +16,7 @@ use causeway_model::LossCounter;
 use causeway_store::EventSink;
 
 use crate::error::ProbeError;
+use crate::gpu_timeline::GpuTimelineSocket;
 use crate::labels::LabelSocket;
 use crate::loader::{AttachedLib, LoadOptions};
 use crate::running::Running;
@@ -78,6 +79,9 @@ pub struct TraceOptions {
     pub perf_uprobes: bool,
     /// The GPUs' own state, sampled through NVML while tracing.
     pub nvml: crate::gpu_state::NvmlOptions,
+    /// The device's own timeline of the launched command (`--gpu-timeline`), through the injection
+    /// library.
+    pub gpu_timeline: crate::gpu_timeline::GpuTimelineOptions,
     /// Serving engines among the traced processes, their metrics scraped while tracing.
     pub serving: crate::serving::ServingOptions,
     /// Live Prometheus metrics, updated at each batch and each second (`trace --metrics`).
@@ -117,6 +121,7 @@ impl Default for TraceOptions {
             reader_delay_us: 0,
             perf_uprobes: false,
             nvml: crate::gpu_state::NvmlOptions::default(),
+            gpu_timeline: crate::gpu_timeline::GpuTimelineOptions::default(),
             serving: crate::serving::ServingOptions::default(),
             metrics: None,
         }
@@ -149,6 +154,9 @@ pub struct TraceReport {
     pub command_exit: Option<i32>,
     /// Where the workload could send labels (`None`: no socket).
     pub labels_socket: Option<String>,
+    /// Device ops (kernels, copies, memsets, synchronizations) the injection library delivered
+    /// (`--gpu-timeline`).
+    pub gpu_ops: u64,
     /// Rows the sink refused outside the event batches, per table (`stack_traces`,
     /// `process_names`, `launch_configs`, `kernel_names`, `attachments`, and summary `events`):
     /// the trace goes on without them, and each table with a failure also gets a note.
@@ -206,8 +214,10 @@ pub async fn trace(
     if let (Some(l), false) = (&labels, opts.command.is_empty()) {
         opts.command_env.push((crate::labels::LABELS_ENV.to_string(), l.path.display().to_string()));
     }
+    let (mut device, device_note) = open_gpu_timeline(&mut opts)?;
     let mut run = Running::start(&opts, sink).await?;
     run.note_all(label_note);
+    run.note_all(device_note);
     let mut reader = run.spawn_reader()?;
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
@@ -230,6 +240,13 @@ pub async fn trace(
             Some(g) = gpu_rx.recv() => run.on_gpu(g).await,
             Some(news) = next_label(&mut labels) => run.on_label(news).await,
             Some(s) = serving_rx.recv() => run.on_serving(s).await,
+            Some(part) = next_device_part(&mut device) => run.on_gpu_timeline(part).await,
+        }
+    }
+    if let Some(d) = device.take() {
+        // what the processes sent before they exited (their last flush) is in the socket's queue
+        for part in d.close() {
+            run.on_gpu_timeline(part).await;
         }
     }
     let _ = reader.thread.join();
@@ -264,6 +281,48 @@ fn open_labels(opts: &crate::labels::LabelOptions) -> Result<(Option<LabelSocket
         Ok(s) => Ok((Some(s), None)),
         Err(e) if opts.socket.is_some() => Err(ProbeError::Labels(format!("{e:#}"))),
         Err(e) => Ok((None, Some(format!("no label socket: {e:#}")))),
+    }
+}
+
+/// The device-timeline socket of a launched command with `--gpu-timeline`, and the variables that
+/// make the CUDA driver load the injection library in it. A command whose environment already names
+/// an injection library (Nsight Systems sets the same variable) keeps it: the device view belongs
+/// to that tool, and the trace says so.
+fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocket>, Option<String>), ProbeError> {
+    use crate::gpu_timeline::{INJECTION_ENV, SOCKET_ENV};
+    if !opts.gpu_timeline.enabled {
+        return Ok((None, None));
+    }
+    if opts.command.is_empty() {
+        return Ok((None, Some(format!(
+            "--gpu-timeline records only a command the trace launches: a running process read {INJECTION_ENV} when it started (set {INJECTION_ENV} and {SOCKET_ENV} in a service's environment to record it)"
+        ))));
+    }
+    let inherited = opts
+        .command_env
+        .iter()
+        .find(|(k, _)| k == INJECTION_ENV)
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var(INJECTION_ENV).ok().filter(|v| !v.is_empty()));
+    if let Some(other) = inherited {
+        return Ok((None, Some(format!(
+            "no device timeline: the command's environment already sets {INJECTION_ENV}={other} (Nsight Systems or another CUDA tool): the device view belongs to it"
+        ))));
+    }
+    let library =
+        crate::gpu_timeline::find_library(opts.gpu_timeline.library.as_deref()).map_err(ProbeError::GpuTimeline)?;
+    let socket = GpuTimelineSocket::open(opts.gpu_timeline.socket.as_deref())
+        .map_err(|e| ProbeError::GpuTimeline(format!("{e:#}")))?;
+    opts.command_env.push((INJECTION_ENV.to_string(), library.display().to_string()));
+    opts.command_env.push((SOCKET_ENV.to_string(), socket.path.display().to_string()));
+    Ok((Some(socket), None))
+}
+
+/// What the device-timeline socket received, or never when there is none.
+async fn next_device_part(device: &mut Option<GpuTimelineSocket>) -> Option<causeway_store::GpuTimelinePart> {
+    match device {
+        Some(d) => d.news.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -335,8 +335,52 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
         notes: e.notes.clone(),
         steps: e.steps.clone(),
         serving: e.serving.clone(),
+        device: e.device.clone().map(|mut d| {
+            d.gaps.truncate(3);
+            d
+        }),
         untrusted: untrusted(),
         pictures,
+    })
+}
+
+pub fn get_gpu_idle(set: &TraceSet, a: GpuIdleArgs, _: &QueryCancel) -> Result<GpuIdleOutput, String> {
+    let entry = set.resolve(a.trace.as_ref())?;
+    let store = store_of(&entry)?;
+    let window =
+        window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
+    let min_gap = a.min_gap_ms.unwrap_or(1.0);
+    if !min_gap.is_finite() || min_gap < 0.01 {
+        return Err(format!("min_gap_ms must be at least 0.01, not {min_gap}"));
+    }
+    let threshold = (min_gap * 1e6).round() as i64;
+    let top = a.top_n.unwrap_or(10).clamp(1, 20);
+    let device = causeway_analysis::device_view(store.as_ref(), window, a.pid, threshold).map_err(|e| e.to_string())?;
+    let Some(mut d) = device else {
+        return Ok(GpuIdleOutput {
+            summary: format!("no device timeline in this trace: {}", causeway_analysis::DEVICE_VIEW_MISSING),
+            trace: entry.name.clone(),
+            device: None,
+            truncated: false,
+            hint: Some("record one with `causeway trace --gpu-timeline -- CMD`".into()),
+            untrusted: untrusted(),
+        });
+    };
+    if !d.gaps.is_empty() {
+        let steps = causeway_analysis::find_steps(store.as_ref(), window, a.pid).map_err(|e| e.to_string())?;
+        causeway_analysis::place_gaps_in_steps(&mut d, &steps);
+    }
+    let truncated = d.gaps.len() > top;
+    d.gaps.truncate(top);
+    let summary = causeway_analysis::device_verdict(&d).unwrap_or_else(|| "no device work in this window".into());
+    Ok(GpuIdleOutput {
+        summary,
+        trace: entry.name.clone(),
+        truncated,
+        hint: truncated
+            .then(|| format!("{} gaps over the threshold; raise top_n (max 20) or narrow the window", d.gaps_total)),
+        device: Some(d),
+        untrusted: untrusted(),
     })
 }
 

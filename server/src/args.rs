@@ -158,6 +158,28 @@ pub struct StepsArgs {
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct GpuIdleArgs {
+    /// Trace name or 0-based index from list_traces (default: the first).
+    pub trace: Option<TraceRef>,
+    /// Only the last DURATION of the trace, e.g. "30s".
+    pub since: Option<String>,
+    /// Window start: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub from: Option<String>,
+    /// Window end: unix ns, "+DUR" after the first event, or "-DUR" before the last.
+    pub to: Option<String>,
+    /// Only these steps: "812", "80-119", or "epoch:3" / "task:2-5".
+    pub steps: Option<String>,
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Idle gaps shorter than this many milliseconds are counted, not explained one by one
+    /// (default 1, at least 0.01).
+    pub min_gap_ms: Option<f64>,
+    /// Gaps listed, longest first (default 10, at most 20).
+    pub top_n: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ServingArgs {
     /// Trace name or 0-based index from list_traces (default: the first).
     pub trace: Option<TraceRef>,

@@ -102,6 +102,10 @@ pub struct ChainsOutput {
     /// The serving engines in scope (their own metrics: latency baselines and spikes with what
     /// the calls say about each); get_serving has the figures.
     pub serving: ServingReport,
+    /// The device's own view (traces recorded with --gpu-timeline): busy share, idle gaps by host
+    /// cause; get_gpu_idle has every gap and the SQL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<causeway_analysis::DeviceView>,
     pub untrusted: String,
     /// SVG pictures for image content blocks (`picture: true`), not part of the JSON.
     #[serde(skip)]
@@ -115,6 +119,21 @@ pub struct StepsOutput {
     pub trace: String,
     pub steps: StepReport,
     /// True when a series' step list was cut to `limit`.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    pub untrusted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GpuIdleOutput {
+    pub summary: String,
+    pub trace: String,
+    /// The device view: each device's busy share, the idle gaps explained, the idle time by cause
+    /// with the SQL behind each figure; absent when the trace has no device timeline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<causeway_analysis::DeviceView>,
+    /// True when gaps were left out (top_n).
     pub truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,

@@ -231,6 +231,15 @@ pub fn catalogue() -> Vec<ToolSpec> {
              to the top chain of its window and to the engine thread's prefill-heavy and decode-heavy steps there \
              against their baselines, with SQL over serving_samples recomputing the spike.",
             true, answers::get_serving),
+        spec::<GpuIdleArgs, GpuIdleOutput>("get_gpu_idle", "When the GPU itself sat idle, and why",
+            "From the device's own timeline (traces recorded with --gpu-timeline: CUPTI's record of every kernel, \
+             copy and memset): each device's busy share, and every idle gap at least min_gap_ms long (default 1) \
+             explained by what delayed the work that ended it: the launching thread's own story in the gap (preempted \
+             by whom, run-queue wait, a sleep and who woke it, I/O, network, host work), a synchronize that drained the \
+             queue, the launch itself, or a dependency on the device; a host cause is charged only with idle time it \
+             overlapped. Idle time by cause and culprit, each with SQL that recomputes it (run_sql). Start here for \
+             \"why did the GPU stall\".",
+            true, answers::get_gpu_idle),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
              as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",

@@ -26,6 +26,6 @@ pub use error::{Result, StoreError};
 pub use query::{QueryCancel, QueryLimits, QueryResult};
 pub use traits::{
     AggregateRow, CodeDescription, ColumnDescription, DurationRow, EventFilter, EventId, EventSink, GpuTimelinePart,
-    SchemaDescription,
-    SinkSummary, SlimEvent, StackRecord, StoredEvent, SwitchRow, TableDescription, TraceFormat, TraceInfo, TraceStore,
+    SchemaDescription, SinkSummary, SlimEvent, StackRecord, StoredEvent, SwitchRow, TableDescription, TraceFormat,
+    TraceInfo, TraceStore,
 };

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuClockSync, GpuDevice, GpuOp, GpuSample, GpuTimelineNote, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
-    ProcessRank, SchedDetail, ServingSample, SessionInfo,
+    Event, GpuClockSync, GpuDevice, GpuOp, GpuSample, GpuTimelineNote, KernelName, LaunchConfig, LibraryAttach,
+    LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup, ProcessRank, SchedDetail, ServingSample, SessionInfo,
 };
 
 use crate::error::Result;

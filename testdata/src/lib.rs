@@ -193,6 +193,32 @@ pub fn mock_cuda_build() -> PathBuf {
     dir.join("build")
 }
 
+/// The injection library of `--gpu-timeline` (`libcauseway_inject.so`), built with
+/// `cargo build -p causeway-inject` (nothing to do when it is up to date) once per test process,
+/// into the target directory and profile of the running test binary.
+///
+/// # Panics
+/// When the build fails: the device-timeline tests need the library.
+pub fn inject_library() -> PathBuf {
+    static SO: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SO.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf();
+        let target = profile_dir.parent().expect("the target directory");
+        let mut cmd = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        cmd.args(["build", "--locked", "-p", "causeway-inject"]).env("CARGO_TARGET_DIR", target);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo build -p causeway-inject");
+        assert!(status.success(), "cargo build -p causeway-inject failed");
+        let so = profile_dir.join("libcauseway_inject.so");
+        assert!(so.is_file(), "{} not built", so.display());
+        so
+    })
+    .clone()
+}
+
 /// One CPython interpreter installed on this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CPython {

@@ -9,7 +9,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 TOOLS = {"list_traces", "get_trace_stats", "get_causal_chains", "get_stacks", "get_timeline", "run_sql",
-         "describe_schema", "compare_traces", "get_check", "get_steps", "get_serving"}
+         "describe_schema", "compare_traces", "get_check", "get_steps", "get_serving", "get_gpu_idle"}
 FIGURES = ["count", "sum_us", "avg_us", "min_us", "max_us", "p50_us", "p90_us", "p95_us", "p99_us"]
 
 
@@ -106,6 +106,9 @@ async def check_analysis_tools(client: Client, facts):
     # an Ingero DB holds no serving engine's metrics: said so
     serving = payload(await client.call_tool("get_serving", {"trace": py}))
     assert not serving["serving"]["engines"] and "no serving engine" in serving["summary"], serving
+    # nor the device's own timeline: said so, with how to record one
+    idle = payload(await client.call_tool("get_gpu_idle", {"trace": py}))
+    assert "device" not in idle and "no device timeline" in idle["summary"] and "--gpu-timeline" in idle["hint"], idle
 
 
 async def check_errors(client: Client):

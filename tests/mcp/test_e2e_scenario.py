@@ -111,14 +111,18 @@ async def investigate(client, trace):
     """Follow the investigate prompt: its tools, in its order, on the captured trace."""
     prompt = (await client.get_prompt("investigate", {})).messages[0].content.text
     order = tools_in_order(prompt)
-    assert order[:6] == ["list_traces", "get_trace_stats", "get_causal_chains", "get_steps", "get_serving",
-                         "run_sql"], order
+    assert order[:7] == ["list_traces", "get_gpu_idle", "get_trace_stats", "get_causal_chains", "get_steps",
+                         "get_serving", "run_sql"], order
     assert {"get_timeline", "get_stacks", "describe_schema"} <= set(order), order
     chains = sql = None
     for name in order:
         if name == "list_traces":
             listing = payload(await client.call_tool(name, {}))
             assert [t["name"] for t in listing["traces"]] == [trace] and listing["traces"][0]["ok"]
+        elif name == "get_gpu_idle":
+            # captured without --gpu-timeline: the device view is said to be missing, not empty
+            idle = payload(await client.call_tool(name, {"trace": trace}))
+            assert "device" not in idle and "no device timeline" in idle["summary"], idle
         elif name == "get_trace_stats":
             stats = payload(await client.call_tool(name, {"trace": trace, "per_process": True}))["stats"]
             assert stats["events"] > 0 and any(o["op"] == "sched_switch" for o in stats["ops"])

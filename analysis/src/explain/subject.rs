@@ -220,7 +220,7 @@ pub(super) fn attributed_chain(
         Some(idle) => details.insert(
             0,
             format!(
-                "{} of its {} fell while the GPU sat idle (device timeline): at most that much GPU time was lost to it",
+                "{} of its {} fell while the GPU sat idle in gaps over 1 ms (device timeline): at most that much GPU time was lost to it",
                 fmt_ns(idle),
                 fmt_ns(g.stall_ns)
             ),

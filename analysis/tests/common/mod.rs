@@ -32,7 +32,7 @@ pub struct Trace {
     pub serving_samples: Vec<causeway_model::ServingSample>,
     pub cgroups: Vec<ProcessCgroup>,
     /// The device's own timeline (`gpu_ops` and the rest).
-    pub gpu: causeway_store::GpuTimelinePart,
+    pub gpu: causeway_backends::GpuTimelinePart,
 }
 
 impl Trace {

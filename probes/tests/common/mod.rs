@@ -52,6 +52,8 @@ pub struct Collected {
     pub attachments: Vec<LibraryAttach>,
     pub nccl_calls: Vec<causeway_model::NcclCall>,
     pub gpu_samples: Vec<causeway_model::GpuSample>,
+    /// What `--gpu-timeline` delivered, every part in order.
+    pub gpu_timeline: Vec<causeway_backends::GpuTimelinePart>,
     pub serving_samples: Vec<causeway_model::ServingSample>,
     pub net_peers: Vec<causeway_model::NetPeer>,
     pub process_ranks: Vec<causeway_model::ProcessRank>,
@@ -124,6 +126,10 @@ impl EventSink for MemSink {
     }
     async fn write_gpu_samples(&mut self, samples: Vec<causeway_model::GpuSample>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().gpu_samples.extend(samples);
+        Ok(())
+    }
+    async fn write_gpu_timeline(&mut self, part: causeway_backends::GpuTimelinePart) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().gpu_timeline.push(part);
         Ok(())
     }
     async fn write_serving_samples(

@@ -1,0 +1,227 @@
+//! The device view end to end, as a user meets it (root, eBPF): `causeway trace --gpu-timeline` on
+//! mock-cuda's `gpuloop` (a training loop whose mock GPU runs each 1 ms kernel on a thread of its
+//! own, so a late launch leaves a real idle gap) with one planted stall at step 812, then
+//! `explain --json`: the GPU idle gap at that step, its size and its cause by name; a stall while
+//! the queue stays deep costs no idle time and is blamed for nothing; every kernel stored once,
+//! tied to the call that launched it; every fault of the mock CUPTI leaves a clear line, the rest of
+//! the trace and the workload unharmed.
+
+mod common;
+
+use std::path::Path;
+
+use common::{causeway, query_u64, require_root_to};
+use serde_json::Value;
+
+const MS: i64 = 1_000_000;
+
+/// Trace `gpuloop ARGS` (1 ms kernels) with the device timeline into `db`; (stdout, stderr).
+fn trace(db: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let build = causeway_testdata::mock_cuda_build();
+    let mut cmd = causeway();
+    cmd.env("MOCK_CUDA_KERNEL_US", "1000").env_remove("MOCK_CUPTI_FAULT");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .args(["trace", "--nvml-hz", "0", "--gpu-timeline", "--gpu-library"])
+        .arg(causeway_testdata::inject_library())
+        .arg("--db")
+        .arg(db)
+        .arg("--")
+        .arg(build.join("gpuloop"))
+        .args(args)
+        .output()
+        .expect("causeway trace runs");
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(out.status.success(), "trace failed: {stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// What the workload prints untraced (its output must not change under the tracer).
+fn untraced(args: &[&str], env: &[(&str, &str)]) -> String {
+    let build = causeway_testdata::mock_cuda_build();
+    let mut cmd = std::process::Command::new(build.join("gpuloop"));
+    cmd.env("MOCK_CUDA_KERNEL_US", "1000").env_remove("CUDA_INJECTION64_PATH");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.args(args).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn explain(db: &Path) -> Value {
+    let out = causeway().args(["explain", "--json", "--db"]).arg(db).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The listed gap that began in `step`.
+fn gap_at(e: &Value, step: i64) -> &Value {
+    let gaps = e["device"]["gaps"].as_array().unwrap_or_else(|| panic!("no device view: {e}"));
+    gaps.iter()
+        .find(|g| g["step"].as_i64() == Some(step))
+        .unwrap_or_else(|| panic!("no idle gap at step {step}: {}", serde_json::to_string_pretty(gaps).unwrap()))
+}
+
+const LOOP: [&str; 6] = ["--steps", "900", "--kernels", "1", "--host-us", "200"];
+
+#[test]
+fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_named() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hog.db");
+    let args: Vec<&str> = LOOP.iter().copied().chain(["--hog-at", "812", "--hog-ms", "38"]).collect();
+    let (stdout, _) = trace(&db, &args, &[]);
+    assert_eq!(stdout, untraced(&args, &[]), "the workload's output is unchanged");
+    let e = explain(&db);
+    let g = gap_at(&e, 812);
+    let idle = g["idle_ns"].as_i64().unwrap();
+    assert!((37 * MS..=40 * MS).contains(&idle), "a 38 ms gap (+ the step's host work): {g}");
+    let top = &g["parts"][0];
+    assert_eq!(top["cause"], "preempted", "{g}");
+    assert_eq!(top["culprit"]["comm"], "backup-rsync", "{g}");
+    let ns = top["ns"].as_i64().unwrap();
+    assert!((37 * MS..=39 * MS).contains(&ns), "38 +- 1 ms charged to the hog: {g}");
+    assert!(e["verdict"].as_str().unwrap().contains("backup-rsync"), "{}", e["verdict"]);
+    // every kernel stored once, tied to the cudaLaunchKernel that launched it
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM gpu_ops WHERE kind = 1"), 900);
+    assert_eq!(query_u64(&db, "SELECT count(DISTINCT correlation) FROM gpu_ops WHERE kind = 1"), 900);
+    assert_eq!(
+        query_u64(
+            &db,
+            "SELECT count(DISTINCT g.launch_event_id) FROM gpu_ops g JOIN events e ON e.id = g.launch_event_id \
+             WHERE g.kind = 1 AND e.source = 1 AND e.tid = g.launch_tid AND e.timestamp <= g.start_ns"
+        ),
+        900,
+        "each kernel's launch_event_id is its own runtime launch call"
+    );
+    // the idle chain's SQL recomputes its figure
+    let chain = &e["device"]["chains"][0];
+    let sql = chain["sql"].as_str().unwrap();
+    assert_eq!(query_u64(&db, sql) as i64, chain["idle_ns"].as_i64().unwrap(), "{sql}");
+    // the report says it in words
+    let out = causeway().args(["explain", "--db"]).arg(&db).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("at step 812: the launching thread was preempted by backup-rsync"), "{text}");
+}
+
+#[test]
+fn a_sleep_and_a_drain_are_named_as_what_they_are() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("sleep.db");
+    let args: Vec<&str> = LOOP.iter().copied().chain(["--sleep-at", "812", "--sleep-ms", "38"]).collect();
+    trace(&db, &args, &[]);
+    let e = explain(&db);
+    let g = gap_at(&e, 812);
+    assert_eq!(g["parts"][0]["cause"], "sleep", "{g}");
+    let ns = g["parts"][0]["ns"].as_i64().unwrap();
+    assert!((37 * MS..=40 * MS).contains(&ns), "{g}");
+
+    // the host runs 3 steps ahead of a GPU with 4 ms of kernels per step; at step 812 it
+    // synchronizes: the queue empties and its 3 ms of host work become idle time
+    let db = dir.path().join("drain.db");
+    trace(&db, &["--steps", "900", "--kernels", "4", "--host-us", "3000", "--depth", "3", "--drain-at", "812"], &[]);
+    let e = explain(&db);
+    let g = gap_at(&e, 812);
+    assert_eq!(g["parts"][0]["cause"], "drain", "{g}");
+    let idle = g["idle_ns"].as_i64().unwrap();
+    assert!((2 * MS..=5 * MS).contains(&idle), "the step's 3 ms of host work: {g}");
+}
+
+#[test]
+fn a_preemption_while_the_queue_stays_deep_costs_no_idle_time_and_no_blame() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("deep.db");
+    // 15 steps of 4 ms queued ahead: a 30 ms stall of the host leaves the GPU 30 ms of work
+    trace(&db, &["--steps", "900", "--kernels", "4", "--depth", "15", "--hog-at", "812", "--hog-ms", "30"], &[]);
+    let e = explain(&db);
+    let d = &e["device"];
+    let step_gaps: Vec<&Value> =
+        d["gaps"].as_array().unwrap().iter().filter(|g| g["step"].as_i64() == Some(812)).collect();
+    assert!(step_gaps.is_empty(), "no idle gap at step 812: {step_gaps:?}");
+    assert!(!e["verdict"].as_str().unwrap().contains("backup-rsync"), "{}", e["verdict"]);
+    for c in e["chains"].as_array().unwrap() {
+        if c["culprit"]["comm"] == "backup-rsync" {
+            assert_eq!(c["gpu_idle_ns"], 0, "the hog cost the GPU nothing: {c}");
+            assert_eq!(c["severity"], "LOW", "{c}");
+        }
+    }
+    assert!(d["host_time_hidden_ns"].as_i64().unwrap() >= 25 * MS, "the preemption is said to have cost nothing: {d}");
+}
+
+#[test]
+fn every_fault_of_cupti_leaves_a_clear_line_the_rest_of_the_trace_and_the_workload_unharmed() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--steps", "200", "--kernels", "1", "--host-us", "200"];
+    let expected = untraced(&args, &[]);
+    for (fault, words) in [
+        ("busy", "MULTIPLE_SUBSCRIBERS"),
+        ("v2only", "NOT_COMPATIBLE"),
+        ("old_driver", "NOT_INITIALIZED"),
+        ("drop=10", "dropped"),
+        ("zero_ts=5", "without timestamps"),
+        ("clock_step=100", "clock"),
+        ("slow_flush=300", ""),
+    ] {
+        let db = dir.path().join(format!("{}.db", fault.replace('=', "-")));
+        let (stdout, stderr) = trace(&db, &args, &[("MOCK_CUPTI_FAULT", fault)]);
+        assert_eq!(stdout, expected, "{fault}: the workload's output is unchanged");
+        let launches = query_u64(&db, "SELECT count(*) FROM events WHERE source = 1 AND op = 3");
+        assert_eq!(launches, 200, "{fault}: the host trace is intact");
+        let notes: Vec<String> = common::query_rows(&db, "SELECT kind || ': ' || detail FROM gpu_timeline_notes")
+            .into_iter()
+            .map(|r| r[0].as_str().unwrap_or_default().to_string())
+            .collect();
+        let all = notes.join("\n");
+        assert!(all.contains(words), "{fault}: a note saying so ({words}) in\n{all}\n{stderr}");
+        match fault {
+            "busy" | "v2only" | "old_driver" => {
+                assert!(notes.iter().any(|n| n.starts_with("off:")), "{fault}: {all}");
+                assert!(stderr.contains("device timeline of pid"), "{fault}: said on the terminal: {stderr}");
+            }
+            "drop=10" => {
+                let dropped =
+                    query_u64(&db, "SELECT coalesce(sum(count), 0) FROM gpu_timeline_notes WHERE kind = 'dropped'");
+                let kernels = query_u64(&db, "SELECT count(*) FROM gpu_ops WHERE kind = 1");
+                assert!(
+                    dropped > 0 && kernels <= 200,
+                    "{fault}: {dropped} records said dropped, {kernels} kernels stored"
+                );
+            }
+            "zero_ts=5" => {
+                // every 5th kernel record has no timestamps: counted, not stored
+                let zero = query_u64(
+                    &db,
+                    "SELECT coalesce(sum(count), 0) FROM gpu_timeline_notes WHERE kind = 'zero_timestamps'",
+                );
+                let kernels = query_u64(&db, "SELECT count(*) FROM gpu_ops WHERE kind = 1");
+                assert_eq!((zero, kernels), (40, 160), "{fault}");
+            }
+            _ => assert_eq!(query_u64(&db, "SELECT count(*) FROM gpu_ops WHERE kind = 1"), 200, "{fault}"),
+        }
+    }
+}
+
+#[test]
+fn a_foreign_cupti_client_mid_run_still_receives_its_records() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("foreign.db");
+    let args = ["--steps", "900", "--kernels", "2", "--host-us", "200", "--foreign-at", "100", "--foreign-steps", "10"];
+    let (stdout, _) = trace(&db, &args, &[]);
+    assert!(stdout.contains("foreign client received 20 kernels"), "{stdout}");
+    assert_eq!(stdout, untraced(&args, &[]));
+    // the device view up to the other client's arrival is there, and the hole after it is said
+    let kernels = query_u64(&db, "SELECT count(*) FROM gpu_ops WHERE kind = 1");
+    // (the records CUPTI held when the other client registered went to that client, as in CUPTI)
+    assert!((100..=204).contains(&kernels), "the first 100 steps' kernels, less the last flush's: {kernels}");
+    let e = explain(&db);
+    let notes = e["device"]["notes"].to_string();
+    assert!(notes.contains("kernel launches were traced after the device view's last record"), "{notes}");
+}
