@@ -115,6 +115,26 @@ static void *stream_worker(void *arg) {
     return NULL;
 }
 
+/* MOCK_GPU_CPUS (a list like "0" or "0,2-3"): the CPUs the mock GPU's stream workers may run on. A
+ * real GPU does not run on the host's CPUs; a workload that plants a CPU hog on its launch thread's
+ * CPU keeps the mock GPU off that CPU with it, so the hog stalls the host, not the "GPU". */
+static void pin_worker(pthread_t t) {
+    const char *list = getenv("MOCK_GPU_CPUS");
+    if (!list || !*list) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (const char *p = list; *p;) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) break;
+        if (*end == '-') b = strtol(end + 1, &end, 10);
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++) if (c >= 0) CPU_SET((int)c, &set);
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p) break;
+    }
+    if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(t, sizeof(set), &set);
+}
+
 static CUstream stream_new(uint32_t id) {
     CUstream s = calloc(1, sizeof(*s));
     pthread_mutex_init(&s->mu, NULL);
@@ -122,6 +142,7 @@ static CUstream stream_new(uint32_t id) {
     s->id = id ? id : __atomic_add_fetch(&g_stream_ids, 1, __ATOMIC_RELAXED);
     pthread_create(&s->worker, NULL, stream_worker, s);
     pthread_setname_np(s->worker, "mockgpu-stream");
+    pin_worker(s->worker);
     pthread_mutex_lock(&g_mu);
     s->next = g_streams;
     g_streams = s;

@@ -10,7 +10,8 @@
  * Options (`--name value`, or WL_name in the environment; a step number < 0 means never):
  *   --steps N (1000)  --kernels K (4)  --host-us H (200)  --depth D (0)
  *   --cpu C (1)       the launch thread is pinned to CPU C (modulo the CPUs online), after the CUDA
- *                     setup (cuInit, stream, events), so the threads that started keep every CPU
+ *                     setup (cuInit, stream, events), so the threads that started keep every CPU;
+ *                     the mock GPU's stream workers avoid CPU C (MOCK_GPU_CPUS, unless already set)
  *   --hog-at S --hog-ms M (100)   a stall planted at step S: a child process named `backup-rsync`
  *                     (forked at start, prctl PR_SET_NAME), pinned to the launch thread's CPU, with
  *                     SCHED_FIFO priority 1, spins M ms from the moment the launch thread reaches
@@ -211,6 +212,15 @@ int main(int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int pin_cpu = (int)((cpu < 0 ? 0 : cpu) % (ncpu > 0 ? ncpu : 1));
     if (hog_at >= 0) hog_start(pin_cpu, hog_ms); /* before any CUDA call: the child is a plain process */
+    /* the mock GPU stays off the launch thread's CPU (unless told otherwise): the hog planted there
+     * stalls the host, as it would beside a real GPU, not the "GPU" itself */
+    if (ncpu > 1 && !getenv("MOCK_GPU_CPUS")) {
+        char cpus[4096] = "";
+        size_t at = 0;
+        for (long c = 0; c < ncpu && at + 16 < sizeof(cpus); c++)
+            if (c != pin_cpu) at += (size_t)snprintf(cpus + at, sizeof(cpus) - at, "%s%ld", at ? "," : "", c);
+        setenv("MOCK_GPU_CPUS", cpus, 1);
+    }
 
     cudaStream_t st;
     check(cudaStreamCreate(&st), "cudaStreamCreate");
