@@ -25,6 +25,15 @@
 #      sampled through NVML while tracing (gpu_samples: clocks, reasons, temperature, power)
 #   4d train.py traced with --stacks: the Python line of train.py behind PyTorch's launches
 #      (CPython's own frames walked in BPF, merged with the native ones)
+#   4e timeline: the device's own timeline (trace --gpu-timeline, CUPTI through the injection
+#      library) on timeline.cu, a loop of 1 ms kernels that time themselves with %globaltimer: every
+#      kernel stored once and tied to its launch call; CUPTI's durations and starts against the
+#      kernels' own clock; two planted GPU idle gaps (step 300: a 38 ms nanosleep; step 600: a
+#      SCHED_FIFO backup-rsync on the launch thread's CPU for 38 ms) sized, placed in their steps and
+#      explained by `explain --json`, every idle chain's SQL recomputing its figure; launches/s of
+#      empty kernels and train.py's steps/s untraced, traced, traced with --gpu-timeline (ABBA);
+#      torch.profiler inside such a trace still gets its kernels, and the notes say where the device
+#      view stepped aside. Needs libcauseway_inject.so beside the binary or at $CAUSEWAY_INJECT_LIB.
 #   5  one summary table; exit 1 when any row is FAIL
 #
 # Environment knobs: GPU_CHECK_BUDGET (seconds for the whole run, default 480), GPU_CHECK_DIAG_SECS
@@ -32,10 +41,15 @@
 # python3), NVCC, GPU_CHECK_TRAIN_ARGS (extra train.py arguments), GPU_CHECK_PACK=1 (at the end,
 # pack logs/ and traces/ into logs.tar.gz and traces.tar so that only a few files remain: for
 # machines that hand back a limited number of files), GPU_CHECK_STEPS (a comma-separated subset of
-# counts, train, diag-spin, late, nccl, stacks, diag-blocking, overhead; default all: a rerun of the
-# steps a first run had no time for; the environment step always runs), GPU_CHECK_OVERHEAD_RUNS
-# (traced and untraced runs of each kind for the overhead, default 2), GPU_CHECK_OVERHEAD_STEPS
-# (timed steps per phase in those runs, default 1000).
+# counts, train, diag-spin, late, nccl, stacks, diag-blocking, timeline, overhead; default all: a
+# rerun of the steps a first run had no time for; the environment step always runs),
+# GPU_CHECK_OVERHEAD_RUNS (traced and untraced runs of each kind for the overhead, default 2),
+# GPU_CHECK_OVERHEAD_STEPS (timed steps per phase in those runs, default 1000),
+# GPU_CHECK_TIMELINE_RUNS (rounds of the timeline step's three-mode overhead runs, default 2: 6 runs
+# of empty-kernel launches), GPU_CHECK_TIMELINE_EMPTY (launches per such run, default 100000),
+# GPU_CHECK_TIMELINE_TRAIN_RUNS (rounds of its train.py runs, default 2; 0: none),
+# GPU_CHECK_TIMELINE_TRAIN_STEPS (timed steps per train.py run, default 500). Alone
+# (GPU_CHECK_STEPS=timeline) the timeline step takes about 4 minutes.
 set -u
 set -o pipefail
 
@@ -89,10 +103,11 @@ OVERHEAD_RUNS=${GPU_CHECK_OVERHEAD_RUNS:-2}
 OVERHEAD_STEPS=${GPU_CHECK_OVERHEAD_STEPS:-1000}
 
 BG_PIDS=()
+CW_TRACE_OPTS=() # options of `causeway trace` for cw_trace (a step sets its own with `local`)
 HAVE_CW=0
 HAVE_GPU=0
 HAVE_TORCH=0
-NVCC=""
+NVCC=${NVCC:-} # the environment may name it; find_nvcc settles it
 ARCH=sm_90
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -159,15 +174,17 @@ analyze() {
     fi
 }
 
-# cw_trace NAME SECONDS CMD...: trace CMD into traces/NAME.db; the command's stdout goes to
-# logs/NAME.out, the tracer's report and live table to logs/NAME.err. Returns the tracer's status
-# (124: the time limit stopped it, which stops the command too and leaves a flushed trace).
+# cw_trace NAME SECONDS CMD...: trace CMD into traces/NAME.db, with the trace options in
+# CW_TRACE_OPTS (none unless a step sets them); the command's stdout goes to logs/NAME.out, the
+# tracer's report and live table to logs/NAME.err. Returns the tracer's status (124: the time limit
+# stopped it, which stops the command too and leaves a flushed trace).
 cw_trace() {
     local name=$1 secs=$2 rc
     shift 2
     rm -f "$TRACES/$name.db" "$TRACES/$name.db-wal" "$TRACES/$name.db-shm"
-    echo "+ $CW trace --db $TRACES/$name.db -- $* (limit ${secs}s)" >"$LOGS/$name.err"
-    timeout -k 30 "$secs" "$CW" trace --db "$TRACES/$name.db" -- "$@" >"$LOGS/$name.out" 2>>"$LOGS/$name.err"
+    echo "+ $CW trace ${CW_TRACE_OPTS[*]-} --db $TRACES/$name.db -- $* (limit ${secs}s)" >"$LOGS/$name.err"
+    timeout -k 30 "$secs" "$CW" trace ${CW_TRACE_OPTS[@]+"${CW_TRACE_OPTS[@]}"} --db "$TRACES/$name.db" -- "$@" \
+        >"$LOGS/$name.out" 2>>"$LOGS/$name.err"
     rc=$?
     ((rc == 124)) && echo "gpu-check: stopped after ${secs}s" >>"$LOGS/$name.err"
     return $rc
@@ -199,13 +216,12 @@ find_nvcc() {
     return 1
 }
 
-# build_counts VARIANT FLAGS...: nvcc counts.cu into $WORK/counts_VARIANT. The toolkit's library
-# directory is named to the linker and as rpath (the loader may not know it); a toolkit laid out
-# as pip wheels (nvidia/cu13/lib, libcudart.so.13 without libcudart.so) gets the link name in
-# $WORK/lib.
-build_counts() {
-    local variant=$1 real d so libflags=()
-    shift
+# build_cu OUT SRC FLAGS...: nvcc SRC into OUT. The toolkit's library directory is named to the
+# linker and as rpath (the loader may not know it); a toolkit laid out as pip wheels (nvidia/cu13/lib,
+# libcudart.so.13 without libcudart.so) gets the link name in $WORK/lib.
+build_cu() {
+    local out=$1 src=$2 real d so libflags=()
+    shift 2
     real=$(readlink -f "$NVCC")
     for d in "$(dirname "$real")/../lib64" "$(dirname "$real")/../targets/x86_64-linux/lib" "$(dirname "$real")/../lib"; do
         compgen -G "$d/libcudart*" >/dev/null || continue
@@ -221,9 +237,16 @@ build_counts() {
         fi
         break
     done
-    echo "+ $NVCC -O2 -arch=$ARCH $* ${libflags[*]} -o $WORK/counts_$variant $SRC/counts.cu"
-    timeout -k 5 240 "$NVCC" -O2 -arch="$ARCH" "$@" ${libflags[@]+"${libflags[@]}"} -o "$WORK/counts_$variant" "$SRC/counts.cu" || return
-    ldd "$WORK/counts_$variant" | grep -Ei 'cuda|not found' || true
+    echo "+ $NVCC -O2 -arch=$ARCH $* ${libflags[*]} -o $out $src"
+    timeout -k 5 240 "$NVCC" -O2 -arch="$ARCH" "$@" ${libflags[@]+"${libflags[@]}"} -o "$out" "$src" || return
+    ldd "$out" | grep -Ei 'cuda|not found' || true
+}
+
+# build_counts VARIANT FLAGS...: counts.cu into $WORK/counts_VARIANT.
+build_counts() {
+    local variant=$1
+    shift
+    build_cu "$WORK/counts_$variant" "$SRC/counts.cu" "$@"
 }
 
 # Builds run in the background while the environment step runs.
@@ -232,11 +255,19 @@ start_builds() {
     cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
     [[ $cap =~ ^[0-9]+$ ]] && ARCH=sm_$cap
     if find_nvcc; then
-        (build_counts shared -cudart=shared) >"$LOGS/build-counts_shared.log" 2>&1 &
-        BUILD_SHARED=$!
-        (build_counts static) >"$LOGS/build-counts_static.log" 2>&1 &
-        BUILD_STATIC=$!
-        BG_PIDS+=("$BUILD_SHARED" "$BUILD_STATIC")
+        if wants counts; then
+            (build_counts shared -cudart=shared) >"$LOGS/build-counts_shared.log" 2>&1 &
+            BUILD_SHARED=$!
+            (build_counts static) >"$LOGS/build-counts_static.log" 2>&1 &
+            BUILD_STATIC=$!
+            BG_PIDS+=("$BUILD_SHARED" "$BUILD_STATIC")
+        fi
+        if wants timeline; then
+            # the shared runtime: the injection library finds CUPTI from the runtime's directory
+            (build_cu "$WORK/timeline" "$SRC/timeline.cu" -cudart=shared) >"$LOGS/build-timeline.log" 2>&1 &
+            BUILD_TIMELINE=$!
+            BG_PIDS+=("$BUILD_TIMELINE")
+        fi
     fi
     (timeout -k 5 120 cc -O2 -Wall -o "$WORK/hog" "$REPO/tests/scenarios/hog.c" -lpthread) >"$LOGS/build-hog.log" 2>&1 &
     BUILD_HOG=$!
@@ -244,6 +275,7 @@ start_builds() {
 }
 BUILD_SHARED=""
 BUILD_STATIC=""
+BUILD_TIMELINE=""
 BUILD_HOG=""
 
 # ------------------------------------------------------------------------------------ 1. environment
@@ -647,6 +679,268 @@ PYEOF
     done
 }
 
+# ----------------------------------------------------------------------------- 4e. device timeline
+
+# inject_lib: the injection library `trace --gpu-timeline` loads into the traced program:
+# $CAUSEWAY_INJECT_LIB, else libcauseway_inject.so beside the binary given (or beside the file it
+# links to), else in ../lib/causeway/ of it; printed, status 1 when there is none.
+inject_lib() {
+    local c real
+    real=$(readlink -f "$CW" 2>/dev/null || echo "$CW")
+    for c in "${CAUSEWAY_INJECT_LIB:-}" "$(dirname "$CW")/libcauseway_inject.so" "$(dirname "$real")/libcauseway_inject.so" \
+        "$(dirname "$CW")/../lib/causeway/libcauseway_inject.so"; do
+        if [[ -n $c && -f $c ]]; then
+            readlink -f "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# cupti_hint BIN: nothing when the injection library will find a libcupti of BIN's CUDA runtime by
+# itself (beside the runtime, in the toolkit's extras/CUPTI/lib64, known to the loader, or named by
+# $CAUSEWAY_CUPTI_PATH already); else the first libcupti.so.MAJOR in the toolkit nvcc came from or in
+# torch's CUDA wheels, printed, to name in CAUSEWAY_CUPTI_PATH.
+cupti_hint() {
+    local rt major d c torch_rt
+    [[ -n ${CAUSEWAY_CUPTI_PATH:-} ]] && return 0
+    rt=$(ldd "$1" 2>/dev/null | awk '$1 ~ /^libcudart\.so/ { print $3; exit }')
+    major=$(basename "${rt:-libcudart.so.13}" | sed -n 's/^libcudart\.so\.\([0-9][0-9]*\).*/\1/p')
+    [[ -n $major ]] || major=13
+    if [[ -n $rt && -e $rt ]]; then
+        d=$(dirname "$rt")
+        for c in "$d/libcupti.so.$major" "$d/../extras/CUPTI/lib64/libcupti.so.$major"; do
+            [[ -e $c ]] && return 0
+        done
+    fi
+    ldconfig -p 2>/dev/null | grep -q "libcupti\.so\.$major " && return 0
+    d=$(dirname "$(readlink -f "$NVCC")")/..
+    torch_rt=$(jget "$LOGS/1-env.json" 'd.get("libcudart")')
+    for c in "$d/extras/CUPTI/lib64" "$d/targets/x86_64-linux/lib" "$d/lib64" "$d/lib" /usr/local/cuda/extras/CUPTI/lib64 \
+        ${torch_rt:+"$(dirname "$torch_rt")" "$(dirname "$torch_rt")/../../cuda_cupti/lib"}; do
+        if [[ -e $c/libcupti.so.$major ]]; then
+            readlink -f "$c/libcupti.so.$major"
+            return 0
+        fi
+    done
+}
+
+# tl_check ARGS...: scripts/gpu-check/timeline_check.py, which appends its rows to the summary; killed
+# by its time limit, it gets a FAIL row here.
+tl_check() {
+    local t rc a what=""
+    t=$(budget 120 5) || t=5
+    timeout -k 5 "$t" "$PY" "$SRC/timeline_check.py" --rows "$ROWS" --causeway "$CW" "$@"
+    rc=$?
+    for a in "$@"; do
+        [[ $a == check || $a == overhead || $a == profiler ]] && what=$a
+    done
+    if ((rc == 124 || rc == 137)); then
+        row "timeline: timeline_check.py $what" "done within ${t}s" "stopped by its time limit" FAIL
+    fi
+}
+
+# tl_explain NAME: `causeway explain --json` of traces/NAME.db into logs/NAME.explain.json (and the
+# text report beside it); a FAIL row when it fails.
+tl_explain() {
+    local name=$1 t rc
+    t=$(budget 120 10) || t=10
+    timeout -k 5 "$t" "$CW" explain --db "$TRACES/$name.db" --json >"$LOGS/$name.explain.json" 2>"$LOGS/$name.explain.err"
+    rc=$?
+    ((rc == 0)) || row "$name: causeway explain --json" "exit 0" "exit $rc: $(tail -n1 "$LOGS/$name.explain.err")" FAIL
+    timeout -k 5 60 "$CW" explain --db "$TRACES/$name.db" >"$LOGS/$name.explain.txt" 2>&1
+    head -n 25 "$LOGS/$name.explain.txt"
+    return $rc
+}
+
+# tl_modes ROUNDS: the three modes of the overhead runs in ABBA order (untraced traced timeline,
+# then timeline traced untraced, ...): a drift of the machine weighs on every mode alike.
+tl_modes() {
+    local r
+    for ((r = 0; r < $1; r++)); do
+        if ((r % 2 == 0)); then echo untraced traced timeline; else echo timeline traced untraced; fi
+    done
+}
+
+# tl_overhead_empty LIB: launches/s of N empty kernels (no sync between) in the three modes.
+tl_overhead_empty() {
+    local lib=$1 bin=$WORK/timeline n=${GPU_CHECK_TIMELINE_EMPTY:-100000} i=0 mode t v name kept=() un=() tr=() tl=()
+    local order
+    read -r -a order <<<"$(tl_modes "${GPU_CHECK_TIMELINE_RUNS:-2}" | paste -sd ' ' -)"
+    for mode in ${order[@]+"${order[@]}"}; do
+        i=$((i + 1))
+        name=tl-empty-$i
+        if ! t=$(budget 60 25); then
+            row "timeline: empty launches/s" "run $i of ${#order[@]} ($mode)" "skipped: no time left" INFO
+            break
+        fi
+        case $mode in
+        untraced) timeout -k 5 "$t" "$bin" --empty "$n" >"$LOGS/$name.out" 2>&1 ;;
+        traced)
+            CW_TRACE_OPTS=(--nvml-hz 0)
+            cw_trace "$name" "$t" "$bin" --empty "$n"
+            ;;
+        timeline)
+            CW_TRACE_OPTS=(--gpu-timeline --nvml-hz 0 --gpu-library "$lib")
+            cw_trace "$name" "$t" "$bin" --empty "$n"
+            kept+=("run $i: $("$PY" "$SRC/timeline_check.py" count --db "$TRACES/$name.db" 2>&1 | tail -n1)")
+            ;;
+        esac
+        rm -f "$TRACES/$name.db" "$TRACES/$name.db-wal" "$TRACES/$name.db-shm" # only the figure matters
+        v=$(awk '$1 == "EMPTY_LAUNCHES_PER_S" { print $2 }' "$LOGS/$name.out")
+        echo "run $i ($mode): ${v:-no figure} launches/s; $(grep -m1 '^EMPTY ' "$LOGS/$name.out")"
+        [[ -n $v ]] || continue
+        case $mode in
+        untraced) un+=("$v") ;;
+        traced) tr+=("$v") ;;
+        timeline) tl+=("$v") ;;
+        esac
+    done
+    tl_check --label "timeline: empty launches/s" overhead --unit "launches/s of $n empty kernels, no sync between" \
+        --untraced ${un[@]+"${un[@]}"} --traced ${tr[@]+"${tr[@]}"} --timeline ${tl[@]+"${tl[@]}"}
+    if ((${#kept[@]})); then
+        row "timeline: empty kernels in the device view" "$((n + 1000)) a run (info)" "$(printf '%s; ' "${kept[@]}")" INFO
+    fi
+}
+
+# tl_overhead_train LIB: train.py's eager steps/s in the three modes (no profiler).
+tl_overhead_train() {
+    local lib=$1 i=0 mode t v name un=() tr=() tl=() order
+    local args=(--phases eager --no-profile --warmup 20 --steps "${GPU_CHECK_TIMELINE_TRAIN_STEPS:-500}" ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"})
+    if ! ((HAVE_TORCH)); then
+        row "timeline: train steps/s" "three modes" "skipped: no torch with CUDA" INFO
+        return
+    fi
+    read -r -a order <<<"$(tl_modes "${GPU_CHECK_TIMELINE_TRAIN_RUNS:-2}" | paste -sd ' ' -)"
+    for mode in ${order[@]+"${order[@]}"}; do
+        i=$((i + 1))
+        name=tl-train-$i
+        if ! t=$(budget 120 50); then
+            row "timeline: train steps/s" "run $i of ${#order[@]} ($mode)" "skipped: no time left" INFO
+            break
+        fi
+        rm -f "$LOGS/$name.json"
+        case $mode in
+        untraced) timeout -k 10 "$t" "$PY" "$SRC/train.py" "${args[@]}" --json "$LOGS/$name.json" >"$LOGS/$name.out" 2>&1 ;;
+        traced)
+            CW_TRACE_OPTS=(--nvml-hz 0)
+            cw_trace "$name" "$t" "$PY" "$SRC/train.py" "${args[@]}" --json "$LOGS/$name.json"
+            ;;
+        timeline)
+            CW_TRACE_OPTS=(--gpu-timeline --nvml-hz 0 --gpu-library "$lib")
+            cw_trace "$name" "$t" "$PY" "$SRC/train.py" "${args[@]}" --json "$LOGS/$name.json"
+            ;;
+        esac
+        rm -f "$TRACES/$name.db" "$TRACES/$name.db-wal" "$TRACES/$name.db-shm"
+        v=$(jget "$LOGS/$name.json" 'd["phases"][0]["steps_per_s"]')
+        echo "run $i ($mode): ${v:-no figure} steps/s $(grep -E '^PHASE_ERROR' "$LOGS/$name.out")"
+        [[ -n $v ]] || continue
+        case $mode in
+        untraced) un+=("$v") ;;
+        traced) tr+=("$v") ;;
+        timeline) tl+=("$v") ;;
+        esac
+    done
+    ((i)) || return 0
+    tl_check --label "timeline: train steps/s" overhead --unit "train.py eager steps/s, no profiler" \
+        --untraced ${un[@]+"${un[@]}"} --traced ${tr[@]+"${tr[@]}"} --timeline ${tl[@]+"${tl[@]}"}
+}
+
+# tl_profiler LIB: train.py with its torch.profiler window, traced with --gpu-timeline.
+tl_profiler() {
+    local lib=$1 t rc name=tl-profiler
+    t=$(ready "timeline profiler: traced" 150 60) || return
+    CW_TRACE_OPTS=(--gpu-timeline --nvml-hz 0 --gpu-library "$lib")
+    cw_trace "$name" "$t" "$PY" "$SRC/train.py" --phases eager --warmup 10 --steps 50 --profile-steps 10 \
+        --json "$LOGS/$name.json" ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"}
+    rc=$?
+    trace_report "$name"
+    grep -E '^(PHASE|STEPS_PER_S|PROFILE|PHASE_ERROR)' "$LOGS/$name.out"
+    ((rc == 0)) || row "timeline profiler: causeway trace --gpu-timeline" "exit 0" "exit $rc (see logs/$name.err)" FAIL
+    tl_explain "$name" >/dev/null
+    tl_check --label "timeline profiler" profiler --db "$TRACES/$name.db" --json "$LOGS/$name.json" \
+        --explain "$LOGS/$name.explain.json" 2>&1 | tee "$LOGS/$name.check.log"
+}
+
+step_timeline() {
+    say "4e. device timeline: trace --gpu-timeline against the kernels' own %globaltimer"
+    local bin=$WORK/timeline lib cupti t rc lu lt name=timeline sleep_at=300 hog_at=600 stall=38
+    local steps=${GPU_CHECK_TIMELINE_STEPS:-800}
+    ((steps >= hog_at + 50)) || steps=$((hog_at + 50))
+    # the launch thread pinned to the hog's CPU (after its CUDA setup), the hog forked onto it
+    local args=(--steps "$steps" --kernel-us 1000 --host-us 100 --cpu "$HOG_CPU" --sleep-at "$sleep_at" --hog-at "$hog_at"
+        --stall-ms "$stall")
+    local CW_TRACE_OPTS=()
+    if [[ -z $NVCC ]]; then
+        row "timeline: nvcc" "nvcc on PATH or /usr/local/cuda/bin" "not found" FAIL
+        return
+    fi
+    wait_build "$BUILD_TIMELINE" timeline
+    BUILD_TIMELINE=""
+    cat "$LOGS/build-timeline.log" 2>/dev/null
+    if [[ ! -x $bin ]]; then
+        row "timeline: build (nvcc $ARCH)" "built" "failed: $(grep -m1 -iE 'error' "$LOGS/build-timeline.log" 2>/dev/null)" FAIL
+        return
+    fi
+    row "timeline: build (nvcc $ARCH)" "built" "$("$NVCC" --version | tail -n1)" PASS
+    if ! t=$(budget 150 40); then
+        row "timeline: runs" "untraced and traced" "skipped: no time left" FAIL
+        return
+    fi
+    # Untraced first: proof it runs without the tracer, and its loop time.
+    timeout -k 5 60 "$bin" "$LOGS/timeline.untraced.csv" "${args[@]}" >"$LOGS/timeline.untraced.out" 2>&1
+    rc=$?
+    cat "$LOGS/timeline.untraced.out"
+    if ((rc != 0)) || ! grep -q '^DONE' "$LOGS/timeline.untraced.out"; then
+        row "timeline: runs untraced" "exit 0, DONE" "exit $rc: $(grep -m1 -E 'FAILED|error' "$LOGS/timeline.untraced.out")" FAIL
+        return
+    fi
+    lu=$(awk '$1 == "LOOP_S" { print $2 }' "$LOGS/timeline.untraced.out")
+    row "timeline: runs untraced" "exit 0, DONE" "exit 0; $steps steps in $lu s" PASS
+    if ! ((HAVE_CW)); then
+        row "timeline: traced" "run" "skipped: no causeway binary" FAIL
+        return
+    fi
+    if ! lib=$(inject_lib); then
+        row "timeline: injection library" "libcauseway_inject.so beside $CW or at \$CAUSEWAY_INJECT_LIB" \
+            "not found: carry target/release/libcauseway_inject.so (built with the binary) beside the causeway binary, or set CAUSEWAY_INJECT_LIB" FAIL
+        return
+    fi
+    row "timeline: injection library" "libcauseway_inject.so" "$lib ($(du -h "$lib" | cut -f1))" INFO
+    cupti=$(cupti_hint "$bin")
+    if [[ -n $cupti ]]; then
+        local -x CAUSEWAY_CUPTI_PATH=$cupti
+        row "timeline: libcupti of timeline.cu's runtime" "beside the runtime or in the toolkit" "elsewhere: CAUSEWAY_CUPTI_PATH=$cupti" INFO
+    fi
+
+    CW_TRACE_OPTS=(--gpu-timeline --nvml-hz 0 --gpu-library "$lib")
+    cw_trace "$name" "$t" "$bin" "$LOGS/timeline.csv" "${args[@]}"
+    rc=$?
+    trace_report "$name"
+    cat "$LOGS/$name.out"
+    if ((rc != 0)) || ! grep -q '^DONE' "$LOGS/$name.out"; then
+        row "timeline: causeway trace --gpu-timeline" "exit 0, DONE" \
+            "exit $rc: $(tail -n1 "$LOGS/$name.out") $(grep -m1 -iE 'error' "$LOGS/$name.err")" FAIL
+    fi
+    if grep -qs 'without SCHED_FIFO' "$LOGS/$name.out" "$LOGS/$name.err" "$LOGS/timeline.untraced.out"; then
+        row "timeline: $HOG_NAME with SCHED_FIFO" "priority 1 (it preempts the launch thread)" \
+            "refused: it shared the CPU, the gap at step $hog_at is smaller" FAIL
+    fi
+    lt=$(awk '$1 == "LOOP_S" { print $2 }' "$LOGS/$name.out")
+    row "timeline: loop time untraced / traced" "info" "$lu s / ${lt:-?} s; step labels $(awk '$1 == "LABELS" { print $2 }' "$LOGS/$name.out"); $(grep -E '^causeway: device timeline' "$LOGS/$name.err" | tail -n1)" INFO
+    if [[ ! -s $TRACES/$name.db ]]; then
+        row "timeline: trace written" "a trace" "none" FAIL
+        return
+    fi
+    tl_explain "$name"
+    tl_check check --db "$TRACES/$name.db" --explain "$LOGS/$name.explain.json" --csv "$LOGS/timeline.csv" --steps "$steps" \
+        --sleep-at "$sleep_at" --hog-at "$hog_at" --stall-ms "$stall" --hog-name "$HOG_NAME" 2>&1 | tee "$LOGS/$name.check.log"
+
+    tl_profiler "$lib"
+    tl_overhead_empty "$lib"
+    tl_overhead_train "$lib"
+}
+
 # ------------------------------------------------------------------------------------------ summary
 
 summary() {
@@ -708,6 +1002,7 @@ main() {
     wants stacks && step_stacks
     wants diag-blocking && diag blocking 0 --blocking-sync
     wants diag-spin && wants diag-blocking && step_compare
+    wants timeline && step_timeline
     wants overhead && step_overhead
     say "5. summary"
     local ok=0

@@ -798,3 +798,39 @@ fn holes_at_the_end(
     }
     Ok(notes)
 }
+
+/// Say in each slow step range and each serving spike how long the GPU sat idle in it (gaps over
+/// 1 ms) and, when the view lists one there, its longest gap and why.
+pub fn say_in_ranges(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+    view: &DeviceView,
+    steps: &mut crate::StepReport,
+    serving: &mut crate::ServingReport,
+) -> Result<(), AnalysisError> {
+    let Some(idle) = idle_intervals(store, window, pid)? else { return Ok(()) };
+    let words = |a: i64, b: i64| -> (i64, String) {
+        let ns = overlap_with(&idle, a, b);
+        let longest = view.gaps.iter().filter(|g| g.start_ns < b && g.end_ns > a).max_by_key(|g| g.idle_ns);
+        let text = match longest {
+            _ if ns == 0 => " The GPU never sat idle over 1 ms in it.".to_string(),
+            Some(g) => format!(" The GPU sat idle {} of it; the longest gap: {}.", fmt_ns(ns), g.summary),
+            None => format!(" The GPU sat idle {} of it in gaps over 1 ms.", fmt_ns(ns)),
+        };
+        (ns, text)
+    };
+    for series in &mut steps.series {
+        for r in &mut series.slow {
+            let (ns, text) = words(r.start_ns, r.end_ns);
+            r.gpu_idle_ns = Some(ns);
+            r.summary.push_str(&text);
+        }
+    }
+    for spike in serving.engines.iter_mut().flat_map(|e| e.spikes.iter_mut()) {
+        let (ns, text) = words(spike.cause_from_ns, spike.to_ns);
+        spike.gpu_idle_ns = Some(ns);
+        spike.summary.push_str(&text);
+    }
+    Ok(())
+}

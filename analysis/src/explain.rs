@@ -155,6 +155,9 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
         }
         None => e.missing.push(crate::device_idle::MISSING.to_string()),
     }
+    if let Some(d) = &e.device {
+        crate::device_idle::say_in_ranges(store, req.window, req.pid, d, &mut e.steps, &mut e.serving)?;
+    }
     Ok(e)
 }
 

@@ -125,6 +125,10 @@ pub struct Spike {
     /// The engine's steps in the window against their baselines, if its launches are traced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<String>,
+    /// With a device timeline: how long the GPU sat idle from the cause's start to the spike's end
+    /// (gaps over 1 ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_idle_ns: Option<i64>,
     pub summary: String,
     /// SQL that recomputes the spike's interval means from the stored samples.
     pub sql: String,
@@ -288,6 +292,7 @@ fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) 
             why: None,
             chain_key: None,
             steps: None,
+            gpu_idle_ns: None,
             summary: String::new(),
             sql: String::new(),
         });

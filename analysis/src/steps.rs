@@ -79,6 +79,9 @@ pub struct SlowSteps {
     /// That chain's key (the same chain in `explain` over the range's window).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chain_key: Option<String>,
+    /// With a device timeline: how long the GPU sat idle in the range (gaps over 1 ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_idle_ns: Option<i64>,
 }
 
 /// The steps of one process and kind.
@@ -525,6 +528,7 @@ fn slow_ranges(steps: &[Step], baseline: i64, kind: &str) -> Vec<SlowSteps> {
                 summary: format!("{name} {verb} {} instead of {}", fmt_ns(median_ns), fmt_ns(baseline)),
                 why: None,
                 chain_key: None,
+                gpu_idle_ns: None,
             }
         })
         .collect();

@@ -86,6 +86,15 @@ fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_
     let ns = top["ns"].as_i64().unwrap();
     assert!((37 * MS..=39 * MS).contains(&ns), "38 +- 1 ms charged to the hog: {g}");
     assert!(e["verdict"].as_str().unwrap().contains("backup-rsync"), "{}", e["verdict"]);
+    // the slow step says how long the GPU sat idle in it, and why
+    let slow = e["steps"]["series"][0]["slow"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["first"] == 812)
+        .unwrap_or_else(|| panic!("step 812 is slow: {}", e["steps"]));
+    assert!(slow["gpu_idle_ns"].as_i64().unwrap() >= 37 * MS, "{slow}");
+    assert!(slow["summary"].as_str().unwrap().contains("The GPU sat idle"), "{slow}");
     // every kernel stored once, tied to the cudaLaunchKernel that launched it
     assert_eq!(query_u64(&db, "SELECT count(*) FROM gpu_ops WHERE kind = 1"), 900);
     assert_eq!(query_u64(&db, "SELECT count(DISTINCT correlation) FROM gpu_ops WHERE kind = 1"), 900);

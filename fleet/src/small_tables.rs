@@ -133,8 +133,9 @@ mod tests {
     #[test]
     fn the_small_tables_are_the_mirrored_ones_without_a_watermark_but_the_stacks() {
         let t: Vec<_> = tables().collect();
-        assert_eq!(t.len(), 9);
+        assert_eq!(t.len(), 10);
         assert!(t.contains(&"sessions") && t.contains(&"process_ranks") && !t.contains(&"stack_traces"));
+        assert!(t.contains(&"gpu_devices") && !t.contains(&"gpu_ops"));
         assert!(!t.contains(&"events"));
     }
 

@@ -6,6 +6,7 @@ expects them, unless schema.rs already defines them), writes the programs' logs,
 analyze.py subcommand on them and checks the rows it writes: a clean trace gives no FAIL, a trace
 with one call missing (or an unnamed launch, a wrong culprit, a missed first cudaMalloc) gives the
 FAIL it should. The queries go once through sqlite3 and once through a stand-in `causeway query`.
+timeline_selftest.py does the same for timeline_check.py (the device timeline's step).
 
     python3 scripts/gpu-check/selftest.py        # prints 'selftest: N checks passed' or exits 1
 """
@@ -433,6 +434,10 @@ print(json.dumps({{"columns": [d[0] for d in cur.description], "rows": [list(r) 
     test_diag(tmp, causeway)
     test_late(tmp, causeway)
     test_profile_parse(tmp)
+    sys.path.insert(0, HERE)
+    import timeline_selftest  # the `timeline` step's checks (timeline_check.py), in a file of their own
+
+    timeline_selftest.run(tmp, causeway, Db, expect, rows_of)
     if FAILURES:
         print(f"selftest: {len(FAILURES)} failed, {PASSED[0]} passed (files in {tmp})")
         sys.exit(1)

@@ -340,7 +340,7 @@ mod tests {
     #[test]
     fn every_tool_is_annotated_read_only_closed_world_with_both_schemas() {
         let tools = catalogue();
-        assert_eq!(tools.len(), 11);
+        assert_eq!(tools.len(), 12);
         for t in &tools {
             let a = t.tool.annotations.as_ref().expect("annotations");
             assert_eq!(a.read_only_hint, Some(true), "{}", t.tool.name);
@@ -356,7 +356,7 @@ mod tests {
         assert!(catalogue_with(None).iter().all(|t| t.tool.name != capture::NAME));
         let config = Arc::new(CaptureConfig::new(Vec::new(), None).unwrap());
         let tools = catalogue_with(Some(config));
-        assert_eq!(tools.len(), 12);
+        assert_eq!(tools.len(), 13);
         let t = tools.iter().find(|t| t.tool.name == capture::NAME).expect("capture_trace is listed");
         let a = t.tool.annotations.as_ref().expect("annotations");
         assert_eq!(

@@ -238,14 +238,17 @@ impl ProcessTimeline {
     fn op_row(&mut self, op: &WireOp, api: Option<WireApi>) -> Option<GpuOp> {
         let kind = GpuOpKind::from_code(op.kind)?;
         let (start, end) = (self.map(op.start)?, self.map(op.end)?);
+        // API records name Linux tids only with CUPTI's SYSTEM thread id type (the library sets it;
+        // a CUPTI that refused leaves pthread ids, which name no thread of the trace)
+        let linux_tids = self.hello.as_ref().is_none_or(|h| h.thread_id_type == 1);
         let (launch_tid, launch_start_ns, launch_end_ns, launch_cbid) = match api {
-            Some(a) => (
+            Some(a) if linux_tids => (
                 a.tid,
                 self.map(a.start).unwrap_or(0),
                 self.map(a.end).unwrap_or(0),
                 if a.domain == 5 { a.cbid + GpuOp::RUNTIME_CBID_BASE } else { a.cbid },
             ),
-            None => {
+            _ => {
                 // a synchronization is its own call; every other op should have had one
                 if kind != GpuOpKind::Sync {
                     self.unmatched += 1;

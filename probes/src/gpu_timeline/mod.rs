@@ -180,6 +180,7 @@ fn peer_pid(fd: RawFd) -> u32 {
     // SAFETY: ucred is plain data; getsockopt writes at most `len` bytes into it.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred is valid for writes of `len` bytes; fd is a connected unix socket.
     let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut cred).cast(), &mut len) };
     if rc == 0 {
         cred.pid as u32

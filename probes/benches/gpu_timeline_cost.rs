@@ -1,0 +1,134 @@
+//! The device timeline's cost, in one run (root; `cargo bench --workspace --bench gpu_timeline_cost`):
+//! 1. the whole trace's cost on mock-cuda's launch loop (`launchloop`, zero-length kernels in a
+//!    tight loop): traced without and with `--gpu-timeline`, interleaved, ns per launch (wall and
+//!    the launching thread's own CPU) and the ratio; every traced run must have stored each kernel
+//!    once when the timeline is on;
+//! 2. the injection library's own cost, as it measures it: its flush thread's CPU time over the
+//!    run (calibrations, flushes, and converting and sending the records CUPTI hands it), per flush
+//!    and per record sent (the library's `stopped` note).
+//!
+//! The mock CUPTI is not NVIDIA's: on a real GPU, CUPTI's own cost per kernel comes on top
+//! (`scripts/gpu-check.sh`'s `timeline` step measures it on the H100).
+//!
+//! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs of each mode, default 5),
+//! `CAUSEWAY_BENCH_ITERS` (launches per run, default 100000).
+
+use std::path::Path;
+
+use causeway_backends::{open_store, SqliteSink};
+use causeway_model::SessionInfo;
+use causeway_probes::{GpuTimelineOptions, TraceOptions};
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// `KEY value` from the workload's output.
+fn value(out: &str, key: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().parse::<f64>().unwrap_or(f64::NAN)))
+        .unwrap_or_else(|| panic!("no {key} in {out}"))
+}
+
+/// One traced run of `launchloop --iters N`; (its output, kernels stored, the library's stopped note).
+fn traced(build: &Path, inject: &Path, iters: u64, timeline: bool) -> (String, u64, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let db = dir.path().join("trace.db");
+    let opts = TraceOptions {
+        command: vec![build.join("launchloop").display().to_string(), "--iters".into(), iters.to_string()],
+        command_stdout: Some(out.clone()),
+        cuda_libs: vec![build.join("libcudart.so.12")],
+        gpu_timeline: GpuTimelineOptions { enabled: timeline, library: Some(inject.to_path_buf()), socket: None },
+        nvml: causeway_probes::NvmlOptions { hz: 0, lib: None },
+        ..Default::default()
+    };
+    let session = SessionInfo { started_at_ns: 1, tool_version: "bench".into(), ..Default::default() };
+    let sink = SqliteSink::create(&db, session).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let report = rt.block_on(causeway_probes::trace(opts, Box::new(sink), |_| {})).expect("trace");
+    assert_eq!(report.command_exit, Some(0), "launchloop failed");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let store = open_store(&db).unwrap();
+    let mut kernels = 0u64;
+    store
+        .scan_gpu_ops(&causeway_model::time::TimeWindow::ALL, &mut |g| {
+            kernels += u64::from(g.kind == causeway_model::GpuOpKind::Kernel)
+        })
+        .unwrap();
+    let stopped = store
+        .gpu_timeline_notes()
+        .unwrap()
+        .into_iter()
+        .find(|n| n.kind == "stopped")
+        .map(|n| n.detail)
+        .unwrap_or_default();
+    (text, kernels, stopped)
+}
+
+/// (CPU us, flushes, records) of a `stopped` note: "... N records sent; the flush thread used X us
+/// of CPU over F flushes".
+fn library_cost(note: &str) -> Option<(f64, f64, f64)> {
+    let num_before = |word: &str| -> Option<f64> {
+        let at = note.find(word)?;
+        note[..at].split_whitespace().last()?.parse().ok()
+    };
+    Some((num_before(" us of CPU")?, num_before(" flushes")?, num_before(" records sent")?))
+}
+
+fn main() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("gpu_timeline_cost: tracing needs root; nothing measured");
+        return;
+    }
+    let build = causeway_testdata::mock_cuda_build();
+    let inject = causeway_testdata::inject_library();
+    let runs = env_num("CAUSEWAY_BENCH_RUNS", 5) as usize;
+    let iters = env_num("CAUSEWAY_BENCH_ITERS", 100_000);
+    println!(
+        "gpu_timeline_cost: launchloop --iters {iters}, {runs} interleaved runs per mode (after one warm-up each)"
+    );
+    traced(&build, &inject, iters / 10, false);
+    traced(&build, &inject, iters / 10, true);
+    let (mut wall, mut cpu) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+    let mut lib = Vec::new();
+    for _ in 0..runs {
+        for (i, timeline) in [false, true].into_iter().enumerate() {
+            let (out, kernels, stopped) = traced(&build, &inject, iters, timeline);
+            wall[i].push(value(&out, "NS_PER_ITER"));
+            cpu[i].push(value(&out, "CPU_NS_PER_ITER"));
+            if timeline {
+                assert_eq!(kernels, iters, "every kernel stored once with the timeline on");
+                lib.extend(library_cost(&stopped));
+            }
+        }
+    }
+    let (w0, w1) = (median(wall[0].clone()), median(wall[1].clone()));
+    let (c0, c1) = (median(cpu[0].clone()), median(cpu[1].clone()));
+    println!("traced, no timeline:   {w0:.0} ns per launch (wall), {c0:.0} ns (the thread's CPU)");
+    println!("traced, with timeline: {w1:.0} ns per launch (wall), {c1:.0} ns (the thread's CPU)");
+    println!(
+        "the timeline adds {:.0} ns per launch (wall; ratio {:.2}x), {:.0} ns of the launching thread's CPU (ratio {:.2}x)",
+        w1 - w0,
+        w1 / w0,
+        c1 - c0,
+        c1 / c0
+    );
+    println!("  every run (wall ns): without {:?}, with {:?}", wall[0], wall[1]);
+    if lib.is_empty() {
+        println!("the library's own cost: its stopped note was not found (no figure)");
+        return;
+    }
+    let per_flush = median(lib.iter().map(|(us, flushes, _)| us / flushes.max(1.0)).collect());
+    let per_record = median(lib.iter().map(|(us, _, records)| us * 1000.0 / records.max(1.0)).collect());
+    let records = median(lib.iter().map(|l| l.2).collect());
+    println!(
+        "the library's flush thread: {per_flush:.0} us of CPU per flush, {per_record:.0} ns per record sent ({records:.0} records a run, median)"
+    );
+}
