@@ -92,6 +92,11 @@ fn run(state: &'static State) -> End {
             last_tick = Some(Instant::now());
         }
         if fin {
+            // a burst the socket could not take yet goes out as the tracer reads it (bounded: the
+            // exit handler waits 2 s in all)
+            if !state.link.drain_pending(&mut state.outbox(), Duration::from_millis(1500)) {
+                note_losses(state, &mut losses); // what could not wait longer is said
+            }
             if !state.stepped_aside.load(Ordering::SeqCst) {
                 state.restore_thread_id_type();
             }
@@ -99,11 +104,12 @@ fn run(state: &'static State) -> End {
             // its own cost, measured: the flush thread's CPU time (calibrations, flushes, and the
             // records CUPTI handed it to convert and send)
             let cpu_us = thread_cpu_ns() / 1000;
+            let records_us = crate::PROCESS_CPU_NS.load(Ordering::Relaxed) / 1000;
             state.note(
                 note::STOPPED,
                 0,
                 format!(
-                    "the process is exiting: final flush done, {sent} records sent; the flush thread used {cpu_us} us of CPU over {ticks} flushes"
+                    "the process is exiting: final flush done, {sent} records sent; reading and sending records used {records_us} us of CPU; the flush thread used {cpu_us} us of CPU over {ticks} flushes"
                 ),
             );
             return End::Exit;
@@ -283,7 +289,7 @@ fn block_signals() {
 }
 
 /// The calling thread's CPU time, ns (0 when the clock cannot be read).
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into a live one.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };

@@ -109,6 +109,10 @@ pub(crate) extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize
     }
 }
 
+/// CPU time spent turning CUPTI's buffers into messages and sending them, on whatever thread CUPTI
+/// handed them back (said in the `stopped` note).
+pub(crate) static PROCESS_CPU_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// CUPTI hands a buffer back with `valid` bytes of records: read, send, and return it to the pool.
 pub(crate) extern "C" fn buffer_completed(
     _context: *mut std::ffi::c_void,
@@ -122,9 +126,12 @@ pub(crate) extern "C" fn buffer_completed(
             return;
         }
         if let Some(s) = STATE.get() {
+            let cpu = flush::thread_cpu_ns();
             // SAFETY: CUPTI completed `buffer` with `valid` bytes of records; it is ours until it
             // goes back to the pool below.
             unsafe { s.process(buffer, valid) };
+            // the library's own cost, measured where it is paid: reading, converting, sending
+            PROCESS_CPU_NS.fetch_add(flush::thread_cpu_ns().saturating_sub(cpu), Ordering::Relaxed);
         }
     });
     POOL.give_back(buffer);

@@ -1,7 +1,9 @@
 //! The socket to the tracer: a unix `SOCK_SEQPACKET` connection, non-blocking both ways, so that no
-//! thread of the application ever waits on the tracer. A message the socket cannot take now is
-//! dropped and its records counted (sent later as a `dropped` note); a peer that is gone is
-//! reported to the caller, which turns the library off without a word (nobody listens).
+//! thread of the application ever waits on the tracer. A message the socket cannot take now waits
+//! in the outbox's queue (at most [`PENDING_MAX_BYTES`], in order, sent before anything newer at
+//! the next send or flush); beyond that the oldest waiting message is dropped and its records counted
+//! (sent later as a `dropped` note). A peer that is gone is reported to the caller, which turns the
+//! library off without a word (nobody listens).
 //!
 //! The fd is never closed while the process lives (a callback may be sending on another thread: a
 //! closed and reused fd would send our bytes into someone else's file); turning off shuts it down
@@ -35,7 +37,14 @@ pub struct Outbox {
     pub apis: Vec<WireApi>,
     /// Devices read, not sent yet.
     pub devices: Vec<WireDevice>,
+    /// Encoded messages the socket could not take yet, oldest first, and their bytes.
+    pending: std::collections::VecDeque<Vec<u8>>,
+    pending_bytes: usize,
 }
+
+/// The most encoded bytes kept waiting for the socket: a burst of records (a flush of a busy
+/// launch loop) larger than the socket's buffer is sent as the tracer reads, not dropped.
+pub const PENDING_MAX_BYTES: usize = 8 << 20;
 
 /// The connection.
 pub struct Link {
@@ -84,27 +93,83 @@ impl Link {
 
     /// A fresh outbox for this process.
     pub fn outbox(pid: u32) -> Outbox {
-        Outbox { encoder: Encoder::new(pid), ops: Vec::new(), apis: Vec::new(), devices: Vec::new() }
+        Outbox {
+            encoder: Encoder::new(pid),
+            ops: Vec::new(),
+            apis: Vec::new(),
+            devices: Vec::new(),
+            pending: std::collections::VecDeque::new(),
+            pending_bytes: 0,
+        }
     }
 
-    /// Encodes `msg` and sends every part without waiting.
+    /// Waits (at most `timeout`) for the socket to take what waits in the queue: the exit's last
+    /// flush, which must not lose a burst the tracer has not read yet, nor hang. What is left is
+    /// dropped and counted; returns whether nothing was left.
+    pub fn drain_pending(&self, out: &mut Outbox, timeout: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + timeout;
+        while !out.pending.is_empty() && !self.gone.load(Ordering::Relaxed) {
+            if !matches!(self.send_pending(out), Sent::All) || out.pending.is_empty() {
+                break;
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let mut fd = libc::pollfd { fd: self.fd, events: libc::POLLOUT, revents: 0 };
+            // SAFETY: one live pollfd.
+            unsafe { libc::poll(&mut fd, 1, left.as_millis().clamp(1, 50) as libc::c_int) };
+        }
+        let left: u64 = out.pending.iter().map(|p| records_in(p)).sum();
+        out.pending.clear();
+        out.pending_bytes = 0;
+        self.send_dropped.fetch_add(left, Ordering::Relaxed);
+        left == 0
+    }
+
+    /// Sends what waits in the outbox's queue, oldest first, as far as the socket takes it now.
+    pub fn send_pending(&self, out: &mut Outbox) -> Sent {
+        while let Some(part) = out.pending.front() {
+            match self.send_one(part) {
+                Ok(()) => {
+                    out.pending_bytes -= part.len();
+                    out.pending.pop_front();
+                }
+                Err(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK || e == libc::ENOBUFS => return Sent::All,
+                Err(e) if is_gone(e) => {
+                    self.gone.store(true, Ordering::Relaxed);
+                    return Sent::Gone;
+                }
+                Err(e) => return Sent::Failed(e),
+            }
+        }
+        Sent::All
+    }
+
+    /// Encodes `msg` and sends every part without waiting: what the socket cannot take now (or
+    /// what would pass older messages still waiting) joins the queue; beyond its bound the oldest
+    /// waiting messages are dropped and counted.
     pub fn send(&self, out: &mut Outbox, msg: &Message) -> Sent {
         if self.gone.load(Ordering::Relaxed) {
             return Sent::Gone;
         }
+        match self.send_pending(out) {
+            Sent::All => {}
+            other => return other,
+        }
         let mut result = Sent::All;
         let parts = out.encoder.encode(msg);
         let n_parts = parts.len();
+        let mut queued: Vec<Vec<u8>> = Vec::new();
         for part in parts {
+            if !out.pending.is_empty() || !queued.is_empty() {
+                queued.push(part.clone());
+                continue;
+            }
             match self.send_one(part) {
                 Ok(()) => {}
                 Err(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK || e == libc::ENOBUFS => {
-                    let n = records_in(part);
-                    self.send_dropped.fetch_add(n, Ordering::Relaxed);
-                    result = match result {
-                        Sent::Partly(m) => Sent::Partly(m + n),
-                        _ => Sent::Partly(n),
-                    };
+                    queued.push(part.clone())
                 }
                 Err(e) if is_gone(e) => {
                     self.gone.store(true, Ordering::Relaxed);
@@ -112,6 +177,20 @@ impl Link {
                 }
                 Err(e) => return Sent::Failed(e),
             }
+        }
+        for part in queued {
+            out.pending_bytes += part.len();
+            out.pending.push_back(part);
+        }
+        while out.pending_bytes > PENDING_MAX_BYTES {
+            let Some(old) = out.pending.pop_front() else { break };
+            out.pending_bytes -= old.len();
+            let n = records_in(&old);
+            self.send_dropped.fetch_add(n, Ordering::Relaxed);
+            result = match result {
+                Sent::Partly(m) => Sent::Partly(m + n),
+                _ => Sent::Partly(n),
+            };
         }
         if n_parts > 4 {
             out.encoder.shrink(4); // keep the reused buffers to a steady sender's few

@@ -7,7 +7,9 @@
 //!    run (calibrations, flushes, and converting and sending the records CUPTI hands it), per flush
 //!    and per record sent (the library's `stopped` note).
 //!
-//! The mock CUPTI is not NVIDIA's: on a real GPU, CUPTI's own cost per kernel comes on top
+//! The mock CUPTI is not NVIDIA's: the difference between the two traced modes includes the mock's
+//! own record keeping on the launching thread and the tracer's work on the shared CPUs; the
+//! library's own share is line 2. On a real GPU, CUPTI's cost replaces the mock's
 //! (`scripts/gpu-check.sh`'s `timeline` step measures it on the H100).
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs of each mode, default 5),
@@ -71,14 +73,28 @@ fn traced(build: &Path, inject: &Path, iters: u64, timeline: bool) -> (String, u
     (text, kernels, stopped)
 }
 
-/// (CPU us, flushes, records) of a `stopped` note: "... N records sent; the flush thread used X us
-/// of CPU over F flushes".
-fn library_cost(note: &str) -> Option<(f64, f64, f64)> {
-    let num_before = |word: &str| -> Option<f64> {
-        let at = note.find(word)?;
-        note[..at].split_whitespace().last()?.parse().ok()
+/// What a `stopped` note says the library cost: "... N records sent; reading and sending records
+/// used R us of CPU; the flush thread used X us of CPU over F flushes".
+struct LibraryCost {
+    records: f64,
+    records_us: f64,
+    flush_us: f64,
+    flushes: f64,
+}
+
+fn library_cost(note: &str) -> Option<LibraryCost> {
+    let num_before = |after: &str, word: &str| -> Option<f64> {
+        let from = note.find(after)?;
+        let rest = &note[from..];
+        let at = rest.find(word)?;
+        rest[..at].split_whitespace().last()?.parse().ok()
     };
-    Some((num_before(" us of CPU")?, num_before(" flushes")?, num_before(" records sent")?))
+    Some(LibraryCost {
+        records: num_before("", " records sent")?,
+        records_us: num_before("reading and sending", " us of CPU")?,
+        flush_us: num_before("flush thread", " us of CPU")?,
+        flushes: num_before("flush thread", " flushes")?,
+    })
 }
 
 fn main() {
@@ -104,7 +120,14 @@ fn main() {
             wall[i].push(value(&out, "NS_PER_ITER"));
             cpu[i].push(value(&out, "CPU_NS_PER_ITER"));
             if timeline {
-                assert_eq!(kernels, iters, "every kernel stored once with the timeline on");
+                // (the loop's launches and its warm-up one, as the workload counts them)
+                let launched = value(&out, "CALLS cudaLaunchKernel ") as u64;
+                if kernels != launched {
+                    // launchloop exits without a synchronize: kernels the mock GPU ran after the
+                    // exit's forced flush are not in the device view (nor would they be on a GPU)
+                    println!("  a run stored {kernels} of {launched} kernels (the loop exits without a synchronize: what ran after the exit's last flush is not recorded); its stopped note: {stopped}");
+                }
+                assert!(kernels <= launched, "no kernel stored twice");
                 lib.extend(library_cost(&stopped));
             }
         }
@@ -125,10 +148,10 @@ fn main() {
         println!("the library's own cost: its stopped note was not found (no figure)");
         return;
     }
-    let per_flush = median(lib.iter().map(|(us, flushes, _)| us / flushes.max(1.0)).collect());
-    let per_record = median(lib.iter().map(|(us, _, records)| us * 1000.0 / records.max(1.0)).collect());
-    let records = median(lib.iter().map(|l| l.2).collect());
+    let per_record = median(lib.iter().map(|c| c.records_us * 1000.0 / c.records.max(1.0)).collect());
+    let per_flush = median(lib.iter().map(|c| c.flush_us / c.flushes.max(1.0)).collect());
+    let records = median(lib.iter().map(|c| c.records).collect());
     println!(
-        "the library's flush thread: {per_flush:.0} us of CPU per flush, {per_record:.0} ns per record sent ({records:.0} records a run, median)"
+        "the library's own cost: {per_record:.0} ns of CPU per record read and sent ({records:.0} records a run, median); its flush thread {per_flush:.0} us per flush"
     );
 }
