@@ -23,8 +23,12 @@ fn trace(db: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     for (k, v) in env {
         cmd.env(k, v);
     }
+    // NVML from the mock library (the hog test samples it: CAUSEWAY_NVML_HZ in `env`)
+    let hz = env.iter().find(|(k, _)| *k == "CAUSEWAY_NVML_HZ").map_or("0", |(_, v)| *v);
     let out = cmd
-        .args(["trace", "--nvml-hz", "0", "--gpu-timeline", "--gpu-library"])
+        .args(["trace", "--nvml-hz", hz, "--nvml-lib"])
+        .arg(build.join("libnvidia-ml.so.1"))
+        .args(["--gpu-timeline", "--gpu-library"])
         .arg(causeway_testdata::inject_library())
         .arg("--db")
         .arg(db)
@@ -74,7 +78,7 @@ fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hog.db");
     let args: Vec<&str> = LOOP.iter().copied().chain(["--hog-at", "812", "--hog-ms", "38"]).collect();
-    let (stdout, _) = trace(&db, &args, &[]);
+    let (stdout, _) = trace(&db, &args, &[("CAUSEWAY_NVML_HZ", "10")]);
     assert_eq!(stdout, untraced(&args, &[]), "the workload's output is unchanged");
     let e = explain(&db);
     let g = gap_at(&e, 812);
@@ -111,6 +115,11 @@ fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_
     let chain = &e["device"]["chains"][0];
     let sql = chain["sql"].as_str().unwrap();
     assert_eq!(query_u64(&db, sql) as i64, chain["idle_ns"].as_i64().unwrap(), "{sql}");
+    // the device CUPTI described is the mock NVML's GPU 0, by its UUID (NVML was sampled in this run)
+    let rows = common::query_rows(&db, "SELECT device, uuid, nvml_index FROM gpu_devices");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0][1].as_str().unwrap().starts_with("GPU-"), "{rows:?}");
+    assert_eq!(rows[0][2], 0, "matched to NVML index 0 by UUID: {rows:?}");
     // the report says it in words
     let out = causeway().args(["explain", "--db"]).arg(&db).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -55,6 +55,8 @@ pub(crate) enum GpuMsg {
 pub(crate) struct GpuSampler {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Each sampled GPU's UUID (`GPU-...`) and NVML index.
+    pub(crate) uuids: Vec<(String, i32)>,
 }
 
 impl GpuSampler {
@@ -102,6 +104,9 @@ pub(crate) fn start(
     };
     let names: Vec<String> =
         (0..count).map(|i| nvml.device_by_index(i).and_then(|d| d.name()).unwrap_or_else(|_| "?".into())).collect();
+    // each GPU's UUID: the device timeline's devices name theirs, which gives their NVML index
+    let uuids: Vec<(String, i32)> =
+        (0..count).filter_map(|i| nvml.device_by_index(i).and_then(|d| d.uuid()).ok().map(|u| (u, i as i32))).collect();
     let driver = nvml.sys_driver_version().unwrap_or_default();
     row.complete = true;
     row.symbols = names.iter().enumerate().map(|(i, n)| format!("GPU {i}: {n}")).collect();
@@ -116,7 +121,7 @@ pub(crate) fn start(
         .name("causeway-nvml".into())
         .spawn(move || sample_loop(nvml, count, period, thread_stop, tx))
         .ok();
-    (Some(GpuSampler { stop, thread }), row)
+    (Some(GpuSampler { stop, thread, uuids }), row)
 }
 
 /// Sample every `period` until `stop`; between samples wait for Xid events.

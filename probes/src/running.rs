@@ -72,6 +72,9 @@ pub(crate) struct Running<'o> {
     prev_pages: HashMap<u32, (u64, u64)>,
     /// Events dropped because the sink was behind, by source.
     backpressure: HashMap<u8, u64>,
+    /// The NVML GPUs by UUID (their index), when NVML is sampled: what the device timeline's
+    /// devices are matched to.
+    pub(crate) nvml_uuids: HashMap<String, i32>,
     /// The end was decided (the poll stops; the loop runs until the reader's channel closes).
     pub(crate) stopping: bool,
     /// `trace --all`: the host's processes, looked at for CUDA.
@@ -129,6 +132,7 @@ impl<'o> Running<'o> {
             prev_counters: vec![0u64; cnt::N as usize],
             prev_pages: HashMap::new(),
             backpressure: HashMap::new(),
+            nvml_uuids: HashMap::new(),
             stopping: false,
             watch: opts.all.then(|| HostWatch::new(Duration::from_millis(opts.all_rescan_ms.max(10)))),
             labels_refused: 0,
@@ -470,7 +474,13 @@ impl<'o> Running<'o> {
     }
 
     /// What the injection library of a traced process sent: the device's own timeline.
-    pub(crate) async fn on_gpu_timeline(&mut self, part: causeway_store::GpuTimelinePart) {
+    pub(crate) async fn on_gpu_timeline(&mut self, mut part: causeway_store::GpuTimelinePart) {
+        // a device CUPTI described is the NVML GPU of the same UUID
+        for d in &mut part.devices {
+            if let Some(&i) = self.nvml_uuids.get(&d.uuid) {
+                d.nvml_index = i;
+            }
+        }
         let n = part.ops.len() + part.clock_syncs.len() + part.devices.len() + part.notes.len();
         let said: Vec<String> = part
             .notes

@@ -222,6 +222,9 @@ pub async fn trace(
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
     run.on_nvml(nvml_row).await;
+    if let Some(s) = &sampler {
+        run.nvml_uuids = s.uuids.iter().cloned().collect();
+    }
     run.on_network().await;
     let (serving_tx, mut serving_rx) = tokio::sync::mpsc::unbounded_channel();
     run.watch_serving(crate::serving::ServingWatch::start(&opts.serving, serving_tx));
