@@ -22,7 +22,6 @@ mod coverage;
 mod detector_chains;
 mod detectors;
 mod device_idle;
-mod device_idle_sql;
 mod device_stats;
 mod engine_steps;
 mod evidence;

@@ -11,8 +11,8 @@
 
 use causeway_model::time::TimeWindow;
 
+use super::IdleCause;
 use crate::attribution::{Cause, Culprit};
-use crate::device_idle::IdleCause;
 use crate::evidence::{measure_sql, CulpritKey, SqlScope};
 
 /// The CTEs `o0`, `o` and `g` over the scope's ops.
@@ -39,7 +39,7 @@ fn gaps_cte(window: TimeWindow, pid: Option<u32>, threshold: i64) -> String {
          FROM o WHERE bu IS NOT NULL AND s - bu >= {threshold}), \
          g AS (SELECT g0.*, COALESCE(de, gs) AS hf, MIN(MAX(ls, COALESCE(de, gs)), ge) AS ht, \
          (tid <> 0 AND ls > 0 AND ls > gs) AS late FROM g0)",
-        tol = super::device_idle::DRAIN_TOLERANCE_NS,
+        tol = super::DRAIN_TOLERANCE_NS,
     )
 }
 
