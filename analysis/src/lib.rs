@@ -68,7 +68,7 @@ pub use stats::{compute_stats, resolve_window, OpStats, StatsRequest, TraceStats
 pub use steps::{
     find_steps, judged_by, slow_threshold, step_window, steps_of, SlowSteps, Step, StepReport, StepSeries,
 };
-pub use timeline::{timeline, TimelineReport, TimelineRequest, DEFAULT_AROUND_NS};
+pub use timeline::{timeline, DeviceEntry, DeviceLane, TimelineReport, TimelineRequest, DEFAULT_AROUND_NS};
 
 /// Why an analysis could not run.
 #[derive(Debug, thiserror::Error)]

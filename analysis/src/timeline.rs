@@ -88,7 +88,77 @@ pub struct TimelineReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub around: Option<EventId>,
     pub threads: Vec<ThreadTimeline>,
+    /// The device's own timeline in the window (traces recorded with `--gpu-timeline`): one lane
+    /// per (process, device, stream), each op with the call that launched it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceLane>,
     pub notes: Vec<String>,
+}
+
+/// One stream of one device: what it ran, in order.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct DeviceLane {
+    pub pid: u32,
+    pub device: i32,
+    pub stream: u32,
+    pub ops: Vec<DeviceEntry>,
+    pub truncated: bool,
+}
+
+/// One op of a device lane.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct DeviceEntry {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub kind: causeway_model::GpuOpKind,
+    /// A kernel's name (demangled), a copy's direction, a synchronization's type.
+    pub name: String,
+    pub bytes: i64,
+    /// The thread that launched it and the `events.id` of its launching call (0: not traced).
+    pub launch_tid: u32,
+    pub launch_event_id: i64,
+}
+
+/// The device lanes of `[from, to]` (of `pid`), at most `limit` ops each.
+fn device_lanes(
+    store: &dyn TraceStore,
+    from: i64,
+    to: i64,
+    pid: Option<u32>,
+    limit: usize,
+) -> Result<Vec<DeviceLane>, AnalysisError> {
+    let mut lanes: BTreeMap<(u32, i32, u32), DeviceLane> = BTreeMap::new();
+    let window = TimeWindow { from_ns: Some(from), to_ns: Some(to) };
+    store.scan_gpu_ops(&window, &mut |g| {
+        if pid.is_some_and(|p| p != g.pid) {
+            return;
+        }
+        let lane = lanes.entry((g.pid, g.device, g.stream)).or_insert_with(|| DeviceLane {
+            pid: g.pid,
+            device: g.device,
+            stream: g.stream,
+            ops: Vec::new(),
+            truncated: false,
+        });
+        if lane.ops.len() >= limit {
+            lane.truncated = true;
+            return;
+        }
+        let name = match g.kind {
+            causeway_model::GpuOpKind::Kernel => causeway_model::demangle::demangle(&g.name),
+            _ => g.name.clone(),
+        };
+        lane.ops.push(DeviceEntry {
+            start_ns: g.start_ns,
+            end_ns: g.end_ns,
+            kind: g.kind,
+            name,
+            bytes: g.bytes,
+            launch_tid: g.launch_tid,
+            launch_event_id: g.launch_event_id,
+        });
+    })?;
+    Ok(lanes.into_values().collect())
 }
 
 fn off_cpu_detail(e: &causeway_model::Event) -> String {
@@ -300,5 +370,9 @@ pub fn timeline(store: &dyn TraceStore, req: &TimelineRequest) -> Result<Timelin
     if out.iter().any(|t| t.truncated) {
         notes.push(format!("threads are cut at {} entries: narrow the window or pass --tid", req.limit));
     }
-    Ok(TimelineReport { from_ns: from, to_ns: to, pid, around: req.around.clone(), threads: out, notes })
+    let devices = device_lanes(store, from, to, pid, req.limit)?;
+    if devices.iter().any(|d| d.truncated) {
+        notes.push(format!("device lanes are cut at {} ops: narrow the window", req.limit));
+    }
+    Ok(TimelineReport { from_ns: from, to_ns: to, pid, around: req.around.clone(), threads: out, devices, notes })
 }

@@ -68,6 +68,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             summary.instants,
             summary.counter_values
         );
+        if summary.device_ops > 0 {
+            eprintln!(
+                "the device's own timeline: {} ops on their streams' tracks, {} flows from the calls that launched them, {} idle gaps over 1 ms named by their cause",
+                summary.device_ops, summary.launch_flows, summary.idle_gaps
+            );
+        }
         let how = match args.format {
             Format::Perfetto => "open it in Perfetto UI (Open trace file), or load it in trace_processor",
             Format::Chrome => {

@@ -28,8 +28,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         causeway_render::html_report(store.as_ref(), &args.scope.explain_request(store.as_ref(), args.top.max(1))?)?;
     std::fs::write(&args.html, &report.html).with_context(|| format!("cannot write {}", args.html.display()))?;
     eprintln!(
-        "wrote {}: {} chains ({} pictured), {} histograms; open it in a browser (it fetches nothing)",
+        "wrote {}: {}{} chains ({} pictured), {} histograms; open it in a browser (it fetches nothing)",
         args.html.display(),
+        if report.device { "the GPU's idle gaps and their causes, " } else { "" },
         report.chains,
         report.pictures,
         report.histograms

@@ -89,6 +89,32 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             println!("  … cut at {} entries", args.limit);
         }
     }
+    for d in &r.devices {
+        match d.device {
+            -1 => println!(
+                "\npid {} stream {}: the host's waits on the device (CUPTI's synchronization records)",
+                d.pid, d.stream
+            ),
+            dev => println!("\npid {} GPU {dev} stream {} (the device's own timeline)", d.pid, d.stream),
+        }
+        for o in &d.ops {
+            let launched = if o.launch_event_id > 0 {
+                format!("  (launched by event {})", o.launch_event_id)
+            } else {
+                String::new()
+            };
+            println!(
+                "  {:+.6} s  {:<8} {} for {}{launched}",
+                (o.start_ns - r.from_ns) as f64 / 1e9,
+                o.kind.name(),
+                o.name,
+                fmt_ns(o.end_ns - o.start_ns)
+            );
+        }
+        if d.truncated {
+            println!("  … cut at {} ops", args.limit);
+        }
+    }
     for n in &r.notes {
         println!("\nnote: {n}");
     }

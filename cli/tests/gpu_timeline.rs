@@ -120,6 +120,19 @@ fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(rows[0][1].as_str().unwrap().starts_with("GPU-"), "{rows:?}");
     assert_eq!(rows[0][2], 0, "matched to NVML index 0 by UUID: {rows:?}");
+    // the timeline around the late launch shows the device's lane with the kernel it launched
+    let launch = g["next"]["launch_event_id"].as_i64().unwrap();
+    let out = causeway()
+        .args(["timeline", "--json", "--db"])
+        .arg(&db)
+        .args(["--around", &launch.to_string()])
+        .output()
+        .unwrap();
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lanes = t["devices"].as_array().unwrap();
+    let lane = lanes.iter().find(|l| l["device"] == 0).unwrap_or_else(|| panic!("no lane of GPU 0: {t}"));
+    assert_eq!(lane["stream"], 13, "{t}");
+    assert!(lane["ops"].as_array().unwrap().iter().any(|o| o["launch_event_id"] == launch), "{lane}");
     // the report says it in words
     let out = causeway().args(["explain", "--db"]).arg(&db).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -5,7 +5,8 @@
 //! `ts` counts microseconds from `otherData.origin_unix_ns`; a double holds every nanosecond of
 //! that (three decimals) for traces shorter than about a hundred days, so `round(ts * 1000)` gives
 //! back the trace's own nanoseconds. Tracks that are not threads (CPUs, chains, GPU counters) live
-//! in pseudo-processes numbered above the kernel's `PID_MAX_LIMIT`, so they never meet a real pid.
+//! in pseudo-processes numbered above the kernel's `PID_MAX_LIMIT`, so they never meet a real pid;
+//! the device timeline's tracks are pseudo-threads of their process, numbered above it too.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
@@ -21,6 +22,9 @@ const CHAINS_PID: u64 = 4_194_305;
 const CPUS_PID: u64 = 4_194_306;
 const GPUS_PID: u64 = 4_194_307;
 const SERVING_PID: u64 = 4_194_308;
+/// Device tracks are pseudo-threads of their process numbered from here (real tids are below
+/// `PID_MAX_LIMIT`, 2^22).
+const DEVICE_TID_BASE: u64 = 1 << 23;
 /// Name and category of every flow event (start and end alike, as the viewers match them).
 const FLOW_NAME: &str = "causeway";
 const FLOW_CAT: &str = "flow";
@@ -89,6 +93,8 @@ pub(crate) struct ChromeWriter<'w> {
     first: bool,
     processes: HashSet<u64>,
     counters: HashMap<usize, (u64, String)>,
+    /// Each device track's process.
+    device_pids: HashMap<usize, u32>,
 }
 
 impl<'w> ChromeWriter<'w> {
@@ -101,7 +107,14 @@ impl<'w> ChromeWriter<'w> {
             "ts": "microseconds since origin_unix_ns (three decimals: exact nanoseconds)",
         });
         write!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":{other},\"traceEvents\":[")?;
-        Ok(ChromeWriter { out, origin, first: true, processes: HashSet::new(), counters: HashMap::new() })
+        Ok(ChromeWriter {
+            out,
+            origin,
+            first: true,
+            processes: HashSet::new(),
+            counters: HashMap::new(),
+            device_pids: HashMap::new(),
+        })
     }
 
     fn write(&mut self, e: &Event) -> io::Result<()> {
@@ -115,11 +128,13 @@ impl<'w> ChromeWriter<'w> {
         (ns - self.origin) as f64 / 1000.0
     }
 
-    fn where_(track: Track) -> (u64, u64) {
+    fn where_(&self, track: Track) -> (u64, u64) {
         match track {
             Track::Thread { pid, tid } => (u64::from(pid), u64::from(tid)),
             Track::Cpu(cpu) => (CPUS_PID, cpu as u32 as u64),
             Track::Chain(rank) => (CHAINS_PID, rank as u64),
+            // declared before use: its process is known
+            Track::Device(id) => (self.device_pids.get(&id).map_or(0, |&p| u64::from(p)), DEVICE_TID_BASE + id as u64),
         }
     }
 
@@ -139,7 +154,7 @@ impl<'w> ChromeWriter<'w> {
     }
 
     fn flows(&mut self, ph: &str, track: Track, ts: i64, ids: &[u64]) -> io::Result<()> {
-        let (pid, tid) = Self::where_(track);
+        let (pid, tid) = self.where_(track);
         for &id in ids {
             let mut e = Event::new(ph, pid);
             e.name = Some(FLOW_NAME);
@@ -154,7 +169,7 @@ impl<'w> ChromeWriter<'w> {
     }
 
     fn slice_event(&mut self, ph: &str, track: Track, ts: i64, slice: &Slice) -> io::Result<()> {
-        let (pid, tid) = Self::where_(track);
+        let (pid, tid) = self.where_(track);
         let mut e = Event::new(ph, pid);
         e.name = Some(&slice.name);
         e.cat = Some(&slice.category);
@@ -184,6 +199,12 @@ impl TraceWriter for ChromeWriter<'_> {
         self.metadata("thread_name", CHAINS_PID, Some(rank as u64), name)
     }
 
+    fn device_track(&mut self, id: usize, pid: u32, process_name: &str, name: &str) -> io::Result<()> {
+        self.process(u64::from(pid), process_name)?;
+        self.device_pids.insert(id, pid);
+        self.metadata("thread_name", u64::from(pid), Some(DEVICE_TID_BASE + id as u64), name)
+    }
+
     fn counter_track(&mut self, id: usize, owner: &CounterOwner, name: &str, _unit: &str) -> io::Result<()> {
         let pid = match owner {
             CounterOwner::Process(pid) => u64::from(*pid),
@@ -205,7 +226,7 @@ impl TraceWriter for ChromeWriter<'_> {
     }
 
     fn end(&mut self, track: Track, ts: i64) -> io::Result<()> {
-        let (pid, tid) = Self::where_(track);
+        let (pid, tid) = self.where_(track);
         let mut e = Event::new("E", pid);
         e.ts = Some(self.ts(ts));
         e.tid = Some(tid);

@@ -11,7 +11,13 @@
 //! - counter tracks: kernel launches per second per process, and the GPUs' clocks, temperature,
 //!   power, utilisation and throttle reasons where NVML samples exist;
 //! - each causal chain of `explain` as an annotation slice on its own track, with a flow to each of
-//!   its evidence events.
+//!   its evidence events;
+//! - for a trace recorded with `--gpu-timeline`, the device's own timeline in each process: one
+//!   track per (device, stream) (`GPU 0 stream 13`) holding its kernels (by their demangled
+//!   names), copies and memsets, one per waiting thread holding its synchronizations, a flow from
+//!   each launching call's slice to each op it launched, and `GPU 0 idle` holding every idle gap
+//!   over 1 ms, named by its top cause (`the launching thread was preempted by backup-rsync (pid
+//!   9912)`).
 //!
 //! Timestamps are exact: Perfetto's packets carry the trace's own unix nanoseconds; the JSON form
 //! counts microseconds (with the nanoseconds as three decimals) from an origin written in
@@ -19,11 +25,14 @@
 //!
 //! Large traces stream: the events are read window by window ([`ExportRequest::chunk_events`] at
 //! a time, by the trace's average rate; a window found denser is halved), written out, and dropped.
-//! The state kept across windows is per thread and per CPU, never per event.
+//! The state kept across windows is per thread and per CPU, never per event (the device timeline
+//! adds one bit per launching call, counted before the walk, and per stream and device state).
 //!
 //! The walk over the store is format-neutral ([`walk`]); each format is a [`writer::TraceWriter`].
 
 mod chrome;
+mod device;
+mod device_gaps;
 mod perfetto;
 mod walk;
 mod writer;
@@ -108,6 +117,13 @@ pub struct ExportSummary {
     /// CPU-track slices cut short because the CPU was seen running a traced thread again before
     /// the preempted thread came back (who ran in between is not recorded).
     pub clipped: u64,
+    /// Device ops (kernels, copies, memsets, synchronizations) written as slices on their device's
+    /// tracks (`--gpu-timeline` traces).
+    pub device_ops: u64,
+    /// Flow arrows from a launching call's slice to an op it launched.
+    pub launch_flows: u64,
+    /// The device's idle gaps over 1 ms written as slices, named by their cause.
+    pub idle_gaps: u64,
     /// Windows of time read.
     pub windows: u64,
 }

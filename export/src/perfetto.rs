@@ -37,6 +37,7 @@ fn track_uuid(track: Track) -> u64 {
         Track::Thread { pid, tid } => uuid(2, (u64::from(pid) << 32) | u64::from(tid)),
         Track::Cpu(cpu) => uuid(3, cpu as u32 as u64),
         Track::Chain(rank) => uuid(4, rank as u64),
+        Track::Device(id) => uuid(7, id as u64),
     }
 }
 fn counter_uuid(id: usize) -> u64 {
@@ -80,6 +81,20 @@ impl<'w> PerfettoWriter<'w> {
         }
         self.out.write_all(&head)?;
         self.out.write_all(&bytes)
+    }
+
+    /// A process's descriptor, declared once.
+    fn process(&mut self, pid: u32, name: &str) -> io::Result<()> {
+        if !self.processes.insert(pid) {
+            return Ok(());
+        }
+        let mut pd = ProcessDescriptor::new();
+        pd.set_pid(pid as i32);
+        pd.set_process_name(name.to_string());
+        let mut d = TrackDescriptor::new();
+        d.set_uuid(process_uuid(pid));
+        d.process = MessageField::some(pd);
+        self.descriptor(d)
     }
 
     fn descriptor(&mut self, d: TrackDescriptor) -> io::Result<()> {
@@ -140,15 +155,7 @@ fn annotation(name: &str, value: &Arg) -> DebugAnnotation {
 
 impl TraceWriter for PerfettoWriter<'_> {
     fn thread(&mut self, pid: u32, tid: u32, process_name: &str, thread_name: &str) -> io::Result<()> {
-        if self.processes.insert(pid) {
-            let mut pd = ProcessDescriptor::new();
-            pd.set_pid(pid as i32);
-            pd.set_process_name(process_name.to_string());
-            let mut d = TrackDescriptor::new();
-            d.set_uuid(process_uuid(pid));
-            d.process = MessageField::some(pd);
-            self.descriptor(d)?;
-        }
+        self.process(pid, process_name)?;
         let mut td = ThreadDescriptor::new();
         td.set_pid(pid as i32);
         td.set_tid(tid as i32);
@@ -174,6 +181,15 @@ impl TraceWriter for PerfettoWriter<'_> {
         let mut d = TrackDescriptor::new();
         d.set_uuid(track_uuid(Track::Chain(rank)));
         d.set_parent_uuid(CHAINS_GROUP);
+        d.set_name(name.to_string());
+        self.descriptor(d)
+    }
+
+    fn device_track(&mut self, id: usize, pid: u32, process_name: &str, name: &str) -> io::Result<()> {
+        self.process(pid, process_name)?;
+        let mut d = TrackDescriptor::new();
+        d.set_uuid(track_uuid(Track::Device(id)));
+        d.set_parent_uuid(process_uuid(pid));
         d.set_name(name.to_string());
         self.descriptor(d)
     }

@@ -1,6 +1,7 @@
 //! The walk over a trace that every format shares: read the events window by window, order each
 //! window by slice start, and turn each event into tracks, slices, flows and counter values for a
-//! [`TraceWriter`]. Nothing here knows a file format.
+//! [`TraceWriter`]. Nothing here knows a file format. The device's own timeline, where the trace
+//! holds one, is read in the same windows and written by [`crate::device`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -10,6 +11,7 @@ use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::{Event, PrevState};
 use causeway_store::{EventFilter, EventId, StoredEvent, TraceStore};
 
+use crate::device::{DeviceTimeline, Names};
 use crate::writer::{Arg, CounterOwner, Nesting, Slice, TraceWriter, Track};
 use crate::{ExportError, ExportRequest, ExportSummary};
 
@@ -45,6 +47,7 @@ pub(crate) fn walk(
         if req.chains {
             walk.prepare_chains(w)?;
         }
+        walk.device = DeviceTimeline::prepare(store, req.window, req.pid)?;
         walk.windows(w, from, to)?;
     }
     walk.finish(w)
@@ -88,6 +91,8 @@ struct Walk<'a> {
     /// launch) is the same kernel and is not counted again.
     nesting_by_thread: HashMap<u32, ThreadNesting>,
     next_counter: usize,
+    /// The device's own timeline, when the trace holds one in the export's scope.
+    device: Option<DeviceTimeline>,
     summary: ExportSummary,
 }
 
@@ -113,6 +118,7 @@ impl<'a> Walk<'a> {
             rates: LaunchRates::new(rate_bucket_ns(from, to)),
             nesting_by_thread: HashMap::new(),
             next_counter: 0,
+            device: None,
             summary: ExportSummary::default(),
         })
     }
@@ -227,7 +233,9 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
-    /// Reads `[from, to]` a window at a time and writes each.
+    /// Reads `[from, to]` a window at a time and writes each (the device ops that start in it too:
+    /// the first window's from the request's start, the last one's to the request's end, as the
+    /// device may run past the last host event).
     fn windows(&mut self, w: &mut dyn TraceWriter, from: i64, to: i64) -> Result<(), ExportError> {
         let info = self.store.info();
         let chunk = self.req.chunk_events.max(1);
@@ -253,7 +261,23 @@ impl<'a> Walk<'a> {
                 width = ((end - start + 1) / 2).max(1);
                 continue;
             }
-            self.window(w, items, end)?;
+            let (ops, n_ops) = match &self.device {
+                Some(_) => {
+                    let window = TimeWindow {
+                        from_ns: if start == from { self.req.window.from_ns } else { Some(start) },
+                        to_ns: if end == to { self.req.window.to_ns } else { Some(end) },
+                    };
+                    let cap = if end > start { limit.saturating_sub(n) } else { u64::MAX };
+                    DeviceTimeline::read(self.store, window, self.req.pid, cap)?
+                }
+                None => (Vec::new(), 0),
+            };
+            let n = n + n_ops;
+            if n > limit && end > start {
+                width = ((end - start + 1) / 2).max(1);
+                continue;
+            }
+            self.window(w, items, ops, end)?;
             self.summary.windows += 1;
             start = end + 1;
             // the next window by this one's density, within [1, 16x the average]
@@ -262,8 +286,15 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
-    /// Writes one window's events (and the chains that start before its end) by slice start.
-    fn window(&mut self, w: &mut dyn TraceWriter, events: Vec<StoredEvent>, end: i64) -> Result<(), ExportError> {
+    /// Writes one window's events (and the chains that start before its end) by slice start, then
+    /// its device ops (after the calls that launched them, which carry the flows to them).
+    fn window(
+        &mut self,
+        w: &mut dyn TraceWriter,
+        events: Vec<StoredEvent>,
+        ops: Vec<causeway_model::GpuOp>,
+        end: i64,
+    ) -> Result<(), ExportError> {
         let mut items: Vec<(i64, i64, u8, Item)> = Vec::with_capacity(events.len());
         while self.next_chain < self.chains.len() && self.chains[self.next_chain].start <= end {
             let c = &self.chains[self.next_chain];
@@ -284,6 +315,10 @@ impl<'a> Walk<'a> {
                 }
                 Item::Event(e) => self.event(w, e)?,
             }
+        }
+        if let Some(device) = &mut self.device {
+            let names = Names { processes: &self.process_names, threads: &self.thread_names };
+            device.write(self.store, w, &mut self.nesting, &names, ops, &mut self.summary)?;
         }
         Ok(())
     }
@@ -307,7 +342,10 @@ impl<'a> Walk<'a> {
         self.summary.chain_flows += flows_in.len() as u64;
         match codes::op_kind(ev.source, ev.op) {
             OpKind::GpuCall => {
-                let slice = self.call_slice(&e, code, flows_in);
+                let mut slice = self.call_slice(&e, code, flows_in);
+                if let Some(device) = &mut self.device {
+                    slice.flows_out = device.call_flows(&e.id, &mut self.next_flow);
+                }
                 self.summary.clipped += self.nesting.begin(w, track, ev.ts_ns, ev.span().1, &slice)?;
                 self.summary.calls += 1;
                 let nested = self.nesting_by_thread.entry(ev.tid).or_default().nested(ev.span().1);

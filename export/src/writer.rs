@@ -16,6 +16,9 @@ pub(crate) enum Track {
     Cpu(i32),
     /// One causal chain's annotation (its rank, from 1).
     Chain(usize),
+    /// A track of the device's own timeline (a stream, its syncs, its idle gaps), in its process,
+    /// numbered by the walk in the order it declares them.
+    Device(usize),
 }
 
 /// What a counter track belongs to.
@@ -57,6 +60,9 @@ pub(crate) trait TraceWriter {
     fn cpu(&mut self, cpu: i32) -> io::Result<()>;
     /// Declares a chain's annotation track.
     fn chain(&mut self, rank: usize, name: &str) -> io::Result<()>;
+    /// Declares device track `id` (`GPU 0 stream 13`, `GPU 0 idle`, ...) in process `pid`
+    /// (declaring the process the first time, named `process_name`).
+    fn device_track(&mut self, id: usize, pid: u32, process_name: &str, name: &str) -> io::Result<()>;
     /// Declares counter track `id`.
     fn counter_track(&mut self, id: usize, owner: &CounterOwner, name: &str, unit: &str) -> io::Result<()>;
     /// A slice begins on `track` at `ts` (unix ns).

@@ -1,11 +1,13 @@
-//! A chain's evidence as a timeline: the worst call of the chain with some time on each side, one
-//! row per thread of its process (the call's thread first) holding its calls above and its
-//! off-CPU intervals below, coloured by cause, and one row per CPU a traced thread was preempted
-//! on, showing the task that took it. Read from the trace, drawn with the `svg` crate.
+//! A chain's evidence as a timeline: the worst call of the chain (with the gap before it, for a
+//! chain of gaps between GPU calls) with some time on each side, one row per thread of its process
+//! (the call's thread first) holding its calls above and its off-CPU intervals below, coloured by
+//! cause, and one row per CPU a traced thread was preempted on, showing the task that took it;
+//! when the trace holds the device's own timeline, a lane per device of the process under them,
+//! busy or idle ([`crate::device_lane`]). Read from the trace, drawn with the `svg` crate.
 
 use std::collections::{BTreeMap, HashMap};
 
-use causeway_analysis::{Chain, ThreadNesting};
+use causeway_analysis::{Chain, ChainKind, ThreadNesting};
 use causeway_model::codes::{self, op, GpuRole, OpCode, OpKind};
 use causeway_model::time::fmt_ns;
 use causeway_model::time::TimeWindow;
@@ -14,6 +16,7 @@ use causeway_store::{EventFilter, StoredEvent, TraceStore};
 use svg::node::element::{Group, Line, Rectangle, Text, Title};
 use svg::Document;
 
+use crate::device_lane::{device_lanes, draw_lane, DeviceLane, LANE_H};
 use crate::palette;
 use crate::scale::TimeScale;
 use crate::RenderError;
@@ -42,6 +45,9 @@ pub struct ChainPicture {
     pub calls: usize,
     pub off_cpu: usize,
     pub culprits: usize,
+    /// The device lane's busy spans and idle stretches drawn (0 without a device timeline).
+    pub device_busy: usize,
+    pub device_idle: usize,
     /// The window shown, unix ns.
     pub from_ns: i64,
     pub to_ns: i64,
@@ -73,7 +79,13 @@ struct ThreadRow {
 pub fn chain_picture(store: &dyn TraceStore, chain: &Chain) -> Result<Option<ChainPicture>, RenderError> {
     let Some(first) = chain.evidence.event_ids.first() else { return Ok(None) };
     let Some(worst) = store.events_by_id(std::slice::from_ref(first))?.into_iter().next() else { return Ok(None) };
-    let (s, e) = worst.event.span();
+    let (mut s, mut e) = worst.event.span();
+    // a gap chain's worst event is the call that ended its worst gap: show the gap too
+    if chain.kind == ChainKind::FeedingGap {
+        if let Some(step) = chain.timeline.iter().find(|t| t.event_id.as_ref() == Some(first)) {
+            (s, e) = (s.min(step.ts_ns), e.max(step.ts_ns + step.dur_ns));
+        }
+    }
     let pad = ((e - s) / 6).max(2_000);
     let (from, to) = (s - pad, e + pad);
     // off-CPU rows are stored at their switch-in: read past the window for those that begin in it
@@ -92,7 +104,8 @@ pub fn chain_picture(store: &dyn TraceStore, chain: &Chain) -> Result<Option<Cha
     let evidence: std::collections::HashSet<String> = chain.evidence.event_ids.iter().map(|i| i.to_string()).collect();
     let (threads, cpus) = rows(&events, worst.event.tid, &evidence);
     let scale = TimeScale::new(from, to, LABEL_W, WIDTH - RIGHT_PAD);
-    Ok(Some(draw(chain, &threads, &cpus, &scale)))
+    let lanes = device_lanes(store, worst.event.pid, scale.t0, scale.t1)?;
+    Ok(Some(draw(chain, &threads, &cpus, &lanes, &scale)))
 }
 
 /// The thread rows (the worst call's thread first, then by busy time) and the CPU rows.
@@ -247,8 +260,18 @@ fn add_bars(mut row: Group, bars: &[Bar], scale: &TimeScale, place: impl Fn(&Bar
     row
 }
 
-fn draw(chain: &Chain, threads: &[ThreadRow], cpus: &BTreeMap<i32, Vec<Bar>>, scale: &TimeScale) -> ChainPicture {
-    let height = TOP + threads.len() as f64 * THREAD_ROW_H + cpus.len() as f64 * CPU_ROW_H + AXIS_H;
+fn draw(
+    chain: &Chain,
+    threads: &[ThreadRow],
+    cpus: &BTreeMap<i32, Vec<Bar>>,
+    lanes: &[DeviceLane],
+    scale: &TimeScale,
+) -> ChainPicture {
+    let height = TOP
+        + threads.len() as f64 * THREAD_ROW_H
+        + cpus.len() as f64 * CPU_ROW_H
+        + lanes.len() as f64 * LANE_H
+        + AXIS_H;
     let mut doc = Document::new()
         .set("xmlns", "http://www.w3.org/2000/svg")
         .set("class", "chain-timeline")
@@ -306,14 +329,24 @@ fn draw(chain: &Chain, threads: &[ThreadRow], cpus: &BTreeMap<i32, Vec<Bar>>, sc
         doc = doc.add(separator(y + CPU_ROW_H - 1.0));
         y += CPU_ROW_H;
     }
+    let (mut device_busy, mut device_idle) = (0, 0);
+    for lane in lanes {
+        doc = doc.add(draw_lane(lane, scale, y));
+        doc = doc.add(separator(y + LANE_H - 1.0));
+        device_busy += lane.busy.len();
+        device_idle += lane.idle.len();
+        y += LANE_H;
+    }
     doc = doc.add(axis(scale, y));
-    doc = doc.add(legend(y + 38.0));
+    doc = doc.add(legend(y + 38.0, !lanes.is_empty()));
     ChainPicture {
         chain: chain.id.clone(),
         svg: doc.to_string(),
         calls,
         off_cpu,
         culprits,
+        device_busy,
+        device_idle,
         from_ns: scale.t0,
         to_ns: scale.t1,
     }
@@ -358,8 +391,8 @@ fn axis(scale: &TimeScale, y: f64) -> Group {
     g
 }
 
-fn legend(y: f64) -> Group {
-    let items: [(&str, &str); 8] = [
+fn legend(y: f64, device: bool) -> Group {
+    let mut items: Vec<(&str, &str)> = vec![
         ("launch", palette::call(GpuRole::Launch)),
         ("sync", palette::call(GpuRole::Sync)),
         ("copy", palette::call(GpuRole::SyncCopy)),
@@ -369,6 +402,9 @@ fn legend(y: f64) -> Group {
         ("I/O wait (D)", palette::off_cpu(PrevState::Uninterruptible)),
         ("took the CPU", palette::CULPRIT),
     ];
+    if device {
+        items.extend([("GPU busy", palette::DEVICE_BUSY), ("GPU idle over 1 ms", palette::DEVICE_GAP)]);
+    }
     let mut g = Group::new().set("class", "legend");
     let mut x = 8.0;
     for (name, color) in items {

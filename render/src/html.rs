@@ -1,5 +1,6 @@
 //! The incident report a person opens: one self-contained HTML file (inline CSS and SVG, no script,
-//! nothing fetched) with the verdict, the ranked chains (each with its summary, steps,
+//! nothing fetched) with the verdict, the device's own view when the trace holds it
+//! ([`crate::device_section`]), the ranked chains (each with its summary, steps,
 //! recommendations, the SQL that proves its figure and its timeline picture), the per-op
 //! percentile table and the latency histogram of each op a chain is about.
 
@@ -11,6 +12,7 @@ use causeway_model::time::{fmt_ns, fmt_utc};
 use causeway_store::{EventFilter, TraceStore};
 
 use crate::chain_picture::chain_picture;
+use crate::device_section::device_section;
 use crate::histogram::latency_histogram;
 use crate::RenderError;
 
@@ -25,6 +27,8 @@ pub struct HtmlReport {
     /// Chains drawn as a timeline.
     pub pictures: usize,
     pub histograms: usize,
+    /// Whether it holds the device section (the trace has the device's own timeline).
+    pub device: bool,
 }
 
 const STYLE: &str = r#"
@@ -41,6 +45,8 @@ table { border-collapse: collapse; font-size: 12px; }
 th, td { border: 1px solid #e5e7eb; padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 .picture { margin: 10px 0; overflow-x: auto; }
+h3 { font-size: 15px; margin-top: 18px; }
+.idle-chains th:last-child, .idle-chains td:last-child { text-align: left; }
 "#;
 
 /// Runs explain and the statistics over `req`'s scope and renders the report.
@@ -65,6 +71,9 @@ pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlR
         ex.slow_calls,
         esc(&ex.verdict)
     );
+    if let Some(d) = &ex.device {
+        device_section(&mut h, d, ex.first_ns);
+    }
     steps_section(&mut h, &ex.steps);
     serving_section(&mut h, &ex.serving);
     if ex.chains.is_empty() {
@@ -110,7 +119,13 @@ pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlR
         h.push_str("</ul>\n");
     }
     h.push_str("<p class=\"meta\">Every figure above is computed from the trace; each chain's SQL reproduces its headline figure.</p>\n</body></html>\n");
-    Ok(HtmlReport { html: h, chains: ex.chains.len(), pictures, histograms: histograms.len() })
+    Ok(HtmlReport {
+        html: h,
+        chains: ex.chains.len(),
+        pictures,
+        histograms: histograms.len(),
+        device: ex.device.is_some(),
+    })
 }
 
 /// The workload's step series and their slow ranges, each with what explains it.

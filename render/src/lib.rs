@@ -5,11 +5,13 @@
 //! Everything drawn is read from the trace through the storage traits and the analysis (the same
 //! chains and nearest-rank figures `explain` and `stats` print); the SVG is built as elements with
 //! the `svg` crate, and every coordinate comes from one of the two scales in `scale`.
-//! Elements carry classes (`call`, `off-cpu preempted`, `culprit`, `evidence`, `bin`) and
-//! `data-event-id` attributes, so a reader, a browser test or an agent can find what a picture
-//! shows.
+//! Elements carry classes (`call`, `off-cpu preempted`, `culprit`, `evidence`, `bin`,
+//! `device-busy`, `device-idle`) and `data-event-id` attributes, so a reader, a browser test or an
+//! agent can find what a picture shows.
 
 mod chain_picture;
+mod device_lane;
+mod device_section;
 mod histogram;
 mod html;
 mod palette;

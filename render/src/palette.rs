@@ -1,5 +1,6 @@
 //! The colours of every picture, one per kind of thing drawn (a call by its GPU role, an off-CPU
-//! interval by its cause, the task that took a CPU), so a reader learns them once.
+//! interval by its cause, the task that took a CPU, the device busy or idle), so a reader learns
+//! them once.
 
 use causeway_model::codes::GpuRole;
 use causeway_model::PrevState;
@@ -12,6 +13,10 @@ pub(crate) const EVIDENCE: &str = "#111827";
 pub(crate) const CULPRIT: &str = "#7f1d1d";
 pub(crate) const HISTOGRAM: &str = "#2563eb";
 pub(crate) const SLOW: &str = "#dc2626";
+/// The device lane: the device running work, idle, idle in a gap the device view explains.
+pub(crate) const DEVICE_BUSY: &str = "#0f766e";
+pub(crate) const DEVICE_IDLE: &str = "#e5e7eb";
+pub(crate) const DEVICE_GAP: &str = "#fca5a5";
 
 /// A call's colour by what it does on the GPU.
 pub(crate) fn call(role: GpuRole) -> &'static str {
