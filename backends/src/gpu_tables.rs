@@ -282,11 +282,14 @@ pub(crate) fn resolve_launches_sql(engine: Engine) -> [String; 2] {
     [
         // a call no longer in the trace (a cut) names nothing
         "UPDATE gpu_ops SET launch_event_id = 0 WHERE launch_event_id <> 0".to_string(),
-        format!(
-            "UPDATE gpu_ops SET launch_event_id = best.event_id FROM (SELECT op_row, event_id FROM ({candidates}) \
-             AS c WHERE pick = 1) AS best WHERE gpu_ops.rowid = best.op_row"
-        ),
+        format!("SELECT op_row, event_id FROM ({candidates}) AS c WHERE pick = 1"),
     ]
+}
+
+/// The UPDATE that writes the picks of [`resolve_launches_sql`] (its second statement, `best`: a
+/// subquery, or a table the engine filled from it).
+pub(crate) fn apply_launches_sql(best: &str) -> String {
+    format!("UPDATE gpu_ops SET launch_event_id = best.event_id FROM {best} AS best WHERE gpu_ops.rowid = best.op_row")
 }
 
 /// The indexes a finished SQLite trace has on `gpu_ops`: windows of device time, and the launch

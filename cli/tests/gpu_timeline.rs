@@ -15,6 +15,15 @@ use serde_json::Value;
 
 const MS: i64 = 1_000_000;
 
+/// One traced loop at a time: the planted stalls are measured to the millisecond, and a second
+/// trace running beside one on two CPUs would preempt its launch thread (which the analysis then
+/// rightly names, and the test did not plant).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Trace `gpuloop ARGS` (1 ms kernels) with the device timeline into `db`; (stdout, stderr).
 fn trace(db: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     let build = causeway_testdata::mock_cuda_build();
@@ -75,6 +84,7 @@ const LOOP: [&str; 6] = ["--steps", "900", "--kernels", "1", "--host-us", "200"]
 #[test]
 fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_named() {
     require_root_to("trace with eBPF");
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hog.db");
     let args: Vec<&str> = LOOP.iter().copied().chain(["--hog-at", "812", "--hog-ms", "38"]).collect();
@@ -114,6 +124,13 @@ fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_
         900,
         "each kernel's launch_event_id is its own runtime launch call"
     );
+    // the same trace in DuckDB ties every kernel to the same call (its range join: a plan DuckDB
+    // refuses on a trace this size falls back to the hash join)
+    let duck = dir.path().join("hog.duckdb");
+    let out = causeway().args(["convert", "--quiet", "--from"]).arg(&db).arg("--to").arg(&duck).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ties = "SELECT sum(launch_event_id) FROM gpu_ops WHERE kind = 1";
+    assert_eq!(query_u64(&duck, ties), query_u64(&db, ties), "the same launches in both engines");
     // the idle chain's SQL recomputes its figure
     let chain = &e["device"]["chains"][0];
     let sql = chain["sql"].as_str().unwrap();
@@ -145,6 +162,7 @@ fn a_hog_that_preempts_the_launch_thread_at_step_812_idles_the_gpu_38_ms_and_is_
 #[test]
 fn a_sleep_and_a_drain_are_named_as_what_they_are() {
     require_root_to("trace with eBPF");
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("sleep.db");
     let args: Vec<&str> = LOOP.iter().copied().chain(["--sleep-at", "812", "--sleep-ms", "38"]).collect();
@@ -169,6 +187,7 @@ fn a_sleep_and_a_drain_are_named_as_what_they_are() {
 #[test]
 fn a_preemption_while_the_queue_stays_deep_costs_no_idle_time_and_no_blame() {
     require_root_to("trace with eBPF");
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("deep.db");
     // 15 steps of 4 ms queued ahead: a 30 ms stall of the host leaves the GPU 30 ms of work
@@ -191,6 +210,7 @@ fn a_preemption_while_the_queue_stays_deep_costs_no_idle_time_and_no_blame() {
 #[test]
 fn every_fault_of_cupti_leaves_a_clear_line_the_rest_of_the_trace_and_the_workload_unharmed() {
     require_root_to("trace with eBPF");
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let args = ["--steps", "200", "--kernels", "1", "--host-us", "200"];
     let expected = untraced(&args, &[]);
@@ -245,6 +265,7 @@ fn every_fault_of_cupti_leaves_a_clear_line_the_rest_of_the_trace_and_the_worklo
 #[test]
 fn a_foreign_cupti_client_mid_run_still_receives_its_records() {
     require_root_to("trace with eBPF");
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("foreign.db");
     let args = ["--steps", "900", "--kernels", "2", "--host-us", "200", "--foreign-at", "100", "--foreign-steps", "10"];

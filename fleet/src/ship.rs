@@ -155,6 +155,9 @@ pub struct Shipper {
     /// [`Shipper::release`]).
     path: PathBuf,
     attached: std::cell::Cell<bool>,
+    /// The local trace is DuckDB, whose `rowid` counts from 0 (SQLite's from 1): its rows are
+    /// keyed `rowid + 1` so that marks mean the same on both ([`Shipper::row_key`]).
+    local_duckdb: bool,
     node: String,
     trace_uid: String,
     tier: Tier,
@@ -250,6 +253,7 @@ impl Shipper {
             paused: std::cell::Cell::new(false),
             path: trace.to_path_buf(),
             attached: std::cell::Cell::new(true),
+            local_duckdb: engine == "duckdb",
             node,
             trace_uid,
             tier,
@@ -262,6 +266,16 @@ impl Shipper {
             small: SmallTables::default(),
             pending: (0, 0),
         })
+    }
+
+    /// How a watermarked table's rows are keyed in the local trace: its column, and for DuckDB's
+    /// 0-based `rowid` that `rowid + 1` (a 0 mark is "nothing shipped"; its first row is row 0).
+    pub(crate) fn row_key(&self, col: &str) -> String {
+        if self.local_duckdb && col == "rowid" {
+            "(rowid + 1)".to_string()
+        } else {
+            col.to_string()
+        }
     }
 
     pub fn node(&self) -> &str {
@@ -489,7 +503,8 @@ impl Shipper {
                 let n = c.execute(
                     &format!(
                         "INSERT INTO {LAKE}.{table} BY NAME SELECT ? AS trace_uid, ?::VARCHAR AS node, * FROM {LOCAL}.{table} \
-                         WHERE {col} > {lo} AND {col} <= {up}"
+                         WHERE {key} > {lo} AND {key} <= {up}",
+                        key = self.row_key(col)
                     ),
                     params![uid, node],
                 )?;

@@ -194,3 +194,34 @@ fn a_node_in_the_lake_reads_like_its_local_trace() {
 fn remote_ref(s: &causeway_backends::duckdb::DuckDbStore) -> &dyn TraceStore {
     s
 }
+
+/// A DuckDB trace ships its side tables whole: its `rowid`s count from 0, SQLite's from 1, and the
+/// watermarks of `nccl_calls`, `gpu_samples`, `serving_samples` and the device timeline's tables
+/// must take the first row of each too.
+#[test]
+fn a_duckdb_trace_ships_the_first_row_of_every_watermarked_table() {
+    let catalog = FleetCatalog::start("fleet-store-duckdb");
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = dir.path().join("rich.db");
+    write_rich_trace(&sqlite);
+    let path = dir.path().join("rich.duckdb");
+    causeway_backends::convert(&sqlite, &path, Some(causeway_backends::Engine::DuckDb), &mut |_, _| {}).unwrap();
+    let opts =
+        ShipOptions { tier: Tier::All, data_path: Some(catalog.data_path()), batch_rows: 7_000, ..Default::default() };
+    Shipper::open(&lake(&catalog.ship_lake()), &path, &opts).unwrap().ship_all().unwrap();
+    let local = open_store(&path).unwrap();
+    let remote = node_store(&lake(&catalog.read_lake()), "rich", None).unwrap();
+    let all = TimeWindow::ALL;
+    assert_eq!(remote.nccl_calls(&all).unwrap(), local.nccl_calls(&all).unwrap());
+    assert_eq!(remote.gpu_samples(&all).unwrap(), local.gpu_samples(&all).unwrap());
+    assert_eq!(remote.serving_samples(&all).unwrap(), local.serving_samples(&all).unwrap());
+    let ops = |s: &dyn TraceStore| {
+        let mut v = Vec::new();
+        s.scan_gpu_ops(&all, &mut |o| v.push(o)).unwrap();
+        v
+    };
+    let local_ops = ops(local.as_ref());
+    assert!(!local_ops.is_empty());
+    assert_eq!(ops(remote_ref(&remote)), local_ops, "every device op, the first included");
+    assert_eq!(remote.gpu_timeline_notes().unwrap(), local.gpu_timeline_notes().unwrap());
+}

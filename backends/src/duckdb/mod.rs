@@ -170,13 +170,26 @@ pub(crate) fn resolve_launches(conn: &duckdb::Connection) -> duckdb::Result<()> 
     if !conn.query_row(crate::gpu_tables::HAS_OPS_SQL, [], |r| r.get::<_, bool>(0))? {
         return Ok(());
     }
-    let [reset, resolve] = crate::gpu_tables::resolve_launches_sql(crate::Engine::DuckDb);
-    conn.execute_batch("SET prefer_range_joins = true; BEGIN")?;
-    let done = conn.execute_batch(&format!("{reset}; {resolve}; COMMIT"));
+    let [reset, best] = crate::gpu_tables::resolve_launches_sql(crate::Engine::DuckDb);
+    // the picks first, as a range join into a temporary table; the UPDATE then joins on rowid
+    // alone (DuckDB refuses a range join planned inside an UPDATE's FROM: "Unimplemented join type
+    // for merge join")
+    conn.execute_batch("SET prefer_range_joins = true")?;
+    let mut picked = conn.execute_batch(&format!("CREATE OR REPLACE TEMP TABLE cw_launch_best AS {best}"));
+    let _ = conn.execute_batch("RESET prefer_range_joins");
+    if picked.is_err() {
+        // some plans of the range join are not implemented by DuckDB: the hash join on (pid, tid)
+        // gives the same picks (slower on threads with very many launches)
+        picked = conn.execute_batch(&format!("CREATE OR REPLACE TEMP TABLE cw_launch_best AS {best}"));
+    }
+    picked?;
+    conn.execute_batch("BEGIN")?;
+    let apply = crate::gpu_tables::apply_launches_sql("cw_launch_best");
+    let done = conn.execute_batch(&format!("{reset}; {apply}; COMMIT"));
     if done.is_err() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    let _ = conn.execute_batch("RESET prefer_range_joins");
+    let _ = conn.execute_batch("DROP TABLE IF EXISTS cw_launch_best");
     done
 }
 

@@ -146,9 +146,9 @@ fn resolve_launches(conn: &Connection) -> rusqlite::Result<()> {
         return Ok(());
     }
     let tx = conn.unchecked_transaction()?;
-    for sql in crate::gpu_tables::resolve_launches_sql(crate::Engine::Sqlite) {
-        tx.execute(&sql, [])?;
-    }
+    let [reset, best] = crate::gpu_tables::resolve_launches_sql(crate::Engine::Sqlite);
+    tx.execute(&reset, [])?;
+    tx.execute(&crate::gpu_tables::apply_launches_sql(&format!("({best})")), [])?;
     tx.commit()
 }
 

@@ -104,7 +104,7 @@ impl Shipper {
             if !self.has_local(t) || (t == "gpu_ops" && !self.launches_resolved()?) {
                 continue;
             }
-            let sql = format!("SELECT coalesce(max({col}), 0) FROM {LOCAL}.{t}");
+            let sql = format!("SELECT coalesce(max({}), 0) FROM {LOCAL}.{t}", self.row_key(col));
             *marks.of_mut(t).expect("a marked table") = self.conn.query_row(&sql, [], |r| r.get(0))?;
         }
         Ok(marks)
