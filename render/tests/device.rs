@@ -4,6 +4,8 @@
 //! busy rect per merged busy span of the device in its window (and the 38 ms gap the preemption
 //! above it caused). A trace without a device timeline gets neither.
 
+// the synthetic device-timeline trace of the export tests, shared (one builder for both crates)
+#[path = "../../export/tests/gpu_trace/mod.rs"]
 mod gpu_trace;
 
 use causeway_analysis::{explain, ExplainRequest};

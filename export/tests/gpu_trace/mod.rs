@@ -3,6 +3,7 @@
 //! loop whose host launches a 1 ms kernel every 1.1 ms on stream 7, late three times because a
 //! hog preempted the launching thread (each a GPU idle gap over 1 ms), plus a copy, a memset and a
 //! graph launch of three kernels on stream 13, and the synchronizations of a second thread.
+//! Shared by `export/tests/device.rs` and `render/tests/device.rs` (included by path).
 
 #![allow(dead_code)]
 
