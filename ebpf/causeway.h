@@ -47,6 +47,7 @@
 #define CW_SRC_TCP 6
 #define CW_SRC_NET 7
 #define CW_SRC_NCCL 9
+#define CW_SRC_CUPTI 11
 
 /* indexes into the per-CPU counter array `cw_counters` */
 #define CW_CNT_LOST_BASE 0         /* + source: ring reserve failures of that source */

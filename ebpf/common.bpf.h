@@ -91,11 +91,13 @@ struct cw_stash {
 #define CW_SLOT_DRIVER 1
 #define CW_SLOT_NAME 2
 #define CW_SLOT_NCCL 3
+#define CW_SLOT_CUPTI 4
 
-/* per-thread slots for the calls in flight: runtime, driver, a name-giving call and an NCCL call
- * (an NCCL call makes runtime and driver calls inside it) */
+/* per-thread slots for the calls in flight: runtime, driver, a name-giving call, an NCCL call (an
+ * NCCL call makes runtime and driver calls inside it) and a CUPTI call (a profiler may make one from
+ * a callback inside any CUDA call) */
 struct cw_slots {
-    struct cw_stash s[4];
+    struct cw_stash s[5];
     __u64 py_tstate; /* the thread's CPython thread state, when found once (python.bpf.h) */
 };
 

@@ -28,7 +28,7 @@
 #define P6 ((__u64)ctx->r9) /* PT_REGS_PARM6 is missing from older libbpf headers */
 #define S(n) cw_stack_arg(ctx, n)
 
-/* the n-th stack-passed argument (n >= 1) at function entry: [sp] is the return address */
+/* the n-th stack-passed argument (n >= 1) at function entry; n = 0: [sp], the return address (who called) */
 static __always_inline __u64 cw_stack_arg(struct pt_regs *ctx, int n) {
     __u64 v = 0;
     bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * n));

@@ -5,6 +5,7 @@
  *   rt_launch_ret / drv_launch_ret launches of the runtime / driver   -> cw_launch
  *   nm_ret                         calls that name kernels            -> cw_name
  *   nccl_ret                       NCCL calls                         -> cw_nccl
+ *   cupti_ret                      CUPTI's activity controls          -> cw_call
  * On the uprobe_multi path (kernel >= 6.6) a library gets a few links: cw_entry for most symbols,
  * one link per own-link program (the launches: no cookie to ask, no dispatch) and one per return
  * program; a few links instead of one perf event per symbol make detaching fast. */
@@ -17,3 +18,4 @@ SEC("uretprobe") int rt_launch_ret(struct pt_regs *ctx) { return cw_leave_launch
 SEC("uretprobe") int drv_launch_ret(struct pt_regs *ctx) { return cw_leave_launch(ctx, CW_SLOT_DRIVER); }
 SEC("uretprobe") int nm_ret(struct pt_regs *ctx) { return cw_leave_name(ctx); }
 SEC("uretprobe") int nccl_ret(struct pt_regs *ctx) { return cw_leave_nccl(ctx); }
+SEC("uretprobe") int cupti_ret(struct pt_regs *ctx) { return cw_leave(ctx, CW_SLOT_CUPTI); }

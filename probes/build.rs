@@ -30,6 +30,7 @@ fn gen_cuda_probes(dst: &Path) {
             ProbeLib::Runtime => "CW_SLOT_RUNTIME",
             ProbeLib::Driver => "CW_SLOT_DRIVER",
             ProbeLib::Nccl => "CW_SLOT_NCCL",
+            ProbeLib::Cupti => "CW_SLOT_CUPTI",
         };
         let _ = match p.reads {
             Reads::Call { op, arg0, arg1, arg2, out } => writeln!(

@@ -190,3 +190,49 @@ fn stats_give_device_time_per_kernel_and_launch_latency_by_nearest_rank() {
     assert_eq!(l.max_ns, *latencies.last().unwrap());
     assert_eq!(d.devices[0].busy_ns, STEPS as i64 * KERNEL);
 }
+
+/// torch.profiler takes CUPTI's records for 900 ms mid-run: the injection library steps aside and
+/// the device view has a hole (from the tracer's `foreign_client` note to the library's `resumed`).
+/// The hole is neither idle nor busy: no gap there, no host cause charged (not even the preemption
+/// planted inside it), the busy share counts the seen time only, and the notes say when and why.
+#[test]
+fn a_hole_where_another_profiler_held_the_records_is_neither_idle_nor_blamed() {
+    let mut t = Trace::default();
+    // the device view has no kernel between steps 80 and 90 (the other client got those); step
+    // AT is 5 ms late, preempted by the hog: the one gap, and its SQL must skip the hole too
+    let kernels = training(&mut t, late_from_at(5 * MS));
+    let out = kernels[AT - 1].1 + 20 * US;
+    t.preempted(PID, TID, out, out + 5 * MS, 1, HOG);
+    let (from, to) = (kernels[79].1, kernels[90].0);
+    t.gpu.ops.retain(|o| o.end_ns <= from || o.start_ns >= to);
+    let note = |ts: i64, kind: &str, detail: &str| causeway_model::GpuTimelineNote {
+        pid: PID,
+        ts_ns: ts,
+        kind: kind.into(),
+        count: 0,
+        detail: detail.into(),
+    };
+    t.gpu.notes.push(note(from + 50 * US, "foreign_client", "tid 4821 (python) of pid 4000 took CUPTI's activity records (cuptiActivityRegisterCallbacks), called from libtorch_cuda.so: another CUPTI client holds the device view from here; the injection library steps aside until it is done"));
+    t.gpu.notes.push(note(from + 200 * US, "stepped_aside", "another CUPTI client took over the activity records"));
+    t.gpu.notes.push(note(to - 100 * US, "resumed", "the other client is done: recording again"));
+    // a preemption inside the hole: the device view cannot say it cost the GPU anything
+    t.preempted(PID, TID, kernels[84].0, kernels[84].0 + 3 * MS, 1, HOG);
+    let (e, _dir) = explained(t);
+    let d = e.device.as_ref().unwrap();
+    assert_eq!(d.gaps_total, 1, "{:#?}", d.gaps);
+    assert_eq!((d.gaps[0].start_ns, d.gaps[0].end_ns), (kernels[AT - 1].1, kernels[AT].0));
+    assert_eq!((d.chains[0].cause, d.chains[0].idle_ns), (IdleCause::Preempted, 5 * MS), "{:#?}", d.chains);
+    let dev = &d.devices[0];
+    assert_eq!(dev.unseen_ns, to - from);
+    assert_eq!(dev.busy_ns, (STEPS as i64 - 10) * KERNEL);
+    let span = kernels[STEPS - 1].1 - kernels[0].0;
+    assert_eq!(dev.idle_ns, span - dev.busy_ns - dev.unseen_ns);
+    let notes = d.notes.join("\n");
+    assert!(notes.contains("the device view has a hole from") && notes.contains("libtorch_cuda.so"), "{notes}");
+    assert!(notes.contains(". 10 kernel launches traced in it are not in the device view"), "{notes}");
+    assert!(!notes.contains("another CUPTI client took over"), "one line per hole: {notes}");
+    // no host chain is charged with GPU idle time inside the hole (at most the 5 ms gap)
+    for c in &e.chains {
+        assert!(c.gpu_idle_ns.unwrap_or(0) <= 5 * MS + 20 * US, "{c:#?}");
+    }
+}

@@ -590,7 +590,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("kernel_names", "how") => "where the name came from: register, module, library, elf",
         ("attachments", "session_id") => "sessions.id of the trace run",
         ("attachments", "path") => "the library file as the process maps it (empty for a note about a library that could not be found)",
-        ("attachments", "kind") => "runtime, driver, runtime_static (the runtime linked into an executable or library)",
+        ("attachments", "kind") => "runtime, driver, runtime_static (the runtime linked into an executable or library), nccl, cupti (its activity controls only), network, nvml, serving",
         ("attachments", "how") => "how the library was found: explicit, maps, loaded, ...",
         ("attachments", "attached_at") => "unix ns when the probes were in place",
         ("attachments", "complete") => "1: probes were in place before the process could call through the library; 0: calls before attached_at are unknown (not zero)",

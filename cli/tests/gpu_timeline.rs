@@ -71,6 +71,12 @@ fn explain(db: &Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The details of the trace's device-timeline notes of `kind`, in time order.
+fn notes_of(db: &Path, kind: &str) -> Vec<String> {
+    let sql = format!("SELECT detail FROM gpu_timeline_notes WHERE kind = '{kind}' ORDER BY ts_ns");
+    common::query_rows(db, &sql).into_iter().map(|r| r[0].as_str().unwrap_or_default().to_string()).collect()
+}
+
 /// The listed gap that began in `step`.
 fn gap_at(e: &Value, step: i64) -> &Value {
     let gaps = e["device"]["gaps"].as_array().unwrap_or_else(|| panic!("no device view: {e}"));
@@ -262,21 +268,73 @@ fn every_fault_of_cupti_leaves_a_clear_line_the_rest_of_the_trace_and_the_worklo
     }
 }
 
+/// The program becomes a second CUPTI client at step 100 (like torch.profiler): the probes on
+/// libcupti see its `cuptiActivityRegisterCallbacks` come from outside the injection library, the
+/// trace says so (`foreign_client`, naming the caller), the library steps aside (the other client
+/// gets every one of its kernels: the workload prints the same as untraced), and once the other
+/// client has turned its kind off and kept quiet for a second, the library resumes: the device view
+/// has one hole, said with its reason, in which no idle time is found or charged.
 #[test]
-fn a_foreign_cupti_client_mid_run_still_receives_its_records() {
+fn a_foreign_cupti_client_keeps_its_records_and_the_device_view_resumes_after_it() {
     require_root_to("trace with eBPF");
     let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("foreign.db");
-    let args = ["--steps", "900", "--kernels", "2", "--host-us", "200", "--foreign-at", "100", "--foreign-steps", "10"];
+    let args =
+        ["--steps", "900", "--kernels", "2", "--host-us", "1000", "--foreign-at", "100", "--foreign-steps", "10"];
     let (stdout, _) = trace(&db, &args, &[]);
     assert!(stdout.contains("foreign client received 20 kernels"), "{stdout}");
     assert_eq!(stdout, untraced(&args, &[]));
-    // the device view up to the other client's arrival is there, and the hole after it is said
+    let notes = |kind: &str| notes_of(&db, kind);
+    let foreign = notes("foreign_client");
+    assert_eq!(foreign.len(), 1, "{foreign:?}");
+    assert!(
+        foreign[0].contains("cuptiActivityRegisterCallbacks") && foreign[0].contains("called from gpuloop"),
+        "{foreign:?}"
+    );
+    assert_eq!((notes("stepped_aside").len(), notes("resumed").len()), (1, 1), "{:?}", notes("resumed"));
+    // the CUPTI calls are in the trace: the library's own and the other client's
+    let calls = query_u64(&db, "SELECT count(*) FROM events WHERE source = 11 AND op = 1");
+    assert!(calls >= 2, "gpuloop's, and the library's at the resume: {calls}");
+    // the first 100 steps and the steps after the resume (about a second after step 110)
     let kernels = query_u64(&db, "SELECT count(*) FROM gpu_ops WHERE kind = 1");
-    // (the records CUPTI held when the other client registered went to that client, as in CUPTI)
-    assert!((100..=204).contains(&kernels), "the first 100 steps' kernels, less the last flush's: {kernels}");
+    assert!((600..1780).contains(&kernels), "recorded before and after the other client: {kernels}");
     let e = explain(&db);
-    let notes = e["device"]["notes"].to_string();
-    assert!(notes.contains("kernel launches were traced after the device view's last record"), "{notes}");
+    let d = &e["device"];
+    let said = d["notes"].to_string();
+    assert!(said.contains("the device view has a hole from") && said.contains("called from gpuloop"), "{said}");
+    let unseen = d["devices"][0]["unseen_ns"].as_i64().unwrap();
+    assert!(unseen >= 900 * MS, "the hole is unseen time: {d}");
+    for g in d["gaps"].as_array().unwrap() {
+        assert!(g["idle_ns"].as_i64().unwrap() < 100 * MS, "no idle gap over the hole: {g}");
+    }
+}
+
+/// A command under another CUDA tool (Nsight Systems runs its target with its own
+/// `CUDA_INJECTION64_PATH`): the trace keeps the host view, and says the device view belongs to it.
+#[test]
+fn a_process_under_another_injection_library_is_said_to_belong_to_it() {
+    require_root_to("trace with eBPF");
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("nsys.db");
+    let build = causeway_testdata::mock_cuda_build();
+    let nsys = "/opt/nvidia/nsight-systems/2025.3.1/target-linux-x64/libToolsInjection64.so";
+    let out = causeway()
+        .env("MOCK_CUDA_KERNEL_US", "1000")
+        .args(["trace", "--nvml-hz", "0", "--gpu-timeline", "--gpu-library"])
+        .arg(causeway_testdata::inject_library())
+        .arg("--db")
+        .arg(&db)
+        .args(["--", "env", &format!("CUDA_INJECTION64_PATH={nsys}")])
+        .arg(build.join("gpuloop"))
+        .args(["--steps", "50", "--kernels", "1", "--host-us", "200"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM gpu_ops"), 0, "no device view: the library was not loaded");
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM events WHERE source = 1 AND op = 3"), 50, "the host view");
+    let other = notes_of(&db, "other_tool");
+    assert_eq!(other.len(), 1, "{other:?}");
+    assert!(other[0].contains(nsys) && other[0].contains("(Nsight Systems)"), "{other:?}");
 }

@@ -81,8 +81,24 @@ pub mod note {
     pub const ZERO_TIMESTAMPS: &str = "zero_timestamps";
     /// CUPTI's clock stepped against CLOCK_MONOTONIC.
     pub const CLOCK_STEP: &str = "clock_step";
+    /// (Written by the tracer.) Another CUPTI client took or turned off the records: a hole from
+    /// here to the next `resumed`.
+    pub const FOREIGN_CLIENT: &str = "foreign_client";
+    /// (Written by the tracer.) The process loads another CUDA injection library.
+    pub const OTHER_TOOL: &str = "other_tool";
     /// Every kind above.
-    pub const ALL: [&str; 8] = [STARTED, STOPPED, STEPPED_ASIDE, RESUMED, OFF, DROPPED, ZERO_TIMESTAMPS, CLOCK_STEP];
+    pub const ALL: [&str; 10] = [
+        STARTED,
+        STOPPED,
+        STEPPED_ASIDE,
+        RESUMED,
+        OFF,
+        DROPPED,
+        ZERO_TIMESTAMPS,
+        CLOCK_STEP,
+        FOREIGN_CLIENT,
+        OTHER_TOOL,
+    ];
 }
 
 /// Every message's first 16 bytes (after the magic).

@@ -121,8 +121,13 @@ pub(crate) extern "C" fn buffer_completed(
     _size: usize,
     valid: usize,
 ) {
+    // another client's buffer (CUPTI hands every buffer to the callbacks registered last): not
+    // ours to read or to keep
+    if !POOL.owns(buffer) {
+        return;
+    }
     guard(|| {
-        if buffer.is_null() || !ON.load(Ordering::Relaxed) || FORKED.load(Ordering::Relaxed) {
+        if !ON.load(Ordering::Relaxed) || FORKED.load(Ordering::Relaxed) {
             return;
         }
         if let Some(s) = STATE.get() {

@@ -66,6 +66,12 @@ impl Pool {
         std::ptr::null_mut()
     }
 
+    /// Whether `p` is one of the pool's buffers (CUPTI may hand us another client's buffer after
+    /// we register again: its records are that client's, never read nor freed here).
+    pub fn owns(&self, p: *mut u8) -> bool {
+        !p.is_null() && (0..SLOTS).any(|i| self.ptr[i].load(Ordering::Acquire) == p)
+    }
+
     /// Gives `p` back; false when it is not one of the pool's lent buffers (then nothing changes).
     pub fn give_back(&self, p: *mut u8) -> bool {
         if p.is_null() {
@@ -101,6 +107,7 @@ mod tests {
         assert!(pool.give_back(taken[5]));
         assert!(!pool.give_back(taken[5]), "given back twice");
         assert!(!pool.give_back(8 as *mut u8), "not the pool's");
+        assert!(pool.owns(taken[0]) && !pool.owns(8 as *mut u8) && !pool.owns(std::ptr::null_mut()));
         assert_eq!(pool.take(), taken[5]);
         assert_eq!(pool.allocated(), SLOTS);
     }

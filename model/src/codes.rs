@@ -30,11 +30,14 @@ pub enum Source {
     Nccl = 9,
     /// Steps, epochs and tasks: intervals the workload labeled while it was traced.
     Step = 10,
+    /// CUPTI calls that start or stop a profiler's activity records (torch.profiler, Nsight, the
+    /// injection library itself): who held the device timeline, and when.
+    Cupti = 11,
 }
 
 impl Source {
     /// Every source, in code order.
-    pub const ALL: [Source; 10] = [
+    pub const ALL: [Source; 11] = [
         Source::Cuda,
         Source::Nvidia,
         Source::Host,
@@ -45,6 +48,7 @@ impl Source {
         Source::CudaGraph,
         Source::Nccl,
         Source::Step,
+        Source::Cupti,
     ];
 
     /// The stored `events.source` value.
@@ -96,6 +100,7 @@ pub const SOURCES: &[(u8, &str, &str)] = &[
     (8, "CUDA_GRAPH", "CUDA graph capture, instantiation and launch"),
     (9, "NCCL", "NCCL (libnccl) collectives, point-to-point and communicator calls, uprobes + uretprobes; per-call detail in nccl_calls"),
     (10, "STEP", "Steps, epochs and tasks the workload labeled while traced (`causeway annotate`, the Python helper): one interval each"),
+    (11, "CUPTI", "CUPTI (libcupti) calls that take, start or stop the activity records (torch.profiler, Nsight, the injection library), uprobes + uretprobes: who held the device timeline, and when"),
 ];
 
 /// A (source, op) pair.
@@ -234,6 +239,11 @@ pub mod op {
     pub const STEP: OpCode = OpCode::new(10, 1);
     pub const EPOCH: OpCode = OpCode::new(10, 2);
     pub const TASK: OpCode = OpCode::new(10, 3);
+    // source 11: CUPTI's activity controls
+    pub const CUPTI_REGISTER_CALLBACKS: OpCode = OpCode::new(11, 1);
+    pub const CUPTI_ACTIVITY_ENABLE: OpCode = OpCode::new(11, 2);
+    pub const CUPTI_ACTIVITY_DISABLE: OpCode = OpCode::new(11, 3);
+    pub const CUPTI_FINALIZE: OpCode = OpCode::new(11, 4);
 }
 
 /// The NCCL ops that are collectives: every rank of a communicator calls them in the same order,
@@ -362,6 +372,10 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (10, 1, "step", OpKind::Label, "a training step (or serving iteration) the workload labeled; timestamp = start, duration = length, arg0 = step number"),
     (10, 2, "epoch", OpKind::Label, "an epoch the workload labeled; timestamp = start, duration = length, arg0 = epoch number"),
     (10, 3, "task", OpKind::Label, "a task the workload labeled (a request, an evaluation, a checkpoint); timestamp = start, duration = length, arg0 = task number"),
+    (11, 1, "cuptiActivityRegisterCallbacks", OpKind::Other, "a CUPTI client takes the activity records (the last one to register gets every buffer); arg0 = the caller's return address (which library called), arg1 = its buffer-completed callback"),
+    (11, 2, "cuptiActivityEnable", OpKind::Other, "a CUPTI client turns an activity kind on (for every client); arg0 = the caller's return address, arg1 = the kind (10 concurrent kernels, 1 memcpy, ...)"),
+    (11, 3, "cuptiActivityDisable", OpKind::Other, "a CUPTI client turns an activity kind off (for every client); arg0 = the caller's return address, arg1 = the kind"),
+    (11, 4, "cuptiFinalize", OpKind::Other, "a CUPTI client tears CUPTI down (every client's callbacks and kinds go); arg0 = the caller's return address"),
 ];
 
 fn find(source: u8, op: u16) -> Option<&'static (u8, u16, &'static str, OpKind, &'static str)> {

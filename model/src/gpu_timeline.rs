@@ -165,7 +165,7 @@ pub struct GpuTimelineNote {
 
 impl GpuTimelineNote {
     /// Every kind of note, with what it means.
-    pub const KINDS: [(&'static str, &'static str); 9] = [
+    pub const KINDS: [(&'static str, &'static str); 11] = [
         ("started", "the device view began (CUPTI version, library path)"),
         ("stopped", "the device view ended (process exit or the end of the trace)"),
         ("stepped_aside", "another CUPTI client took over: a hole in the device view until it was done"),
@@ -175,5 +175,7 @@ impl GpuTimelineNote {
         ("zero_timestamps", "records CUPTI delivered without timestamps, not stored"),
         ("clock_step", "CUPTI's clock stepped against the host's: the mapping was split there"),
         ("unmatched", "device ops whose launching call was not in the trace"),
+        ("foreign_client", "another CUPTI client (torch.profiler, Nsight, ...) took or turned off the activity records (the call and the library that made it in detail): the device view has a hole from here to the next `resumed` note of the process"),
+        ("other_tool", "the process loads another CUDA injection library (Nsight Systems sets the same variable): its device view belongs to that tool"),
     ];
 }

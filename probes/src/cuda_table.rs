@@ -19,6 +19,9 @@ pub enum ProbeLib {
     Runtime,
     Driver,
     Nccl,
+    /// libcupti: only the calls that take, start or stop the activity records (who holds the
+    /// device timeline: `gpu_timeline::coexist`).
+    Cupti,
 }
 
 /// The argument layouts of kernel launches; each is a C helper in `ebpf/cuda_common.bpf.h` that
@@ -133,6 +136,7 @@ impl CudaProbe {
             (Reads::Launch { .. }, ProbeLib::Driver) => "drv_launch_ret",
             (Reads::Call { .. }, ProbeLib::Runtime) => "rt_ret",
             (Reads::Call { .. }, ProbeLib::Driver) => "drv_ret",
+            (_, ProbeLib::Cupti) => "cupti_ret",
             (Reads::Nccl { .. }, _) | (_, ProbeLib::Nccl) => "nccl_ret",
         }
     }
@@ -172,7 +176,7 @@ const fn nccl(program: &'static str, op: OpCode, symbols: &'static [&'static str
     CudaProbe { program, lib: ProbeLib::Nccl, symbols, reads: Reads::Nccl { op, args }, own_link: false }
 }
 
-use ProbeLib::{Driver as D, Runtime as R};
+use ProbeLib::{Cupti as C, Driver as D, Runtime as R};
 
 /// Every probed CUDA function. Op codes are never renumbered (`codes.rs`); rows may be reordered
 /// (cookies are positions, assigned at build time on both sides).
@@ -480,4 +484,20 @@ pub const CUDA_PROBES: &[CudaProbe] = &[
     nccl("nccl_comm_destroy", op::NCCL_COMM_DESTROY, &["ncclCommDestroy"], NcclArgs { comm: "P1", ..NO_NCCL_ARGS }),
     nccl("nccl_comm_abort", op::NCCL_COMM_ABORT, &["ncclCommAbort"], NcclArgs { comm: "P1", ..NO_NCCL_ARGS }),
     nccl("nccl_comm_finalize", op::NCCL_COMM_FINALIZE, &["ncclCommFinalize"], NcclArgs { comm: "P1", ..NO_NCCL_ARGS }),
+    // ---- CUPTI (libcupti): who takes, starts and stops the activity records. arg0 is the caller's
+    // return address ([sp] at entry): the library that called, told apart from the injection
+    // library's own calls by the process's maps.
+    // cuptiActivityRegisterCallbacks(request, complete)
+    call(
+        "cupti_register",
+        C,
+        op::CUPTI_REGISTER_CALLBACKS,
+        &["cuptiActivityRegisterCallbacks"],
+        ["S(0)", "P2", "0", "0"],
+    ),
+    // cuptiActivityEnable(kind) / cuptiActivityDisable(kind)
+    call("cupti_enable", C, op::CUPTI_ACTIVITY_ENABLE, &["cuptiActivityEnable"], ["S(0)", "P1", "0", "0"]),
+    call("cupti_disable", C, op::CUPTI_ACTIVITY_DISABLE, &["cuptiActivityDisable"], ["S(0)", "P1", "0", "0"]),
+    // cuptiFinalize(void)
+    call("cupti_finalize", C, op::CUPTI_FINALIZE, &["cuptiFinalize"], ["S(0)", "0", "0", "0"]),
 ];

@@ -35,6 +35,9 @@ pub enum LibKind {
     Driver,
     /// libnccl: NCCL collectives (system installs, `nvidia-nccl-cu12` / `-cu13` wheels).
     Nccl,
+    /// libcupti: the profiling interface; only its activity controls are probed (who holds the
+    /// device timeline: the injection library, torch.profiler, Nsight).
+    Cupti,
 }
 
 impl LibKind {
@@ -44,6 +47,7 @@ impl LibKind {
             LibKind::Runtime => crate::cuda_table::ProbeLib::Runtime,
             LibKind::Driver => crate::cuda_table::ProbeLib::Driver,
             LibKind::Nccl => crate::cuda_table::ProbeLib::Nccl,
+            LibKind::Cupti => crate::cuda_table::ProbeLib::Cupti,
         }
     }
 
@@ -53,6 +57,7 @@ impl LibKind {
             LibKind::Runtime => "runtime",
             LibKind::Driver => "driver",
             LibKind::Nccl => "nccl",
+            LibKind::Cupti => "cupti",
         }
     }
 }
@@ -75,7 +80,12 @@ pub struct FoundLibrary {
 /// LibTorch and older torch wheels ship (`libcudart-8774224f.so.12`, `libcudart-d0da41ae.so.11.0`).
 pub fn classify(path: &Path) -> Option<LibKind> {
     let name = path.file_name()?.to_str()?;
-    for (stem, kind) in [("libcudart", LibKind::Runtime), ("libcuda", LibKind::Driver), ("libnccl", LibKind::Nccl)] {
+    for (stem, kind) in [
+        ("libcudart", LibKind::Runtime),
+        ("libcuda", LibKind::Driver),
+        ("libnccl", LibKind::Nccl),
+        ("libcupti", LibKind::Cupti),
+    ] {
         let Some(rest) = name.strip_prefix(stem) else {
             continue;
         };
@@ -389,6 +399,8 @@ mod tests {
             ("libnccl.so.2", Some(LibKind::Nccl)),
             ("libnccl.so.2.27.3", Some(LibKind::Nccl)),
             ("libnccl.so", Some(LibKind::Nccl)),
+            ("libcupti.so.12", Some(LibKind::Cupti)),
+            ("libcupti.so.2025.1.0", Some(LibKind::Cupti)),
             ("libnccl-net.so", None),
             ("libcudart_static.a", None),
             ("libcudart-xyz.so.12", None),

@@ -175,6 +175,11 @@ impl LibraryTracker {
         self.quiet_if_done(probes, pid);
     }
 
+    /// Whether the process has the CUDA runtime or driver attached.
+    pub fn uses_cuda(&self, pid: u32) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.runtime || p.driver)
+    }
+
     /// A traced process exec'd a new program: its program may carry a runtime of its own. (What
     /// it knew before is kept: the exec notice can arrive after the new program's loader already
     /// reported its libraries.)
@@ -217,7 +222,7 @@ impl LibraryTracker {
         match kind {
             LibKind::Runtime => p.runtime = true,
             LibKind::Driver => p.driver = true,
-            LibKind::Nccl => {}
+            LibKind::Nccl | LibKind::Cupti => {}
         }
         if let Some(e) = self.explicit.get_mut(&id) {
             e.1 = true;

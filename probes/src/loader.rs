@@ -109,7 +109,8 @@ pub struct Pages {
 unsafe impl aya::Pod for Pages {}
 
 /// The return programs of `ebpf/cuda_probes.bpf.c` (see `CudaProbe::return_program`).
-const RETURN_PROGRAMS: [&str; 6] = ["rt_ret", "drv_ret", "rt_launch_ret", "drv_launch_ret", "nm_ret", "nccl_ret"];
+const RETURN_PROGRAMS: [&str; 7] =
+    ["rt_ret", "drv_ret", "rt_launch_ret", "drv_launch_ret", "nm_ret", "nccl_ret", "cupti_ret"];
 
 /// The programs of the uprobe_multi path: `cw_entry` dispatches most symbols by their cookie; the
 /// rows with a link of their own (the launches) skip that helper call and switch; the return

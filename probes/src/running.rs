@@ -83,6 +83,11 @@ pub(crate) struct Running<'o> {
     labels_refused: u64,
     /// The serving engines' scraper, told of each traced process when it is first named.
     serving: Option<crate::serving::ServingWatch>,
+    /// The device-timeline thread's coexistence rules (`--gpu-timeline`): told of every CUPTI
+    /// control call and of each process's first CUDA call.
+    pub(crate) cupti_watch: Option<std::sync::mpsc::Sender<crate::gpu_timeline::coexist::Watch>>,
+    /// Processes whose first CUDA call the rules were told of.
+    cuda_seen: HashSet<u32>,
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -137,6 +142,8 @@ impl<'o> Running<'o> {
             watch: opts.all.then(|| HostWatch::new(Duration::from_millis(opts.all_rescan_ms.max(10)))),
             labels_refused: 0,
             serving: None,
+            cupti_watch: None,
+            cuda_seen: HashSet::new(),
         };
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
         if run.walk_python {
@@ -236,10 +243,25 @@ impl<'o> Running<'o> {
             // before the process goes on: its next CUDA call may be its first
             self.python.check(&mut self.probes, dl.pid, true);
         }
+        if self.libs.uses_cuda(dl.pid) {
+            self.tell_cuda_process(dl.pid); // while it is stopped: a short job may be gone by its first batch
+        }
         if dl.stopped {
             resume(dl.pid);
         }
         write_attachments(&mut self.libs, &mut self.sink, &mut self.report).await;
+    }
+
+    /// Tell the coexistence rules (once) of a process that calls CUDA, with the injection library
+    /// its environment names.
+    fn tell_cuda_process(&mut self, pid: u32) {
+        let Some(w) = &self.cupti_watch else { return };
+        if !self.cuda_seen.insert(pid) {
+            return;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let injection = crate::gpu_timeline::coexist::injection_of(&environ);
+        let _ = w.send(crate::gpu_timeline::coexist::Watch::CudaProcess { pid, injection });
     }
 
     /// One batch from the reader.
@@ -283,6 +305,23 @@ impl<'o> Running<'o> {
             self.report.check_write("launch_configs", n, written);
         }
         self.stats.add_batch(&msg.events);
+        if let Some(w) = &self.cupti_watch {
+            use crate::gpu_timeline::coexist::{CuptiCall, Watch};
+            for e in &msg.events {
+                if let Some(c) = CuptiCall::of_event(e) {
+                    let _ = w.send(Watch::Cupti(c));
+                }
+            }
+            let first: Vec<u32> = msg
+                .events
+                .iter()
+                .filter(|e| causeway_model::codes::is_gpu_call_source(e.source) && !self.cuda_seen.contains(&e.pid))
+                .map(|e| e.pid)
+                .collect();
+            for pid in first {
+                self.tell_cuda_process(pid);
+            }
+        }
         for e in &msg.events {
             if op::PROCESS_EXEC.is(e.source, e.op) {
                 self.symbolizer.refresh(e.pid);

@@ -218,6 +218,7 @@ pub async fn trace(
     let mut run = Running::start(&opts, sink).await?;
     run.note_all(label_note);
     run.note_all(device_note);
+    run.cupti_watch = device.as_ref().map(|d| d.watch.clone());
     let mut reader = run.spawn_reader()?;
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
@@ -314,7 +315,7 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
     }
     let library =
         crate::gpu_timeline::find_library(opts.gpu_timeline.library.as_deref()).map_err(ProbeError::GpuTimeline)?;
-    let socket = GpuTimelineSocket::open(opts.gpu_timeline.socket.as_deref())
+    let socket = GpuTimelineSocket::open(opts.gpu_timeline.socket.as_deref(), &library)
         .map_err(|e| ProbeError::GpuTimeline(format!("{e:#}")))?;
     opts.command_env.push((INJECTION_ENV.to_string(), library.display().to_string()));
     opts.command_env.push((SOCKET_ENV.to_string(), socket.path.display().to_string()));

@@ -10,16 +10,19 @@ use crate::attribution::{attribute_interval, Cause, Culprit, OffCpu};
 use crate::trace_data::Names;
 
 /// Busy time, streams and the long gaps of one device's ops (sorted by start, end, stream,
-/// correlation: the order the evidence SQL numbers them in).
+/// correlation: the order the evidence SQL numbers them in). Time between ops that meets one of
+/// the process's `holes` is unseen: neither a gap nor idle.
 pub(super) fn busy_and_gaps(
     pid: u32,
     device: i32,
     ops: &[Op],
     threshold: i64,
     syncs: Option<&[(i64, i64)]>,
+    holes: &[(i64, i64)],
 ) -> (DeviceFigures, Vec<RawGap>) {
     let mut busy = 0i64;
     let mut short = 0i64;
+    let mut unseen = 0i64;
     let mut gaps = Vec::new();
     let mut until: Option<i64> = None;
     let mut streams: BTreeMap<u32, (u64, i64, i64)> = BTreeMap::new(); // ops, busy, until
@@ -27,7 +30,9 @@ pub(super) fn busy_and_gaps(
         match until {
             Some(u) if o.start > u => {
                 let idle = o.start - u;
-                if idle >= threshold {
+                if super::holes::meets(holes, u, o.start) {
+                    unseen += idle;
+                } else if idle >= threshold {
                     gaps.push(RawGap {
                         pid,
                         device,
@@ -62,8 +67,9 @@ pub(super) fn busy_and_gaps(
         last_ns: last,
         ops: ops.len() as u64,
         busy_ns: busy,
-        idle_ns: span - busy,
-        busy_share: if span > 0 { busy as f64 / span as f64 } else { 1.0 },
+        idle_ns: span - busy - unseen,
+        unseen_ns: unseen,
+        busy_share: if span > unseen { busy as f64 / (span - unseen) as f64 } else { 1.0 },
         idle_in_short_gaps_ns: short,
         streams: streams
             .into_iter()

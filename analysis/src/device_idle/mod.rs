@@ -31,6 +31,7 @@ use crate::trace_data::{load_off_cpu, Names, Spans};
 use crate::AnalysisError;
 
 mod gaps;
+mod holes;
 mod scope;
 pub(crate) mod sql;
 
@@ -211,7 +212,10 @@ pub struct DeviceFigures {
     pub ops: u64,
     pub busy_ns: i64,
     pub idle_ns: i64,
-    /// busy / (last - first).
+    /// Time between ops inside a hole of the device view (another CUPTI client held the records):
+    /// neither busy nor idle.
+    pub unseen_ns: i64,
+    /// busy / (last - first - unseen).
     pub busy_share: f64,
     /// Idle in gaps shorter than the threshold (not explained one by one).
     pub idle_in_short_gaps_ns: i64,
@@ -344,9 +348,11 @@ pub fn device_view(
 
     let mut devices = Vec::new();
     let mut raw = Vec::new();
+    let holes = holes::holes(store)?;
     for ((p, d), dev) in by_device.iter_mut() {
         dev.ops.sort_by_key(|o| (o.start, o.end, o.stream, o.correlation));
-        let (fig, gaps) = busy_and_gaps(*p, *d, &dev.ops, gap_threshold_ns, syncs.get(p).map(Vec::as_slice));
+        let unseen = holes::spans(holes.get(p));
+        let (fig, gaps) = busy_and_gaps(*p, *d, &dev.ops, gap_threshold_ns, syncs.get(p).map(Vec::as_slice), &unseen);
         let (uuid, name) = described.get(&(*p, *d)).cloned().unwrap_or_default();
         devices.push(DeviceFigures { uuid, name, ..fig });
         raw.extend(gaps);
@@ -399,10 +405,15 @@ pub fn device_view(
     let mut notes: Vec<String> = store
         .gpu_timeline_notes()?
         .into_iter()
-        .filter(|n| pid.is_none_or(|p| p == n.pid) && n.kind != "started" && n.kind != "stopped")
+        // the holes are said below, one line each
+        .filter(|n| {
+            pid.is_none_or(|p| p == n.pid)
+                && !["started", "stopped", "stepped_aside", holes::OPENS, holes::CLOSES].contains(&n.kind.as_str())
+        })
         .map(|n| format!("{} (pid {}): {}", fmt_clock(n.ts_ns), n.pid, n.detail))
         .collect();
-    notes.extend(holes_at_the_end(store, window, &by_device)?);
+    notes.extend(holes::describe(store, window, pid, &holes)?);
+    notes.extend(holes_at_the_end(store, window, &by_device, &holes)?);
     if unmatched > 0 {
         notes.push(format!(
             "{unmatched} device ops had no record of the call that launched them: their gaps are not charged to a thread"

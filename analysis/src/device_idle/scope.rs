@@ -75,10 +75,16 @@ pub fn idle_intervals(
     if by_device.is_empty() {
         return Ok(None);
     }
+    let holes = super::holes::holes(store)?;
     let mut idle = Vec::new();
-    for busy in by_device.into_values() {
+    for ((p, _), busy) in by_device {
         let busy = crate::trace_data::merge_intervals(busy);
-        idle.extend(busy.windows(2).map(|w| (w[0].1, w[1].0)).filter(|(a, b)| b - a >= DEFAULT_GAP_NS));
+        let unseen = super::holes::spans(holes.get(&p));
+        idle.extend(
+            busy.windows(2)
+                .map(|w| (w[0].1, w[1].0))
+                .filter(|&(a, b)| b - a >= DEFAULT_GAP_NS && !super::holes::meets(&unseen, a, b)),
+        );
     }
     Ok(Some(crate::trace_data::merge_intervals(idle)))
 }
@@ -94,6 +100,7 @@ pub(super) fn holes_at_the_end(
     store: &dyn TraceStore,
     window: TimeWindow,
     by_device: &BTreeMap<(u32, i32), DeviceOps>,
+    holes: &BTreeMap<u32, Vec<super::holes::Hole>>,
 ) -> Result<Vec<String>, AnalysisError> {
     let mut last: BTreeMap<u32, i64> = BTreeMap::new();
     for ((pid, _), d) in by_device {
@@ -104,6 +111,9 @@ pub(super) fn holes_at_the_end(
     let launches = crate::detectors::ops_with_role(causeway_model::codes::GpuRole::Launch);
     let mut notes = Vec::new();
     for (pid, end) in last {
+        if holes.get(&pid).and_then(|v| v.last()).is_some_and(|h| h.end_ns == i64::MAX) {
+            continue; // its open hole says why already
+        }
         let from = end + HOLE_AFTER_NS;
         if window.to_ns.is_some_and(|to| to < from) {
             continue;
@@ -114,13 +124,7 @@ pub(super) fn holes_at_the_end(
             ops: Some(launches.clone()),
             ..Default::default()
         };
-        // a runtime launch wraps a driver launch: count the driver's only where no runtime call is
-        let (mut runtime, mut driver) = (0u64, 0u64);
-        store.scan_slim(&filter, &mut |e| match e.op.source {
-            4 => driver += 1,
-            _ => runtime += 1,
-        })?;
-        let n = if runtime > 0 { runtime } else { driver };
+        let n = count_launches(store, &filter)?;
         if n > 0 {
             notes.push(format!(
                 "pid {pid}: {n} kernel launches were traced after the device view's last record at {} (+0.5 s): the device view has a hole from there (another CUPTI client such as torch.profiler or Nsight took the records, or the injection library stopped; see its notes)",
@@ -129,6 +133,20 @@ pub(super) fn holes_at_the_end(
         }
     }
     Ok(notes)
+}
+
+/// The kernel launches `filter` selects (its ops: the launches): a runtime launch wraps a driver
+/// launch, so the driver's count only where no runtime call is.
+pub(super) fn count_launches(
+    store: &dyn TraceStore,
+    filter: &causeway_store::EventFilter,
+) -> Result<u64, AnalysisError> {
+    let (mut runtime, mut driver) = (0u64, 0u64);
+    store.scan_slim(filter, &mut |e| match e.op.source {
+        4 => driver += 1,
+        _ => runtime += 1,
+    })?;
+    Ok(if runtime > 0 { runtime } else { driver })
 }
 
 /// Say in each slow step range and each serving spike how long the GPU sat idle in it (gaps over

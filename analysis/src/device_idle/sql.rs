@@ -3,7 +3,8 @@
 //! the way the Rust code does (the same op order, gap rule, drain rule and host window), so an
 //! agent can check "38 ms of GPU idle time: preempted by backup-rsync" against the stored rows.
 //!
-//! The gaps are built in CTEs: `o` numbers each device's ops (kernels, copies, memsets) in the
+//! The gaps are built in CTEs: `h` holds the holes of the device view (from a `foreign_client`
+//! note to the process's next `resumed` note, else without end), `o` numbers each device's ops (kernels, copies, memsets) in the
 //! order the analysis sorts them and carries the latest end before each (`bu`, "busy until"); `g`
 //! keeps the gaps at least the threshold long, with the drain's end (`de`) and the host window
 //! `[hf, ht]`; the subject `c(tid, pid, ts, te)` is the host windows, measured by
@@ -29,17 +30,23 @@ fn gaps_cte(window: TimeWindow, pid: Option<u32>, threshold: i64) -> String {
     }
     let yf = f.replace("start_ns", "y.start_ns").replace("pid =", "y.pid =");
     format!(
-        "o0 AS (SELECT pid, device, stream, correlation, start_ns AS s, MAX(end_ns, start_ns) AS e, launch_tid, \
+        "h AS (SELECT f.pid, f.ts_ns AS hs, COALESCE((SELECT MIN(r.ts_ns) FROM gpu_timeline_notes r \
+         WHERE r.pid = f.pid AND r.kind = '{closes}' AND r.ts_ns > f.ts_ns), 9223372036854775807) AS he \
+         FROM gpu_timeline_notes f WHERE f.kind = '{opens}'), \
+         o0 AS (SELECT pid, device, stream, correlation, start_ns AS s, MAX(end_ns, start_ns) AS e, launch_tid, \
          launch_start_ns AS ls FROM gpu_ops WHERE kind IN (1, 2, 3){f}), \
          o AS (SELECT o0.*, MAX(e) OVER (PARTITION BY pid, device ORDER BY s, e, stream, correlation \
          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS bu FROM o0), \
          g0 AS (SELECT pid, device, bu AS gs, s AS ge, launch_tid AS tid, ls, \
          (SELECT MAX(MIN(MAX(y.end_ns, o.bu), o.s)) FROM gpu_ops y WHERE y.kind = 4 AND y.pid = o.pid \
          AND y.start_ns < o.bu AND y.end_ns >= o.bu - {tol}{yf}) AS de \
-         FROM o WHERE bu IS NOT NULL AND s - bu >= {threshold}), \
+         FROM o WHERE bu IS NOT NULL AND s - bu >= {threshold} \
+         AND NOT EXISTS (SELECT 1 FROM h WHERE h.pid = o.pid AND h.hs < o.s AND h.he > o.bu)), \
          g AS (SELECT g0.*, COALESCE(de, gs) AS hf, MIN(MAX(ls, COALESCE(de, gs)), ge) AS ht, \
          (tid <> 0 AND ls > 0 AND ls > gs) AS late FROM g0)",
         tol = super::DRAIN_TOLERANCE_NS,
+        opens = super::holes::OPENS,
+        closes = super::holes::CLOSES,
     )
 }
 

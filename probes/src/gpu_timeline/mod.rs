@@ -5,8 +5,12 @@
 //! the trace loop writes them (`EventSink::write_gpu_timeline`).
 //!
 //! The socket needs no eBPF, so the device view works where the probes cannot attach. It is
-//! owner-only (0600), like the label socket: what arrives is data in the trace.
+//! owner-only (0600), like the label socket: what arrives is data in the trace. The same thread
+//! applies the coexistence rules ([`coexist`]): the trace loop reports the CUPTI control calls the
+//! probes saw ([`GpuTimelineSocket::watch`]), and the thread tells a library to step aside or
+//! resume over its connection.
 
+pub mod coexist;
 pub mod convert;
 
 use std::collections::HashMap;
@@ -77,13 +81,16 @@ pub struct GpuTimelineSocket {
     pub path: PathBuf,
     /// What arrived, ready to store.
     pub news: mpsc::UnboundedReceiver<GpuTimelinePart>,
+    /// What the thread's coexistence rules must know (CUPTI control calls, processes calling CUDA).
+    pub watch: std::sync::mpsc::Sender<coexist::Watch>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl GpuTimelineSocket {
-    /// Listen at `path` (`None`: `gpu-<pid>.sock` in the runtime directory of the label socket).
-    pub fn open(path: Option<&Path>) -> anyhow::Result<GpuTimelineSocket> {
+    /// Listen at `path` (`None`: `gpu-<pid>.sock` in the runtime directory of the label socket) for
+    /// the injection library `library`.
+    pub fn open(path: Option<&Path>, library: &Path) -> anyhow::Result<GpuTimelineSocket> {
         let path = match path {
             Some(p) => p.to_path_buf(),
             None => crate::labels::default_socket_path().with_file_name(format!("gpu-{}.sock", std::process::id())),
@@ -93,10 +100,12 @@ impl GpuTimelineSocket {
         let stop = Arc::new(AtomicBool::new(false));
         let offset = crate::decode::mono_to_realtime_offset();
         let flag = stop.clone();
+        let (watch, watched) = std::sync::mpsc::channel();
+        let rules = coexist::Coexist::new(library);
         let thread = std::thread::Builder::new()
             .name("cw-gpu-timeline".into())
-            .spawn(move || serve(listener, &flag, &tx, offset))?;
-        Ok(GpuTimelineSocket { path, news, stop, thread: Some(thread) })
+            .spawn(move || serve(listener, &flag, &tx, offset, &watched, rules))?;
+        Ok(GpuTimelineSocket { path, news, watch, stop, thread: Some(thread) })
     }
 
     /// Stop listening after taking in everything already sent (a process that exited has
@@ -193,9 +202,16 @@ fn now_mono() -> i64 {
     crate::labels::monotonic_ns()
 }
 
-/// The receiving loop: accept processes, read their packets, convert, hand over; at `stop`, drain
-/// what is queued and finish every process.
-fn serve(listener: OwnedFd, stop: &AtomicBool, tx: &mpsc::UnboundedSender<GpuTimelinePart>, offset: i64) {
+/// The receiving loop: accept processes, read their packets, convert, apply the coexistence rules,
+/// hand over; at `stop`, drain what is queued and finish every process.
+fn serve(
+    listener: OwnedFd,
+    stop: &AtomicBool,
+    tx: &mpsc::UnboundedSender<GpuTimelinePart>,
+    offset: i64,
+    watched: &std::sync::mpsc::Receiver<coexist::Watch>,
+    mut rules: coexist::Coexist,
+) {
     let mut conns: Vec<Conn> = Vec::new();
     let mut buf = vec![0u8; causeway_gpu_wire::MAX_MESSAGE + 1024];
     let mut last_tick = now_mono();
@@ -216,6 +232,21 @@ fn serve(listener: OwnedFd, stop: &AtomicBool, tx: &mpsc::UnboundedSender<GpuTim
             }
         }
         let now = now_mono();
+        let mut actions = Vec::new();
+        while let Ok(w) = watched.try_recv() {
+            actions.extend(rules.on(w, |pid| conns.iter().any(|c| c.pid == pid)));
+        }
+        actions.extend(rules.tick(now + offset));
+        for a in actions {
+            match a {
+                coexist::Action::Note(n) => part_by_pid.entry(n.pid).or_default().notes.push(n),
+                coexist::Action::Control(pid, control) => {
+                    for c in conns.iter().filter(|c| c.pid == pid) {
+                        send_control(c.fd.as_raw_fd(), &control);
+                    }
+                }
+            }
+        }
         let tick = now - last_tick >= 500_000_000;
         if tick {
             last_tick = now;
@@ -252,6 +283,17 @@ fn serve(listener: OwnedFd, stop: &AtomicBool, tx: &mpsc::UnboundedSender<GpuTim
         if stopping {
             return;
         }
+    }
+}
+
+/// Send a control to a library (non-blocking: a library whose socket is full misses it, and its
+/// notes say what it did instead).
+fn send_control(fd: RawFd, control: &causeway_gpu_wire::Control) {
+    let mut out = Vec::new();
+    causeway_gpu_wire::encode_all(0, &mut 0, &causeway_gpu_wire::Message::Control(control.clone()), &mut out);
+    for m in out {
+        // SAFETY: m is a live buffer of its length; fd is a connected socket.
+        unsafe { libc::send(fd, m.as_ptr().cast(), m.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
     }
 }
 

@@ -377,7 +377,7 @@ pub fn top_level(events: &[Event], pid: u32) -> Vec<&Event> {
         .iter()
         .filter(|e| e.pid == pid)
         .filter(|e| match op_lib(OpCode::new(e.source, e.op)) {
-            Some(ProbeLib::Nccl) => true,
+            Some(ProbeLib::Nccl | ProbeLib::Cupti) => true,
             Some(ProbeLib::Runtime) => !inside(&nccl, e),
             Some(ProbeLib::Driver) => !inside(&runtime, e) && !inside(&nccl, e),
             None => false,
