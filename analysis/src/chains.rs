@@ -212,8 +212,8 @@ pub struct Group {
     pub worst_parts: Vec<(i64, Part)>,
     /// The kernels of the slow launches in the group: per kernel, (calls, ns of this cause).
     pub kernels: BTreeMap<String, (u64, i64)>,
-    /// Every interval's (start, end), when the accumulator keeps them.
-    pub spans: Vec<(i64, i64)>,
+    /// Every interval's (pid, start, end), when the accumulator keeps them.
+    pub spans: Vec<(u32, i64, i64)>,
     /// With the device's idle intervals: the parts' time that fell inside them.
     pub gpu_idle_ns: Option<i64>,
 }
@@ -252,9 +252,10 @@ impl ChainAccumulator {
         self
     }
 
-    /// Add the parts of one interval (`id` names it: the call, or the call ending a gap), and the
-    /// kernel it ran when it is a launch.
-    pub fn add(&mut self, id: &EventId, start: i64, dur: i64, parts: &[Part], kernel: Option<&str>) {
+    /// Add the parts of one interval of process `pid` (`id` names it: the call, or the call
+    /// ending a gap), and the kernel it ran when it is a launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add(&mut self, id: &EventId, pid: u32, start: i64, dur: i64, parts: &[Part], kernel: Option<&str>) {
         let mut per_group: BTreeMap<(Cause, CulpritKey), i64> = BTreeMap::new();
         for p in parts {
             let key = (p.cause, culprit_key(p));
@@ -290,7 +291,7 @@ impl ChainAccumulator {
                 }
             }
             if self.keep_spans {
-                g.spans.push((start, start.saturating_add(dur)));
+                g.spans.push((pid, start, start.saturating_add(dur)));
             }
         }
     }

@@ -382,7 +382,7 @@ fn attribute_slow_calls(
             items: HashMap::new(),
             spin: spin::OpSpinFacts::default(),
         });
-        op.acc.add(&calls.event_id(c), c.ts, a.counted_ns, &a.parts, a.kernel.as_deref());
+        op.acc.add(&calls.event_id(c), c.pid, c.ts, a.counted_ns, &a.parts, a.kernel.as_deref());
         if spin::is_spin_bounded_op(c.op) {
             op.spin.add(&a.parts, a.wait);
         }
@@ -528,7 +528,7 @@ fn gap_chains(
         let mut acc = ChainAccumulator::default().measuring_device_idle(ctx.device_idle.clone());
         for g in &gs {
             let (parts, counted_ns) = attribute(g);
-            acc.add(&g.before, g.start, counted_ns, &parts, None);
+            acc.add(&g.before, g.pid, g.start, counted_ns, &parts, None);
         }
         let worst = acc.worst_ids();
         let mut items = HashMap::new();

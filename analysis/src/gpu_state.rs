@@ -2,6 +2,10 @@
 //! statistics (clocks, temperature, power, utilization, time throttled by reason, ECC, Xid), and
 //! the throttled windows explain matches slow GPU-bound calls against.
 //!
+//! A call is matched to the GPUs its process used when the trace knows them (the device timeline's
+//! `gpu_devices` map each CUDA device of a process to its NVML index): a throttle on another GPU of
+//! the node says nothing about it. Without that map, any GPU of the node may be the one.
+//!
 //! A sample describes its GPU from its own timestamp to the next sample of that GPU (the last one
 //! to the median sampling period after it). A GPU is **throttled** over the samples whose clock
 //! event reasons include a slowing one ([`SLOWING_REASONS`]: power cap, thermal and hardware
@@ -10,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use causeway_model::{throttle_reason_names, GpuSample, SLOWING_REASONS};
+use causeway_model::{throttle_reason_names, GpuDevice, GpuSample, SLOWING_REASONS};
 
 use crate::attribution::overlap;
 use crate::stats::nearest_ranks_unsorted;
@@ -52,8 +56,10 @@ struct Span {
 #[derive(Debug, Clone, Default)]
 pub struct GpuState {
     spans: BTreeMap<i32, Vec<Span>>,
-    /// Throttled intervals of any GPU, merged.
-    throttled: Vec<(i64, i64)>,
+    /// Throttled intervals per GPU, merged.
+    throttled: BTreeMap<i32, Vec<(i64, i64)>>,
+    /// The NVML indexes of the GPUs each process used (from the device timeline), when known.
+    used_by: BTreeMap<u32, Vec<i32>>,
 }
 
 /// What the samples say about the GPUs during some intervals.
@@ -90,7 +96,7 @@ impl GpuState {
             by_gpu.entry(s.gpu).or_default().push(s);
         }
         let mut spans = BTreeMap::new();
-        let mut throttled = Vec::new();
+        let mut throttled = BTreeMap::new();
         for (gpu, mut v) in by_gpu {
             v.sort_by_key(|s| s.ts_ns);
             let period = median(v.windows(2).map(|w| w[1].ts_ns - w[0].ts_ns).filter(|d| *d > 0).collect()).max(0);
@@ -103,27 +109,53 @@ impl GpuState {
                     sample: (*s).clone(),
                 })
                 .collect();
-            throttled.extend(
-                list.iter().filter(|s| s.sample.throttle_reasons & SLOWING_REASONS != 0).map(|s| (s.start, s.end)),
-            );
+            let hot =
+                list.iter().filter(|s| s.sample.throttle_reasons & SLOWING_REASONS != 0).map(|s| (s.start, s.end));
+            throttled.insert(gpu, merge_intervals(hot.collect()));
             spans.insert(gpu, list);
         }
-        GpuState { spans, throttled: merge_intervals(throttled) }
+        GpuState { spans, throttled, used_by: BTreeMap::new() }
+    }
+
+    /// Match each process's calls to the GPUs it used (`gpu_devices` rows with an NVML index).
+    pub fn with_devices(mut self, devices: &[GpuDevice]) -> GpuState {
+        for d in devices.iter().filter(|d| d.nvml_index >= 0) {
+            let v = self.used_by.entry(d.pid).or_default();
+            if !v.contains(&d.nvml_index) {
+                v.push(d.nvml_index);
+                v.sort_unstable();
+            }
+        }
+        self
     }
 
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
 
-    /// ns of `[a, b]` while a GPU was throttled.
-    pub fn throttled_overlap(&self, a: i64, b: i64) -> i64 {
-        let i = self.throttled.partition_point(|w| w.1 <= a);
-        self.throttled[i..].iter().take_while(|w| w.0 < b).map(|w| overlap(a, b, w.0, w.1)).sum()
+    /// Whether a call of `pid` can have run on `gpu`.
+    fn may_use(&self, pid: u32, gpu: i32) -> bool {
+        self.used_by.get(&pid).is_none_or(|v| v.contains(&gpu))
     }
 
-    /// What the samples say about `intervals`: None when no part of them was throttled.
-    pub fn throttle_facts(&self, intervals: &[(i64, i64)]) -> Option<ThrottleFacts> {
-        let throttled_ns: i64 = intervals.iter().map(|&(a, b)| self.throttled_overlap(a, b)).sum();
+    /// ns of `[a, b]` while a GPU `pid` may have used was throttled (any GPU: pid 0 and a process
+    /// the device timeline does not map).
+    pub fn throttled_overlap(&self, pid: u32, a: i64, b: i64) -> i64 {
+        let windows: Vec<(i64, i64)> = self
+            .throttled
+            .iter()
+            .filter(|(g, _)| self.may_use(pid, **g))
+            .flat_map(|(_, w)| w.iter().copied())
+            .collect();
+        let windows = merge_intervals(windows);
+        let i = windows.partition_point(|w| w.1 <= a);
+        windows[i..].iter().take_while(|w| w.0 < b).map(|w| overlap(a, b, w.0, w.1)).sum()
+    }
+
+    /// What the samples say about `intervals` (each of a process: `(pid, start, end)`), each
+    /// matched to the GPUs its process used: None when no part of them was throttled.
+    pub fn throttle_facts(&self, intervals: &[(u32, i64, i64)]) -> Option<ThrottleFacts> {
+        let throttled_ns: i64 = intervals.iter().map(|&(p, a, b)| self.throttled_overlap(p, a, b)).sum();
         if throttled_ns == 0 {
             return None;
         }
@@ -148,8 +180,8 @@ impl GpuState {
                 }
                 let touched: Vec<(i64, i64)> = intervals
                     .iter()
-                    .filter(|&&(a, b)| overlap(a, b, s.start, s.end) > 0)
-                    .map(|&(a, b)| (a.max(s.start), b.min(s.end)))
+                    .filter(|&&(p, a, b)| self.may_use(p, *gpu) && overlap(a, b, s.start, s.end) > 0)
+                    .map(|&(_, a, b)| (a.max(s.start), b.min(s.end)))
                     .collect();
                 if touched.is_empty() {
                     continue;
@@ -252,10 +284,12 @@ impl ThrottleFacts {
         w
     }
 
-    /// The SQL that lists the throttled samples behind these facts.
+    /// The SQL that lists the throttled samples behind these facts (of the GPUs named).
     pub fn sql(&self) -> String {
+        let gpus: Vec<String> = self.gpus.iter().map(i32::to_string).collect();
         format!(
-            "SELECT timestamp, gpu, sm_clock_mhz, sm_clock_max_mhz, throttle_reasons, temperature_c, power_mw FROM gpu_samples WHERE throttle_reasons & {SLOWING_REASONS} <> 0 AND timestamp BETWEEN {} AND {} ORDER BY timestamp",
+            "SELECT timestamp, gpu, sm_clock_mhz, sm_clock_max_mhz, throttle_reasons, temperature_c, power_mw FROM gpu_samples WHERE throttle_reasons & {SLOWING_REASONS} <> 0 AND gpu IN ({}) AND timestamp BETWEEN {} AND {} ORDER BY timestamp",
+            gpus.join(", "),
             self.first_ns - 1_000_000_000,
             self.last_ns
         )
@@ -298,10 +332,10 @@ mod tests {
     #[test]
     fn throttled_windows_come_from_slowing_reasons_only() {
         let g = GpuState::of(&run());
-        assert_eq!(g.throttled_overlap(0, 2000 * MS), 600 * MS, "idle (0x1) is not throttling");
-        assert_eq!(g.throttled_overlap(1000 * MS, 1600 * MS), 100 * MS);
-        assert_eq!(g.throttled_overlap(0, 500 * MS), 0);
-        let f = g.throttle_facts(&[(900 * MS, 1200 * MS)]).unwrap();
+        assert_eq!(g.throttled_overlap(7, 0, 2000 * MS), 600 * MS, "idle (0x1) is not throttling");
+        assert_eq!(g.throttled_overlap(7, 1000 * MS, 1600 * MS), 100 * MS);
+        assert_eq!(g.throttled_overlap(7, 0, 500 * MS), 0);
+        let f = g.throttle_facts(&[(7, 900 * MS, 1200 * MS)]).unwrap();
         assert_eq!((f.throttled_ns, f.reasons, f.sm_clock_min_mhz, f.sm_clock_normal_mhz), (200 * MS, 0x40, 495, 1980));
         assert_eq!((f.gpus.clone(), f.temperature_max_c, f.first_ns, f.last_ns), (vec![0], 91, 900 * MS, 1100 * MS));
         assert!(
@@ -309,7 +343,22 @@ mod tests {
             "{}",
             f.words()
         );
-        assert!(g.throttle_facts(&[(0, 400 * MS)]).is_none());
+        assert!(g.throttle_facts(&[(7, 0, 400 * MS)]).is_none());
+    }
+
+    #[test]
+    fn a_call_is_matched_to_the_gpus_its_process_used() {
+        let device =
+            |pid, nvml_index| GpuDevice { pid, device: 0, uuid: String::new(), name: String::new(), nvml_index };
+        // pid 7 ran on GPU 1 (idle, never throttled), pid 8 on GPU 0 (throttled), pid 9 unmapped
+        let g = GpuState::of(&run()).with_devices(&[device(7, 1), device(8, 0), device(9, -1)]);
+        assert_eq!(g.throttled_overlap(7, 0, 2000 * MS), 0, "GPU 0's throttle is not pid 7's");
+        assert!(g.throttle_facts(&[(7, 900 * MS, 1200 * MS)]).is_none());
+        assert_eq!(g.throttled_overlap(8, 0, 2000 * MS), 600 * MS);
+        assert_eq!(g.throttled_overlap(9, 0, 2000 * MS), 600 * MS, "unmapped: any GPU");
+        let f = g.throttle_facts(&[(7, 900 * MS, 1200 * MS), (8, 1000 * MS, 1050 * MS)]).unwrap();
+        assert_eq!((f.throttled_ns, f.gpus.clone()), (50 * MS, vec![0]));
+        assert!(f.sql().contains("AND gpu IN (0) AND"), "{}", f.sql());
     }
 
     #[test]

@@ -124,3 +124,37 @@ fn without_nvml_the_first_chain_still_says_the_time_was_the_gpus() {
     );
     assert!(compute_stats(store.as_ref(), &StatsRequest::default()).unwrap().gpus.is_empty());
 }
+
+/// The throttled GPU is GPU 0, but the device timeline says the process ran on GPU 1 (NVML index 1,
+/// sampled cool): the throttle is another job's, so the slow syncs are the GPU's time, not a
+/// throttle's. Mapped to GPU 0, the throttle is named as before.
+#[test]
+fn a_throttle_is_matched_to_the_gpu_the_process_used() {
+    let run = |nvml_index: i32| {
+        let mut t = slow_gpu(true);
+        let cool: Vec<GpuSample> = t
+            .gpu_samples
+            .iter()
+            .map(|s| GpuSample { gpu: 1, throttle_reasons: 0, sm_clock_mhz: 1980, ..s.clone() })
+            .collect();
+        t.gpu_samples.extend(cool);
+        t.gpu.devices.push(causeway_model::GpuDevice {
+            pid: 4242,
+            device: 0,
+            uuid: format!("GPU-{nvml_index}"),
+            name: "Mock H100".into(),
+            nvml_index,
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpu.db");
+        t.write(&path);
+        let store = open_store(&path).unwrap();
+        explain(store.as_ref(), &ExplainRequest::default()).unwrap()
+    };
+    let e = run(1);
+    assert!(e.chains.iter().all(|c| c.cause != "gpu_throttled"), "{:#?}", e.chains);
+    assert_eq!(e.chains[0].cause, "gpu_wait", "{:#?}", e.chains);
+    let e = run(0);
+    assert_eq!(e.chains[0].cause, "gpu_throttled", "{:#?}", e.chains);
+    assert!(e.chains[0].summary.contains("GPU 0 throttled"), "{}", e.chains[0].summary);
+}

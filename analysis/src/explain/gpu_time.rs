@@ -40,7 +40,7 @@ pub(super) fn throttle_of(
     }
     let facts = gpu.throttle_facts(&group.spans)?;
     // most of the calls' time on a throttled GPU
-    let total: i64 = group.spans.iter().map(|(a, b)| b - a).sum();
+    let total: i64 = group.spans.iter().map(|(_, a, b)| b - a).sum();
     (facts.throttled_ns * 2 >= total).then_some(facts)
 }
 

@@ -121,7 +121,8 @@ impl<'s> TraceView<'s> {
             coverage,
             pages,
             kernel_index,
-            gpu: crate::gpu_state::GpuState::of(&self.store.gpu_samples(&self.req.window)?),
+            gpu: crate::gpu_state::GpuState::of(&self.store.gpu_samples(&self.req.window)?)
+                .with_devices(&self.store.gpu_devices()?),
             device_idle: crate::device_idle::idle_intervals(self.store, self.req.window, self.req.pid)?
                 .map(std::sync::Arc::new),
             bounds,
