@@ -87,6 +87,10 @@ struct cw_stash {
     };
 };
 
+/* read from user space at the end of a trace (probes/src/in_flight.rs keeps these offsets) */
+_Static_assert(sizeof(struct cw_stash) == 88, "cw_stash: 88 bytes");
+_Static_assert(__builtin_offsetof(struct cw_stash, op) == 40, "cw_stash.op at 40");
+
 #define CW_SLOT_RUNTIME 0
 #define CW_SLOT_DRIVER 1
 #define CW_SLOT_NAME 2
@@ -100,6 +104,7 @@ struct cw_slots {
     struct cw_stash s[5];
     __u64 py_tstate; /* the thread's CPython thread state, when found once (python.bpf.h) */
 };
+_Static_assert(sizeof(struct cw_slots) == 448, "cw_slots: 5 stashes and the thread state");
 
 struct {
     __uint(type, BPF_MAP_TYPE_TASK_STORAGE);

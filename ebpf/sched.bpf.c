@@ -30,6 +30,9 @@ struct cw_offcpu {
     char next_comm[16];
     __u64 best_ns; /* longest stretch another task held `cpu` while this thread waited runnable */
 };
+/* read from user space at the end of a trace (probes/src/in_flight.rs keeps these offsets) */
+_Static_assert(sizeof(struct cw_offcpu) == 64, "cw_offcpu: 64 bytes");
+_Static_assert(__builtin_offsetof(struct cw_offcpu, next_comm) == 37, "cw_offcpu.next_comm at 37");
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);

@@ -66,6 +66,8 @@ pub enum ChainKind {
     /// One rank reached a communicator's NCCL collectives late, again and again: the other ranks
     /// waited for it.
     Straggler,
+    /// A call that had not returned when the trace ended: a hang outranks any slowness.
+    Hang,
 }
 
 /// One step of a chain's timeline, with real timestamps.
@@ -352,10 +354,12 @@ pub fn chain_key(kind: ChainKind, op: &str, cause: Cause, culprit: &CulpritKey) 
 /// Sort chains by severity, stall, key; number them `c1`, `c2`, ...
 pub fn rank(chains: &mut [Chain]) {
     // A throughput drop is a symptom: the chains that name a cause (HIGH or MEDIUM) come first.
-    let group = |c: &Chain| match (c.kind == ChainKind::ThroughputDrop, c.severity) {
-        (true, _) => 1,
-        (false, Severity::Low) => 2,
-        (false, _) => 0,
+    // A hang is what the trace is about when there is one: it comes before any slowness.
+    let group = |c: &Chain| match (c.kind, c.severity) {
+        (ChainKind::Hang, _) => -1,
+        (ChainKind::ThroughputDrop, _) => 1,
+        (_, Severity::Low) => 2,
+        _ => 0,
     };
     chains.sort_by(|a, b| {
         group(a)

@@ -16,6 +16,7 @@
 
 mod counted;
 mod gpu_time;
+mod hang;
 mod serving;
 mod steps;
 mod straggler;
@@ -235,6 +236,8 @@ fn explain_calls(
     phase.lap("detector chains");
     chains_out.extend(straggler::straggler_chains(&mut view, &ctx)?);
     phase.lap("stragglers at NCCL collectives");
+    chains_out.extend(hang::hang_chains(store, req.window, req.pid, &view.names)?);
+    phase.lap("calls that never returned");
     gpu_time::grade(&mut chains_out, slow.time_ns());
 
     if let Some(n) = &ctx.sample_note {

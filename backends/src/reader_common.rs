@@ -141,6 +141,10 @@ pub(crate) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
             params.push(o.op.into());
         }
     }
+    if f.failed {
+        // a literal, word for word the condition of SQLite's partial index (`schema::indexes`)
+        conds.push(crate::schema::FAILED_ROWS_CONDITION.to_string());
+    }
     let clause = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
     (clause, params)
 }

@@ -388,12 +388,18 @@ pub fn indexes() -> String {
         "CREATE INDEX IF NOT EXISTS idx_events_timestamp ON events(timestamp);\n\
          CREATE INDEX IF NOT EXISTS idx_events_tid_timestamp ON events(tid, timestamp);\n\
          CREATE INDEX IF NOT EXISTS idx_events_switches ON events(tid, timestamp, {}) WHERE {};\n\
-         CREATE INDEX IF NOT EXISTS idx_events_other ON events(source, op, timestamp) WHERE {};\n",
+         CREATE INDEX IF NOT EXISTS idx_events_other ON events(source, op, timestamp) WHERE {};\n\
+         CREATE INDEX IF NOT EXISTS idx_events_failed ON events(timestamp) WHERE {FAILED_ROWS_CONDITION};\n",
         SWITCH_DETAIL_COLUMNS.join(", "),
         switch_rows_condition(),
         other_rows_condition()
     )
 }
+
+/// The condition of the rows that did not return success (errors, and calls still in flight when
+/// the trace ended): few in any trace, so a finished SQLite trace indexes them
+/// (`EventFilter::failed` reads them through it: the condition word for word).
+pub const FAILED_ROWS_CONDITION: &str = "ret_code <> 0";
 
 /// Columns added to `sessions` after schema version 1 was first written, with their DDL: a trace
 /// recorded before them gets them when a new session is appended (readers tolerate their absence).
@@ -556,7 +562,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("events", "arg0") => "op-specific: bytes (alloc, memcpy, block I/O), kernel function pointer (launch)",
         ("events", "arg1") => "op-specific: memcpy kind, blocks (launch), pid (sched_switch), woken pid (sched_wakeup), device (block I/O), child pid (fork)",
         ("events", "arg2") => "op-specific: stream, device pointer, woken tid (sched_wakeup)",
-        ("events", "ret_code") => "CUDA return code (see cuda_errors); 0 for host events",
+        ("events", "ret_code") => "CUDA return code (see cuda_errors); -1: the call had not returned when the trace ended (duration: up to the end); 0 for host events",
         ("events", "stack_hash") => "key into stack_traces.hash (0 = no stack)",
         ("events", "comm") => "thread command name",
         ("events", "cpu") => "CPU of the event; for sched_switch the CPU the thread left (-1 unknown)",

@@ -63,6 +63,12 @@ fn write_trace(path: &Path, b: Engine, seed: u64) -> Vec<StoredEvent> {
     for e in events.iter_mut().skip(N / 2).filter(|e| !e.comm.is_empty()) {
         e.comm = format!("worker-{}", e.tid % 3);
     }
+    // a few GPU calls that failed, and one still in flight at the end (the rows a `failed` filter reads)
+    let gpu: Vec<usize> =
+        (0..events.len()).filter(|&i| causeway_model::codes::is_gpu_call_source(events[i].source)).collect();
+    for (k, &i) in gpu.iter().step_by(97).enumerate() {
+        events[i].ret_code = if k == 0 { causeway_model::codes::RET_IN_FLIGHT } else { 2 };
+    }
     let summary = rt().block_on(async {
         let mut sink = create_sink(path, session(1), Some(b)).unwrap();
         for chunk in events.chunks(777) {
@@ -224,6 +230,13 @@ pub fn typed_queries_and_filters(b: Engine) {
                         && gpu_and_steps.contains(&e.source)
                 }),
             ),
+            // the calls that did not return success (errors, calls in flight at the end): a
+            // finished SQLite trace answers through its partial index
+            (
+                "failed GPU calls",
+                EventFilter { sources: Some(gpu_and_steps.clone()), failed: true, ..Default::default() },
+                filtered(&all, |e| gpu_and_steps.contains(&e.source) && e.ret_code != 0),
+            ),
             (
                 "synchronizing calls of some threads",
                 EventFilter { tids: Some(tids.clone()), ops: Some(syncs.clone()), ..Default::default() },
@@ -237,6 +250,7 @@ pub fn typed_queries_and_filters(b: Engine) {
                     tids: None,
                     sources: Some(vec![1, 3, 4]),
                     ops: Some(ops.clone()),
+                    failed: false,
                 },
                 filtered(&all, |e| {
                     e.ts_ns >= window.from_ns.unwrap()

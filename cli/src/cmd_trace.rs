@@ -45,9 +45,14 @@ pub struct Args {
     /// and the trace says so).
     #[arg(long)]
     pub no_stop_on_load: bool,
-    /// Stop after this long (e.g. 30s, 5m, 500ms).
+    /// Stop after this long (e.g. 30s, 5m, 500ms). A launched command still running then is left
+    /// running (the trace says so, with its pid) unless --kill-on-stop.
     #[arg(long)]
     pub duration: Option<String>,
+    /// End a launched command that is still running when the trace stops (--duration, Ctrl-C,
+    /// SIGTERM): SIGTERM, then SIGKILL after 5 s. Its calls in flight are written first.
+    #[arg(long)]
+    pub kill_on_stop: bool,
     /// Record the user stack of every CUDA call.
     #[arg(long)]
     pub stacks: bool,
@@ -287,6 +292,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         all: args.all,
         cuda_libs: args.cuda_libs.clone(),
         stop_on_load: !args.no_stop_on_load,
+        kill_on_stop: args.kill_on_stop,
         duration_ns,
         stacks: args.stacks,
         python_frames: !args.no_python_frames,

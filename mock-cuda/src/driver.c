@@ -33,7 +33,9 @@
  * bandwidth in MB/s, default 10000), MOCK_CUDA_HEAP_MB (device memory, default 81920), MOCK_CUDA_FRAG,
  * MOCK_CUDA_FRAG_NS (default 200), MOCK_CUDA_SYNC=spin (what auto means: busy-poll like
  * cudaDeviceScheduleSpin, the real runtime's choice when it has fewer contexts than cores; default:
- * block on a condition variable like cudaDeviceScheduleBlockingSync), MOCK_GPU_THROTTLE (above). */
+ * block on a condition variable like cudaDeviceScheduleBlockingSync), MOCK_GPU_THROTTLE (above),
+ * MOCK_CUDA_HANG_AT=N (the process's Nth kernel launch, from 1, never ends: a hung kernel, so the
+ * synchronize behind it never returns, as on a GPU whose kernel deadlocked). */
 #include "driver_int.h"
 #include <sched.h>
 #include <time.h>
@@ -52,6 +54,7 @@ static struct CUstream_st *g_streams;
 static struct CUstream_st *g_default;
 struct CUgraphExec_st *g_execs;
 uint64_t g_kernel_ns = 50000, g_frag_ns = 200, g_heap = 81920ull << 20;
+static uint64_t g_hang_at, g_launches; /* MOCK_CUDA_HANG_AT: that launch's kernel never ends */
 static uint64_t g_bw_mbps = 10000;
 int g_frag, g_auto_spins;
 unsigned int g_primary_flags; /* cuDevicePrimaryCtxSetFlags_v2 */
@@ -153,6 +156,7 @@ static CUstream stream_new(uint32_t id) {
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
 void init_once(void) {
     g_kernel_ns = env_u64("MOCK_CUDA_KERNEL_US", 50) * 1000;
+    g_hang_at = env_u64("MOCK_CUDA_HANG_AT", 0);
     g_bw_mbps = env_u64("MOCK_CUDA_BW_MBPS", 10000);
     if (!g_bw_mbps) g_bw_mbps = 1;
     g_heap = env_u64("MOCK_CUDA_HEAP_MB", 81920) << 20;
@@ -254,6 +258,8 @@ static CUresult launch(uint32_t corr, CUfunction f, CUstream stream, unsigned in
     CUstream s = resolve(stream);
     if (!f) return INVALID_HANDLE;
     uint64_t ns = kernel_ns(f);
+    if (g_hang_at && __atomic_add_fetch(&g_launches, 1, __ATOMIC_RELAXED) == g_hang_at)
+        ns = 1ull << 62; /* about 146 years */
     if (!ns && !corr) return OK; /* a zero-length kernel completes at once (benchmarks) */
     struct qitem it = {.dur = ns};
     if (corr) {

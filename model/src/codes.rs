@@ -619,8 +619,14 @@ pub const MEMCPY_KINDS: &[(i64, &str)] = &[
     (4, "cudaMemcpyDefault"),
 ];
 
+/// The `ret_code` of a call that had not returned when the trace ended: its event was written from
+/// the call's entry, read where the probes keep the calls in flight, and its duration runs to the
+/// end of the trace (the call took at least that long). No CUDA, driver or NCCL code is negative.
+pub const RET_IN_FLIGHT: i32 = -1;
+
 /// The CUDA runtime error codes that traces meet most often (`ret_code`).
 pub const CUDA_ERRORS: &[(i64, &str)] = &[
+    (RET_IN_FLIGHT as i64, "inFlight: the call had not returned when the trace ended"),
     (0, "cudaSuccess"),
     (1, "cudaErrorInvalidValue"),
     (2, "cudaErrorMemoryAllocation"),

@@ -28,6 +28,7 @@ mod error;
 mod gpu_state;
 mod gpu_timeline;
 mod host_watch;
+mod in_flight;
 mod kernels;
 mod labels;
 mod libraries;

@@ -502,6 +502,11 @@ impl Probes {
         Ok(true)
     }
 
+    /// The fd of one of the object's maps (`cw_inflight`, `cw_offcpu`: read at the end of a trace).
+    pub(crate) fn map_raw_fd(&self, name: &str) -> Option<RawFd> {
+        self.ebpf.map(name).and_then(map_fd)
+    }
+
     /// Sum over CPUs of counter `idx`.
     pub fn counter(&self, idx: u32) -> u64 {
         self.counters.get(&idx, 0).map(|v| v.iter().copied().fold(0u64, u64::wrapping_add)).unwrap_or(0)

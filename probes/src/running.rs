@@ -616,6 +616,8 @@ impl<'o> Running<'o> {
         if self.load.stop_on_load {
             release_stopped(&mut self.probes);
         }
+        self.write_under_way().await;
+        self.end_command();
 
         // final aggregates, names, coverage and every loss counter
         self.write_summaries().await;
@@ -682,6 +684,100 @@ impl<'o> Running<'o> {
 }
 
 impl Running<'_> {
+    /// What the end of the trace found under way in the traced processes (`in_flight.rs`): the
+    /// calls that had not returned and the threads still off the CPU, written as events ending
+    /// now, and a note per call in flight.
+    async fn write_under_way(&mut self) {
+        let pids = self.probes.traced_pids();
+        let snap = crate::in_flight::snapshot(
+            &pids,
+            self.probes.map_raw_fd("cw_inflight"),
+            self.probes.map_raw_fd("cw_offcpu"),
+        );
+        if snap.unreadable > 0 {
+            self.probes.notes.push(format!(
+                "{} thread(s) of the traced processes could not be read for calls in flight (this kernel has no PIDFD_THREAD, Linux 6.9+): a call that never returned there is not in the trace",
+                snap.unreadable
+            ));
+        }
+        let mut events = snap.events;
+        if events.is_empty() {
+            return;
+        }
+        for e in events.iter().filter(|e| e.ret_code == causeway_model::codes::RET_IN_FLIGHT && e.sched.is_none()) {
+            self.probes.notes.push(format!(
+                "tid {} ({}) of pid {} was still in {} when the trace ended, for {} (its event runs to the end: ret_code -1)",
+                e.tid,
+                e.comm,
+                e.pid,
+                causeway_model::codes::op_name(e.source, e.op),
+                causeway_model::time::fmt_ns(e.dur_ns)
+            ));
+        }
+        self.write_cgroups(&mut events).await;
+        let n = events.len() as u64;
+        let mut codes: HashMap<(u8, u16), u64> = HashMap::new();
+        for e in &events {
+            *codes.entry((e.source, e.op)).or_default() += 1;
+        }
+        if self.sink.write_batch(events).await.is_ok() {
+            self.report.events_written += n;
+            for ((s, o), k) in codes {
+                *self.report.events_by_op.entry(causeway_model::codes::op_name(s, o).into_owned()).or_default() += k;
+            }
+        } else {
+            for ((s, _), k) in codes {
+                *self.backpressure.entry(s).or_default() += k;
+            }
+        }
+    }
+
+    /// A launched command still running when the trace stops: ended (`--kill-on-stop`: SIGTERM,
+    /// SIGKILL after 5 s) or left running; said either way, with its pid.
+    fn end_command(&mut self) {
+        let (Some(c), None) = (self.child.as_mut(), self.report.command_exit) else { return };
+        if let Some(code) = c.try_wait() {
+            self.report.command_exit = Some(code);
+            return;
+        }
+        let pid = c.pid;
+        if !self.opts.kill_on_stop {
+            self.probes.notes.push(format!(
+                "the command (pid {pid}) was still running when the trace stopped: it was left running, untraced (stop it with `kill {pid}`, or trace with --kill-on-stop)"
+            ));
+            return;
+        }
+        let started = Instant::now();
+        let mut signal = libc::SIGTERM;
+        // SAFETY: kill(2) of our own child, which try_wait has not reaped.
+        unsafe { libc::kill(pid as i32, signal) };
+        let code = loop {
+            if let Some(code) = c.try_wait() {
+                break Some(code);
+            }
+            let waited = started.elapsed();
+            if waited >= Duration::from_secs(5) && signal == libc::SIGTERM {
+                signal = libc::SIGKILL;
+                // SAFETY: as above.
+                unsafe { libc::kill(pid as i32, signal) };
+            }
+            if waited >= Duration::from_secs(10) {
+                break None; // stuck in the kernel (uninterruptible): the trace does not wait for it
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let how = if signal == libc::SIGKILL { "SIGTERM, then SIGKILL after 5 s" } else { "SIGTERM" };
+        self.report.command_exit = code;
+        self.probes.notes.push(match code {
+            Some(code) => format!(
+                "the command (pid {pid}) was still running when the trace stopped: ended with {how} (--kill-on-stop), exit status {code}"
+            ),
+            None => format!(
+                "the command (pid {pid}) was still running when the trace stopped and did not exit within 10 s of {how} (--kill-on-stop): it is stuck in the kernel (uninterruptible sleep, often the GPU driver)"
+            ),
+        });
+    }
+
     /// Every loss so far, per source and kind (cumulative): ring reservations and stash failures
     /// in BPF, records the reader could not decode, batches the sink could not take.
     fn loss_counters(&self) -> Vec<LossCounter> {

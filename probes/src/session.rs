@@ -53,6 +53,9 @@ pub struct TraceOptions {
     /// SIGCONT), so its first call through them is recorded. Never applied to `pids` (a stop is
     /// visible to the process's parent, e.g. an interactive shell).
     pub stop_on_load: bool,
+    /// End a launched command still running when the trace stops (SIGTERM, then SIGKILL after
+    /// 5 s), after its calls in flight are written; else it is left running, and the trace says so.
+    pub kill_on_stop: bool,
     pub duration_ns: Option<i64>,
     /// Record a user stack with every CUDA call.
     pub stacks: bool,
@@ -106,6 +109,7 @@ impl Default for TraceOptions {
             cuda_libs: Vec::new(),
             follow_mapped_libs: true,
             stop_on_load: true,
+            kill_on_stop: false,
             duration_ns: None,
             stacks: false,
             python_frames: true,

@@ -79,6 +79,10 @@ pub struct EventFilter {
     pub sources: Option<Vec<u8>>,
     /// Events of these ops.
     pub ops: Option<Vec<OpCode>>,
+    /// Only events whose `ret_code` is not 0: failed calls, and the calls still in flight when the
+    /// trace ended ([`causeway_model::codes::RET_IN_FLIGHT`]). Rare rows: a finished SQLite trace
+    /// reaches them through a partial index.
+    pub failed: bool,
 }
 
 impl EventFilter {
@@ -94,10 +98,12 @@ impl EventFilter {
             && self.tids.is_none()
             && self.sources.is_none()
             && self.ops.is_none()
+            && !self.failed
     }
 
     /// Whether an event at `ts` of `pid`, `tid` and `op` matches: the engines' SQL condition, in
-    /// Rust (an empty list matches nothing), for engines that read rows another way.
+    /// Rust (an empty list matches nothing), for engines that read rows another way (and hold no
+    /// `ret_code`: they never answer a [`EventFilter::failed`] filter).
     pub fn matches(&self, ts: i64, pid: u32, tid: u32, op: OpCode) -> bool {
         self.window.contains(ts)
             && self.pid.is_none_or(|p| p == pid)

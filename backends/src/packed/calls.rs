@@ -50,6 +50,9 @@ pub(crate) fn block_sources() -> [u8; 5] {
 /// Whether every row `filter` can select is of a [`block_sources`] source (then the blocks
 /// answer it).
 pub(crate) fn answers(filter: &EventFilter) -> bool {
+    if filter.failed {
+        return false; // the blocks hold no ret_code
+    }
     let held = block_sources();
     match (&filter.sources, &filter.ops) {
         (Some(sources), _) if sources.iter().all(|s| held.contains(s)) => true,

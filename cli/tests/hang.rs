@@ -1,0 +1,121 @@
+//! A job that hangs, as a user meets it (root, eBPF): mock-cuda's `gpuloop` whose 50th kernel never
+//! ends (`MOCK_CUDA_HANG_AT`), so the `cudaStreamSynchronize` behind it never returns. `trace
+//! --duration` stops on time and leaves the job running (and says so, with its pid); the call in
+//! flight and the thread's open sleep are in the trace; `explain` names the hang first: the call,
+//! how long, since which step, the thread asleep, the kernel it waits for.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{causeway, query_u64, require_root_to};
+use serde_json::Value;
+
+/// Kills the job when the test ends, whatever happened.
+struct Job(u32);
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of a pid this test started (through the tracer).
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+    }
+}
+
+#[test]
+fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hang.db");
+    let build = causeway_testdata::mock_cuda_build();
+    let started = Instant::now();
+    // the job inherits the tracer's stderr and outlives it: a file, not a pipe that would stay open
+    let log = dir.path().join("trace.log");
+    let out = causeway()
+        .env("MOCK_CUDA_HANG_AT", "50")
+        .env("MOCK_CUDA_KERNEL_US", "1000")
+        .args(["trace", "--duration", "3s", "--nvml-hz", "0", "--db"])
+        .arg(&db)
+        .arg("--")
+        .arg(build.join("gpuloop"))
+        .args(["--steps", "400", "--kernels", "1", "--host-us", "1000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    let pid: u32 = stderr
+        .split("the command (pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the trace says the job was left running, with its pid: {stderr}"));
+    let _job = Job(pid);
+    assert!(out.success(), "{stderr}");
+    assert!(took < Duration::from_secs(20), "--duration 3s stopped the trace (it took {took:?})");
+    // SAFETY: kill(pid, 0) only asks whether the process exists.
+    assert_eq!(unsafe { libc::kill(pid as i32, 0) }, 0, "the job was left running");
+    assert!(stderr.contains("was still in cudaStreamSync when the trace ended"), "{stderr}");
+
+    // the call in flight (runtime and driver) runs to the end; the thread's sleep is closed there
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM events WHERE ret_code = -1"), 2);
+    let end = query_u64(&db, "SELECT max(timestamp + duration) FROM events WHERE ret_code = -1");
+    let open = query_u64(
+        &db,
+        &format!(
+            "SELECT count(*) FROM events WHERE source = 3 AND op = 1 AND tid = {pid} AND timestamp >= {end} - 1000000"
+        ),
+    );
+    assert_eq!(open, 1, "the launch thread's open sleep, closed at the end");
+
+    let out = causeway().args(["explain", "--json", "--db"]).arg(&db).output().unwrap();
+    assert!(out.status.success());
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &e["chains"][0];
+    assert_eq!((c["kind"].as_str(), c["cause"].as_str()), (Some("hang"), Some("never_returned")), "{c}");
+    let s = c["summary"].as_str().unwrap();
+    for want in ["cudaStreamSync for", "(since step 49)", "had not returned when the trace ended", "asleep", "gpuloop_"]
+    {
+        assert!(s.contains(want), "{want:?} in {s}");
+    }
+    // its figure is what its SQL returns
+    let sql = c["evidence"]["sql"].as_str().unwrap();
+    assert_eq!(query_u64(&db, sql) as i64, c["evidence"]["value"].as_i64().unwrap(), "{sql}");
+    assert!(c["stall_ns"].as_i64().unwrap() > 2_000_000_000, "{c}");
+}
+
+/// With `--kill-on-stop` the hung job is ended when the trace stops (its call in flight written
+/// first), and the trace says how.
+#[test]
+fn kill_on_stop_ends_the_hung_job_after_writing_its_call_in_flight() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("killed.db");
+    let log = dir.path().join("trace.log");
+    let build = causeway_testdata::mock_cuda_build();
+    let status = causeway()
+        .env("MOCK_CUDA_HANG_AT", "5")
+        .env("MOCK_CUDA_KERNEL_US", "1000")
+        .args(["trace", "--duration", "1s", "--kill-on-stop", "--nvml-hz", "0", "--db"])
+        .arg(&db)
+        .arg("--")
+        .arg(build.join("gpuloop"))
+        .args(["--steps", "400", "--kernels", "1", "--host-us", "1000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .status()
+        .unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    let pid: u32 = stderr
+        .split("the command (pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the trace names the job it ended: {stderr}"));
+    let _job = Job(pid);
+    assert!(stderr.contains("ended with SIGTERM (--kill-on-stop), exit status 143"), "{stderr}");
+    // SAFETY: kill(pid, 0) only asks whether the process exists.
+    assert_ne!(unsafe { libc::kill(pid as i32, 0) }, 0, "the job is gone");
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM events WHERE ret_code = -1"), 2, "written before the end");
+}
