@@ -351,11 +351,16 @@ pub fn chain_key(kind: ChainKind, op: &str, cause: Cause, culprit: &CulpritKey) 
     format!("{kind}/{op}/{}/{who}", cause.as_str())
 }
 
+/// The cause of a hang chain naming the rank that never entered the collective the others waited in.
+pub(crate) const RANK_NEVER_ARRIVED: &str = "rank_never_arrived";
+
 /// Sort chains by severity, stall, key; number them `c1`, `c2`, ...
 pub fn rank(chains: &mut [Chain]) {
     // A throughput drop is a symptom: the chains that name a cause (HIGH or MEDIUM) come first.
     // A hang is what the trace is about when there is one: it comes before any slowness.
     let group = |c: &Chain| match (c.kind, c.severity) {
+        // the rank that never arrived before the ranks it left waiting
+        (ChainKind::Hang, _) if c.cause == RANK_NEVER_ARRIVED => -2,
         (ChainKind::Hang, _) => -1,
         (ChainKind::ThroughputDrop, _) => 1,
         (_, Severity::Low) => 2,

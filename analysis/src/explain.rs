@@ -236,7 +236,8 @@ fn explain_calls(
     phase.lap("detector chains");
     chains_out.extend(straggler::straggler_chains(&mut view, &ctx)?);
     phase.lap("stragglers at NCCL collectives");
-    chains_out.extend(hang::hang_chains(store, req.window, req.pid, &view.names)?);
+    let p50 = |op: OpCode| found.dists.get(&op).map_or(0, |d| d.p50);
+    chains_out.extend(hang::hang_chains(store, req.window, req.pid, &view.names, &p50)?);
     phase.lap("calls that never returned");
     gpu_time::grade(&mut chains_out, slow.time_ns());
 

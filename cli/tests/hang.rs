@@ -119,3 +119,56 @@ fn kill_on_stop_ends_the_hung_job_after_writing_its_call_in_flight() {
     assert_ne!(unsafe { libc::kill(pid as i32, 0) }, 0, "the job is gone");
     assert_eq!(query_u64(&db, "SELECT count(*) FROM events WHERE ret_code = -1"), 2, "written before the end");
 }
+
+/// Three ranks; rank 2 sleeps for good in its host code before all-reduce #41 (`--stuck 2
+/// --stuck-at 40`): the first chain names the collective, the ranks that entered it and waited,
+/// and the rank that never did with what it was doing. The same job cut short by `--duration`
+/// while it runs normally names no hang (ranks out of step at the end are not one).
+#[test]
+fn the_rank_that_never_arrived_is_named_and_a_trace_cut_short_is_no_hang() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let build = causeway_testdata::mock_cuda_build();
+    let run = |name: &str, extra: &[&str]| {
+        let db = dir.path().join(format!("{name}.db"));
+        let log = dir.path().join(format!("{name}.log"));
+        let status = causeway()
+            .env_remove("MOCK_NCCL_TIMEOUT_S")
+            .args(["trace", "--duration", "3s", "--kill-on-stop", "--nvml-hz", "0", "--db"])
+            .arg(&db)
+            .arg("--")
+            .arg(build.join("nccl_ranks"))
+            .args(["--ranks", "3", "--steps", "2000", "--bytes", "1048576"])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .status()
+            .unwrap();
+        // the ranks outlive their parent (the command the trace ended)
+        let pids = common::query_rows(&db, "SELECT DISTINCT pid FROM nccl_calls");
+        let _ranks: Vec<Job> = pids.iter().filter_map(|r| r[0].as_u64()).map(|p| Job(p as u32)).collect();
+        let stderr = std::fs::read_to_string(&log).unwrap();
+        assert!(status.success(), "{stderr}");
+        let out = causeway().args(["explain", "--json", "--db"]).arg(&db).output().unwrap();
+        assert!(out.status.success());
+        (db, serde_json::from_slice::<Value>(&out.stdout).unwrap())
+    };
+
+    let (db, e) = run("stuck", &["--stuck", "2", "--stuck-at", "40"]);
+    let c = &e["chains"][0];
+    assert_eq!((c["kind"].as_str(), c["cause"].as_str()), (Some("hang"), Some("rank_never_arrived")), "{c}");
+    assert_eq!(c["op"], "ncclAllReduce #41", "{c}");
+    let s = c["summary"].as_str().unwrap();
+    for want in ["rank 0 (pid", "rank 1 (pid", "entered it and waited", "rank 2 (pid", "never entered it", "asleep"] {
+        assert!(s.contains(want), "{want:?} in {s}");
+    }
+    let sql = c["evidence"]["sql"].as_str().unwrap();
+    assert_eq!(query_u64(&db, sql), 2, "two ranks entered it: {sql}");
+    // the waiting ranks' own calls follow it
+    let waiting = e["chains"].as_array().unwrap().iter().filter(|c| c["cause"] == "never_returned").count();
+    assert_eq!(waiting, 2, "{}", e["chains"]);
+
+    let (_db, e) = run("clean", &[]);
+    let hangs: Vec<&Value> = e["chains"].as_array().unwrap().iter().filter(|c| c["kind"] == "hang").collect();
+    assert!(hangs.is_empty(), "a job cut short is not hung: {hangs:?}");
+}

@@ -23,6 +23,12 @@
  *   CPU, the straggler's host compute takes about twice as long. The parent stops it with SIGTERM.
  * Either way every other rank's stream waits in the all-reduce, which its cudaStreamSynchronize shows.
  *
+ * A rank that never arrives (`--stuck R --stuck-at S`): rank R, at step S, before the step's
+ * all-reduce, sleeps for good in its host code (pause(), like an input pipeline that never
+ * delivers); the other ranks enter all-reduce #S (sequence S, counting from 0) and wait in their
+ * cudaStreamSynchronize until the job is killed (run with MOCK_NCCL_TIMEOUT_S unset: NCCL waits
+ * forever).
+ *
  * `--all-in-one N`: one process, ncclCommInitAll of N communicators, one thread issuing per step the
  * host compute, the launches on each communicator's stream (cudaSetDevice(i) before each device's),
  * ncclGroupStart, one ncclAllReduce per communicator on its own stream, ncclGroupEnd, then a
@@ -56,6 +62,7 @@ static struct wl_kernel K[NK] = {{ddp_forward_stub, "_Z11ddp_forwardPKfPfi", NUL
                                  {ddp_adam_step_stub, "_Z13ddp_adam_stepPfPKffi", NULL}};
 
 static long ranks, steps, kernel_us, host_us, nbytes, pin, straggler, late_from, late_to, late_us, extras;
+static long stuck = -1, stuck_at = -1;
 static int late_input; /* --late-mode input (else hog) */
 static uint64_t sync_ns;
 #define HOG_FD_ENV "NCCL_RANKS_HOG_FD"
@@ -189,6 +196,8 @@ static int run_rank(void) {
         int late = is_straggler && step >= late_from && step <= late_to;
         if (flag && late) atomic_store(flag, 1); /* the hog wakes up */
         cpu_work_us(host_us + (late && late_input ? late_us : 0)); /* the input pipeline */
+        if (r == stuck && step == stuck_at)
+            for (;;) pause(); /* the rank that never arrives */
         launch_step_kernels(s);
         CALLN("ncclAllReduce", ncclAllReduce(sendb, recvb, count, ncclFloat32, ncclSum, comm, s));
         timed_sync(s);
@@ -367,6 +376,8 @@ int main(int argc, char **argv) {
     late_to = opt(argc, argv, "--late-to", 29);
     late_us = opt(argc, argv, "--late-us", 8000);
     extras = opt(argc, argv, "--extras", 0);
+    stuck = opt(argc, argv, "--stuck", -1);
+    stuck_at = opt(argc, argv, "--stuck-at", -1);
     const char *mode = opt_str(argc, argv, "--late-mode", "hog");
     if (strcmp(mode, "hog") != 0 && strcmp(mode, "input") != 0) {
         fprintf(stderr, "--late-mode: hog or input\n");

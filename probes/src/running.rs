@@ -704,7 +704,15 @@ impl Running<'_> {
         if events.is_empty() {
             return;
         }
-        for e in events.iter().filter(|e| e.ret_code == causeway_model::codes::RET_IN_FLIGHT && e.sched.is_none()) {
+        let in_flight =
+            |e: &&causeway_model::Event| e.ret_code == causeway_model::codes::RET_IN_FLIGHT && e.sched.is_none();
+        let short = events.iter().filter(in_flight).filter(|e| e.dur_ns < 1_000_000_000).count();
+        if short > 0 {
+            self.probes.notes.push(format!(
+                "{short} call(s) under a second old were in flight when the trace ended (a step cut short): written with ret_code -1, their duration up to the end"
+            ));
+        }
+        for e in events.iter().filter(in_flight).filter(|e| e.dur_ns >= 1_000_000_000) {
             self.probes.notes.push(format!(
                 "tid {} ({}) of pid {} was still in {} when the trace ended, for {} (its event runs to the end: ret_code -1)",
                 e.tid,

@@ -5,6 +5,13 @@
 //! makes): how long, since which step, what the thread was doing at the end (asleep, in
 //! uninterruptible sleep, waiting for a CPU, or on a CPU) and, for a call that waits for the GPU,
 //! the last work it queued before it (the kernel and the stream), with the SQL that finds it.
+//!
+//! A job whose ranks hang in a collective gets one more chain, first of all: from `nccl_calls`
+//! ((communicator, sequence) per rank), the collective some ranks entered and waited in (their
+//! call still in flight at the end, begun after they entered it) and the ranks of that communicator
+//! that never entered it, each with what it was doing instead (its own call in flight, or its
+//! thread's state at the end and its last call). Without a rank waiting, ranks out of step at the
+//! end of a trace (or all idle at a checkpoint) are not a hang and say nothing.
 
 use causeway_model::codes::{self, gpu_role, op, GpuRole, OpCode, RET_IN_FLIGHT};
 use causeway_model::time::{fmt_ns, TimeWindow};
@@ -18,9 +25,22 @@ use crate::AnalysisError;
 
 /// The chain's cause.
 pub(super) const HANG: &str = "never_returned";
+use crate::chains::RANK_NEVER_ARRIVED as NEVER_ARRIVED;
 
-/// The calls of scope still in flight at the end of the trace, outermost per thread.
-fn hung_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> Result<Vec<StoredEvent>, AnalysisError> {
+/// How long a call must have been in flight at the end to be a hang: a second, and a hundred
+/// times its op's median (a trace cut in the middle of a step leaves a call of a few ms in flight,
+/// and a job whose synchronizations take seconds is slow, not hung, a second into one).
+pub(super) const HANG_MIN_NS: i64 = 1_000_000_000;
+const HANG_MEDIANS: i64 = 100;
+
+/// The calls of scope in flight at the end of the trace for long enough (`p50`: the op's median),
+/// outermost per thread.
+fn hung_calls(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+    p50: &dyn Fn(OpCode) -> i64,
+) -> Result<Vec<StoredEvent>, AnalysisError> {
     let filter = EventFilter {
         window,
         pid,
@@ -28,20 +48,29 @@ fn hung_calls(store: &dyn TraceStore, window: TimeWindow, pid: Option<u32>) -> R
         failed: true,
         ..Default::default()
     };
+    let long_enough = |e: &StoredEvent| {
+        let median = p50(OpCode::new(e.event.source, e.event.op));
+        e.event.dur_ns >= HANG_MIN_NS.max(median.saturating_mul(HANG_MEDIANS))
+    };
     let mut hung: Vec<StoredEvent> =
-        store.events(&filter)?.into_iter().filter(|e| e.event.ret_code == RET_IN_FLIGHT).collect();
+        store.events(&filter)?.into_iter().filter(|e| e.event.ret_code == RET_IN_FLIGHT && long_enough(e)).collect();
     hung.sort_by_key(|e| (e.event.tid, e.event.ts_ns));
     // the first of a thread wraps the rest (they all run to the end)
     hung.dedup_by_key(|e| e.event.tid);
     Ok(hung)
 }
 
-/// What a thread was doing at `at` (the end of the trace), from its open off-CPU interval.
+/// What a call's thread was doing at the end of the trace (the call's end).
 fn thread_state(store: &dyn TraceStore, e: &StoredEvent) -> Result<String, AnalysisError> {
-    let end = e.event.ts_ns + e.event.dur_ns;
+    state_at(store, e.event.tid, e.event.ts_ns + e.event.dur_ns, e.event.dur_ns)
+}
+
+/// What thread `tid` was doing at `end` (the end of the trace), from its open off-CPU interval
+/// (closed there by the tracer), counting at most the last `within` ns.
+fn state_at(store: &dyn TraceStore, tid: u32, end: i64, within: i64) -> Result<String, AnalysisError> {
     let filter = EventFilter {
-        window: TimeWindow { from_ns: Some(end - 1), to_ns: None },
-        tids: Some(vec![e.event.tid]),
+        window: TimeWindow { from_ns: Some(end - 1_000_000), to_ns: None },
+        tids: Some(vec![tid]),
         ops: Some(vec![op::SCHED_SWITCH]),
         ..Default::default()
     };
@@ -49,7 +78,7 @@ fn thread_state(store: &dyn TraceStore, e: &StoredEvent) -> Result<String, Analy
     let Some(s) = last else {
         return Ok("it was on a CPU at the end (spinning on the GPU's completion, or computing)".into());
     };
-    let off = fmt_ns(s.event.dur_ns.min(e.event.dur_ns));
+    let off = fmt_ns(s.event.dur_ns.min(within));
     let detail = s.event.sched.as_ref();
     let state = detail.map_or(PrevState::Unknown, |d| d.prev_state);
     Ok(match state {
@@ -102,19 +131,142 @@ fn step_of(store: &dyn TraceStore, e: &StoredEvent) -> Result<Option<i64>, Analy
     }))
 }
 
+/// The ranks that never entered the collective the others wait in, one chain per communicator.
+fn never_arrived_chains(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    hung: &[StoredEvent],
+    names: &Names,
+) -> Result<Vec<Chain>, AnalysisError> {
+    use std::collections::BTreeMap;
+    let calls = store.nccl_calls(&window)?;
+    // per communicator, per process: its latest collective (sequence, op, entry, tid, rank)
+    let mut latest: BTreeMap<i64, BTreeMap<u32, &causeway_model::NcclCall>> = BTreeMap::new();
+    for c in calls.iter().filter(|c| c.comm_hash != 0 && c.seq >= 0) {
+        let e = latest.entry(c.comm_hash).or_default().entry(c.pid).or_insert(c);
+        if (c.seq, c.ts_ns) > (e.seq, e.ts_ns) {
+            *e = c;
+        }
+    }
+    let mut out = Vec::new();
+    for (comm, ranks) in latest {
+        let Some(top) = ranks.values().map(|c| c.seq).max() else { continue };
+        let entered: Vec<&causeway_model::NcclCall> = ranks.values().filter(|c| c.seq == top).copied().collect();
+        let missing: Vec<&causeway_model::NcclCall> = ranks.values().filter(|c| c.seq < top).copied().collect();
+        // the entered ranks still waiting at the end: a call in flight begun after they entered
+        let waits: Vec<&StoredEvent> =
+            hung.iter().filter(|h| entered.iter().any(|c| c.pid == h.event.pid && h.event.ts_ns >= c.ts_ns)).collect();
+        if missing.is_empty() || waits.is_empty() {
+            continue;
+        }
+        let coll = codes::op_name(codes::Source::Nccl.code(), entered[0].op).into_owned();
+        let waited = waits.iter().map(|w| w.event.dur_ns).max().unwrap_or(0);
+        let rank_list = |v: &[&causeway_model::NcclCall]| -> String {
+            let mut r: Vec<String> = v.iter().map(|c| format!("rank {} (pid {})", c.rank, c.pid)).collect();
+            r.sort();
+            r.join(", ")
+        };
+        let end = waits.iter().map(|w| w.event.ts_ns + w.event.dur_ns).max().unwrap_or(0);
+        let mut instead = Vec::new();
+        for m in &missing {
+            let own = hung.iter().find(|h| h.event.pid == m.pid);
+            let what = match own {
+                Some(h) => format!(
+                    "it was in {} for {} (never returned)",
+                    codes::op_name(h.event.source, h.event.op),
+                    fmt_ns(h.event.dur_ns)
+                ),
+                None => state_at(store, m.tid, end, end - m.ts_ns)?,
+            };
+            let thread = crate::stacks::clean(&names.of(m.pid, m.tid));
+            instead.push(format!(
+                "rank {} (pid {}, tid {} {thread}) never entered it: its last was {coll} #{}, {} before the end; {what}",
+                m.rank,
+                m.pid,
+                m.tid,
+                m.seq,
+                fmt_ns(end - m.ts_ns)
+            ));
+        }
+        let first = missing.iter().min_by_key(|m| (m.rank, m.pid)).expect("missing ranks");
+        let summary = format!(
+            "{coll} #{top} of communicator {comm:#x}: {} entered it and waited {} without it completing (their {} had not returned when the trace ended); {}",
+            rank_list(&entered),
+            fmt_ns(waited),
+            codes::op_name(waits[0].event.source, waits[0].event.op),
+            instead.join("; ")
+        );
+        let sql =
+            format!("SELECT count(DISTINCT pid) AS value FROM nccl_calls WHERE comm_hash = {comm} AND seq = {top}");
+        let timeline = waits
+            .iter()
+            .map(|w| TimelineStep {
+                ts_ns: w.event.ts_ns,
+                dur_ns: w.event.dur_ns,
+                layer: "CUDA".into(),
+                what: format!(
+                    "pid {} waits in {} (never returned)",
+                    w.event.pid,
+                    codes::op_name(w.event.source, w.event.op)
+                ),
+                event_id: Some(w.id.clone()),
+            })
+            .collect();
+        out.push(Chain {
+            id: String::new(),
+            key: format!("hang/{coll}/{comm:#x}/seq:{top}"),
+            severity: Severity::High,
+            kind: ChainKind::Hang,
+            op: format!("{coll} #{top}"),
+            cause: NEVER_ARRIVED.into(),
+            cause_text: "a rank never entered the collective the others waited in".into(),
+            culprit: None,
+            pid: first.pid,
+            tid: Some(first.tid),
+            calls: missing.len() as u64,
+            stall_ns: waited,
+            share: 1.0,
+            share_of: "of the waiting ranks' time from their entry to the end of the trace".into(),
+            op_p50_ns: None,
+            op_p99_ns: None,
+            summary,
+            details: vec![format!(
+                "every rank's latest collective on this communicator: SELECT pid, rank, max(seq) FROM nccl_calls WHERE comm_hash = {comm} GROUP BY pid, rank"
+            )],
+            cpus: Vec::new(),
+            kernels: Vec::new(),
+            timeline,
+            stacks: Vec::new(),
+            recommendations: vec![
+                format!("The job waits for {}: what it does instead is where the hang is (its input pipeline, a rank-specific branch, an exception swallowed on that rank); `py-spy dump --pid {}` shows its stack", rank_list(&missing), first.pid),
+                "Every rank must call the same collectives in the same order: a rank that skips or reorders one hangs all of them (set NCCL's and torch.distributed's timeouts to turn the hang into an error)".into(),
+            ],
+            evidence: Evidence {
+                event_ids: waits.iter().map(|w| w.id.clone()).collect(),
+                sql,
+                value: entered.len() as i64,
+                unit: "ranks".into(),
+            },
+            gpu_idle_ns: None,
+        });
+    }
+    Ok(out)
+}
+
 /// One chain per thread whose call never returned.
 pub(super) fn hang_chains(
     store: &dyn TraceStore,
     window: TimeWindow,
     pid: Option<u32>,
     names: &Names,
+    p50: &dyn Fn(OpCode) -> i64,
 ) -> Result<Vec<Chain>, AnalysisError> {
-    let hung = hung_calls(store, window, pid)?;
+    let hung = hung_calls(store, window, pid, p50)?;
     if hung.is_empty() {
         return Ok(Vec::new());
     }
     let kernels = KernelIndex::load(store)?;
-    let mut out = Vec::new();
+    let mut out = never_arrived_chains(store, window, &hung, names)?;
     for e in hung {
         let ev = &e.event;
         let code = OpCode::new(ev.source, ev.op);
