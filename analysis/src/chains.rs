@@ -68,6 +68,8 @@ pub enum ChainKind {
     Straggler,
     /// A call that had not returned when the trace ended: a hang outranks any slowness.
     Hang,
+    /// A process's CUDA calls failed (an error and its story): ranked with the hangs.
+    CudaError,
 }
 
 /// One step of a chain's timeline, with real timestamps.
@@ -361,7 +363,7 @@ pub fn rank(chains: &mut [Chain]) {
     let group = |c: &Chain| match (c.kind, c.severity) {
         // the rank that never arrived before the ranks it left waiting
         (ChainKind::Hang, _) if c.cause == RANK_NEVER_ARRIVED => -2,
-        (ChainKind::Hang, _) => -1,
+        (ChainKind::Hang | ChainKind::CudaError, _) => -1,
         (ChainKind::ThroughputDrop, _) => 1,
         (_, Severity::Low) => 2,
         _ => 0,

@@ -15,6 +15,7 @@
 //!    every chain with a SQL query that reproduces its headline figure.
 
 mod counted;
+mod errors;
 mod gpu_time;
 mod hang;
 mod serving;
@@ -239,6 +240,8 @@ fn explain_calls(
     let p50 = |op: OpCode| found.dists.get(&op).map_or(0, |d| d.p50);
     chains_out.extend(hang::hang_chains(store, req.window, req.pid, &view.names, &p50)?);
     phase.lap("calls that never returned");
+    chains_out.extend(errors::error_chains(store, req.window, req.pid, &view.names)?);
+    phase.lap("failed calls");
     gpu_time::grade(&mut chains_out, slow.time_ns());
 
     if let Some(n) = &ctx.sample_note {

@@ -157,10 +157,95 @@ pub struct TraceStats {
     /// untraced processes' traffic (absent: the window holds no network event).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::network::NetworkReport>,
+    /// Per process, the GPU calls that failed (by error) and those still in flight when the trace
+    /// ended: what `explain` ranks first (errors and hangs). Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<ProcessFailures>,
     /// The device's own timeline (`trace --gpu-timeline`): device time per kernel and launch
     /// latency, exact nearest-rank; absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<crate::device_stats::DeviceStats>,
+}
+
+/// One process's failed calls and calls in flight at the end.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct ProcessFailures {
+    pub pid: u32,
+    /// Failed calls per (op, error): (op name, error name, return code, calls), most first.
+    pub errors: Vec<FailureCount>,
+    /// Calls that had not returned when the trace ended (`ret_code` -1): op, thread, how long.
+    pub in_flight: Vec<InFlightCall>,
+}
+
+/// Failed calls of one op with one error.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct FailureCount {
+    pub op: String,
+    pub error: String,
+    pub ret_code: i32,
+    pub calls: u64,
+    /// The first one, unix ns.
+    pub first_ns: i64,
+}
+
+/// A call still in flight when the trace ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct InFlightCall {
+    pub op: String,
+    pub tid: u32,
+    pub start_ns: i64,
+    /// From its start to the end of the trace (at least this long).
+    pub dur_ns: i64,
+}
+
+/// The failed calls and calls in flight in scope, per process (one read of the rows that did not
+/// return success).
+fn failures(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+) -> Result<Vec<ProcessFailures>, AnalysisError> {
+    let filter = causeway_store::EventFilter {
+        window,
+        pid,
+        sources: Some(codes::GPU_CALL_SOURCES.to_vec()),
+        failed: true,
+        ..Default::default()
+    };
+    /// (calls, first) per (op, code), and the calls in flight.
+    type Of = (BTreeMap<(OpCode, i32), (u64, i64)>, Vec<InFlightCall>);
+    let mut by_pid: BTreeMap<u32, Of> = BTreeMap::new();
+    for e in store.events(&filter)? {
+        let ev = e.event;
+        let code = OpCode::new(ev.source, ev.op);
+        let p = by_pid.entry(ev.pid).or_default();
+        if ev.ret_code == codes::RET_IN_FLIGHT {
+            p.1.push(InFlightCall { op: code.name().into_owned(), tid: ev.tid, start_ns: ev.ts_ns, dur_ns: ev.dur_ns });
+        } else if codes::is_call_failure(ev.source, ev.ret_code) {
+            let c = p.0.entry((code, ev.ret_code)).or_insert((0, ev.ts_ns));
+            c.0 += 1;
+            c.1 = c.1.min(ev.ts_ns);
+        }
+    }
+    Ok(by_pid
+        .into_iter()
+        .filter(|(_, (e, f))| !e.is_empty() || !f.is_empty())
+        .map(|(pid, (errors, mut in_flight))| {
+            let mut errors: Vec<FailureCount> = errors
+                .into_iter()
+                .map(|((code, ret), (calls, first_ns))| FailureCount {
+                    op: code.name().into_owned(),
+                    error: codes::error_name(code.source, i64::from(ret)).into_owned(),
+                    ret_code: ret,
+                    calls,
+                    first_ns,
+                })
+                .collect();
+            errors.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.first_ns.cmp(&b.first_ns)));
+            in_flight.sort_by_key(|c| (c.tid, c.start_ns));
+            ProcessFailures { pid, errors, in_flight }
+        })
+        .collect())
 }
 
 /// What to compute.
@@ -262,6 +347,7 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         kernels: if req.by_kernel { Some(kernel_report(store, req.window, req.pid)?) } else { None },
         gpus: crate::gpu_state::GpuState::of(&store.gpu_samples(&req.window)?).summaries(),
         network,
+        failures: failures(store, req.window, req.pid)?,
         device: crate::device_stats::device_stats(store, req.window, req.pid)?,
     })
 }

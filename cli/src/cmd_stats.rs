@@ -120,6 +120,27 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
         out.push_str(&format!("window: {f} .. {t}\n"));
     }
     out.push('\n');
+    // what explain ranks first: calls that failed or never returned
+    for f in &s.failures {
+        for c in &f.in_flight {
+            out.push_str(&format!(
+                "pid {}: tid {} was still in {} when the trace ended, for {} (at least)\n",
+                f.pid,
+                c.tid,
+                c.op,
+                fmt_ns(c.dur_ns)
+            ));
+        }
+        for e in &f.errors {
+            out.push_str(&format!(
+                "pid {}: {} {} call(s) failed with {} ({})\n",
+                f.pid, e.calls, e.op, e.error, e.ret_code
+            ));
+        }
+    }
+    if !s.failures.is_empty() {
+        out.push('\n');
+    }
     out.push_str(&ops_table(&s.ops).render());
     if let Some(procs) = &s.processes {
         for p in procs {

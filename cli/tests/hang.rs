@@ -82,6 +82,11 @@ fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running()
     let sql = c["evidence"]["sql"].as_str().unwrap();
     assert_eq!(query_u64(&db, sql) as i64, c["evidence"]["value"].as_i64().unwrap(), "{sql}");
     assert!(c["stall_ns"].as_i64().unwrap() > 2_000_000_000, "{c}");
+    // `stats` lists the calls in flight per process
+    let out = causeway().args(["stats", "--json", "--db"]).arg(&db).output().unwrap();
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let in_flight = &stats["failures"][0]["in_flight"];
+    assert!(in_flight.as_array().unwrap().iter().any(|c| c["op"] == "cudaStreamSync"), "{in_flight}");
 }
 
 /// With `--kill-on-stop` the hung job is ended when the trace stops (its call in flight written

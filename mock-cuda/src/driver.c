@@ -35,7 +35,10 @@
  * cudaDeviceScheduleSpin, the real runtime's choice when it has fewer contexts than cores; default:
  * block on a condition variable like cudaDeviceScheduleBlockingSync), MOCK_GPU_THROTTLE (above),
  * MOCK_CUDA_HANG_AT=N (the process's Nth kernel launch, from 1, never ends: a hung kernel, so the
- * synchronize behind it never returns, as on a GPU whose kernel deadlocked). */
+ * synchronize behind it never returns, as on a GPU whose kernel deadlocked), MOCK_CUDA_FAULT_AT=N
+ * (the Nth launch's kernel reads an illegal address: once it has run, the context is broken, as on
+ * a real GPU: the error surfaces at the next synchronize, and that and every later launch and
+ * synchronize return CUDA_ERROR_ILLEGAL_ADDRESS, 700). */
 #include "driver_int.h"
 #include <sched.h>
 #include <time.h>
@@ -55,6 +58,9 @@ static struct CUstream_st *g_default;
 struct CUgraphExec_st *g_execs;
 uint64_t g_kernel_ns = 50000, g_frag_ns = 200, g_heap = 81920ull << 20;
 static uint64_t g_hang_at, g_launches; /* MOCK_CUDA_HANG_AT: that launch's kernel never ends */
+static uint64_t g_fault_at;             /* MOCK_CUDA_FAULT_AT: that launch's kernel faults */
+static int g_faulted;                   /* a kernel faulted: the context is broken (sticky) */
+enum { ILLEGAL_ADDRESS = 700 };
 static uint64_t g_bw_mbps = 10000;
 int g_frag, g_auto_spins;
 unsigned int g_primary_flags; /* cuDevicePrimaryCtxSetFlags_v2 */
@@ -110,6 +116,7 @@ static void *stream_worker(void *arg) {
         if (it.fn) it.fn(it.arg); /* cuLaunchHostFunc: the stream waits for the host function */
         uint64_t start = it.act.corr ? mock_unix_ns() : 0;
         if (it.dur) run_work(it.dur, it.dev); /* the GPU runs the kernel */
+        if (it.fault) __atomic_store_n(&g_faulted, 1, __ATOMIC_RELEASE);
         if (it.act.corr) act_work(s, &it, start, mock_unix_ns()); /* reported before it completes */
         pthread_mutex_lock(&s->mu);
         __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
@@ -157,6 +164,7 @@ pthread_once_t g_once = PTHREAD_ONCE_INIT;
 void init_once(void) {
     g_kernel_ns = env_u64("MOCK_CUDA_KERNEL_US", 50) * 1000;
     g_hang_at = env_u64("MOCK_CUDA_HANG_AT", 0);
+    g_fault_at = env_u64("MOCK_CUDA_FAULT_AT", 0);
     g_bw_mbps = env_u64("MOCK_CUDA_BW_MBPS", 10000);
     if (!g_bw_mbps) g_bw_mbps = 1;
     g_heap = env_u64("MOCK_CUDA_HEAP_MB", 81920) << 20;
@@ -232,7 +240,7 @@ static CUresult sync_stream(CUstream s) {
     pthread_mutex_unlock(&s->mu);
     if (capturing) return STREAM_CAPTURE_UNSUPPORTED;
     wait_seq(s, seq);
-    return OK;
+    return __atomic_load_n(&g_faulted, __ATOMIC_ACQUIRE) ? ILLEGAL_ADDRESS : OK;
 }
 
 /* ---- kernel registry: simulated duration per function pointer ---- */
@@ -257,11 +265,12 @@ static CUresult launch(uint32_t corr, CUfunction f, CUstream stream, unsigned in
                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem) {
     CUstream s = resolve(stream);
     if (!f) return INVALID_HANDLE;
+    if (__atomic_load_n(&g_faulted, __ATOMIC_ACQUIRE)) return ILLEGAL_ADDRESS; /* a broken context */
     uint64_t ns = kernel_ns(f);
-    if (g_hang_at && __atomic_add_fetch(&g_launches, 1, __ATOMIC_RELAXED) == g_hang_at)
-        ns = 1ull << 62; /* about 146 years */
-    if (!ns && !corr) return OK; /* a zero-length kernel completes at once (benchmarks) */
-    struct qitem it = {.dur = ns};
+    uint64_t nth = g_hang_at || g_fault_at ? __atomic_add_fetch(&g_launches, 1, __ATOMIC_RELAXED) : 0;
+    if (g_hang_at && nth == g_hang_at) ns = 1ull << 62; /* about 146 years */
+    if (!ns && !corr && !(g_fault_at && nth == g_fault_at)) return OK; /* zero-length: done at once */
+    struct qitem it = {.dur = ns, .fault = g_fault_at && nth == g_fault_at};
     if (corr) {
         const char *name = names_get(f);
         it.act = (struct qact){.corr = corr, .kind = MOCK_WORK_KERNEL, .name = name ? name : "mock_kernel",

@@ -57,6 +57,7 @@ struct qitem {
     CUhostFn fn;
     void *arg;
     int dev;
+    int fault; /* MOCK_CUDA_FAULT_AT: running it breaks the context (illegal address) */
     struct qact act;
 };
 struct CUgraph_st { uint64_t ns; unsigned nodes; };

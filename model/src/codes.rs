@@ -645,9 +645,53 @@ pub const CUDA_ERRORS: &[(i64, &str)] = &[
     (700, "cudaErrorIllegalAddress"),
     (701, "cudaErrorLaunchOutOfResources"),
     (702, "cudaErrorLaunchTimeout"),
+    (710, "cudaErrorAssert"),
+    (714, "cudaErrorHardwareStackError"),
+    (715, "cudaErrorIllegalInstruction"),
+    (716, "cudaErrorMisalignedAddress"),
+    (717, "cudaErrorInvalidAddressSpace"),
+    (718, "cudaErrorInvalidPc"),
     (719, "cudaErrorLaunchFailure"),
     (999, "cudaErrorUnknown"),
 ];
+
+/// NCCL's results (`ncclResult_t`, an NCCL call's `ret_code`).
+pub const NCCL_RESULTS: &[(i64, &str)] = &[
+    (0, "ncclSuccess"),
+    (1, "ncclUnhandledCudaError"),
+    (2, "ncclSystemError"),
+    (3, "ncclInternalError"),
+    (4, "ncclInvalidArgument"),
+    (5, "ncclInvalidUsage"),
+    (6, "ncclRemoteError"),
+    (7, "ncclInProgress"),
+];
+
+/// The name of a call's `ret_code` (the runtime's spelling for the runtime's and the driver's
+/// codes, which share their numbers where it matters: 2 out of memory, 700 an illegal address, ...).
+pub fn error_name(source: u8, code: i64) -> Cow<'static, str> {
+    let table = if source == Source::Nccl.code() { NCCL_RESULTS } else { CUDA_ERRORS };
+    match table.iter().find(|e| e.0 == code) {
+        Some(e) => Cow::Borrowed(e.1),
+        None => Cow::Owned(format!("error {code}")),
+    }
+}
+
+/// Whether a call's `ret_code` is a failure: not success, not a call still in flight, not "not
+/// ready" (600: an event or stream query's normal answer) and not NCCL's "in progress" (7: a
+/// non-blocking communicator's normal answer). The SQL of the same rule is [`FAILURE_SQL`].
+pub fn is_call_failure(source: u8, code: i32) -> bool {
+    code > 0 && code != 600 && !(source == Source::Nccl.code() && code == 7)
+}
+
+/// [`is_call_failure`] as a SQL condition over `events`.
+pub const FAILURE_SQL: &str = "ret_code > 0 AND ret_code <> 600 AND NOT (source = 9 AND ret_code = 7)";
+
+/// Errors that a kernel raises on the device and a later call reports (the context is broken
+/// from then on): an illegal address, a device-side assert, a bad instruction, a launch failure.
+pub fn is_device_fault(code: i64) -> bool {
+    matches!(code, 700 | 710 | 714..=719)
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,106 @@
+//! A job that dies of a CUDA error, as a user meets it (root, eBPF): mock-cuda's `gpuloop` whose 50th
+//! kernel reads an illegal address (`MOCK_CUDA_FAULT_AT`: the error surfaces at the next
+//! synchronize, and the program exits 2), and mock-cuda's `train` leaking half its allocations into
+//! a 70 MiB device until `cudaMalloc` fails. `explain` names each first, with its story: the kernel
+//! that faulted, the request that did not fit and what the process held, the exit. A clean run
+//! names no error and no hang.
+
+mod common;
+
+use std::path::Path;
+
+use common::{causeway, query_u64, require_root_to};
+use serde_json::Value;
+
+fn traced(db: &Path, env: &[(&str, &str)], program: &str, args: &[&str]) -> Value {
+    let build = causeway_testdata::mock_cuda_build();
+    let mut cmd = causeway();
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .args(["trace", "--nvml-hz", "0", "--db"])
+        .arg(db)
+        .arg("--")
+        .arg(build.join(program))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = causeway().args(["explain", "--json", "--db"]).arg(db).output().unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The first chain, checked to be a CUDA error whose figure its SQL reproduces.
+fn first_error<'a>(db: &Path, e: &'a Value) -> &'a Value {
+    let c = &e["chains"][0];
+    assert_eq!(c["kind"], "cuda_error", "{}", e["chains"]);
+    let sql = c["evidence"]["sql"].as_str().unwrap();
+    assert_eq!(query_u64(db, sql) as i64, c["evidence"]["value"].as_i64().unwrap(), "{sql}");
+    c
+}
+
+#[test]
+fn an_illegal_address_names_the_kernel_that_faulted_and_the_exit() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fault.db");
+    let e = traced(
+        &db,
+        &[("MOCK_CUDA_FAULT_AT", "50"), ("MOCK_CUDA_KERNEL_US", "1000")],
+        "gpuloop",
+        &["--steps", "100", "--kernels", "1", "--host-us", "1000"],
+    );
+    let c = first_error(&db, &e);
+    assert_eq!(c["cause"], "device_fault", "{c}");
+    let s = c["summary"].as_str().unwrap();
+    for want in [
+        "first failing CUDA call was cudaStreamSync",
+        "cudaErrorIllegalAddress (700)",
+        "the one kernel launched since the process's last successful wait faulted: gpuloop_forward_gemm",
+        "the process exited with code 2",
+    ] {
+        assert!(s.contains(want), "{want:?} in {s}");
+    }
+    // `stats` counts the failures per process and error
+    let out = causeway().args(["stats", "--json", "--db"]).arg(&db).output().unwrap();
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors = &stats["failures"][0]["errors"];
+    let sync = errors.as_array().unwrap().iter().find(|e| e["op"] == "cudaStreamSync").expect("the failing sync");
+    assert_eq!(
+        (sync["error"].as_str(), sync["calls"].as_u64()),
+        (Some("cudaErrorIllegalAddress"), Some(1)),
+        "{errors}"
+    );
+}
+
+#[test]
+fn an_out_of_memory_names_the_request_and_what_the_process_held() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("oom.db");
+    let e = traced(&db, &[("MOCK_CUDA_HEAP_MB", "70")], "train", &["--iters", "200", "--churn", "20"]);
+    let c = first_error(&db, &e);
+    assert_eq!((c["cause"].as_str(), c["op"].as_str()), (Some("out_of_memory"), Some("cudaMalloc")), "{c}");
+    let s = c["summary"].as_str().unwrap();
+    for want in
+        ["cudaErrorMemoryAllocation (2)", "it asked for", "while holding", "the largest: 64.0 MiB", "exited with code"]
+    {
+        assert!(s.contains(want), "{want:?} in {s}");
+    }
+    // what it held is its live allocations just before (within the 70 MiB device)
+    let held: f64 = s.split("while holding ").nth(1).and_then(|r| r.split(" MiB").next()).unwrap().parse().unwrap();
+    assert!((64.0..=70.0).contains(&held), "{held} MiB in {s}");
+}
+
+#[test]
+fn a_clean_run_names_no_error_and_no_hang() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("clean.db");
+    let e = traced(&db, &[], "gpuloop", &["--steps", "100", "--kernels", "2", "--host-us", "200"]);
+    let named: Vec<&Value> =
+        e["chains"].as_array().unwrap().iter().filter(|c| c["kind"] == "cuda_error" || c["kind"] == "hang").collect();
+    assert!(named.is_empty(), "{named:?}");
+}
