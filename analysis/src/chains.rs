@@ -70,6 +70,8 @@ pub enum ChainKind {
     Hang,
     /// A process's CUDA calls failed (an error and its story): ranked with the hangs.
     CudaError,
+    /// The GPU reported an Xid error: ranked with the hangs and errors.
+    GpuFault,
 }
 
 /// One step of a chain's timeline, with real timestamps.
@@ -361,9 +363,11 @@ pub fn rank(chains: &mut [Chain]) {
     // A throughput drop is a symptom: the chains that name a cause (HIGH or MEDIUM) come first.
     // A hang is what the trace is about when there is one: it comes before any slowness.
     let group = |c: &Chain| match (c.kind, c.severity) {
-        // the rank that never arrived before the ranks it left waiting
+        // the rank that never arrived before the ranks it left waiting, and a GPU that failed
+        // before the errors it caused
         (ChainKind::Hang, _) if c.cause == RANK_NEVER_ARRIVED => -2,
-        (ChainKind::Hang | ChainKind::CudaError, _) => -1,
+        (ChainKind::GpuFault, Severity::High) => -2,
+        (ChainKind::Hang | ChainKind::CudaError | ChainKind::GpuFault, _) => -1,
         (ChainKind::ThroughputDrop, _) => 1,
         (_, Severity::Low) => 2,
         _ => 0,

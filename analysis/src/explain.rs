@@ -23,6 +23,7 @@ mod steps;
 mod straggler;
 mod subject;
 mod view;
+mod xid;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -242,6 +243,8 @@ fn explain_calls(
     phase.lap("calls that never returned");
     chains_out.extend(errors::error_chains(store, req.window, req.pid, &view.names)?);
     phase.lap("failed calls");
+    chains_out.extend(xid::xid_chains(store, req.window, req.pid)?);
+    phase.lap("GPU faults (Xid)");
     gpu_time::grade(&mut chains_out, slow.time_ns());
 
     if let Some(n) = &ctx.sample_note {

@@ -12,20 +12,15 @@ use std::path::Path;
 use common::{causeway, query_u64, require_root_to};
 use serde_json::Value;
 
-fn traced(db: &Path, env: &[(&str, &str)], program: &str, args: &[&str]) -> Value {
+fn traced(db: &Path, env: &[(&str, &str)], program: &str, args: &[&str], trace_args: &[&str]) -> Value {
     let build = causeway_testdata::mock_cuda_build();
     let mut cmd = causeway();
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd
-        .args(["trace", "--nvml-hz", "0", "--db"])
-        .arg(db)
-        .arg("--")
-        .arg(build.join(program))
-        .args(args)
-        .output()
-        .unwrap();
+    let nvml: &[&str] = if trace_args.is_empty() { &["--nvml-hz", "0"] } else { trace_args };
+    let out =
+        cmd.arg("trace").args(nvml).arg("--db").arg(db).arg("--").arg(build.join(program)).args(args).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = causeway().args(["explain", "--json", "--db"]).arg(db).output().unwrap();
     assert!(out.status.success());
@@ -51,6 +46,7 @@ fn an_illegal_address_names_the_kernel_that_faulted_and_the_exit() {
         &[("MOCK_CUDA_FAULT_AT", "50"), ("MOCK_CUDA_KERNEL_US", "1000")],
         "gpuloop",
         &["--steps", "100", "--kernels", "1", "--host-us", "1000"],
+        &[],
     );
     let c = first_error(&db, &e);
     assert_eq!(c["cause"], "device_fault", "{c}");
@@ -80,7 +76,7 @@ fn an_out_of_memory_names_the_request_and_what_the_process_held() {
     require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("oom.db");
-    let e = traced(&db, &[("MOCK_CUDA_HEAP_MB", "70")], "train", &["--iters", "200", "--churn", "20"]);
+    let e = traced(&db, &[("MOCK_CUDA_HEAP_MB", "70")], "train", &["--iters", "200", "--churn", "20"], &[]);
     let c = first_error(&db, &e);
     assert_eq!((c["cause"].as_str(), c["op"].as_str()), (Some("out_of_memory"), Some("cudaMalloc")), "{c}");
     let s = c["summary"].as_str().unwrap();
@@ -94,12 +90,44 @@ fn an_out_of_memory_names_the_request_and_what_the_process_held() {
     assert!((64.0..=70.0).contains(&held), "{held} MiB in {s}");
 }
 
+/// Xid 79 (the GPU fell off the bus) on GPU 0 while the traced loop uses it, and its calls fail
+/// after it: the GPU's fault is named first, with the process and the call that failed.
+#[test]
+fn an_xid_names_the_gpu_and_the_calls_that_failed_with_it() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("xid.db");
+    let build = causeway_testdata::mock_cuda_build();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let xid = format!("{}:79:0", now_ms + 300);
+    let nvml = build.join("libnvidia-ml.so.1");
+    let e = traced(
+        &db,
+        &[("MOCK_NVML_XID", xid.as_str()), ("MOCK_CUDA_FAULT_AT", "150"), ("MOCK_CUDA_KERNEL_US", "1000")],
+        "gpuloop",
+        &["--steps", "300", "--kernels", "1", "--host-us", "1000"],
+        &["--nvml-hz", "10", "--nvml-lib", nvml.to_str().unwrap()],
+    );
+    let c = &e["chains"][0];
+    assert_eq!((c["kind"].as_str(), c["op"].as_str()), (Some("gpu_fault"), Some("Xid 79")), "{}", e["chains"]);
+    let s = c["summary"].as_str().unwrap();
+    for want in
+        ["GPU 0 reported Xid 79: GPU has fallen off the bus", "'s cudaStreamSync failed with cudaErrorIllegalAddress"]
+    {
+        assert!(s.contains(want), "{want:?} in {s}");
+    }
+    let sql = c["evidence"]["sql"].as_str().unwrap();
+    assert_eq!(query_u64(&db, sql), 1, "{sql}");
+    // the process's own error follows it
+    assert_eq!(e["chains"][1]["kind"], "cuda_error", "{}", e["chains"]);
+}
+
 #[test]
 fn a_clean_run_names_no_error_and_no_hang() {
     require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("clean.db");
-    let e = traced(&db, &[], "gpuloop", &["--steps", "100", "--kernels", "2", "--host-us", "200"]);
+    let e = traced(&db, &[], "gpuloop", &["--steps", "100", "--kernels", "2", "--host-us", "200"], &[]);
     let named: Vec<&Value> =
         e["chains"].as_array().unwrap().iter().filter(|c| c["kind"] == "cuda_error" || c["kind"] == "hang").collect();
     assert!(named.is_empty(), "{named:?}");

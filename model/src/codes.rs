@@ -687,6 +687,35 @@ pub fn is_call_failure(source: u8, code: i32) -> bool {
 /// [`is_call_failure`] as a SQL condition over `events`.
 pub const FAILURE_SQL: &str = "ret_code > 0 AND ret_code <> 600 AND NOT (source = 9 AND ret_code = 7)";
 
+/// What the Xid errors a job meets most often mean (NVIDIA's Xid catalog), and whether the GPU or
+/// its context is lost with them (the job's calls fail from then on).
+pub const XIDS: &[(i64, &str, bool)] = &[
+    (13, "graphics engine exception (often an illegal access by a kernel)", false),
+    (31, "GPU memory page fault (a kernel read or wrote an address it does not own)", false),
+    (43, "GPU stopped processing (a kernel was killed by the driver)", false),
+    (45, "preemptive cleanup after an earlier error", false),
+    (48, "double-bit ECC error (uncorrectable memory error)", true),
+    (61, "internal micro-controller breakpoint/warning", false),
+    (62, "internal micro-controller halt", true),
+    (63, "ECC page retirement or row remapping recorded", false),
+    (64, "ECC page retirement or row remapping failed", true),
+    (74, "NVLink error", true),
+    (79, "GPU has fallen off the bus", true),
+    (92, "high single-bit ECC error rate", false),
+    (94, "contained ECC error (the affected context is lost)", true),
+    (95, "uncontained ECC error (every context on the GPU is lost)", true),
+    (119, "GSP RPC timeout", true),
+    (120, "GSP error", true),
+];
+
+/// The meaning of Xid `code`, and whether it loses the GPU or its contexts.
+pub fn xid_meaning(code: i64) -> (Cow<'static, str>, bool) {
+    match XIDS.iter().find(|x| x.0 == code) {
+        Some(x) => (Cow::Borrowed(x.1), x.2),
+        None => (Cow::Owned(format!("Xid {code} (see NVIDIA's Xid catalog)")), false),
+    }
+}
+
 /// Errors that a kernel raises on the device and a later call reports (the context is broken
 /// from then on): an illegal address, a device-side assert, a bad instruction, a launch failure.
 pub fn is_device_fault(code: i64) -> bool {

@@ -1,0 +1,167 @@
+//! The explain stage for GPU faults: the Xid errors the NVIDIA driver reported while tracing
+//! (`gpu_xid` events, read through NVML) become chains ranked with the hangs and errors. Each names
+//! the GPU, the Xid and what it means ([`codes::xid_meaning`]), the traced processes that used that
+//! GPU (the device timeline maps a process's devices to NVML indexes; without it every traced
+//! process with GPU calls then may be one, and the chain says so), and their calls that failed
+//! from a second before it on, or were under way across it.
+
+use std::collections::BTreeMap;
+
+use causeway_model::codes::{self, op, OpCode};
+use causeway_model::time::{fmt_ns, TimeWindow};
+use causeway_store::{EventFilter, StoredEvent, TraceStore};
+
+use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
+use crate::AnalysisError;
+
+/// How far before an Xid a failed call may be (the driver reports it after the fact) and how far
+/// after it a call that fails is still its effect.
+const BEFORE_NS: i64 = 1_000_000_000;
+const AFTER_NS: i64 = 10_000_000_000;
+/// A call under way across the Xid at least this long is named (it waited on the GPU then).
+const ACROSS_NS: i64 = 100_000_000;
+
+/// One chain per (GPU, Xid).
+pub(super) fn xid_chains(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+) -> Result<Vec<Chain>, AnalysisError> {
+    let filter = EventFilter { window, ops: Some(vec![op::GPU_XID]), ..Default::default() };
+    let xids = store.events(&filter)?;
+    if xids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut groups: BTreeMap<(i32, i64), Vec<StoredEvent>> = BTreeMap::new();
+    for x in xids {
+        groups.entry((x.event.gpu_id, x.event.arg0)).or_default().push(x);
+    }
+    let devices = store.gpu_devices()?;
+    let mapped = devices.iter().any(|d| d.nvml_index >= 0);
+    let mut out = Vec::new();
+    for ((gpu, code), list) in groups {
+        let first = &list[0].event;
+        let (meaning, lost) = codes::xid_meaning(code);
+        let users: Vec<u32> = devices.iter().filter(|d| d.nvml_index == gpu).map(|d| d.pid).collect();
+        // the GPU calls around it: failures from a second before, calls under way across it
+        let around = EventFilter {
+            window: TimeWindow { from_ns: Some(first.ts_ns - AFTER_NS), to_ns: Some(first.ts_ns + AFTER_NS) },
+            sources: Some(codes::GPU_CALL_SOURCES.to_vec()),
+            pid,
+            ..Default::default()
+        };
+        let mut failed: BTreeMap<u32, StoredEvent> = BTreeMap::new();
+        let mut across: BTreeMap<u32, StoredEvent> = BTreeMap::new();
+        for e in store.events(&around)? {
+            let ev = &e.event;
+            if mapped && !users.contains(&ev.pid) {
+                continue;
+            }
+            if codes::is_call_failure(ev.source, ev.ret_code) && ev.ts_ns + ev.dur_ns >= first.ts_ns - BEFORE_NS {
+                failed.entry(ev.pid).or_insert(e);
+            } else if ev.ts_ns <= first.ts_ns && ev.ts_ns + ev.dur_ns >= first.ts_ns && ev.dur_ns >= ACROSS_NS {
+                let keep = across.get(&ev.pid).is_none_or(|k| k.event.dur_ns < ev.dur_ns);
+                if keep {
+                    across.insert(ev.pid, e);
+                }
+            }
+        }
+        let mut who: Vec<String> = Vec::new();
+        let mut timeline = vec![TimelineStep {
+            ts_ns: first.ts_ns,
+            dur_ns: 0,
+            layer: "GPU".into(),
+            what: format!("Xid {code} on GPU {gpu}: {meaning}"),
+            event_id: Some(list[0].id.clone()),
+        }];
+        let mut event_ids = vec![list[0].id.clone()];
+        for (p, e) in &failed {
+            let ev = &e.event;
+            who.push(format!(
+                "pid {p}'s {} failed with {} {} {} it",
+                OpCode::new(ev.source, ev.op).name(),
+                codes::error_name(ev.source, i64::from(ev.ret_code)),
+                fmt_ns((ev.ts_ns - first.ts_ns).abs()),
+                if ev.ts_ns >= first.ts_ns { "after" } else { "before" }
+            ));
+            timeline.push(TimelineStep {
+                ts_ns: ev.ts_ns,
+                dur_ns: ev.dur_ns,
+                layer: "CUDA".into(),
+                what: format!("pid {p}: {} failed", OpCode::new(ev.source, ev.op).name()),
+                event_id: Some(e.id.clone()),
+            });
+            event_ids.push(e.id.clone());
+        }
+        for (p, e) in across.iter().filter(|(p, _)| !failed.contains_key(p)) {
+            let ev = &e.event;
+            let how = if ev.ret_code == codes::RET_IN_FLIGHT { " (it never returned)" } else { "" };
+            who.push(format!(
+                "pid {p} was in {} for {} across it{how}",
+                OpCode::new(ev.source, ev.op).name(),
+                fmt_ns(ev.dur_ns)
+            ));
+            event_ids.push(e.id.clone());
+        }
+        let users_words = if mapped {
+            if users.is_empty() {
+                "no traced process used it (the device timeline maps none to it)".to_string()
+            } else {
+                let u: Vec<String> = users.iter().map(|p| p.to_string()).collect();
+                format!("the traced processes on it: pid {}", u.join(", "))
+            }
+        } else {
+            "the trace does not map processes to GPUs (trace with --gpu-timeline): every traced process with GPU calls then is considered".to_string()
+        };
+        let mut summary = format!(
+            "GPU {gpu} reported Xid {code}{}: {meaning}; {users_words}",
+            if list.len() > 1 { format!(" {} times", list.len()) } else { String::new() }
+        );
+        if who.is_empty() {
+            summary.push_str("; no traced call failed or waited across it");
+        } else {
+            summary.push_str(&format!("; {}", who.join("; ")));
+        }
+        let severity = if lost || !failed.is_empty() { Severity::High } else { Severity::Medium };
+        let sql = format!(
+            "SELECT count(*) AS value FROM events WHERE {} AND gpu_id = {gpu} AND arg0 = {code}",
+            op::GPU_XID.sql("")
+        );
+        out.push(Chain {
+            id: String::new(),
+            key: format!("xid/{code}/gpu:{gpu}"),
+            severity,
+            kind: ChainKind::GpuFault,
+            op: format!("Xid {code}"),
+            cause: "gpu_xid".into(),
+            cause_text: format!("the GPU reported an error: {meaning}"),
+            culprit: None,
+            pid: failed.keys().next().or(across.keys().next()).copied().unwrap_or(0),
+            tid: None,
+            calls: failed.len() as u64,
+            stall_ns: 0,
+            share: 0.0,
+            share_of: "GPU errors (no time share)".into(),
+            op_p50_ns: None,
+            op_p99_ns: None,
+            summary,
+            details: vec![format!(
+                "the driver's own line (NVRM: Xid ...) in the kernel log names the offending process when it knows it: `dmesg | grep -i xid`; the samples of GPU {gpu}: SELECT * FROM gpu_samples WHERE gpu = {gpu} AND timestamp BETWEEN {} AND {}",
+                first.ts_ns - AFTER_NS,
+                first.ts_ns + AFTER_NS
+            )],
+            cpus: Vec::new(),
+            kernels: Vec::new(),
+            timeline,
+            stacks: Vec::new(),
+            recommendations: vec![if lost {
+                format!("Xid {code} loses the GPU or its contexts: drain the node's jobs from GPU {gpu}, check `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` and the cabling/power for bus errors, and restart the job elsewhere")
+            } else {
+                format!("Xid {code} is usually the application's: rerun the job that used GPU {gpu} with compute-sanitizer or CUDA_LAUNCH_BLOCKING=1 to find the faulting kernel")
+            }],
+            evidence: Evidence { event_ids, sql, value: list.len() as i64, unit: "xids".into() },
+            gpu_idle_ns: None,
+        });
+    }
+    Ok(out)
+}
