@@ -82,6 +82,12 @@ fn check_reports_the_loader_hook_and_coverage_per_library() {
     let items = v["items"].as_array().expect("items");
     let hook = items.iter().find(|i| i["name"] == "dynamic loader hook").expect("a loader-hook item");
     assert_eq!(hook["ok"], true, "{hook}");
+    // what the host can say when a job hangs or fails: calls in flight (Linux 6.9+: this kernel),
+    // NVML (absent here: said, not required), the kernel log
+    let named = |n: &str| items.iter().find(|i| i["name"] == n).unwrap_or_else(|| panic!("a {n} item: {items:?}"));
+    assert_eq!(named("calls in flight")["ok"], true, "{}", named("calls in flight"));
+    assert_eq!(named("NVML")["required"], false);
+    assert!(named("/dev/kmsg")["detail"].as_str().unwrap().contains("Xid"), "{}", named("/dev/kmsg"));
     let libs = v["cuda_libraries"].as_array().expect("cuda_libraries");
     let cov = v["coverage"].as_array().expect("coverage");
     assert_eq!(libs.len(), cov.len(), "one coverage entry per library");

@@ -234,6 +234,7 @@ pub fn host_check() -> CheckReport {
             "run as root on a kernel with BTF and BPF ring buffers (>= 5.8)",
         )),
     }
+    items.extend(fault_signals());
     let libs = discovery::discover(&DiscoveryOptions::default());
     items.push(item(
         "CUDA libraries",
@@ -258,4 +259,64 @@ pub fn host_check() -> CheckReport {
     let coverage = libs.iter().map(library_coverage).collect();
     let can_trace = items.iter().all(|i| i.ok || !i.required);
     CheckReport { kernel, can_trace, items, cuda_libraries: libs, coverage, host_probes }
+}
+
+/// What the host can say when a job hangs or fails: the calls in flight at the end of a trace
+/// (a pidfd of a thread), the GPUs' own state and Xid errors (NVML), and the driver's own Xid lines
+/// in the kernel log (which name the offending process).
+fn fault_signals() -> Vec<CheckItem> {
+    let mut items = Vec::new();
+    const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+    // SAFETY: gettid and pidfd_open take plain integers; the fd is closed right after.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::gettid(), PIDFD_THREAD) };
+    if fd >= 0 {
+        // SAFETY: our own new fd.
+        unsafe { libc::close(fd as i32) };
+    }
+    items.push(item(
+        "calls in flight",
+        fd >= 0,
+        false,
+        if fd >= 0 {
+            "a call that never returned is written when a trace stops (its thread read by a pidfd), so a hang is named"
+                .into()
+        } else {
+            format!(
+                "pidfd_open(PIDFD_THREAD) failed ({}): a call in flight when a trace stops is not written",
+                std::io::Error::last_os_error()
+            )
+        },
+        "Linux 6.9 or later (PIDFD_THREAD); without it a hang shows only as the thread's silence",
+    ));
+    let nvml = nvml_wrapper::Nvml::init();
+    items.push(item(
+        "NVML",
+        nvml.is_ok(),
+        false,
+        match &nvml {
+            Ok(n) => format!(
+                "driver {}, {} GPU(s): clocks, throttle reasons, memory, ECC, PCIe and NVLink traffic are sampled, and Xid errors recorded as gpu_xid events",
+                n.sys_driver_version().unwrap_or_default(),
+                n.device_count().unwrap_or(0)
+            ),
+            Err(e) => format!("libnvidia-ml.so.1 could not be used ({e}): no GPU samples, throttles or Xid errors"),
+        },
+        "install the NVIDIA driver's NVML (libnvidia-ml.so.1), or pass --nvml-lib PATH",
+    ));
+    // non-blocking: a read of /dev/kmsg waits for the next record otherwise
+    let kmsg = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg")
+    };
+    items.push(item(
+        "/dev/kmsg",
+        kmsg.is_ok(),
+        false,
+        match &kmsg {
+            Ok(_) => "readable: the NVIDIA driver's own Xid lines (NVRM: Xid ..., with the offending pid when it knows it) can be read beside the gpu_xid events (`dmesg | grep -i xid`)".into(),
+            Err(e) => format!("not readable ({e}): the driver's Xid lines, which name the offending pid, are out of reach"),
+        },
+        "run as root, or allow kernel log reads (kernel.dmesg_restrict=0)",
+    ));
+    items
 }
