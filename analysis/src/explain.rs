@@ -238,10 +238,12 @@ fn explain_calls(
     phase.lap("detector chains");
     chains_out.extend(straggler::straggler_chains(&mut view, &ctx)?);
     phase.lap("stragglers at NCCL collectives");
+    // the calls that did not return success, read once for the hangs and the errors
+    let unsuccessful = crate::trace_data::unsuccessful_gpu_calls(store, req.window, req.pid)?;
     let p50 = |op: OpCode| found.dists.get(&op).map_or(0, |d| d.p50);
-    chains_out.extend(hang::hang_chains(store, req.window, req.pid, &view.names, &p50)?);
+    chains_out.extend(hang::hang_chains(store, req.window, &unsuccessful, &view.names, &p50)?);
     phase.lap("calls that never returned");
-    chains_out.extend(errors::error_chains(store, req.window, req.pid, &view.names)?);
+    chains_out.extend(errors::error_chains(store, &unsuccessful, &view.names)?);
     phase.lap("failed calls");
     chains_out.extend(xid::xid_chains(store, req.window, req.pid)?);
     phase.lap("GPU faults (Xid)");

@@ -205,17 +205,10 @@ fn failures(
     window: TimeWindow,
     pid: Option<u32>,
 ) -> Result<Vec<ProcessFailures>, AnalysisError> {
-    let filter = causeway_store::EventFilter {
-        window,
-        pid,
-        sources: Some(codes::GPU_CALL_SOURCES.to_vec()),
-        failed: true,
-        ..Default::default()
-    };
     /// (calls, first) per (op, code), and the calls in flight.
     type Of = (BTreeMap<(OpCode, i32), (u64, i64)>, Vec<InFlightCall>);
     let mut by_pid: BTreeMap<u32, Of> = BTreeMap::new();
-    for e in store.events(&filter)? {
+    for e in crate::trace_data::unsuccessful_gpu_calls(store, window, pid)? {
         let ev = e.event;
         let code = OpCode::new(ev.source, ev.op);
         let p = by_pid.entry(ev.pid).or_default();

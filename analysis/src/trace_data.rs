@@ -412,6 +412,34 @@ pub fn scope_bounds(
     Ok(get(0).zip(get(1)))
 }
 
+/// The GPU calls in scope that did not return success: failures and the calls still in flight
+/// when the trace ended (`ret_code <> 0`: a finished SQLite trace reads them through an index).
+/// What `explain`'s hang and error stages and `stats`' failures section read.
+pub fn unsuccessful_gpu_calls(
+    store: &dyn TraceStore,
+    window: TimeWindow,
+    pid: Option<u32>,
+) -> Result<Vec<StoredEvent>, AnalysisError> {
+    let filter = EventFilter {
+        window,
+        pid,
+        sources: Some(codes::GPU_CALL_SOURCES.to_vec()),
+        failed: true,
+        ..Default::default()
+    };
+    Ok(store.events(&filter)?)
+}
+
+/// The launches of `events` as the program made them: a runtime launch wraps the driver launch it
+/// makes, so the driver's are kept only where no runtime (or graph) launch was traced.
+pub fn program_launches(mut launches: Vec<StoredEvent>) -> Vec<StoredEvent> {
+    let driver = codes::Source::Driver.code();
+    if launches.iter().any(|l| l.event.source != driver) {
+        launches.retain(|l| l.event.source != driver);
+    }
+    launches
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

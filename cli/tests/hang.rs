@@ -21,35 +21,47 @@ impl Drop for Job {
     }
 }
 
-#[test]
-fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running() {
-    require_root_to("trace with eBPF");
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("hang.db");
-    let build = causeway_testdata::mock_cuda_build();
-    let started = Instant::now();
-    // the job inherits the tracer's stderr and outlives it: a file, not a pipe that would stay open
-    let log = dir.path().join("trace.log");
-    let out = causeway()
-        .env("MOCK_CUDA_HANG_AT", "50")
+/// Trace (`trace_args`, into `db`) gpuloop whose `hang_at`-th kernel never ends; the trace's exit
+/// status and stderr. The job inherits the tracer's stderr and outlives it: a file beside `db`,
+/// not a pipe that would stay open.
+fn trace_hung_loop(db: &std::path::Path, hang_at: &str, trace_args: &[&str]) -> (std::process::ExitStatus, String) {
+    let log = db.with_extension("log");
+    let status = causeway()
+        .env("MOCK_CUDA_HANG_AT", hang_at)
         .env("MOCK_CUDA_KERNEL_US", "1000")
-        .args(["trace", "--duration", "3s", "--nvml-hz", "0", "--db"])
-        .arg(&db)
+        .arg("trace")
+        .args(trace_args)
+        .args(["--nvml-hz", "0", "--db"])
+        .arg(db)
         .arg("--")
-        .arg(build.join("gpuloop"))
+        .arg(causeway_testdata::mock_cuda_build().join("gpuloop"))
         .args(["--steps", "400", "--kernels", "1", "--host-us", "1000"])
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .status()
         .unwrap();
-    let took = started.elapsed();
-    let stderr = std::fs::read_to_string(&log).unwrap();
-    let pid: u32 = stderr
+    (status, std::fs::read_to_string(&log).unwrap())
+}
+
+/// The pid of the launched command, as the trace's note about it at the end names it.
+fn command_pid(stderr: &str) -> u32 {
+    stderr
         .split("the command (pid ")
         .nth(1)
         .and_then(|r| r.split(')').next())
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("the trace says the job was left running, with its pid: {stderr}"));
+        .unwrap_or_else(|| panic!("the trace names the command still running at its end, with its pid: {stderr}"))
+}
+
+#[test]
+fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hang.db");
+    let started = Instant::now();
+    let (out, stderr) = trace_hung_loop(&db, "50", &["--duration", "3s"]);
+    let took = started.elapsed();
+    let pid = command_pid(&stderr);
     let _job = Job(pid);
     assert!(out.success(), "{stderr}");
     assert!(took < Duration::from_secs(20), "--duration 3s stopped the trace (it took {took:?})");
@@ -96,28 +108,9 @@ fn kill_on_stop_ends_the_hung_job_after_writing_its_call_in_flight() {
     require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("killed.db");
-    let log = dir.path().join("trace.log");
-    let build = causeway_testdata::mock_cuda_build();
-    let status = causeway()
-        .env("MOCK_CUDA_HANG_AT", "5")
-        .env("MOCK_CUDA_KERNEL_US", "1000")
-        .args(["trace", "--duration", "1s", "--kill-on-stop", "--nvml-hz", "0", "--db"])
-        .arg(&db)
-        .arg("--")
-        .arg(build.join("gpuloop"))
-        .args(["--steps", "400", "--kernels", "1", "--host-us", "1000"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .status()
-        .unwrap();
-    let stderr = std::fs::read_to_string(&log).unwrap();
+    let (status, stderr) = trace_hung_loop(&db, "5", &["--duration", "1s", "--kill-on-stop"]);
     assert!(status.success(), "{stderr}");
-    let pid: u32 = stderr
-        .split("the command (pid ")
-        .nth(1)
-        .and_then(|r| r.split(')').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("the trace names the job it ended: {stderr}"));
+    let pid = command_pid(&stderr);
     let _job = Job(pid);
     assert!(stderr.contains("ended with SIGTERM (--kill-on-stop), exit status 143"), "{stderr}");
     // SAFETY: kill(pid, 0) only asks whether the process exists.

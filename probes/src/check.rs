@@ -266,18 +266,15 @@ pub fn host_check() -> CheckReport {
 /// in the kernel log (which name the offending process).
 fn fault_signals() -> Vec<CheckItem> {
     let mut items = Vec::new();
-    const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
-    // SAFETY: gettid and pidfd_open take plain integers; the fd is closed right after.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::gettid(), PIDFD_THREAD) };
-    if fd >= 0 {
-        // SAFETY: our own new fd.
-        unsafe { libc::close(fd as i32) };
-    }
+    // the key the end of a trace reads a thread's calls in flight with (closed when dropped)
+    // SAFETY: gettid has no preconditions.
+    let pidfd = crate::in_flight::thread_pidfd(unsafe { libc::gettid() } as u32);
+    let readable = pidfd.is_some();
     items.push(item(
         "calls in flight",
-        fd >= 0,
+        readable,
         false,
-        if fd >= 0 {
+        if readable {
             "a call that never returned is written when a trace stops (its thread read by a pidfd), so a hang is named"
                 .into()
         } else {

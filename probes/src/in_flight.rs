@@ -15,7 +15,7 @@
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-use causeway_model::codes::RET_IN_FLIGHT;
+use causeway_model::codes::{Source, RET_IN_FLIGHT};
 use causeway_model::Event;
 
 use crate::decode::Decoder;
@@ -30,8 +30,6 @@ const SLOTS_SIZE: usize = 448;
 const SLOT_NAME: usize = 2;
 /// `struct cw_offcpu`.
 const OFFCPU_SIZE: usize = 64;
-/// `CW_SRC_NCCL`: an NCCL stash holds (count, communicator, stream).
-const SRC_NCCL: u8 = 9;
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"))
@@ -57,7 +55,7 @@ pub fn calls_of(slots: &[u8], pid: u32, tid: u32, now: u64) -> Vec<CallRec> {
         let (a0, a1, a2) = (u64_at(s, 8), u64_at(s, 16), u64_at(s, 24));
         // an NCCL stash holds the element count, the communicator and the stream; its event says
         // bytes (unknown here), elements and stream
-        let (arg0, arg1, arg2) = if source == SRC_NCCL { (0, a0, a2) } else { (a0, a1, a2) };
+        let (arg0, arg1, arg2) = if source == Source::Nccl.code() { (0, a0, a2) } else { (a0, a1, a2) };
         out.push(CallRec {
             source,
             op,
@@ -134,20 +132,12 @@ fn lookup(map: RawFd, key: &[u8], value: &mut [u8]) -> bool {
 }
 
 /// A pidfd of thread `tid` (`PIDFD_THREAD`, Linux 6.9+), the key of task storage.
-fn thread_pidfd(tid: u32) -> Option<OwnedFd> {
+pub(crate) fn thread_pidfd(tid: u32) -> Option<OwnedFd> {
     const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::pid_t, PIDFD_THREAD) };
     // SAFETY: a new fd owned by nothing else.
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// `CLOCK_MONOTONIC` now, ns (bpf_ktime_get_ns's clock).
-fn mono_now() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// What the end of a trace found under way.
@@ -161,7 +151,8 @@ pub struct Snapshot {
 
 /// Read every live thread of `pids`: `inflight` and `offcpu` are the maps' fds.
 pub fn snapshot(pids: &[u32], inflight: Option<RawFd>, offcpu: Option<RawFd>) -> Snapshot {
-    let now = mono_now();
+    // bpf_ktime_get_ns's clock
+    let now = crate::labels::monotonic_ns().max(0) as u64;
     let mut decoder = Decoder::new();
     let mut snap = Snapshot::default();
     let mut slots = vec![0u8; SLOTS_SIZE];

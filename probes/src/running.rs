@@ -307,17 +307,15 @@ impl<'o> Running<'o> {
         self.stats.add_batch(&msg.events);
         if let Some(w) = &self.cupti_watch {
             use crate::gpu_timeline::coexist::{CuptiCall, Watch};
+            // one pass: the CUPTI controls, and the processes whose first CUDA call this is
+            let mut first: Vec<u32> = Vec::new();
             for e in &msg.events {
                 if let Some(c) = CuptiCall::of_event(e) {
                     let _ = w.send(Watch::Cupti(c));
+                } else if causeway_model::codes::is_gpu_call_source(e.source) && !self.cuda_seen.contains(&e.pid) {
+                    first.push(e.pid);
                 }
             }
-            let first: Vec<u32> = msg
-                .events
-                .iter()
-                .filter(|e| causeway_model::codes::is_gpu_call_source(e.source) && !self.cuda_seen.contains(&e.pid))
-                .map(|e| e.pid)
-                .collect();
             for pid in first {
                 self.tell_cuda_process(pid);
             }
@@ -365,11 +363,7 @@ impl<'o> Running<'o> {
             let written = self.sink.write_stacks(recs).await;
             self.report.check_write("stack_traces", n, written);
         }
-        let n = msg.events.len() as u64;
-        let mut codes: HashMap<(u8, u16), u64> = HashMap::new();
-        for e in &msg.events {
-            *codes.entry((e.source, e.op)).or_default() += 1;
-        }
+        let codes = op_counts(&msg.events);
         let tally = self.opts.metrics.as_ref().map(|_| crate::metrics::BatchTally::of(&msg.events));
         let ok = if self.opts.drop_on_backpressure {
             self.sink.try_write_batch(msg.events)
@@ -390,13 +384,17 @@ impl<'o> Running<'o> {
         if let (true, Some(m), Some(t)) = (ok, &self.opts.metrics, tally) {
             m.observe(t);
         }
-        if ok {
-            self.report.events_written += n;
-            for ((s, o), k) in codes {
+        self.count_batch(codes, ok);
+    }
+
+    /// Count a batch of events per op (`op_counts`) as written (`ok`), or as dropped for the
+    /// sink's back-pressure.
+    fn count_batch(&mut self, codes: HashMap<(u8, u16), u64>, ok: bool) {
+        for ((s, o), k) in codes {
+            if ok {
+                self.report.events_written += k;
                 *self.report.events_by_op.entry(causeway_model::codes::op_name(s, o).into_owned()).or_default() += k;
-            }
-        } else {
-            for ((s, _), k) in codes {
+            } else {
                 *self.backpressure.entry(s).or_default() += k;
             }
         }
@@ -409,13 +407,9 @@ impl<'o> Running<'o> {
             crate::labels::LabelNews::Label(e) => {
                 let mut events = vec![e];
                 self.write_cgroups(&mut events).await;
-                let name = causeway_model::codes::op_name(events[0].source, events[0].op).into_owned();
-                if self.sink.write_batch(events).await.is_ok() {
-                    self.report.events_written += 1;
-                    *self.report.events_by_op.entry(name).or_default() += 1;
-                } else {
-                    *self.backpressure.entry(causeway_model::codes::Source::Step.code()).or_default() += 1;
-                }
+                let codes = op_counts(&events);
+                let ok = self.sink.write_batch(events).await.is_ok();
+                self.count_batch(codes, ok);
             }
             crate::labels::LabelNews::Refused(why) => {
                 self.labels_refused += 1;
@@ -723,21 +717,9 @@ impl Running<'_> {
             ));
         }
         self.write_cgroups(&mut events).await;
-        let n = events.len() as u64;
-        let mut codes: HashMap<(u8, u16), u64> = HashMap::new();
-        for e in &events {
-            *codes.entry((e.source, e.op)).or_default() += 1;
-        }
-        if self.sink.write_batch(events).await.is_ok() {
-            self.report.events_written += n;
-            for ((s, o), k) in codes {
-                *self.report.events_by_op.entry(causeway_model::codes::op_name(s, o).into_owned()).or_default() += k;
-            }
-        } else {
-            for ((s, _), k) in codes {
-                *self.backpressure.entry(s).or_default() += k;
-            }
-        }
+        let codes = op_counts(&events);
+        let ok = self.sink.write_batch(events).await.is_ok();
+        self.count_batch(codes, ok);
     }
 
     /// A launched command still running when the trace stops: ended (`--kill-on-stop`: SIGTERM,
@@ -984,4 +966,13 @@ fn python_notes(counters: &[u64], python: &PyProcs, notes: &mut Vec<String>) {
             notes.push(format!("{n} call(s): {why}"));
         }
     }
+}
+
+/// How many of `events` each (source, op) has.
+fn op_counts(events: &[causeway_model::Event]) -> HashMap<(u8, u16), u64> {
+    let mut codes: HashMap<(u8, u16), u64> = HashMap::new();
+    for e in events {
+        *codes.entry((e.source, e.op)).or_default() += 1;
+    }
+    codes
 }

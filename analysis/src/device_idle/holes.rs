@@ -27,10 +27,15 @@ pub(super) struct Hole {
 
 /// Every process's holes, in time order.
 pub(super) fn holes(store: &dyn TraceStore) -> Result<BTreeMap<u32, Vec<Hole>>, AnalysisError> {
-    let mut notes = store.gpu_timeline_notes()?;
+    Ok(holes_of(&store.gpu_timeline_notes()?))
+}
+
+/// The holes the device-timeline notes `notes` say.
+pub(super) fn holes_of(notes: &[causeway_model::GpuTimelineNote]) -> BTreeMap<u32, Vec<Hole>> {
+    let mut notes: Vec<&causeway_model::GpuTimelineNote> = notes.iter().collect();
     notes.sort_by_key(|n| (n.pid, n.ts_ns));
     let mut out: BTreeMap<u32, Vec<Hole>> = BTreeMap::new();
-    for n in &notes {
+    for n in notes {
         let list = out.entry(n.pid).or_default();
         let open = list.last().is_some_and(|h| h.end_ns == i64::MAX);
         match n.kind.as_str() {
@@ -46,7 +51,7 @@ pub(super) fn holes(store: &dyn TraceStore) -> Result<BTreeMap<u32, Vec<Hole>>, 
         }
     }
     out.retain(|_, v| !v.is_empty());
-    Ok(out)
+    out
 }
 
 /// The spans of `holes` as (start, end) pairs.

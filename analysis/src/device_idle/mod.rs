@@ -348,7 +348,8 @@ pub fn device_view(
 
     let mut devices = Vec::new();
     let mut raw = Vec::new();
-    let holes = holes::holes(store)?;
+    let timeline_notes = store.gpu_timeline_notes()?;
+    let holes = holes::holes_of(&timeline_notes);
     for ((p, d), dev) in by_device.iter_mut() {
         dev.ops.sort_by_key(|o| (o.start, o.end, o.stream, o.correlation));
         let unseen = holes::spans(holes.get(p));
@@ -402,8 +403,7 @@ pub fn device_view(
     let syncs_all = store.gpu_clock_syncs()?;
     let clock_error_ns =
         syncs_all.iter().filter(|s| pid.is_none_or(|p| p == s.pid)).map(|s| s.error_ns).max().unwrap_or(0);
-    let mut notes: Vec<String> = store
-        .gpu_timeline_notes()?
+    let mut notes: Vec<String> = timeline_notes
         .into_iter()
         // the holes are said below, one line each
         .filter(|n| {

@@ -16,16 +16,13 @@ use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_store::{EventFilter, StoredEvent, TraceStore};
 
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
+use crate::detectors::ops_with_role;
 use crate::kernels::{kernel_label, KernelIndex};
-use crate::trace_data::Names;
+use crate::trace_data::{program_launches, Names};
 use crate::AnalysisError;
 
 /// Kernels named in a device fault's story.
 const KERNELS_NAMED: usize = 5;
-
-fn ops_of(role: GpuRole) -> Vec<OpCode> {
-    codes::OPS.iter().map(|o| OpCode::new(o.0, o.1)).filter(|c| gpu_role(*c) == role).collect()
-}
 
 /// The process's events of `ops` in `[from, to]`.
 fn events_of(
@@ -52,20 +49,15 @@ fn launches_since_last_wait(
     pid: u32,
     at: i64,
 ) -> Result<(usize, Vec<String>, Vec<StoredEvent>), AnalysisError> {
-    let mut waits = ops_of(GpuRole::Sync);
-    waits.extend(ops_of(GpuRole::SyncCopy));
+    let mut waits = ops_with_role(GpuRole::Sync);
+    waits.extend(ops_with_role(GpuRole::SyncCopy));
     let since = events_of(store, pid, at - 600_000_000_000, at - 1, waits)?
         .into_iter()
         .filter(|w| w.event.ret_code == 0)
         .map(|w| w.event.ts_ns + w.event.dur_ns)
         .max()
         .unwrap_or(at - 600_000_000_000);
-    let mut launches = events_of(store, pid, since, at, ops_of(GpuRole::Launch))?;
-    // a runtime launch wraps its driver launch: the driver's only where the runtime is not traced
-    let driver = codes::Source::Driver.code();
-    if launches.iter().any(|l| l.event.source != driver) {
-        launches.retain(|l| l.event.source != driver);
-    }
+    let mut launches = program_launches(events_of(store, pid, since, at, ops_with_role(GpuRole::Launch))?);
     launches.sort_by_key(|l| l.event.ts_ns);
     let n = launches.len();
     let last: Vec<StoredEvent> = launches.into_iter().rev().take(KERNELS_NAMED).collect();
@@ -80,8 +72,8 @@ fn launches_since_last_wait(
 
 /// What the process held by its own allocations at `at`: (bytes, its largest live allocations).
 fn held_at(store: &dyn TraceStore, pid: u32, at: i64) -> Result<(i64, Vec<i64>), AnalysisError> {
-    let mut ops = ops_of(GpuRole::Alloc);
-    ops.extend(ops_of(GpuRole::Free));
+    let mut ops = ops_with_role(GpuRole::Alloc);
+    ops.extend(ops_with_role(GpuRole::Free));
     let mut live: HashMap<i64, i64> = HashMap::new();
     let mut all = events_of(store, pid, i64::MIN / 2, at - 1, ops)?;
     all.sort_by_key(|e| e.event.ts_ns);
@@ -149,25 +141,16 @@ fn exit_of(store: &dyn TraceStore, pid: u32, after: i64) -> Result<Option<(i64, 
     }))
 }
 
-/// One chain per process whose calls failed.
+/// One chain per process whose calls failed; `unsuccessful`: the scope's GPU calls that did not
+/// return success ([`crate::trace_data::unsuccessful_gpu_calls`]).
 pub(super) fn error_chains(
     store: &dyn TraceStore,
-    window: TimeWindow,
-    pid: Option<u32>,
+    unsuccessful: &[StoredEvent],
     names: &Names,
 ) -> Result<Vec<Chain>, AnalysisError> {
-    let filter = EventFilter {
-        window,
-        pid,
-        sources: Some(codes::GPU_CALL_SOURCES.to_vec()),
-        failed: true,
-        ..Default::default()
-    };
     let mut by_pid: BTreeMap<u32, Vec<StoredEvent>> = BTreeMap::new();
-    for e in store.events(&filter)? {
-        if codes::is_call_failure(e.event.source, e.event.ret_code) {
-            by_pid.entry(e.event.pid).or_default().push(e);
-        }
+    for e in unsuccessful.iter().filter(|e| codes::is_call_failure(e.event.source, e.event.ret_code)) {
+        by_pid.entry(e.event.pid).or_default().push(e.clone());
     }
     if by_pid.is_empty() {
         return Ok(Vec::new());

@@ -19,8 +19,9 @@ use causeway_model::PrevState;
 use causeway_store::{EventFilter, StoredEvent, TraceStore};
 
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
+use crate::detectors::ops_with_role;
 use crate::kernels::KernelIndex;
-use crate::trace_data::Names;
+use crate::trace_data::{program_launches, Names};
 use crate::AnalysisError;
 
 /// The chain's cause.
@@ -33,31 +34,19 @@ use crate::chains::RANK_NEVER_ARRIVED as NEVER_ARRIVED;
 pub(super) const HANG_MIN_NS: i64 = 1_000_000_000;
 const HANG_MEDIANS: i64 = 100;
 
-/// The calls of scope in flight at the end of the trace for long enough (`p50`: the op's median),
-/// outermost per thread.
-fn hung_calls(
-    store: &dyn TraceStore,
-    window: TimeWindow,
-    pid: Option<u32>,
-    p50: &dyn Fn(OpCode) -> i64,
-) -> Result<Vec<StoredEvent>, AnalysisError> {
-    let filter = EventFilter {
-        window,
-        pid,
-        sources: Some(codes::GPU_CALL_SOURCES.to_vec()),
-        failed: true,
-        ..Default::default()
-    };
+/// The calls of `unsuccessful` (the scope's GPU calls that did not return success) in flight at
+/// the end of the trace for long enough (`p50`: the op's median), outermost per thread.
+fn hung_calls(unsuccessful: &[StoredEvent], p50: &dyn Fn(OpCode) -> i64) -> Vec<StoredEvent> {
     let long_enough = |e: &StoredEvent| {
         let median = p50(OpCode::new(e.event.source, e.event.op));
         e.event.dur_ns >= HANG_MIN_NS.max(median.saturating_mul(HANG_MEDIANS))
     };
     let mut hung: Vec<StoredEvent> =
-        store.events(&filter)?.into_iter().filter(|e| e.event.ret_code == RET_IN_FLIGHT && long_enough(e)).collect();
+        unsuccessful.iter().filter(|e| e.event.ret_code == RET_IN_FLIGHT && long_enough(e)).cloned().collect();
     hung.sort_by_key(|e| (e.event.tid, e.event.ts_ns));
     // the first of a thread wraps the rest (they all run to the end)
     hung.dedup_by_key(|e| e.event.tid);
-    Ok(hung)
+    hung
 }
 
 /// What a call's thread was doing at the end of the trace (the call's end).
@@ -94,20 +83,13 @@ fn state_at(store: &dyn TraceStore, tid: u32, end: i64, within: i64) -> Result<S
 
 /// The last kernel launch (or graph launch) of the process before `e`, on any thread.
 fn last_launch(store: &dyn TraceStore, e: &StoredEvent) -> Result<Option<StoredEvent>, AnalysisError> {
-    let launches: Vec<OpCode> =
-        codes::OPS.iter().map(|o| OpCode::new(o.0, o.1)).filter(|c| gpu_role(*c) == GpuRole::Launch).collect();
     let filter = EventFilter {
         window: TimeWindow { from_ns: Some(e.event.ts_ns - 60_000_000_000), to_ns: Some(e.event.ts_ns) },
         pid: Some(e.event.pid),
-        ops: Some(launches),
+        ops: Some(ops_with_role(GpuRole::Launch)),
         ..Default::default()
     };
-    // a runtime launch wraps its driver launch: the driver's only where the runtime is not traced
-    let mut all = store.events(&filter)?;
-    let driver = codes::Source::Driver.code();
-    if all.iter().any(|l| l.event.source != driver) {
-        all.retain(|l| l.event.source != driver);
-    }
+    let mut all = program_launches(store.events(&filter)?);
     all.sort_by_key(|l| l.event.ts_ns);
     Ok(all.into_iter().rev().find(|l| l.event.ret_code != RET_IN_FLIGHT))
 }
@@ -120,14 +102,17 @@ fn step_of(store: &dyn TraceStore, e: &StoredEvent) -> Result<Option<i64>, Analy
         ops: Some(vec![op::STEP]),
         ..Default::default()
     };
-    let steps = store.events(&filter)?;
-    Ok(steps.iter().rev().find(|s| s.event.ts_ns <= e.event.ts_ns).map(|s| s.event.arg0 + 1).map(|next| {
-        // inside a labelled step, or after the last one ended: the next step had begun
-        steps
-            .iter()
-            .rev()
-            .find(|s| s.event.ts_ns <= e.event.ts_ns && e.event.ts_ns <= s.event.ts_ns + s.event.dur_ns)
-            .map_or(next, |s| s.event.arg0)
+    // the latest step begun before the call (steps do not overlap): the call is in it, or in the
+    // next one when it had ended
+    let latest =
+        store.events(&filter)?.into_iter().filter(|s| s.event.ts_ns <= e.event.ts_ns).max_by_key(|s| s.event.ts_ns);
+    Ok(latest.map(|s| {
+        let inside = e.event.ts_ns <= s.event.ts_ns + s.event.dur_ns;
+        if inside {
+            s.event.arg0
+        } else {
+            s.event.arg0 + 1
+        }
     }))
 }
 
@@ -254,14 +239,16 @@ fn never_arrived_chains(
 }
 
 /// One chain per thread whose call never returned.
+/// `unsuccessful`: the scope's GPU calls that did not return success
+/// ([`crate::trace_data::unsuccessful_gpu_calls`]).
 pub(super) fn hang_chains(
     store: &dyn TraceStore,
     window: TimeWindow,
-    pid: Option<u32>,
+    unsuccessful: &[StoredEvent],
     names: &Names,
     p50: &dyn Fn(OpCode) -> i64,
 ) -> Result<Vec<Chain>, AnalysisError> {
-    let hung = hung_calls(store, window, pid, p50)?;
+    let hung = hung_calls(unsuccessful, p50);
     if hung.is_empty() {
         return Ok(Vec::new());
     }
