@@ -68,6 +68,7 @@ static __thread CUstream t_ptsz;
 __thread CUcontext t_ctx;     /* cuCtxCreate_v2 makes its context current */
 __thread int t_dev;           /* the thread's current device (mockcuSetDevice) */
 static struct mock_throttle g_throttle[MOCK_THROTTLE_MAX]; /* MOCK_GPU_THROTTLE */
+static struct mock_pcie g_pcie[MOCK_GPU_MAX];                /* MOCK_NVML_PCIE */
 static int g_nthrottle;
 static uint32_t g_stream_ids = 12; /* the last stream id given */
 static uint32_t g_event_ids;       /* the last event id given */
@@ -115,7 +116,10 @@ static void *stream_worker(void *arg) {
         }
         if (it.fn) it.fn(it.arg); /* cuLaunchHostFunc: the stream waits for the host function */
         uint64_t start = it.act.corr ? mock_unix_ns() : 0;
-        if (it.dur) run_work(it.dur, it.dev); /* the GPU runs the kernel */
+        uint64_t dur = it.pcie && it.dev >= 0 && it.dev < MOCK_GPU_MAX
+                           ? (uint64_t)((double)it.dur * mock_pcie_slowdown(&g_pcie[it.dev]) + 0.5)
+                           : it.dur;
+        if (dur) run_work(dur, it.dev); /* the GPU runs the kernel */
         if (it.fault) __atomic_store_n(&g_faulted, 1, __ATOMIC_RELEASE);
         if (it.act.corr) act_work(s, &it, start, mock_unix_ns()); /* reported before it completes */
         pthread_mutex_lock(&s->mu);
@@ -173,6 +177,7 @@ void init_once(void) {
     const char *sync = getenv("MOCK_CUDA_SYNC");
     g_auto_spins = sync && !strcmp(sync, "spin");
     g_nthrottle = mock_throttle_parse("mockcuda", g_throttle);
+    mock_pcie_parse("mockcuda", g_pcie);
     g_default = stream_new(MOCK_STREAM_ID_LEGACY);
 }
 /* The calling thread's current device, which the runtime's cudaSetDevice sets (the driver keys the
@@ -323,7 +328,7 @@ static uint8_t kind2d(uint32_t corr, const CUDA_MEMCPY2D *p) { /* memory types: 
 }
 static uint64_t copy_ns(size_t bytes) { return (uint64_t)bytes * 1000ull / g_bw_mbps; }
 static struct qitem copy_item(uint32_t corr, size_t bytes, uint8_t ck, int memset_kind, uint32_t value) {
-    struct qitem it = {.dur = copy_ns(bytes)};
+    struct qitem it = {.dur = copy_ns(bytes), .pcie = ck == CK_HTOD || ck == CK_DTOH};
     if (corr) {
         it.act = (struct qact){.corr = corr, .kind = memset_kind ? MOCK_WORK_MEMSET : MOCK_WORK_MEMCPY,
                                .bytes = bytes, .copy_kind = ck, .value = value};

@@ -58,6 +58,7 @@ struct qitem {
     void *arg;
     int dev;
     int fault; /* MOCK_CUDA_FAULT_AT: running it breaks the context (illegal address) */
+    int pcie;  /* a copy between host and device: slower on a link below its maximum (MOCK_NVML_PCIE) */
     struct qact act;
 };
 struct CUgraph_st { uint64_t ns; unsigned nodes; };

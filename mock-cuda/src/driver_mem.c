@@ -3,7 +3,8 @@
  * freed blocks never coalesce and every block visited costs MOCK_CUDA_FRAG_NS, so allocation latency
  * grows as the heap fragments), stream-ordered allocation, pinned host memory, and the virtual memory
  * management calls (physical handles mapped into reserved ranges). Also dev_ptr_known, which tells
- * copies reported to the activity hook whether an address is device memory. */
+ * copies reported to the activity hook whether an address is device memory, and this process's line
+ * in MOCK_GPU_PROCS_DIR (mock_gpu.h): the memory its context holds, as the mock NVML lists it. */
 #include "driver_int.h"
 
 /* ---- device allocator ---- */
@@ -12,6 +13,26 @@ static struct block *g_free, *g_used;
 static CUdeviceptr g_brk = 0x7f0000000000ull;
 static size_t g_in_use; /* bytes allocated (blocks and cuMemCreate handles), against g_heap */
 static pthread_mutex_t g_amu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- MOCK_GPU_PROCS_DIR: the context's memory, rewritten at every change (g_amu held) ---- */
+static int g_proc_pid, g_proc_gpu = -1; /* the process that wrote the line; the GPU of its first allocation */
+static void proc_note(void) {
+    static const char *dir;
+    static int read_env;
+    if (!read_env) { dir = getenv("MOCK_GPU_PROCS_DIR"); read_env = 1; }
+    if (!dir || !*dir) return;
+    if (g_proc_gpu < 0) { g_proc_gpu = t_dev; g_proc_pid = getpid(); }
+    if (g_proc_pid != getpid()) return; /* a forked child: the line is its parent's */
+    mock_proc_write(dir, g_proc_pid, g_proc_gpu, MOCK_CTX_BYTES + g_in_use);
+}
+/* At exit the context goes, and its line with it, unless MOCK_CUDA_KEEP_CONTEXT=1. */
+__attribute__((destructor)) static void proc_exit(void) {
+    const char *dir = getenv("MOCK_GPU_PROCS_DIR"), *keep = getenv("MOCK_CUDA_KEEP_CONTEXT");
+    if (!dir || !*dir || g_proc_gpu < 0 || g_proc_pid != getpid() || (keep && !strcmp(keep, "1"))) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%d", dir, g_proc_pid);
+    unlink(path);
+}
 
 static CUresult dev_alloc(CUdeviceptr *out, size_t bytes) {
     pthread_once(&g_once, init_once);
@@ -44,6 +65,7 @@ static CUresult dev_alloc(CUdeviceptr *out, size_t bytes) {
         g_brk += sz;
     }
     g_in_use += b->size;
+    proc_note();
     b->next = g_used;
     g_used = b;
     *out = b->addr;
@@ -58,6 +80,7 @@ static CUresult dev_free(CUdeviceptr p) {
             struct block *b = *pp;
             *pp = b->next;
             g_in_use -= b->size;
+            proc_note();
             b->next = g_free; /* never coalesced: fragmentation when sizes vary */
             g_free = b;
             pthread_mutex_unlock(&g_amu);
@@ -119,6 +142,7 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, cons
     a->next = g_vmm_allocs;
     g_vmm_allocs = a;
     g_in_use += size;
+    proc_note();
     pthread_mutex_unlock(&g_amu);
     *handle = a->h;
     return OK;
@@ -158,6 +182,7 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
             struct vmm *a = *pp;
             *pp = a->next;
             g_in_use -= a->size;
+            proc_note();
             pthread_mutex_unlock(&g_amu);
             free(a);
             return OK;

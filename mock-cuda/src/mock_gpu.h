@@ -10,17 +10,41 @@
  * default, every GPU). Windows that overlap on a GPU combine: their reasons OR'ed, the largest
  * factor. A malformed window is ignored with one line on stderr; the others still apply.
  *
+ * The PCIe link, which NVML reports and the driver's host<->device copies feel alike:
+ *
+ *   MOCK_NVML_PCIE="<gen>:<width>[:<max_gen>:<max_width>][:<gpu>],..."
+ *
+ * the link's current generation (1 .. 6) and width (lanes: 1, 2, 4, 8, 12, 16, 32) and their maximum
+ * (default gen 5 x16, an H100 SXM5's; a maximum below the current value is an error), of GPU gpu (-1,
+ * the default, every GPU). Without it every link runs at gen 5 x16 of gen 5 x16. A copy between host
+ * and device on a GPU takes as many times longer as the link carries less than at its maximum
+ * (per-lane rates 250, 500, 985, 1969, 3938, 7563 MB/s for gen 1 .. 6, times the width).
+ *
+ * The processes that hold device memory, which the driver writes and NVML lists:
+ *
+ *   MOCK_GPU_PROCS_DIR=<dir>
+ *
+ * each process of the mock driver keeps a file <dir>/<pid> holding "<gpu> <bytes>": the device it
+ * allocated on first and the memory its context holds (MOCK_CTX_BYTES for the context, plus its live
+ * allocations), rewritten at every allocation and free. The mock NVML lists each file's pid as a
+ * compute process of that GPU. The driver removes its file when the process exits, unless
+ * MOCK_CUDA_KEEP_CONTEXT=1 (the context outlives the process, as a context the driver could not tear
+ * down does) or the process was killed (no exit handler ran). Unset: no files, nothing listed.
+ *
  * Also here: the helpers both libraries parse their other list knobs with, and MOCK_GPU_COUNT (how
  * many GPUs the mock NVML reports; 1 .. 8, default 1). Header-only: every function is static inline. */
 #ifndef MOCK_GPU_H
 #define MOCK_GPU_H
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MOCK_GPU_MAX 8            /* devices the mocks know of */
 #define MOCK_THROTTLE_MAX 64      /* windows */
@@ -174,5 +198,96 @@ static inline int mock_gpu_count(const char *who) {
         return mock_u64(v, &n, 0) && n > MOCK_GPU_MAX ? MOCK_GPU_MAX : 1;
     }
     return (int)n;
+}
+
+/* ---- the PCIe link (MOCK_NVML_PCIE) ---- */
+struct mock_pcie { unsigned gen, width, max_gen, max_width; };
+#define MOCK_PCIE_DEFAULT ((struct mock_pcie){5, 16, 5, 16})
+
+/* MB/s per lane of PCIe generation 1 .. 6 (0 for anything else). */
+static inline double mock_pcie_lane_mbps(unsigned gen) {
+    static const double rate[7] = {0, 250, 500, 985, 1969, 3938, 7563};
+    return gen >= 1 && gen <= 6 ? rate[gen] : 0;
+}
+static inline int mock_pcie_width_ok(uint64_t w) {
+    return w == 1 || w == 2 || w == 4 || w == 8 || w == 12 || w == 16 || w == 32;
+}
+/* Parse MOCK_NVML_PCIE into every GPU's link (`out`, MOCK_GPU_MAX of them; defaults where unset). */
+static inline void mock_pcie_parse(const char *who, struct mock_pcie *out) {
+    for (int i = 0; i < MOCK_GPU_MAX; i++) out[i] = MOCK_PCIE_DEFAULT;
+    const char *env = getenv("MOCK_NVML_PCIE");
+    if (!env || !*env) return;
+    char *copy = strdup(env), *save = NULL;
+    if (!copy) return;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char entry[MOCK_ENTRY_MAX], shown[MOCK_ENTRY_MAX], *f[5];
+        char *t = mock_trim(tok);
+        if (!*t) continue;
+        snprintf(entry, sizeof entry, "%s", t);
+        snprintf(shown, sizeof shown, "%s", t);
+        int nf = mock_split(entry, ':', f, 5), gpu = -1;
+        uint64_t v[4] = {0, 0, 5, 16};
+        const char *why = NULL;
+        if (nf < 2 || nf > 5) why = "want <gen>:<width>[:<max_gen>:<max_width>][:<gpu>]";
+        for (int k = 0; !why && k < (nf >= 4 ? 4 : 2); k++)
+            if (!mock_u64(f[k], &v[k], 0)) why = "bad number";
+        if (!why && (nf == 3 || nf == 5) && !mock_gpu_index(f[nf - 1], &gpu)) why = "bad gpu (-1 or 0 .. 7)";
+        if (!why && (!mock_pcie_lane_mbps((unsigned)v[0]) || !mock_pcie_lane_mbps((unsigned)v[2])))
+            why = "a generation is 1 .. 6";
+        if (!why && (!mock_pcie_width_ok(v[1]) || !mock_pcie_width_ok(v[3]))) why = "a width is 1, 2, 4, 8, 12, 16 or 32";
+        if (!why && (v[0] > v[2] || v[1] > v[3])) why = "the link runs above its maximum";
+        if (why) { mock_bad_entry(who, "MOCK_NVML_PCIE", shown, why); continue; }
+        for (int i = 0; i < MOCK_GPU_MAX; i++)
+            if (gpu == -1 || gpu == i)
+                out[i] = (struct mock_pcie){(unsigned)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3]};
+    }
+    free(copy);
+}
+/* How many times longer a host<->device copy takes on this link than on the link at its maximum. */
+static inline double mock_pcie_slowdown(const struct mock_pcie *p) {
+    double now = mock_pcie_lane_mbps(p->gen) * p->width, max = mock_pcie_lane_mbps(p->max_gen) * p->max_width;
+    return now > 0 && max > now ? max / now : 1.0;
+}
+
+/* ---- the processes holding device memory (MOCK_GPU_PROCS_DIR) ---- */
+#define MOCK_CTX_BYTES (300ull << 20) /* what a context holds before any allocation */
+#define MOCK_PROC_LINE 48             /* a file's fixed length: "<gpu> <bytes>" padded with spaces */
+
+/* Write this process's line ("<gpu> <bytes>") to <dir>/<pid>, creating it; 0 when not kept. */
+static inline int mock_proc_write(const char *dir, int pid, int gpu, uint64_t bytes) {
+    char path[512], line[MOCK_PROC_LINE + 1];
+    snprintf(path, sizeof path, "%s/%d", dir, pid);
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return 0;
+    int n = snprintf(line, sizeof line, "%d %llu", gpu, (unsigned long long)bytes);
+    memset(line + n, ' ', (size_t)(MOCK_PROC_LINE - n - 1));
+    line[MOCK_PROC_LINE - 1] = '\n';
+    int ok = pwrite(fd, line, MOCK_PROC_LINE, 0) == MOCK_PROC_LINE; /* one write: a reader sees old or new */
+    close(fd);
+    return ok;
+}
+/* Every process line of `dir`, to `fn` (pid, gpu, bytes); returns how many. */
+static inline int mock_proc_list(const char *dir, void (*fn)(void *ctx, unsigned pid, int gpu, uint64_t bytes),
+                                 void *ctx) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        uint64_t pid;
+        if (!mock_u64(e->d_name, &pid, 0) || !pid || pid > 0x7fffffff) continue;
+        char path[512], line[MOCK_PROC_LINE + 1] = {0};
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t got = pread(fd, line, MOCK_PROC_LINE, 0);
+        close(fd);
+        int gpu;
+        unsigned long long bytes;
+        if (got <= 0 || sscanf(line, "%d %llu", &gpu, &bytes) != 2) continue;
+        fn(ctx, (unsigned)pid, gpu, bytes);
+        n++;
+    }
+    closedir(d);
+    return n;
 }
 #endif

@@ -27,7 +27,11 @@
  * `pncclX` for profilers to interpose on.
  *
  * Environment: MOCK_NCCL_BW_MBPS (default 20000), MOCK_NCCL_LAT_US (default 20), MOCK_NCCL_DEBUG=1
- * (init, split and destroy lines on stderr), MOCK_NCCL_TIMEOUT_S (default 0: wait forever, as NCCL). */
+ * (init, split and destroy lines on stderr), MOCK_NCCL_TIMEOUT_S (default 0: wait forever, as NCCL),
+ * MOCK_NCCL_SLOW="<start_unix_ms>:<end_unix_ms>:<factor>,..." (a transfer whose peers are all there
+ * while CLOCK_REALTIME is in [start, end) takes `factor` times longer, 1 .. 1000: a fabric that
+ * replays, as the links MOCK_NVML_NVLINK_CRC plants errors on do; the largest factor of the windows
+ * in force). */
 #define _GNU_SOURCE
 #include "mock_nccl.h"
 #include "mock_clock.h"
@@ -101,6 +105,34 @@ struct batch { int nops; struct op ops[]; };
 
 static uint64_t g_bw_mbps = 20000, g_lat_ns = 20000, g_timeout_ns;
 static int g_debug;
+#define SLOW_MAX 16
+static struct { uint64_t start_ms, end_ms; double factor; } g_slow[SLOW_MAX]; /* MOCK_NCCL_SLOW */
+static int g_nslow;
+static void parse_slow(const char *v) {
+    char *copy = strdup(v), *save = NULL;
+    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok; tok = strtok_r(NULL, ",", &save)) {
+        unsigned long long a, b;
+        double f;
+        char extra;
+        if (sscanf(tok, " %llu:%llu:%lf %c", &a, &b, &f, &extra) != 3 || a >= b || f < 1 || f > 1000 ||
+            g_nslow >= SLOW_MAX) {
+            fprintf(stderr, "mocknccl: MOCK_NCCL_SLOW: ignoring \"%s\": want <start_ms>:<end_ms>:<factor 1..1000>\n", tok);
+            continue;
+        }
+        g_slow[g_nslow].start_ms = a, g_slow[g_nslow].end_ms = b, g_slow[g_nslow].factor = f;
+        g_nslow++;
+    }
+    free(copy);
+}
+static double slow_factor_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ms = (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+    double f = 1.0;
+    for (int i = 0; i < g_nslow; i++)
+        if (ms >= g_slow[i].start_ms && ms < g_slow[i].end_ms && g_slow[i].factor > f) f = g_slow[i].factor;
+    return f;
+}
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void init_once(void) {
     const char *v;
@@ -109,6 +141,7 @@ static void init_once(void) {
     if ((v = getenv("MOCK_NCCL_LAT_US")) && *v) g_lat_ns = strtoull(v, NULL, 10) * 1000;
     if ((v = getenv("MOCK_NCCL_TIMEOUT_S")) && *v) g_timeout_ns = strtoull(v, NULL, 10) * 1000000000ull;
     g_debug = (v = getenv("MOCK_NCCL_DEBUG")) && *v && strcmp(v, "0") != 0;
+    if ((v = getenv("MOCK_NCCL_SLOW")) && *v) parse_slow(v);
 }
 
 static void pause_us(long us) {
@@ -216,7 +249,8 @@ static void run_batch(void *arg) {
     }
     uint64_t t1 = now_ns();
     atomic_fetch_add(&b->ops[0].c->wait_ns, t1 - t0);
-    sleep_until(t1 + transfer_ns(coll_bytes + (send_bytes > recv_bytes ? send_bytes : recv_bytes)));
+    uint64_t ns = transfer_ns(coll_bytes + (send_bytes > recv_bytes ? send_bytes : recv_bytes));
+    sleep_until(t1 + (g_nslow ? (uint64_t)((double)ns * slow_factor_now() + 0.5) : ns));
     for (int i = 0; i < b->nops; i++) atomic_fetch_add(&b->ops[i].c->done, 1);
     free(b);
 }

@@ -8,10 +8,11 @@
  * video 1755 MHz; no clock event reasons (0); 55 C; 450 W of a 700 W limit; utilization 97 % GPU,
  * 60 % memory (MOCK_NVML_UTIL=g:m; the tracer's process cannot know whether the workload's GPU is
  * busy, so it is a steady value); 80 GiB of memory, 512 MiB of it reserved; PCIe TX 850,000 and RX
- * 2,400,000 KB/s; NVLink data counters (fields 138 and 139, KiB) growing at 20 GiB/s each since boot
+ * 2,400,000 KB/s at the default 97 % (scaled by MOCK_NVML_UTIL's GPU percent: an idle GPU moves
+ * nothing); the PCIe link and NVLink error counters of nvml_link.c; NVLink data counters (fields 138 and 139, KiB) growing at 20 GiB/s each since boot
  * (CLOCK_BOOTTIME, so every process reads the same counter; the GPU-wide total whatever the scopeId,
  * as real NVML reports); ECC counts 0 (MOCK_NVML_ECC=corrected:uncorrected, volatile and aggregate
- * alike); no processes (MOCK_NVML_PIDS). Inside a throttle window for the device: the reasons are the
+ * alike); the processes of nvml_procs.c (MOCK_NVML_PIDS, MOCK_GPU_PROCS_DIR). Inside a throttle window for the device: the reasons are the
  * window's mask (windows that overlap: OR'ed, the largest factor), SM and graphics clocks max/factor
  * rounded (495 MHz for 4), 91 C when the mask has a thermal bit (SwThermalSlowdown 0x20,
  * HwThermalSlowdown 0x40), 700 W (the limit) when it has SwPowerCap 0x4; the total energy counter
@@ -22,17 +23,13 @@
  * nvmlEventSetWait_v2 once its time has come (once per set and device, oldest first, planted times
  * already past included); the wait otherwise sleeps up to its timeout and returns NVML_ERROR_TIMEOUT.
  *
- * Processes: MOCK_NVML_PIDS="<pid>[:<used_MiB>[:<gpu>]],..." (default 1024 MiB, every GPU) are the
- * compute processes nvmlDeviceGetComputeRunningProcesses_v3 lists (and the memory they use is used).
- *
  * Devices: MOCK_GPU_COUNT (1 .. 8, default 1). Init is reference-counted like NVML's (every init needs
  * a shutdown); the environment is read when the count goes from 0 to 1. Every call but the inits and
  * nvmlErrorString returns NVML_ERROR_UNINITIALIZED before init; a handle that is not one of this
  * library's devices, an index beyond the count, a NULL output or an unknown enum value: 2
  * (NVML_ERROR_INVALID_ARGUMENT); a string buffer too small: 7 (NVML_ERROR_INSUFFICIENT_SIZE). */
 #define _GNU_SOURCE
-#include "mock_nvml.h"
-#include "mock_gpu.h"
+#include "nvml_int.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,8 +38,6 @@
 #include <string.h>
 #include <time.h>
 
-#define API __attribute__((visibility("default")))
-#define ALIAS(name) __attribute__((alias(#name)))
 
 /* the layouts of nvml.h (see mock_nvml.h) */
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t is 68 bytes");
@@ -103,18 +98,14 @@ struct nvmlDevice_st { unsigned int index; };
 static struct nvmlDevice_st g_dev[MOCK_GPU_MAX] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 
 /* ---- configuration, read from the environment when init's count goes from 0 to 1 ---- */
-#define LIST_MAX 64
 struct xid { uint64_t ms, xid; int gpu; };
-struct proc { unsigned int pid; unsigned long long bytes; int gpu; };
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_refs; /* nvmlInit minus nvmlShutdown */
-static int g_count = 1;
+int g_count = 1;
 static struct mock_throttle g_thr[MOCK_THROTTLE_MAX];
 static int g_nthr;
 static struct xid g_xid[LIST_MAX];
 static int g_nxid;
-static struct proc g_proc[LIST_MAX];
-static int g_nproc;
 static unsigned int g_util_gpu = 97, g_util_mem = 60;
 static unsigned long long g_ecc[2]; /* corrected, uncorrected */
 
@@ -130,20 +121,19 @@ static int env_pair(const char *knob, uint64_t *a, uint64_t *b, uint64_t max) {
     }
     return 1;
 }
-/* Each entry of a comma-separated list, split at ':' into at most 3 fields, to `fn`. */
-static void env_list(const char *knob, int (*fn)(char **f, int nf, const char **why)) {
+void nvml_env_list(const char *knob, int max, int (*fn)(char **f, int nf, const char **why)) {
     const char *v = getenv(knob);
     if (!v || !*v) return;
     char *copy = strdup(v), *save = NULL;
     if (!copy) return;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char entry[MOCK_ENTRY_MAX], *f[3];
+        char entry[MOCK_ENTRY_MAX], *f[5];
         char *t = mock_trim(tok);
         if (!*t) continue;
         snprintf(entry, sizeof entry, "%s", t);
-        int nf = mock_split(entry, ':', f, 3);
+        int nf = mock_split(entry, ':', f, max < 5 ? max : 5);
         const char *why = "too many fields";
-        if (nf > 3 || !fn(f, nf, &why)) mock_bad_entry("mocknvml", knob, t, why);
+        if (nf > max || !fn(f, nf, &why)) mock_bad_entry("mocknvml", knob, t, why);
     }
     free(copy);
 }
@@ -157,24 +147,13 @@ static int parse_xid(char **f, int nf, const char **why) {
     g_xid[g_nxid++] = x;
     return 1;
 }
-static int parse_pid(char **f, int nf, const char **why) {
-    uint64_t pid, mib = 1024;
-    struct proc p = {0, 0, -1};
-    if (!mock_u64(f[0], &pid, 0) || pid == 0 || pid > 0x7fffffff) { *why = "bad pid"; return 0; }
-    if (nf >= 2 && (!mock_u64(f[1], &mib, 0) || mib > (80u << 10))) { *why = "bad used MiB"; return 0; }
-    if (nf == 3 && !mock_gpu_index(f[2], &p.gpu)) { *why = "bad gpu (-1 or 0 .. 7)"; return 0; }
-    if (g_nproc >= LIST_MAX) { *why = "too many (64)"; return 0; }
-    p.pid = (unsigned int)pid;
-    p.bytes = mib << 20;
-    g_proc[g_nproc++] = p;
-    return 1;
-}
 static void load_config(void) {
     g_count = mock_gpu_count("mocknvml");
     g_nthr = mock_throttle_parse("mocknvml", g_thr);
-    g_nxid = g_nproc = 0;
-    env_list("MOCK_NVML_XID", parse_xid);
-    env_list("MOCK_NVML_PIDS", parse_pid);
+    g_nxid = 0;
+    nvml_env_list("MOCK_NVML_XID", 3, parse_xid);
+    link_load_config();
+    procs_load_config();
     uint64_t a, b;
     g_util_gpu = 97, g_util_mem = 60;
     if (env_pair("MOCK_NVML_UTIL", &a, &b, 100)) { g_util_gpu = (unsigned)a; g_util_mem = (unsigned)b; }
@@ -183,17 +162,12 @@ static void load_config(void) {
 }
 
 /* ---- helpers ---- */
-static int inited(void) { return __atomic_load_n(&g_refs, __ATOMIC_ACQUIRE) > 0; }
-static int dev_index(nvmlDevice_t d) {
+int nvml_inited(void) { return __atomic_load_n(&g_refs, __ATOMIC_ACQUIRE) > 0; }
+int nvml_dev_index(nvmlDevice_t d) {
     for (int i = 0; i < g_count; i++)
         if (d == &g_dev[i]) return i;
     return -1;
 }
-/* the start of every device query: initialized, a device of ours (its index in `i`) */
-#define DEVICE(d, i)                                     \
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;      \
-    int i = dev_index(d);                                \
-    if (i < 0) return NVML_ERROR_INVALID_ARGUMENT
 static nvmlReturn_t put_str(char *buf, unsigned int length, const char *s) {
     if (!buf) return NVML_ERROR_INVALID_ARGUMENT;
     if (strlen(s) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -212,13 +186,6 @@ static unsigned long long clock_ns(clockid_t c) {
     clock_gettime(c, &ts);
     return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
-static unsigned long long proc_bytes(int i) {
-    unsigned long long b = 0;
-    for (int k = 0; k < g_nproc; k++)
-        if (g_proc[k].gpu == -1 || g_proc[k].gpu == i) b += g_proc[k].bytes;
-    return b;
-}
-
 /* ---- init, system ---- */
 API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
@@ -268,15 +235,15 @@ API const char *nvmlErrorString(nvmlReturn_t result) {
     }
 }
 API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     return put_str(version, length, DRIVER_VERSION);
 }
 API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     return put_str(version, length, NVML_VERSION);
 }
 API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     if (!cudaDriverVersion) return NVML_ERROR_INVALID_ARGUMENT;
     *cudaDriverVersion = CUDA_DRIVER_VERSION;
     return NVML_SUCCESS;
@@ -285,14 +252,14 @@ API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) ALIAS
 
 /* ---- devices ---- */
 API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     if (!deviceCount) return NVML_ERROR_INVALID_ARGUMENT;
     *deviceCount = (unsigned int)g_count;
     return NVML_SUCCESS;
 }
 API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) ALIAS(nvmlDeviceGetCount_v2);
 API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     if (!device || index >= (unsigned int)g_count) return NVML_ERROR_INVALID_ARGUMENT;
     *device = &g_dev[index];
     return NVML_SUCCESS;
@@ -468,9 +435,9 @@ API nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCo
     DEVICE(device, i);
     (void)i;
     if (!value) return NVML_ERROR_INVALID_ARGUMENT;
-    switch (counter) {
-    case NVML_PCIE_UTIL_TX_BYTES: *value = PCIE_TX_KBPS; return NVML_SUCCESS;
-    case NVML_PCIE_UTIL_RX_BYTES: *value = PCIE_RX_KBPS; return NVML_SUCCESS;
+    switch (counter) { /* what the default 97 % moves, scaled by the utilization planted */
+    case NVML_PCIE_UTIL_TX_BYTES: *value = (unsigned)((unsigned long long)PCIE_TX_KBPS * g_util_gpu / 97); return NVML_SUCCESS;
+    case NVML_PCIE_UTIL_RX_BYTES: *value = (unsigned)((unsigned long long)PCIE_RX_KBPS * g_util_gpu / 97); return NVML_SUCCESS;
     default: return NVML_ERROR_INVALID_ARGUMENT;
     }
 }
@@ -505,6 +472,15 @@ API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, 
             v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
             v->value.ullVal = nvlink_kib();
             break;
+        case NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: /* nvml_link.c: MOCK_NVML_NVLINK_CRC */
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+            v->value.ullVal = nvlink_crc_errors(i);
+            break;
+        case NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL:
+        case NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL:
+        case NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL:
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+            break;
         case NVML_FI_DEV_NVLINK_LINK_COUNT:
             v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
             v->value.uiVal = NVLINK_LINKS;
@@ -517,40 +493,6 @@ API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, 
     return NVML_SUCCESS;
 }
 
-/* ---- processes: MOCK_NVML_PIDS; `size` is the caller's element: v1 16 bytes, v2/v3 24 ---- */
-static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, size_t size, int graphics) {
-    DEVICE(device, i);
-    if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int n = 0;
-    for (int k = 0; k < g_nproc && !graphics; k++)
-        if (g_proc[k].gpu == -1 || g_proc[k].gpu == i) n++;
-    if (*infoCount < n) { *infoCount = n; return NVML_ERROR_INSUFFICIENT_SIZE; }
-    if (n && !infos) return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned int j = 0;
-    for (int k = 0; k < g_nproc && !graphics; k++) {
-        if (g_proc[k].gpu != -1 && g_proc[k].gpu != i) continue;
-        nvmlProcessInfo_t p = {g_proc[k].pid, g_proc[k].bytes, NO_INSTANCE, NO_INSTANCE};
-        memcpy((char *)infos + (size_t)j++ * size, &p, size);
-    }
-    *infoCount = n;
-    return NVML_SUCCESS;
-}
-API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                         nvmlProcessInfo_t *infos) {
-    return processes(device, infoCount, infos, sizeof(nvmlProcessInfo_t), 0);
-}
-API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
-                                                         nvmlProcessInfo_v2_t *infos)
-    ALIAS(nvmlDeviceGetComputeRunningProcesses_v3);
-API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
-                                                      nvmlProcessInfo_v1_t *infos) {
-    return processes(device, infoCount, infos, sizeof(nvmlProcessInfo_v1_t), 0);
-}
-API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
-                                                          nvmlProcessInfo_t *infos) {
-    return processes(device, infoCount, infos, sizeof(nvmlProcessInfo_t), 1);
-}
-
 /* ---- events: the planted Xids (MOCK_NVML_XID) ---- */
 struct nvmlEventSet_st {
     pthread_mutex_t mu;
@@ -558,7 +500,7 @@ struct nvmlEventSet_st {
     unsigned char done[LIST_MAX][MOCK_GPU_MAX]; /* delivered: planted Xid x device */
 };
 API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     if (!set) return NVML_ERROR_INVALID_ARGUMENT;
     nvmlEventSet_t s = calloc(1, sizeof(*s));
     if (!s) return NVML_ERROR_MEMORY;
@@ -567,7 +509,7 @@ API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
     return NVML_SUCCESS;
 }
 API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     if (!set) return NVML_ERROR_INVALID_ARGUMENT;
     pthread_mutex_destroy(&set->mu);
     free(set);
@@ -592,7 +534,7 @@ API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long lon
 /* Deliver the oldest planted Xid that is due for a registered device, else sleep until the next one
  * is due or the timeout; `v2` fills the instance ids too (nvmlEventSetWait writes the first 24 bytes). */
 static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms, int v2) {
-    if (!inited()) return NVML_ERROR_UNINITIALIZED;
+    if (!nvml_inited()) return NVML_ERROR_UNINITIALIZED;
     if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
     uint64_t deadline = clock_ns(CLOCK_MONOTONIC) + (uint64_t)timeoutms * 1000000ull;
     for (;;) {
