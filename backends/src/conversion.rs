@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
@@ -93,7 +93,7 @@ pub trait ConvertTarget {
     fn write_kernel_names(&mut self, names: &[KernelName]) -> Result<()>;
     fn write_net_peers(&mut self, peers: &[NetPeer]) -> Result<()>;
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
-    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
+    fn write_gpu_samples(&mut self, samples: &[GpuSample], processes: &[GpuProcessMemory]) -> Result<()>;
     fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()>;
     fn write_process_ranks(&mut self, ranks: &[ProcessRank]) -> Result<()>;
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()>;
@@ -195,6 +195,8 @@ pub struct ConvertReport {
     pub net_peers: u64,
     pub nccl_calls: u64,
     pub gpu_samples: u64,
+    /// Rows of `gpu_process_memory` copied.
+    pub gpu_process_memory: u64,
     pub serving_samples: u64,
     pub process_ranks: u64,
     pub process_cgroups: u64,
@@ -279,6 +281,7 @@ pub fn cut(
         let peers = store.net_peers()?;
         let mut nccl = store.nccl_calls(&scope.window)?;
         let gpu = store.gpu_samples(&scope.window)?;
+        let mut gpu_processes = store.gpu_process_memory(&scope.window)?;
         // (kept whatever the pids kept: an engine's metrics describe the service its processes
         // serve together, and its endpoint may be another process than the one making the calls)
         let serving = store.serving_samples(&scope.window)?;
@@ -294,6 +297,7 @@ pub fn cut(
             names.retain(|n| scope.keeps_pid(n.0));
             kernels.retain(|k| scope.keeps_pid(k.pid));
             nccl.retain(|c| scope.keeps_pid(c.pid));
+            gpu_processes.retain(|p| scope.keeps_pid(p.pid));
             ranks.retain(|r| scope.keeps_pid(r.pid));
             cgroups.retain(|c| scope.keeps_pid(c.pid));
             attachments.retain(|a| scope.keeps_pid(a.1.pid));
@@ -307,7 +311,7 @@ pub fn cut(
         target.write_kernel_names(&kernels)?;
         target.write_net_peers(&peers)?;
         target.write_nccl_calls(&nccl)?;
-        target.write_gpu_samples(&gpu)?;
+        target.write_gpu_samples(&gpu, &gpu_processes)?;
         target.write_serving_samples(&serving)?;
         target.write_process_ranks(&ranks)?;
         target.write_process_cgroups(&cgroups)?;
@@ -331,6 +335,7 @@ pub fn cut(
             net_peers: peers.len() as u64,
             nccl_calls: nccl.len() as u64,
             gpu_samples: gpu.len() as u64,
+            gpu_process_memory: gpu_processes.len() as u64,
             serving_samples: serving.len() as u64,
             process_ranks: ranks.len() as u64,
             process_cgroups: cgroups.len() as u64,

@@ -2,8 +2,8 @@
 //! [`LaunchConfig`], keyed by [`LaunchConfig::key`], which launches carry in
 //! `events.launch_config`), `kernel_names` ([`KernelName`] per (pid, handle)), `attachments`
 //! ([`LibraryAttach`] per session), `nccl_calls` ([`NcclCall`] per NCCL call event),
-//! `gpu_samples` ([`GpuSample`]s read through NVML), `serving_samples` ([`ServingSample`]s scraped
-//! from a serving engine) and `process_ranks` ([`ProcessRank`] per pid).
+//! `serving_samples` ([`ServingSample`]s scraped from a serving engine) and `process_ranks`
+//! ([`ProcessRank`] per pid); the NVML tables are `nvml_tables.rs`'.
 //! Their DDL is in [`crate::schema::NATIVE_DDL`]; this module holds
 //! what every engine shares: the INSERTs with their parameters as [`SqlParam`]s (each engine binds
 //! them), the SELECTs, and the checked decoding of their rows (a value that does not fit its field
@@ -13,7 +13,7 @@ use std::path::Path;
 
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank, ServingSample,
+    KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank, ServingSample,
 };
 
 use crate::schema::SqlParam;
@@ -151,73 +151,6 @@ pub(crate) fn process_cgroup_from(db: &Path, n: [i64; 2], t: [String; 6]) -> Res
     })
 }
 
-/// The columns of `gpu_samples`, in table order.
-const GPU_SAMPLE_COLUMNS: &str = "timestamp, gpu, sm_clock_mhz, sm_clock_max_mhz, mem_clock_mhz, throttle_reasons, \
-temperature_c, power_mw, power_limit_mw, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_total_bytes, pcie_tx_kbps, \
-pcie_rx_kbps, nvlink_tx_kib, nvlink_rx_kib, ecc_corrected, ecc_uncorrected";
-
-/// Appends one GPU sample.
-pub(crate) fn insert_gpu_sample_sql() -> String {
-    format!("INSERT INTO gpu_samples ({GPU_SAMPLE_COLUMNS}) VALUES ({})", vec!["?"; 19].join(", "))
-}
-
-/// The GPU samples of a window, by time then GPU.
-pub(crate) fn select_gpu_samples_sql(window: &TimeWindow) -> String {
-    format!("SELECT {GPU_SAMPLE_COLUMNS} FROM gpu_samples {} ORDER BY timestamp, gpu", window_clause(window))
-}
-
-/// The parameters of [`insert_gpu_sample_sql`], in order.
-pub(crate) fn gpu_sample_params(s: &GpuSample) -> [SqlParam<'static>; 19] {
-    let i = |v: i32| SqlParam::Int(i64::from(v));
-    [
-        SqlParam::Int(s.ts_ns),
-        i(s.gpu),
-        i(s.sm_clock_mhz),
-        i(s.sm_clock_max_mhz),
-        i(s.mem_clock_mhz),
-        SqlParam::Int(s.throttle_reasons),
-        i(s.temperature_c),
-        SqlParam::Int(s.power_mw),
-        SqlParam::Int(s.power_limit_mw),
-        i(s.util_gpu_pct),
-        i(s.util_mem_pct),
-        SqlParam::Int(s.mem_used_bytes),
-        SqlParam::Int(s.mem_total_bytes),
-        SqlParam::Int(s.pcie_tx_kbps),
-        SqlParam::Int(s.pcie_rx_kbps),
-        SqlParam::Int(s.nvlink_tx_kib),
-        SqlParam::Int(s.nvlink_rx_kib),
-        SqlParam::Int(s.ecc_corrected),
-        SqlParam::Int(s.ecc_uncorrected),
-    ]
-}
-
-/// A row of [`select_gpu_samples_sql`]: the 32-bit columns must fit.
-pub(crate) fn gpu_sample_from(db: &Path, r: [i64; 19]) -> Result<GpuSample> {
-    let small = |column: &str, v: i64| fits_i32(db, "gpu_samples", column, v);
-    Ok(GpuSample {
-        ts_ns: r[0],
-        gpu: small("gpu", r[1])?,
-        sm_clock_mhz: small("sm_clock_mhz", r[2])?,
-        sm_clock_max_mhz: small("sm_clock_max_mhz", r[3])?,
-        mem_clock_mhz: small("mem_clock_mhz", r[4])?,
-        throttle_reasons: r[5],
-        temperature_c: small("temperature_c", r[6])?,
-        power_mw: r[7],
-        power_limit_mw: r[8],
-        util_gpu_pct: small("util_gpu_pct", r[9])?,
-        util_mem_pct: small("util_mem_pct", r[10])?,
-        mem_used_bytes: r[11],
-        mem_total_bytes: r[12],
-        pcie_tx_kbps: r[13],
-        pcie_rx_kbps: r[14],
-        nvlink_tx_kib: r[15],
-        nvlink_rx_kib: r[16],
-        ecc_corrected: r[17],
-        ecc_uncorrected: r[18],
-    })
-}
-
 /// Appends one serving engine sample.
 pub(crate) const INSERT_SERVING_SAMPLE_SQL: &str =
     "INSERT INTO serving_samples (timestamp, pid, engine, metric, labels, le, value) VALUES (?, ?, ?, ?, ?, ?, ?)";
@@ -255,7 +188,7 @@ pub(crate) fn serving_sample_from(
 
 /// `WHERE` over `timestamp` for `window`, both ends included (integers: nothing user-written is
 /// spliced); empty for the whole trace.
-fn window_clause(window: &TimeWindow) -> String {
+pub(crate) fn window_clause(window: &TimeWindow) -> String {
     let mut cond = Vec::new();
     if let Some(from) = window.from_ns {
         cond.push(format!("timestamp >= {from}"));
@@ -401,15 +334,15 @@ pub(crate) fn attachment_params<'a>(
     ]
 }
 
-fn damaged(db: &Path, detail: String) -> StoreError {
+pub(crate) fn damaged(db: &Path, detail: String) -> StoreError {
     StoreError::Corrupt { path: db.to_path_buf(), detail }
 }
 
-fn fits_i32(db: &Path, table: &str, column: &str, v: i64) -> Result<i32> {
+pub(crate) fn fits_i32(db: &Path, table: &str, column: &str, v: i64) -> Result<i32> {
     i32::try_from(v).map_err(|_| damaged(db, format!("{table}.{column} holds {v}, not a 32-bit value")))
 }
 
-fn fits_u32(db: &Path, table: &str, column: &str, v: i64) -> Result<u32> {
+pub(crate) fn fits_u32(db: &Path, table: &str, column: &str, v: i64) -> Result<u32> {
     u32::try_from(v).map_err(|_| damaged(db, format!("{table}.{column} holds {v}, not a 32-bit unsigned value")))
 }
 

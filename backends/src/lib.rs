@@ -24,6 +24,7 @@ mod describe;
 pub mod duckdb;
 mod gpu_tables;
 pub mod guard;
+mod nvml_tables;
 mod packed;
 mod reader_common;
 mod schema;

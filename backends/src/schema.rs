@@ -160,7 +160,23 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
     nvlink_tx_kib    INTEGER NOT NULL,
     nvlink_rx_kib    INTEGER NOT NULL,
     ecc_corrected    INTEGER NOT NULL,
-    ecc_uncorrected  INTEGER NOT NULL
+    ecc_uncorrected  INTEGER NOT NULL,
+    pcie_link_gen          INTEGER NOT NULL DEFAULT -1,
+    pcie_link_gen_max      INTEGER NOT NULL DEFAULT -1,
+    pcie_link_width        INTEGER NOT NULL DEFAULT -1,
+    pcie_link_width_max    INTEGER NOT NULL DEFAULT -1,
+    nvlink_crc_flit_errors INTEGER NOT NULL DEFAULT -1,
+    nvlink_crc_data_errors INTEGER NOT NULL DEFAULT -1,
+    nvlink_replay_errors   INTEGER NOT NULL DEFAULT -1,
+    nvlink_recovery_errors INTEGER NOT NULL DEFAULT -1
+);
+CREATE TABLE IF NOT EXISTS gpu_process_memory (
+    timestamp  INTEGER NOT NULL,
+    gpu        INTEGER NOT NULL,
+    pid        INTEGER NOT NULL,
+    used_bytes INTEGER NOT NULL,
+    contexts   INTEGER NOT NULL,
+    alive      INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS serving_samples (
     timestamp INTEGER NOT NULL,
@@ -411,9 +427,15 @@ pub const LATER_SESSION_COLUMNS: [(&str, &str); 1] = [("tracer_pid", "INTEGER NO
 /// absence as the default (`launch_config` NULL, i.e. 0).
 pub const LATER_EVENT_COLUMNS: [(&str, &str); 1] = [("launch_config", "INTEGER")];
 
-/// Add the [`LATER_SESSION_COLUMNS`] and [`LATER_EVENT_COLUMNS`] an existing native SQLite trace lacks.
+/// Add the [`LATER_SESSION_COLUMNS`], [`LATER_EVENT_COLUMNS`] and
+/// [`LATER_GPU_SAMPLE_COLUMNS`](crate::nvml_tables::LATER_GPU_SAMPLE_COLUMNS) an existing native
+/// SQLite trace lacks.
 pub fn add_missing_columns(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
-    for (table, later) in [("sessions", &LATER_SESSION_COLUMNS[..]), ("events", &LATER_EVENT_COLUMNS[..])] {
+    for (table, later) in [
+        ("sessions", &LATER_SESSION_COLUMNS[..]),
+        ("events", &LATER_EVENT_COLUMNS[..]),
+        ("gpu_samples", &crate::nvml_tables::LATER_GPU_SAMPLE_COLUMNS[..]),
+    ] {
         let have: Vec<String> = tx
             .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
             .query_map([], |r| r.get(0))?
@@ -524,7 +546,6 @@ pub fn table_meaning(table: &str) -> &'static str {
         "nccl_calls" => "what each NCCL call did, beside its events row (source 9; join on pid, tid, timestamp): the communicator as every rank knows it (comm_hash), this rank, and the collective's sequence number: (comm_hash, seq) names one collective on every rank",
         "process_cgroups" => "the cgroup (v2) of each traced process and of each process that took a traced thread's CPU, and the container or Kubernetes pod it stands for (from the cgroup path and the container runtime's own files); join events.cgroup_id = process_cgroups.cgroup_id, or on pid",
         "process_ranks" => "where each traced process stands in its distributed job, from its launcher's environment (torchrun RANK/LOCAL_RANK/WORLD_SIZE, Open MPI, Slurm); -1 = not given",
-        "gpu_samples" => "the GPUs' own state sampled through NVML while tracing (default 10 Hz): clocks, throttle reasons, temperature, power, utilization, memory, PCIe / NVLink traffic, ECC errors; -1 = not reported by the device",
         "serving_samples" => "a serving engine's own Prometheus metrics (vLLM, SGLang, TGI, Triton), scraped from its endpoint while tracing (default every second): queue gauges, KV-cache usage, token counters, and the latency histograms as their cumulative buckets (`metric` ending `_bucket`, bound `le`; the +Inf bucket is the `_count` row)",
         "loss_counters" => "events lost before storage, per session, source and place (kind); see loss_kinds",
         "sources" => "lookup: events.source code -> name",
@@ -544,7 +565,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "cgroup_schedstat" => "Ingero: cumulative off-CPU per cgroup window (do not sum across rows)",
         "annotations" => "Ingero v0.10: user annotations on the timeline",
         "event_aggregates_5s" => "Ingero v0.10: 5-second totals per (source, op, pid)",
-        _ => crate::gpu_tables::table_meaning(table),
+        _ => crate::nvml_tables::table_meaning(table).unwrap_or_else(|| crate::gpu_tables::table_meaning(table)),
     }
 }
 
@@ -638,25 +659,10 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("serving_samples", "labels") => "the sample's labels but le, a JSON object with sorted keys",
         ("serving_samples", "le") => "a histogram bucket's upper bound (seconds for the latency histograms); NULL for other samples",
         ("serving_samples", "value") => "the value read (cumulative for counters and histogram parts: subtract consecutive reads)",
-        ("gpu_samples", "timestamp") => "unix ns when the sample was read",
-        ("gpu_samples", "gpu") => "NVML device index (events.gpu_id of the calls that addressed it)",
-        ("gpu_samples", "sm_clock_mhz") => "SM clock, MHz",
-        ("gpu_samples", "sm_clock_max_mhz") => "the SM clock's maximum, MHz",
-        ("gpu_samples", "mem_clock_mhz") => "memory clock, MHz",
-        ("gpu_samples", "throttle_reasons") => "NVML clock event reasons bitmask: 0x1 gpu_idle, 0x2 applications_clocks_setting, 0x4 sw_power_cap, 0x8 hw_slowdown, 0x10 sync_boost, 0x20 sw_thermal_slowdown, 0x40 hw_thermal_slowdown, 0x80 hw_power_brake_slowdown, 0x100 display_clock_setting",
-        ("gpu_samples", "temperature_c") => "GPU temperature, degrees C",
-        ("gpu_samples", "power_mw") => "power draw, mW",
-        ("gpu_samples", "power_limit_mw") => "enforced power limit, mW",
-        ("gpu_samples", "util_gpu_pct") => "percent of the last sample period a kernel ran",
-        ("gpu_samples", "util_mem_pct") => "percent of the last sample period device memory was read or written",
-        ("gpu_samples", "mem_used_bytes") => "device memory in use, bytes",
-        ("gpu_samples", "mem_total_bytes") => "device memory, bytes",
-        ("gpu_samples", "pcie_tx_kbps") | ("gpu_samples", "pcie_rx_kbps") => "PCIe transmit / receive throughput, KB/s",
-        ("gpu_samples", "nvlink_tx_kib") | ("gpu_samples", "nvlink_rx_kib") => "NVLink data transmitted / received since the driver loaded, KiB (cumulative: subtract consecutive samples)",
-        ("gpu_samples", "ecc_corrected") | ("gpu_samples", "ecc_uncorrected") => "corrected / uncorrected ECC errors since the driver loaded (volatile counters)",
         ("loss_counters", "kind") => "where the events were lost, see loss_kinds",
         ("loss_counters", "count") => "events lost",
-        _ => crate::gpu_tables::column_meaning(table, column),
+        _ => crate::nvml_tables::column_meaning(table, column)
+            .unwrap_or_else(|| crate::gpu_tables::column_meaning(table, column)),
     }
 }
 

@@ -230,8 +230,23 @@ macro_rules! shared_trace_store_methods {
             if !self.has_native_table("gpu_samples") {
                 return Ok(Vec::new());
             }
-            let rows: Vec<[i64; 19]> = self.int_rows(&$crate::cuda_tables::select_gpu_samples_sql(window))?;
-            rows.into_iter().map(|row| $crate::cuda_tables::gpu_sample_from(&self.info().path, row)).collect()
+            // (an older trace lacks the later columns; a fleet lake's older rows hold NULLs there)
+            let columns = $crate::describe::LiveCatalog::table_columns(self, "gpu_samples")?;
+            let has = |c: &str| columns.iter().any(|(name, _)| name == c);
+            let rows: Vec<[i64; 27]> = self.int_rows(&$crate::nvml_tables::select_gpu_samples_sql(window, &has))?;
+            rows.into_iter().map(|row| $crate::nvml_tables::gpu_sample_from(&self.info().path, row)).collect()
+        }
+
+        fn gpu_process_memory(
+            &self,
+            window: &causeway_model::time::TimeWindow,
+        ) -> $crate::Result<Vec<causeway_model::GpuProcessMemory>> {
+            if !self.has_native_table("gpu_process_memory") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<[i64; 6]> = self.int_rows(&$crate::nvml_tables::select_gpu_process_memory_sql(window))?;
+            let db = &self.info().path;
+            rows.into_iter().map(|row| $crate::nvml_tables::gpu_process_memory_from(db, row)).collect()
         }
 
         fn serving_samples(

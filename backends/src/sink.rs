@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
@@ -62,8 +62,9 @@ pub trait EngineWriter: Sized + Send + 'static {
     fn write_attachments(&mut self, attachments: &[LibraryAttach]) -> Result<()>;
     /// Append what NCCL calls did (`nccl_calls`).
     fn write_nccl_calls(&mut self, calls: &[NcclCall]) -> Result<()>;
-    /// Append GPU state samples (`gpu_samples`).
-    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()>;
+    /// Append GPU state samples (`gpu_samples`) and the processes' memory of the same samples
+    /// (`gpu_process_memory`), in one commit.
+    fn write_gpu_samples(&mut self, samples: &[GpuSample], processes: &[GpuProcessMemory]) -> Result<()>;
     /// Append serving engine samples (`serving_samples`).
     fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()>;
     /// Record processes' ranks (a later row for a pid replaces the earlier one).
@@ -100,7 +101,7 @@ enum Msg {
     NetPeers(Vec<NetPeer>),
     Attachments(Vec<LibraryAttach>),
     NcclCalls(Vec<NcclCall>),
-    GpuSamples(Vec<GpuSample>),
+    GpuSamples(Vec<GpuSample>, Vec<GpuProcessMemory>),
     ServingSamples(Vec<ServingSample>),
     ProcessRanks(Vec<ProcessRank>),
     ProcessCgroups(Vec<ProcessCgroup>),
@@ -170,7 +171,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::NetPeers(p) => w.write_net_peers(&p)?,
                 Msg::Attachments(a) => w.write_attachments(&a)?,
                 Msg::NcclCalls(c) => w.write_nccl_calls(&c)?,
-                Msg::GpuSamples(s) => w.write_gpu_samples(&s)?,
+                Msg::GpuSamples(s, p) => w.write_gpu_samples(&s, &p)?,
                 Msg::ServingSamples(s) => w.write_serving_samples(&s)?,
                 Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
                 Msg::ProcessCgroups(c) => w.write_process_cgroups(&c)?,
@@ -283,8 +284,8 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
         self.tx.send(Msg::NcclCalls(calls)).await.map_err(|_| self.gone())
     }
 
-    async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()> {
-        self.tx.send(Msg::GpuSamples(samples)).await.map_err(|_| self.gone())
+    async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>, processes: Vec<GpuProcessMemory>) -> Result<()> {
+        self.tx.send(Msg::GpuSamples(samples, processes)).await.map_err(|_| self.gone())
     }
 
     async fn write_serving_samples(&mut self, samples: Vec<ServingSample>) -> Result<()> {

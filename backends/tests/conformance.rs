@@ -21,6 +21,7 @@ use causeway_model::{Event, LossCounter, LossKind, SessionInfo};
 mod gpu_timeline;
 mod guard_common;
 mod launch_tables;
+mod nvml_tables;
 
 const N: usize = 20_000;
 
@@ -129,6 +130,7 @@ pub fn write_read_back_exactly(b: Engine) {
         "attachments",
         "nccl_calls",
         "gpu_samples",
+        "gpu_process_memory",
         "serving_samples",
         "net_peers",
         "process_ranks",
@@ -402,6 +404,12 @@ impl TraceStore for RequiredOnly {
     ) -> causeway_backends::Result<Vec<causeway_model::GpuSample>> {
         self.0.gpu_samples(window)
     }
+    fn gpu_process_memory(
+        &self,
+        window: &causeway_model::time::TimeWindow,
+    ) -> causeway_backends::Result<Vec<causeway_model::GpuProcessMemory>> {
+        self.0.gpu_process_memory(window)
+    }
     fn serving_samples(
         &self,
         window: &causeway_model::time::TimeWindow,
@@ -671,3 +679,7 @@ fn duckdb_needs_the_feature() {
     let e = create_sink(&p, session(1), None).err().expect("refused").to_string();
     assert!(e.contains("duckdb` feature"), "{e}");
 }
+            fn older_gpu_samples_read_the_link_columns_as_not_reported_then_gain_them() {
+                nvml_tables::older_gpu_samples_gain_the_later_columns(B)
+            }
+            #[test]

@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         println!(
             "{} -> {} ({}): {} events, {} sessions, {} stacks, {} process names, {} launch configurations, {} kernel names, \
-             {} NCCL calls, {} GPU samples, {} serving samples, {} device ops, {} process ranks, {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
+             {} NCCL calls, {} GPU samples ({} process memory rows), {} serving samples, {} device ops, {} process ranks, {} library attachments, {} loss counters, {} aggregate rows in {:.2} s{}",
             report.from.display(),
             report.to.display(),
             report.backend,
@@ -91,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             report.kernel_names,
             report.nccl_calls,
             report.gpu_samples,
+            report.gpu_process_memory,
             report.serving_samples,
             report.gpu_ops,
             report.process_ranks,

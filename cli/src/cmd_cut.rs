@@ -47,12 +47,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             _ => String::new(),
         };
         eprintln!(
-            "wrote {}: {} events{span}, {} stacks, {} NCCL calls, {} GPU samples, {} serving samples, {} device ops; event ids as in {}",
+            "wrote {}: {} events{span}, {} stacks, {} NCCL calls, {} GPU samples ({} process memory rows), {} serving samples, {} device ops; event ids as in {}",
             report.to.display(),
             report.events,
             report.stacks,
             report.nccl_calls,
             report.gpu_samples,
+            report.gpu_process_memory,
             report.serving_samples,
             report.gpu_ops,
             args.db.display()

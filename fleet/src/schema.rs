@@ -19,10 +19,11 @@ use crate::FleetError;
 /// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
 /// beyond it are new), or `None` for the stacks (shipped with their events) and the small tables
 /// (shipped whole when they change: `small_tables.rs`).
-pub const MIRRORED: [(&str, Option<&str>); 18] = [
+pub const MIRRORED: [(&str, Option<&str>); 19] = [
     ("events", Some("id")),
     ("nccl_calls", Some("rowid")),
     ("gpu_samples", Some("rowid")),
+    ("gpu_process_memory", Some("rowid")),
     ("serving_samples", Some("rowid")),
     ("gpu_ops", Some("rowid")),
     ("gpu_clock_syncs", Some("rowid")),
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS lake.ship_watermarks (
     events_hi BIGINT NOT NULL, nccl_calls_hi BIGINT NOT NULL, gpu_samples_hi BIGINT NOT NULL,
     rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL, serving_samples_hi BIGINT,
     local_events_hi BIGINT, local_nccl_calls_hi BIGINT, gpu_ops_hi BIGINT, gpu_clock_syncs_hi BIGINT,
-    gpu_timeline_notes_hi BIGINT);
+    gpu_timeline_notes_hi BIGINT, gpu_process_memory_hi BIGINT);
 CREATE TABLE IF NOT EXISTS lake.clock_samples (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, sample INTEGER NOT NULL,
     local_send_ns BIGINT NOT NULL, server_ns BIGINT NOT NULL, local_recv_ns BIGINT NOT NULL);
@@ -110,13 +111,14 @@ pub(crate) fn all_columns(conn: &Connection, db: &str) -> Result<Vec<(String, St
 }
 
 /// The columns of `ship_watermarks` added after its first version (nullable), in order.
-const WATERMARK_COLUMNS_ADDED: [&str; 6] = [
+const WATERMARK_COLUMNS_ADDED: [&str; 7] = [
     "serving_samples_hi",
     "local_events_hi",
     "local_nccl_calls_hi",
     "gpu_ops_hi",
     "gpu_clock_syncs_hi",
     "gpu_timeline_notes_hi",
+    "gpu_process_memory_hi",
 ];
 
 /// Tables of an attached database.
@@ -237,5 +239,14 @@ mod tests {
         let ddl = missing_ddl(&cols(&lake), &local, "local");
         assert_eq!(ddl.len(), 2, "{ddl:?}");
         assert!(ddl[0].ends_with("local_events_hi BIGINT") && ddl[1].ends_with("local_nccl_calls_hi BIGINT"));
+        // a lake made before the GPU samples' link columns and the processes' memory: it gains them
+        lake.extend([("ship_watermarks", "local_events_hi"), ("ship_watermarks", "local_nccl_calls_hi")]);
+        lake.extend([("gpu_samples", "timestamp")]);
+        let newer = [&local[..], &cols(&[("gpu_samples", "timestamp"), ("gpu_samples", "pcie_link_gen")])[..]].concat();
+        let newer = [&newer[..], &cols(&[("gpu_process_memory", "pid")])[..]].concat();
+        let ddl = missing_ddl(&cols(&lake), &newer, "local");
+        assert_eq!(ddl.len(), 2, "{ddl:?}");
+        assert_eq!(ddl[0], "ALTER TABLE lake.gpu_samples ADD COLUMN IF NOT EXISTS \"pcie_link_gen\" BIGINT");
+        assert!(ddl[1].starts_with("CREATE TABLE IF NOT EXISTS lake.gpu_process_memory AS SELECT"), "{ddl:?}");
     }
 }

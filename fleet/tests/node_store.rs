@@ -61,6 +61,35 @@ fn write_rich_trace(path: &std::path::Path) {
             })
             .collect();
         sink.write_serving_samples(serving).await.unwrap();
+        // NVML's samples of two GPUs with their link health, and the processes on them
+        for k in 0..10i64 {
+            let ts_ns = 1_000_000_000 + k * 100_000_000;
+            let sample = |gpu: i32| causeway_model::GpuSample {
+                ts_ns,
+                gpu,
+                util_gpu_pct: 90,
+                pcie_link_gen: if gpu == 1 { 1 } else { 5 },
+                pcie_link_gen_max: 5,
+                pcie_link_width: 16,
+                pcie_link_width_max: 16,
+                nvlink_crc_flit_errors: k * i64::from(gpu),
+                nvlink_crc_data_errors: 0,
+                nvlink_replay_errors: -1,
+                nvlink_recovery_errors: 0,
+                ..Default::default()
+            };
+            let proc = |gpu: i32, pid: u32| causeway_model::GpuProcessMemory {
+                ts_ns,
+                gpu,
+                pid,
+                used_bytes: (k + 1) << 30,
+                contexts: 1,
+                alive: i32::from(k < 8),
+            };
+            sink.write_gpu_samples(vec![sample(0), sample(1)], vec![proc(0, 4821), proc(1, 4821), proc(1, 99)])
+                .await
+                .unwrap();
+        }
         for c in events.chunks(5000) {
             sink.write_batch(c.to_vec()).await.unwrap();
         }
@@ -149,7 +178,12 @@ fn a_node_in_the_lake_reads_like_its_local_trace() {
     assert_eq!(remote.loss_counters().unwrap(), local.loss_counters().unwrap());
     assert_eq!(remote.nccl_calls(&TimeWindow::ALL).unwrap(), local.nccl_calls(&TimeWindow::ALL).unwrap());
     assert_eq!(remote.process_ranks().unwrap(), local.process_ranks().unwrap());
-    assert_eq!(remote.gpu_samples(&TimeWindow::ALL).unwrap(), local.gpu_samples(&TimeWindow::ALL).unwrap());
+    let samples = local.gpu_samples(&TimeWindow::ALL).unwrap();
+    assert!(samples.len() == 20 && samples.iter().any(|s| s.pcie_link_gen == 1), "fixture: GPU samples");
+    assert_eq!(remote.gpu_samples(&TimeWindow::ALL).unwrap(), samples, "GPU samples with their link columns");
+    let procs = local.gpu_process_memory(&TimeWindow::ALL).unwrap();
+    assert_eq!(procs.len(), 30, "fixture: processes' memory");
+    assert_eq!(remote.gpu_process_memory(&TimeWindow::ALL).unwrap(), procs, "processes' memory, exactly once");
     let gpu_ops = |s: &dyn TraceStore, w: &TimeWindow| {
         let mut v = Vec::new();
         s.scan_gpu_ops(w, &mut |o| v.push(o)).unwrap();
@@ -214,6 +248,8 @@ fn a_duckdb_trace_ships_the_first_row_of_every_watermarked_table() {
     let all = TimeWindow::ALL;
     assert_eq!(remote.nccl_calls(&all).unwrap(), local.nccl_calls(&all).unwrap());
     assert_eq!(remote.gpu_samples(&all).unwrap(), local.gpu_samples(&all).unwrap());
+    let procs = local.gpu_process_memory(&all).unwrap();
+    assert_eq!(remote.gpu_process_memory(&all).unwrap(), procs, "every process memory row, the first included");
     assert_eq!(remote.serving_samples(&all).unwrap(), local.serving_samples(&all).unwrap());
     let ops = |s: &dyn TraceStore| {
         let mut v = Vec::new();

@@ -12,12 +12,14 @@ mod cgroup;
 pub mod codes;
 pub mod demangle;
 pub mod fnv;
+mod gpu_state;
 mod gpu_timeline;
 pub mod serving;
 pub mod time;
 
 pub use cgroup::ProcessCgroup;
 pub use codes::{OpCode, PrevState, Source};
+pub use gpu_state::{throttle_reason_names, GpuProcessMemory, GpuSample, SLOWING_REASONS, THROTTLE_REASONS};
 pub use gpu_timeline::{GpuClockSync, GpuDevice, GpuOp, GpuOpKind, GpuTimelineNote};
 
 /// One recorded event. Times are nanoseconds on one clock for every source (unix epoch in stored
@@ -299,50 +301,6 @@ impl ProcessRank {
     }
 }
 
-/// One sample of a GPU's own state, read through NVML while tracing (`gpu_samples`). A value the
-/// device does not report is -1.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
-pub struct GpuSample {
-    /// When it was read, unix ns.
-    pub ts_ns: i64,
-    /// NVML device index.
-    pub gpu: i32,
-    /// SM clock, MHz.
-    pub sm_clock_mhz: i32,
-    /// The SM clock's maximum, MHz.
-    pub sm_clock_max_mhz: i32,
-    /// Memory clock, MHz.
-    pub mem_clock_mhz: i32,
-    /// Clock event (throttle) reasons, NVML's bitmask ([`throttle_reason_names`]).
-    pub throttle_reasons: i64,
-    /// GPU temperature, °C.
-    pub temperature_c: i32,
-    /// Power draw, mW.
-    pub power_mw: i64,
-    /// Enforced power limit, mW.
-    pub power_limit_mw: i64,
-    /// Percent of the sample period a kernel ran.
-    pub util_gpu_pct: i32,
-    /// Percent of the sample period device memory was read or written.
-    pub util_mem_pct: i32,
-    /// Device memory in use, bytes.
-    pub mem_used_bytes: i64,
-    /// Device memory, bytes.
-    pub mem_total_bytes: i64,
-    /// PCIe transmit throughput, KB/s.
-    pub pcie_tx_kbps: i64,
-    /// PCIe receive throughput, KB/s.
-    pub pcie_rx_kbps: i64,
-    /// NVLink data transmitted since the driver loaded, KiB (cumulative).
-    pub nvlink_tx_kib: i64,
-    /// NVLink data received since the driver loaded, KiB (cumulative).
-    pub nvlink_rx_kib: i64,
-    /// Corrected ECC errors since the driver loaded (volatile counter).
-    pub ecc_corrected: i64,
-    /// Uncorrected ECC errors since the driver loaded (volatile counter).
-    pub ecc_uncorrected: i64,
-}
-
 /// One value a serving engine (vLLM, SGLang, TGI, Triton) exposed on its Prometheus endpoint,
 /// scraped while tracing (`serving_samples`): a gauge, a counter, or one part of a histogram
 /// (`_bucket` with its bound `le`, `_sum`, `_count`; the `+Inf` bucket is the `_count` row).
@@ -416,34 +374,6 @@ impl NetPeer {
             f => format!("socket family {f}"),
         }
     }
-}
-
-/// NVML's clock event (throttle) reasons: (bit, name, meaning).
-pub const THROTTLE_REASONS: [(i64, &str, &str); 9] = [
-    (0x1, "gpu_idle", "nothing running on the GPU: clocks lowered on purpose"),
-    (0x2, "applications_clocks_setting", "clocks limited by the applications clocks setting"),
-    (0x4, "sw_power_cap", "software power cap: the power draw reached the limit"),
-    (0x8, "hw_slowdown", "hardware slowdown (HW thermal, power brake or an external signal)"),
-    (0x10, "sync_boost", "sync boost: clocks held down to match other GPUs of the group"),
-    (0x20, "sw_thermal_slowdown", "software thermal slowdown: the GPU or memory ran too hot"),
-    (0x40, "hw_thermal_slowdown", "hardware thermal slowdown: the GPU ran too hot"),
-    (0x80, "hw_power_brake_slowdown", "hardware power brake: an external power brake asserted"),
-    (0x100, "display_clock_setting", "clocks limited by the display clock setting"),
-];
-
-/// The reasons that slow the GPU's work: every reason but idle and the clock settings, which lower
-/// clocks only while nothing needs them or by the user's choice.
-pub const SLOWING_REASONS: i64 = 0x4 | 0x8 | 0x10 | 0x20 | 0x40 | 0x80;
-
-/// The names of the reasons set in `bits` ([`THROTTLE_REASONS`]), unknown bits as `0x...`.
-pub fn throttle_reason_names(bits: i64) -> Vec<String> {
-    let mut out: Vec<String> =
-        THROTTLE_REASONS.iter().filter(|(b, _, _)| bits & b != 0).map(|(_, n, _)| n.to_string()).collect();
-    let known: i64 = THROTTLE_REASONS.iter().map(|r| r.0).sum();
-    if bits & !known != 0 {
-        out.push(format!("{:#x}", bits & !known));
-    }
-    out
 }
 
 /// What per-call attribution needs to know about one off-CPU interval of a traced thread.

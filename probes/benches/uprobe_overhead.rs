@@ -600,7 +600,11 @@ impl EventSink for CountingSink {
     async fn write_nccl_calls(&mut self, _: Vec<causeway_model::NcclCall>) -> SinkResult<()> {
         Ok(())
     }
-    async fn write_gpu_samples(&mut self, _: Vec<causeway_model::GpuSample>) -> SinkResult<()> {
+    async fn write_gpu_samples(
+        &mut self,
+        _: Vec<causeway_model::GpuSample>,
+        _: Vec<causeway_model::GpuProcessMemory>,
+    ) -> SinkResult<()> {
         Ok(())
     }
     async fn write_gpu_timeline(&mut self, _: causeway_backends::GpuTimelinePart) -> SinkResult<()> {

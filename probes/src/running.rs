@@ -490,9 +490,9 @@ impl<'o> Running<'o> {
     /// GPU samples or an Xid event from the NVML sampler.
     pub(crate) async fn on_gpu(&mut self, msg: crate::gpu_state::GpuMsg) {
         match msg {
-            crate::gpu_state::GpuMsg::Samples(s) => {
+            crate::gpu_state::GpuMsg::Samples(s, p) => {
                 let n = s.len();
-                let written = self.sink.write_gpu_samples(s).await;
+                let written = self.sink.write_gpu_samples(s, p).await;
                 self.report.check_write("gpu_samples", n, written);
             }
             crate::gpu_state::GpuMsg::Xid(e) => {

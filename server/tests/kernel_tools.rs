@@ -91,7 +91,7 @@ fn write_trace(path: &Path) {
                 ..Default::default()
             })
             .collect();
-        sink.write_gpu_samples(samples).await.unwrap();
+        sink.write_gpu_samples(samples, Vec::new()).await.unwrap();
         sink.write_batch(events).await.unwrap();
         sink.finish(T0 + 20_000_000).await.unwrap();
     });

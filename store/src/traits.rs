@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuClockSync, GpuDevice, GpuOp, GpuSample, GpuTimelineNote, KernelName, LaunchConfig, LibraryAttach,
+    Event, GpuClockSync, GpuDevice, GpuOp, GpuProcessMemory, GpuSample, GpuTimelineNote, KernelName, LaunchConfig, LibraryAttach,
     LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup, ProcessRank, SchedDetail, ServingSample, SessionInfo,
 };
 
@@ -514,6 +514,12 @@ pub trait TraceStore: Send + Sync {
     fn scan_gpu_ops(&self, _window: &TimeWindow, _f: &mut dyn FnMut(GpuOp)) -> Result<u64> {
         Ok(0)
     }
+    /// The processes NVML listed on each GPU at the samples taken in `window`, with the memory
+    /// each used (`gpu_process_memory`), by time, GPU and pid; empty for traces without the table
+    /// or recorded without NVML.
+    fn gpu_process_memory(&self, _window: &TimeWindow) -> Result<Vec<GpuProcessMemory>> {
+        Ok(Vec::new())
+    }
     /// The calibrations of CUPTI's clock against the trace's (`gpu_clock_syncs`), by pid then
     /// trace time; empty without a device timeline.
     fn gpu_clock_syncs(&self) -> Result<Vec<GpuClockSync>> {
@@ -611,8 +617,8 @@ pub trait EventSink: Send {
     async fn write_attachments(&mut self, attachments: Vec<LibraryAttach>) -> Result<()>;
     /// Record what NCCL calls did (their events go through `write_batch`).
     async fn write_nccl_calls(&mut self, calls: Vec<NcclCall>) -> Result<()>;
-    /// Record GPU state samples.
-    async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>) -> Result<()>;
+    /// Record GPU state samples and the processes NVML listed on the GPUs then, with their memory.
+    async fn write_gpu_samples(&mut self, samples: Vec<GpuSample>, processes: Vec<GpuProcessMemory>) -> Result<()>;
     /// Record what a serving engine's metrics endpoint said.
     async fn write_serving_samples(&mut self, samples: Vec<ServingSample>) -> Result<()>;
     /// Record processes' ranks in their jobs (a later row for a pid replaces the earlier one).

@@ -29,6 +29,8 @@ pub struct Trace {
     pub stacks: Vec<StackRecord>,
     pub nccl: Vec<NcclCall>,
     pub gpu_samples: Vec<GpuSample>,
+    /// The processes NVML listed on the GPUs at the samples (`gpu_process_memory`).
+    pub gpu_processes: Vec<causeway_model::GpuProcessMemory>,
     pub serving_samples: Vec<causeway_model::ServingSample>,
     pub cgroups: Vec<ProcessCgroup>,
     /// The device's own timeline (`gpu_ops` and the rest).
@@ -211,7 +213,8 @@ impl Trace {
             sink.write_attachments(std::mem::take(&mut self.attachments)).await.unwrap();
             sink.write_stacks(std::mem::take(&mut self.stacks)).await.unwrap();
             sink.write_nccl_calls(std::mem::take(&mut self.nccl)).await.unwrap();
-            sink.write_gpu_samples(std::mem::take(&mut self.gpu_samples)).await.unwrap();
+            let processes = std::mem::take(&mut self.gpu_processes);
+            sink.write_gpu_samples(std::mem::take(&mut self.gpu_samples), processes).await.unwrap();
             sink.write_serving_samples(std::mem::take(&mut self.serving_samples)).await.unwrap();
             sink.write_process_cgroups(std::mem::take(&mut self.cgroups)).await.unwrap();
             if !self.gpu.is_empty() {

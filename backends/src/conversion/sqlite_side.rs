@@ -7,7 +7,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, Row};
 
 use causeway_model::{
-    GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank, ServingSample,
+    GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank, ServingSample,
     SessionInfo,
 };
 
@@ -290,9 +290,9 @@ impl ConvertTarget for SqliteTarget {
         Ok(())
     }
 
-    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
+    fn write_gpu_samples(&mut self, samples: &[GpuSample], processes: &[GpuProcessMemory]) -> Result<()> {
         let tx = self.conn.transaction()?;
-        crate::sqlite::insert_gpu_samples(&tx, samples)?;
+        crate::sqlite::insert_gpu_samples(&tx, samples, processes)?;
         tx.commit()?;
         Ok(())
     }

@@ -7,7 +7,7 @@ use duckdb::params;
 
 use causeway_model::codes::PrevState;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
     SchedDetail, ServingSample, SessionInfo,
 };
 
@@ -236,8 +236,8 @@ impl ConvertTarget for DuckDbTarget {
         self.writer.write_nccl_calls(calls)
     }
 
-    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
-        self.writer.write_gpu_samples(samples)
+    fn write_gpu_samples(&mut self, samples: &[GpuSample], processes: &[GpuProcessMemory]) -> Result<()> {
+        self.writer.write_gpu_samples(samples, processes)
     }
 
     fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()> {

@@ -82,6 +82,10 @@ pub fn init_native_schema(conn: &duckdb::Connection) -> duckdb::Result<()> {
         let ddl = ddl.replace("INTEGER", "BIGINT");
         conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN IF NOT EXISTS {name} {ddl}"))?;
     }
+    // (DuckDB adds no column with a constraint: the default alone, -1, "not reported")
+    for (name, _) in crate::nvml_tables::LATER_GPU_SAMPLE_COLUMNS {
+        conn.execute_batch(&format!("ALTER TABLE gpu_samples ADD COLUMN IF NOT EXISTS {name} BIGINT DEFAULT -1"))?;
+    }
     fill_lookup_tables(conn)
 }
 

@@ -15,13 +15,14 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
 use super::{base_config, engine_err, init_native_schema, EVENT_COLUMNS};
 use crate::conversion::{NativeRow, RowExtra};
 use crate::cuda_tables::{self, AttachmentJson};
+use crate::nvml_tables;
 use crate::sink::{EngineWriter, QueuedSink};
 use crate::{GpuTimelinePart, Result, StoreError};
 use crate::{StackRecord, TraceStore};
@@ -503,14 +504,18 @@ impl EngineWriter for DuckDbWriter {
         })
     }
 
-    /// Append GPU state samples, in one transaction.
-    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
+    /// Append GPU state samples and the processes' memory, in one transaction.
+    fn write_gpu_samples(&mut self, samples: &[GpuSample], processes: &[GpuProcessMemory]) -> Result<()> {
         let err = engine_err(&self.path);
-        let sql = cuda_tables::insert_gpu_sample_sql();
+        let sql = nvml_tables::insert_gpu_sample_sql();
         self.in_transaction(|c| {
             let mut st = c.prepare_cached(&sql).map_err(&err)?;
             for s in samples {
-                st.execute(duckdb::params_from_iter(cuda_tables::gpu_sample_params(s))).map_err(&err)?;
+                st.execute(duckdb::params_from_iter(nvml_tables::gpu_sample_params(s))).map_err(&err)?;
+            }
+            let mut st = c.prepare_cached(nvml_tables::INSERT_GPU_PROCESS_MEMORY_SQL).map_err(&err)?;
+            for p in processes {
+                st.execute(duckdb::params_from_iter(nvml_tables::gpu_process_memory_params(p))).map_err(&err)?;
             }
             Ok(())
         })

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
@@ -329,8 +329,8 @@ impl EngineWriter for RollingWriter {
         self.part.write_nccl_calls(calls)
     }
 
-    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
-        self.part.write_gpu_samples(samples)
+    fn write_gpu_samples(&mut self, samples: &[GpuSample], processes: &[GpuProcessMemory]) -> Result<()> {
+        self.part.write_gpu_samples(samples, processes)
     }
 
     fn write_serving_samples(&mut self, samples: &[ServingSample]) -> Result<()> {

@@ -69,7 +69,7 @@ pub(crate) fn has_events_table(path: &Path) -> bool {
 /// How the rows of one table of the parts join in the series' view.
 #[derive(Debug, Clone, Copy)]
 enum Merge {
-    /// Every row of every part (time series: events, NCCL calls, GPU samples, the device
+    /// Every row of every part (time series: events, NCCL calls, GPU samples and processes' memory, the device
     /// timeline's ops, calibrations and notes).
     All,
     /// One row per key, from the newest part that has it (sessions go on; names and ranks may
@@ -83,10 +83,11 @@ enum Merge {
 
 /// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
 /// `schema_info` are the same in every part: they are read from the newest.
-const MERGES: [(&str, Merge); 19] = [
+const MERGES: [(&str, Merge); 20] = [
     ("events", Merge::All),
     ("nccl_calls", Merge::All),
     ("gpu_samples", Merge::All),
+    ("gpu_process_memory", Merge::All),
     ("serving_samples", Merge::All),
     ("gpu_ops", Merge::All),
     ("gpu_clock_syncs", Merge::All),

@@ -10,11 +10,12 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
     ProcessRank, ServingSample, SessionInfo,
 };
 
 use crate::cuda_tables::{self, AttachmentJson};
+use crate::nvml_tables;
 use crate::schema::{self, NATIVE_DDL};
 use crate::sink::{EngineWriter, QueuedSink};
 use crate::{GpuTimelinePart, Result, StoreError};
@@ -79,11 +80,20 @@ pub(crate) fn insert_nccl_calls(conn: &Connection, calls: &[NcclCall]) -> rusqli
     Ok(())
 }
 
-/// Append GPU state samples, in the caller's transaction.
-pub(crate) fn insert_gpu_samples(conn: &Connection, samples: &[GpuSample]) -> rusqlite::Result<()> {
-    let mut st = conn.prepare_cached(&cuda_tables::insert_gpu_sample_sql())?;
+/// Append GPU state samples and the processes' memory of the same samples, in the caller's
+/// transaction.
+pub(crate) fn insert_gpu_samples(
+    conn: &Connection,
+    samples: &[GpuSample],
+    processes: &[GpuProcessMemory],
+) -> rusqlite::Result<()> {
+    let mut st = conn.prepare_cached(&nvml_tables::insert_gpu_sample_sql())?;
     for s in samples {
-        st.execute(params_from_iter(cuda_tables::gpu_sample_params(s)))?;
+        st.execute(params_from_iter(nvml_tables::gpu_sample_params(s)))?;
+    }
+    let mut st = conn.prepare_cached(nvml_tables::INSERT_GPU_PROCESS_MEMORY_SQL)?;
+    for p in processes {
+        st.execute(params_from_iter(nvml_tables::gpu_process_memory_params(p)))?;
     }
     Ok(())
 }
@@ -425,10 +435,10 @@ impl EngineWriter for SqliteWriter {
         Ok(())
     }
 
-    /// Append GPU state samples, in one transaction.
-    fn write_gpu_samples(&mut self, samples: &[GpuSample]) -> Result<()> {
+    /// Append GPU state samples and the processes' memory, in one transaction.
+    fn write_gpu_samples(&mut self, samples: &[GpuSample], processes: &[GpuProcessMemory]) -> Result<()> {
         let tx = self.conn.transaction()?;
-        insert_gpu_samples(&tx, samples)?;
+        insert_gpu_samples(&tx, samples, processes)?;
         tx.commit()?;
         Ok(())
     }

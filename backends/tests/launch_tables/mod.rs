@@ -11,7 +11,7 @@ use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
     ServingSample,
 };
 
@@ -29,6 +29,8 @@ pub struct Fixture {
     pub nccl: Vec<NcclCall>,
     /// GPU samples of two GPUs, in (time, gpu) order.
     pub gpu: Vec<GpuSample>,
+    /// The processes NVML listed at those samples, in (time, gpu, pid) order.
+    pub procs: Vec<GpuProcessMemory>,
     /// Process ranks as `process_ranks()` returns them (by pid, the last per pid).
     pub ranks: Vec<ProcessRank>,
     /// Process cgroups as `process_cgroups()` returns them (by pid, the last per pid).
@@ -41,12 +43,13 @@ pub struct Fixture {
 }
 
 /// The side tables added after the first native schema (an older trace lacks them all).
-const SIDE_TABLES: [&str; 13] = [
+const SIDE_TABLES: [&str; 14] = [
     "launch_configs",
     "kernel_names",
     "attachments",
     "nccl_calls",
     "gpu_samples",
+    "gpu_process_memory",
     "serving_samples",
     "net_peers",
     "process_ranks",
@@ -169,7 +172,29 @@ impl Fixture {
             nvlink_rx_kib: 0,
             ecc_corrected: 2,
             ecc_uncorrected: 0,
+            pcie_link_gen: if gpu == 0 { 1 } else { 5 },
+            pcie_link_gen_max: 5,
+            pcie_link_width: if reasons == 0 { 16 } else { 8 },
+            pcie_link_width_max: 16,
+            nvlink_crc_flit_errors: ts_ns / 100_000_000,
+            nvlink_crc_data_errors: -1,
+            nvlink_replay_errors: 0,
+            nvlink_recovery_errors: i64::MAX,
         };
+        let proc = |ts_ns: i64, gpu: i32, pid: u32, used_bytes: i64, alive: i32| GpuProcessMemory {
+            ts_ns,
+            gpu,
+            pid,
+            used_bytes,
+            contexts: if pid == 77 { 3 } else { 1 },
+            alive,
+        };
+        let procs = vec![
+            proc(1_000_000_000, 0, 77, 300 << 20, 1),
+            proc(1_000_000_000, 0, 4821, 70 << 30, 1),
+            proc(1_000_000_000, 1, 4821, -1, -1),
+            proc(1_100_000_000, 0, 4821, 71 << 30, 0),
+        ];
         let gpu = vec![
             sample(1_000_000_000, 0, 0),
             sample(1_000_000_000, 1, 0x40),
@@ -223,7 +248,7 @@ impl Fixture {
         assert_eq!((peers[2].family, peers[2].address.as_str()), (2, "10.0.0.2"), "a mapped IPv4 peer is IPv4");
         assert_eq!(peers[1].label(), "[::1]:8000");
         peers.sort_by_key(|p| p.peer);
-        Fixture { configs, name_calls, names, attachments, nccl, gpu, ranks, cgroups, serving, peers }
+        Fixture { configs, name_calls, names, attachments, nccl, gpu, procs, ranks, cgroups, serving, peers }
     }
 
     /// Give three launches in four a configuration (so launches without one stay 0).
@@ -248,8 +273,13 @@ impl Fixture {
         sink.write_attachments(self.attachments[1..].to_vec()).await.unwrap();
         sink.write_nccl_calls(vec![self.nccl[2].clone(), self.nccl[0].clone()]).await.unwrap();
         sink.write_nccl_calls(vec![self.nccl[3].clone(), self.nccl[1].clone()]).await.unwrap();
-        sink.write_gpu_samples(vec![self.gpu[2].clone(), self.gpu[0].clone()]).await.unwrap();
-        sink.write_gpu_samples(vec![self.gpu[3].clone(), self.gpu[1].clone()]).await.unwrap();
+        let p = &self.procs;
+        sink.write_gpu_samples(vec![self.gpu[2].clone(), self.gpu[0].clone()], vec![p[3].clone(), p[1].clone()])
+            .await
+            .unwrap();
+        sink.write_gpu_samples(vec![self.gpu[3].clone(), self.gpu[1].clone()], vec![p[2].clone(), p[0].clone()])
+            .await
+            .unwrap();
         sink.write_serving_samples(self.serving.iter().rev().cloned().collect()).await.unwrap();
         // twice, the second time with one again: a key is written once
         sink.write_net_peers(self.peers[..3].to_vec()).await.unwrap();
@@ -286,12 +316,14 @@ pub fn assert_reads_back(store: &dyn TraceStore, all: &[StoredEvent]) {
     let window = TimeWindow { from_ns: Some(1_000_000_500), to_ns: Some(1_000_000_900) };
     assert_eq!(store.nccl_calls(&window).unwrap(), fx.nccl[1..3], "NCCL calls of a window, both ends included");
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu, "GPU samples, by time then GPU");
+    assert_eq!(store.gpu_process_memory(&TimeWindow::ALL).unwrap(), fx.procs, "processes' memory, by time, GPU, pid");
     assert_eq!(store.serving_samples(&TimeWindow::ALL).unwrap(), fx.serving, "serving samples, in order");
     assert_eq!(store.net_peers().unwrap(), fx.peers, "socket peers, by key, once each");
     assert_eq!(store.process_ranks().unwrap(), fx.ranks, "process ranks, the last per pid");
     assert_eq!(store.process_cgroups().unwrap(), fx.cgroups, "process cgroups, the last per pid");
     let later = TimeWindow { from_ns: Some(1_000_000_001), to_ns: None };
     assert_eq!(store.gpu_samples(&later).unwrap(), fx.gpu[2..], "GPU samples of a window");
+    assert_eq!(store.gpu_process_memory(&later).unwrap(), fx.procs[3..], "processes' memory of a window");
     assert_eq!(store.serving_samples(&later).unwrap(), fx.serving[7..], "serving samples of a window");
     let tagged = all.iter().filter(|s| s.event.launch_config != 0).count();
     assert!(tagged > 100 && tagged < N / 2, "fixture: some launches carry a configuration ({tagged})");
@@ -342,6 +374,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     }
     assert!(store.nccl_calls(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.gpu_samples(&TimeWindow::ALL).unwrap().is_empty());
+    assert!(store.gpu_process_memory(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.serving_samples(&TimeWindow::ALL).unwrap().is_empty());
     assert!(store.net_peers().unwrap().is_empty());
     assert!(store.process_ranks().unwrap().is_empty());
@@ -386,6 +419,7 @@ pub fn older_trace_reads_empty_then_gains_them(b: Engine) {
     assert_eq!(store.attachments().unwrap(), fx.attachments);
     assert_eq!(store.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
     assert_eq!(store.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
+    assert_eq!(store.gpu_process_memory(&TimeWindow::ALL).unwrap(), fx.procs);
     assert_eq!(store.serving_samples(&TimeWindow::ALL).unwrap(), fx.serving);
     assert_eq!(store.net_peers().unwrap(), fx.peers);
     assert_eq!(store.process_ranks().unwrap(), fx.ranks);
@@ -455,9 +489,10 @@ pub fn convert_keeps_them(b: Engine) {
                 report.attachments,
                 report.nccl_calls,
                 report.gpu_samples,
+                report.gpu_process_memory,
                 report.process_ranks
             ),
-            (3, 4, 5, 4, 4, 2),
+            (3, 4, 5, 4, 4, 4, 2),
             "{} -> {}",
             b.name(),
             to.name()
@@ -468,6 +503,7 @@ pub fn convert_keeps_them(b: Engine) {
         assert_eq!(conv.kernel_names().unwrap(), fx.names);
         assert_eq!(conv.nccl_calls(&TimeWindow::ALL).unwrap(), fx.nccl);
         assert_eq!(conv.gpu_samples(&TimeWindow::ALL).unwrap(), fx.gpu);
+        assert_eq!(conv.gpu_process_memory(&TimeWindow::ALL).unwrap(), fx.procs);
         assert_eq!(conv.process_ranks().unwrap(), fx.ranks);
         assert_eq!(conv.process_cgroups().unwrap(), fx.cgroups);
         assert_eq!(conv.attachments().unwrap(), src.attachments().unwrap());

@@ -17,10 +17,11 @@ use crate::local::LOCAL;
 use crate::FleetError;
 
 /// Each table shipped by watermark, its mark's column in the local trace and in `ship_watermarks`.
-const MARKED: [(&str, &str, &str); 7] = [
+const MARKED: [(&str, &str, &str); 8] = [
     ("events", "id", "events_hi"),
     ("nccl_calls", "rowid", "nccl_calls_hi"),
     ("gpu_samples", "rowid", "gpu_samples_hi"),
+    ("gpu_process_memory", "rowid", "gpu_process_memory_hi"),
     ("serving_samples", "rowid", "serving_samples_hi"),
     ("gpu_ops", "rowid", "gpu_ops_hi"),
     ("gpu_clock_syncs", "rowid", "gpu_clock_syncs_hi"),
@@ -33,6 +34,7 @@ pub struct Marks {
     pub events: i64,
     pub nccl_calls: i64,
     pub gpu_samples: i64,
+    pub gpu_process_memory: i64,
     pub serving_samples: i64,
     pub gpu_ops: i64,
     pub gpu_clock_syncs: i64,
@@ -52,6 +54,7 @@ impl Marks {
             "events" => Some(&mut self.events),
             "nccl_calls" => Some(&mut self.nccl_calls),
             "gpu_samples" => Some(&mut self.gpu_samples),
+            "gpu_process_memory" => Some(&mut self.gpu_process_memory),
             "serving_samples" => Some(&mut self.serving_samples),
             "gpu_ops" => Some(&mut self.gpu_ops),
             "gpu_clock_syncs" => Some(&mut self.gpu_clock_syncs),

@@ -55,6 +55,7 @@ impl Behind {
             (l.events - s.events, "events"),
             (l.nccl_calls - s.nccl_calls, "NCCL calls"),
             (l.gpu_samples - s.gpu_samples, "GPU samples"),
+            (l.gpu_process_memory - s.gpu_process_memory, "GPU process memory rows"),
             (l.serving_samples - s.serving_samples, "serving samples"),
             (l.gpu_ops - s.gpu_ops, "device ops"),
             (l.gpu_clock_syncs - s.gpu_clock_syncs, "device clock calibrations"),

@@ -52,6 +52,8 @@ pub struct Collected {
     pub attachments: Vec<LibraryAttach>,
     pub nccl_calls: Vec<causeway_model::NcclCall>,
     pub gpu_samples: Vec<causeway_model::GpuSample>,
+    /// The processes NVML listed at those samples.
+    pub gpu_processes: Vec<causeway_model::GpuProcessMemory>,
     /// What `--gpu-timeline` delivered, every part in order.
     pub gpu_timeline: Vec<causeway_backends::GpuTimelinePart>,
     pub serving_samples: Vec<causeway_model::ServingSample>,
@@ -124,8 +126,14 @@ impl EventSink for MemSink {
         self.0.lock().unwrap().nccl_calls.extend(calls);
         Ok(())
     }
-    async fn write_gpu_samples(&mut self, samples: Vec<causeway_model::GpuSample>) -> causeway_backends::Result<()> {
-        self.0.lock().unwrap().gpu_samples.extend(samples);
+    async fn write_gpu_samples(
+        &mut self,
+        samples: Vec<causeway_model::GpuSample>,
+        processes: Vec<causeway_model::GpuProcessMemory>,
+    ) -> causeway_backends::Result<()> {
+        let mut c = self.0.lock().unwrap();
+        c.gpu_samples.extend(samples);
+        c.gpu_processes.extend(processes);
         Ok(())
     }
     async fn write_gpu_timeline(&mut self, part: causeway_backends::GpuTimelinePart) -> causeway_backends::Result<()> {
