@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use causeway_model::codes::{self, op};
+use causeway_model::codes::{self, op, OpCode};
 use causeway_model::time::TimeWindow;
 use causeway_store::{EventFilter, EventId, QueryLimits, SlimEvent, StoredEvent, TraceStore};
 
@@ -427,7 +427,37 @@ pub fn unsuccessful_gpu_calls(
         failed: true,
         ..Default::default()
     };
-    Ok(store.events(&filter)?)
+    let mut calls = store.events(&filter)?;
+    calls.extend(under_way(store, &filter, false)?);
+    Ok(calls)
+}
+
+/// What the tracer's last look found under way (`under_way`: a trace read while it runs, or whose
+/// tracer was killed) that `filter` keeps: the calls in flight (`switches` false) or the open
+/// off-CPU intervals (`switches` true), as events with the id [`EventId::UNDER_WAY`]. A call whose
+/// own row is in `events` (it returned, or the trace ended after the look) is left out.
+pub fn under_way(
+    store: &dyn TraceStore,
+    filter: &EventFilter,
+    switches: bool,
+) -> Result<Vec<StoredEvent>, AnalysisError> {
+    let mut out = Vec::new();
+    for row in store.under_way()? {
+        let e = &row.event;
+        if e.sched.is_some() != switches || !filter.matches(e.ts_ns, e.pid, e.tid, OpCode::new(e.source, e.op)) {
+            continue;
+        }
+        let own = EventFilter {
+            window: TimeWindow { from_ns: Some(e.ts_ns), to_ns: Some(e.ts_ns) },
+            tids: Some(vec![e.tid]),
+            ops: Some(vec![OpCode::new(e.source, e.op)]),
+            ..Default::default()
+        };
+        if switches || store.events(&own)?.is_empty() {
+            out.push(row.stored());
+        }
+    }
+    Ok(out)
 }
 
 /// The launches of `events` as the program made them: a runtime launch wraps the driver launch it
@@ -438,6 +468,47 @@ pub fn program_launches(mut launches: Vec<StoredEvent>) -> Vec<StoredEvent> {
         launches.retain(|l| l.event.source != driver);
     }
     launches
+}
+
+/// The allocations of `pid` made in `[from, to]` that had not been freed by `to` (a successful
+/// call of [`codes::GpuRole::Alloc`] whose pointer no later successful free gave back), one per
+/// pointer (the runtime's call over the driver's it makes), in time order.
+pub fn live_allocations(
+    store: &dyn TraceStore,
+    pid: u32,
+    from: i64,
+    to: i64,
+) -> Result<Vec<StoredEvent>, AnalysisError> {
+    use codes::GpuRole;
+    let mut ops = crate::detectors::ops_with_role(GpuRole::Alloc);
+    ops.extend(crate::detectors::ops_with_role(GpuRole::Free));
+    let filter = EventFilter {
+        window: TimeWindow { from_ns: Some(from), to_ns: Some(to) },
+        pid: Some(pid),
+        ops: Some(ops),
+        ..Default::default()
+    };
+    let mut all = store.events(&filter)?;
+    all.sort_by_key(|e| e.event.ts_ns);
+    let driver = codes::Source::Driver.code();
+    let mut live: HashMap<i64, StoredEvent> = HashMap::new();
+    for e in all.into_iter().filter(|e| e.event.ret_code == 0) {
+        match codes::gpu_role(OpCode::new(e.event.source, e.event.op)) {
+            GpuRole::Alloc if e.event.arg2 != 0 => {
+                let outer = live.get(&e.event.arg2).filter(|k| k.event.source != driver && e.event.source == driver);
+                if outer.is_none() {
+                    live.insert(e.event.arg2, e);
+                }
+            }
+            GpuRole::Free => {
+                live.remove(&e.event.arg2);
+            }
+            _ => {}
+        }
+    }
+    let mut out: Vec<StoredEvent> = live.into_values().collect();
+    out.sort_by(|a, b| a.event.ts_ns.cmp(&b.event.ts_ns).then(a.id.cmp(&b.id)));
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod shared_reads;
 mod sink;
 pub mod sqlite;
 mod synth;
+mod under_way;
 
 // The storage boundary (traits, rows, engine names, the error type), defined in causeway-store and
 // re-exported so that a user of the engines needs one crate.

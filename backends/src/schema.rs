@@ -225,6 +225,32 @@ CREATE TABLE IF NOT EXISTS gpu_timeline_notes (
     count  INTEGER NOT NULL DEFAULT 0,
     detail TEXT NOT NULL DEFAULT ''
 );
+CREATE TABLE IF NOT EXISTS under_way (
+    seen_at    INTEGER NOT NULL,
+    session_id INTEGER NOT NULL,
+    timestamp  INTEGER NOT NULL,
+    duration   INTEGER NOT NULL,
+    pid        INTEGER NOT NULL,
+    tid        INTEGER NOT NULL,
+    cpu        INTEGER NOT NULL,
+    source     INTEGER NOT NULL,
+    op         INTEGER NOT NULL,
+    arg0       INTEGER NOT NULL,
+    arg1       INTEGER NOT NULL,
+    arg2       INTEGER NOT NULL,
+    ret_code   INTEGER NOT NULL,
+    stack_hash INTEGER NOT NULL,
+    gpu_id     INTEGER NOT NULL,
+    cgroup_id  INTEGER NOT NULL,
+    prev_state INTEGER NOT NULL,
+    next_pid   INTEGER NOT NULL,
+    next_tid   INTEGER NOT NULL,
+    wake_ts    INTEGER NOT NULL,
+    waker_pid  INTEGER NOT NULL,
+    waker_tid  INTEGER NOT NULL,
+    comm       TEXT NOT NULL,
+    next_comm  TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS loss_counters (
     session_id INTEGER NOT NULL,
     source     INTEGER NOT NULL,
@@ -565,6 +591,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "cgroup_schedstat" => "Ingero: cumulative off-CPU per cgroup window (do not sum across rows)",
         "annotations" => "Ingero v0.10: user annotations on the timeline",
         "event_aggregates_5s" => "Ingero v0.10: 5-second totals per (source, op, pid)",
+        "under_way" => crate::under_way::TABLE_MEANING,
         _ => crate::nvml_tables::table_meaning(table).unwrap_or_else(|| crate::gpu_tables::table_meaning(table)),
     }
 }
@@ -661,6 +688,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("serving_samples", "value") => "the value read (cumulative for counters and histogram parts: subtract consecutive reads)",
         ("loss_counters", "kind") => "where the events were lost, see loss_kinds",
         ("loss_counters", "count") => "events lost",
+        ("under_way", column) => crate::under_way::column_meaning(column),
         _ => crate::nvml_tables::column_meaning(table, column)
             .unwrap_or_else(|| crate::gpu_tables::column_meaning(table, column)),
     }

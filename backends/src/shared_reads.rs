@@ -366,6 +366,25 @@ macro_rules! shared_trace_store_methods {
             rows.into_iter().map(|(n, k, d)| $crate::gpu_tables::gpu_timeline_note_from(db, n, k, d)).collect()
         }
 
+        fn under_way(&self) -> $crate::Result<Vec<$crate::UnderWayRow>> {
+            if !self.has_native_table("under_way") {
+                return Ok(Vec::new());
+            }
+            let rows: Vec<([i64; 22], [String; 2])> = self.with_conn(|c| {
+                c.prepare(&$crate::under_way::select_sql())?
+                    .query_map([], |r| {
+                        let mut n = [0i64; 22];
+                        for (i, v) in n.iter_mut().enumerate() {
+                            *v = r.get(i)?;
+                        }
+                        Ok((n, [r.get(22)?, r.get(23)?]))
+                    })?
+                    .collect()
+            })?;
+            let db = &self.info().path;
+            rows.into_iter().map(|(n, t)| $crate::under_way::row_from(db, n, t)).collect()
+        }
+
         fn describe_schema(&self) -> $crate::Result<$crate::SchemaDescription> {
             $crate::describe::describe(self)
         }

@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, oneshot};
 
 use causeway_model::{
-    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
-    ProcessRank, ServingSample, SessionInfo,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall,
+    NetPeer, ProcessCgroup, ProcessRank, ServingSample, SessionInfo,
 };
 
 use crate::{EventSink, GpuTimelinePart, SinkSummary, StackRecord};
@@ -74,6 +74,9 @@ pub trait EngineWriter: Sized + Send + 'static {
     /// Append what the device-timeline library delivered (`gpu_ops`, `gpu_clock_syncs`,
     /// `gpu_timeline_notes`; `gpu_devices` a later row per (pid, device) replacing), in one commit.
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()>;
+    /// Replace this session's `under_way` rows with what a look at `seen_at_ns` found (see
+    /// `under_way.rs`), in one commit; `finish` clears them.
+    fn write_under_way(&mut self, seen_at_ns: i64, events: &[Event]) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -106,6 +109,7 @@ enum Msg {
     ProcessRanks(Vec<ProcessRank>),
     ProcessCgroups(Vec<ProcessCgroup>),
     GpuTimeline(GpuTimelinePart),
+    UnderWay(i64, Vec<Event>),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -176,6 +180,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
                 Msg::ProcessCgroups(c) => w.write_process_cgroups(&c)?,
                 Msg::GpuTimeline(p) => w.write_gpu_timeline(&p)?,
+                Msg::UnderWay(at, e) => w.write_under_way(at, &e)?,
             }
             Ok(())
         };
@@ -305,6 +310,10 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
             return Ok(());
         }
         self.tx.send(Msg::GpuTimeline(part)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_under_way(&mut self, seen_at_ns: i64, events: Vec<Event>) -> Result<()> {
+        self.tx.send(Msg::UnderWay(seen_at_ns, events)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

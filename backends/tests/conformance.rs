@@ -585,6 +585,65 @@ pub fn guarded_sql_and_limits(b: Engine) {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no file appeared beside the trace");
 }
 
+/// `under_way`: each look replaces the session's rows; a session left unfinished (a killed tracer)
+/// keeps its last look, read back as written; a finished one has none.
+fn under_way_is_the_last_look(b: Engine) {
+    fn with_writer<W: EngineWriter>(path: &Path, looks: &[(i64, Vec<Event>)], finish: bool) {
+        let mut w = W::create(path, &session(1)).unwrap();
+        w.write_batches([&SyntheticTrace::new(3, 1_000_000_000).take(100)[..]]).unwrap();
+        for (at, events) in looks {
+            w.write_under_way(*at, events).unwrap();
+        }
+        if finish {
+            w.finish(2_000_000_000).unwrap();
+        } // else dropped: the connection closes, the session is never finished
+    }
+    let call = |tid: u32| Event {
+        ts_ns: 1_000_000_000 + i64::from(tid),
+        dur_ns: 3_000_000_000,
+        pid: 40,
+        tid,
+        cpu: -1,
+        source: op::CUDA_STREAM_SYNC.source,
+        op: op::CUDA_STREAM_SYNC.op,
+        ret_code: causeway_model::codes::RET_IN_FLIGHT,
+        comm: "python".into(),
+        ..Default::default()
+    };
+    let sleep = Event {
+        ts_ns: 4_999_000_000,
+        source: op::SCHED_SWITCH.source,
+        op: op::SCHED_SWITCH.op,
+        ret_code: 0,
+        sched: Some(causeway_model::SchedDetail {
+            prev_state: causeway_model::PrevState::Sleeping,
+            next_comm: "swapper/1".into(),
+            ..Default::default()
+        }),
+        ..call(41)
+    };
+    let looks = vec![(4_000_000_000, vec![call(41), sleep.clone(), call(42)]), (5_000_000_000, vec![call(41), sleep])];
+    let dir = tempfile::tempdir().unwrap();
+    for finish in [false, true] {
+        let path = file(dir.path(), b, &format!("under_way_{finish}"));
+        match b {
+            Engine::Sqlite => with_writer::<SqliteWriter>(&path, &looks, finish),
+            #[cfg(feature = "duckdb")]
+            Engine::DuckDb => with_writer::<causeway_backends::duckdb::DuckDbWriter>(&path, &looks, finish),
+            #[allow(unreachable_patterns)]
+            _ => unreachable!(),
+        }
+        let rows = open_store(&path).unwrap().under_way().unwrap();
+        if finish {
+            assert!(rows.is_empty(), "a finished session's last look is in events: {rows:?}");
+        } else {
+            let want: Vec<UnderWayRow> =
+                looks[1].1.iter().map(|e| UnderWayRow { seen_at_ns: 5_000_000_000, event: e.clone() }).collect();
+            assert_eq!(rows, want, "the last look, exactly");
+        }
+    }
+}
+
 pub fn bad_input(b: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let missing = file(dir.path(), b, "missing");
@@ -643,12 +702,20 @@ macro_rules! conformance {
                 super::bad_input(B)
             }
             #[test]
+            fn under_way_is_the_last_look() {
+                super::under_way_is_the_last_look(B)
+            }
+            #[test]
             fn older_trace_reads_empty_then_gains_launch_tables() {
                 launch_tables::older_trace_reads_empty_then_gains_them(B)
             }
             #[test]
             fn convert_keeps_launch_tables() {
                 launch_tables::convert_keeps_them(B)
+            }
+            #[test]
+            fn older_gpu_samples_read_the_link_columns_as_not_reported_then_gain_them() {
+                nvml_tables::older_gpu_samples_gain_the_later_columns(B)
             }
             #[test]
             fn gpu_ops_name_their_launching_calls() {
@@ -679,7 +746,3 @@ fn duckdb_needs_the_feature() {
     let e = create_sink(&p, session(1), None).err().expect("refused").to_string();
     assert!(e.contains("duckdb` feature"), "{e}");
 }
-            fn older_gpu_samples_read_the_link_columns_as_not_reported_then_gain_them() {
-                nvml_tables::older_gpu_samples_gain_the_later_columns(B)
-            }
-            #[test]

@@ -53,6 +53,11 @@ pub struct Args {
     /// SIGTERM): SIGTERM, then SIGKILL after 5 s. Its calls in flight are written first.
     #[arg(long)]
     pub kill_on_stop: bool,
+    /// How often the calls in flight for a second or more, and what their threads are doing, are
+    /// written to the trace (table under_way), so a hang shows while the trace runs and survives a
+    /// tracer that is killed (0: only when the trace stops).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub in_flight_every: std::time::Duration,
     /// Record the user stack of every CUDA call.
     #[arg(long)]
     pub stacks: bool,
@@ -293,6 +298,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         cuda_libs: args.cuda_libs.clone(),
         stop_on_load: !args.no_stop_on_load,
         kill_on_stop: args.kill_on_stop,
+        in_flight_every: (!args.in_flight_every.is_zero()).then_some(args.in_flight_every),
         duration_ns,
         stacks: args.stacks,
         python_frames: !args.no_python_frames,

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{causeway, query_u64, require_root_to};
+use common::{causeway, query_rows, query_u64, require_root_to};
 use serde_json::Value;
 
 /// Kills the job when the test ends, whatever happened.
@@ -59,7 +59,7 @@ fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running()
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("hang.db");
     let started = Instant::now();
-    let (out, stderr) = trace_hung_loop(&db, "50", &["--duration", "3s"]);
+    let (out, stderr) = trace_hung_loop(&db, "50", &["--duration", "3s", "--stacks"]);
     let took = started.elapsed();
     let pid = command_pid(&stderr);
     let _job = Job(pid);
@@ -79,6 +79,7 @@ fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running()
         ),
     );
     assert_eq!(open, 1, "the launch thread's open sleep, closed at the end");
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM under_way"), 0, "a finished trace's last look is in events");
 
     let out = causeway().args(["explain", "--json", "--db"]).arg(&db).output().unwrap();
     assert!(out.status.success());
@@ -86,8 +87,15 @@ fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running()
     let c = &e["chains"][0];
     assert_eq!((c["kind"].as_str(), c["cause"].as_str()), (Some("hang"), Some("never_returned")), "{c}");
     let s = c["summary"].as_str().unwrap();
-    for want in ["cudaStreamSync for", "(since step 49)", "had not returned when the trace ended", "asleep", "gpuloop_"]
-    {
+    for want in [
+        "cudaStreamSync for",
+        "(since step 49)",
+        "had not returned when the trace ended",
+        "asleep",
+        "gpuloop_",
+        "its code then: ",
+        "its thread's last call with a stack",
+    ] {
         assert!(s.contains(want), "{want:?} in {s}");
     }
     // its figure is what its SQL returns
@@ -169,4 +177,71 @@ fn the_rank_that_never_arrived_is_named_and_a_trace_cut_short_is_no_hang() {
     let (_db, e) = run("clean", &[]);
     let hangs: Vec<&Value> = e["chains"].as_array().unwrap().iter().filter(|c| c["kind"] == "hang").collect();
     assert!(hangs.is_empty(), "a job cut short is not hung: {hangs:?}");
+}
+
+/// While the trace runs, the calls in flight for a second or more are written every
+/// `--in-flight-every` (`under_way`): `explain` names the hang on the trace being written, and the
+/// hang stays in the trace when the tracer is killed (no end to write it then).
+#[test]
+fn a_hang_is_in_the_trace_while_it_runs_and_after_the_tracer_is_killed() {
+    require_root_to("trace with eBPF");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("live.db");
+    let log = dir.path().join("live.log");
+    let mut tracer = causeway()
+        .env("MOCK_CUDA_HANG_AT", "5")
+        .env("MOCK_CUDA_KERNEL_US", "1000")
+        .args(["trace", "--in-flight-every", "1s", "--nvml-hz", "0", "--quiet", "--db"])
+        .arg(&db)
+        .arg("--")
+        .arg(causeway_testdata::mock_cuda_build().join("gpuloop"))
+        .args(["--steps", "400", "--kernels", "1", "--host-us", "1000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    struct Tracer<'a>(&'a mut std::process::Child);
+    impl Drop for Tracer<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let tracer = Tracer(&mut tracer);
+    // the look that finds the synchronize a second old: at most two looks after the hang
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let calls = "SELECT count(*) FROM under_way WHERE ret_code = -1 AND source = 1";
+    while !db.exists()
+        || query_rows(&db, "SELECT name FROM sqlite_master WHERE name = 'under_way'").is_empty()
+        || query_u64(&db, calls) == 0
+    {
+        assert!(Instant::now() < deadline, "no call in flight written: {}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pid = query_u64(&db, "SELECT pid FROM under_way WHERE ret_code = -1 LIMIT 1") as u32;
+    let _job = Job(pid);
+    let hang_of = |db: &std::path::Path| -> Value {
+        let out = causeway().args(["explain", "--json", "--db"]).arg(db).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+        e["chains"][0].clone()
+    };
+    // read while it is written
+    let c = hang_of(&db);
+    assert_eq!((c["kind"].as_str(), c["cause"].as_str()), (Some("hang"), Some("never_returned")), "{c}");
+    let s = c["summary"].as_str().unwrap();
+    assert!(s.contains("cudaStreamSync for") && s.contains("at the tracer's last look"), "{s}");
+
+    // the tracer killed: nothing ends the session, the last look stays
+    let _ = tracer.0.kill();
+    let _ = tracer.0.wait();
+    assert_eq!(query_u64(&db, "SELECT count(*) FROM events WHERE ret_code = -1"), 0, "no end was written");
+    let c = hang_of(&db);
+    assert_eq!(c["cause"], "never_returned", "{c}");
+    let s = c["summary"].as_str().unwrap();
+    assert!(s.contains("at the tracer's last look") && s.contains("asleep"), "{s}");
+    let sql = c["evidence"]["sql"].as_str().unwrap();
+    assert!(sql.contains("FROM under_way"), "{sql}");
+    assert_eq!(query_u64(&db, sql) as i64, c["evidence"]["value"].as_i64().unwrap(), "{sql}");
+    assert!(c["evidence"]["event_ids"].as_array().unwrap().iter().all(|id| id != -1), "{c}");
 }

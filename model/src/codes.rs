@@ -624,6 +624,11 @@ pub const MEMCPY_KINDS: &[(i64, &str)] = &[
 /// end of the trace (the call took at least that long). No CUDA, driver or NCCL code is negative.
 pub const RET_IN_FLIGHT: i32 = -1;
 
+/// How long a call must have been in flight to be worth a reader's attention as a possible hang:
+/// the tracer writes such calls out every few seconds (`under_way`) and names them when the trace
+/// ends; `explain` calls one a hang past this and a hundred times its op's median.
+pub const LONG_IN_FLIGHT_NS: i64 = 1_000_000_000;
+
 /// The CUDA runtime error codes that traces meet most often (`ret_code`).
 pub const CUDA_ERRORS: &[(i64, &str)] = &[
     (RET_IN_FLIGHT as i64, "inFlight: the call had not returned when the trace ended"),

@@ -10,16 +10,33 @@
 //!   switch-in is the end of the trace, with its state, the task that took its CPU and its waker.
 //!
 //! So every answer sees a hung call as the slowest call of its thread, explained by what the
-//! thread went through, and `explain` names it first. The layouts read here are the C structs'
+//! thread went through, and `explain` names it first.
+//!
+//! While the trace runs, the same read every [`LOOK_EVERY`] (`--in-flight-every`) keeps the calls
+//! in flight for [`LONG_IN_FLIGHT_NS`] or more and their threads' open off-CPU intervals
+//! ([`worth_keeping`]) and replaces the session's `under_way` rows with them: a hang is in the
+//! trace while it is still being written, and stays there if the tracer is killed. The layouts read here are the C structs'
 //! (checked there by `_Static_assert`s: `ebpf/common.bpf.h`, `ebpf/sched.bpf.c`).
 
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-use causeway_model::codes::{Source, RET_IN_FLIGHT};
+use causeway_model::codes::{Source, LONG_IN_FLIGHT_NS, RET_IN_FLIGHT};
 use causeway_model::Event;
 
 use crate::decode::Decoder;
 use crate::wire::{CallRec, Record, SwitchRec};
+
+/// How often a running trace writes out what is under way, by default.
+pub const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a look during the trace keeps of a [`Snapshot`]'s events: the calls in flight for
+/// [`LONG_IN_FLIGHT_NS`] or more, and the open off-CPU intervals of their threads (a call a few ms
+/// old is a step under way, not news).
+pub fn worth_keeping(events: Vec<Event>) -> Vec<Event> {
+    let long = |e: &Event| e.ret_code == RET_IN_FLIGHT && e.sched.is_none() && e.dur_ns >= LONG_IN_FLIGHT_NS;
+    let tids: std::collections::HashSet<u32> = events.iter().filter(|e| long(e)).map(|e| e.tid).collect();
+    events.into_iter().filter(|e| long(e) || (e.sched.is_some() && tids.contains(&e.tid))).collect()
+}
 
 /// `struct cw_stash`: size and field offsets.
 const STASH_SIZE: usize = 88;

@@ -88,6 +88,8 @@ pub(crate) struct Running<'o> {
     pub(crate) cupti_watch: Option<std::sync::mpsc::Sender<crate::gpu_timeline::coexist::Watch>>,
     /// Processes whose first CUDA call the rules were told of.
     cuda_seen: HashSet<u32>,
+    /// When the calls in flight were last written out (`under_way`), and whether that look found any.
+    last_look: (Instant, bool),
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -144,6 +146,7 @@ impl<'o> Running<'o> {
             serving: None,
             cupti_watch: None,
             cuda_seen: HashSet::new(),
+            last_look: (started, false),
         };
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
         if run.walk_python {
@@ -570,6 +573,7 @@ impl<'o> Running<'o> {
     /// Each second: the in-kernel aggregates as summary events, and the live figures.
     pub(crate) async fn on_tick(&mut self) -> LiveStats {
         self.write_summaries().await;
+        self.look_under_way().await;
         let lost_now: u64 = self.probes.counters()[..32].iter().sum::<u64>() + self.backpressure.values().sum::<u64>();
         if let Some(m) = &self.opts.metrics {
             m.tick(&self.loss_counters(), self.probes.traced_pids().len());
@@ -678,6 +682,29 @@ impl<'o> Running<'o> {
 }
 
 impl Running<'_> {
+    /// Every `--in-flight-every`: the calls in flight for a second or more and their threads'
+    /// state replace the session's `under_way` rows (nothing is written while none is found twice).
+    async fn look_under_way(&mut self) {
+        let Some(every) = self.opts.in_flight_every else { return };
+        if self.last_look.0.elapsed() < every {
+            return;
+        }
+        let snap = crate::in_flight::snapshot(
+            &self.probes.traced_pids(),
+            self.probes.map_raw_fd("cw_inflight"),
+            self.probes.map_raw_fd("cw_offcpu"),
+        );
+        let mut events = crate::in_flight::worth_keeping(snap.events);
+        let found = !events.is_empty();
+        let found_before = std::mem::replace(&mut self.last_look, (Instant::now(), found)).1;
+        if found || found_before {
+            self.write_cgroups(&mut events).await;
+            if let Err(e) = self.sink.write_under_way(now_ns(), events).await {
+                tracing::warn!("writing the calls in flight failed: {e}");
+            }
+        }
+    }
+
     /// What the end of the trace found under way in the traced processes (`in_flight.rs`): the
     /// calls that had not returned and the threads still off the CPU, written as events ending
     /// now, and a note per call in flight.
@@ -700,13 +727,14 @@ impl Running<'_> {
         }
         let in_flight =
             |e: &&causeway_model::Event| e.ret_code == causeway_model::codes::RET_IN_FLIGHT && e.sched.is_none();
-        let short = events.iter().filter(in_flight).filter(|e| e.dur_ns < 1_000_000_000).count();
+        let short =
+            events.iter().filter(in_flight).filter(|e| e.dur_ns < causeway_model::codes::LONG_IN_FLIGHT_NS).count();
         if short > 0 {
             self.probes.notes.push(format!(
                 "{short} call(s) under a second old were in flight when the trace ended (a step cut short): written with ret_code -1, their duration up to the end"
             ));
         }
-        for e in events.iter().filter(in_flight).filter(|e| e.dur_ns >= 1_000_000_000) {
+        for e in events.iter().filter(in_flight).filter(|e| e.dur_ns >= causeway_model::codes::LONG_IN_FLIGHT_NS) {
             self.probes.notes.push(format!(
                 "tid {} ({}) of pid {} was still in {} when the trace ended, for {} (its event runs to the end: ret_code -1)",
                 e.tid,

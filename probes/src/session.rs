@@ -56,6 +56,9 @@ pub struct TraceOptions {
     /// End a launched command still running when the trace stops (SIGTERM, then SIGKILL after
     /// 5 s), after its calls in flight are written; else it is left running, and the trace says so.
     pub kill_on_stop: bool,
+    /// How often the calls in flight for a second or more are written out (`under_way`), so a
+    /// hang is in the trace while it runs and if the tracer is killed; `None`: only at the end.
+    pub in_flight_every: Option<std::time::Duration>,
     pub duration_ns: Option<i64>,
     /// Record a user stack with every CUDA call.
     pub stacks: bool,
@@ -110,6 +113,7 @@ impl Default for TraceOptions {
             follow_mapped_libs: true,
             stop_on_load: true,
             kill_on_stop: false,
+            in_flight_every: Some(crate::in_flight::LOOK_EVERY),
             duration_ns: None,
             stacks: false,
             python_frames: true,

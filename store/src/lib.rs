@@ -27,5 +27,5 @@ pub use query::{QueryCancel, QueryLimits, QueryResult};
 pub use traits::{
     AggregateRow, CodeDescription, ColumnDescription, DurationRow, EventFilter, EventId, EventSink, GpuTimelinePart,
     SchemaDescription, SinkSummary, SlimEvent, StackRecord, StoredEvent, SwitchRow, TableDescription, TraceFormat,
-    TraceInfo, TraceStore,
+    TraceInfo, TraceStore, UnderWayRow,
 };

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use causeway_model::codes::OpCode;
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuClockSync, GpuDevice, GpuOp, GpuProcessMemory, GpuSample, GpuTimelineNote, KernelName, LaunchConfig, LibraryAttach,
-    LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup, ProcessRank, SchedDetail, ServingSample, SessionInfo,
+    Event, GpuClockSync, GpuDevice, GpuOp, GpuProcessMemory, GpuSample, GpuTimelineNote, KernelName, LaunchConfig,
+    LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup, ProcessRank, SchedDetail, ServingSample,
+    SessionInfo,
 };
 
 use crate::error::Result;
@@ -125,6 +126,12 @@ pub enum EventId {
     // Boxed, not a `String`: an id is 16 bytes instead of 24, and `explain` holds one per GPU call
     // of the trace (8 MB per million calls).
     Text(Box<str>),
+}
+
+impl EventId {
+    /// The id of an event read from `under_way` (what a look of a running tracer found), which is
+    /// no `events` row: evidence lists it nowhere and names the table instead.
+    pub const UNDER_WAY: EventId = EventId::Int(-1);
 }
 
 impl std::fmt::Display for EventId {
@@ -247,6 +254,23 @@ pub struct StoredEvent {
     pub id: EventId,
     /// The event.
     pub event: Event,
+}
+
+/// One row of `under_way`: an event a look of the tracer found still going on, its duration
+/// running to the look.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnderWayRow {
+    /// Unix ns of the look.
+    pub seen_at_ns: i64,
+    /// What it found: a call in flight (`ret_code` -1) or an open off-CPU interval, ending at the look.
+    pub event: Event,
+}
+
+impl UnderWayRow {
+    /// The event as readers of `events` take it, with the id [`EventId::UNDER_WAY`].
+    pub fn stored(self) -> StoredEvent {
+        StoredEvent { id: EventId::UNDER_WAY, event: self.event }
+    }
 }
 
 /// One row of Ingero's `event_aggregates`: the true totals per (bucket, source, op, pid) when
@@ -491,6 +515,12 @@ pub trait TraceStore: Send + Sync {
     fn gpu_samples(&self, _window: &TimeWindow) -> Result<Vec<GpuSample>> {
         Ok(Vec::new())
     }
+    /// The processes NVML listed on each GPU at the samples taken in `window`, with the memory
+    /// each used (`gpu_process_memory`), by time, GPU and pid; empty for traces without the table
+    /// or recorded without NVML.
+    fn gpu_process_memory(&self, _window: &TimeWindow) -> Result<Vec<GpuProcessMemory>> {
+        Ok(Vec::new())
+    }
     /// The serving engines' own metrics scraped while tracing (`serving_samples`) in `window`, by
     /// time, pid, metric, labels and bucket bound; empty for traces without the table or without
     /// a serving engine.
@@ -514,12 +544,6 @@ pub trait TraceStore: Send + Sync {
     fn scan_gpu_ops(&self, _window: &TimeWindow, _f: &mut dyn FnMut(GpuOp)) -> Result<u64> {
         Ok(0)
     }
-    /// The processes NVML listed on each GPU at the samples taken in `window`, with the memory
-    /// each used (`gpu_process_memory`), by time, GPU and pid; empty for traces without the table
-    /// or recorded without NVML.
-    fn gpu_process_memory(&self, _window: &TimeWindow) -> Result<Vec<GpuProcessMemory>> {
-        Ok(Vec::new())
-    }
     /// The calibrations of CUPTI's clock against the trace's (`gpu_clock_syncs`), by pid then
     /// trace time; empty without a device timeline.
     fn gpu_clock_syncs(&self) -> Result<Vec<GpuClockSync>> {
@@ -533,6 +557,12 @@ pub trait TraceStore: Send + Sync {
     /// What a reader of the device view must know (`gpu_timeline_notes`): holes, losses, refusals,
     /// by time; empty without a device timeline.
     fn gpu_timeline_notes(&self) -> Result<Vec<GpuTimelineNote>> {
+        Ok(Vec::new())
+    }
+    /// What the tracer's last look found still under way (`under_way`): calls in flight and their
+    /// threads' open off-CPU intervals, by look, pid, tid and time. Empty for a session that
+    /// finished (its last look is in `events`) and for traces without the table.
+    fn under_way(&self) -> Result<Vec<UnderWayRow>> {
         Ok(Vec::new())
     }
     /// Run user SQL, read-only, with limits.
@@ -629,6 +659,9 @@ pub trait EventSink: Send {
     /// `gpu_devices`, `gpu_timeline_notes`); a later device row for the same (pid, device) replaces
     /// the earlier one. `launch_event_id` is filled when the trace is finished.
     async fn write_gpu_timeline(&mut self, part: GpuTimelinePart) -> Result<()>;
+    /// Replace this session's `under_way` rows with `events`, what a look at `seen_at_ns` found
+    /// under way (empty: nothing is). Finishing the session clears them.
+    async fn write_under_way(&mut self, seen_at_ns: i64, events: Vec<Event>) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).

@@ -16,7 +16,7 @@
 use causeway_model::codes::{self, gpu_role, op, GpuRole, OpCode, RET_IN_FLIGHT};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_model::PrevState;
-use causeway_store::{EventFilter, StoredEvent, TraceStore};
+use causeway_store::{EventFilter, EventId, StoredEvent, TraceStore};
 
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
 use crate::detectors::ops_with_role;
@@ -31,7 +31,7 @@ use crate::chains::RANK_NEVER_ARRIVED as NEVER_ARRIVED;
 /// How long a call must have been in flight at the end to be a hang: a second, and a hundred
 /// times its op's median (a trace cut in the middle of a step leaves a call of a few ms in flight,
 /// and a job whose synchronizations take seconds is slow, not hung, a second into one).
-pub(super) const HANG_MIN_NS: i64 = 1_000_000_000;
+pub(super) const HANG_MIN_NS: i64 = codes::LONG_IN_FLIGHT_NS;
 const HANG_MEDIANS: i64 = 100;
 
 /// The calls of `unsuccessful` (the scope's GPU calls that did not return success) in flight at
@@ -63,7 +63,9 @@ fn state_at(store: &dyn TraceStore, tid: u32, end: i64, within: i64) -> Result<S
         ops: Some(vec![op::SCHED_SWITCH]),
         ..Default::default()
     };
-    let last = store.events(&filter)?.into_iter().find(|s| s.event.ts_ns - s.event.dur_ns <= end);
+    let mut switches = store.events(&filter)?;
+    switches.extend(crate::trace_data::under_way(store, &filter, true)?);
+    let last = switches.into_iter().find(|s| s.event.ts_ns - s.event.dur_ns <= end);
     let Some(s) = last else {
         return Ok("it was on a CPU at the end (spinning on the GPU's completion, or computing)".into());
     };
@@ -92,6 +94,34 @@ fn last_launch(store: &dyn TraceStore, e: &StoredEvent) -> Result<Option<StoredE
     let mut all = program_launches(store.events(&filter)?);
     all.sort_by_key(|l| l.event.ts_ns);
     Ok(all.into_iter().rev().find(|l| l.event.ret_code != RET_IN_FLIGHT))
+}
+
+/// Where the thread's code stood when call `e` began: the stack of the latest call of its thread
+/// that has one, before `e` and at most a minute earlier (a call in flight carries no stack: it is
+/// recorded at the return). The user's Python line (`file:line in function`) when there is one,
+/// else the native call site outside the CUDA libraries; with how long before `e` that call began.
+fn code_before(store: &dyn TraceStore, e: &StoredEvent) -> Result<Option<(String, i64)>, AnalysisError> {
+    // the nearest first: a thread in a tight loop makes thousands of calls a second
+    for back in [100_000_000, 10_000_000_000, 60_000_000_000] {
+        let filter = EventFilter {
+            window: TimeWindow { from_ns: Some(e.event.ts_ns - back), to_ns: Some(e.event.ts_ns) },
+            tids: Some(vec![e.event.tid]),
+            sources: Some(codes::GPU_CALL_SOURCES.to_vec()),
+            ..Default::default()
+        };
+        let latest = store
+            .events(&filter)?
+            .into_iter()
+            .filter(|c| c.event.stack_hash != 0 && c.event.ts_ns < e.event.ts_ns)
+            .max_by_key(|c| c.event.ts_ns);
+        if let Some(c) = latest {
+            let stacks = store.stacks(&[c.event.stack_hash])?;
+            let frames = stacks.get(&c.event.stack_hash).map(|r| crate::stacks::parse_frames(&r.frames));
+            let site = frames.and_then(|f| crate::stacks::call_site(&f, 1).into_iter().next());
+            return Ok(site.map(|s| (s, e.event.ts_ns - c.event.ts_ns)));
+        }
+    }
+    Ok(None)
 }
 
 /// The step (of the process's labels) the call began in.
@@ -194,7 +224,7 @@ fn never_arrived_chains(
                     w.event.pid,
                     codes::op_name(w.event.source, w.event.op)
                 ),
-                event_id: Some(w.id.clone()),
+                event_id: (w.id != EventId::UNDER_WAY).then(|| w.id.clone()),
             })
             .collect();
         out.push(Chain {
@@ -227,7 +257,7 @@ fn never_arrived_chains(
                 "Every rank must call the same collectives in the same order: a rank that skips or reorders one hangs all of them (set NCCL's and torch.distributed's timeouts to turn the hang into an error)".into(),
             ],
             evidence: Evidence {
-                event_ids: waits.iter().map(|w| w.id.clone()).collect(),
+                event_ids: waits.iter().map(|w| w.id.clone()).filter(|id| *id != EventId::UNDER_WAY).collect(),
                 sql,
                 value: entered.len() as i64,
                 unit: "ranks".into(),
@@ -265,13 +295,26 @@ pub(super) fn hang_chains(
         let state = thread_state(store, &e)?;
         let waits = matches!(gpu_role(code), GpuRole::Sync | GpuRole::SyncCopy);
         let launch = if waits { last_launch(store, &e)? } else { None };
+        // a call the tracer's last look found (`under_way`): the trace did not end
+        let looked = e.id == EventId::UNDER_WAY;
+        let when = if looked {
+            "at the tracer's last look (the trace had not ended: it is being written, or its tracer was killed)"
+        } else {
+            "when the trace ended"
+        };
         let mut summary = format!(
-            "{who} had been in {op_name} for {}{since} and had not returned when the trace ended: {state}",
+            "{who} had been in {op_name} for {}{since} and had not returned {when}: {state}",
             fmt_ns(ev.dur_ns)
         );
+        if let Some((site, before)) = code_before(store, &e)? {
+            summary.push_str(&format!(
+                "; its code then: {site} (its thread's last call with a stack, {} before)",
+                fmt_ns(before)
+            ));
+        }
         let mut timeline = Vec::new();
         let mut details = Vec::new();
-        let mut event_ids = vec![e.id.clone()];
+        let mut event_ids: Vec<EventId> = if looked { Vec::new() } else { vec![e.id.clone()] };
         if let Some(l) = &launch {
             let kernel = crate::kernels::kernel_label(&kernels, l.event.pid, l.event.arg0);
             summary.push_str(&format!(
@@ -297,10 +340,11 @@ pub(super) fn hang_chains(
             dur_ns: ev.dur_ns,
             layer: if ev.source == 4 { "DRIVER".into() } else { "CUDA".into() },
             what: format!("{op_name} on tid {} began and never returned", ev.tid),
-            event_id: Some(e.id.clone()),
+            event_id: (!looked).then(|| e.id.clone()),
         });
         let sql = format!(
-            "SELECT duration AS value FROM events WHERE ret_code = {RET_IN_FLIGHT} AND tid = {} AND source = {} AND op = {} AND timestamp = {}",
+            "SELECT duration AS value FROM {} WHERE ret_code = {RET_IN_FLIGHT} AND tid = {} AND source = {} AND op = {} AND timestamp = {}",
+            if looked { "under_way" } else { "events" },
             ev.tid, ev.source, ev.op, ev.ts_ns
         );
         let mut recommendations = vec![format!(
@@ -319,7 +363,10 @@ pub(super) fn hang_chains(
             kind: ChainKind::Hang,
             op: op_name,
             cause: HANG.into(),
-            cause_text: "the call had not returned when the trace ended".into(),
+            cause_text: format!(
+                "the call had not returned {}",
+                if looked { "at the tracer's last look" } else { "when the trace ended" }
+            ),
             culprit: None,
             pid: ev.pid,
             tid: Some(ev.tid),

@@ -15,8 +15,8 @@ use duckdb::arrow::record_batch::RecordBatch;
 use duckdb::{params, Connection};
 
 use causeway_model::{
-    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
-    ProcessRank, ServingSample, SessionInfo,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer,
+    ProcessCgroup, ProcessRank, ServingSample, SessionInfo,
 };
 
 use super::{base_config, engine_err, init_native_schema, EVENT_COLUMNS};
@@ -24,6 +24,7 @@ use crate::conversion::{NativeRow, RowExtra};
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::nvml_tables;
 use crate::sink::{EngineWriter, QueuedSink};
+use crate::under_way;
 use crate::{GpuTimelinePart, Result, StoreError};
 use crate::{StackRecord, TraceStore};
 
@@ -547,6 +548,20 @@ impl EngineWriter for DuckDbWriter {
 
     /// Append a part of the device timeline, in one transaction: the ops through the Appender (a
     /// prepared INSERT per op cost 100 us each: 10 s for 100,000 kernels), the rest by INSERT.
+    /// Replace this session's `under_way` rows, in one transaction.
+    fn write_under_way(&mut self, seen_at_ns: i64, events: &[Event]) -> Result<()> {
+        let err = engine_err(&self.path);
+        let session = self.session_id;
+        self.in_transaction(|c| {
+            c.execute(under_way::CLEAR_SESSION_SQL, params![session]).map_err(&err)?;
+            let mut st = c.prepare_cached(&under_way::insert_sql()).map_err(&err)?;
+            for e in events {
+                st.execute(duckdb::params_from_iter(under_way::params(seen_at_ns, session, e))).map_err(&err)?;
+            }
+            Ok(())
+        })
+    }
+
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
         let err = engine_err(&self.path);
         self.in_transaction(|c| {
@@ -589,6 +604,8 @@ impl EngineWriter for DuckDbWriter {
             self.conn
                 .execute("UPDATE sessions SET stopped_at = ? WHERE id = ?", params![stopped_at_ns, self.session_id])
                 .map_err(&err)?;
+            // the last look went to `events`
+            self.conn.execute(under_way::CLEAR_SESSION_SQL, params![self.session_id]).map_err(&err)?;
         }
         super::resolve_launches(&self.conn).map_err(&err)?;
         super::packed::build(&self.conn)?;

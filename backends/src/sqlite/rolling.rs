@@ -18,8 +18,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use causeway_model::{
-    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall, NetPeer, ProcessCgroup,
-    ProcessRank, ServingSample, SessionInfo,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, LossKind, NcclCall,
+    NetPeer, ProcessCgroup, ProcessRank, ServingSample, SessionInfo,
 };
 
 use super::series::{has_events_table, list_parts, part_path, part_seq};
@@ -347,6 +347,11 @@ impl EngineWriter for RollingWriter {
 
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
         self.part.write_gpu_timeline(part)
+    }
+
+    /// The live part holds the last look (a finished part has none).
+    fn write_under_way(&mut self, seen_at_ns: i64, events: &[Event]) -> Result<()> {
+        self.part.write_under_way(seen_at_ns, events)
     }
 
     /// The session's tally: the live part stores its share.

@@ -83,7 +83,7 @@ enum Merge {
 
 /// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
 /// `schema_info` are the same in every part: they are read from the newest.
-const MERGES: [(&str, Merge); 20] = [
+const MERGES: [(&str, Merge); 21] = [
     ("events", Merge::All),
     ("nccl_calls", Merge::All),
     ("gpu_samples", Merge::All),
@@ -93,6 +93,7 @@ const MERGES: [(&str, Merge); 20] = [
     ("gpu_clock_syncs", Merge::All),
     ("gpu_timeline_notes", Merge::All),
     ("gpu_devices", Merge::NewestBy("pid, device")),
+    ("under_way", Merge::All),
     ("event_aggregates", Merge::All),
     ("sessions", Merge::NewestBy("id")),
     ("stack_traces", Merge::NewestBy("hash")),

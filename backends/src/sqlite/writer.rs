@@ -10,14 +10,15 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, params_from_iter, Connection, OpenFlags, ToSql};
 
 use causeway_model::{
-    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
-    ProcessRank, ServingSample, SessionInfo,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer,
+    ProcessCgroup, ProcessRank, ServingSample, SessionInfo,
 };
 
 use crate::cuda_tables::{self, AttachmentJson};
 use crate::nvml_tables;
 use crate::schema::{self, NATIVE_DDL};
 use crate::sink::{EngineWriter, QueuedSink};
+use crate::under_way;
 use crate::{GpuTimelinePart, Result, StoreError};
 use crate::{StackRecord, TraceStore};
 
@@ -335,6 +336,8 @@ impl SqliteWriter {
     pub fn finish_within(self, stopped_at_ns: i64, patience: std::time::Duration) -> Result<u64> {
         self.conn
             .execute("UPDATE sessions SET stopped_at = ?1 WHERE id = ?2", params![stopped_at_ns, self.session_id])?;
+        // the last look went to `events`
+        self.conn.execute(under_way::CLEAR_SESSION_SQL, params![self.session_id])?;
         build_finished_structures(&self.conn)?;
         leave_wal_mode(&self.conn, patience);
         Ok(self.written)
@@ -471,6 +474,20 @@ impl EngineWriter for SqliteWriter {
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_gpu_timeline(&tx, part)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Replace this session's `under_way` rows, in one transaction.
+    fn write_under_way(&mut self, seen_at_ns: i64, events: &[Event]) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        tx.execute(under_way::CLEAR_SESSION_SQL, params![self.session_id])?;
+        {
+            let mut st = tx.prepare_cached(&under_way::insert_sql())?;
+            for e in events {
+                st.execute(params_from_iter(under_way::params(seen_at_ns, self.session_id, e)))?;
+            }
+        }
         tx.commit()?;
         Ok(())
     }
