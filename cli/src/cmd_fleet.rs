@@ -26,6 +26,10 @@ enum What {
     Stragglers(Common),
     /// Per rank and communicator: how long it waited at collectives for the last rank in.
     Waits(Common),
+    /// The collectives a job hangs at: per communicator, the ranks that entered its last
+    /// collective and still wait (a call in flight when their trace ended) and the ranks that never
+    /// did, with their node and what each was doing instead.
+    Hangs(Common),
     /// Each node's exact p50/p90/p99 of every GPU op beside the whole fleet's, outliers marked
     /// (fleets without collectives: inference servers).
     Ops(Common),
@@ -96,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         What::Clock(c) => (c, Answer::Clock),
         What::Stragglers(c) => (c, Answer::Stragglers),
         What::Waits(c) => (c, Answer::Waits),
+        What::Hangs(c) => (c, Answer::Hangs),
         What::Ops(c) => (c, Answer::Ops),
     };
     let lake = LakeSpec::parse(&common.lake.lake)?;
@@ -214,6 +219,37 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             print!("{}", t.render());
             print_clocks(&clocks);
         }
+        Answer::Hangs => {
+            let hangs = fleet.hangs()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&hangs)?);
+                return Ok(0);
+            }
+            if hangs.is_empty() {
+                println!("no hang: no communicator has ranks waiting at a collective that others never entered");
+            }
+            for h in &hangs {
+                println!("HANG {}", h.summary);
+                let mut t = Table::new(&["rank", "node", "pid", ">last #", "state", ">in flight for"]);
+                for (state, ranks) in [("waiting", &h.waiting), ("never entered", &h.missing)] {
+                    for r in ranks {
+                        t.row(vec![
+                            r.rank.to_string(),
+                            r.node.clone(),
+                            r.pid.to_string(),
+                            r.last_seq.to_string(),
+                            match &r.in_flight {
+                                Some(c) => format!("{state}: in {}", c.op),
+                                None => format!("{state}: no call in flight"),
+                            },
+                            r.in_flight.as_ref().map(|c| fmt_ns(c.running_ns)).unwrap_or_default(),
+                        ]);
+                    }
+                }
+                print!("{}", t.render());
+                println!("  drill down: causeway fleet explain --lake LAKE --node NODE (each node's hang, its thread and code)");
+            }
+        }
         Answer::Ops => {
             let ops = fleet.op_distributions()?;
             if json {
@@ -267,6 +303,7 @@ enum Answer {
     Clock,
     Stragglers,
     Waits,
+    Hangs,
     Ops,
 }
 

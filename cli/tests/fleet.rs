@@ -448,3 +448,90 @@ fn trace_ship_waits_out_a_restarting_catalog_and_says_what_it_could_not_ship() {
     let n = nodes(&catalog);
     assert!(n.as_array().unwrap().iter().all(|x| x["finished"] == true && x["behind"] == serde_json::json!([])), "{n}");
 }
+
+/// A job whose rank 2 never enters all-reduce #41, traced with `--ship`: the lake's `fleet hangs`
+/// names the collective, the ranks waiting in it and the rank that never arrived, with its node,
+/// as the one-host explain does.
+#[test]
+fn a_hang_shipped_to_the_lake_names_the_rank_that_never_arrived_and_its_node() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test traces with eBPF and must run as root (CI does)");
+    let catalog = FleetCatalog::start("fleet-hang");
+    let build = causeway_testdata::mock_cuda_build();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hung.db");
+    let (lake, data) = (catalog.ship_lake(), catalog.data_path());
+    let log = dir.path().join("hung.log");
+    let status = causeway(
+        &catalog,
+        &[
+            "trace",
+            "--duration",
+            "3s",
+            "--kill-on-stop",
+            "--nvml-hz",
+            "0",
+            "--node",
+            "gpu-h",
+            "--db",
+            db.to_str().unwrap(),
+            "--ship",
+            &lake,
+            "--ship-data-path",
+            data.to_str().unwrap(),
+            "--",
+            build.join("nccl_ranks").to_str().unwrap(),
+            "--ranks",
+            "3",
+            "--steps",
+            "2000",
+            "--bytes",
+            "1048576",
+            "--stuck",
+            "2",
+            "--stuck-at",
+            "40",
+        ],
+    )
+    .env_remove("MOCK_NCCL_TIMEOUT_S")
+    .stdout(std::process::Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .status()
+    .unwrap();
+    // the ranks outlive their parent (the command the trace ended): killed when the test ends
+    struct Ranks(Vec<u32>);
+    impl Drop for Ranks {
+        fn drop(&mut self) {
+            signal(&self.0, libc::SIGKILL);
+        }
+    }
+    let pids = ok(
+        causeway(&catalog, &["query", "--json", "--db", db.to_str().unwrap(), "SELECT DISTINCT pid FROM nccl_calls"])
+            .output()
+            .unwrap(),
+        "pids",
+    );
+    let pids: serde_json::Value = serde_json::from_str(&pids).unwrap();
+    let _ranks =
+        Ranks(pids["rows"].as_array().unwrap().iter().filter_map(|r| r[0].as_u64()).map(|p| p as u32).collect());
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    let out = causeway(&catalog, &["fleet", "hangs", "--json", "--lake", &catalog.read_lake()]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ok(out, "fleet hangs")).unwrap();
+    let hangs = v.as_array().unwrap();
+    assert_eq!(hangs.len(), 1, "{v}");
+    let h = &hangs[0];
+    assert_eq!(h["seq"].as_i64(), Some(41), "{h}");
+    let ranks =
+        |k: &str| -> Vec<i64> { h[k].as_array().unwrap().iter().map(|r| r["rank"].as_i64().unwrap()).collect() };
+    assert_eq!(ranks("waiting"), [0, 1], "{h}");
+    assert_eq!(ranks("missing"), [2], "{h}");
+    assert_eq!(h["missing"][0]["node"], "gpu-h");
+    assert_eq!(h["missing"][0]["last_seq"].as_i64(), Some(40), "{h}");
+    // the same collective as the one-host explain names
+    let out = causeway(&catalog, &["explain", "--json", "--db", db.to_str().unwrap()]).output().unwrap();
+    let e: serde_json::Value = serde_json::from_str(&ok(out, "explain")).unwrap();
+    let c = &e["chains"][0];
+    assert_eq!(c["cause"], "rank_never_arrived", "{c}");
+    assert!(c["op"].as_str().unwrap().ends_with("#41"), "{c}");
+}

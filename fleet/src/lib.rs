@@ -22,6 +22,7 @@
 mod aligned;
 mod analyses;
 pub mod clock;
+mod hangs;
 pub mod lake;
 mod local;
 mod maintain;
@@ -39,6 +40,7 @@ pub use analyses::{
     query, sync_predicate, Episode, Fleet, FleetStraggler, NodeClock, NodeOp, NodeSummary, RankWait, OUTLIER_MIN_CALLS,
     OUTLIER_RATIO,
 };
+pub use hangs::{CallInFlight, FleetHang, RankState};
 pub use lake::{connect, Access, LakeSpec};
 pub use local::node_and_host;
 pub use maintain::{maintain, MaintainStep};

@@ -9,7 +9,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use causeway_fleet::{Fleet, FleetError, FleetStraggler, LakeReader, NodeClock, NodeOp, NodeSummary, RankWait};
+use causeway_fleet::{
+    Fleet, FleetError, FleetHang, FleetStraggler, LakeReader, NodeClock, NodeOp, NodeSummary, RankWait,
+};
 use causeway_model::time::fmt_ns;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -41,6 +43,13 @@ pub struct FleetWaitsOutput {
     pub summary: String,
     pub waits: Vec<RankWait>,
     pub clocks: Vec<NodeClock>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FleetHangsOutput {
+    pub summary: String,
+    pub hangs: Vec<FleetHang>,
+    pub hint: String,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -158,6 +167,20 @@ fn waits(lake: &LakeReader, _: NoArgs) -> Result<FleetWaitsOutput, String> {
     Ok(FleetWaitsOutput { summary, waits, clocks })
 }
 
+fn hangs(lake: &LakeReader, _: NoArgs) -> Result<FleetHangsOutput, String> {
+    let hangs = fleet(lake, Fleet::hangs)?;
+    let summary = match hangs.first() {
+        None => "no hang: no communicator has ranks waiting at a collective that others never entered".into(),
+        Some(h) if hangs.len() == 1 => h.summary.clone(),
+        Some(h) => format!("{} communicators hang; the first: {}", hangs.len(), h.summary),
+    };
+    Ok(FleetHangsOutput {
+        summary,
+        hangs,
+        hint: "drill down: get_causal_chains with trace \"node:NAME\" names each node's call in flight, its thread and its code".into(),
+    })
+}
+
 fn ops(lake: &LakeReader, _: NoArgs) -> Result<FleetOpsOutput, String> {
     let ops = fleet(lake, Fleet::op_distributions)?;
     let out: Vec<String> = ops.iter().filter(|o| o.outlier).map(|o| format!("{} on {}", o.op, o.node)).collect();
@@ -236,6 +259,16 @@ pub fn catalogue(lake: Arc<LakeReader>) -> Vec<ToolSpec> {
             "Per rank and communicator: collectives, times it was last in, and how long it waited for the last rank \
              (sum, nearest-rank median, max), with the clocks.",
             waits,
+        ),
+        spec(
+            &lake,
+            "fleet_hangs",
+            "Where a job hangs, across nodes",
+            "Per NCCL communicator whose ranks hang: the collective (sequence number) some ranks entered and still \
+             wait in (a call in flight when their node's trace ended, or at its tracer's last look), the ranks that \
+             never entered it, each with its node, pid, last collective and its own call in flight if any. Empty \
+             when no rank waits (a checkpoint pause, a trace cut short).",
+            hangs,
         ),
         spec(
             &lake,
