@@ -122,6 +122,53 @@ fn an_xid_names_the_gpu_and_the_calls_that_failed_with_it() {
     assert_eq!(e["chains"][1]["kind"], "cuda_error", "{}", e["chains"]);
 }
 
+/// The NVIDIA driver's own Xid line in the kernel log names the process it blamed: written to
+/// `/dev/kmsg` by the test (root; the line is NVRM's format, GPU 0's PCI address on the mock NVML)
+/// while the trace runs, near the mock NVML's Xid 79 on GPU 0, the chain names that process.
+#[test]
+fn the_drivers_xid_line_names_the_process_it_blamed() {
+    require_root_to("trace with eBPF and write the kernel log");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("kmsg.db");
+    let build = causeway_testdata::mock_cuda_build();
+    let nvml = build.join("libnvidia-ml.so.1");
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let mut tracer = causeway()
+        .env("MOCK_NVML_XID", format!("{}:79:0", now_ms + 2500))
+        .args(["trace", "--duration", "4s", "--kill-on-stop", "--quiet", "--nvml-hz", "10", "--nvml-lib"])
+        .arg(&nvml)
+        .arg("--db")
+        .arg(&db)
+        .arg("--")
+        .arg(build.join("gpuloop"))
+        .args(["--steps", "100000", "--kernels", "1", "--host-us", "1000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // events written means the trace loop runs, and the kernel log is read from before it
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !db.exists() || common::query_rows(&db, "SELECT count(*) FROM events")[0][0].as_u64() == Some(0) {
+        assert!(std::time::Instant::now() < deadline, "the trace never wrote an event");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    use std::io::Write;
+    let mut kmsg = std::fs::OpenOptions::new().write(true).open("/dev/kmsg").unwrap();
+    kmsg.write_all(b"<3>NVRM: Xid (PCI:0000:18:00): 79, pid=4242, name=culprit, GPU has fallen off the bus.\n").unwrap();
+    assert!(tracer.wait().unwrap().success());
+    assert_eq!(
+        query_u64(&db, "SELECT count(*) FROM events WHERE source = 2 AND op = 2 AND gpu_id = 0 AND pid = 4242 AND arg0 = 79"),
+        1,
+        "the driver's line, its GPU found by PCI address"
+    );
+    let out = causeway().args(["explain", "--json", "--db"]).arg(&db).output().unwrap();
+    let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = e["chains"].as_array().unwrap().iter().find(|c| c["kind"] == "gpu_fault").expect("a gpu_fault chain");
+    let s = c["summary"].as_str().unwrap();
+    assert!(s.contains("GPU 0 reported Xid 79") && s.contains("the driver's log line named pid 4242 (culprit)"), "{s}");
+    assert_eq!(c["pid"], 4242, "{c}");
+}
+
 #[test]
 fn a_clean_run_names_no_error_and_no_hang() {
     require_root_to("trace with eBPF");

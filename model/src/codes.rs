@@ -167,6 +167,7 @@ pub mod op {
     pub const CUDA_SET_DEVICE: OpCode = OpCode::new(1, 22);
     // source 2: the NVIDIA kernel driver
     pub const GPU_XID: OpCode = OpCode::new(2, 1);
+    pub const NVRM_XID: OpCode = OpCode::new(2, 2);
     // source 3: host
     pub const SCHED_SWITCH: OpCode = OpCode::new(3, 1);
     pub const SCHED_WAKEUP: OpCode = OpCode::new(3, 2);
@@ -304,6 +305,7 @@ pub const OPS: &[(u8, u16, &str, OpKind, &str)] = &[
     (1, 21, "cudaSetDeviceFlags", OpKind::GpuCall, "device flags; arg0 = flags (scheduling: 0 auto, 1 spin, 2 yield, 4 blocking sync)"),
     (1, 22, "cudaSetDevice", OpKind::GpuCall, "makes a device current for the calling thread (NCCL communicators created next use it); arg0 = device"),
     (2, 1, "gpu_xid", OpKind::Point, "an Xid error the NVIDIA driver reported for a GPU (NVML critical Xid event); arg0 = Xid code, gpu_id = the GPU"),
+    (2, 2, "nvrm_xid", OpKind::Point, "the NVIDIA driver's own Xid line in the kernel log (NVRM: Xid ...): pid and comm = the process it named (0 and empty when it did not), arg0 = Xid code, arg1 = the GPU's PCI bus number, gpu_id = the GPU (-1 when NVML did not list that address)"),
     (3, 1, "sched_switch", OpKind::OffCpu, "off-CPU interval of a traced thread; timestamp = switch-in, interval = [timestamp - duration, timestamp]; arg1 = pid"),
     (3, 2, "sched_wakeup", OpKind::Point, "wake-up; pid/tid = waker, arg1 = woken pid, arg2 = woken tid, cpu = target CPU"),
     (3, 3, "mm_page_alloc", OpKind::Point, "page allocation; arg0 = bytes (4096 << order)"),

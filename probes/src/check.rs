@@ -310,8 +310,8 @@ fn fault_signals() -> Vec<CheckItem> {
         kmsg.is_ok(),
         false,
         match &kmsg {
-            Ok(_) => "readable: the NVIDIA driver's own Xid lines (NVRM: Xid ..., with the offending pid when it knows it) can be read beside the gpu_xid events (`dmesg | grep -i xid`)".into(),
-            Err(e) => format!("not readable ({e}): the driver's Xid lines, which name the offending pid, are out of reach"),
+            Ok(_) => "readable: the NVIDIA driver's own Xid lines (NVRM: Xid ..., with the offending pid when it knows it) are recorded while tracing as nvrm_xid events, beside NVML's gpu_xid".into(),
+            Err(e) => format!("not readable ({e}): the driver's Xid lines, which name the offending pid, are not recorded"),
         },
         "run as root, or allow kernel log reads (kernel.dmesg_restrict=0)",
     ));

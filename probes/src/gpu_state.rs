@@ -72,6 +72,8 @@ pub(crate) struct GpuSampler {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Each sampled GPU's UUID (`GPU-...`) and NVML index.
     pub(crate) uuids: Vec<(String, i32)>,
+    /// Each sampled GPU's PCI address and NVML index (the kernel log's Xid lines name the address).
+    pub(crate) addresses: Vec<(crate::kmsg::PciAddress, i32)>,
 }
 
 impl GpuSampler {
@@ -122,6 +124,12 @@ pub(crate) fn start(
     // each GPU's UUID: the device timeline's devices name theirs, which gives their NVML index
     let uuids: Vec<(String, i32)> =
         (0..count).filter_map(|i| nvml.device_by_index(i).and_then(|d| d.uuid()).ok().map(|u| (u, i as i32))).collect();
+    let addresses: Vec<(crate::kmsg::PciAddress, i32)> = (0..count)
+        .filter_map(|i| {
+            let pci = nvml.device_by_index(i).and_then(|d| d.pci_info()).ok()?;
+            Some((crate::kmsg::parse_address(&pci.bus_id)?, i as i32))
+        })
+        .collect();
     let driver = nvml.sys_driver_version().unwrap_or_default();
     row.complete = true;
     row.symbols = names.iter().enumerate().map(|(i, n)| format!("GPU {i}: {n}")).collect();
@@ -136,7 +144,7 @@ pub(crate) fn start(
         .name("causeway-nvml".into())
         .spawn(move || sample_loop(nvml, count, period, thread_stop, tx))
         .ok();
-    (Some(GpuSampler { stop, thread, uuids }), row)
+    (Some(GpuSampler { stop, thread, uuids, addresses }), row)
 }
 
 /// Sample every `period` until `stop`; between samples wait for Xid events.

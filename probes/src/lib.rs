@@ -29,6 +29,7 @@ mod gpu_state;
 mod gpu_timeline;
 mod host_watch;
 mod in_flight;
+mod kmsg;
 mod kernels;
 mod labels;
 mod libraries;

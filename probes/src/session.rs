@@ -229,10 +229,19 @@ pub async fn trace(
     run.cupti_watch = device.as_ref().map(|d| d.watch.clone());
     let mut reader = run.spawn_reader()?;
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
+    let kmsg_tx = gpu_tx.clone();
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
     run.on_nvml(nvml_row).await;
+    // the driver's own Xid lines, on a host whose NVIDIA driver NVML found
+    let mut kmsg = None;
     if let Some(s) = &sampler {
         run.nvml_uuids = s.uuids.iter().cloned().collect();
+        match crate::kmsg::start(s.addresses.clone(), kmsg_tx) {
+            Ok(k) => kmsg = Some(k),
+            Err(e) => run.note_all([format!(
+                "the kernel log cannot be read ({e}): the NVIDIA driver's Xid lines, which name the offending process, are not recorded (run as root, or kernel.dmesg_restrict=0)"
+            )]),
+        }
     }
     run.on_network().await;
     let (serving_tx, mut serving_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -264,6 +273,9 @@ pub async fn trace(
     let _ = reader.thread.join();
     if let Some(s) = sampler {
         s.stop();
+    }
+    if let Some(k) = kmsg {
+        k.stop();
     }
     while let Ok(g) = gpu_rx.try_recv() {
         run.on_gpu(g).await;

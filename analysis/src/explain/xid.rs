@@ -3,7 +3,10 @@
 //! the GPU, the Xid and what it means ([`codes::xid_meaning`]), the traced processes that used that
 //! GPU (the device timeline maps a process's devices to NVML indexes; without it every traced
 //! process with GPU calls then may be one, and the chain says so), and their calls that failed
-//! from a second before it on, or were under way across it.
+//! from a second before it on, or were under way across it. The driver's own line in the kernel
+//! log (`nvrm_xid` events, read from `/dev/kmsg`) names the process it blamed: it is matched to the
+//! NVML event of the same Xid within [`KMSG_MATCH_NS`] (and the same GPU where both know it), or
+//! stands alone when NVML reported none.
 
 use std::collections::BTreeMap;
 
@@ -21,26 +24,58 @@ const AFTER_NS: i64 = 10_000_000_000;
 /// A call under way across the Xid at least this long is named (it waited on the GPU then).
 const ACROSS_NS: i64 = 100_000_000;
 
+/// How far apart the driver's log line and NVML's event of the same Xid may be.
+const KMSG_MATCH_NS: i64 = 5_000_000_000;
+
 /// One chain per (GPU, Xid).
 pub(super) fn xid_chains(
     store: &dyn TraceStore,
     window: TimeWindow,
     pid: Option<u32>,
 ) -> Result<Vec<Chain>, AnalysisError> {
-    let filter = EventFilter { window, ops: Some(vec![op::GPU_XID]), ..Default::default() };
-    let xids = store.events(&filter)?;
-    if xids.is_empty() {
+    let filter = EventFilter { window, ops: Some(vec![op::GPU_XID, op::NVRM_XID]), ..Default::default() };
+    let (xids, lines): (Vec<StoredEvent>, Vec<StoredEvent>) =
+        store.events(&filter)?.into_iter().partition(|x| op::GPU_XID.is(x.event.source, x.event.op));
+    if xids.is_empty() && lines.is_empty() {
         return Ok(Vec::new());
     }
     let mut groups: BTreeMap<(i32, i64), Vec<StoredEvent>> = BTreeMap::new();
     for x in xids {
         groups.entry((x.event.gpu_id, x.event.arg0)).or_default().push(x);
     }
+    // each driver line joins the group of its Xid and GPU near it in time, else its own
+    let mut named: BTreeMap<(i32, i64), Vec<StoredEvent>> = BTreeMap::new();
+    for l in lines {
+        let (lg, code, at) = (l.event.gpu_id, l.event.arg0, l.event.ts_ns);
+        let near = groups.iter().find(|((g, c), list)| {
+            *c == code
+                && (lg < 0 || *g < 0 || *g == lg)
+                && list.iter().any(|x| (x.event.ts_ns - at).abs() <= KMSG_MATCH_NS)
+        });
+        let key = near.map_or((lg, code), |(k, _)| *k);
+        named.entry(key).or_default().push(l);
+    }
+    for (key, lines) in &named {
+        if !groups.contains_key(key) {
+            groups.insert(*key, lines.clone());
+        }
+    }
     let devices = store.gpu_devices()?;
     let mapped = devices.iter().any(|d| d.nvml_index >= 0);
     let mut out = Vec::new();
     for ((gpu, code), list) in groups {
         let first = &list[0].event;
+        // the processes the driver's lines named (pid 0: it did not know)
+        let mut blamed: Vec<(u32, String)> = named
+            .get(&(gpu, code))
+            .into_iter()
+            .flatten()
+            .filter(|l| l.event.pid > 0)
+            .map(|l| (l.event.pid, l.event.comm.clone()))
+            .collect();
+        blamed.sort();
+        blamed.dedup();
+        let from_log_only = op::NVRM_XID.is(first.source, first.op);
         let (meaning, lost) = codes::xid_meaning(code);
         let users: Vec<u32> = devices.iter().filter(|d| d.nvml_index == gpu).map(|d| d.pid).collect();
         // the GPU calls around it: failures from a second before, calls under way across it
@@ -113,10 +148,20 @@ pub(super) fn xid_chains(
         } else {
             "the trace does not map processes to GPUs (trace with --gpu-timeline): every traced process with GPU calls then is considered".to_string()
         };
+        let gpu_words = if gpu >= 0 { format!("GPU {gpu}") } else { "a GPU NVML does not list".to_string() };
         let mut summary = format!(
-            "GPU {gpu} reported Xid {code}{}: {meaning}; {users_words}",
-            if list.len() > 1 { format!(" {} times", list.len()) } else { String::new() }
+            "{gpu_words} reported Xid {code}{}{}: {meaning}",
+            if list.len() > 1 { format!(" {} times", list.len()) } else { String::new() },
+            if from_log_only { " (in the kernel log; NVML reported none)" } else { "" }
         );
+        if !blamed.is_empty() {
+            let b: Vec<String> = blamed
+                .iter()
+                .map(|(p, n)| if n.is_empty() { format!("pid {p}") } else { format!("pid {p} ({n})") })
+                .collect();
+            summary.push_str(&format!("; the driver's log line named {}", b.join(", ")));
+        }
+        summary.push_str(&format!("; {users_words}"));
         if who.is_empty() {
             summary.push_str("; no traced call failed or waited across it");
         } else {
@@ -125,7 +170,7 @@ pub(super) fn xid_chains(
         let severity = if lost || !failed.is_empty() { Severity::High } else { Severity::Medium };
         let sql = format!(
             "SELECT count(*) AS value FROM events WHERE {} AND gpu_id = {gpu} AND arg0 = {code}",
-            op::GPU_XID.sql("")
+            if from_log_only { op::NVRM_XID.sql("") } else { op::GPU_XID.sql("") }
         );
         out.push(Chain {
             id: String::new(),
@@ -136,7 +181,7 @@ pub(super) fn xid_chains(
             cause: "gpu_xid".into(),
             cause_text: format!("the GPU reported an error: {meaning}"),
             culprit: None,
-            pid: failed.keys().next().or(across.keys().next()).copied().unwrap_or(0),
+            pid: blamed.first().map(|b| b.0).or(failed.keys().next().copied()).or(across.keys().next().copied()).unwrap_or(0),
             tid: None,
             calls: failed.len() as u64,
             stall_ns: 0,
@@ -146,7 +191,8 @@ pub(super) fn xid_chains(
             op_p99_ns: None,
             summary,
             details: vec![format!(
-                "the driver's own line (NVRM: Xid ...) in the kernel log names the offending process when it knows it: `dmesg | grep -i xid`; the samples of GPU {gpu}: SELECT * FROM gpu_samples WHERE gpu = {gpu} AND timestamp BETWEEN {} AND {}",
+                "the driver's own lines (NVRM: Xid ..., read from the kernel log while tracing): SELECT timestamp, pid, comm, arg0 AS xid FROM events WHERE {} AND arg0 = {code}; the samples of GPU {gpu}: SELECT * FROM gpu_samples WHERE gpu = {gpu} AND timestamp BETWEEN {} AND {}",
+                op::NVRM_XID.sql(""),
                 first.ts_ns - AFTER_NS,
                 first.ts_ns + AFTER_NS
             )],
