@@ -6,7 +6,9 @@
 //! - [`explain`]: each slow call and each long gap between GPU calls attributed to what its own
 //!   thread went through, grouped into ranked causal [`Chain`]s with the SQL that proves them;
 //!   [`find_chain`] finds one again.
-//! - [`top_stacks`], [`timeline`]: the stacks behind calls, and what each thread did around one.
+//! - [`top_stacks`], [`timeline`]: the stacks behind calls, and what each thread did around one;
+//!   a call of a thread without Python frames of its own shows the Python stack it borrowed from
+//!   the thread it ran for ([`BorrowedStack`]).
 //!
 //! **Architecture invariant:** this crate reads traces through the storage traits only
 //! (`causeway-store`); Cargo keeps it from naming an engine. Its sentences (a chain's summary,
@@ -14,6 +16,7 @@
 //! belongs to the CLI (`cli/src/report.rs`) and the MCP server.
 
 mod attribution;
+mod borrowed;
 mod calls;
 mod chains;
 mod collectives;
@@ -44,6 +47,7 @@ mod trace_data;
 mod trace_facts;
 
 pub use attribution::{gpu_call_sources, Cause, Culprit, ThreadNesting};
+pub use borrowed::{BorrowedShare, BorrowedStack, LendEvidence};
 pub use chains::{culprit_words, Chain, ChainKind, CpuTime, Evidence, Severity, TimelineStep};
 pub use collectives::{
     find_stragglers, worst_stretch, Straggler, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE,

@@ -2,7 +2,9 @@
 //! Python frames as `file:line in function` (the line being executed; `?` when unknown),
 //! unresolved frames as `lib+ip`. Reads Ingero's compact frames JSON and ours (the same format):
 //! `{"s":"sym+0xoff","f":"lib.so"}`, `{"i":"0x7f..","f":"lib"}`, `{"pf":"/path.py","pfn":"func","pl":12}`,
-//! innermost first, plus ours `{"note":"…"}` where a stack is incomplete (why).
+//! innermost first, plus ours `{"note":"…"}` where a stack is incomplete (why). A call of a thread
+//! without Python frames of its own carries the Python stack it borrowed from the thread it ran for
+//! beside its own (`crate::borrowed`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -11,6 +13,7 @@ use causeway_model::time::TimeWindow;
 use causeway_store::{EventFilter, EventId, TraceStore};
 
 use crate::attribution::gpu_call_sources;
+use crate::borrowed::{BorrowedShare, BorrowedStack, CallLend, Lends};
 use crate::kernels::{kernel_launch_ops, KernelIndex};
 use crate::trace_data::for_each_event;
 use crate::AnalysisError;
@@ -41,7 +44,7 @@ impl Default for StacksRequest {
 }
 
 /// One frame, innermost first.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
 pub struct Frame {
     /// `native`, `python`, `unresolved` or `note` (why the stack is incomplete there).
     pub kind: String,
@@ -65,6 +68,14 @@ pub struct StackSummary {
     /// False when the DB has no `stack_traces` row for the hash.
     pub resolved: bool,
     pub frames: Vec<Frame>,
+    /// Calls of this stack made by a thread without Python frames of its own, in a process that
+    /// runs Python, by the Python stack each borrowed from the thread it ran for, most calls first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub borrowed: Vec<BorrowedShare>,
+    /// Calls of such a thread that two or more Python threads could have asked for: nothing
+    /// borrowed.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub borrow_ambiguous: u64,
 }
 
 /// Top stacks by count and by time.
@@ -86,6 +97,12 @@ pub struct StacksReport {
     pub calls: u64,
     pub calls_with_stack: u64,
     pub distinct_stacks: u64,
+    /// Calls (of the stacks listed or not) that borrowed a Python stack, and that could not
+    /// because two or more Python threads could have asked for them.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub calls_borrowed: u64,
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub calls_ambiguous: u64,
     pub by_count: Vec<StackSummary>,
     pub by_time: Vec<StackSummary>,
 }
@@ -187,9 +204,12 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
     };
     let mut per: HashMap<i64, Acc> = HashMap::new();
     let (mut calls, mut with_stack) = (0u64, 0u64);
+    let keep = |e: &causeway_model::Event| handles.as_ref().is_none_or(|h| h.contains(&(e.pid, e.arg0)));
+    let mut threads: HashSet<(u32, u32, i64)> = HashSet::new();
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
     for_each_event(store, &filter, &mut |s| {
         let e = &s.event;
-        if handles.as_ref().is_some_and(|h| !h.contains(&(e.pid, e.arg0))) {
+        if !keep(e) {
             return;
         }
         calls += 1;
@@ -197,6 +217,8 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
             return;
         }
         with_stack += 1;
+        threads.insert((e.pid, e.tid, e.stack_hash));
+        (first, last) = (first.min(e.ts_ns), last.max(e.ts_ns));
         let a = per.entry(e.stack_hash).or_default();
         a.calls += 1;
         a.total += e.dur_ns;
@@ -206,6 +228,11 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
             a.pids.push(e.pid);
         }
     })?;
+    let lends = if threads.is_empty() {
+        HashMap::new()
+    } else {
+        crate::borrowed::tally_over(store, &filter, &keep, &threads, (first, last))?
+    };
     let top = req.top.max(1);
     let mut by_count: Vec<(&i64, &Acc)> = per.iter().collect();
     by_count.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(b.1.total.cmp(&a.1.total)).then(a.0.cmp(b.0)));
@@ -230,8 +257,12 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
             pids,
             resolved: rec.is_some(),
             frames: rec.map(|r| parse_frames(&r.frames)).unwrap_or_default(),
+            borrowed: lends.get(*h).map(|l| l.shares.clone()).unwrap_or_default(),
+            borrow_ambiguous: lends.get(*h).map_or(0, |l| l.ambiguous),
         }
     };
+    let calls_borrowed = lends.values().flat_map(|l| &l.shares).map(|s| s.calls).sum();
+    let calls_ambiguous = lends.values().map(|l| l.ambiguous).sum();
     Ok(StacksReport {
         window: req.window,
         op: req.op.map(|o| o.name().into_owned()),
@@ -242,6 +273,8 @@ pub fn top_stacks(store: &dyn TraceStore, req: &StacksRequest) -> Result<StacksR
         calls,
         calls_with_stack: with_stack,
         distinct_stacks: per.len() as u64,
+        calls_borrowed,
+        calls_ambiguous,
         by_count: by_count.iter().map(summarize).collect(),
         by_time: by_time.iter().map(summarize).collect(),
     })
@@ -275,9 +308,21 @@ pub struct StackShare {
     /// Frames left out by the cut.
     #[serde(skip_serializing_if = "is_zero")]
     pub frames_cut: usize,
+    /// The Python stack these calls, made by a thread without Python frames of its own, borrowed
+    /// from the thread they ran for (`user_frame` is then its user's frame).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub borrowed: Option<BorrowedStack>,
+    /// The Python threads that could have asked for these calls, when two or more could (nothing
+    /// borrowed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ambiguous_between: Vec<u32>,
 }
 
 fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
@@ -316,31 +361,55 @@ pub fn call_site(frames: &[Frame], max: usize) -> Vec<String> {
     frames.iter().filter(|f| f.kind == "native" && !cuda(f)).take(max).map(|f| f.text.clone()).collect()
 }
 
-/// The stacks behind the calls `ids`, most calls first, each cut to `max_frames` frames. Calls
+/// The stacks behind the calls `ids`, most calls first, each cut to `max_frames` frames; the calls
+/// of one stack that borrowed different Python stacks (or could not: ambiguous) apart. Calls
 /// recorded without a stack are not counted.
 pub fn stacks_of_calls(
     store: &dyn TraceStore,
     ids: &[EventId],
     max_frames: usize,
+    lends: &mut Lends,
 ) -> Result<Vec<StackShare>, AnalysisError> {
-    let mut per: HashMap<i64, u64> = HashMap::new();
-    for s in store.events_by_id(ids)? {
-        if s.event.stack_hash != 0 {
-            *per.entry(s.event.stack_hash).or_default() += 1;
-        }
+    let events: Vec<_> = store.events_by_id(ids)?.into_iter().filter(|s| s.event.stack_hash != 0).collect();
+    let calls: Vec<&causeway_model::Event> = events.iter().map(|s| &s.event).collect();
+    let mut lent = lends.of(store, &calls)?;
+    // (stack, what it borrowed: none, a lender's stack, or ambiguous) -> calls
+    type Group = (u64, Option<BorrowedStack>, BTreeSet<u32>);
+    let mut per: BTreeMap<(i64, u8, Option<crate::borrowed::LendKey>), Group> = BTreeMap::new();
+    for (i, e) in calls.iter().enumerate() {
+        let (kind, key, stack, tids) = match lent.remove(&i) {
+            None => (0, None, None, Vec::new()),
+            Some(CallLend::Borrowed(k, b)) => (1, Some(k), Some(b), Vec::new()),
+            Some(CallLend::Ambiguous(t)) => (2, None, None, t),
+        };
+        let g = per.entry((e.stack_hash, kind, key)).or_insert((0, stack, BTreeSet::new()));
+        g.0 += 1;
+        g.2.extend(tids);
     }
-    let mut ranked: Vec<(i64, u64)> = per.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let hashes: Vec<i64> = ranked.iter().map(|r| r.0).collect();
+    let mut ranked: Vec<(i64, Group)> = per.into_iter().map(|((h, _, _), g)| (h, g)).collect();
+    ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+    let mut hashes: Vec<i64> = ranked.iter().map(|r| r.0).collect();
+    hashes.dedup();
     let records = store.stacks(&hashes)?;
     Ok(ranked
         .into_iter()
-        .map(|(stack_hash, calls)| {
+        .map(|(stack_hash, (calls, borrowed, ambiguous))| {
             let mut frames = records.get(&stack_hash).map(|r| parse_frames(&r.frames)).unwrap_or_default();
-            let user = user_frame(&frames).map(|f| f.text.clone());
+            let user = match &borrowed {
+                Some(b) => b.user_frame.clone(),
+                None => user_frame(&frames).map(|f| f.text.clone()),
+            };
             let frames_cut = frames.len().saturating_sub(max_frames);
             frames.truncate(max_frames);
-            StackShare { stack_hash, calls, user_frame: user, frames, frames_cut }
+            StackShare {
+                stack_hash,
+                calls,
+                user_frame: user,
+                frames,
+                frames_cut,
+                borrowed,
+                ambiguous_between: ambiguous.into_iter().collect(),
+            }
         })
         .collect())
 }

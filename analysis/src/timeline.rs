@@ -64,6 +64,11 @@ pub struct TimelineEntry {
     /// libraries.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stack: Vec<String>,
+    /// When `stack` is borrowed (a call of a thread without Python frames of its own), from which
+    /// thread and how: `borrowed from thread 812 (blocked in backward() at /app/train.py:44 in
+    /// <module>)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_borrowed: Option<String>,
 }
 
 /// Frames of a call's stack shown in a timeline entry.
@@ -242,10 +247,12 @@ fn entry_of(s: &StoredEvent, peers: &HashMap<i64, String>) -> TimelineEntry {
         depth: 0,
         detail,
         stack: Vec::new(),
+        stack_borrowed: None,
     }
 }
 
-/// Fill the `stack` of the entries shown whose call was recorded with a stack.
+/// Fill the `stack` of the entries shown whose call was recorded with a stack: its own, or the one
+/// it borrowed.
 fn add_call_sites(
     store: &dyn TraceStore,
     threads: &mut [ThreadTimeline],
@@ -256,6 +263,31 @@ fn add_call_sites(
     if hashes.is_empty() {
         return Ok(());
     }
+    let calls: Vec<(usize, usize, causeway_model::Event)> = threads
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.entries.iter().enumerate().map(move |(j, e)| (i, j, t, e)))
+        .filter_map(|(i, j, t, e)| {
+            let stack_hash = *stack_of.get(&e.id)?;
+            let ev = causeway_model::Event {
+                ts_ns: e.ts_ns,
+                dur_ns: e.dur_ns,
+                pid: t.pid,
+                tid: t.tid,
+                stack_hash,
+                ..Default::default()
+            };
+            Some((i, j, ev))
+        })
+        .collect();
+    let events: Vec<&causeway_model::Event> = calls.iter().map(|c| &c.2).collect();
+    for (k, lend) in crate::borrowed::Lends::default().of(store, &events)? {
+        if let crate::borrowed::CallLend::Borrowed(_, b) = lend {
+            let e = &mut threads[calls[k].0].entries[calls[k].1];
+            e.stack = crate::stacks::call_site(&b.frames, ENTRY_STACK_FRAMES);
+            e.stack_borrowed = Some(b.words);
+        }
+    }
     hashes.sort_unstable();
     hashes.dedup();
     let records = store.stacks(&hashes)?;
@@ -263,7 +295,7 @@ fn add_call_sites(
         .iter()
         .map(|(h, r)| (*h, crate::stacks::call_site(&crate::stacks::parse_frames(&r.frames), ENTRY_STACK_FRAMES)))
         .collect();
-    for e in threads.iter_mut().flat_map(|t| &mut t.entries) {
+    for e in threads.iter_mut().flat_map(|t| &mut t.entries).filter(|e| e.stack_borrowed.is_none()) {
         if let Some(site) = stack_of.get(&e.id).and_then(|h| sites.get(h)) {
             e.stack = site.clone();
         }

@@ -314,6 +314,16 @@ pub fn holds_stacks(store: &dyn TraceStore) -> Result<bool, AnalysisError> {
     Ok(!r.rows.is_empty())
 }
 
+/// Whether any stack of the trace holds a Python frame (`{"pf": ...}`): else no call borrows one.
+pub fn holds_python_stacks(store: &dyn TraceStore) -> Result<bool, AnalysisError> {
+    if !holds_stacks(store)? {
+        return Ok(false);
+    }
+    let r =
+        store.query(r#"SELECT 1 FROM stack_traces WHERE frames LIKE '%"pf"%' LIMIT 1"#, &QueryLimits::with_rows(1))?;
+    Ok(!r.rows.is_empty())
+}
+
 /// Each thread's recorded scheduler span over the whole DB, `MIN(timestamp - duration)` to
 /// `MAX(timestamp)` (used where the DB did not record the scheduler for the whole run).
 pub fn load_coverage(store: &dyn TraceStore) -> Result<HashMap<u32, Coverage>, AnalysisError> {

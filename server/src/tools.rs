@@ -211,7 +211,8 @@ pub fn catalogue() -> Vec<ToolSpec> {
         with_pictures(spec::<ChainsArgs, ChainsOutput>("get_causal_chains", "Causal chains: why the GPU stalled",
             "The causal engine's chains, worst first: each names the op, the cause (preempted, sleep, host_compute, ...), \
              the culprit task, how many calls and how much stall time it explains and its share, a timeline, \
-             the call stacks behind its worst calls (with the user's Python line, when traced with stacks), \
+             the call stacks behind its worst calls (with the user's Python line, when traced with stacks; for calls \
+             of a thread that runs no Python, such as autograd's, the line borrowed from the Python thread they ran for), \
              recommendations, and evidence (event ids and a SQL query whose `value` reproduces the headline figure: \
              verify it with run_sql). Filters: window, pid, op, min_severity, chain_id; top_n (default 5). \
              picture: true adds the first chain's evidence as an SVG timeline in an image content block.",
@@ -242,12 +243,15 @@ pub fn catalogue() -> Vec<ToolSpec> {
             true, answers::get_gpu_idle),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
-             as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12).",
+             as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12). \
+             Calls of a thread without Python frames of its own (autograd's device thread, a pin-memory thread) list, \
+             under `borrowed`, the Python stack of the thread they ran for (blocked in loss.backward(), say) with the evidence.",
             true, answers::get_stacks),
         spec::<TimelineArgs, TimelineOutput>("get_timeline", "What each thread did, in order",
             "The calls, off-CPU intervals (with who took the CPU when the DB records it), wakeups, I/O and page \
              allocations of each thread around an event (`around`: an id from a chain's evidence) or in a from/to \
-             window; a call recorded with a stack says where it was made (`file:line in function`). Without either, centers on the worst event of the top chain. limit entries per thread (default 30).",
+             window; a call recorded with a stack says where it was made (`file:line in function`; `stack_borrowed` \
+             when it is the line of the Python thread it ran for). Without either, centers on the worst event of the top chain. limit entries per thread (default 30).",
             true, answers::get_timeline),
         spec::<RunSqlArgs, RunSqlOutput>("run_sql", "Read-only SQL on a trace",
             "Runs one read-only SQL statement (SELECT/WITH) on a trace through the SQL guard, on a read-only \

@@ -35,6 +35,8 @@ pub(super) struct TraceView<'s> {
     pub(super) names: Names,
     /// Forks in scope, read once for every host-work chain.
     forks: std::cell::RefCell<Option<Vec<StoredEvent>>>,
+    /// The Python stacks the chains' calls borrowed, and what was read to find them.
+    lends: std::cell::RefCell<crate::borrowed::Lends>,
 }
 
 /// What the slow calls and gaps need beyond the calls, read once.
@@ -82,7 +84,15 @@ impl<'s> TraceView<'s> {
             sched_detail: info.has_column("prev_state"),
             has_cpu: info.has_column("cpu"),
         };
-        Ok(TraceView { store, req, info, scope, names: Names::of_store(store)?, forks: Default::default() })
+        Ok(TraceView {
+            store,
+            req,
+            info,
+            scope,
+            names: Names::of_store(store)?,
+            forks: Default::default(),
+            lends: Default::default(),
+        })
     }
 
     /// The GPU calls in scope (integer rows), naming their threads on the way; with `labels`, the
@@ -253,19 +263,28 @@ impl<'s> TraceView<'s> {
     /// The stacks behind a chain's calls `ids` (its worst first), and a recommendation naming the
     /// user's own Python function behind most of them.
     pub(super) fn add_call_stacks(&self, c: &mut Chain, ids: &[EventId]) -> Result<(), AnalysisError> {
-        let mut stacks = crate::stacks::stacks_of_calls(self.store, ids, CHAIN_STACK_FRAMES)?;
+        let mut stacks =
+            crate::stacks::stacks_of_calls(self.store, ids, CHAIN_STACK_FRAMES, &mut self.lends.borrow_mut())?;
         let with_stack: u64 = stacks.iter().map(|s| s.calls).sum();
-        // one line of the user's code can be behind several stacks (other kernels, other callers)
-        let mut by_line: BTreeMap<&str, u64> = BTreeMap::new();
+        // one line of the user's code can be behind several stacks (other kernels, other callers);
+        // (calls, of them borrowed) per line
+        let mut by_line: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
         for s in &stacks {
             if let Some(u) = &s.user_frame {
-                *by_line.entry(u.as_str()).or_default() += s.calls;
+                let n = by_line.entry(u.as_str()).or_default();
+                n.0 += s.calls;
+                n.1 += if s.borrowed.is_some() { s.calls } else { 0 };
             }
         }
-        if let Some((line, n)) = by_line.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) {
+        if let Some((line, (n, lent))) = by_line.iter().max_by(|a, b| a.1 .0.cmp(&b.1 .0).then(b.0.cmp(a.0))) {
             let (at, func) = crate::stacks::python_parts(line).unwrap_or((line, "?"));
+            let lent = match *lent {
+                0 => String::new(),
+                l if l == *n => " (borrowed from the Python thread they ran for)".to_string(),
+                l => format!(" ({l} of them borrowed from the Python thread they ran for)"),
+            };
             let rec = format!(
-                "Start in {func} ({at}), the Python line behind {n} of this chain's {with_stack} worst calls with a stack"
+                "Start in {func} ({at}), the Python line behind {n} of this chain's {with_stack} worst calls with a stack{lent}"
             );
             c.recommendations.insert(c.recommendations.len().min(1), rec);
         }
