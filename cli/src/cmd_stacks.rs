@@ -1,5 +1,7 @@
 //! `causeway stacks`: the call stacks behind GPU calls, ranked by count and by time, with native
-//! frames demangled and Python frames as `file:line in function`.
+//! frames demangled and Python frames as `file:line in function`; under a stack of a thread
+//! without Python frames of its own, the Python stacks its calls borrowed from the threads they
+//! ran for.
 
 use std::path::PathBuf;
 
@@ -60,6 +62,21 @@ fn print_stack(rank: usize, s: &StackSummary, frames: usize) {
     if s.frames.len() > frames {
         println!("    … {} more frames", s.frames.len() - frames);
     }
+    for b in &s.borrowed {
+        println!("  {} of these calls: {}", b.calls, b.stack.words);
+        for f in b.stack.frames.iter().take(frames) {
+            println!("    {}", f.text);
+        }
+        if b.stack.frames.len() > frames {
+            println!("    … {} more frames", b.stack.frames.len() - frames);
+        }
+    }
+    if s.borrow_ambiguous > 0 {
+        println!(
+            "  {} of these calls: made by a thread without Python frames, for one of two or more Python threads (ambiguous: nothing borrowed)",
+            s.borrow_ambiguous
+        );
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -81,8 +98,23 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(k) = causeway_analysis::kernel_filter_words(&r) {
         println!("{k}");
     }
+    let mut lent = Vec::new();
+    if r.calls_borrowed > 0 {
+        lent.push(format!("{} borrowed the Python stack of the thread they ran for", r.calls_borrowed));
+    }
+    if r.calls_ambiguous > 0 {
+        lent.push(format!(
+            "{} could have run for two or more Python threads (ambiguous: nothing borrowed)",
+            r.calls_ambiguous
+        ));
+    }
+    let borrowed = if lent.is_empty() {
+        String::new()
+    } else {
+        format!("; of the calls of threads without Python frames, {}", lent.join(", "))
+    };
     println!(
-        "{} calls{}, {} with a stack, {} distinct stacks",
+        "{} calls{}, {} with a stack, {} distinct stacks{borrowed}",
         r.calls,
         r.op.as_ref().map(|o| format!(" of {o}")).unwrap_or_default(),
         r.calls_with_stack,

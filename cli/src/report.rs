@@ -92,13 +92,15 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
 }
 
 /// Where a chain's top stack was called from, in one line: the user's Python line and its
-/// callers, else the native frames outside the CUDA libraries.
+/// callers (borrowed from the thread the calls ran for, marked so, when their own thread has no
+/// Python frames), else the native frames outside the CUDA libraries.
 fn stack_line(s: &StackShare) -> Option<String> {
-    let site = causeway_analysis::call_site(&s.frames, 3);
+    let site = causeway_analysis::call_site(s.borrowed.as_ref().map_or(&s.frames, |b| &b.frames), 3);
     let first = s.user_frame.clone().or_else(|| site.first().cloned())?;
     let callers: Vec<&String> = site.iter().skip_while(|f| **f != first).skip(1).collect();
     let callers: String = callers.iter().map(|f| format!(" ← {f}")).collect();
-    Some(format!("{first}{callers} (behind {} of the worst calls)", s.calls))
+    let mark = s.borrowed.as_ref().map(|b| format!(" ({})", b.mark())).unwrap_or_default();
+    Some(format!("{first}{mark}{callers} (behind {} of the worst calls)", s.calls))
 }
 
 /// One chain in full, with its evidence SQL.
@@ -135,6 +137,17 @@ pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
         }
         if s.frames_cut > 0 {
             let _ = writeln!(o, "    … {} more frames (causeway stacks)", s.frames_cut);
+        }
+        if let Some(b) = &s.borrowed {
+            let _ = writeln!(o, "  {}:", b.words);
+            for f in &b.frames {
+                let _ = writeln!(o, "    {}", f.text);
+            }
+        }
+        if !s.ambiguous_between.is_empty() {
+            let tids: Vec<String> = s.ambiguous_between.iter().map(|t| t.to_string()).collect();
+            let _ =
+                writeln!(o, "  made for one of the Python threads {} (ambiguous: nothing borrowed)", tids.join(", "));
         }
     }
     for r in &c.recommendations {
