@@ -55,7 +55,7 @@ static inline void wl_count(const char *name) {
 /* one call of `name` whose result the caller judges (expected failures, polls): stored in `var` */
 #define CALLR(name, var, expr) do { (var) = (expr); wl_count(name); } while (0)
 
-static long opt(int argc, char **argv, const char *name, long dflt) {
+static inline long opt(int argc, char **argv, const char *name, long dflt) {
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], name) == 0) return strtol(argv[i + 1], NULL, 10);
     char env[64];
