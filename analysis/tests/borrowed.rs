@@ -110,6 +110,10 @@ fn the_autograd_threads_launches_borrow_the_line_the_main_thread_waits_in() {
     assert_eq!(b.stack.user_frame.as_deref(), Some("/app/train.py:44 in <module>"));
     // the other stacks are their threads' own, and the process without Python borrows nothing
     assert!(r.by_count.iter().filter(|s| s.stack_hash != 0xb1).all(|s| s.borrowed.is_empty()));
+    // a window holding only the autograd thread's calls: the main thread's are read around them
+    let window = causeway_model::time::TimeWindow { from_ns: Some(T0 + 14 * MS), to_ns: Some(T0 + 70 * MS) };
+    let r = top_stacks(&store, &StacksRequest { window, ..Default::default() }).unwrap();
+    assert_eq!((r.calls, r.calls_borrowed), (12, 11), "{r:#?}");
 
     // explain: the preempted launch's chain stands at the borrowed line
     let e = explain(&store, &ExplainRequest { top: 50, ..Default::default() }).unwrap();

@@ -111,6 +111,9 @@ fn the_workers_launches_borrow_the_line_the_python_thread_waits_in() {
     // every GPU call of the worker (its syncs, the driver calls inside) borrowed it too
     let all = json(&db, &["stacks", "--top", "20"]);
     assert_eq!(all["calls_borrowed"].as_u64(), Some(gpu_calls("source IN (1, 4)")), "{all}");
+    // the launches of one backward kernel alone (none of the main thread's calls in scope)
+    let grad = json(&db, &["stacks", "--kernel", "grad_gemm"]);
+    assert_eq!(grad["calls_borrowed"], grad["calls"], "{grad}");
     let text = ok(causeway().args(["stacks", "--op", "cudaLaunchKernel", "--db"]).arg(&db).output().unwrap(), "stacks");
     assert!(text.contains(&format!("of these calls: borrowed from thread {main} (blocked at ")), "{text}");
 

@@ -28,8 +28,8 @@ pub struct StackLends {
 
 /// What the calls in `filter` (those `keep` accepts) of threads without Python frames of their
 /// own borrowed, per stack hash. `threads` holds every (pid, tid, stack hash) the calls in scope
-/// carry; a process none of whose threads carries Python frames is not read again, nor a thread
-/// all of whose calls do. `bounds` is the scope's first and last timestamp.
+/// carry; a trace without a Python frame is not read again, nor a thread all of whose calls in
+/// scope carry Python frames. `bounds` is the scope's first and last timestamp.
 pub fn tally_over(
     store: &dyn TraceStore,
     filter: &EventFilter,
@@ -41,8 +41,13 @@ pub fn tally_over(
     let hashes: Vec<i64> = threads.iter().map(|t| t.2).collect();
     lending.learn_stacks(store, &hashes)?;
     let python = |h: i64| lending.has_python(h) == Some(true);
-    let pids: BTreeSet<u32> = threads.iter().filter(|t| python(t.2)).map(|t| t.0).collect();
-    let tids: BTreeSet<u32> = threads.iter().filter(|t| pids.contains(&t.0) && !python(t.2)).map(|t| t.1).collect();
+    // the calls in scope may all be of threads without Python (a kernel or op filter): whether
+    // their processes run Python is for the rule to say, over what it reads around them
+    if !threads.iter().any(|t| python(t.2)) && !crate::trace_data::holds_python_stacks(store)? {
+        return Ok(HashMap::new());
+    }
+    let pids: BTreeSet<u32> = threads.iter().filter(|t| !python(t.2)).map(|t| t.0).collect();
+    let tids: BTreeSet<u32> = threads.iter().filter(|t| !python(t.2)).map(|t| t.1).collect();
     if tids.is_empty() {
         return Ok(HashMap::new());
     }
