@@ -621,7 +621,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("events", "wake_ts") => "sched_switch: unix ns when the thread was woken (run-queue wait = timestamp - wake_ts)",
         ("events", "waker_pid") | ("events", "waker_tid") => "sched_switch: who woke the thread",
         ("events", "session_id") => "sessions.id of the trace run",
-        ("events", "gpu_id") => "GPU index (Ingero: always 0)",
+        ("events", "gpu_id") => "the GPU a CUDA/driver/NCCL call used, as NVML's index (gpu_samples.gpu): its thread's current device mapped through CUDA_VISIBLE_DEVICES; -1 unknown (no NVML, an attached process before its first cudaSetDevice, a mixed host's unknown order); traces before this was recorded and Ingero: 0",
         ("events", "cgroup_id") => "cgroup v2 id of the event's process (as the tracer found it when it first saw the process; 0 unknown): join process_cgroups.cgroup_id for its path, container and pod",
         ("events", "node") => "node name (multi-node traces)",
         ("events", "stack_ips") => "legacy (Ingero): raw instruction pointers",

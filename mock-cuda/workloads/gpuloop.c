@@ -9,6 +9,7 @@
  *
  * Options (`--name value`, or WL_name in the environment; a step number < 0 means never):
  *   --steps N (1000)  --kernels K (4)  --host-us H (200)  --depth D (0)
+ *   --device G (-1)   cudaSetDevice(G) first (-1: the default device, 0)
  *   --cpu C (1)       the launch thread is pinned to CPU C (modulo the CPUs online), after the CUDA
  *                     setup (cuInit, stream, events), so the threads that started keep every CPU;
  *                     the mock GPU's stream workers avoid CPU C (MOCK_GPU_CPUS, unless already set)
@@ -205,6 +206,7 @@ int main(int argc, char **argv) {
     long sleep_at = opt(argc, argv, "--sleep-at", -1), sleep_ms = opt(argc, argv, "--sleep-ms", 100);
     long drain_at = opt(argc, argv, "--drain-at", -1);
     long foreign_at = opt(argc, argv, "--foreign-at", -1), foreign_steps = opt(argc, argv, "--foreign-steps", 10);
+    long device = opt(argc, argv, "--device", -1);
     if (steps < 0 || kernels < 0 || host_us < 0 || depth < 0 || hog_ms < 0 || sleep_ms < 0 || foreign_steps < 0) {
         fprintf(stderr, "gpuloop: negative option\n");
         return 2;
@@ -222,6 +224,7 @@ int main(int argc, char **argv) {
         setenv("MOCK_GPU_CPUS", cpus, 1);
     }
 
+    if (device >= 0) check(cudaSetDevice((int)device), "cudaSetDevice");
     cudaStream_t st;
     check(cudaStreamCreate(&st), "cudaStreamCreate");
     cudaEvent_t *ev = calloc((size_t)depth + 1, sizeof(*ev));

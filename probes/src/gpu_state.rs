@@ -74,6 +74,8 @@ pub(crate) struct GpuSampler {
     pub(crate) uuids: Vec<(String, i32)>,
     /// Each sampled GPU's PCI address and NVML index (the kernel log's Xid lines name the address).
     pub(crate) addresses: Vec<(crate::kmsg::PciAddress, i32)>,
+    /// Every GPU NVML lists, by index (the calls' devices are mapped onto them).
+    pub(crate) gpus: Vec<crate::devices::NvmlGpu>,
 }
 
 impl GpuSampler {
@@ -130,6 +132,12 @@ pub(crate) fn start(
             Some((crate::kmsg::parse_address(&pci.bus_id)?, i as i32))
         })
         .collect();
+    let gpus: Vec<crate::devices::NvmlGpu> = (0..count)
+        .filter_map(|i| {
+            let d = nvml.device_by_index(i).ok()?;
+            Some(crate::devices::NvmlGpu { index: i as i32, uuid: d.uuid().ok()?, name: names[i as usize].clone() })
+        })
+        .collect();
     let driver = nvml.sys_driver_version().unwrap_or_default();
     row.complete = true;
     row.symbols = names.iter().enumerate().map(|(i, n)| format!("GPU {i}: {n}")).collect();
@@ -144,7 +152,7 @@ pub(crate) fn start(
         .name("causeway-nvml".into())
         .spawn(move || sample_loop(nvml, count, period, thread_stop, tx))
         .ok();
-    (Some(GpuSampler { stop, thread, uuids, addresses }), row)
+    (Some(GpuSampler { stop, thread, uuids, addresses, gpus }), row)
 }
 
 /// Sample every `period` until `stop`; between samples wait for Xid events.

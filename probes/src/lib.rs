@@ -23,6 +23,7 @@ mod cgroups;
 mod check;
 mod cuda_table;
 mod decode;
+mod devices;
 mod discovery;
 mod error;
 mod gpu_state;

@@ -90,6 +90,8 @@ pub(crate) struct Running<'o> {
     cuda_seen: HashSet<u32>,
     /// When the calls in flight were last written out (`under_way`), and whether that look found any.
     last_look: (Instant, bool),
+    /// The GPU of each call (`devices.rs`), over the GPUs NVML lists.
+    pub(crate) devices: crate::devices::DeviceMap,
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -147,6 +149,7 @@ impl<'o> Running<'o> {
             cupti_watch: None,
             cuda_seen: HashSet::new(),
             last_look: (started, false),
+            devices: crate::devices::DeviceMap::default(),
         };
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
         if run.walk_python {
@@ -357,6 +360,7 @@ impl<'o> Running<'o> {
             }
         }
         self.write_cgroups(&mut msg.events).await;
+        self.stamp_devices(&mut msg.events).await;
         self.namer.launches(&msg.events);
         write_kernel_names(&mut self.namer, &mut self.symbolizer, false, &mut self.sink, &mut self.report).await;
         write_attachments(&mut self.libs, &mut self.sink, &mut self.report).await;
@@ -517,6 +521,7 @@ impl<'o> Running<'o> {
                 d.nvml_index = i;
             }
         }
+        self.devices.learn(&part.devices);
         let n = part.ops.len() + part.clock_syncs.len() + part.devices.len() + part.notes.len();
         let said: Vec<String> = part
             .notes
@@ -682,6 +687,20 @@ impl<'o> Running<'o> {
 }
 
 impl Running<'_> {
+    /// Each GPU call's `gpu_id` (`devices.rs`), and the devices processes used for the first time
+    /// written to `gpu_devices`.
+    async fn stamp_devices(&mut self, events: &mut [causeway_model::Event]) {
+        // a launched command's processes all began under the trace (their threads start on device 0)
+        let launched = !self.opts.command.is_empty() && self.opts.pids.is_empty() && !self.opts.all;
+        let devices = self.devices.stamp(events, |_| launched);
+        if !devices.is_empty() {
+            let n = devices.len();
+            let part = causeway_store::GpuTimelinePart { devices, ..Default::default() };
+            let written = self.sink.write_gpu_timeline(part).await;
+            self.report.check_write("gpu_devices", n, written);
+        }
+    }
+
     /// Every `--in-flight-every`: the calls in flight for a second or more and their threads'
     /// state replace the session's `under_way` rows (nothing is written while none is found twice).
     async fn look_under_way(&mut self) {
@@ -699,6 +718,7 @@ impl Running<'_> {
         let found_before = std::mem::replace(&mut self.last_look, (Instant::now(), found)).1;
         if found || found_before {
             self.write_cgroups(&mut events).await;
+            self.stamp_devices(&mut events).await;
             if let Err(e) = self.sink.write_under_way(now_ns(), events).await {
                 tracing::warn!("writing the calls in flight failed: {e}");
             }
@@ -745,6 +765,7 @@ impl Running<'_> {
             ));
         }
         self.write_cgroups(&mut events).await;
+        self.stamp_devices(&mut events).await;
         let codes = op_counts(&events);
         let ok = self.sink.write_batch(events).await.is_ok();
         self.count_batch(codes, ok);

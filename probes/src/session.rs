@@ -236,6 +236,7 @@ pub async fn trace(
     let mut kmsg = None;
     if let Some(s) = &sampler {
         run.nvml_uuids = s.uuids.iter().cloned().collect();
+        run.devices = crate::devices::DeviceMap::new(s.gpus.clone());
         match crate::kmsg::start(s.addresses.clone(), kmsg_tx) {
             Ok(k) => kmsg = Some(k),
             Err(e) => run.note_all([format!(
