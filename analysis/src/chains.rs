@@ -72,6 +72,12 @@ pub enum ChainKind {
     CudaError,
     /// The GPU reported an Xid error: ranked with the hangs and errors.
     GpuFault,
+    /// Copies or collectives ran over a GPU link that was not whole: a PCIe link below its
+    /// maximum generation or width while the GPU was busy, NVLink errors rising.
+    DegradedLink,
+    /// A GPU's memory held by a context whose process is gone, or a process's memory that kept
+    /// rising (NVML's per-process memory).
+    GpuMemory,
 }
 
 /// One step of a chain's timeline, with real timestamps.

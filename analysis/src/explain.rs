@@ -18,6 +18,8 @@ mod counted;
 mod errors;
 mod gpu_time;
 mod hang;
+mod link;
+mod memory;
 mod serving;
 mod steps;
 mod straggler;
@@ -247,6 +249,9 @@ fn explain_calls(
     phase.lap("failed calls");
     chains_out.extend(xid::xid_chains(store, req.window, req.pid)?);
     phase.lap("GPU faults (Xid)");
+    chains_out.extend(link::link_chains(&calls, &found, &ctx.gpu, &view.names));
+    chains_out.extend(memory::memory_chains(store, req.window, req.pid, &ctx.gpu, &view.names)?);
+    phase.lap("GPU links and memory");
     gpu_time::grade(&mut chains_out, slow.time_ns());
 
     if let Some(n) = &ctx.sample_note {

@@ -1,6 +1,7 @@
 //! The GPUs' own state from the trace's NVML samples (`gpu_samples`): per GPU a summary for the
-//! statistics (clocks, temperature, power, utilization, time throttled by reason, ECC, Xid), and
-//! the throttled windows explain matches slow GPU-bound calls against.
+//! statistics (clocks, temperature, power, utilization, time throttled by reason, ECC, Xid, the
+//! links: [`crate::gpu_link`]), and the throttled windows explain matches slow GPU-bound calls
+//! against.
 //!
 //! A call is matched to the GPUs its process used when the trace knows them (the device timeline's
 //! `gpu_devices` map each CUDA device of a process to its NVML index): a throttle on another GPU of
@@ -42,14 +43,18 @@ pub struct GpuSummary {
     /// ECC errors counted during the trace (last sample minus first), corrected / uncorrected.
     pub ecc_corrected: i64,
     pub ecc_uncorrected: i64,
+    /// The PCIe link: its maximum, the lowest it ran at while the GPU was busy, and how long it ran
+    /// below its maximum while busy; NVLink errors counted during the trace (-1: not reported).
+    #[serde(flatten)]
+    pub link: crate::gpu_link::LinkSummary,
 }
 
 /// One sample with the span it describes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Span {
-    start: i64,
-    end: i64,
-    sample: GpuSample,
+pub(crate) struct Span {
+    pub(crate) start: i64,
+    pub(crate) end: i64,
+    pub(crate) sample: GpuSample,
 }
 
 /// The samples of every GPU as spans, and where the GPUs were throttled.
@@ -133,8 +138,18 @@ impl GpuState {
         self.spans.is_empty()
     }
 
+    /// Every GPU's samples as spans, by time.
+    pub(crate) fn spans(&self) -> &BTreeMap<i32, Vec<Span>> {
+        &self.spans
+    }
+
+    /// Whether the device timeline mapped any process to its GPUs.
+    pub(crate) fn maps_processes(&self) -> bool {
+        !self.used_by.is_empty()
+    }
+
     /// Whether a call of `pid` can have run on `gpu`.
-    fn may_use(&self, pid: u32, gpu: i32) -> bool {
+    pub(crate) fn may_use(&self, pid: u32, gpu: i32) -> bool {
         self.used_by.get(&pid).is_none_or(|v| v.contains(&gpu))
     }
 
@@ -255,6 +270,7 @@ impl GpuState {
                 throttled_by_reason: by_reason,
                 ecc_corrected: delta(|s| s.ecc_corrected),
                 ecc_uncorrected: delta(|s| s.ecc_uncorrected),
+                link: crate::gpu_link::LinkSummary::of(spans),
             });
         }
         out

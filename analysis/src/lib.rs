@@ -30,6 +30,8 @@ mod engine_steps;
 mod evidence;
 mod explain;
 mod few_keys;
+mod gpu_link;
+mod gpu_memory;
 mod gpu_state;
 mod kernels;
 mod network;
@@ -61,6 +63,8 @@ pub use device_idle::{
 pub use device_stats::{DeviceBusy, DeviceOpStats, DeviceStats, LatencyStats};
 pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
+pub use gpu_link::{busy_sql, degraded_sql, is_busy, nvlink_errors_sql, LinkSummary};
+pub use gpu_memory::ProcessGpuMemory;
 pub use gpu_state::GpuSummary;
 pub use kernels::{
     config_words, kernel_label, short_name as short_kernel_name, ChainKernel, KernelIndex, KernelReport,

@@ -114,6 +114,59 @@ pub struct DropRule {
 
 pub const THROUGHPUT_DROP: DropRule = DropRule { high_rate_pct: 25, high_lost_ns: S, medium_lost_ns: 100 * MS };
 
+/// The GPU's links and memory (NVML): a degraded link's chain is HIGH when its slow transfers
+/// were at least twice as slow as the same processes' transfers over the whole link (or, with none
+/// to compare, when the link ran at half its bandwidth or less) and took `link_high_ns` or more,
+/// LOW when they were no slower than those, else MEDIUM; memory a context left behind is HIGH
+/// from `held_high_pct` percent of the GPU's memory, else MEDIUM; memory that kept rising is
+/// MEDIUM with allocations never freed in the trace, else LOW.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuHealthRule {
+    pub link_high_ns: i64,
+    pub held_high_pct: u32,
+}
+
+pub const GPU_HEALTH: GpuHealthRule = GpuHealthRule { link_high_ns: 100 * MS, held_high_pct: 10 };
+
+impl GpuHealthRule {
+    /// A degraded link's chain: `slower` (against transfers over the whole link; None: none to
+    /// compare), whether the link ran at half its bandwidth or less, the slow transfers' time.
+    pub fn link(&self, slower: Option<bool>, half_bandwidth: bool, ns: i64) -> Severity {
+        match slower {
+            Some(false) => Severity::Low,
+            Some(true) if ns >= self.link_high_ns => Severity::High,
+            None if half_bandwidth && ns >= self.link_high_ns => Severity::High,
+            _ => Severity::Medium,
+        }
+    }
+
+    /// Memory a context left behind: `bytes` of the GPU's `total` (-1: not known).
+    pub fn held(&self, bytes: i64, total: i64) -> Severity {
+        if total > 0 && bytes.saturating_mul(100) >= total.saturating_mul(i64::from(self.held_high_pct)) {
+            Severity::High
+        } else {
+            Severity::Medium
+        }
+    }
+
+    /// Memory that kept rising, with or without allocations never freed.
+    pub fn growth(&self, unfreed_allocations: bool) -> Severity {
+        if unfreed_allocations {
+            Severity::Medium
+        } else {
+            Severity::Low
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "GPU links and memory (NVML): a degraded PCIe link or NVLink is HIGH when its slow transfers were >= 2x as slow as the others (none to compare: the link at <= half its bandwidth) and took >= {}, LOW when no slower, else MEDIUM; memory left behind by a process that is gone is HIGH from {}% of the GPU's memory, else MEDIUM; memory that kept rising is MEDIUM with allocations never freed, else LOW",
+            threshold(self.link_high_ns),
+            self.held_high_pct
+        )
+    }
+}
+
 /// The chains that are always LOW, in words.
 pub const ALWAYS_LOW: &str =
     "otherwise no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW";
@@ -188,6 +241,7 @@ pub fn rules() -> Vec<String> {
         DETECTORS.describe(),
         STRAGGLER.describe(),
         GPU_BOUND.describe(),
+        GPU_HEALTH.describe(),
         ALWAYS_LOW.to_string(),
     ]
 }
@@ -207,6 +261,7 @@ mod tests {
                 "sync storm, allocator latency growth, cudaFree storm: HIGH if share >= 25% of the thread's or process's feeding span and >= 100 ms; MEDIUM if share >= 10%; else LOW",
                 "a straggler rank at NCCL collectives: HIGH if share >= 10% of the other ranks' collective span waited for it in its worst stretch net of what it waited for them there and net wait >= 20 ms; MEDIUM if share >= 3% and net wait >= 5 ms; else LOW",
                 "when >= 50% of slow-call time is GPU time (gpu_wait, spin_gpu_busy, gpu_throttled): GPU-time chains are graded as slow calls with a cause (at most MEDIUM unless gpu_throttled), and a host cause under 10% of slow-call time is at most LOW",
+                "GPU links and memory (NVML): a degraded PCIe link or NVLink is HIGH when its slow transfers were >= 2x as slow as the others (none to compare: the link at <= half its bandwidth) and took >= 100 ms, LOW when no slower, else MEDIUM; memory left behind by a process that is gone is HIGH from 10% of the GPU's memory, else MEDIUM; memory that kept rising is MEDIUM with allocations never freed, else LOW",
                 "otherwise no host cause (on_cpu_or_gpu, gpu_wait, spin_gpu_busy), no_sched_data, unfreed allocations: always LOW",
             ]
         );

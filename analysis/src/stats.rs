@@ -153,6 +153,10 @@ pub struct TraceStats {
     /// The GPUs' own state over the window, from the NVML samples (empty: recorded without NVML).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::gpu_state::GpuSummary>,
+    /// The memory each process NVML listed used on each GPU: its peak, first and last, and how
+    /// many samples found it gone (empty: recorded without NVML, or no process listed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_memory: Vec<crate::gpu_memory::ProcessGpuMemory>,
     /// The traced threads' socket calls per peer, TCP retransmits and state changes, and the
     /// untraced processes' traffic (absent: the window holds no network event).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -339,10 +343,27 @@ pub fn compute_stats(store: &dyn TraceStore, req: &StatsRequest) -> Result<Trace
         coverage: coverage_notes(store, req.window, req.pid, info.first_ns)?,
         kernels: if req.by_kernel { Some(kernel_report(store, req.window, req.pid)?) } else { None },
         gpus: crate::gpu_state::GpuState::of(&store.gpu_samples(&req.window)?).summaries(),
+        gpu_memory: gpu_memory(store, req)?,
         network,
         failures: failures(store, req.window, req.pid)?,
         device: crate::device_stats::device_stats(store, req.window, req.pid)?,
     })
+}
+
+/// The memory each process NVML listed used per GPU, named where the trace knows the process.
+fn gpu_memory(
+    store: &dyn TraceStore,
+    req: &StatsRequest,
+) -> Result<Vec<crate::gpu_memory::ProcessGpuMemory>, AnalysisError> {
+    let mut m = crate::gpu_memory::per_process(&store.gpu_process_memory(&req.window)?);
+    m.retain(|m| req.pid.is_none_or(|p| p == m.pid));
+    if !m.is_empty() {
+        let names = store.process_names()?;
+        for p in &mut m {
+            p.name = names.get(&p.pid).cloned().unwrap_or_default();
+        }
+    }
+    Ok(m)
 }
 
 fn sample_note(store: &dyn TraceStore, req: &StatsRequest) -> Result<SampleNote, AnalysisError> {

@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer, ProcessCgroup,
-    ProcessRank, ServingSample, SessionInfo,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, LossCounter, NcclCall, NetPeer,
+    ProcessCgroup, ProcessRank, ServingSample, SessionInfo,
 };
 
 use crate::Engine;

@@ -195,6 +195,36 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
     for g in &s.gpus {
         out.push_str(&gpu_line(g));
     }
+    if !s.gpu_memory.is_empty() {
+        out.push_str(&gpu_memory_text(&s.gpu_memory));
+    }
+    out
+}
+
+/// The memory each process NVML listed used per GPU: its peak, its last, and the samples that
+/// found it gone (a context left behind).
+fn gpu_memory_text(m: &[causeway_analysis::ProcessGpuMemory]) -> String {
+    let mut out = String::from("
+GPU memory per process (NVML)
+");
+    let mut t = Table::new(&[">GPU", ">PID", "PROCESS", ">SAMPLES", ">PEAK MiB", ">FIRST MiB", ">LAST MiB", ">GONE"]);
+    let mib = |b: i64| if b < 0 { "-".to_string() } else { format!("{:.1}", b as f64 / (1u64 << 20) as f64) };
+    for p in m {
+        t.row(vec![
+            p.gpu.to_string(),
+            p.pid.to_string(),
+            p.name.clone(),
+            p.samples.to_string(),
+            mib(p.peak_bytes),
+            mib(p.first_bytes),
+            mib(p.last_bytes),
+            p.gone_samples.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    if m.iter().any(|p| p.gone_samples > 0) {
+        out.push_str("GONE: samples taken after the process was gone (/proc/PID absent) that still listed its memory\n");
+    }
     out
 }
 
@@ -264,6 +294,25 @@ fn gpu_line(g: &causeway_analysis::GpuSummary) -> String {
     }
     if g.ecc_corrected > 0 || g.ecc_uncorrected > 0 {
         line.push_str(&format!("; ECC errors {} corrected, {} uncorrected", g.ecc_corrected, g.ecc_uncorrected));
+    }
+    let l = &g.link;
+    if l.pcie_link_gen_max > 0 {
+        let at = |gen: i32, width: i32| if width > 0 { format!("gen {gen} x{width}") } else { format!("gen {gen}") };
+        line.push_str(&format!("; PCIe max {}", at(l.pcie_link_gen_max, l.pcie_link_width_max)));
+        if l.busy_samples == 0 {
+            line.push_str(", never busy");
+        } else {
+            line.push_str(&format!(
+                ", while busy as low as {} ({} of {} busy samples below the maximum, {})",
+                at(l.pcie_link_gen_busy_min, l.pcie_link_width_busy_min),
+                l.pcie_degraded_busy_samples,
+                l.busy_samples,
+                causeway_model::time::fmt_ns(l.pcie_degraded_busy_ns)
+            ));
+        }
+    }
+    if l.nvlink_errors >= 0 {
+        line.push_str(&format!("; NVLink errors {}", l.nvlink_errors));
     }
     line + "\n"
 }

@@ -3,7 +3,8 @@
  * ("train-gpu") copies each batch in, launches `--kernels` kernels of `--kernel-us`, optionally
  * synchronizes after every launch (`--sync-every-launch 1`), churns `--churn` malloc/free pairs of
  * varying sizes, reads the loss back with a synchronous cudaMemcpy and synchronizes its stream.
- * Scenario knobs: `--pin-cpu N` pins the GPU thread alone to CPU N; `--host-spin-us N` spins N us
+ * Scenario knobs: `--copy-sync 1` copies each batch in with a synchronous cudaMemcpy instead of
+ * cudaMemcpyAsync (the thread waits for it, as over a slow PCIe link); `--pin-cpu N` pins the GPU thread alone to CPU N; `--host-spin-us N` spins N us
  * of host work (Python overhead) per iteration on the GPU thread; `--data-file PATH` makes the GPU
  * thread read `--read-bytes` (default: the batch size) from PATH with O_DIRECT (bypassing the page
  * cache) every `--read-every` iterations (default 1) before copying the batch in, like a DataLoader
@@ -23,7 +24,7 @@ static struct wl_kernel K[3] = {{train_forward_kernel, "_Z20train_forward_kernel
 __attribute__((constructor)) static void register_kernels(void) { wl_register(K, 3); }
 
 static long iters, producers, kernels, kernel_us, producer_us, producer_spin_us, batch_bytes, sync_every, churn;
-static long pin_cpu = -1, host_spin_us, read_every = 1, read_bytes;
+static long pin_cpu = -1, host_spin_us, read_every = 1, read_bytes, copy_sync;
 static const char *data_file;
 
 /* Open (creating and filling if needed) the data file the GPU thread reads batches from. */
@@ -94,7 +95,10 @@ static void *gpu_thread(void *arg) {
             doff += read_bytes;
             if (doff + read_bytes > (64L << 20)) doff = 0;
         }
-        CALL(C_MEMCPY_ASYNC, cudaMemcpyAsync(batch, host, (size_t)batch_bytes, cudaMemcpyHostToDevice, stream));
+        if (copy_sync)
+            CALL(C_MEMCPY, cudaMemcpy(batch, host, (size_t)batch_bytes, cudaMemcpyHostToDevice));
+        else
+            CALL(C_MEMCPY_ASYNC, cudaMemcpyAsync(batch, host, (size_t)batch_bytes, cudaMemcpyHostToDevice, stream));
         for (long k = 0; k < kernels; k++) {
             CALL(C_LAUNCH, cudaLaunchKernel(ks[k % 3], grid, block, NULL, 0, stream));
             if (sync_every) CALL(C_DEVICE_SYNC, cudaDeviceSynchronize());
@@ -123,6 +127,7 @@ int main(int argc, char **argv) {
     producer_spin_us = opt(argc, argv, "--producer-spin-us", 0);
     batch_bytes = opt(argc, argv, "--batch-bytes", 1 << 20);
     sync_every = opt(argc, argv, "--sync-every-launch", 0);
+    copy_sync = opt(argc, argv, "--copy-sync", 0);
     churn = opt(argc, argv, "--churn", 0);
     pin_cpu = opt(argc, argv, "--pin-cpu", -1);
     host_spin_us = opt(argc, argv, "--host-spin-us", 0);

@@ -209,6 +209,16 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
             let reasons: Vec<&str> = g.throttled_by_reason.keys().map(String::as_str).collect();
             summary.push_str(&format!(", throttled {} ({})", fmt_ns(g.throttled_ns), reasons.join(", ")));
         }
+        if g.link.pcie_degraded_busy_ns > 0 {
+            summary.push_str(&format!(
+                ", PCIe link below its maximum while busy for {} (down to gen {})",
+                fmt_ns(g.link.pcie_degraded_busy_ns),
+                g.link.pcie_link_gen_busy_min
+            ));
+        }
+        if g.link.nvlink_errors > 0 {
+            summary.push_str(&format!(", {} NVLink errors", g.link.nvlink_errors));
+        }
     }
     truncated |= kernels_cut;
     let hint = if kernels_cut {

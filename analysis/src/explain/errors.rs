@@ -9,7 +9,7 @@
 //!   largest ones), and the device memory in use in the NVML sample before it;
 //! - the process's exit status closes the story (an exit code or a signal), or it was still running.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use causeway_model::codes::{self, gpu_role, op, GpuRole, OpCode};
 use causeway_model::time::{fmt_ns, TimeWindow};
@@ -72,24 +72,8 @@ fn launches_since_last_wait(
 
 /// What the process held by its own allocations at `at`: (bytes, its largest live allocations).
 fn held_at(store: &dyn TraceStore, pid: u32, at: i64) -> Result<(i64, Vec<i64>), AnalysisError> {
-    let mut ops = ops_with_role(GpuRole::Alloc);
-    ops.extend(ops_with_role(GpuRole::Free));
-    let mut live: HashMap<i64, i64> = HashMap::new();
-    let mut all = events_of(store, pid, i64::MIN / 2, at - 1, ops)?;
-    all.sort_by_key(|e| e.event.ts_ns);
-    for e in all.iter().filter(|e| e.event.ret_code == 0) {
-        let code = OpCode::new(e.event.source, e.event.op);
-        match gpu_role(code) {
-            GpuRole::Alloc if e.event.arg2 != 0 => {
-                live.insert(e.event.arg2, e.event.arg0);
-            }
-            GpuRole::Free => {
-                live.remove(&e.event.arg2);
-            }
-            _ => {}
-        }
-    }
-    let mut sizes: Vec<i64> = live.into_values().collect();
+    let mut sizes: Vec<i64> =
+        crate::trace_data::live_allocations(store, pid, i64::MIN / 2, at - 1)?.iter().map(|e| e.event.arg0).collect();
     sizes.sort_unstable_by(|a, b| b.cmp(a));
     let total = sizes.iter().sum();
     sizes.truncate(3);
@@ -131,14 +115,15 @@ fn exit_of(store: &dyn TraceStore, pid: u32, after: i64) -> Result<Option<(i64, 
         ..Default::default()
     };
     let exit = store.events(&filter)?.into_iter().find(|e| e.event.tid == pid);
-    Ok(exit.map(|e| {
-        let status = e.event.arg0;
-        let words = match (status & 0x7f, (status >> 8) & 0xff) {
-            (0, code) => format!("the process exited with code {code}"),
-            (sig, _) => format!("the process was killed by signal {sig}"),
-        };
-        (e.event.ts_ns, words)
-    }))
+    Ok(exit.map(|e| (e.event.ts_ns, exit_words(e.event.arg0))))
+}
+
+/// How a process ended, from its exit event's wait status (`arg0`).
+pub(super) fn exit_words(status: i64) -> String {
+    match (status & 0x7f, (status >> 8) & 0xff) {
+        (0, code) => format!("the process exited with code {code}"),
+        (sig, _) => format!("the process was killed by signal {sig}"),
+    }
 }
 
 /// One chain per process whose calls failed; `unsuccessful`: the scope's GPU calls that did not

@@ -7,8 +7,8 @@ use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, Row};
 
 use causeway_model::{
-    GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank, ServingSample,
-    SessionInfo,
+    GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup,
+    ProcessRank, ServingSample, SessionInfo,
 };
 
 use super::{merge_names, ConvertSource, ConvertTarget, LossRow, NativeRow, RowExtra};

@@ -7,8 +7,8 @@ use duckdb::params;
 
 use causeway_model::codes::PrevState;
 use causeway_model::{
-    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
-    SchedDetail, ServingSample, SessionInfo,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup,
+    ProcessRank, SchedDetail, ServingSample, SessionInfo,
 };
 
 use super::reader::{ints, launch_config_column, texts};

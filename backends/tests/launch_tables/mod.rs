@@ -11,8 +11,8 @@ use causeway_backends::*;
 use causeway_model::codes::{op, OpCode};
 use causeway_model::time::TimeWindow;
 use causeway_model::{
-    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup, ProcessRank,
-    ServingSample,
+    Event, GpuProcessMemory, GpuSample, KernelName, LaunchConfig, LibraryAttach, NcclCall, NetPeer, ProcessCgroup,
+    ProcessRank, ServingSample,
 };
 
 use super::{file, rt, session, write_trace, N};
