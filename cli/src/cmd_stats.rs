@@ -204,9 +204,7 @@ fn render(path: &std::path::Path, info: &causeway_backends::TraceInfo, s: &Trace
 /// The memory each process NVML listed used per GPU: its peak, its last, and the samples that
 /// found it gone (a context left behind).
 fn gpu_memory_text(m: &[causeway_analysis::ProcessGpuMemory]) -> String {
-    let mut out = String::from("
-GPU memory per process (NVML)
-");
+    let mut out = String::from("\nGPU memory per process (NVML)\n");
     let mut t = Table::new(&[">GPU", ">PID", "PROCESS", ">SAMPLES", ">PEAK MiB", ">FIRST MiB", ">LAST MiB", ">GONE"]);
     let mib = |b: i64| if b < 0 { "-".to_string() } else { format!("{:.1}", b as f64 / (1u64 << 20) as f64) };
     for p in m {
@@ -223,7 +221,9 @@ GPU memory per process (NVML)
     }
     out.push_str(&t.render());
     if m.iter().any(|p| p.gone_samples > 0) {
-        out.push_str("GONE: samples taken after the process was gone (/proc/PID absent) that still listed its memory\n");
+        out.push_str(
+            "GONE: samples taken after the process was gone (/proc/PID absent) that still listed its memory\n",
+        );
     }
     out
 }

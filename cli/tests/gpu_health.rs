@@ -181,7 +181,7 @@ fn memory_left_behind_by_a_traced_process_and_an_untraced_pid_is_named() {
     let mine =
         named.iter().find(|c| c["pid"].as_i64() == Some(train_pid)).unwrap_or_else(|| panic!("{:#?}", summaries(&e)));
     let s = mine["summary"].as_str().unwrap();
-    assert!(s.starts_with(&format!("GPU 0 still held ")) && s.contains(&format!("for pid {train_pid} (train)")), "{s}");
+    assert!(s.starts_with("GPU 0 still held ") && s.contains(&format!("for pid {train_pid} (train)")), "{s}");
     assert!(s.contains("after it exited (exited with code 0)"), "{s}");
     let held = mine["evidence"]["value"].as_i64().unwrap();
     assert!(held >= 300 << 20, "the context and its allocations: {held}");
