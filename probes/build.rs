@@ -93,14 +93,6 @@ fn main() {
     println!("cargo:rerun-if-changed=../model/src/fnv.rs");
     println!("cargo:rerun-if-env-changed=CAUSEWAY_VMLINUX_H");
     gen_cuda_probes(&out.join("cuda_probes.gen.h"));
-    // the loader uses the uprobe_multi path (programs loaded without CO-RE relocation) only on a
-    // kernel whose BTF is the one the object was compiled against
-    let btf_hash = std::fs::read("/sys/kernel/btf/vmlinux")
-        .map(|b| format!("{:016x}", fnv::fnv1a64(&b)))
-        .unwrap_or_else(|_| "none".into());
-    println!("cargo:rustc-env=CAUSEWAY_BUILD_BTF_HASH={btf_hash}");
-    println!("cargo:rerun-if-changed=/sys/kernel/btf/vmlinux");
-
     let vmlinux = out.join("vmlinux.h");
     match std::env::var_os("CAUSEWAY_VMLINUX_H") {
         Some(p) => {

@@ -353,6 +353,14 @@ step_env() {
             else
                 row "causeway check" "can trace (exit 0)" "exit $rc: $(grep -E ' NO ' "$LOGS/1-causeway-check.txt" | head -n3 | tr -s ' ')" FAIL
             fi
+            # the uprobe_multi path, CO-RE-relocated against this kernel (before: refused on the H100's kernel)
+            local multi
+            multi=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); i=[x for x in d["items"] if x["name"]=="uprobe_multi"]; print(("ok: " if i[0]["ok"] else "NO: ")+i[0]["detail"] if i else "missing")' "$LOGS/1-causeway-check.json" 2>/dev/null)
+            if [[ $multi == ok:* ]]; then
+                row "uprobe_multi" "used (CO-RE relocated)" "${multi#ok: }" PASS
+            else
+                row "uprobe_multi" "used (CO-RE relocated)" "${multi:-unreadable check --json}" FAIL
+            fi
         fi
     else
         row "causeway binary" "executable" "not found: '$CW' (give its path as the first argument or CAUSEWAY=)" FAIL

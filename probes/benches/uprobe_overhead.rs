@@ -14,7 +14,11 @@
 //!    Causeway with them and without them (`--no-network`), interleaved, on the traced tight
 //!    loop (ns per CUDA call) and on a traced syscall loop (`dd bs=1`: a read and a write per
 //!    byte, none of them on a socket: the cost a traced process pays on every syscall), and on the
-//!    same syscall loop untraced while a trace runs (what every other process on the host pays).
+//!    same syscall loop untraced while a trace runs (what every other process on the host pays);
+//! 7. attaching and detaching the probes of the mock runtime, driver and NCCL libraries (every
+//!    probed symbol they export) on the uprobe_multi path (CO-RE-relocated programs, three links
+//!    per library) and on the perf-event path (one uprobe per symbol), interleaved, as medians and
+//!    ratios.
 //!
 //! Each figure is the median of several runs (the host is shared and noisy).
 //!
@@ -25,7 +29,7 @@
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 9),
 //! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
-//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`, `nccl`, `network`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
+//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`, `nccl`, `network`, `attach`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
 //! (Python frames on the stack of each call in part `python`, default 32), `CAUSEWAY_BENCH_SINK=null` (Causeway
 //! counts events instead of storing them: the storing's share of the cost).
 
@@ -362,6 +366,10 @@ fn main() {
         nccl_cost(&build);
     }
 
+    if part("attach") {
+        attach_cost(&build, runs);
+    }
+
     if part("network") {
         network_cost(&lib, &bin, &args, runs);
     }
@@ -610,6 +618,9 @@ impl EventSink for CountingSink {
     async fn write_gpu_timeline(&mut self, _: causeway_backends::GpuTimelinePart) -> SinkResult<()> {
         Ok(())
     }
+    async fn write_under_way(&mut self, _: i64, _: Vec<Event>) -> SinkResult<()> {
+        Ok(())
+    }
     async fn write_serving_samples(&mut self, _: Vec<causeway_model::ServingSample>) -> SinkResult<()> {
         Ok(())
     }
@@ -625,5 +636,63 @@ impl EventSink for CountingSink {
     }
     async fn finish(self: Box<Self>, _: i64) -> SinkResult<SinkSummary> {
         Ok(SinkSummary { events_written: self.0, ..Default::default() })
+    }
+}
+
+/// Part `attach`: the time to attach and to detach every probe of the mock runtime, driver and
+/// NCCL libraries, on each uprobe path, interleaved (program loading apart: `Probes::load` is
+/// timed separately, the multi path's CO-RE relocation included).
+fn attach_cost(build: &Path, runs: usize) {
+    use causeway_probes::{FoundLibrary, LibKind, LoadOptions, Probes};
+    let libs = [
+        ("libcudart.so.12", LibKind::Runtime),
+        ("libcuda.so.1", LibKind::Driver),
+        ("libnccl.so.2", LibKind::Nccl),
+    ];
+    // (load, attach, detach) seconds and the symbols attached, per path
+    let once = |perf: bool| -> (f64, f64, f64, usize) {
+        let t = Instant::now();
+        let mut probes = Probes::load(&LoadOptions { perf_uprobes: perf, ..Default::default() }).expect("load");
+        let load = t.elapsed().as_secs_f64();
+        assert!(
+            perf || !probes.notes.iter().any(|n| n.contains("uprobe_multi unavailable")),
+            "the multi path: {:?}",
+            probes.notes
+        );
+        let t = Instant::now();
+        let mut symbols = 0;
+        for (name, kind) in libs {
+            let found = FoundLibrary { path: build.join(name), kind, how: "explicit".into() };
+            symbols += probes.attach_library(&found).expect("attach");
+        }
+        let attach = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        probes.detach_all();
+        (load, attach, t.elapsed().as_secs_f64(), symbols)
+    };
+    let _ = once(false); // warm-up
+    let (mut multi, mut perf) = (Vec::new(), Vec::new());
+    for _ in 0..runs.min(5) {
+        multi.push(once(false));
+        perf.push(once(true));
+    }
+    let median = |v: &[(f64, f64, f64, usize)], f: fn(&(f64, f64, f64, usize)) -> f64| -> f64 {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(|a, b| a.total_cmp(b));
+        x[(x.len() + 1) / 2 - 1]
+    };
+    println!("attach and detach ({} symbols of 3 libraries, median of {} interleaved runs):", multi[0].3, multi.len());
+    for (what, f) in [
+        ("load", (|r: &(f64, f64, f64, usize)| r.0) as fn(&(f64, f64, f64, usize)) -> f64),
+        ("attach", |r| r.1),
+        ("detach", |r| r.2),
+    ] {
+        let (m, p) = (median(&multi, f), median(&perf, f));
+        println!(
+            "  {what:<7} uprobe_multi {:>8.1} ms   perf events {:>8.1} ms   perf/multi {:>6.1}x",
+            m * 1e3,
+            p * 1e3,
+            p / m.max(1e-9)
+        );
     }
 }

@@ -22,7 +22,7 @@ use crate::symbols::ElfSymbols;
 use crate::wire::cnt;
 
 /// The compiled BPF object (built by build.rs from `ebpf/`).
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/causeway.bpf.o"));
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/causeway.bpf.o"));
 
 /// (program, tp_btf tracepoint, required for per-call attribution), attached in this order. The
 /// interrupt exits go before their entries (an entry without its exit would leave a CPU counted as
@@ -135,7 +135,8 @@ impl MultiPrograms {
     }
 
     fn load(fds: &HashMap<String, RawFd>) -> anyhow::Result<MultiPrograms> {
-        let load = |name| crate::multi::load_program(OBJECT, name, fds);
+        let core = crate::multi::core_relocated(OBJECT)?;
+        let load = |name| crate::multi::load_program(OBJECT, name, fds, &core);
         let mut own = HashMap::new();
         for p in CUDA_PROBES.iter().filter(|p| p.own_link) {
             own.insert(p.program, load(p.program)?);
@@ -146,17 +147,6 @@ impl MultiPrograms {
         }
         Ok(MultiPrograms { entry: load("cw_entry")?, own, ret, dl: load("cw_dl_state")? })
     }
-}
-
-/// The programs of the uprobe_multi path are loaded from the object as it is, without CO-RE
-/// relocation (aya relocates only the programs it loads itself): their `task_struct` field offsets
-/// are the build host's. They are used only when the running kernel's BTF is the one they were
-/// built against; elsewhere every uprobe goes through aya (relocated), one perf event per symbol.
-fn multi_path_matches_kernel() -> bool {
-    let built = env!("CAUSEWAY_BUILD_BTF_HASH");
-    std::fs::read("/sys/kernel/btf/vmlinux")
-        .map(|b| format!("{:016x}", causeway_model::fnv::fnv1a64(&b)) == built)
-        .unwrap_or(false)
 }
 
 /// Ring sizes and options fixed at load time.
@@ -279,11 +269,7 @@ impl Probes {
             })?;
         let mut notes = Vec::new();
         let mut multi = None;
-        let kernel_matches = multi_path_matches_kernel();
-        if !kernel_matches && !opts.perf_uprobes {
-            notes.push("this kernel's BTF differs from the build host's: uprobes go through aya's relocated programs, one perf event per symbol (slower to detach)".into());
-        }
-        if kernel_matches && !opts.perf_uprobes && std::env::var_os("CAUSEWAY_NO_UPROBE_MULTI").is_none() {
+        if !opts.perf_uprobes && std::env::var_os("CAUSEWAY_NO_UPROBE_MULTI").is_none() {
             let fds: std::collections::HashMap<String, RawFd> =
                 ebpf.maps().filter_map(|(n, m)| map_fd(m).map(|fd| (n.to_string(), fd))).collect();
             match MultiPrograms::load(&fds) {

@@ -1,7 +1,9 @@
 //! The uprobe_multi attach path (kernel >= 6.6), which aya 0.13 does not offer: the uprobe programs
-//! are loaded here with `expected_attach_type = BPF_TRACE_UPROBE_MULTI` from the same ELF object
-//! (their map references relocated to the fds of the maps aya created), and each library gets three
-//! BPF links (launch entry, other entries, returns) carrying the symbols' offsets and cookies.
+//! are loaded here with `expected_attach_type = BPF_TRACE_UPROBE_MULTI` from the same ELF object,
+//! their CO-RE relocations applied against the running kernel's BTF by aya-obj (the parser aya
+//! loads its own programs with: [`core_relocated`]), their map references relocated to the fds of
+//! the maps aya created, and each library gets three BPF links (launch entry, other entries,
+//! returns) carrying the symbols' offsets and cookies.
 //! Closing a link detaches all its uprobes with one synchronization, where perf-event uprobes cost
 //! one RCU grace period each.
 
@@ -39,11 +41,36 @@ fn put64(a: &mut [u8], off: usize, v: u64) {
     a[off..off + 8].copy_from_slice(&v.to_ne_bytes());
 }
 
+/// Every function of `elf` (by section index and address), its CO-RE relocations applied against
+/// the running kernel's BTF (`/sys/kernel/btf/vmlinux`): field offsets, type sizes and existence
+/// as this kernel has them, where the raw object has the build host's.
+pub fn core_relocated(elf: &[u8]) -> anyhow::Result<HashMap<(usize, u64), Vec<u8>>> {
+    let mut obj = aya_obj::Object::parse(elf).map_err(|e| anyhow::anyhow!("parsing the BPF object: {e}"))?;
+    let btf = aya_obj::btf::Btf::from_sys_fs().map_err(|e| anyhow::anyhow!("this kernel's BTF: {e}"))?;
+    obj.relocate_btf(&btf).map_err(|e| anyhow::anyhow!("CO-RE relocation against this kernel's BTF: {e}"))?;
+    Ok(obj
+        .functions
+        .iter()
+        .map(|(key, f)| {
+            const _: () = assert!(std::mem::size_of::<aya_obj::generated::bpf_insn>() == 8);
+            // SAFETY: bpf_insn is a plain 8-byte C struct (asserted); the bytes are read, not kept.
+            let bytes = unsafe { std::slice::from_raw_parts(f.instructions.as_ptr().cast::<u8>(), f.instructions.len() * 8) };
+            (*key, bytes.to_vec())
+        })
+        .collect())
+}
+
 /// The instructions of function `name` from `elf`, with every map reference relocated to
 /// `map_fds[map name]` (`.rodata` references to the `.rodata` map, as values) and the static
 /// functions it calls (BPF-to-BPF calls into `.text`) appended after it, their calls re-aimed, as
-/// libbpf links them.
-pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>) -> anyhow::Result<Vec<u8>> {
+/// libbpf links them. `core`: the functions' CO-RE-relocated instructions ([`core_relocated`]),
+/// read in place of the object's own.
+pub fn relocated_insns(
+    elf: &[u8],
+    name: &str,
+    map_fds: &HashMap<String, RawFd>,
+    core: &HashMap<(usize, u64), Vec<u8>>,
+) -> anyhow::Result<Vec<u8>> {
     let file = object::File::parse(elf)?;
     let sym = file
         .symbols()
@@ -69,7 +96,13 @@ pub fn relocated_insns(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>)
         let data = sec.data()?;
         let (start, size) = (f.start as usize, f.size as usize);
         anyhow::ensure!(size > 0 && start + size <= data.len() && size % 8 == 0, "{name}: bad symbol bounds");
-        let mut insns = data[start..start + size].to_vec();
+        let mut insns = match core.get(&(f.section.0, f.start)) {
+            Some(relocated) => {
+                anyhow::ensure!(relocated.len() == size, "{name}: the relocated function has another size");
+                relocated.clone()
+            }
+            None => data[start..start + size].to_vec(),
+        };
         let relocs: HashMap<usize, object::Relocation> = sec
             .relocations()
             .filter(|(off, _)| (*off as usize) >= start && (*off as usize) < start + size)
@@ -169,8 +202,13 @@ fn relocate_map_ref(
 }
 
 /// Load a uprobe_multi program; the verifier log is in the error when it is refused.
-pub fn load_program(elf: &[u8], name: &str, map_fds: &HashMap<String, RawFd>) -> anyhow::Result<OwnedFd> {
-    let insns = relocated_insns(elf, name, map_fds)?;
+pub fn load_program(
+    elf: &[u8],
+    name: &str,
+    map_fds: &HashMap<String, RawFd>,
+    core: &HashMap<(usize, u64), Vec<u8>>,
+) -> anyhow::Result<OwnedFd> {
+    let insns = relocated_insns(elf, name, map_fds, core)?;
     let license = CString::new("Dual BSD/GPL").unwrap();
     let mut log = vec![0u8; 1 << 20];
     let mut attr = [0u8; 144];
@@ -246,4 +284,36 @@ pub fn attach(prog: &OwnedFd, path: &Path, points: &[(u64, u64)], ret: bool) -> 
         .map_err(|e| anyhow::anyhow!("uprobe_multi link on {}: {e}", path.display()))?;
     // SAFETY: a new fd owned by us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every function of the object comes back relocated against this kernel's BTF, its size kept
+    /// (the links' call offsets depend on it), the uprobe_multi path's programs and the static
+    /// functions they call among them. Why it matters even on the kernel the object is built on:
+    /// `bpftool`'s vmlinux.h gives `bio` a 4-byte `enum rw_hint` where the 6.18 kernel's BTF has
+    /// one byte, so the raw object reads `bio.bi_iter` at 36 where the BTF says 32 (found by this
+    /// test's first version, which expected the identity there).
+    #[test]
+    fn every_function_is_relocated_against_this_kernel() {
+        let elf = crate::loader::OBJECT;
+        let core = core_relocated(elf).expect("this kernel has BTF (/sys/kernel/btf/vmlinux)");
+        let file = object::File::parse(elf).unwrap();
+        let mut changed = 0;
+        for sym in file.symbols().filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0) {
+            let sec = sym.section_index().unwrap();
+            let name = sym.name().unwrap();
+            let relocated = core.get(&(sec.0, sym.address())).unwrap_or_else(|| panic!("{name} relocated"));
+            let data = file.section_by_index(sec).unwrap().data().unwrap();
+            let raw = &data[sym.address() as usize..(sym.address() + sym.size()) as usize];
+            assert_eq!(relocated.len(), raw.len(), "{name}: size kept");
+            changed += usize::from(relocated.as_slice() != raw);
+        }
+        for name in ["cw_entry", "rt_ret", "cw_dl_state", "cw_py_stack_of"] {
+            assert!(file.symbols().any(|s| s.name() == Ok(name)), "{name} in the object");
+        }
+        eprintln!("{changed} function(s) differ from the object after relocation on this kernel");
+    }
 }

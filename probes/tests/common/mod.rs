@@ -140,6 +140,9 @@ impl EventSink for MemSink {
         self.0.lock().unwrap().gpu_timeline.push(part);
         Ok(())
     }
+    async fn write_under_way(&mut self, _: i64, _: Vec<causeway_model::Event>) -> causeway_backends::Result<()> {
+        Ok(())
+    }
     async fn write_serving_samples(
         &mut self,
         samples: Vec<causeway_model::ServingSample>,
