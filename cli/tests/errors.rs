@@ -154,10 +154,14 @@ fn the_drivers_xid_line_names_the_process_it_blamed() {
     }
     use std::io::Write;
     let mut kmsg = std::fs::OpenOptions::new().write(true).open("/dev/kmsg").unwrap();
-    kmsg.write_all(b"<3>NVRM: Xid (PCI:0000:18:00): 79, pid=4242, name=culprit, GPU has fallen off the bus.\n").unwrap();
+    kmsg.write_all(b"<3>NVRM: Xid (PCI:0000:18:00): 79, pid=4242, name=culprit, GPU has fallen off the bus.\n")
+        .unwrap();
     assert!(tracer.wait().unwrap().success());
     assert_eq!(
-        query_u64(&db, "SELECT count(*) FROM events WHERE source = 2 AND op = 2 AND gpu_id = 0 AND pid = 4242 AND arg0 = 79"),
+        query_u64(
+            &db,
+            "SELECT count(*) FROM events WHERE source = 2 AND op = 2 AND gpu_id = 0 AND pid = 4242 AND arg0 = 79"
+        ),
         1,
         "the driver's line, its GPU found by PCI address"
     );

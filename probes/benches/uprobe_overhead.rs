@@ -644,11 +644,8 @@ impl EventSink for CountingSink {
 /// timed separately, the multi path's CO-RE relocation included).
 fn attach_cost(build: &Path, runs: usize) {
     use causeway_probes::{FoundLibrary, LibKind, LoadOptions, Probes};
-    let libs = [
-        ("libcudart.so.12", LibKind::Runtime),
-        ("libcuda.so.1", LibKind::Driver),
-        ("libnccl.so.2", LibKind::Nccl),
-    ];
+    let libs =
+        [("libcudart.so.12", LibKind::Runtime), ("libcuda.so.1", LibKind::Driver), ("libnccl.so.2", LibKind::Nccl)];
     // (load, attach, detach) seconds and the symbols attached, per path
     let once = |perf: bool| -> (f64, f64, f64, usize) {
         let t = Instant::now();
@@ -679,7 +676,7 @@ fn attach_cost(build: &Path, runs: usize) {
     let median = |v: &[(f64, f64, f64, usize)], f: fn(&(f64, f64, f64, usize)) -> f64| -> f64 {
         let mut x: Vec<f64> = v.iter().map(f).collect();
         x.sort_by(|a, b| a.total_cmp(b));
-        x[(x.len() + 1) / 2 - 1]
+        x[x.len().div_ceil(2) - 1]
     };
     println!("attach and detach ({} symbols of 3 libraries, median of {} interleaved runs):", multi[0].3, multi.len());
     for (what, f) in [

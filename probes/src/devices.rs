@@ -91,10 +91,7 @@ pub(crate) struct DeviceMap {
 
 /// Calls that use the current device's GPU (not a query, a flag or a mapping).
 fn uses_device(code: OpCode) -> bool {
-    matches!(
-        gpu_role(code),
-        GpuRole::Launch | GpuRole::Sync | GpuRole::SyncCopy | GpuRole::Alloc | GpuRole::Collective
-    )
+    matches!(gpu_role(code), GpuRole::Launch | GpuRole::Sync | GpuRole::SyncCopy | GpuRole::Alloc | GpuRole::Collective)
 }
 
 impl DeviceMap {

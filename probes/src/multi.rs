@@ -54,7 +54,8 @@ pub fn core_relocated(elf: &[u8]) -> anyhow::Result<HashMap<(usize, u64), Vec<u8
         .map(|(key, f)| {
             const _: () = assert!(std::mem::size_of::<aya_obj::generated::bpf_insn>() == 8);
             // SAFETY: bpf_insn is a plain 8-byte C struct (asserted); the bytes are read, not kept.
-            let bytes = unsafe { std::slice::from_raw_parts(f.instructions.as_ptr().cast::<u8>(), f.instructions.len() * 8) };
+            let bytes =
+                unsafe { std::slice::from_raw_parts(f.instructions.as_ptr().cast::<u8>(), f.instructions.len() * 8) };
             (*key, bytes.to_vec())
         })
         .collect())
