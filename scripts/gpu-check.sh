@@ -656,6 +656,16 @@ step_stacks() {
     rc=$?
     trace_report "$name"
     ((rc == 0)) || row "stacks: causeway trace --stacks" "exit 0" "exit $rc (see logs/$name.err)" FAIL
+    # one GPU per call (issue 46): every CUDA call carries the NVML index of the device it used
+    local gpus
+    gpus=$(timeout 60 "$CW" query --db "$TRACES/$name.db" --json \
+        "SELECT count(*) FILTER (WHERE gpu_id >= 0), count(*), count(DISTINCT gpu_id) FILTER (WHERE gpu_id >= 0) FROM events WHERE source IN (1, 4, 9)" 2>&1 |
+        "$PY" -c 'import json,sys; r=json.load(sys.stdin)["rows"][0]; print(r[0], r[1], r[2])' 2>/dev/null)
+    if [[ -n $gpus ]] && read -r known all distinct <<<"$gpus" && ((all > 0 && known == all)); then
+        row "stacks: each call's GPU" "every CUDA call with its NVML GPU" "$known of $all calls, $distinct GPU(s)" PASS
+    else
+        row "stacks: each call's GPU" "every CUDA call with its NVML GPU" "${gpus:-query failed}" FAIL
+    fi
     timeout 120 "$CW" stacks --db "$TRACES/$name.db" --top 3 >"$LOGS/$name.stacks.txt" 2>&1
     head -n 60 "$LOGS/$name.stacks.txt"
     local op
@@ -683,6 +693,23 @@ row(f"stacks: {op}: a train.py line behind the top stacks", "train.py:N in ...",
 bare = [s for s in top if not any(f["kind"] == "python" for f in s["frames"])]
 row(f"stacks: {op}: top stacks without a Python frame", "info (autograd threads run no Python)",
     f"{len(bare)} of {len(top)} stacks, {sum(s['calls'] for s in bare)} of {sum(s['calls'] for s in top)} calls", "INFO")
+# ... and their launches borrow the line the Python thread waited at: loss.backward() in train.py
+# (issue 46: every borrowed stack is marked, with the thread it came from)
+def lends(x):
+    if isinstance(x, dict):
+        if "from_tid" in x and "user_frame" in x:
+            yield x
+        for v in x.values():
+            yield from lends(v)
+    elif isinstance(x, list):
+        for v in x:
+            yield from lends(v)
+borrowed = [b for b in lends(d) if "train.py" in (b.get("user_frame") or "")]
+if op == "cudaLaunchKernel":
+    words = sorted({b.get("words") or b.get("user_frame") for b in borrowed})
+    row(f"stacks: {op}: backward launches borrow train.py's line", "train.py:N (loss.backward())",
+        f"{d.get('calls_borrowed', 0)} calls borrowed, {d.get('calls_ambiguous', 0)} ambiguous; {words[:2] or 'none'}",
+        "PASS" if borrowed else "FAIL")
 PYEOF
     done
 }

@@ -15,6 +15,7 @@
 //!    every chain with a SQL query that reproduces its headline figure.
 
 mod counted;
+mod ecc;
 mod errors;
 mod gpu_time;
 mod hang;
@@ -248,7 +249,8 @@ fn explain_calls(
     chains_out.extend(errors::error_chains(store, &unsuccessful, &view.names)?);
     phase.lap("failed calls");
     chains_out.extend(xid::xid_chains(store, req.window, req.pid)?);
-    phase.lap("GPU faults (Xid)");
+    chains_out.extend(ecc::ecc_chains(store, req.window, req.pid, &ctx.gpu, &view.names)?);
+    phase.lap("GPU faults (Xid, ECC)");
     chains_out.extend(link::link_chains(&calls, &found, &ctx.gpu, &view.names));
     chains_out.extend(memory::memory_chains(store, req.window, req.pid, &ctx.gpu, &view.names)?);
     phase.lap("GPU links and memory");

@@ -646,6 +646,7 @@ pub const CUDA_ERRORS: &[(i64, &str)] = &[
     (200, "cudaErrorInvalidKernelImage"),
     (201, "cudaErrorDeviceUninitialized"),
     (209, "cudaErrorNoKernelImageForDevice"),
+    (214, "cudaErrorECCUncorrectable"),
     (222, "cudaErrorUnsupportedPtxVersion"),
     (400, "cudaErrorInvalidResourceHandle"),
     (600, "cudaErrorNotReady"),

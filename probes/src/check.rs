@@ -303,6 +303,43 @@ fn fault_signals() -> Vec<CheckItem> {
         },
         "install the NVIDIA driver's NVML (libnvidia-ml.so.1), or pass --nvml-lib PATH",
     ));
+    if let Ok(n) = &nvml {
+        // which of the fields the hang, fault and link answers read this driver and GPU give
+        if let Ok(d) = n.device_by_index(0) {
+            use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+            let fields = [
+                ("ECC counts", d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).is_ok()),
+                ("PCIe link generation and width", d.current_pcie_link_gen().is_ok() && d.max_pcie_link_gen().is_ok()),
+                ("per-process memory", d.running_compute_processes().is_ok()),
+                (
+                    "NVLink error counters",
+                    d.link_wrapper_for(0)
+                        .error_counter(nvml_wrapper::enum_wrappers::nv_link::ErrorCounter::DlCrcFlit)
+                        .is_ok(),
+                ),
+            ];
+            let (have, lack): (Vec<_>, Vec<_>) = fields.iter().partition(|(_, ok)| *ok);
+            let names = |v: &[&(&str, bool)]| v.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+            items.push(item(
+                "NVML fields",
+                lack.is_empty(),
+                false,
+                if lack.is_empty() {
+                    format!(
+                        "GPU 0 reports {}: ECC and link chains, zombie contexts and memory growth can be named",
+                        names(&have)
+                    )
+                } else {
+                    format!(
+                        "GPU 0 reports {}; not {} (recorded as -1: the answers that need them say nothing)",
+                        if have.is_empty() { "none of them".into() } else { names(&have) },
+                        names(&lack)
+                    )
+                },
+                "NVLink counters need NVLink (SXM boards); ECC needs ECC enabled (nvidia-smi -e 1)",
+            ));
+        }
+    }
     // non-blocking: a read of /dev/kmsg waits for the next record otherwise
     let kmsg = {
         use std::os::unix::fs::OpenOptionsExt;

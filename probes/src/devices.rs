@@ -74,6 +74,15 @@ pub(crate) fn ordinals(environ: &[u8], gpus: &[NvmlGpu]) -> Option<Vec<i32>> {
     }
 }
 
+/// A process's ordinal map (from its environment) and whether its threads start on ordinal 0 for
+/// certain (it sees one GPU, or began under the trace).
+fn process(pid: u32, gpus: &[NvmlGpu], started_under_trace: bool) -> (Option<Vec<i32>>, bool) {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let map = ordinals(&environ, gpus);
+    let one = map.as_ref().is_some_and(|m| m.len() == 1);
+    (map, one || started_under_trace)
+}
+
 /// The per-trace state: each process's ordinal map, each thread's current device.
 #[derive(Debug, Default)]
 pub(crate) struct DeviceMap {
@@ -113,12 +122,8 @@ impl DeviceMap {
                 self.current.insert(e.tid, e.arg0 as i32);
             }
             let gpus = &self.gpus;
-            let (map, zero_certain) = self.procs.entry(e.pid).or_insert_with(|| {
-                let environ = std::fs::read(format!("/proc/{}/environ", e.pid)).unwrap_or_default();
-                let map = ordinals(&environ, gpus);
-                let one = map.as_ref().is_some_and(|m| m.len() == 1);
-                (map, one || started_under_trace(e.pid))
-            });
+            let (map, zero_certain) =
+                self.procs.entry(e.pid).or_insert_with(|| process(e.pid, gpus, started_under_trace(e.pid)));
             let ordinal = match self.current.get(&e.tid) {
                 Some(&o) => o,
                 None if *zero_certain => 0,
@@ -146,6 +151,15 @@ impl DeviceMap {
             }
         }
         new
+    }
+
+    /// Read a process's environment while it is sure to exist (held at its dlopen of a CUDA
+    /// library): a short job may have exited by the time its first calls are decoded.
+    pub(crate) fn observe(&mut self, pid: u32, started_under_trace: bool) {
+        if !self.gpus.is_empty() && !self.procs.contains_key(&pid) {
+            let entry = process(pid, &self.gpus, started_under_trace);
+            self.procs.insert(pid, entry);
+        }
     }
 
     /// The device timeline's devices (UUIDs from the driver itself): the facts replace the

@@ -251,6 +251,8 @@ impl<'o> Running<'o> {
         }
         if self.libs.uses_cuda(dl.pid) {
             self.tell_cuda_process(dl.pid); // while it is stopped: a short job may be gone by its first batch
+            let launched = self.launched_command();
+            self.devices.observe(dl.pid, launched);
         }
         if dl.stopped {
             resume(dl.pid);
@@ -687,11 +689,16 @@ impl<'o> Running<'o> {
 }
 
 impl Running<'_> {
+    /// Whether every traced process began under the trace (a launched command and its children:
+    /// their threads start on device 0).
+    fn launched_command(&self) -> bool {
+        !self.opts.command.is_empty() && self.opts.pids.is_empty() && !self.opts.all
+    }
+
     /// Each GPU call's `gpu_id` (`devices.rs`), and the devices processes used for the first time
     /// written to `gpu_devices`.
     async fn stamp_devices(&mut self, events: &mut [causeway_model::Event]) {
-        // a launched command's processes all began under the trace (their threads start on device 0)
-        let launched = !self.opts.command.is_empty() && self.opts.pids.is_empty() && !self.opts.all;
+        let launched = self.launched_command();
         let devices = self.devices.stamp(events, |_| launched);
         if !devices.is_empty() {
             let n = devices.len();
