@@ -76,13 +76,24 @@ fn an_out_of_memory_names_the_request_and_what_the_process_held() {
     require_root_to("trace with eBPF");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("oom.db");
-    let e = traced(&db, &[("MOCK_CUDA_HEAP_MB", "70")], "train", &["--iters", "200", "--churn", "20"], &[]);
+    let e = traced(
+        &db,
+        &[("MOCK_CUDA_HEAP_MB", "70")],
+        "train",
+        &["--iters", "200", "--churn", "20"],
+        &["--nvml-hz", "0", "--stacks"],
+    );
     let c = first_error(&db, &e);
     assert_eq!((c["cause"].as_str(), c["op"].as_str()), (Some("out_of_memory"), Some("cudaMalloc")), "{c}");
     let s = c["summary"].as_str().unwrap();
-    for want in
-        ["cudaErrorMemoryAllocation (2)", "it asked for", "while holding", "the largest: 64.0 MiB", "exited with code"]
-    {
+    // the largest allocation still held, with where it was made (its stack's call site)
+    for want in [
+        "cudaErrorMemoryAllocation (2)",
+        "it asked for",
+        "while holding",
+        "the largest: 64.0 MiB at ",
+        "exited with code",
+    ] {
         assert!(s.contains(want), "{want:?} in {s}");
     }
     // what it held is its live allocations just before (within the 70 MiB device)

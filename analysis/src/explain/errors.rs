@@ -70,14 +70,29 @@ fn launches_since_last_wait(
     Ok((n, words, last))
 }
 
-/// What the process held by its own allocations at `at`: (bytes, its largest live allocations).
-fn held_at(store: &dyn TraceStore, pid: u32, at: i64) -> Result<(i64, Vec<i64>), AnalysisError> {
-    let mut sizes: Vec<i64> =
-        crate::trace_data::live_allocations(store, pid, i64::MIN / 2, at - 1)?.iter().map(|e| e.event.arg0).collect();
-    sizes.sort_unstable_by(|a, b| b.cmp(a));
-    let total = sizes.iter().sum();
-    sizes.truncate(3);
-    Ok((total, sizes))
+/// What the process held by its own allocations at `at`: (bytes, its three largest live
+/// allocations, each with where it was made when its stack was recorded).
+fn held_at(
+    store: &dyn TraceStore,
+    pid: u32,
+    at: i64,
+) -> Result<(i64, Vec<(StoredEvent, Option<String>)>), AnalysisError> {
+    let mut live = crate::trace_data::live_allocations(store, pid, i64::MIN / 2, at - 1)?;
+    live.sort_unstable_by(|a, b| b.event.arg0.cmp(&a.event.arg0).then(a.event.ts_ns.cmp(&b.event.ts_ns)));
+    let total = live.iter().map(|e| e.event.arg0).sum();
+    live.truncate(3);
+    let hashes: Vec<i64> = live.iter().map(|e| e.event.stack_hash).filter(|h| *h != 0).collect();
+    let stacks = if hashes.is_empty() { Default::default() } else { store.stacks(&hashes)? };
+    let largest = live
+        .into_iter()
+        .map(|e| {
+            let site = stacks
+                .get(&e.event.stack_hash)
+                .and_then(|r| crate::stacks::call_site(&crate::stacks::parse_frames(&r.frames), 1).into_iter().next());
+            (e, site)
+        })
+        .collect();
+    Ok((total, largest))
 }
 
 fn mib(bytes: i64) -> String {
@@ -194,8 +209,30 @@ pub(super) fn error_chains(
             );
         } else if gpu_role(code) == GpuRole::Alloc && ev.ret_code == 2 {
             cause = "out_of_memory";
-            let (held, largest) = held_at(store, p, ev.ts_ns)?;
-            let largest: Vec<String> = largest.iter().map(|b| mib(*b)).collect();
+            let (held, largest_live) = held_at(store, p, ev.ts_ns)?;
+            let largest: Vec<String> = largest_live
+                .iter()
+                .map(|(e, site)| match site {
+                    Some(at) => format!("{} at {at}", mib(e.event.arg0)),
+                    None => mib(e.event.arg0),
+                })
+                .collect();
+            let mut held_steps: Vec<&StoredEvent> = largest_live.iter().map(|(e, _)| e).collect();
+            held_steps.sort_by_key(|e| e.event.ts_ns);
+            for e in held_steps {
+                timeline.push(TimelineStep {
+                    ts_ns: e.event.ts_ns,
+                    dur_ns: e.event.dur_ns,
+                    layer: "CUDA".into(),
+                    what: format!(
+                        "{} of {}, still held",
+                        codes::op_name(e.event.source, e.event.op),
+                        mib(e.event.arg0)
+                    ),
+                    event_id: Some(e.id.clone()),
+                });
+                event_ids.push(e.id.clone());
+            }
             summary.push_str(&format!(
                 "; it asked for {} while holding {} by its own allocations (the largest: {})",
                 mib(ev.arg0),
