@@ -70,13 +70,12 @@ fn launches_since_last_wait(
     Ok((n, words, last))
 }
 
+/// A live allocation, with where it was made when its stack was recorded.
+type Held = (StoredEvent, Option<String>);
+
 /// What the process held by its own allocations at `at`: (bytes, its three largest live
-/// allocations, each with where it was made when its stack was recorded).
-fn held_at(
-    store: &dyn TraceStore,
-    pid: u32,
-    at: i64,
-) -> Result<(i64, Vec<(StoredEvent, Option<String>)>), AnalysisError> {
+/// allocations).
+fn held_at(store: &dyn TraceStore, pid: u32, at: i64) -> Result<(i64, Vec<Held>), AnalysisError> {
     let mut live = crate::trace_data::live_allocations(store, pid, i64::MIN / 2, at - 1)?;
     live.sort_unstable_by(|a, b| b.event.arg0.cmp(&a.event.arg0).then(a.event.ts_ns.cmp(&b.event.ts_ns)));
     let total = live.iter().map(|e| e.event.arg0).sum();
@@ -291,6 +290,7 @@ pub(super) fn error_chains(
             recommendations,
             evidence: Evidence { event_ids, sql, value: failed.len() as i64, unit: "calls".into() },
             gpu_idle_ns: None,
+            cost: None,
         });
     }
     Ok(out)
