@@ -156,6 +156,10 @@ pub struct Chain {
     /// it can have cost the GPU); `None` without a device timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_idle_ns: Option<i64>,
+    /// What it cost in GPU time (and money once priced): measured from `gpu_idle_ns`, else
+    /// estimated from its headline figure ([`crate::cost`]); `None` when that figure is no time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::cost::GpuCost>,
 }
 
 impl Chain {

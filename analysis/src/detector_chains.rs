@@ -64,6 +64,7 @@ fn chain(
         recommendations,
         evidence,
         gpu_idle_ns: None,
+        cost: None,
     }
 }
 

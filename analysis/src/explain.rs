@@ -127,6 +127,9 @@ pub struct Explanation {
     /// causes; `None` when the trace holds no device timeline (said in `missing`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device: Option<crate::DeviceView>,
+    /// The run's GPU time, its GPU model and, once priced ([`crate::price`]), its rate and cost;
+    /// each chain's `cost` is a share of it.
+    pub cost: crate::RunCost,
 }
 
 /// Find a chain by id (`c3`) or key.
@@ -164,6 +167,10 @@ pub fn explain(store: &dyn TraceStore, req: &ExplainRequest) -> Result<Explanati
     if let Some(d) = &e.device {
         crate::device_idle::say_in_ranges(store, req.window, req.pid, d, &mut e.steps, &mut e.serving)?;
     }
+    e.cost.gpu_models = crate::cost::gpu_models(store)?;
+    crate::cost::measure(&mut e);
+    // the built-in list prices: `price` again with `--gpu-rate` or the config file
+    crate::cost::price(&mut e, &crate::cost::Rates::builtin());
     Ok(e)
 }
 
@@ -275,6 +282,7 @@ fn explain_calls(
     phase.lap("chain stacks");
     let baseline = found.baseline.clone();
     let mut e = assemble(&view, calls.len(), &found, &ctx, &slow, chains_out, chains_total, truncated);
+    e.cost = crate::cost::run_gpu_time(&calls, &view.scope);
     e.steps = step_report;
     Ok((e, baseline))
 }
@@ -673,6 +681,7 @@ fn assemble(
         steps: crate::StepReport::default(),
         serving: crate::ServingReport::default(),
         device: None,
+        cost: crate::RunCost::default(),
     }
 }
 

@@ -129,6 +129,9 @@ pub struct Spike {
     /// (gaps over 1 ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_idle_ns: Option<i64>,
+    /// What the spike cost in GPU time ([`crate::cost`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::cost::GpuCost>,
     pub summary: String,
     /// SQL that recomputes the spike's interval means from the stored samples.
     pub sql: String,
@@ -293,6 +296,7 @@ fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) 
             chain_key: None,
             steps: None,
             gpu_idle_ns: None,
+            cost: None,
             summary: String::new(),
             sql: String::new(),
         });

@@ -82,6 +82,9 @@ pub struct SlowSteps {
     /// With a device timeline: how long the GPU sat idle in the range (gaps over 1 ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_idle_ns: Option<i64>,
+    /// What the range cost in GPU time ([`crate::cost`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::cost::GpuCost>,
 }
 
 /// The steps of one process and kind.
@@ -529,6 +532,7 @@ fn slow_ranges(steps: &[Step], baseline: i64, kind: &str) -> Vec<SlowSteps> {
                 why: None,
                 chain_key: None,
                 gpu_idle_ns: None,
+                cost: None,
             }
         })
         .collect();

@@ -37,6 +37,10 @@ pub struct ReportArgs {
     /// Also write the top chain's picture (or --chain's) as an SVG timeline to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    /// Price GPU time at this many US dollars per GPU-hour, over the config file
+    /// (`~/.config/causeway/gpu-rates.json`) and the built-in list prices by GPU model.
+    #[arg(long, value_name = "DOLLARS_PER_GPU_HOUR")]
+    gpu_rate: Option<f64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -48,7 +52,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 pub fn report_on(store: &dyn causeway_backends::TraceStore, label: &str, args: &ReportArgs) -> anyhow::Result<i32> {
     // A chain id is a rank among all chains: look it up in all of them.
     let top = if args.chain.is_some() { usize::MAX } else { args.top.max(1) };
-    let e = explain(store, &args.scope.explain_request(store, top)?)?;
+    let mut e = explain(store, &args.scope.explain_request(store, top)?)?;
+    causeway_analysis::price(&mut e, &causeway_analysis::Rates::load(args.gpu_rate).map_err(anyhow::Error::msg)?);
     // an idle chain of the device view (g1, g2, ...)
     if let Some(c) = args.chain.as_deref().and_then(|id| e.device.as_ref()?.chains.iter().find(|c| c.id == id)) {
         if args.json {

@@ -34,23 +34,31 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
         fmt_ns(e.slow_time_ns)
     );
     let _ = writeln!(o, "\n{}\n", e.verdict);
+    let _ = writeln!(o, "{}\n", e.cost.words());
     if let Some(d) = &e.device {
         render_device(&mut o, d, e.first_ns, db_arg);
     }
     if e.chains.is_empty() {
         let _ = writeln!(o, "no chains: {}", e.slow_call_rule);
     } else {
-        let _ =
-            writeln!(o, "{:<4} {:<6} {:>10} {:>6} {:>6}  op · cause · culprit", "id", "sev", "stall", "share", "calls");
+        let _ = writeln!(
+            o,
+            "{:<4} {:<6} {:>10} {:>6} {:>6} {:>11}  op · cause · culprit",
+            "id", "sev", "stall", "share", "calls", "GPU cost"
+        );
         for c in &e.chains {
             let _ = writeln!(
                 o,
-                "{:<4} {:<6} {:>10} {:>5.1}% {:>6}  {}",
+                "{:<4} {:<6} {:>10} {:>5.1}% {:>6} {:>11}  {}",
                 c.id,
                 c.severity.as_str(),
                 fmt_ns(c.stall_ns),
                 c.share * 100.0,
                 c.calls,
+                c.cost.as_ref().map_or_else(
+                    || "-".to_string(),
+                    |k| k.dollars.map_or_else(|| fmt_ns(k.gpu_ns), causeway_analysis::dollars)
+                ),
                 cut(&format!("{} · {} · {}", c.op, c.cause, culprit_words(&c.culprit)), 70)
             );
         }
@@ -68,6 +76,9 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
         }
         if let Some(at) = c.stacks.first().and_then(stack_line) {
             let _ = writeln!(o, "   at: {}", cut(&at, 200));
+        }
+        if let Some(k) = &c.cost {
+            let _ = writeln!(o, "   cost: {}, {:.1}% of the run's GPU time", k.words(), k.share * 100.0);
         }
         for d in c.details.iter().take(2) {
             let _ = writeln!(o, "   note: {}", cut(d, 110));
@@ -118,6 +129,14 @@ pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
         c.share * 100.0,
         c.share_of
     );
+    match &c.cost {
+        Some(k) => {
+            let _ = writeln!(o, "cost: {}, {:.2}% of the run's GPU time; from {}", k.words(), k.share * 100.0, k.how);
+        }
+        None => {
+            let _ = writeln!(o, "cost: none counted (its figure is {}, no time the GPU waited)", c.evidence.unit);
+        }
+    }
     if let (Some(p50), Some(p99)) = (c.op_p50_ns, c.op_p99_ns) {
         let _ = writeln!(o, "{} p50 {}  p99 {} (exact nearest-rank)", c.op, fmt_ns(p50), fmt_ns(p99));
     }
@@ -176,6 +195,9 @@ pub fn render_slow_steps(o: &mut String, steps: &causeway_analysis::StepReport, 
             series.origin,
             cut(&r.summary, 240)
         );
+        if let Some(k) = &r.cost {
+            let _ = writeln!(o, "      cost: {}", k.words());
+        }
     }
     if slow.len() > 3 {
         let _ = writeln!(o, "   … {} slow ranges in all (causeway steps)", slow.len());
@@ -202,6 +224,9 @@ pub fn render_serving_spikes(o: &mut String, serving: &causeway_analysis::Servin
                 en.pid,
                 cut(&s.summary, 400)
             );
+            if let Some(k) = &s.cost {
+                let _ = writeln!(o, "      cost: {}", k.words());
+            }
         }
         if en.spikes.len() > 3 {
             let _ = writeln!(o, "   … {} spikes in all (causeway serving)", en.spikes.len());

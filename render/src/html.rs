@@ -51,7 +51,17 @@ h3 { font-size: 15px; margin-top: 18px; }
 
 /// Runs explain and the statistics over `req`'s scope and renders the report.
 pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlReport, RenderError> {
-    let ex = explain(store, req)?;
+    html_report_priced(store, req, &causeway_analysis::Rates::builtin())
+}
+
+/// [`html_report`] with GPU time priced at `rates` (`report --gpu-rate`, the config file).
+pub fn html_report_priced(
+    store: &dyn TraceStore,
+    req: &ExplainRequest,
+    rates: &causeway_analysis::Rates,
+) -> Result<HtmlReport, RenderError> {
+    let mut ex = explain(store, req)?;
+    causeway_analysis::price(&mut ex, rates);
     let stats = compute_stats(store, &StatsRequest { window: req.window, pid: req.pid, ..Default::default() })?;
     let mut h = String::new();
     let mut pictures = 0;
@@ -71,6 +81,7 @@ pub fn html_report(store: &dyn TraceStore, req: &ExplainRequest) -> Result<HtmlR
         ex.slow_calls,
         esc(&ex.verdict)
     );
+    let _ = writeln!(h, "<p class=\"meta cost\">{}</p>", esc(&ex.cost.words()));
     if let Some(d) = &ex.device {
         device_section(&mut h, d, ex.first_ns);
     }
@@ -190,6 +201,14 @@ fn chain_section(h: &mut String, chain: &Chain, svg: Option<&str>) {
         esc(&chain.summary),
         id = esc(&chain.id),
     );
+    if let Some(k) = &chain.cost {
+        let _ = writeln!(
+            h,
+            "<p class=\"cost\">cost: {}, {:.1}% of the run's GPU time</p>",
+            esc(&k.words()),
+            k.share * 100.0
+        );
+    }
     if let Some(svg) = svg {
         let _ = writeln!(h, "<div class=\"picture\">{svg}</div>");
     }

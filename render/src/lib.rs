@@ -19,7 +19,7 @@ mod scale;
 
 pub use chain_picture::{chain_picture, ChainPicture};
 pub use histogram::{latency_histogram, Histogram};
-pub use html::{html_report, HtmlReport};
+pub use html::{html_report, html_report_priced, HtmlReport};
 
 /// Why a picture could not be made.
 #[derive(Debug, thiserror::Error)]

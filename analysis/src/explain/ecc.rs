@@ -210,6 +210,7 @@ pub(super) fn ecc_chains(
                 unit: "errors".into(),
             },
             gpu_idle_ns: None,
+            cost: None,
         });
     }
     Ok(out)

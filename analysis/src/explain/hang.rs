@@ -263,6 +263,7 @@ fn never_arrived_chains(
                 unit: "ranks".into(),
             },
             gpu_idle_ns: None,
+            cost: None,
         });
     }
     Ok(out)
@@ -385,6 +386,7 @@ pub(super) fn hang_chains(
             recommendations,
             evidence: Evidence { event_ids, sql, value: ev.dur_ns, unit: "ns".into() },
             gpu_idle_ns: None,
+            cost: None,
         });
     }
     Ok(out)

@@ -350,6 +350,7 @@ fn pcie_chain(
         ],
         evidence: Evidence { event_ids, sql, value: degraded.len() as i64, unit: "samples".into() },
         gpu_idle_ns: None,
+        cost: None,
     })
 }
 
@@ -432,5 +433,6 @@ fn nvlink_chain(
         ],
         evidence: Evidence { event_ids, sql, value: counted, unit: "errors".into() },
         gpu_idle_ns: None,
+        cost: None,
     })
 }

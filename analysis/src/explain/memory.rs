@@ -169,6 +169,7 @@ fn left_behind_chain(
             unit: "bytes".into(),
         },
         gpu_idle_ns: None,
+        cost: None,
     }
 }
 
@@ -268,5 +269,6 @@ fn growth_chain(
             unit: "bytes".into(),
         },
         gpu_idle_ns: None,
+        cost: None,
     })
 }

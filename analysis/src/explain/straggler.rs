@@ -370,5 +370,6 @@ fn chain(
             unit: "ns".into(),
         },
         gpu_idle_ns: None,
+        cost: Some(crate::cost::straggler_cost(waited, s.other_ranks)),
     }
 }

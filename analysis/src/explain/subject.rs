@@ -275,6 +275,7 @@ pub(super) fn attributed_chain(
             unit: "ns".into(),
         },
         gpu_idle_ns: g.gpu_idle_ns,
+        cost: None,
     })
 }
 

@@ -207,6 +207,7 @@ pub(super) fn xid_chains(
             }],
             evidence: Evidence { event_ids, sql, value: list.len() as i64, unit: "xids".into() },
             gpu_idle_ns: None,
+            cost: None,
         });
     }
     Ok(out)
