@@ -2,7 +2,6 @@
 //! CLI calls too (`causeway_analysis`, `causeway_backends`, `causeway_probes`), and bound the answer
 //! (default limits, `truncated`, a `hint` to narrow). No analysis happens here.
 
-use causeway_analysis::Severity;
 use causeway_analysis::{compute_stats, judged_by, resolve_window, step_window, StatsRequest};
 use causeway_analysis::{timeline, TimelineRequest, DEFAULT_AROUND_NS};
 use causeway_analysis::{top_stacks, StacksRequest};
@@ -12,21 +11,27 @@ use causeway_model::codes::{self, OpCode};
 use causeway_model::time::{fmt_ns, parse_duration_ns, TimeWindow};
 
 use crate::args::*;
+pub use crate::chains::get_causal_chains;
 use crate::compare::{self, CompareOutput};
 use crate::outputs::*;
 use crate::sanitize::{sanitize_json, MAX_CELL_CHARS, UNTRUSTED_NOTE};
 use crate::traces::{TraceEntry, TraceSet};
 
 /// Sessions listed per trace.
-const SESSIONS_SHOWN: usize = 5;
-/// Row bytes of a `run_sql` answer without an explicit `limit` (keeps a default answer small).
-const DEFAULT_SQL_BYTES: usize = 20_000;
+const SESSIONS_SHOWN: usize = 2;
+/// Traces listed by a default `list_traces`.
+const TRACES_LISTED: usize = 5;
+/// Row bytes of a `run_sql` answer without an explicit `limit` (keeps a default answer within
+/// about 6,000 characters).
+const DEFAULT_SQL_BYTES: usize = 4_000;
+/// Characters a default answer aims at (text and structured content alike).
+pub const ANSWER_BUDGET: usize = 5_800;
 /// Row bytes when the caller raised `limit`.
 const RAISED_SQL_BYTES: usize = 512 * 1024;
 /// Time limit of one query.
 pub const SQL_TIMEOUT_MS: u64 = 30_000;
 
-fn untrusted() -> String {
+pub(crate) fn untrusted() -> String {
     UNTRUSTED_NOTE.to_string()
 }
 
@@ -72,9 +77,25 @@ fn us(v: f64) -> String {
     format!("{v:.3} us")
 }
 
-pub fn list_traces(set: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<ListTracesOutput, String> {
+pub fn list_traces(set: &TraceSet, a: ListArgs, _: &QueryCancel) -> Result<ListTracesOutput, String> {
     let mut traces = Vec::new();
-    for e in set.entries() {
+    let offset = a.offset.unwrap_or(0);
+    let limit = a.limit.unwrap_or(TRACES_LISTED).clamp(1, 500);
+    let entries = set.entries();
+    let mut readable = 0;
+    let mut names = Vec::new();
+    for e in &entries {
+        match e.store() {
+            Ok(store) => {
+                let info = store.info();
+                readable += 1;
+                let span_s = ((info.last_ns - info.first_ns) as f64 / 1e6).round() / 1e3;
+                names.push(format!("{} ({} events, {span_s} s)", e.name, info.events));
+            }
+            Err(_) => names.push(format!("{} (unreadable)", e.name)),
+        }
+    }
+    for e in entries.iter().skip(offset).take(limit) {
         let mut t = TraceListing {
             index: e.index,
             name: e.name.clone(),
@@ -109,21 +130,30 @@ pub fn list_traces(set: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<ListTra
         }
         traces.push(t);
     }
-    let ok = traces.iter().filter(|t| t.ok).count();
+    const NAMED: usize = 20;
+    let more = names.len().saturating_sub(NAMED);
+    names.truncate(NAMED);
     let summary = format!(
-        "{} trace(s), {ok} readable: {}",
-        traces.len(),
-        traces
-            .iter()
-            .map(|t| if t.ok {
-                format!("{} ({} events, {} s)", t.name, t.events, t.span_s)
-            } else {
-                format!("{} (unreadable)", t.name)
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        "{} trace(s), {readable} readable: {}{}",
+        entries.len(),
+        names.join(", "),
+        if more > 0 { format!(" and {more} more") } else { String::new() }
     );
-    Ok(ListTracesOutput { summary, traces, untrusted: untrusted() })
+    let mut omitted = Vec::new();
+    let after = entries.len().saturating_sub(offset + traces.len());
+    if offset > 0 || after > 0 {
+        omitted.push(format!(
+            "traces {}..{} of {} listed: page with offset (and limit, at most 500)",
+            offset,
+            offset + traces.len(),
+            entries.len()
+        ));
+    }
+    let cut: usize = traces.iter().map(|t| t.sessions_total - t.sessions.len()).sum();
+    if cut > 0 {
+        omitted.push(format!("{cut} sessions (the first {SESSIONS_SHOWN} of each trace are listed): read them with run_sql on the sessions table"));
+    }
+    Ok(ListTracesOutput { summary, omitted, traces, untrusted: untrusted() })
 }
 
 pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<StatsOutput, String> {
@@ -233,124 +263,16 @@ pub fn get_trace_stats(set: &TraceSet, a: StatsArgs, _: &QueryCancel) -> Result<
     } else {
         None
     };
+    let omitted = hint.iter().cloned().collect();
     Ok(StatsOutput {
         summary,
+        omitted,
         trace: entry.name.clone(),
         stats,
         processes_total,
         truncated,
         hint,
         untrusted: untrusted(),
-    })
-}
-
-/// Keep the first `steps` steps of every chain's timeline; true when one was cut.
-pub fn cut_timelines(chains: &mut [causeway_analysis::Chain], steps: usize) -> bool {
-    let mut cut = false;
-    for c in chains {
-        if c.timeline.len() > steps {
-            c.timeline.truncate(steps);
-            cut = true;
-        }
-    }
-    cut
-}
-
-fn parse_severity(s: &str) -> Result<Severity, String> {
-    match s.trim().to_ascii_uppercase().as_str() {
-        "HIGH" => Ok(Severity::High),
-        "MEDIUM" => Ok(Severity::Medium),
-        "LOW" => Ok(Severity::Low),
-        _ => Err(format!("invalid min_severity '{s}': use HIGH, MEDIUM or LOW")),
-    }
-}
-
-pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Result<ChainsOutput, String> {
-    let entry = set.resolve(a.trace.as_ref())?;
-    let store = store_of(&entry)?;
-    let window =
-        window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
-    let min = a.min_severity.as_deref().map(parse_severity).transpose()?.unwrap_or(Severity::Low);
-    if let Some(op) = &a.op {
-        parse_op(op)?;
-    }
-    let e = set.explanation_judged(&entry, window, a.pid, judged_by(a.steps.as_deref()))?;
-    let matching: Vec<&causeway_analysis::Chain> = e
-        .chains
-        .iter()
-        .filter(|c| c.severity <= min)
-        .filter(|c| a.op.as_deref().is_none_or(|op| c.op.eq_ignore_ascii_case(op.trim())))
-        .filter(|c| a.chain_id.as_deref().is_none_or(|id| c.id == id.trim() || c.key == id.trim()))
-        .collect();
-    if let Some(id) = &a.chain_id {
-        if matching.is_empty() {
-            return Err(format!(
-                "no chain '{id}' in this scope ({} chains: c1..c{}); chain ids depend on the window and pid they were listed with",
-                e.chains.len(),
-                e.chains.len()
-            ));
-        }
-    }
-    let top = top(a.top_n);
-    let steps = a.timeline_steps.unwrap_or(12).clamp(1, 2000);
-    let mut chains: Vec<_> = matching.iter().take(top).map(|c| (*c).clone()).collect();
-    let timelines_cut = cut_timelines(&mut chains, steps);
-    let truncated = matching.len() > chains.len() || timelines_cut;
-    let summary = match chains.first() {
-        Some(c) => format!(
-            "{} chain(s) match ({} in scope), {} shown; worst: {} [{}] {}",
-            matching.len(),
-            e.chains.len(),
-            chains.len(),
-            c.id,
-            c.severity.as_str(),
-            c.summary
-        ),
-        None => format!("no chain matches ({} in scope); verdict: {}", e.chains.len(), e.verdict),
-    };
-    let mut hints = Vec::new();
-    if matching.len() > chains.len() {
-        hints.push(format!(
-            "{} more chains: raise top_n (max {MAX_TOP}), or filter with min_severity, op, pid or a window",
-            matching.len() - chains.len()
-        ));
-    }
-    if timelines_cut {
-        hints.push(format!("timelines cut to {steps} steps: raise timeline_steps for one chain (chain_id), or call get_timeline around an evidence event"));
-    }
-    let hint = (!hints.is_empty()).then(|| hints.join("; "));
-    let mut pictures = Vec::new();
-    if a.picture == Some(true) {
-        if let Some(c) = chains.first() {
-            let p =
-                causeway_render::chain_picture(store.as_ref(), c).map_err(|e| format!("picture of {}: {e}", c.id))?;
-            pictures.extend(p.map(|p| p.svg));
-        }
-    }
-    Ok(ChainsOutput {
-        summary,
-        trace: entry.name.clone(),
-        verdict: e.verdict.clone(),
-        chains,
-        chains_matching: matching.len(),
-        chains_total: e.chains.len(),
-        truncated,
-        hint,
-        slow_call_rule: e.slow_call_rule.clone(),
-        severity_rules: e.severity_rules.clone(),
-        gpu_calls: e.gpu_calls,
-        slow_calls: e.slow_calls,
-        slow_time_ns: e.slow_time_ns,
-        missing: e.missing.clone(),
-        notes: e.notes.clone(),
-        steps: e.steps.clone(),
-        serving: e.serving.clone(),
-        device: e.device.clone().map(|mut d| {
-            d.gaps.truncate(3);
-            d
-        }),
-        untrusted: untrusted(),
-        pictures,
     })
 }
 
@@ -369,6 +291,7 @@ pub fn get_gpu_idle(set: &TraceSet, a: GpuIdleArgs, _: &QueryCancel) -> Result<G
     let Some(mut d) = device else {
         return Ok(GpuIdleOutput {
             summary: format!("no device timeline in this trace: {}", causeway_analysis::DEVICE_VIEW_MISSING),
+            omitted: Vec::new(),
             trace: entry.name.clone(),
             device: None,
             truncated: false,
@@ -383,8 +306,18 @@ pub fn get_gpu_idle(set: &TraceSet, a: GpuIdleArgs, _: &QueryCancel) -> Result<G
     let truncated = d.gaps.len() > top;
     d.gaps.truncate(top);
     let summary = causeway_analysis::device_verdict(&d).unwrap_or_else(|| "no device work in this window".into());
+    let omitted = if truncated {
+        vec![format!(
+            "{} of {} gaps over the threshold: raise top_n (max 20) or narrow the window",
+            d.gaps_total - d.gaps.len(),
+            d.gaps_total
+        )]
+    } else {
+        Vec::new()
+    };
     Ok(GpuIdleOutput {
         summary,
+        omitted,
         trace: entry.name.clone(),
         truncated,
         hint: truncated
@@ -421,7 +354,16 @@ pub fn get_steps(set: &TraceSet, a: StepsArgs, _: &QueryCancel) -> Result<StepsO
         }
     };
     let hint = truncated.then(|| format!("step lists cut to {limit}: raise limit (max 5000) or narrow with steps"));
-    Ok(StepsOutput { summary, trace: entry.name.clone(), steps: report, truncated, hint, untrusted: untrusted() })
+    let omitted = hint.iter().cloned().collect();
+    Ok(StepsOutput {
+        summary,
+        omitted,
+        trace: entry.name.clone(),
+        steps: report,
+        truncated,
+        hint,
+        untrusted: untrusted(),
+    })
 }
 
 pub fn get_serving(set: &TraceSet, a: ServingArgs, _: &QueryCancel) -> Result<ServingOutput, String> {
@@ -441,15 +383,20 @@ pub fn get_serving(set: &TraceSet, a: ServingArgs, _: &QueryCancel) -> Result<Se
     Ok(ServingOutput { summary, trace: entry.name.clone(), serving, untrusted: untrusted() })
 }
 
+/// Stacks per ranking and frames per stack of a default `get_stacks`.
+const DEFAULT_STACKS: usize = 3;
+const DEFAULT_FRAMES: usize = 10;
+
 pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<StacksOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
     let store = store_of(&entry)?;
     let window =
         window_of(store.as_ref(), a.since.as_deref(), a.from.as_deref(), a.to.as_deref(), a.steps.as_deref(), a.pid)?;
     let op = a.op.as_deref().map(parse_op).transpose()?;
-    let req = StacksRequest { window, pid: a.pid, op, kernel: a.kernel.clone(), top: top(a.top_n) };
+    let top = a.top_n.unwrap_or(DEFAULT_STACKS).clamp(1, MAX_TOP);
+    let req = StacksRequest { window, pid: a.pid, op, kernel: a.kernel.clone(), top };
     let mut stacks = top_stacks(store.as_ref(), &req).map_err(|e| e.to_string())?;
-    let max_frames = a.max_frames.unwrap_or(12).clamp(1, 128);
+    let max_frames = a.max_frames.unwrap_or(DEFAULT_FRAMES).clamp(1, 128);
     let mut frames_cut = false;
     for s in stacks.by_count.iter_mut().chain(stacks.by_time.iter_mut()) {
         if s.frames.len() > max_frames {
@@ -477,8 +424,23 @@ pub fn get_stacks(set: &TraceSet, a: StacksArgs, _: &QueryCancel) -> Result<Stac
     let hint = (frames_cut || more).then(|| {
         "stacks are ranked top_n per list and cut to max_frames frames: raise them, or narrow with op, pid or a window".to_string()
     });
-    Ok(StacksOutput { summary, trace: entry.name.clone(), stacks, frames_cut, hint, untrusted: untrusted() })
+    let mut omitted = Vec::new();
+    if more {
+        omitted.push(format!(
+            "{} of {} distinct stacks per ranking: raise top_n (max {MAX_TOP}) or narrow with op, kernel, pid or a window",
+            stacks.distinct_stacks as usize - stacks.by_count.len(),
+            stacks.distinct_stacks
+        ));
+    }
+    if frames_cut {
+        omitted.push(format!("frames past the innermost {max_frames} of longer stacks: raise max_frames (max 128)"));
+    }
+    Ok(StacksOutput { summary, omitted, trace: entry.name.clone(), stacks, frames_cut, hint, untrusted: untrusted() })
 }
+
+/// Entries per thread and threads of a default `get_timeline`.
+const DEFAULT_TIMELINE_ENTRIES: usize = 8;
+const DEFAULT_TIMELINE_THREADS: usize = 3;
 
 pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<TimelineOutput, String> {
     let entry = set.resolve(a.trace.as_ref())?;
@@ -503,14 +465,26 @@ pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<
         }
     }
     let around_ns = a.around_ms.map(|ms| (ms.clamp(0.001, 60_000.0) * 1e6) as i64).unwrap_or(DEFAULT_AROUND_NS);
-    let limit = a.limit.unwrap_or(30).clamp(1, 2000);
+    let limit = a.limit.unwrap_or(DEFAULT_TIMELINE_ENTRIES).clamp(1, 2000);
     let req = TimelineRequest { around: around.clone(), around_ns, window, pid: a.pid, tid: a.tid, limit };
     let mut report = timeline(store.as_ref(), &req).map_err(|e| e.to_string())?;
-    let max_threads = a.max_threads.unwrap_or(6).clamp(1, 64);
+    let max_threads = a.max_threads.unwrap_or(DEFAULT_TIMELINE_THREADS).clamp(1, 64);
     let threads_total = report.threads.len();
     let entries_cut = report.threads.iter().any(|t| t.truncated);
     report.threads.truncate(max_threads);
     let truncated = entries_cut || threads_total > max_threads;
+    let mut omitted = Vec::new();
+    if threads_total > max_threads {
+        omitted.push(format!(
+            "{} of {threads_total} threads (those without GPU calls last): raise max_threads (max 64) or pass tid",
+            threads_total - max_threads
+        ));
+    }
+    if entries_cut {
+        omitted.push(format!(
+            "entries past the first {limit} of busier threads: raise limit (max 2000), pass tid, or shrink around_ms / the window"
+        ));
+    }
     let entries: usize = report.threads.iter().map(|t| t.entries.len()).sum();
     let mut summary = format!(
         "{} threads in {} around {}; {} shown with {} entries",
@@ -528,6 +502,7 @@ pub fn get_timeline(set: &TraceSet, a: TimelineArgs, _: &QueryCancel) -> Result<
     });
     Ok(TimelineOutput {
         summary,
+        omitted,
         trace: entry.name.clone(),
         timeline: report,
         threads_total,
@@ -587,8 +562,10 @@ pub fn run_sql(set: &TraceSet, a: RunSqlArgs, cancel: &QueryCancel) -> Result<Ru
     let hint = result.truncated.then(|| {
         format!("the result was cut at {n} rows (limit {rows}, {} KB of rows): aggregate (COUNT, GROUP BY), add WHERE/LIMIT, or raise limit (max {MAX_ROWS})", max_bytes / 1000)
     });
+    let omitted = hint.iter().cloned().collect();
     Ok(RunSqlOutput {
         summary,
+        omitted,
         trace: entry.name.clone(),
         columns: result.columns,
         rows: result.rows,
@@ -603,6 +580,22 @@ pub fn describe_schema(set: &TraceSet, a: SchemaArgs, _: &QueryCancel) -> Result
     let entry = set.resolve(a.trace.as_ref())?;
     let store = store_of(&entry)?;
     let mut schema = store.describe_schema().map_err(|e| e.to_string())?;
+    let full = a.detail.unwrap_or(if a.table.is_some() { Detail::Full } else { Detail::Brief }) == Detail::Full;
+    let mut omitted = Vec::new();
+    let mut columns = std::collections::BTreeMap::new();
+    if !full {
+        let (codes, meanings) = (schema.codes.len(), schema.tables.iter().map(|t| t.columns.len()).sum::<usize>());
+        schema.codes.retain(|c| c.events > 0);
+        schema.codes.iter_mut().for_each(|c| c.meaning.clear());
+        for t in &mut schema.tables {
+            let cols: Vec<String> = t.columns.drain(..).map(|c| format!("{} {}", c.name, c.sql_type)).collect();
+            columns.insert(t.name.clone(), cols.join(", "));
+        }
+        omitted.push(format!(
+            "the meanings of {meanings} columns (each table's columns are in `columns` as \"name TYPE\") and of the codes, and {} codes defined but absent from events: pass table for one table in full, or detail \"full\"",
+            codes - schema.codes.len()
+        ));
+    }
     if let Some(t) = &a.table {
         let names: Vec<String> = schema.tables.iter().map(|x| x.name.clone()).collect();
         schema.tables.retain(|x| x.name.eq_ignore_ascii_case(t.trim()));
@@ -619,14 +612,14 @@ pub fn describe_schema(set: &TraceSet, a: SchemaArgs, _: &QueryCancel) -> Result
         schema.codes.len(),
         serde_json::to_string(&schema.format).unwrap_or_default()
     );
-    Ok(SchemaOutput { summary, trace: entry.name.clone(), schema, untrusted: untrusted() })
+    Ok(SchemaOutput { summary, omitted, columns, trace: entry.name.clone(), schema, untrusted: untrusted() })
 }
 
 pub fn compare_traces(set: &TraceSet, a: CompareArgs, _: &QueryCancel) -> Result<CompareOutput, String> {
     compare::compare(set, &a)
 }
 
-pub fn get_check(_: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<CheckOutput, String> {
+pub fn get_check(_: &TraceSet, a: CheckArgs, _: &QueryCancel) -> Result<CheckOutput, String> {
     let report = causeway_probes::host_check();
     let failing: Vec<&str> = report.items.iter().filter(|i| !i.ok).map(|i| i.name.as_str()).collect();
     let summary = format!(
@@ -638,5 +631,14 @@ pub fn get_check(_: &TraceSet, _: NoArgs, _: &QueryCancel) -> Result<CheckOutput
         if failing.is_empty() { String::new() } else { format!(" (failing: {})", failing.join(", ")) },
         report.cuda_libraries.len()
     );
-    Ok(CheckOutput { summary, report })
+    let mut report = report;
+    let mut omitted = Vec::new();
+    if a.detail != Some(Detail::Full) && !report.coverage.is_empty() {
+        omitted.push(format!(
+            "which probed functions each of the {} libraries exports (coverage): pass detail \"full\"",
+            report.coverage.len()
+        ));
+        report.coverage.clear();
+    }
+    Ok(CheckOutput { summary, omitted, report })
 }

@@ -21,6 +21,23 @@ pub struct NoArgs {}
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct CheckArgs {
+    /// "brief" (default): every check and the libraries found; "full": also which probed
+    /// functions each library exports.
+    pub detail: Option<Detail>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListArgs {
+    /// Traces skipped before the first listed (default 0).
+    pub offset: Option<usize>,
+    /// Traces listed (default 5, at most 500); the summary names every trace.
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StatsArgs {
     /// Trace name or 0-based index from list_traces (default: the first).
     pub trace: Option<TraceRef>,
@@ -42,6 +59,16 @@ pub struct StatsArgs {
     pub group_by: Option<GroupBy>,
     /// Processes shown with per_process, and kernels with group_by "kernel" (default 10, at most 200).
     pub limit: Option<usize>,
+}
+
+/// How much of each item an answer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Detail {
+    /// The figures and the summary of each item, sized for a small context.
+    Brief,
+    /// Everything.
+    Full,
 }
 
 /// How get_trace_stats groups its figures.
@@ -75,8 +102,12 @@ pub struct ChainsArgs {
     pub min_severity: Option<String>,
     /// Only chains about this op (e.g. "cudaStreamSync").
     pub op: Option<String>,
-    /// Only the chain with this id ("c1") or key.
+    /// Only the chain with this id ("c1") or key, in full detail.
     pub chain_id: Option<String>,
+    /// "brief" (default without chain_id): each chain's figures, culprit, CPUs, summary and
+    /// evidence (SQL, value, first event ids); "full" (default with chain_id): also its timeline,
+    /// stacks, kernels, details and recommendations, and the scope's severity rules.
+    pub detail: Option<Detail>,
     /// Timeline steps kept per chain (default 12, at most 2000); get_timeline shows the rest.
     pub timeline_steps: Option<usize>,
     /// Also return the first chain's evidence as a picture (an SVG timeline: threads as rows, calls,
@@ -103,9 +134,9 @@ pub struct StacksArgs {
     pub op: Option<String>,
     /// Only launches of kernels whose name (demangled or mangled) contains this text, case-insensitively, e.g. "gemm"; get_trace_stats with group_by "kernel" lists the names.
     pub kernel: Option<String>,
-    /// Stacks per ranking (by count, by time; default 5, at most 50).
+    /// Stacks per ranking (by count, by time; default 3, at most 50).
     pub top_n: Option<usize>,
-    /// Frames kept per stack, innermost first (default 12, at most 128).
+    /// Frames kept per stack, innermost first (default 10, at most 128).
     pub max_frames: Option<usize>,
 }
 
@@ -129,9 +160,9 @@ pub struct TimelineArgs {
     pub pid: Option<u32>,
     /// Only this thread.
     pub tid: Option<u32>,
-    /// Entries per thread (default 30, at most 2000).
+    /// Entries per thread (default 8, at most 2000).
     pub limit: Option<usize>,
-    /// Threads shown, those with GPU calls first (default 6, at most 64).
+    /// Threads shown, those with GPU calls first (default 3, at most 64).
     pub max_threads: Option<usize>,
 }
 
@@ -209,8 +240,11 @@ pub struct RunSqlArgs {
 pub struct SchemaArgs {
     /// Trace name or 0-based index from list_traces (default: the first).
     pub trace: Option<TraceRef>,
-    /// Only this table (its columns in full); without it, every table and the codes.
+    /// Only this table (its columns in full, with their meanings); without it, every table.
     pub table: Option<String>,
+    /// "brief" (default without table): tables with their column names and types, the codes
+    /// present in events; "full" (default with table): column meanings and every code defined.
+    pub detail: Option<Detail>,
 }
 
 /// One side of a comparison: a trace and a window of it.
@@ -240,8 +274,10 @@ pub struct CompareArgs {
     pub pid: Option<u32>,
     /// Only these ops, by name.
     pub ops: Option<Vec<String>>,
-    /// Chain changes listed (default 5, at most 50).
+    /// Chain changes listed (default 3, at most 50).
     pub top_n: Option<usize>,
+    /// Ops listed, largest p99 change first (default 6, at most 500).
+    pub limit: Option<usize>,
 }
 
 /// `top_n` clamped to 1..=MAX_TOP.

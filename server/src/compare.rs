@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::answers::{self, parse_op, window_of};
-use crate::args::{top, CompareArgs, CompareSide};
+use crate::args::{CompareArgs, CompareSide, MAX_TOP};
 use crate::sanitize::UNTRUSTED_NOTE;
 use crate::traces::{TraceRef, TraceSet};
 
@@ -30,16 +30,24 @@ pub struct CompareOutput {
     pub summary: String,
     pub baseline: SideInfo,
     pub candidate: SideInfo,
-    /// Every op of either side, largest p99 change first.
+    /// The ops of either side, largest p99 change first (`limit` of them, default 6).
     pub ops: Vec<OpComparison>,
-    /// Chain changes, largest stall change first (top_n of them).
+    /// Chain changes, largest stall change first (top_n of them, default 3).
     pub chain_changes: Vec<ChainChange>,
     pub chain_changes_total: usize,
     pub truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub untrusted: String,
 }
+
+/// Ops compared in a default answer.
+const DEFAULT_COMPARED_OPS: usize = 6;
+/// Chain changes listed in a default answer.
+const DEFAULT_CHAIN_CHANGES: usize = 3;
 
 /// The two sides a request means (see [`CompareArgs`] for the defaults).
 fn sides(set: &TraceSet, a: &CompareArgs) -> Result<(CompareSide, CompareSide, bool), String> {
@@ -104,10 +112,13 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
         });
         figures.push((stats, e));
     }
-    let ops_joined = join_ops(&figures[0].0.ops, &figures[1].0.ops);
+    let mut ops_joined = join_ops(&figures[0].0.ops, &figures[1].0.ops);
+    let ops_total = ops_joined.len();
+    let ops_shown = a.limit.unwrap_or(DEFAULT_COMPARED_OPS).clamp(1, 500);
+    ops_joined.truncate(ops_shown);
     let mut changes = join_chains(&figures[0].1.chains, &figures[1].1.chains);
     let total = changes.len();
-    let top = top(a.top_n);
+    let top = a.top_n.unwrap_or(DEFAULT_CHAIN_CHANGES).clamp(1, MAX_TOP);
     changes.truncate(top);
     let candidate = out_sides.pop().expect("two sides");
     let baseline = out_sides.pop().expect("two sides");
@@ -127,9 +138,21 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
     let (new, gone) =
         (changes.iter().filter(|c| c.change == "new").count(), changes.iter().filter(|c| c.change == "gone").count());
     summary.push_str(&format!("; {total} chain change(s) ({new} new, {gone} gone among those shown)"));
-    let truncated = total > changes.len();
-    let hint = truncated
-        .then(|| format!("{} more chain changes: raise top_n (max 50) or filter with ops/pid", total - changes.len()));
+    let mut omitted = Vec::new();
+    if ops_total > ops_joined.len() {
+        omitted.push(format!(
+            "{} of {ops_total} ops (smaller p99 changes): raise limit (max 500) or name them in ops",
+            ops_total - ops_joined.len()
+        ));
+    }
+    if total > changes.len() {
+        omitted.push(format!(
+            "{} of {total} chain changes: raise top_n (max 50) or filter with ops/pid",
+            total - changes.len()
+        ));
+    }
+    let truncated = !omitted.is_empty();
+
     Ok(CompareOutput {
         summary,
         baseline,
@@ -138,7 +161,8 @@ pub fn compare(set: &TraceSet, a: &CompareArgs) -> Result<CompareOutput, String>
         chain_changes: changes,
         chain_changes_total: total,
         truncated,
-        hint,
+        hint: None,
+        omitted,
         untrusted: UNTRUSTED_NOTE.into(),
     })
 }

@@ -21,6 +21,7 @@
 mod answers;
 mod args;
 mod capture;
+mod chains;
 mod compare;
 #[cfg(feature = "fleet")]
 mod fleet_tools;

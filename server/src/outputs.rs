@@ -1,6 +1,7 @@
 //! The outputs of every tool, as schemars types: their JSON Schemas are the tools' `outputSchema`s.
-//! Each answer leads with a one-line `summary`; lists are cut to a default size with `truncated`
-//! and a `hint` on how to see more or narrow; answers with traced strings carry `untrusted`.
+//! Each answer leads with a one-line `summary`; a default answer is sized for a model with a small
+//! context (about 6,000 characters): lists are cut with `truncated`, and `omitted` says what was left
+//! out and which arguments get it; answers with traced strings carry `untrusted`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +21,9 @@ use serde::Serialize;
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CheckOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub report: CheckReport,
 }
 
@@ -55,6 +59,9 @@ pub struct TraceListing {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ListTracesOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub traces: Vec<TraceListing>,
     pub untrusted: String,
 }
@@ -62,6 +69,9 @@ pub struct ListTracesOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct StatsOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     pub stats: TraceStats,
     /// Processes found (more than `stats.processes` when truncated).
@@ -76,10 +86,15 @@ pub struct StatsOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ChainsOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     /// One sentence: the worst finding of the whole scope.
     pub verdict: String,
     /// Worst first; ids (`c1`...) rank every chain of the scope and stay stable across filters.
+    /// With detail "brief" a chain's timeline, stacks, kernels, details and recommendations are
+    /// empty and its evidence keeps its first event ids (`omitted` says so).
     pub chains: Vec<Chain>,
     /// Chains matching the filters (more than `chains` when truncated).
     pub chains_matching: usize,
@@ -116,6 +131,9 @@ pub struct ChainsOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct StepsOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     pub steps: StepReport,
     /// True when a series' step list was cut to `limit`.
@@ -128,6 +146,9 @@ pub struct StepsOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct GpuIdleOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     /// The device view: each device's busy share, the idle gaps explained, the idle time by cause
     /// with the SQL behind each figure; absent when the trace has no device timeline.
@@ -151,6 +172,9 @@ pub struct ServingOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct StacksOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     pub stacks: StacksReport,
     /// True when some stacks were cut to `max_frames`.
@@ -163,6 +187,9 @@ pub struct StacksOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct TimelineOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     pub timeline: TimelineReport,
     /// Threads in the window (more than `timeline.threads` when truncated).
@@ -177,6 +204,9 @@ pub struct TimelineOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct RunSqlOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     pub columns: Vec<String>,
     /// Cells: integers, floats, text (sanitized, cut at 512 chars), null; blobs as hex.
@@ -193,8 +223,14 @@ pub struct RunSqlOutput {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct SchemaOutput {
     pub summary: String,
+    /// What this answer left out, each with the arguments that get it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<String>,
     pub trace: String,
     pub schema: SchemaDescription,
+    /// With detail "brief": each table's columns as "name TYPE, ..." (its `columns` then empty).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub columns: BTreeMap<String, String>,
     pub untrusted: String,
 }
 

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::answers;
-use crate::args::{NoArgs, SchemaArgs};
+use crate::args::{Detail, ListArgs, SchemaArgs};
 use crate::sanitize::{sanitize_str, UNTRUSTED_NOTE};
 use crate::tools::finish;
 use crate::traces::{TraceRef, TraceSet};
@@ -117,9 +117,9 @@ pub fn read(set: &TraceSet, uri: &str) -> Result<ResourceContents, ReadError> {
     };
     let cancel = causeway_backends::QueryCancel::new();
     let text = if uri == PREFIX {
-        finish(&answers::list_traces(set, NoArgs {}, &cancel).map_err(ReadError::Failed)?)
+        finish(&answers::list_traces(set, ListArgs { offset: None, limit: Some(500) }, &cancel).map_err(ReadError::Failed)?)
     } else if uri == "causeway://schema" {
-        finish(&answers::describe_schema(set, SchemaArgs::default(), &cancel).map_err(ReadError::Failed)?)
+        finish(&answers::describe_schema(set, SchemaArgs { detail: Some(Detail::Full), ..Default::default() }, &cancel).map_err(ReadError::Failed)?)
     } else {
         let rest = uri.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('/')).ok_or_else(not_found)?;
         let parts: Vec<&str> = rest.split('/').collect();
@@ -127,12 +127,12 @@ pub fn read(set: &TraceSet, uri: &str) -> Result<ResourceContents, ReadError> {
         let trace = Some(TraceRef::Index(entry.index as u64));
         match parts[1..] {
             ["session"] => {
-                let mut all = answers::list_traces(set, NoArgs {}, &cancel).map_err(ReadError::Failed)?;
+                let mut all = answers::list_traces(set, ListArgs { offset: Some(entry.index), limit: Some(1) }, &cancel).map_err(ReadError::Failed)?;
                 all.traces.retain(|t| t.index == entry.index);
                 all.summary = format!("trace {}", entry.name);
                 finish(&all)
             }
-            ["schema"] => finish(&answers::describe_schema(set, SchemaArgs { trace, table: None }, &cancel).map_err(ReadError::Failed)?),
+            ["schema"] => finish(&answers::describe_schema(set, SchemaArgs { trace, table: None, detail: Some(Detail::Full) }, &cancel).map_err(ReadError::Failed)?),
             ["chains"] => {
                 let e = set.explanation(&entry, TimeWindow::ALL, None).map_err(ReadError::Failed)?;
                 let chains = e
@@ -155,7 +155,7 @@ pub fn read(set: &TraceSet, uri: &str) -> Result<ResourceContents, ReadError> {
                 let e = set.explanation(&entry, TimeWindow::ALL, None).map_err(ReadError::Failed)?;
                 let mut chain = find_chain(&e, id).ok_or_else(not_found)?.clone();
                 let mut summary = format!("chain {} of trace {}: {}", chain.id, entry.name, chain.summary);
-                if answers::cut_timelines(std::slice::from_mut(&mut chain), RESOURCE_TIMELINE_STEPS) {
+                if crate::chains::cut_timelines(std::slice::from_mut(&mut chain), RESOURCE_TIMELINE_STEPS) {
                     summary.push_str(&format!(" (timeline cut to {RESOURCE_TIMELINE_STEPS} steps: get_timeline around an evidence event shows the rest)"));
                 }
                 finish(&ChainResource { summary, trace: entry.name.clone(), chain, untrusted: UNTRUSTED_NOTE.into() })

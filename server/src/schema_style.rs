@@ -2,6 +2,12 @@
 //! a single `type` per schema (`["string", "null"]` becomes an `anyOf`), no `null` branch on
 //! optional inputs (absent means "not given"; `null` is still accepted at run time), and no
 //! non-standard `format`s such as schemars' `uint64` (the `minimum`/`maximum` say the range).
+//!
+//! Output schemas are also kept small for `tools/list` (issue 47: 114,008 characters before):
+//! they describe an answer two levels deep. The answer's own fields keep their descriptions; the
+//! types they refer to (`$defs`) keep their fields, typed, without descriptions; a type referred
+//! to only from inside those is named by its JSON type alone (`{"type": "object"}`, or `{}` for
+//! an enum of variants), which every answer still validates against.
 
 use serde_json::{Map, Value};
 
@@ -132,13 +138,94 @@ pub fn input(mut schema: Map<String, Value>) -> Map<String, Value> {
     }
 }
 
-/// Restyle an output schema (nullable fields keep `null`, as an `anyOf` branch).
+/// Restyle an output schema (nullable fields keep `null`, as an `anyOf` branch) and cut it to
+/// two levels (see the module's doc).
 pub fn output(schema: Map<String, Value>) -> Map<String, Value> {
     let mut v = Value::Object(schema);
     restyle(&mut v, false);
+    let Value::Object(mut m) = v else { unreachable!("a schema object stays an object") };
+    let defs = match m.remove("$defs") {
+        Some(Value::Object(d)) => d,
+        _ => Map::new(),
+    };
+    m.remove("description");
+    m.remove("title");
+    if let Some(Value::Object(props)) = m.get_mut("properties") {
+        for p in props.values_mut() {
+            let description = p.get("description").cloned();
+            strip_text(p);
+            if let (Some(d), Value::Object(o)) = (description, p) {
+                o.insert("description".into(), d);
+            }
+        }
+    }
+    let mut named = Vec::new();
+    refs(&Value::Object(m.clone()), &mut named);
+    let mut kept = Map::new();
+    for name in named {
+        if let Some(def) = defs.get(&name) {
+            let mut def = def.clone();
+            strip_text(&mut def);
+            by_type_alone(&mut def, &defs);
+            kept.insert(name, def);
+        }
+    }
+    if !kept.is_empty() {
+        m.insert("$defs".into(), Value::Object(kept));
+    }
+    m
+}
+
+/// Drop `description` and `title` texts everywhere under `v`.
+fn strip_text(v: &mut Value) {
     match v {
-        Value::Object(m) => m,
-        _ => unreachable!("a schema object stays an object"),
+        Value::Object(map) => {
+            map.retain(|k, x| !(matches!(k.as_str(), "description" | "title") && x.is_string()));
+            map.values_mut().for_each(strip_text);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_text),
+        _ => {}
+    }
+}
+
+/// The `$defs` names `v` refers to, in order, each once.
+fn refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map {
+                match (k.as_str(), x.as_str()) {
+                    ("$ref", Some(r)) => {
+                        let name = r.rsplit('/').next().unwrap_or(r).to_string();
+                        if !out.contains(&name) {
+                            out.push(name);
+                        }
+                    }
+                    _ => refs(x, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|x| refs(x, out)),
+        _ => {}
+    }
+}
+
+/// Replace every `$ref` under `v` by the JSON type of what it names (`{}` when that has none).
+fn by_type_alone(v: &mut Value, defs: &Map<String, Value>) {
+    match v {
+        Value::Object(map) => {
+            if let Some(r) = map.get("$ref").and_then(Value::as_str) {
+                let name = r.rsplit('/').next().unwrap_or(r);
+                let mut only = Map::new();
+                if let Some(t) = defs.get(name).and_then(|d| d.get("type")).filter(|t| t.is_string()) {
+                    only.insert("type".into(), t.clone());
+                }
+                *map = only;
+                return;
+            }
+            map.values_mut().for_each(|x| by_type_alone(x, defs));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|x| by_type_alone(x, defs)),
+        _ => {}
     }
 }
 
@@ -159,5 +246,25 @@ mod tests {
         let o = Value::Object(output(s.as_object().unwrap().clone()));
         assert_eq!(o["properties"]["limit"], json!({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]}));
         assert_eq!(o["properties"]["trace"]["anyOf"][1], json!({"type": "null"}));
+    }
+
+    #[test]
+    fn outputs_are_described_two_levels_deep() {
+        let s = json!({"type": "object", "title": "Out", "properties": {
+            "a": {"$ref": "#/$defs/A", "description": "kept"}},
+            "$defs": {
+                "A": {"type": "object", "description": "dropped", "properties": {
+                    "b": {"$ref": "#/$defs/B"}, "e": {"anyOf": [{"$ref": "#/$defs/E"}, {"type": "null"}]}}},
+                "B": {"type": "object", "properties": {"x": {"type": "integer"}}},
+                "E": {"oneOf": [{"const": "p"}, {"const": "q"}]},
+                "Unused": {"type": "string"}}});
+        let o = Value::Object(output(s.as_object().unwrap().clone()));
+        assert_eq!(
+            o,
+            json!({"type": "object", "properties": {
+            "a": {"$ref": "#/$defs/A", "description": "kept"}},
+            "$defs": {"A": {"type": "object", "properties": {
+                "b": {"type": "object"}, "e": {"anyOf": [{}, {"type": "null"}]}}}}})
+        );
     }
 }

@@ -197,7 +197,7 @@ pub fn catalogue_with(capture: Option<Arc<CaptureConfig>>) -> Vec<ToolSpec> {
 /// The read-only tools, in the order `tools/list` gives them.
 pub fn catalogue() -> Vec<ToolSpec> {
     vec![
-        spec::<NoArgs, ListTracesOutput>("list_traces", "List the trace databases",
+        spec::<ListArgs, ListTracesOutput>("list_traces", "List the trace databases",
             "The trace DBs this server was given, with their names (the `trace` argument of every other tool), \
              format, event counts, time span, sessions, and what each does not record. Start here when several traces are served.",
             false, answers::list_traces),
@@ -243,7 +243,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
             true, answers::get_gpu_idle),
         spec::<StacksArgs, StacksOutput>("get_stacks", "Top call stacks of GPU calls",
             "The call stacks of GPU calls ranked by count and by total time (native frames demangled, Python frames \
-             as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 5), max_frames (default 12). \
+             as `file:line in function`, the line being executed), with window, pid, op and kernel-name filters; top_n (default 3), max_frames (default 10). \
              Calls of a thread without Python frames of its own (autograd's device thread, a pin-memory thread) list, \
              under `borrowed`, the Python stack of the thread they ran for (blocked in loss.backward(), say) with the evidence.",
             true, answers::get_stacks),
@@ -251,7 +251,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
             "The calls, off-CPU intervals (with who took the CPU when the DB records it), wakeups, I/O and page \
              allocations of each thread around an event (`around`: an id from a chain's evidence) or in a from/to \
              window; a call recorded with a stack says where it was made (`file:line in function`; `stack_borrowed` \
-             when it is the line of the Python thread it ran for). Without either, centers on the worst event of the top chain. limit entries per thread (default 30).",
+             when it is the line of the Python thread it ran for). Without either, centers on the worst event of the top chain. limit entries per thread (default 8), max_threads (default 3).",
             true, answers::get_timeline),
         spec::<RunSqlArgs, RunSqlOutput>("run_sql", "Read-only SQL on a trace",
             "Runs one read-only SQL statement (SELECT/WITH) on a trace through the SQL guard, on a read-only \
@@ -268,7 +268,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
              percent, and the chains that appeared, disappeared or changed (matched by key). Default: trace 0 vs \
              trace 1, or with a single trace its first half vs its second half.",
             true, answers::compare_traces),
-        spec::<NoArgs, CheckOutput>("get_check", "What this host can trace",
+        spec::<CheckArgs, CheckOutput>("get_check", "What this host can trace",
             "What this host can trace with `causeway trace`: kernel, BTF, uprobe support, tracefs, privileges, the BPF \
              object loading and host tracepoints attaching (tested live), and the CUDA libraries found; each missing \
              item with its fix.",
@@ -317,10 +317,10 @@ pub fn finish<T: Serialize>(out: &T) -> Result<Answer, String> {
     Ok(Answer { structured, text, images: Vec::new() })
 }
 
-/// JSON text of a value whose top-level keys `summary`, `trace`, `verdict`, `truncated` and `hint`
+/// JSON text of a value whose top-level keys `summary`, `trace`, `verdict`, `truncated`, `omitted` and `hint`
 /// come first (an agent that reads the start of a long answer sees them).
 pub fn summary_first_text(v: &Value) -> String {
-    const FIRST: [&str; 5] = ["summary", "trace", "verdict", "truncated", "hint"];
+    const FIRST: [&str; 6] = ["summary", "trace", "verdict", "truncated", "omitted", "hint"];
     let Value::Object(map) = v else { return v.to_string() };
     let mut parts: Vec<String> = Vec::with_capacity(map.len());
     let key_val = |k: &str, v: &Value| format!("{}:{}", Value::String(k.to_string()), v);

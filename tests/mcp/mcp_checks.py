@@ -65,8 +65,11 @@ async def check_analysis_tools(client: Client, facts):
     chains = payload(await client.call_tool("get_causal_chains", {"trace": py}))
     assert chains["chains"], "the dataloader-starvation trace has chains"
     assert chains["summary"] and chains["chains"][0]["id"] == "c1"
-    for c in chains["chains"][:3]:
+    for brief in chains["chains"][:3]:
+        # a default list is brief (the first chain's SQL only): each chain in full by its id
+        c = payload(await client.call_tool("get_causal_chains", {"trace": py, "chain_id": brief["id"]}))["chains"][0]
         ev = c["evidence"]
+        assert (ev["value"], ev["event_ids"][:3]) == (brief["evidence"]["value"], brief["evidence"]["event_ids"])
         r = payload(await client.call_tool("run_sql", {"trace": py, "sql": ev["sql"]}))
         assert r["columns"][-1] == "value" or "value" in r["columns"], r["columns"]
         assert r["rows"][0][r["columns"].index("value")] == ev["value"], f"chain {c['id']}: evidence SQL does not reproduce its value"
@@ -92,7 +95,7 @@ async def check_analysis_tools(client: Client, facts):
     tl = payload(await client.call_tool("get_timeline", {"trace": py}))
     assert tl["timeline"]["threads"] and "chain c1" in tl["summary"]
 
-    cmp = payload(await client.call_tool("compare_traces", {}))
+    cmp = payload(await client.call_tool("compare_traces", {"limit": 500}))
     assert (cmp["baseline"]["trace"], cmp["candidate"]["trace"]) == (names[0].removesuffix(".db"), names[1].removesuffix(".db"))
     want1 = {o["op"]: o["count"] for o in facts["dbs"][names[1]]["ops"]}
     got1 = {o["op"]: o["candidate"]["count"] for o in cmp["ops"] if o["candidate"]}
