@@ -56,7 +56,7 @@ pub use collectives::{
     find_stragglers, worst_stretch, Straggler, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE,
 };
 pub use compare::{join_chains, join_ops, ChainChange, OpComparison, OpSide};
-pub use cost::{dollars, price, rate_of, rates, straggler_cost, CostBasis, GpuCost, Rate, Rates, RunCost};
+pub use cost::{dollars, dollars_of, price, rate_of, rates, straggler_cost, CostBasis, GpuCost, Rate, Rates, RunCost};
 pub use device_idle::{
     device_view, part_words as idle_part_words, place_in_steps as place_gaps_in_steps, verdict as device_verdict,
     DeviceFigures, DeviceView, IdleCause, IdleChain, IdleGap, IdlePart, NextOp, StreamFigures, DEFAULT_GAP_NS,

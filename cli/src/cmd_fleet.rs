@@ -89,6 +89,10 @@ struct Common {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// US dollars per GPU-hour for the stragglers' cost, over the config file
+    /// (`~/.config/causeway/gpu-rates.json`) and the built-in list prices by GPU model.
+    #[arg(long, value_name = "DOLLARS")]
+    gpu_rate: Option<f64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -147,12 +151,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             print_clocks(&clocks);
         }
         Answer::Stragglers => {
-            let stragglers = fleet.stragglers()?;
+            let mut stragglers = fleet.stragglers()?;
             let clocks = fleet.clocks()?;
+            let rates = causeway_analysis::Rates::load(common.gpu_rate).map_err(anyhow::Error::msg)?;
+            let rate = fleet.price(&mut stragglers, &rates)?;
             if json {
+                let rate = match &rate {
+                    Ok(r) => serde_json::to_value(r)?,
+                    Err(why) => serde_json::json!({ "none": why }),
+                };
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({"stragglers": stragglers, "clocks": clocks}))?
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"stragglers": stragglers, "clocks": clocks, "rate": rate})
+                    )?
                 );
                 return Ok(0);
             }
@@ -178,6 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     s.worst_stretch.late,
                     fmt_ns(s.worst_stretch.net_ns)
                 );
+                println!("  cost: {}", s.cost.words());
                 for e in &s.episodes {
                     println!(
                         "  #{}-#{} ({} collectives, {} to {}): median {} late, max {}, waited {}",
@@ -190,6 +203,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                         fmt_ns(e.max_late_ns),
                         fmt_ns(e.waited_ns)
                     );
+                }
+            }
+            if !stragglers.is_empty() {
+                match &rate {
+                    Ok(r) => println!("priced at ${}/GPU-hour ({})", r.dollars_per_gpu_hour, r.source),
+                    Err(why) => println!("cost in GPU time only: {why}"),
                 }
             }
             print_clocks(&clocks);

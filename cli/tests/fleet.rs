@@ -264,6 +264,11 @@ fn trace_ships_while_tracing_and_the_fleet_names_the_straggler() {
     assert_eq!(l.rank, 1);
     assert_eq!(s["late_collectives"].as_u64(), Some(l.late.len() as u64), "{v}");
     assert_eq!(s["waited_ns"].as_i64(), Some(l.waited_ns()), "{v}");
+    // its cost: the other rank's GPU held for what it waited; priced only where the lake names the
+    // GPU model (this trace sampled no NVML: no rate, none guessed)
+    assert_eq!((s["cost"]["gpu_ns"].as_i64(), s["cost"]["gpus"].as_i64()), (Some(l.waited_ns()), Some(1)), "{v}");
+    assert!(v["rate"]["none"].as_str().is_some_and(|w| w.starts_with("no rate")), "{v}");
+    assert!(s["cost"].get("dollars").is_none(), "{v}");
     // most of the 20 planted collectives: the mock ranks run in real time on the test machine, and
     // on two busy cores a planted step's neighbour can take its lateness (one run found 17, the
     // steps at the range's ends and one inside it missing)

@@ -2,7 +2,7 @@
 //! shipped, the clocks, the straggler per collective and the per-rank waits. The aligned-time views
 //! and the straggler's statements are in `aligned.rs`.
 
-use causeway_analysis::{worst_stretch, Stretch, MIN_LATE};
+use causeway_analysis::{straggler_cost, worst_stretch, GpuCost, Rate, Rates, Stretch, MIN_LATE};
 use causeway_model::codes::{gpu_role, GpuRole, OpCode, OPS};
 use duckdb::Connection;
 use serde::Serialize;
@@ -29,7 +29,7 @@ pub struct Episode {
 }
 
 /// A rank late at a communicator's collectives again and again, across the fleet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct FleetStraggler {
     pub comm_hash: i64,
     pub node: String,
@@ -55,6 +55,9 @@ pub struct FleetStraggler {
     /// Its worst stretch (`causeway_analysis::worst_stretch`, as one host's explain grades a
     /// straggler): the densest run of its late collectives, net of what it waited for the others there.
     pub worst_stretch: Stretch,
+    /// What its lateness cost: `waited_ns` of GPU time over the `nranks - 1` ranks that waited
+    /// (each rank's GPU held in the collective), priced by [`Fleet::price`].
+    pub cost: GpuCost,
 }
 
 /// One rank's waits at one communicator's collectives.
@@ -381,6 +384,7 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
                         waited_for_others_ns: 0,
                         net_waited_ns: 0,
                         worst_stretch: worst_stretch(&[], &[]),
+                        cost: straggler_cost(0, 0),
                     },
                 ));
             }
@@ -430,11 +434,45 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
             s.waited_for_others_ns = paid.iter().map(|p| p.1).sum();
             s.net_waited_ns = (s.waited_ns - s.waited_for_others_ns).max(0);
             s.worst_stretch = worst_stretch(late_of.get(key).map(Vec::as_slice).unwrap_or_default(), paid);
+            s.cost = straggler_cost(s.waited_ns, u32::try_from(s.nranks - 1).unwrap_or(0));
         }
         tracing::debug!(ms = lap.elapsed().as_millis() as u64, "stragglers: episodes, medians and waits");
         let mut out: Vec<FleetStraggler> = out.into_iter().map(|(_, s)| s).collect();
         out.sort_by(|a, b| b.waited_ns.cmp(&a.waited_ns).then(a.node.cmp(&b.node)).then(a.pid.cmp(&b.pid)));
         Ok(out)
+    }
+
+    /// The GPU models the lake's nodes reported (NVML's names of the devices their processes
+    /// used, else their sessions' GPU model), distinct.
+    pub fn gpu_models(&self) -> Result<Vec<String>, FleetError> {
+        let tables = strings(
+            &self.conn,
+            &format!("SELECT table_name FROM information_schema.tables WHERE table_catalog = '{LAKE}'"),
+        )?;
+        for (table, column) in [("gpu_devices", "name"), ("sessions", "gpu_model")] {
+            if tables.iter().any(|t| t == table) {
+                let models = strings(
+                    &self.conn,
+                    &format!("SELECT DISTINCT {column} FROM {LAKE}.{table} WHERE {column} <> '' ORDER BY 1"),
+                )?;
+                if !models.is_empty() {
+                    return Ok(models);
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// Price the stragglers' costs at the rate of the lake's GPU model (`rates`: the built-in
+    /// table, the config file, `--gpu-rate`); the rate, or why there is none.
+    pub fn price(&self, stragglers: &mut [FleetStraggler], rates: &Rates) -> Result<Result<Rate, String>, FleetError> {
+        let rate = causeway_analysis::rate_of(&self.gpu_models()?, rates);
+        if let Ok(r) = &rate {
+            for s in stragglers.iter_mut() {
+                s.cost.dollars = Some(causeway_analysis::dollars_of(s.cost.gpu_ns, r));
+            }
+        }
+        Ok(rate)
     }
 
     /// For fleets without collectives (inference): each node's exact p50/p90/p99 of every GPU op
@@ -578,5 +616,56 @@ mod tests {
         let waits = fleet.waits().unwrap();
         let b = waits.iter().find(|w| w.node == "b").unwrap();
         assert_eq!((b.collectives, b.times_last), (200, 200), "{waits:?}");
+        // its cost: the one other rank's GPU held for what it waited
+        assert_eq!((s.cost.gpu_ns, s.cost.gpus), (s.waited_ns, 1), "{:?}", s.cost);
+    }
+
+    /// Three ranks on three nodes, clocks in step; rank 2 enters collectives 50-69 200 ms late.
+    /// Its cost counts both waiting ranks: 2 ranks x 20 collectives x ~200 ms of GPU time, priced
+    /// at the rate given (the lake names no GPU model: without a rate, none is guessed).
+    #[test]
+    fn a_stragglers_cost_counts_every_waiting_rank() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!("ATTACH ':memory:' AS {LAKE}")).unwrap();
+        conn.execute_batch(FLEET_DDL).unwrap();
+        conn.execute_batch(&format!(
+            "CREATE TABLE {LAKE}.nccl_calls (node VARCHAR, trace_uid VARCHAR, pid BIGINT, tid BIGINT, rank BIGINT,
+               nranks BIGINT, comm_hash BIGINT, comm BIGINT, seq BIGINT, op BIGINT, count BIGINT, timestamp BIGINT)"
+        ))
+        .unwrap();
+        let t0 = 1_790_000_000 * SEC;
+        for node in ["a", "b", "c"] {
+            conn.execute(
+                &format!("INSERT INTO {LAKE}.clock_samples VALUES (?, 'u', 1, 0, ?, ?, ?)"),
+                duckdb::params![node, t0 - SEC, t0 - SEC + 500, t0 - SEC + 1000],
+            )
+            .unwrap();
+        }
+        let op = causeway_model::codes::NCCL_COLLECTIVES[0].op as i64;
+        let mut insert = conn
+            .prepare(&format!("INSERT INTO {LAKE}.nccl_calls VALUES (?, 'u', ?, ?, ?, 3, 77, 1, ?, ?, 1, ?)"))
+            .unwrap();
+        for seq in 1..=100i64 {
+            let at = t0 + seq * SEC;
+            let late = if (50..70).contains(&seq) { 200 * MS } else { 100_000 };
+            for (node, rank) in [("a", 0), ("b", 1), ("c", 2)] {
+                let pid = 100 + rank;
+                insert
+                    .execute(duckdb::params![node, pid, pid, rank, seq, op, at + if rank == 2 { late } else { 0 }])
+                    .unwrap();
+            }
+        }
+        let fleet = Fleet::new(conn).unwrap();
+        let mut st = fleet.stragglers().unwrap();
+        assert_eq!(st.len(), 1, "{st:?}");
+        assert_eq!((st[0].rank, st[0].cost.gpus), (2, 2));
+        assert_eq!(st[0].cost.gpu_ns, st[0].waited_ns);
+        assert!(st[0].waited_ns >= 2 * 20 * 199 * MS, "both ranks' waits: {}", st[0].waited_ns);
+        let none = fleet.price(&mut st, &Rates::builtin()).unwrap();
+        assert!(none.is_err() && st[0].cost.dollars.is_none(), "{none:?}");
+        let rate = fleet.price(&mut st, &Rates::load(Some(3.6)).unwrap()).unwrap().unwrap();
+        assert_eq!(rate.dollars_per_gpu_hour, 3.6);
+        let want = st[0].waited_ns as f64 / 3.6e12 * 3.6;
+        assert!((st[0].cost.dollars.unwrap() - want).abs() < 1e-9, "{:?}", st[0].cost);
     }
 }

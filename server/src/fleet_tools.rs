@@ -34,6 +34,8 @@ pub struct FleetNodesOutput {
 pub struct FleetStragglersOutput {
     pub summary: String,
     pub stragglers: Vec<FleetStraggler>,
+    /// The rate the costs are priced at, or why there is none (GPU time is given either way).
+    pub rate: String,
     pub clocks: Vec<NodeClock>,
     pub hint: String,
 }
@@ -121,11 +123,21 @@ fn nodes(lake: &LakeReader, _: NoArgs) -> Result<FleetNodesOutput, String> {
 }
 
 fn stragglers(lake: &LakeReader, _: NoArgs) -> Result<FleetStragglersOutput, String> {
-    let (stragglers, clocks) = fleet(lake, |f| Ok((f.stragglers()?, f.clocks()?)))?;
+    // priced at the lake's GPU model's rate (the config file, else the built-in list prices)
+    let rates = causeway_analysis::Rates::load(None)?;
+    let (stragglers, clocks, rate) = fleet(lake, |f| {
+        let mut s = f.stragglers()?;
+        let rate = f.price(&mut s, &rates)?;
+        Ok((s, f.clocks()?, rate))
+    })?;
+    let rate = match rate {
+        Ok(r) => format!("${}/GPU-hour ({})", r.dollars_per_gpu_hour, r.source),
+        Err(why) => why,
+    };
     let summary = match stragglers.first() {
         None => format!("no straggler: no rank entered two or more collectives late; {}", clocks_words(&clocks)),
         Some(s) => format!(
-            "rank {} on node {} was late at {} collectives of communicator {:#x} (median {} late, max {}), costing the other ranks {} of waiting ({} net of its own waits for them; worst stretch #{}-#{}, {} late, {} net); {}",
+            "rank {} on node {} was late at {} collectives of communicator {:#x} (median {} late, max {}), costing the other ranks {} of waiting ({} net of its own waits for them; worst stretch #{}-#{}, {} late, {} net); cost {}; {}",
             s.rank,
             s.node,
             s.late_collectives,
@@ -138,12 +150,14 @@ fn stragglers(lake: &LakeReader, _: NoArgs) -> Result<FleetStragglersOutput, Str
             s.worst_stretch.last_seq,
             s.worst_stretch.late,
             fmt_ns(s.worst_stretch.net_ns),
+            s.cost.words(),
             clocks_words(&clocks)
         ),
     };
     Ok(FleetStragglersOutput {
         summary,
         stragglers,
+        rate,
         clocks,
         hint: "drill down: get_causal_chains with trace \"node:NAME\" and the episode's from/to".into(),
     })
