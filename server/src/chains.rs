@@ -159,22 +159,24 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
         untrusted: untrusted(),
         pictures,
     };
-    // a brief list without an explicit top_n keeps the chains that fit the answer's budget
+    let more = |listed: usize| {
+        format!(
+            "{} more chains ({listed} of {} listed): raise top_n (max {MAX_TOP}), pass chain_id, or filter with min_severity, op, pid or a window",
+            matching.len() - listed,
+            matching.len()
+        )
+    };
+    // a brief list without an explicit top_n keeps the chains that fit the answer's budget, the
+    // line saying what was left out included
     if !full && a.top_n.is_none() {
-        while out.chains.len() > 1 && serde_json::to_string(&out).map_or(0, |t| t.chars().count()) > ANSWER_BUDGET {
+        let size = |o: &ChainsOutput| serde_json::to_string(o).map_or(0, |t| t.chars().count());
+        let said = |listed: usize| if matching.len() > listed { more(listed).chars().count() + 4 } else { 0 };
+        while out.chains.len() > 1 && size(&out) + said(out.chains.len()) > ANSWER_BUDGET {
             out.chains.pop();
         }
     }
     if matching.len() > out.chains.len() {
-        out.omitted.insert(
-            0,
-            format!(
-                "{} more chains ({} of {} listed): raise top_n (max {MAX_TOP}), pass chain_id, or filter with min_severity, op, pid or a window",
-                matching.len() - out.chains.len(),
-                out.chains.len(),
-                matching.len()
-            ),
-        );
+        out.omitted.insert(0, more(out.chains.len()));
     }
     out.truncated = !out.omitted.is_empty();
     Ok(out)

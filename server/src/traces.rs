@@ -285,7 +285,11 @@ impl TraceSet {
                 self.explained.fetch_add(1, Ordering::Relaxed);
                 let store = entry.store()?;
                 let req = ExplainRequest { window, pid, top: ALL_CHAINS, judge_by };
-                explain(store.as_ref(), &req).map(Arc::new).map_err(|e| e.to_string())
+                let mut e = explain(store.as_ref(), &req).map_err(|e| e.to_string())?;
+                // the user's own rates (the config file) over the built-in list prices
+                let rates = causeway_analysis::Rates::load(None)?;
+                causeway_analysis::price(&mut e, &rates);
+                Ok(Arc::new(e))
             })
             .clone();
         if answer.is_err() {
