@@ -66,6 +66,14 @@ impl Names {
         self.places.get(&pid).cloned().unwrap_or_default()
     }
 
+    /// `pid 4242 (train)`, or `pid 4242` for a process without a recorded name.
+    pub fn process(&self, pid: u32) -> String {
+        match self.processes.get(&pid) {
+            Some(n) => format!("pid {pid} ({n})"),
+            None => format!("pid {pid}"),
+        }
+    }
+
     /// The best name for a task: its thread comm, else its process name.
     pub fn of(&self, pid: u32, tid: u32) -> String {
         self.threads

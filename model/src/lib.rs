@@ -251,6 +251,12 @@ pub struct ProcessRank {
     pub job: String,
 }
 
+/// The value of variable `key` in `environ` (a process's `/proc/PID/environ`: NUL-separated
+/// `KEY=VALUE`), as bytes.
+pub fn environ_var<'a>(environ: &'a [u8], key: &str) -> Option<&'a [u8]> {
+    environ.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(key.as_bytes()).and_then(|r| r.strip_prefix(b"=")))
+}
+
 impl ProcessRank {
     /// The identity in `environ` (a process's `/proc/PID/environ`: NUL-separated `KEY=VALUE`),
     /// None when no launcher's rank variable is set. torchrun's variables win over MPI's, MPI's over

@@ -32,12 +32,7 @@ pub(crate) struct NvmlGpu {
 /// CUDA ordinal -> NVML index for a process whose environment is `environ`, on a host whose NVML
 /// lists `gpus` (by index). `None`: the order cannot be known; an entry -1: that device unknown.
 pub(crate) fn ordinals(environ: &[u8], gpus: &[NvmlGpu]) -> Option<Vec<i32>> {
-    let var = |k: &str| {
-        environ
-            .split(|b| *b == 0)
-            .filter_map(|kv| std::str::from_utf8(kv).ok())
-            .find_map(|kv| kv.strip_prefix(k).and_then(|r| r.strip_prefix('=')))
-    };
+    let var = |k: &str| causeway_model::environ_var(environ, k).and_then(|v| std::str::from_utf8(v).ok());
     let by_bus = var("CUDA_DEVICE_ORDER").is_some_and(|o| o.trim() == "PCI_BUS_ID");
     let one_model = gpus.windows(2).all(|w| w[0].name == w[1].name);
     let order_known = by_bus || one_model;

@@ -708,6 +708,16 @@ impl Running<'_> {
         }
     }
 
+    /// What the traced processes have under way now (`in_flight.rs`): calls in flight and open
+    /// off-CPU intervals, as events ending now.
+    fn under_way_now(&self) -> crate::in_flight::Snapshot {
+        crate::in_flight::snapshot(
+            &self.probes.traced_pids(),
+            self.probes.map_raw_fd("cw_inflight"),
+            self.probes.map_raw_fd("cw_offcpu"),
+        )
+    }
+
     /// Every `--in-flight-every`: the calls in flight for a second or more and their threads'
     /// state replace the session's `under_way` rows (nothing is written while none is found twice).
     async fn look_under_way(&mut self) {
@@ -715,12 +725,7 @@ impl Running<'_> {
         if self.last_look.0.elapsed() < every {
             return;
         }
-        let snap = crate::in_flight::snapshot(
-            &self.probes.traced_pids(),
-            self.probes.map_raw_fd("cw_inflight"),
-            self.probes.map_raw_fd("cw_offcpu"),
-        );
-        let mut events = crate::in_flight::worth_keeping(snap.events);
+        let mut events = crate::in_flight::worth_keeping(self.under_way_now().events);
         let found = !events.is_empty();
         let found_before = std::mem::replace(&mut self.last_look, (Instant::now(), found)).1;
         if found || found_before {
@@ -736,12 +741,7 @@ impl Running<'_> {
     /// calls that had not returned and the threads still off the CPU, written as events ending
     /// now, and a note per call in flight.
     async fn write_under_way(&mut self) {
-        let pids = self.probes.traced_pids();
-        let snap = crate::in_flight::snapshot(
-            &pids,
-            self.probes.map_raw_fd("cw_inflight"),
-            self.probes.map_raw_fd("cw_offcpu"),
-        );
+        let snap = self.under_way_now();
         if snap.unreadable > 0 {
             self.probes.notes.push(format!(
                 "{} thread(s) of the traced processes could not be read for calls in flight (this kernel has no PIDFD_THREAD, Linux 6.9+): a call that never returned there is not in the trace",

@@ -13,18 +13,14 @@
 use std::collections::BTreeMap;
 
 use causeway_model::codes;
-use causeway_model::time::{fmt_ns, fmt_utc, TimeWindow};
+use causeway_model::time::{fmt_utc, TimeWindow};
 use causeway_store::{EventFilter, StoredEvent, TraceStore};
 
+use super::xid::{failure_said, first_failures, AFTER_NS};
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
 use crate::gpu_state::GpuState;
 use crate::trace_data::Names;
 use crate::AnalysisError;
-
-/// How far before the first uncorrected error a failed call may be (counters are sampled, the
-/// error happened before the sample that shows it) and how long after it a failure is its effect.
-const BEFORE_NS: i64 = 1_000_000_000;
-const AFTER_NS: i64 = 10_000_000_000;
 
 /// One GPU's counters over the scope.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,13 +85,7 @@ pub(super) fn ecc_chains(
         } else if users.is_empty() {
             "no traced process used it".to_string()
         } else {
-            let u: Vec<String> = users
-                .iter()
-                .map(|p| match names.processes.get(p) {
-                    Some(n) => format!("pid {p} ({n})"),
-                    None => format!("pid {p}"),
-                })
-                .collect();
+            let u: Vec<String> = users.iter().map(|&p| names.process(p)).collect();
             format!("the traced processes on it: {}", u.join(", "))
         };
         let first = r.first_uncorrected_ns.or(r.first_corrected_ns).unwrap_or(0);
@@ -109,16 +99,12 @@ pub(super) fn ecc_chains(
                 failed: true,
                 ..Default::default()
             };
-            for e in store.events(&around)? {
-                let ev = &e.event;
-                let near = ev.ts_ns + ev.dur_ns >= t - BEFORE_NS;
-                if near
-                    && codes::is_call_failure(ev.source, ev.ret_code)
-                    && (!gpu.maps_processes() || users.contains(&ev.pid))
-                {
-                    failed.entry(ev.pid).or_insert(e);
-                }
-            }
+            let events: Vec<StoredEvent> = store
+                .events(&around)?
+                .into_iter()
+                .filter(|e| !gpu.maps_processes() || users.contains(&e.event.pid))
+                .collect();
+            failed = first_failures(&events, t);
         }
         let mut summary = if r.uncorrected > 0 {
             format!(
@@ -143,22 +129,10 @@ pub(super) fn ecc_chains(
             event_id: None,
         }];
         let mut event_ids = Vec::new();
-        for (p, e) in &failed {
-            let ev = &e.event;
-            summary.push_str(&format!(
-                "; pid {p}'s {} failed with {} {} {} it",
-                codes::op_name(ev.source, ev.op),
-                codes::error_name(ev.source, i64::from(ev.ret_code)),
-                fmt_ns((ev.ts_ns - first).abs()),
-                if ev.ts_ns >= first { "after" } else { "before" }
-            ));
-            timeline.push(TimelineStep {
-                ts_ns: ev.ts_ns,
-                dur_ns: ev.dur_ns,
-                layer: "CUDA".into(),
-                what: format!("pid {p}: {} failed", codes::op_name(ev.source, ev.op)),
-                event_id: Some(e.id.clone()),
-            });
+        for (&p, e) in &failed {
+            let (words, step) = failure_said(p, e, first);
+            summary.push_str(&format!("; {words}"));
+            timeline.push(step);
             event_ids.push(e.id.clone());
         }
         let column = if r.uncorrected > 0 { "ecc_uncorrected" } else { "ecc_corrected" };

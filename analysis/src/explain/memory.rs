@@ -27,13 +27,6 @@ use crate::AnalysisError;
 /// Unfreed allocations named (their sizes, and their events as the evidence whose stacks are shown).
 const ALLOCATIONS_NAMED: usize = 5;
 
-fn process_words(pid: u32, names: &Names) -> String {
-    match names.processes.get(&pid) {
-        Some(n) => format!("pid {pid} ({n})"),
-        None => format!("pid {pid}"),
-    }
-}
-
 /// The memory chains in scope.
 pub(super) fn memory_chains(
     store: &dyn TraceStore,
@@ -78,7 +71,7 @@ fn left_behind_chain(
     let (g, p) = (lb.gpu, lb.pid);
     let last_of_gpu = rows.iter().filter(|r| r.gpu == g).map(|r| r.ts_ns).max().unwrap_or(0);
     let until = if lb.last_gone_ns >= last_of_gpu { ", still at the trace's last sample" } else { "" };
-    let who = process_words(p, names);
+    let who = names.process(p);
     let summary = match (exit, lb.exit_ns) {
         (Some(e), Some(_)) => format!(
             "GPU {g} still held {} for {who} {} after it exited ({}){until}",
@@ -189,7 +182,7 @@ fn growth_chain(
     live.truncate(ALLOCATIONS_NAMED);
     let span = gr.last.0 - gr.first.0;
     let per_min = gr.rise() as f64 * 60e9 / span.max(1) as f64;
-    let who = process_words(p, names);
+    let who = names.process(p);
     let mut summary = format!(
         "GPU {g}: {who}'s memory rose from {} to {} over {} (+{}/min)",
         fmt_bytes(gr.first.1),

@@ -17,12 +17,49 @@ use causeway_store::{EventFilter, StoredEvent, TraceStore};
 use crate::chains::{Chain, ChainKind, Evidence, Severity, TimelineStep};
 use crate::AnalysisError;
 
-/// How far before an Xid a failed call may be (the driver reports it after the fact) and how far
-/// after it a call that fails is still its effect.
-const BEFORE_NS: i64 = 1_000_000_000;
-const AFTER_NS: i64 = 10_000_000_000;
+/// How far before a GPU fault (an Xid, an ECC error) a failed call may be (the driver reports it
+/// after the fact, NVML's counters are sampled) and how far after it a call that fails is still
+/// its effect.
+pub(super) const BEFORE_NS: i64 = 1_000_000_000;
+pub(super) const AFTER_NS: i64 = 10_000_000_000;
 /// A call under way across the Xid at least this long is named (it waited on the GPU then).
 const ACROSS_NS: i64 = 100_000_000;
+
+/// Whether `e` is a call that failed from [`BEFORE_NS`] before a fault at `at` on.
+fn failed_near(e: &StoredEvent, at: i64) -> bool {
+    let ev = &e.event;
+    codes::is_call_failure(ev.source, ev.ret_code) && ev.ts_ns + ev.dur_ns >= at - BEFORE_NS
+}
+
+/// The first call of each process among `events` (in time order) that failed from
+/// [`BEFORE_NS`] before a fault at `at` on: what the fault did to them.
+pub(super) fn first_failures(events: &[StoredEvent], at: i64) -> BTreeMap<u32, StoredEvent> {
+    let mut failed: BTreeMap<u32, StoredEvent> = BTreeMap::new();
+    for e in events.iter().filter(|e| failed_near(e, at)) {
+        failed.entry(e.event.pid).or_insert_with(|| e.clone());
+    }
+    failed
+}
+
+/// Process `p`'s failed call `e` beside a fault at `at`: in words and as a timeline step.
+pub(super) fn failure_said(p: u32, e: &StoredEvent, at: i64) -> (String, TimelineStep) {
+    let ev = &e.event;
+    let op = OpCode::new(ev.source, ev.op).name();
+    let words = format!(
+        "pid {p}'s {op} failed with {} {} {} it",
+        codes::error_name(ev.source, i64::from(ev.ret_code)),
+        fmt_ns((ev.ts_ns - at).abs()),
+        if ev.ts_ns >= at { "after" } else { "before" }
+    );
+    let step = TimelineStep {
+        ts_ns: ev.ts_ns,
+        dur_ns: ev.dur_ns,
+        layer: "CUDA".into(),
+        what: format!("pid {p}: {op} failed"),
+        event_id: Some(e.id.clone()),
+    };
+    (words, step)
+}
 
 /// How far apart the driver's log line and NVML's event of the same Xid may be.
 const KMSG_MATCH_NS: i64 = 5_000_000_000;
@@ -85,16 +122,13 @@ pub(super) fn xid_chains(
             pid,
             ..Default::default()
         };
-        let mut failed: BTreeMap<u32, StoredEvent> = BTreeMap::new();
+        let events: Vec<StoredEvent> =
+            store.events(&around)?.into_iter().filter(|e| !mapped || users.contains(&e.event.pid)).collect();
+        let failed = first_failures(&events, first.ts_ns);
         let mut across: BTreeMap<u32, StoredEvent> = BTreeMap::new();
-        for e in store.events(&around)? {
+        for e in events.into_iter().filter(|e| !failed_near(e, first.ts_ns)) {
             let ev = &e.event;
-            if mapped && !users.contains(&ev.pid) {
-                continue;
-            }
-            if codes::is_call_failure(ev.source, ev.ret_code) && ev.ts_ns + ev.dur_ns >= first.ts_ns - BEFORE_NS {
-                failed.entry(ev.pid).or_insert(e);
-            } else if ev.ts_ns <= first.ts_ns && ev.ts_ns + ev.dur_ns >= first.ts_ns && ev.dur_ns >= ACROSS_NS {
+            if ev.ts_ns <= first.ts_ns && ev.ts_ns + ev.dur_ns >= first.ts_ns && ev.dur_ns >= ACROSS_NS {
                 let keep = across.get(&ev.pid).is_none_or(|k| k.event.dur_ns < ev.dur_ns);
                 if keep {
                     across.insert(ev.pid, e);
@@ -110,22 +144,10 @@ pub(super) fn xid_chains(
             event_id: Some(list[0].id.clone()),
         }];
         let mut event_ids = vec![list[0].id.clone()];
-        for (p, e) in &failed {
-            let ev = &e.event;
-            who.push(format!(
-                "pid {p}'s {} failed with {} {} {} it",
-                OpCode::new(ev.source, ev.op).name(),
-                codes::error_name(ev.source, i64::from(ev.ret_code)),
-                fmt_ns((ev.ts_ns - first.ts_ns).abs()),
-                if ev.ts_ns >= first.ts_ns { "after" } else { "before" }
-            ));
-            timeline.push(TimelineStep {
-                ts_ns: ev.ts_ns,
-                dur_ns: ev.dur_ns,
-                layer: "CUDA".into(),
-                what: format!("pid {p}: {} failed", OpCode::new(ev.source, ev.op).name()),
-                event_id: Some(e.id.clone()),
-            });
+        for (&p, e) in &failed {
+            let (words, step) = failure_said(p, e, first.ts_ns);
+            who.push(words);
+            timeline.push(step);
             event_ids.push(e.id.clone());
         }
         for (p, e) in across.iter().filter(|(p, _)| !failed.contains_key(p)) {

@@ -268,11 +268,7 @@ impl Holder {
 
 /// The `CUDA_INJECTION64_PATH` of a `/proc/PID/environ` text (NUL-separated).
 pub fn injection_of(environ: &[u8]) -> Option<String> {
-    let key = format!("{}=", super::INJECTION_ENV);
-    environ
-        .split(|b| *b == 0)
-        .find_map(|kv| kv.strip_prefix(key.as_bytes()))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+    causeway_model::environ_var(environ, super::INJECTION_ENV).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// The file mapped at `addr` in a `/proc/PID/maps` text.
