@@ -85,6 +85,13 @@ crate::shared_reads::impl_shared_reads!(DuckDbStore, DUCKDB_NOTES);
 /// slowed).
 pub const READER_MEMORY_MIB: u64 = 128;
 
+/// The engine memory of a reader while it streams rows it does not sort (explain's scans of the
+/// calls and of the switches), MiB. DuckDB keeps the blocks a scan read cached up to its bound,
+/// and at [`READER_MEMORY_MIB`] those were 128 MiB of explain's peak beside its calls; a scan
+/// needs a few blocks at a time. At 10M events: explain's peak 672 -> 532-547 MiB (whole process,
+/// 16 and 32 MiB alike), its time within the spread.
+const SCAN_MEMORY_MIB: u64 = 16;
+
 /// Bound a reader connection's engine memory ([`READER_MEMORY_MIB`]); what does not fit spills to a
 /// directory of this process's own under the system's temporary directory (DuckDB's default is
 /// beside the trace, which a reader must not write to, and which two readers would share).
@@ -177,6 +184,24 @@ impl DuckDbStore {
     pub(super) fn with_conn<T>(&self, f: impl FnOnce(&Connection) -> duckdb::Result<T>) -> Result<T> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         f(&conn).map_err(|e| StoreError::Engine(format!("{}: {e}", self.info.path.display())))
+    }
+
+    /// `read` with a trace file's engine memory bounded to [`SCAN_MEMORY_MIB`], put back to
+    /// [`READER_MEMORY_MIB`] after (the bound is the database instance's: cloned connections share
+    /// it). A store over another connection's views keeps that connection's bound.
+    fn with_scan_memory<T>(&self, read: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.reopen.is_some() {
+            return read();
+        }
+        let conn = self.with_conn(|c| c.try_clone())?;
+        let set = |mib: u64| {
+            conn.execute_batch(&format!("SET memory_limit = '{mib}MiB'"))
+                .map_err(|e| StoreError::Engine(format!("bounding a scan's memory: {e}")))
+        };
+        set(SCAN_MEMORY_MIB)?;
+        let r = read();
+        set(READER_MEMORY_MIB)?;
+        r
     }
 
     /// Run `sql` with integer parameters and hand every Arrow batch to `f`.
@@ -476,18 +501,21 @@ impl TraceStore for DuckDbStore {
         // not sorted here (the trait promises no order): explain sorts its 48-byte calls in place,
         // which at 10M events loads in 2.5 s instead of 3.6-4.4 s behind DuckDB's ORDER BY, and
         // 110 MiB lower (DuckDB's sort held its runs beside the calls)
-        if let Some(halves) = self.id_halves()? {
-            return self.scan_slim_split(&clause, &params, halves, f);
-        }
-        let mut n = 0u64;
-        let mut rows = Vec::new();
-        self.for_batches(&format!("{SLIM_SELECT}{clause}"), &params, &mut |b| {
-            slim_rows(b, &mut rows)?;
-            n += rows.len() as u64;
-            rows.drain(..).for_each(&mut *f);
-            Ok(())
-        })?;
-        Ok(n)
+        let halves = self.id_halves()?;
+        self.with_scan_memory(|| {
+            if let Some(halves) = halves {
+                return self.scan_slim_split(&clause, &params, halves, f);
+            }
+            let mut n = 0u64;
+            let mut rows = Vec::new();
+            self.for_batches(&format!("{SLIM_SELECT}{clause}"), &params, &mut |b| {
+                slim_rows(b, &mut rows)?;
+                n += rows.len() as u64;
+                rows.drain(..).for_each(&mut *f);
+                Ok(())
+            })?;
+            Ok(n)
+        })
     }
 
     fn thread_comms(&self, filter: &EventFilter, latest: bool) -> Result<HashMap<u32, String>> {
@@ -537,27 +565,40 @@ impl TraceStore for DuckDbStore {
         keep: &dyn Fn(u32, i64, i64) -> bool,
         f: &mut dyn FnMut(SwitchRow),
     ) -> Result<u64> {
-        // Half of select_events' columns: the sort and the Arrow batches carry only these.
+        // Half of select_events' columns: the Arrow batches carry only these. Unordered (the trait
+        // promises no order; explain sorts each thread's intervals): DuckDB's sort of the 1.4M
+        // `sched_switch` rows of a 10M-event trace, under the reader's bounded memory, was most of
+        // this read.
         let (clause, params) = where_clause(filter);
         let sql = format!(
             "SELECT id, timestamp, duration, pid, tid, cpu, prev_state, next_pid, next_tid, wake_ts, waker_pid, \
-             waker_tid, next_comm FROM events{clause} ORDER BY timestamp, id"
+             waker_tid, next_comm FROM events{clause}"
         );
         let mut n = 0u64;
-        self.for_batches(&sql, &params, &mut |b| {
-            let i: Vec<Int64Array> = (0..12).map(|c| ints(b, c)).collect::<Result<_>>()?;
-            let next_comm = texts(b, 12)?;
-            for r in 0..b.num_rows() {
-                let (ts, dur, tid) = (val(&i[1], r), val(&i[2], r), val(&i[4], r) as u32);
-                if !keep(tid, ts, dur) {
-                    continue;
+        self.with_scan_memory(|| {
+            self.for_batches(&sql, &params, &mut |b| {
+                let i: Vec<Int64Array> = (0..12).map(|c| ints(b, c)).collect::<Result<_>>()?;
+                let next_comm = texts(b, 12)?;
+                for r in 0..b.num_rows() {
+                    let (ts, dur, tid) = (val(&i[1], r), val(&i[2], r), val(&i[4], r) as u32);
+                    if !keep(tid, ts, dur) {
+                        continue;
+                    }
+                    let sched = sched_at([&i[6], &i[7], &i[8], &i[9], &i[10], &i[11]], &next_comm, r);
+                    let cpu = opt(&i[5], r).unwrap_or(-1) as i32;
+                    f(SwitchRow {
+                        id: EventId::Int(val(&i[0], r)),
+                        ts,
+                        dur,
+                        pid: val(&i[3], r) as u32,
+                        tid,
+                        cpu,
+                        sched,
+                    });
+                    n += 1;
                 }
-                let sched = sched_at([&i[6], &i[7], &i[8], &i[9], &i[10], &i[11]], &next_comm, r);
-                let cpu = opt(&i[5], r).unwrap_or(-1) as i32;
-                f(SwitchRow { id: EventId::Int(val(&i[0], r)), ts, dur, pid: val(&i[3], r) as u32, tid, cpu, sched });
-                n += 1;
-            }
-            Ok(())
+                Ok(())
+            })
         })?;
         Ok(n)
     }
