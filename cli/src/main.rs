@@ -121,13 +121,18 @@ fn parse_cli() -> Cli {
 const DEFAULT_LOG_FILTER: &str = "warn,aya::bpf=error";
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CAUSEWAY_LOG").unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
-        )
-        .init();
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let cli = parse_cli();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("CAUSEWAY_LOG").unwrap_or_else(|_| DEFAULT_LOG_FILTER.into());
+    // `causeway mcp` also sends its log to the clients that ask for it (logging/setLevel)
+    let to_clients = matches!(cli.command, Command::Mcp(_)).then(causeway_server::client_log_layer);
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter))
+        .with(to_clients)
+        .init();
     let result = match cli.command {
         Command::Demo(a) => cmd_demo::run(a),
         Command::Stats(a) => cmd_stats::run(a),

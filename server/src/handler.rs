@@ -3,18 +3,26 @@
 //! (or the time limit) interrupts a running SQL query through [`QueryCancel`]; when the client sent a
 //! `progressToken`, long tools report elapsed time with `notifications/progress` until they finish
 //! (a tool that posts its own progress, like `capture_trace`, has its reports forwarded instead).
+//!
+//! Per session (one [`CausewayServer`] clone per HTTP session, one for stdio): the log sent to the
+//! client ([`crate::client_log`], `logging/setLevel`), the resource subscriptions and their
+//! watchers ([`crate::live`]), and the tasks of `capture_trace` ([`crate::tasks`]), whose capture
+//! the user may be asked to confirm by elicitation.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use causeway_backends::QueryCancel;
 use rmcp::model::*;
-use rmcp::service::RequestContext;
-use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::task_manager::TaskManager;
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::capture::CaptureConfig;
+use crate::client_log::LogSink;
+use crate::live::{self, Notifier, Watches};
 use crate::resources::{self, ReadError};
 use crate::tools::{self, CallCtx, CallError, ToolSpec};
 use crate::traces::TraceSet;
@@ -37,9 +45,30 @@ pub struct ServerState {
     pub request_timeout: Duration,
 }
 
-/// The MCP server: cheap to clone (one per HTTP session).
+/// What one MCP session holds: its log sink, its subscriptions, its tasks.
+#[derive(Default)]
+pub struct Session {
+    log: OnceLock<Arc<LogSink>>,
+    watches: Watches,
+    pub(crate) tasks: TaskManager,
+}
+
+impl Session {
+    /// The session's log sink, started (at the default level) on first use.
+    fn log(&self, peer: &Peer<RoleServer>) -> &Arc<LogSink> {
+        self.log.get_or_init(|| LogSink::start(peer.clone()))
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.tasks.shutdown();
+    }
+}
+
+/// The MCP server: cheap to clone; [`CausewayServer::for_new_session`] for each HTTP session.
 #[derive(Clone)]
-pub struct CausewayServer(pub Arc<ServerState>);
+pub struct CausewayServer(pub Arc<ServerState>, pub(crate) Arc<Session>);
 
 impl CausewayServer {
     pub fn new(traces: TraceSet, request_timeout: Duration) -> CausewayServer {
@@ -57,7 +86,17 @@ impl CausewayServer {
 
     /// A server offering exactly `tools`.
     pub fn with_tools(traces: TraceSet, request_timeout: Duration, tools: Vec<ToolSpec>) -> CausewayServer {
-        CausewayServer(Arc::new(ServerState { traces, tools, request_timeout }))
+        CausewayServer(Arc::new(ServerState { traces, tools, request_timeout }), Arc::default())
+    }
+
+    /// The same server for a new session: its own log, subscriptions and tasks.
+    pub fn for_new_session(&self) -> CausewayServer {
+        CausewayServer(self.0.clone(), Arc::default())
+    }
+
+    /// Whether this server offers `capture_trace` (and with it, tasks).
+    fn captures(&self) -> bool {
+        self.0.tools.iter().any(|t| t.tool.name == crate::capture::NAME)
     }
 
     fn default_trace_name(&self) -> String {
@@ -69,12 +108,36 @@ impl CausewayServer {
         name: String,
         args: Value,
         ctx: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, McpError> {
-        let Some(spec) = self.0.tools.iter().find(|t| t.tool.name == name) else {
+    ) -> Result<CallToolResponse, McpError> {
+        if !self.0.tools.iter().any(|t| t.tool.name == name) {
             return Err(McpError::invalid_params(
                 format!("unknown tool '{}': see tools/list", crate::sanitize::sanitize_str(&name, 100)),
                 None,
             ));
+        }
+        if name == crate::capture::NAME {
+            if ctx.client_capabilities().is_some_and(|c| c.supports_tasks()) {
+                return Ok(CallToolResponse::Task(crate::tasks::start_capture(self, args, &ctx)));
+            }
+            if let Err(refused) = crate::tasks::confirm_capture(&args, &ctx).await {
+                return Ok(error_result(refused).into());
+            }
+        }
+        let started = Instant::now();
+        let r = self.run_tool_now(name.clone(), args, ctx).await;
+        log_outcome(&name, &r, started);
+        r.map(CallToolResponse::from)
+    }
+
+    /// Run a tool within this request: its time limit, cancellation and progress.
+    pub(crate) async fn run_tool_now(
+        &self,
+        name: String,
+        args: Value,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(spec) = self.0.tools.iter().find(|t| t.tool.name == name) else {
+            return Err(McpError::invalid_params(format!("unknown tool '{name}'"), None));
         };
         let (long_running, own_progress) = (spec.long_running, spec.own_progress);
         let timeout = self.0.request_timeout.max(spec.min_timeout);
@@ -141,26 +204,56 @@ impl CausewayServer {
             };
             let _ = ctx.peer.notify_progress(p).await;
         }
-        match outcome {
-            Ok(answer) => {
-                let mut r = CallToolResult::structured(answer.structured);
-                r.content = vec![ContentBlock::text(answer.text)];
-                r.content.extend(answer.images.into_iter().map(|(mime, data)| ContentBlock::image(data, mime)));
-                Ok(r)
-            }
-            Err(CallError::Failed(msg)) => Ok(error_result(msg)),
-            Err(CallError::UnknownTool(n)) => Err(McpError::invalid_params(format!("unknown tool '{n}'"), None)),
-        }
+        answer_result(outcome)
     }
 }
 
-fn error_result(msg: String) -> CallToolResult {
+/// A tool's answer as the MCP result.
+pub(crate) fn answer_result(outcome: Result<tools::Answer, CallError>) -> Result<CallToolResult, McpError> {
+    match outcome {
+        Ok(answer) => {
+            let mut r = CallToolResult::structured(answer.structured);
+            r.content = vec![ContentBlock::text(answer.text)];
+            r.content.extend(answer.images.into_iter().map(|(mime, data)| ContentBlock::image(data, mime)));
+            Ok(r)
+        }
+        Err(CallError::Failed(msg)) => Ok(error_result(msg)),
+        Err(CallError::UnknownTool(n)) => Err(McpError::invalid_params(format!("unknown tool '{n}'"), None)),
+    }
+}
+
+pub(crate) fn error_result(msg: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(format!("error: {msg}"))])
+}
+
+/// The server's log of a tool call (and the client's, at the level it asked for): an answer at
+/// info, an error answer at warning.
+pub(crate) fn log_outcome(name: &str, r: &Result<CallToolResult, McpError>, started: Instant) {
+    let ms = started.elapsed().as_millis();
+    match r {
+        Ok(r) if r.is_error == Some(true) => {
+            let text = r.content.iter().find_map(|c| c.as_text().map(|t| t.text.clone())).unwrap_or_default();
+            tracing::warn!(
+                "tool {name} answered with an error in {ms} ms: {}",
+                crate::sanitize::sanitize_str(&text, 300)
+            );
+        }
+        Ok(_) => tracing::info!("tool {name} answered in {ms} ms"),
+        Err(e) => tracing::warn!("tool {name} failed in {ms} ms: {}", e.message),
+    }
 }
 
 impl ServerHandler for CausewayServer {
     fn get_info(&self) -> ServerConfig {
-        let caps = ServerCapabilities::builder().enable_tools().enable_prompts().enable_resources().build();
+        #[allow(deprecated)] // logging: deprecated by SEP-2577, still what 2025 clients use
+        let b = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe();
+        // tasks: capture_trace runs as one where the client supports them
+        let caps = if self.captures() { b.enable_tasks().build() } else { b.build() };
         let mut implementation = Implementation::new("causeway", env!("CARGO_PKG_VERSION"));
         implementation.title = Some("Causeway: why did the GPU stall?".into());
         ServerConfig::new(caps).with_server_info(implementation).with_instructions(INSTRUCTIONS)
@@ -184,7 +277,77 @@ impl ServerHandler for CausewayServer {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.map(Value::Object).unwrap_or(Value::Null);
-        self.run_tool(request.name.into_owned(), args, ctx).await.map(CallToolResponse::from)
+        self.run_tool(request.name.into_owned(), args, ctx).await
+    }
+
+    async fn on_initialized(&self, ctx: NotificationContext<RoleServer>) {
+        // warnings and errors go to the client until it sets a level
+        self.1.log(&ctx.peer);
+    }
+
+    #[allow(deprecated)] // logging/setLevel: deprecated by SEP-2577, what 2025 clients send
+    async fn set_level(&self, request: SetLevelRequestParams, ctx: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.1.log(&ctx.peer).set_level(request.level);
+        tracing::debug!("logging/setLevel {:?}", request.level);
+        Ok(())
+    }
+
+    #[allow(deprecated)] // resources/subscribe: the 2025 protocols' way; 2026-07-28's is listen
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let first = live::baseline(&self.0, &request.uri).await;
+        self.1.watches.start(self.0.clone(), request.uri, first, Notifier::Peer(ctx.peer));
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.1.watches.stop(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut f = SubscriptionFilter::new();
+        f.resource_subscriptions = requested.resource_subscriptions.clone();
+        // the first rankings, before rmcp acknowledges the request
+        for uri in f.resource_subscriptions.iter().flatten() {
+            self.1.watches.keep_first(uri.clone(), live::baseline_now(&self.0, uri));
+        }
+        Some(f)
+    }
+
+    async fn listen(&self, sub: SubscriptionContext) -> Result<(), McpError> {
+        let stop = tokio_util::sync::CancellationToken::new();
+        for uri in sub.accepted().resource_subscriptions.clone().unwrap_or_default() {
+            let first = match self.1.watches.take_first(&uri) {
+                Some(f) => f,
+                None => live::baseline(&self.0, &uri).await,
+            };
+            let notify = Notifier::Listen(sub.sink().clone());
+            tokio::spawn(live::watch(self.0.clone(), uri, first, notify, stop.child_token()));
+        }
+        sub.cancelled().await;
+        stop.cancel();
+        Ok(())
+    }
+
+    async fn get_task(&self, request: GetTaskParams, _: RequestContext<RoleServer>) -> Result<GetTaskResult, McpError> {
+        self.1.tasks.get_task(&request.task_id).map(GetTaskResult::new)
+    }
+
+    async fn update_task(&self, request: UpdateTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.1.tasks.update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(&self, request: CancelTaskParams, _: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.1.tasks.cancel_task(&request.task_id)
     }
 
     async fn list_prompts(

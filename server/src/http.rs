@@ -167,7 +167,11 @@ pub async fn serve(server: CausewayServer, opts: HttpOptions) -> anyhow::Result<
     let ct = CancellationToken::new();
     let factory = server.clone();
     let config = rmcp_config(&opts, local.port(), ct.child_token());
-    let mcp = StreamableHttpService::new(move || Ok(factory.clone()), LocalSessionManager::default().into(), config);
+    let mcp = StreamableHttpService::new(
+        move || Ok(factory.for_new_session()),
+        LocalSessionManager::default().into(),
+        config,
+    );
     eprintln!(
         "causeway mcp: listening on http://{local}/mcp ({} trace(s){})",
         server.0.traces.len(),

@@ -9,7 +9,10 @@
 //! - `fleet_tools` (feature `fleet`): the fleet's tools over a lake, and its nodes as traces.
 //! - [`capture`]: `capture_trace`, recording a new trace from the agent (opt-in: `--allow-capture`).
 //! - [`prompts`], [`resources`]: prompts from `prompts/*.md`, resources under `causeway://`.
-//! - [`handler`]: the rmcp `ServerHandler` (timeouts, cancellation, progress).
+//! - [`handler`]: the rmcp `ServerHandler` (timeouts, cancellation, progress), per session.
+//! - [`live`]: resource subscriptions (a trace still being written tells when its chains change);
+//!   [`client_log`]: the server's log to the client (`logging/setLevel`); [`tasks`]:
+//!   `capture_trace` as an MCP task, and the user's confirmation of a capture by elicitation.
 //! - [`stdio`], [`http`]: the transports; [`schemas`]: the generated `tool-schemas/`, in the
 //!   portable style of [`schema_style`].
 //! - [`sanitize`]: untrusted traced strings made safe to show.
@@ -22,11 +25,13 @@ mod answers;
 mod args;
 mod capture;
 mod chains;
+mod client_log;
 mod compare;
 #[cfg(feature = "fleet")]
 mod fleet_tools;
 mod handler;
 mod http;
+mod live;
 mod outputs;
 mod prompts;
 mod resources;
@@ -34,6 +39,7 @@ mod sanitize;
 mod schema_style;
 pub mod schemas;
 mod stdio;
+mod tasks;
 pub mod tools;
 mod traces;
 
@@ -42,6 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use capture::CaptureConfig;
+pub use client_log::client_log_layer;
 pub use handler::{CausewayServer, DEFAULT_REQUEST_TIMEOUT};
 pub use http::{HttpOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_RESPONSE_CAP_BYTES, TOKEN_ENV};
 pub use traces::TraceSet;

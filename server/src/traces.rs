@@ -268,9 +268,22 @@ impl TraceSet {
         pid: Option<u32>,
         judge_by: Option<TimeWindow>,
     ) -> Result<Arc<Explanation>, String> {
+        self.explanation_versioned(entry, window, pid, judge_by).0
+    }
+
+    /// [`TraceSet::explanation_judged`] and the file version the answer was computed at (which
+    /// may be older than the file's now: a cached answer younger than [`LIVE_REFRESH`]); a
+    /// resource watcher compares the next version with it.
+    pub fn explanation_versioned(
+        &self,
+        entry: &TraceEntry,
+        window: TimeWindow,
+        pid: Option<u32>,
+        judge_by: Option<TimeWindow>,
+    ) -> (Result<Arc<Explanation>, String>, Option<FileVersion>) {
         let key = (entry.index, window.from_ns, window.to_ns, pid, judge_by.map(|w| (w.from_ns, w.to_ns)));
         let version = entry.version();
-        let slot = {
+        let (slot, computed_at) = {
             let mut cache = self.explanations.lock().unwrap_or_else(|p| p.into_inner());
             if cache.get(&key).is_some_and(|c| !c.fresh_for(version)) {
                 cache.remove(&key); // the trace grew since: computed again
@@ -278,7 +291,8 @@ impl TraceSet {
             if !cache.contains_key(&key) && cache.len() >= CACHED_EXPLANATIONS {
                 cache.retain(|_, c| c.slot.get().is_none()); // keep the ones being computed
             }
-            cache.entry(key).or_insert_with(|| Cached::new(version)).slot.clone()
+            let c = cache.entry(key).or_insert_with(|| Cached::new(version));
+            (c.slot.clone(), c.version)
         };
         let answer = slot
             .get_or_init(|| {
@@ -299,7 +313,7 @@ impl TraceSet {
                 cache.remove(&key);
             }
         }
-        answer
+        (answer, computed_at)
     }
 
     /// How many explanations this set has computed (cache misses); the tests check it.
