@@ -1,6 +1,7 @@
 """The official MCP conformance suite (@modelcontextprotocol/conformance, server suite "all") against
 `causeway mcp --http`: every scenario passes except those listed, with the reason, in
-conformance-expected-failures.yaml (fixture tools, resources and prompts; capabilities not offered)."""
+conformance-expected-failures.yaml (the suite's fixture tools, resources and prompts); the logging
+capability and resource subscriptions pass."""
 
 import os
 import pathlib
@@ -14,7 +15,8 @@ from conftest import CACHE, start_http, stop
 NODE_BIN = CACHE / "node" / "node_modules" / ".bin"
 BASELINE = pathlib.Path(__file__).with_name("conformance-expected-failures.yaml")
 MUST_PASS = {"server-initialize", "ping", "tools-list", "resources-list", "prompts-list", "dns-rebinding-protection",
-             "server-sse-polling", "server-sse-multiple-streams", "completion-complete"}
+             "server-sse-polling", "server-sse-multiple-streams", "completion-complete",
+             "logging-set-level", "resources-subscribe", "resources-unsubscribe"}
 
 
 def test_conformance_suite_over_http(db_paths, tmp_path):
