@@ -129,6 +129,25 @@ impl Cause {
         !matches!(self, Cause::OnCpuOrGpu | Cause::NoSchedData | Cause::GpuWait | Cause::SpinGpuBusy)
     }
 
+    /// The cause as a headline says it (a few words; [`Cause::describe`] says it whole).
+    pub fn short(self) -> &'static str {
+        match self {
+            Cause::Preempted => "preempted",
+            Cause::RunqueueWait => "waiting for a CPU after a wake-up",
+            Cause::Sleep => "asleep (futex, queue, poll)",
+            Cause::NetworkWait => "asleep in socket calls",
+            Cause::Uninterruptible => "in D state (block I/O or page faults)",
+            Cause::StoppedOrOther => "stopped, traced or parked",
+            Cause::OffCpuUnrecorded => "off-CPU, why not recorded",
+            Cause::PageAllocPressure => "allocating pages (memory pressure)",
+            Cause::OnCpuOrGpu => "no host cause: on-CPU in the library or GPU wait",
+            Cause::HostCompute => "host work between GPU calls",
+            Cause::NoSchedData => "no scheduler events recorded",
+            Cause::GpuWait => "asleep until the GPU finished (GPU time)",
+            Cause::SpinGpuBusy => "spinning while the GPU was busy: preemption did not delay it",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Cause::Preempted => "preempted while runnable: another task took the CPU",

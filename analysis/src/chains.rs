@@ -135,8 +135,12 @@ pub struct Chain {
     pub op_p50_ns: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub op_p99_ns: Option<i64>,
+    /// What, who, how much, the share: the headline without its severity ([`Chain::headline`],
+    /// at most [`HEADLINE_MAX`] characters with it).
     pub summary: String,
-    /// Further facts: block requests, page allocations, what the DB lacks.
+    /// Further facts, whole: the caveats and bounds of the headline's figure (what a spinning
+    /// wait's preemption can have delayed, the kernels), block requests, page allocations, what
+    /// the DB lacks.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub details: Vec<String>,
     /// For off-CPU causes: on which CPUs the time was lost, most first.
@@ -163,6 +167,13 @@ pub struct Chain {
 }
 
 impl Chain {
+    /// The chain's one headline, what explain, the report, the Perfetto export and MCP show:
+    /// `HIGH 14 slow cudaStreamSync calls of pid 1833 (train): 62.09 ms preempted by backup-rsync
+    /// (pid 1829) on CPU 0 (35.2% of slow-call time)`, at most [`HEADLINE_MAX`] characters.
+    pub fn headline(&self) -> String {
+        format!("{} {}", self.severity.as_str(), self.summary)
+    }
+
     /// One line naming the chain: `c1 HIGH cudaStreamSynchronize: preempted ... (culprit: hog (pid
     /// 9, tid 9))`, what a picture or a timeline track is titled.
     pub fn title(&self) -> String {
@@ -392,6 +403,7 @@ pub fn rank(chains: &mut [Chain]) {
     });
     for (i, c) in chains.iter_mut().enumerate() {
         c.id = format!("c{}", i + 1);
+        fit_headline(c);
     }
 }
 
@@ -485,6 +497,7 @@ pub fn attributed_summary(
     kind: ChainKind,
     op: &str,
     subject: &str,
+    pid: u32,
     cause: Cause,
     culprit: &Option<Culprit>,
     calls: u64,
@@ -496,25 +509,131 @@ pub fn attributed_summary(
         Some((cpu, _)) if cause == Cause::Preempted => format!(" on CPU {cpu}"),
         _ => String::new(),
     };
+    let who = culprit_short(culprit, pid);
     let what = match (cause, culprit) {
-        (Cause::Preempted, Some(_)) => format!("preempted by {}{on_cpu}", culprit_words(culprit)),
+        (Cause::Preempted, Some(_)) => format!("preempted by {who}{on_cpu}"),
         (Cause::Uninterruptible, Some(c)) if c.role == "issued_io" => {
-            format!("{} while {} kept the disk busy", cause.describe(), culprit_words(culprit))
+            format!("in D state while {who} kept the disk busy")
         }
-        (Cause::NetworkWait, Some(_)) => {
-            format!("waiting on the network: asleep in socket calls to {}", culprit_words(culprit))
-        }
-        (Cause::Sleep | Cause::Uninterruptible, Some(_)) => {
-            format!("{} until woken by {}", cause.describe(), culprit_words(culprit))
-        }
-        _ => cause.describe().to_string(),
+        (Cause::NetworkWait, Some(_)) => format!("asleep in socket calls to {who}"),
+        (Cause::Sleep, Some(_)) => format!("asleep until woken by {who}"),
+        (Cause::Uninterruptible, Some(_)) => format!("in D state until woken by {who}"),
+        _ => cause.short().to_string(),
     };
     match kind {
-        ChainKind::FeedingGap => format!(
-            "{subject} made no GPU call during {calls} long gaps; {} of them: {what} ({:.1}% of the span it fed the GPU)",
+        ChainKind::FeedingGap => {
+            format!(
+                "{subject} made no GPU call in {calls} gaps: {} {what} ({:.1}% of its span)",
+                fmt_ns(stall_ns),
+                share * 100.0
+            )
+        }
+        _ => format!(
+            "{calls} slow {op} calls of {subject}: {} {what} ({:.1}% of slow-call time)",
             fmt_ns(stall_ns),
             share * 100.0
         ),
-        _ => format!("{calls} slow {op} calls of {subject}: {} {what} ({:.1}% of all slow-call time)", fmt_ns(stall_ns), share * 100.0),
+    }
+}
+
+/// Who a culprit is, as a headline names it: the process (`backup-rsync (pid 9912)`), or the
+/// thread when it is one of the chain's own process's (`mockgpu-stream (tid 3535)`); the tid and
+/// the container are in the chain's `culprit`.
+pub fn culprit_short(c: &Option<Culprit>, pid: u32) -> String {
+    match c {
+        Some(c) if c.role == "network_peer" => format!("peer {}", c.comm),
+        Some(c) if c.comm.is_empty() => format!("pid {} tid {}", c.pid, c.tid),
+        Some(c) if c.pid == pid && c.tid != pid => format!("{} (tid {})", c.comm, c.tid),
+        Some(c) => format!("{} (pid {})", c.comm, c.pid),
+        None => "-".into(),
+    }
+}
+
+/// The most characters a chain's headline ([`Chain::headline`]: its severity and summary) may
+/// have, to be read in five seconds: what, who, how much, the share. Caveats and bounds are in the
+/// chain's `details`, whole.
+pub const HEADLINE_MAX: usize = 160;
+
+/// Holds a chain's headline to [`HEADLINE_MAX`] (every chain passes here, in [`rank`]): a summary
+/// too long keeps its leading "; " clauses that fit and moves the others, whole and in order, to
+/// the front of `details`; a first clause that alone is too long is cut at a word with "…" and the
+/// whole summary goes to `details`.
+pub fn fit_headline(c: &mut Chain) {
+    let room = HEADLINE_MAX - c.severity.as_str().len() - 1;
+    if let Some((head, moved)) = split_to_fit(&c.summary, room) {
+        c.summary = head;
+        c.details.splice(0..0, moved);
+    }
+}
+
+/// A text's "; " clauses, outside parentheses (a "; " inside "(...)" belongs to its clause).
+fn clauses(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    let bytes = text.as_bytes();
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'(' => depth += 1,
+            b')' => depth -= 1,
+            b';' if depth <= 0 && bytes.get(i + 1) == Some(&b' ') && i >= start => {
+                out.push(&text[start..i]);
+                start = i + 2;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out
+}
+
+/// A text cut to `room` characters as [`fit_headline`] cuts a summary: the head and what moves to
+/// the details; `None` when it fits.
+pub fn split_to_fit(text: &str, room: usize) -> Option<(String, Vec<String>)> {
+    let len = |s: &str| s.chars().count();
+    if len(text) <= room {
+        return None;
+    }
+    let clauses = clauses(text);
+    let mut head = clauses[0].to_string();
+    if len(&head) > room {
+        let limit = head.char_indices().nth(room - 1).map_or(head.len(), |(i, _)| i);
+        let cut = head[..limit].rfind(' ').filter(|&i| i > limit / 2).unwrap_or(limit);
+        return Some((format!("{}…", head[..cut].trim_end_matches([',', ':', ' '])), vec![text.to_string()]));
+    }
+    let mut i = 1;
+    while i < clauses.len() && len(&head) + 2 + len(clauses[i]) <= room {
+        head.push_str("; ");
+        head.push_str(clauses[i]);
+        i += 1;
+    }
+    Some((head, clauses[i..].iter().map(|s| s.to_string()).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_to_fit;
+
+    #[test]
+    fn a_long_summary_keeps_its_leading_clauses_and_moves_the_rest_whole() {
+        let text = "GPU 0 reported Xid 79: GPU has fallen off the bus; the trace does not map processes to GPUs (trace with --gpu-timeline; every process is considered); pid 7 failed";
+        let (head, moved) = split_to_fit(text, 60).unwrap();
+        assert_eq!(head, "GPU 0 reported Xid 79: GPU has fallen off the bus");
+        assert_eq!(
+            moved,
+            [
+                "the trace does not map processes to GPUs (trace with --gpu-timeline; every process is considered)",
+                "pid 7 failed"
+            ]
+        );
+        assert!(split_to_fit(text, 400).is_none());
+    }
+
+    #[test]
+    fn a_first_clause_too_long_is_cut_at_a_word_and_kept_whole_in_the_details() {
+        let text = "one two three four five six seven eight nine ten; eleven";
+        let (head, moved) = split_to_fit(text, 20).unwrap();
+        assert_eq!(head, "one two three four…");
+        assert!(head.chars().count() <= 20);
+        assert_eq!(moved, [text]);
     }
 }

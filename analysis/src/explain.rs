@@ -727,8 +727,8 @@ fn op_distributions(calls: &[attr::Call]) -> BTreeMap<OpCode, OpDistribution> {
 
 fn verdict(chains: &[Chain], slow: usize) -> String {
     match chains.first() {
-        Some(c) if c.severity != Severity::Low => format!("{} [{}]: {}", c.severity.as_str(), c.id, c.summary),
-        Some(c) => format!("no HIGH or MEDIUM finding; the largest is LOW [{}]: {}", c.id, c.summary),
+        Some(c) if c.severity != Severity::Low => format!("[{}] {}", c.id, c.headline()),
+        Some(c) => format!("no HIGH or MEDIUM finding; the largest: [{}] {}", c.id, c.headline()),
         None if slow == 0 => "no slow GPU calls and no long gaps between GPU calls in scope".into(),
         None => "no chain found".into(),
     }

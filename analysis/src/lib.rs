@@ -51,7 +51,7 @@ mod trace_facts;
 
 pub use attribution::{gpu_call_sources, Cause, Culprit, ThreadNesting};
 pub use borrowed::{BorrowedShare, BorrowedStack, LendEvidence};
-pub use chains::{culprit_words, Chain, ChainKind, CpuTime, Evidence, Severity, TimelineStep};
+pub use chains::{culprit_words, Chain, ChainKind, CpuTime, Evidence, Severity, TimelineStep, HEADLINE_MAX};
 pub use collectives::{
     find_stragglers, worst_stretch, Straggler, Stretch, LATE_FLOOR_NS, LATE_PERIOD_DIVISOR, MIN_LATE,
 };

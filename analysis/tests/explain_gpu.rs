@@ -87,9 +87,10 @@ fn a_throttled_gpu_is_named_first_with_its_reason_and_clock() {
         e.chains
     );
     assert_eq!(c.op, "cudaStreamSync");
-    assert!(c.summary.contains("hw_thermal_slowdown"), "{}", c.summary);
-    assert!(c.summary.contains("SM clock down to 495 MHz from 1980 MHz"), "{}", c.summary);
-    assert!(c.summary.contains("91 °C"), "{}", c.summary);
+    assert!(c.summary.contains("GPU 0 throttled (hw_thermal_slowdown)"), "{}", c.summary);
+    // the clocks, temperature and power: the first detail, whole
+    assert!(c.details[0].contains("SM clock down to 495 MHz from 1980 MHz"), "{}", c.details[0]);
+    assert!(c.details[0].contains("91 °C"), "{}", c.details[0]);
     // the chain's own figure is reproduced by its SQL; the throttled samples are listed by theirs
     let r = store.query(&c.evidence.sql, &QueryLimits::default()).unwrap();
     assert_eq!(r.rows[0][0].as_i64(), Some(c.evidence.value), "{}", c.evidence.sql);

@@ -185,5 +185,5 @@ fn a_late_rank_idling_early_in_its_steps_is_named_for_the_hog_that_delayed_its_e
     assert_eq!((c.pid, c.calls), (200, 20), "{}", c.summary);
     assert_eq!(c.cause, "preempted", "{}", c.summary);
     assert_eq!(c.culprit.as_ref().map(|h| h.pid), Some(HOG.0), "{}", c.summary);
-    assert!(c.summary.contains("while the other ranks waited for it"), "{}", c.summary);
+    assert!(c.details[0].contains("while the other ranks waited for it"), "{}", c.details[0]);
 }

@@ -78,8 +78,11 @@ fn a_rank_preempted_by_a_hog_is_the_straggler_named_first() {
     // rank 0 waited (4 ms + 50 us) in each late collective
     assert_eq!(c.stall_ns, 20 * (4 * MS + 50 * US));
     assert!(c.summary.contains("rank 1 (pid 200"), "{}", c.summary);
-    assert!(c.summary.contains("collectives #11-#30"), "{}", c.summary);
     assert!(c.summary.contains("preempted by nccl-hog (pid 300"), "{}", c.summary);
+    assert!(c.summary.chars().count() < causeway_analysis::HEADLINE_MAX, "{}", c.summary);
+    // the whole story is the first detail
+    assert!(c.details[0].contains("collectives #11-#30"), "{}", c.details[0]);
+    assert!(c.details[0].contains("preempted by nccl-hog (pid 300"), "{}", c.details[0]);
     assert!(c.recommendations.iter().any(|r| r.contains("nccl-hog")), "{:?}", c.recommendations);
     assert!(!c.evidence.event_ids.is_empty(), "the late entries' events");
     assert!(c.timeline.iter().any(|s| s.what.contains("rank 1") && s.what.contains("late")), "{:?}", c.timeline);

@@ -80,7 +80,9 @@ fn uncorrected_errors_name_the_gpu_the_process_and_the_call_that_failed() {
         "the traced processes on it: pid 4242 (train)",
         "pid 4242's cudaStreamSync failed with",
     ] {
-        assert!(c.summary.contains(want), "{want:?} in {}", c.summary);
+        // the headline, then the rest of the story in the details, whole
+        let words = format!("{}\n{}", c.summary, c.details.join("\n"));
+        assert!(words.contains(want), "{want:?} in {words}");
     }
     assert_eq!(e.chains[0].cause, "ecc_errors", "a fault ranks before the slowness it caused");
 }

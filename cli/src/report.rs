@@ -69,7 +69,7 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
     render_slow_steps(&mut o, &e.steps, e.first_ns);
     render_serving_spikes(&mut o, &e.serving, e.first_ns);
     for c in e.chains.iter().take(DETAILED) {
-        let _ = writeln!(o, "\n[{}] {} {}", c.id, c.severity.as_str(), c.summary);
+        let _ = writeln!(o, "\n[{}] {}", c.id, c.headline());
         for s in c.timeline.iter().take(4) {
             let id = s.event_id.as_ref().map(|i| format!(" (event {i})")).unwrap_or_default();
             let _ = writeln!(o, "   {}  {:<6} {}{id}", fmt_since(s.ts_ns, e.first_ns), s.layer, cut(&s.what, 90));
@@ -80,8 +80,9 @@ pub fn render(e: &Explanation, db_arg: &str) -> String {
         if let Some(k) = &c.cost {
             let _ = writeln!(o, "   cost: {}, {:.1}% of the run's GPU time", k.words(), k.share * 100.0);
         }
+        // the headline's caveats and bounds come first among the details: said whole
         for d in c.details.iter().take(2) {
-            let _ = writeln!(o, "   note: {}", cut(d, 110));
+            let _ = writeln!(o, "   note: {d}");
         }
         for r in c.recommendations.iter().take(2) {
             let _ = writeln!(o, "   do: {}", cut(r, 110));
@@ -117,7 +118,7 @@ fn stack_line(s: &StackShare) -> Option<String> {
 /// One chain in full, with its evidence SQL.
 pub fn render_chain(c: &Chain, origin: i64, db_arg: &str) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "[{}] {} {} ({})", c.id, c.severity.as_str(), c.summary, c.key);
+    let _ = writeln!(o, "[{}] {} ({})", c.id, c.headline(), c.key);
     let _ = writeln!(o, "cause: {} — {}", c.cause, c.cause_text);
     let _ = writeln!(o, "culprit: {}", culprit_words(&c.culprit));
     let _ = writeln!(

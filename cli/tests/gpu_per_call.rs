@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{causeway, query_rows, query_u64, require_root_to};
+use common::{causeway, chain_words, query_rows, query_u64, require_root_to};
 use serde_json::Value;
 
 /// The two tests trace one at a time: the throttle's window is planted in wall time, and a trace
@@ -91,13 +91,7 @@ fn a_throttle_is_blamed_only_on_the_calls_of_its_gpu() {
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let throttled = |e: &Value| -> Vec<String> {
-        e["chains"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["cause"] == "gpu_throttled")
-            .map(|c| c["summary"].as_str().unwrap().to_string())
-            .collect()
+        e["chains"].as_array().unwrap().iter().filter(|c| c["cause"] == "gpu_throttled").map(chain_words).collect()
     };
     let e = run("own", "0x4");
     let own = throttled(&e);

@@ -210,7 +210,7 @@ impl<'a> Walk<'a> {
             let rank = i + 1;
             let name = chain.title();
             let mut args = vec![
-                ("summary", Arg::Str(chain.summary.clone())),
+                ("headline", Arg::Str(chain.headline())),
                 ("kind", Arg::Str(format!("{:?}", chain.kind))),
                 ("calls", Arg::Int(chain.calls as i64)),
                 ("stall_ns", Arg::Int(chain.stall_ns)),

@@ -102,17 +102,31 @@ pub fn chain_picture(store: &dyn TraceStore, chain: &Chain) -> Result<Option<Cha
         }
     })?;
     let evidence: std::collections::HashSet<String> = chain.evidence.event_ids.iter().map(|i| i.to_string()).collect();
-    let (threads, cpus) = rows(&events, worst.event.tid, &evidence);
+    let (threads, cpus) = rows(&events, worst.event.tid, &evidence, &|pid, tid| took_cpu_for(chain, pid, tid));
     let scale = TimeScale::new(from, to, LABEL_W, WIDTH - RIGHT_PAD);
     let lanes = device_lanes(store, worst.event.pid, scale.t0, scale.t1)?;
     Ok(Some(draw(chain, &threads, &cpus, &lanes, &scale)))
 }
 
-/// The thread rows (the worst call's thread first, then by busy time) and the CPU rows.
+/// Whether a task that took a CPU from the chain's threads is this chain's evidence, drawn on the
+/// CPU rows: the culprit of a preemption chain, whoever held the CPU of a spinning wait while the
+/// GPU worked; no one for any other cause (a chain with no host cause never shows a culprit
+/// another chain names).
+fn took_cpu_for(chain: &Chain, pid: u32, tid: u32) -> bool {
+    match chain.cause.as_str() {
+        "preempted" => chain.culprit.as_ref().is_some_and(|c| c.pid == pid && c.tid == tid),
+        "spin_gpu_busy" => true,
+        _ => false,
+    }
+}
+
+/// The thread rows (the worst call's thread first, then by busy time) and the CPU rows (only the
+/// tasks `shown` says are the chain's own evidence).
 fn rows(
     events: &[StoredEvent],
     focus_tid: u32,
     evidence: &std::collections::HashSet<String>,
+    shown: &dyn Fn(u32, u32) -> bool,
 ) -> (Vec<ThreadRow>, BTreeMap<i32, Vec<Bar>>) {
     let mut threads: HashMap<u32, ThreadRow> = HashMap::new();
     let mut cpus: BTreeMap<i32, Vec<Bar>> = BTreeMap::new();
@@ -165,7 +179,12 @@ fn rows(
                     event_id: id.clone(),
                     depth: 0,
                 });
-                if let Some(s) = who.filter(|s| state == PrevState::Preempted && s.next_tid != ev.tid && ev.cpu >= 0) {
+                if let Some(s) = who.filter(|s| {
+                    state == PrevState::Preempted
+                        && s.next_tid != ev.tid
+                        && ev.cpu >= 0
+                        && shown(s.next_pid, s.next_tid)
+                }) {
                     cpus.entry(ev.cpu).or_default().push(Bar {
                         start,
                         end,
@@ -290,7 +309,7 @@ fn draw(
     );
     doc = doc.add(
         Text::new(label_wide(
-            &format!("{} (the worst call and {} around it)", chain.summary, fmt_ns(scale.t1 - scale.t0)),
+            &format!("{} (the worst call and {} around it)", chain.headline(), fmt_ns(scale.t1 - scale.t0)),
             160,
         ))
         .set("x", 8)

@@ -95,26 +95,7 @@ pub fn html_report_priced(
         chain_section(&mut h, chain, picture.as_ref().map(|p| p.svg.as_str()));
         pictures += usize::from(picture.is_some());
     }
-    h.push_str("<h2>Per-op latency (exact nearest-rank)</h2>\n<table class=\"ops\"><tr><th>op</th><th>calls</th><th>avg</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>slow at</th><th>slow calls</th></tr>\n");
-    for o in &stats.ops {
-        let us = |v: f64| fmt_ns((v * 1000.0).round() as i64);
-        let fig = ex.ops.iter().find(|f| f.source == o.source && f.op_code == o.op_code);
-        let _ = writeln!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&o.op),
-            o.count,
-            us(o.avg_us),
-            us(o.p50_us),
-            us(o.p90_us),
-            us(o.p95_us),
-            us(o.p99_us),
-            us(o.max_us),
-            fig.map(|f| fmt_ns(f.slow_threshold_ns)).unwrap_or_default(),
-            fig.map(|f| f.slow_calls.to_string()).unwrap_or_default(),
-        );
-    }
-    h.push_str("</table>\n");
+    ops_tables(&mut h, &stats.ops, &ex);
     let histograms = histograms(store, req, &ex)?;
     if !histograms.is_empty() {
         h.push_str("<h2>Latency histograms</h2>\n");
@@ -194,11 +175,13 @@ fn serving_section(h: &mut String, serving: &causeway_analysis::ServingReport) {
 
 fn chain_section(h: &mut String, chain: &Chain, svg: Option<&str>) {
     let sev = chain.severity.as_str();
+    // the headline ([`Chain::headline`]: the severity, then the summary) and the cause in full
     let _ = write!(
         h,
-        "<section class=\"chain\" id=\"{id}\"><h2>{id} <span class=\"sev {sev}\">{sev}</span> {}</h2>\n<p>{}</p>\n",
-        esc(&chain.cause_text),
+        "<section class=\"chain\" id=\"{id}\"><h2>{id} <span class=\"sev {sev}\">{sev}</span> {}</h2>\n<p class=\"cause\">{}: {}</p>\n",
         esc(&chain.summary),
+        esc(&chain.cause),
+        esc(&chain.cause_text),
         id = esc(&chain.id),
     );
     if let Some(k) = &chain.cost {
@@ -208,6 +191,14 @@ fn chain_section(h: &mut String, chain: &Chain, svg: Option<&str>) {
             esc(&k.words()),
             k.share * 100.0
         );
+    }
+    if !chain.details.is_empty() {
+        // the headline's caveats and bounds, whole
+        h.push_str("<ul class=\"notes\">");
+        for d in &chain.details {
+            let _ = write!(h, "<li>note: {}</li>", esc(d));
+        }
+        h.push_str("</ul>\n");
     }
     if let Some(svg) = svg {
         let _ = writeln!(h, "<div class=\"picture\">{svg}</div>");
@@ -233,6 +224,51 @@ fn chain_section(h: &mut String, chain: &Chain, svg: Option<&str>) {
         esc(&chain.evidence.unit),
         esc(&chain.evidence.sql)
     );
+}
+
+/// The GPU calls' latency table first (what the reader came for), then the host events apart:
+/// how many of each, with durations only for the events that have one (a `process_exec` has none).
+fn ops_tables(h: &mut String, ops: &[causeway_analysis::OpStats], ex: &Explanation) {
+    let us = |v: f64| fmt_ns((v * 1000.0).round() as i64);
+    let (gpu, host): (Vec<_>, Vec<_>) =
+        ops.iter().partition(|o| causeway_model::codes::is_gpu_call(o.source, o.op_code));
+    h.push_str("<h2>GPU calls: latency (exact nearest-rank)</h2>\n<table class=\"ops\"><tr><th>op</th><th>calls</th><th>avg</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>slow at</th><th>slow calls</th></tr>\n");
+    for o in &gpu {
+        let fig = ex.ops.iter().find(|f| f.source == o.source && f.op_code == o.op_code);
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&o.op),
+            o.count,
+            us(o.avg_us),
+            us(o.p50_us),
+            us(o.p90_us),
+            us(o.p95_us),
+            us(o.p99_us),
+            us(o.max_us),
+            fig.map(|f| fmt_ns(f.slow_threshold_ns)).unwrap_or_default(),
+            fig.map(|f| f.slow_calls.to_string()).unwrap_or_default(),
+        );
+    }
+    h.push_str("</table>\n");
+    if host.is_empty() {
+        return;
+    }
+    h.push_str("<h3>Host events</h3>\n<table class=\"host-events\"><tr><th>event</th><th>count</th><th>p50</th><th>p99</th><th>max</th></tr>\n");
+    for o in &host {
+        let timed = o.max_us > 0.0;
+        let fig = |v: f64| if timed { us(v) } else { "-".into() };
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&o.op),
+            o.count,
+            fig(o.p50_us),
+            fig(o.p99_us),
+            fig(o.max_us),
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 /// The histograms of the ops the chains are about (the op with the most slow time when no chain).

@@ -24,18 +24,19 @@ fn the_contention_chain_shows_each_preemption_and_who_took_the_cpu() {
     let chain = ex.chains.iter().find(|c| c.cause == "preempted").expect("a preemption chain");
     let culprit = chain.culprit.as_ref().expect("a culprit");
     let p = chain_picture(store.as_ref(), chain).unwrap().expect("a picture");
-    // the preemptions of the chain's process inside the window, by SQL
+    // the preemptions of the chain's process by its culprit inside the window, by SQL: the
+    // chain's own evidence (another task that took a CPU is another chain's)
     let rows = sql_rows(
         store.as_ref(),
         &format!(
             "SELECT id, next_comm FROM events WHERE source = 3 AND op = 1 AND prev_state = 0 AND cpu >= 0 \
              AND next_tid IS NOT NULL AND next_tid != 0 AND next_tid != tid AND pid = {} \
-             AND timestamp - duration <= {} AND timestamp >= {}",
-            chain.pid, p.to_ns, p.from_ns
+             AND next_pid = {} AND next_tid = {} AND timestamp - duration <= {} AND timestamp >= {}",
+            chain.pid, culprit.pid, culprit.tid, p.to_ns, p.from_ns
         ),
     );
     assert!(!rows.is_empty(), "the worst call was preempted");
-    assert_eq!(p.culprits, rows.len(), "one culprit bar per preemption in the window");
+    assert_eq!(p.culprits, rows.len(), "one culprit bar per preemption by the culprit in the window");
     assert_eq!(p.svg.matches("class=\"culprit\"").count(), rows.len());
     for r in &rows {
         let id = r[0].as_i64().unwrap();
@@ -49,6 +50,30 @@ fn the_contention_chain_shows_each_preemption_and_who_took_the_cpu() {
     let worst = chain.evidence.event_ids[0].to_string();
     assert!(p.svg.contains(&format!("evidence\" data-event-id=\"{worst}\"")), "the worst call is marked as evidence");
     assert!(p.svg.starts_with("<svg") && p.svg.trim_end().ends_with("</svg>"));
+}
+
+/// A chain with no host cause shows its own evidence: its calls and its thread's time, never the
+/// task another chain blames (the hog drawn under "no host cause" read as a contradiction).
+#[test]
+fn a_chain_without_a_culprit_draws_no_one_taking_the_cpu() {
+    let store = open_store(&investigation("cpu-contention")).unwrap();
+    let ex = explain(store.as_ref(), &ExplainRequest::default()).unwrap();
+    let hog = ex.chains.iter().find(|c| c.cause == "preempted").and_then(|c| c.culprit.clone()).expect("the hog");
+    let none = ex.chains.iter().find(|c| c.cause == "on_cpu_or_gpu").expect("a no-host-cause chain");
+    let p = chain_picture(store.as_ref(), none).unwrap().expect("a picture");
+    assert_eq!(p.culprits, 0, "no culprit bar in the picture of {}", none.id);
+    assert!(!p.svg.contains("class=\"culprit\""));
+    assert!(
+        !p.svg.contains(&format!("{} ({})", hog.comm, hog.pid)),
+        "the hog is not drawn as a culprit of {}",
+        none.id
+    );
+    assert!(p.svg.contains(&causeway_render_headline(none)), "the picture is titled by its own headline");
+}
+
+fn causeway_render_headline(c: &causeway_analysis::Chain) -> String {
+    // the SVG's text escapes what XML needs; a headline of the bundled traces has none of it
+    c.headline().chars().take(60).collect()
 }
 
 #[test]
@@ -67,6 +92,17 @@ fn every_investigation_gives_a_report_with_its_chains_pictures_and_tables() {
         }
         let stats = causeway_analysis::compute_stats(store.as_ref(), &Default::default()).unwrap();
         assert_eq!(r.html.matches("<tr><td>").count(), stats.ops.len(), "{what}: one table row per op");
+        // the GPU calls' table first; the host events (counts) apart, after it
+        let gpu = r.html.find("<table class=\"ops\">").expect("the GPU calls' table");
+        let gpu_table = &r.html[gpu..gpu + r.html[gpu..].find("</table>").unwrap()];
+        for o in &stats.ops {
+            let row = format!("<tr><td>{}</td>", o.op);
+            let is_gpu = causeway_model::codes::is_gpu_call(o.source, o.op_code);
+            assert_eq!(gpu_table.contains(&row), is_gpu, "{what}: {} in the GPU calls' table: {is_gpu}", o.op);
+        }
+        if let Some(host) = r.html.find("<table class=\"host-events\">") {
+            assert!(host > gpu, "{what}: the host events come after the GPU calls");
+        }
         assert_eq!(r.html.matches("class=\"latency-histogram\"").count(), r.histograms, "{what}");
         assert!(r.histograms >= 1 || stats.ops.is_empty(), "{what}: no histogram");
         assert!(!r.html.contains("<script"), "{what}: the report runs no script");

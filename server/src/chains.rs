@@ -94,13 +94,12 @@ pub fn get_causal_chains(set: &TraceSet, a: ChainsArgs, _: &QueryCancel) -> Resu
     let briefed = !full && chains.iter_mut().enumerate().fold(false, |cut, (i, c)| brief_chain(c, i == 0) | cut);
     let summary = match chains.first() {
         Some(c) => format!(
-            "{} chain(s) match ({} in scope), {} shown; worst: {} [{}] {}",
+            "{} chain(s) match ({} in scope), {} shown; worst: [{}] {}",
             matching.len(),
             e.chains.len(),
             chains.len(),
             c.id,
-            c.severity.as_str(),
-            c.summary
+            c.headline()
         ),
         None => format!("no chain matches ({} in scope); verdict: {}", e.chains.len(), e.verdict),
     };

@@ -184,6 +184,11 @@ def check_sync_storm(ex, planted, v, out=None):
     return None
 
 
+def words(c):
+    """A chain's words: its headline (`summary`) and its details (the whole story, the caveats)."""
+    return "\n".join([c["summary"], *c.get("details", [])])
+
+
 def late_seqs(summary):
     """The late collectives a straggler chain lists (`collectives #5, #16-#45: ...`), as numbers."""
     m = re.search(r"collectives (#\d+(?:-#\d+)?(?:, #\d+(?:-#\d+)?)*)", summary)
@@ -209,9 +214,9 @@ def check_straggler(cause):
             return f"straggler chain is {c['severity']}: {c['summary']}"
         if c["cause"] != cause:
             return f"straggler cause is {c['cause']}, not {cause}: {c['summary']}"
-        if f"rank {v['straggler']} (pid {late}" not in c["summary"]:
+        if f"rank {v['straggler']} (pid {late}" not in words(c):
             return f"summary does not name rank {v['straggler']}: {c['summary']}"
-        if f"RANK {v['straggler']} of {v['ranks']}" not in c["summary"]:
+        if f"RANK {v['straggler']} of {v['ranks']}" not in words(c):
             return f"summary does not give the launcher's RANK of {v['ranks']}: {c['summary']}"
         if cause == "preempted":
             cul = c.get("culprit") or {}
@@ -222,14 +227,14 @@ def check_straggler(cause):
         # chain is graded on, lies within them (a shared 2-core machine makes the rank late now and
         # then elsewhere too, scattered: those are no stretch)
         planted_steps = v["late_to"] - v["late_from"] + 1
-        seqs = late_seqs(c["summary"])
+        seqs = late_seqs(words(c))
         if seqs is None:
             return f"the summary lists no late collectives: {c['summary']}"
         lo, hi = v["late_from"], v["late_to"] + 2
         inside = len([s for s in seqs if lo <= s <= hi])
         if inside < planted_steps // 2:
             return f"{inside} late collectives of the {planted_steps} planted: {c['summary']}"
-        ep = re.search(r"its worst stretch, #(\d+)-#(\d+) \((\d+) late\)", c["summary"])
+        ep = re.search(r"its worst stretch, #(\d+)-#(\d+) \((\d+) late\)", words(c))
         if not ep:
             return f"the summary gives no worst stretch: {c['summary']}"
         st_first, st_last, n = (int(x) for x in ep.groups())
@@ -249,7 +254,7 @@ def check_gpu_throttle(ex, planted, v, out=None):
         return "no chain"
     if c["cause"] != "gpu_throttled" or c["severity"] != "HIGH":
         return f"first chain is {c['severity']} {c['cause']}, not the throttled GPU: {c['summary']}"
-    if reason not in c["summary"] or "SM clock down to" not in c["summary"]:
+    if reason not in words(c) or "SM clock down to" not in words(c):
         return f"the throttle's reason ({reason}) or clock is not named: {c['summary']}"
     for x in ex.get("chains", [])[1:]:
         if x["severity"] != "LOW" and x["cause"] not in ("gpu_throttled",):

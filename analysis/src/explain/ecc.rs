@@ -108,14 +108,14 @@ pub(super) fn ecc_chains(
         }
         let mut summary = if r.uncorrected > 0 {
             format!(
-                "GPU {g} counted {} uncorrected ECC error(s){} while tracing, the first in the sample at {}: the data a kernel read there was wrong",
+                "GPU {g} counted {} uncorrected ECC error(s){} while tracing: the data a kernel read there was wrong; the first in the sample at {}",
                 r.uncorrected,
                 if r.corrected > 0 { format!(" and {} corrected", r.corrected) } else { String::new() },
                 fmt_utc(first)
             )
         } else {
             format!(
-                "GPU {g} corrected {} ECC error(s) while tracing, the first in the sample at {}: its memory is wearing where counts grow",
+                "GPU {g} corrected {} ECC error(s) while tracing: its memory is wearing where counts grow; the first in the sample at {}",
                 r.corrected,
                 fmt_utc(first)
             )

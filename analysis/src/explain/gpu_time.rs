@@ -54,15 +54,20 @@ pub(super) fn keeps_spans(gpu: &GpuState, op: OpCode) -> bool {
 pub(super) fn name_throttle(chain: &mut Chain, facts: &crate::gpu_state::ThrottleFacts) {
     chain.cause = GPU_THROTTLED.into();
     chain.cause_text = "the GPU ran throttled (NVML clock event reasons): the same work took longer".into();
+    // the headline: how much, how many calls, the share; the throttle's reason, clocks,
+    // temperature and power are the first detail, whole
+    let words = facts.words();
+    let gpu = words.split_once(": ").map_or(words.as_str(), |(gpu, _)| gpu);
     chain.summary = format!(
-        "{} slow {} calls: {} waiting for a throttled GPU: {} ({:.1}% of all slow-call time; {} of the calls' time overlapped the throttle)",
+        "{} slow {} calls: {} waiting for {gpu} ({:.1}% of slow-call time)",
         chain.calls,
         chain.op,
         fmt_ns(chain.stall_ns),
-        facts.words(),
         chain.share * 100.0,
-        fmt_ns(facts.throttled_ns)
     );
+    chain
+        .details
+        .splice(0..0, [format!("{words}; {} of the calls' time overlapped the throttle", fmt_ns(facts.throttled_ns))]);
     chain.details.push(format!("the throttled GPU samples: {}", facts.sql()));
     chain.recommendations = vec![
         "The GPU slowed itself down: check its cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER), the power limit (nvidia-smi -pl), and the node's other GPUs for the same reasons".into(),

@@ -244,10 +244,20 @@ fn never_arrived_chains(
             share_of: "of the waiting ranks' time from their entry to the end of the trace".into(),
             op_p50_ns: None,
             op_p99_ns: None,
-            summary,
-            details: vec![format!(
-                "every rank's latest collective on this communicator: SELECT pid, rank, max(seq) FROM nccl_calls WHERE comm_hash = {comm} GROUP BY pid, rank"
-            )],
+            // the headline: which collective, who waited how long, who never came; the whole
+            // story (each missing rank's last collective and state) is the first detail
+            summary: format!(
+                "{coll} #{top} hung: {} waited {} in it, {} never entered it",
+                rank_list(&entered),
+                fmt_ns(waited),
+                rank_list(&missing)
+            ),
+            details: vec![
+                summary,
+                format!(
+                    "every rank's latest collective on this communicator: SELECT pid, rank, max(seq) FROM nccl_calls WHERE comm_hash = {comm} GROUP BY pid, rank"
+                ),
+            ],
             cpus: Vec::new(),
             kernels: Vec::new(),
             timeline,
@@ -343,6 +353,14 @@ pub(super) fn hang_chains(
             what: format!("{op_name} on tid {} began and never returned", ev.tid),
             event_id: (!looked).then(|| e.id.clone()),
         });
+        // the headline: who, in what, for how long; the whole story (its state, its code, the work
+        // it waited for) is the first detail
+        details.insert(0, summary);
+        let summary = format!(
+            "{who} had been in {op_name} for {}{since} and had not returned {}",
+            fmt_ns(ev.dur_ns),
+            if looked { "at the tracer's last look" } else { "when the trace ended" }
+        );
         let sql = format!(
             "SELECT duration AS value FROM {} WHERE ret_code = {RET_IN_FLIGHT} AND tid = {} AND source = {} AND op = {} AND timestamp = {}",
             if looked { "under_way" } else { "events" },

@@ -252,7 +252,21 @@ fn chain(
         stretch.late,
         fmt_ns(stretch.net_ns)
     );
-    let summary = format!(
+    // the headline: who, how often, what it cost the others, why; the whole story is the first detail
+    let short_who = if s.rank >= 0 { format!("rank {} (pid {})", s.rank, s.pid) } else { format!("pid {}", s.pid) };
+    let short_cause = match (&culprit, cause) {
+        (_, Cause::OnCpuOrGpu) => String::new(),
+        (Some(_), Cause::Preempted) => format!(": preempted by {}", chains::culprit_short(&culprit, s.pid)),
+        _ => format!(": {}", cause.short()),
+    };
+    let headline = format!(
+        "{short_who} was late at {} of {} {op} collectives, the other ranks waiting {} for it ({:.1}%){short_cause}",
+        s.late.len(),
+        s.collectives,
+        fmt_ns(waited),
+        share * 100.0,
+    );
+    let story = format!(
         "{who} reached {} of {} {op} collectives late on communicator {comm} ({ranks}), collectives {}: by {} median (max {}); the other ranks waited {} for it ({:.1}% of their time from the first collective to the last){net_words}{stretch_words}; {went_through}",
         s.late.len(),
         s.collectives,
@@ -264,6 +278,7 @@ fn chain(
     );
 
     let mut details = vec![
+        story,
         format!(
             "a collective is late when its last rank entered at least max({}, 1/{} of the communicator's median period {}) after the rank before it; entry times are the host calls' (ranks on one host share its clock)",
             fmt_ns(collectives::LATE_FLOOR_NS),
@@ -353,7 +368,7 @@ fn chain(
         share_of: "of the other ranks' time from their first collective to their last".into(),
         op_p50_ns: Some(late_dist.p50),
         op_p99_ns: Some(late_dist.p99),
-        summary,
+        summary: headline,
         details,
         cpus: Vec::new(),
         kernels: Vec::new(),

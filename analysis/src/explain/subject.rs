@@ -141,7 +141,8 @@ pub(super) fn attributed_chain(
         let per: Vec<String> = g.cpus.iter().map(|(c, ns)| format!("CPU {c}: {}", fmt_ns(*ns))).collect();
         details.push(format!("preempted time by CPU: {}", per.join(", ")));
     }
-    let mut summary_tail = String::new();
+    // the caveats and bounds of the headline's figure: first among the details, whole
+    let mut notes = Vec::new();
     let kernels = kernels::chain_kernels(&g.kernels);
     if !kernels.is_empty() {
         let headline = kernels::by_short_name(&kernels);
@@ -151,15 +152,15 @@ pub(super) fn attributed_chain(
             .map(|k| format!("{} ({} calls, {})", k.kernel, k.calls, fmt_ns(k.ns)))
             .collect();
         let more = headline.len().saturating_sub(KERNELS_IN_SUMMARY);
-        summary_tail.push_str(&format!(
-            "; kernels: {}{}",
+        notes.push(format!(
+            "kernels: {}{}",
             named.join(", "),
             if more > 0 { format!(" and {more} more") } else { String::new() }
         ));
     }
     if let Some(op) = s.op.filter(|o| s.kind == ChainKind::SlowCalls && spin::is_spin_bounded_op(*o)) {
-        let (tail, lines) = spin_facts(op, cause, &ckey, &culprit, s.spin, names);
-        summary_tail.push_str(&tail);
+        let (bound, lines) = spin_facts(op, cause, &ckey, &culprit, s.spin, names);
+        notes.extend(bound);
         details.extend(lines);
     }
     if cause == Cause::OffCpuUnrecorded {
@@ -212,6 +213,10 @@ pub(super) fn attributed_chain(
             format!("Keep the tracer off the workload's cores (taskset -c <free cores> causeway trace ...) or record fewer events (no --stacks); this chain is an effect of tracing, not of the workload (pid {})", c.pid),
         );
     }
+    if let Some(c) = culprit.as_ref().filter(|c| !c.place.is_empty()) {
+        notes.push(format!("culprit: {}", chains::culprit_words(&Some(c.clone()))));
+    }
+    details.splice(0..0, notes);
     match g.gpu_idle_ns {
         Some(0) if cause.is_host_cause() => details.insert(
             0,
@@ -246,13 +251,14 @@ pub(super) fn attributed_chain(
             s.kind,
             &s.op_name,
             &subject_words(names, pid, tid),
+            pid,
             cause,
             &culprit,
             calls,
             g.stall_ns,
             share,
             &g.cpus,
-        ) + &summary_tail,
+        ),
         recommendations,
         culprit,
         pid,
@@ -280,7 +286,7 @@ pub(super) fn attributed_chain(
 }
 
 /// What spinning did to a slow-call chain of a synchronizing op ([`crate::spin`]): for a
-/// preemption chain, the text that bounds the culprit's share ("; N of these calls spun ...") and
+/// preemption chain, the text that bounds the culprit's share ("N of these calls spun ...") and
 /// how each policy was found; for the `spin_gpu_busy` chain, who held the CPU while the GPU worked.
 fn spin_facts(
     op: OpCode,
@@ -289,18 +295,18 @@ fn spin_facts(
     culprit: &Option<attr::Culprit>,
     facts: Option<&spin::OpSpinFacts>,
     names: &Names,
-) -> (String, Vec<String>) {
+) -> (Option<String>, Vec<String>) {
     let mut lines = Vec::new();
-    let Some(facts) = facts else { return (String::new(), lines) };
-    let mut tail = String::new();
+    let Some(facts) = facts else { return (None, lines) };
+    let mut bound = None;
     match (cause, ckey) {
         (Cause::Preempted, CulpritKey::TookCpu(p, t, comm)) => {
             let none = spin::SpinShare::default();
             let share = facts.shares.get(&(*p, *t, comm.clone())).unwrap_or(&none);
             if share.calls == 0 {
-                return (tail, lines);
+                return (bound, lines);
             }
-            tail = format!("; {}", share.words(&op.name(), &chains::culprit_words(culprit)));
+            bound = Some(share.words(&op.name(), &chains::culprit_words(culprit)));
         }
         (Cause::SpinGpuBusy, _) => {
             let mut by: Vec<_> = facts.busy_by.iter().collect();
@@ -318,8 +324,8 @@ fn spin_facts(
                 who.join(", ")
             ));
         }
-        _ => return (tail, lines),
+        _ => return (bound, lines),
     }
     lines.extend(facts.reasons.iter().map(|r| format!("{}: {r}", op.name())));
-    (tail, lines)
+    (bound, lines)
 }

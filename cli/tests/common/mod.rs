@@ -59,3 +59,14 @@ pub fn query_u64(db: &Path, sql: &str) -> u64 {
         .and_then(|v| v.as_u64())
         .unwrap_or_else(|| panic!("{sql}: no count in {rows:?}"))
 }
+
+/// A chain's words as `explain --json` gives them: its headline (`summary`) and its details (the
+/// whole story, the caveats and bounds the headline leaves out), one per line.
+pub fn chain_words(c: &serde_json::Value) -> String {
+    let mut s = c["summary"].as_str().unwrap_or_default().to_string();
+    for d in c["details"].as_array().into_iter().flatten() {
+        s.push('\n');
+        s.push_str(d.as_str().unwrap_or_default());
+    }
+    s
+}
