@@ -50,7 +50,7 @@ fn an_illegal_address_names_the_kernel_that_faulted_and_the_exit() {
     );
     let c = first_error(&db, &e);
     assert_eq!(c["cause"], "device_fault", "{c}");
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     for want in [
         "first failing CUDA call was cudaStreamSync",
         "cudaErrorIllegalAddress (700)",
@@ -85,7 +85,7 @@ fn an_out_of_memory_names_the_request_and_what_the_process_held() {
     );
     let c = first_error(&db, &e);
     assert_eq!((c["cause"].as_str(), c["op"].as_str()), (Some("out_of_memory"), Some("cudaMalloc")), "{c}");
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     // the largest allocation still held, with where it was made (its stack's call site)
     for want in [
         "cudaErrorMemoryAllocation (2)",
@@ -121,7 +121,7 @@ fn an_xid_names_the_gpu_and_the_calls_that_failed_with_it() {
     );
     let c = &e["chains"][0];
     assert_eq!((c["kind"].as_str(), c["op"].as_str()), (Some("gpu_fault"), Some("Xid 79")), "{}", e["chains"]);
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     for want in
         ["GPU 0 reported Xid 79: GPU has fallen off the bus", "'s cudaStreamSync failed with cudaErrorIllegalAddress"]
     {
@@ -179,7 +179,7 @@ fn the_drivers_xid_line_names_the_process_it_blamed() {
     let out = causeway().args(["explain", "--json", "--db"]).arg(&db).output().unwrap();
     let e: Value = serde_json::from_slice(&out.stdout).unwrap();
     let c = e["chains"].as_array().unwrap().iter().find(|c| c["kind"] == "gpu_fault").expect("a gpu_fault chain");
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     assert!(s.contains("GPU 0 reported Xid 79") && s.contains("the driver's log line named pid 4242 (culprit)"), "{s}");
     assert_eq!(c["pid"], 4242, "{c}");
 }

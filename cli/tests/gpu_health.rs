@@ -88,7 +88,7 @@ fn a_pcie_link_at_gen_1_while_busy_is_named_with_its_copies() {
     assert_eq!(named.len(), 1, "{:#?}", summaries(&e));
     let c = named[0];
     assert_eq!((c["kind"].as_str(), c["op"].as_str()), (Some("degraded_link"), Some("PCIe link")));
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     assert!(s.starts_with("GPU 0's PCIe link ran at gen 1 x16 (max gen 5 x16) for "), "{s}");
     assert!(s.contains("while busy") && s.len() <= 180, "{s}");
     assert!(c["evidence"]["value"].as_i64().unwrap() >= 10, "busy samples below the maximum: {c}");
@@ -136,7 +136,7 @@ fn nvlink_crc_errors_during_slow_all_reduces_name_the_gpu_and_the_collectives() 
     let named = chains_of(&db, &e, "nvlink_errors");
     assert_eq!(named.len(), 1, "GPU 1 only: {:#?}", summaries(&e));
     let c = named[0];
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     assert!(s.starts_with("GPU 1's NVLink counted ") && s.contains("ncclAllReduce ran: median"), "{s}");
     assert_eq!(c["severity"], "HIGH", "slower than the all-reduces without errors: {s}");
     assert_eq!(c["evidence"]["value"].as_i64(), Some(60), "every planted error, counted from the samples: {c}");
@@ -180,13 +180,13 @@ fn memory_left_behind_by_a_traced_process_and_an_untraced_pid_is_named() {
     let named = chains_of(&db, &e, "memory_left_behind");
     let mine =
         named.iter().find(|c| c["pid"].as_i64() == Some(train_pid)).unwrap_or_else(|| panic!("{:#?}", summaries(&e)));
-    let s = &chain_words(&mine);
+    let s = &chain_words(mine);
     assert!(s.starts_with("GPU 0 still held ") && s.contains(&format!("for pid {train_pid} (train)")), "{s}");
     assert!(s.contains("after it exited (exited with code 0)"), "{s}");
     let held = mine["evidence"]["value"].as_i64().unwrap();
     assert!(held >= 300 << 20, "the context and its allocations: {held}");
     let untraced = named.iter().find(|c| c["pid"].as_i64() == Some(gone_pid as i64)).expect("the untraced pid");
-    let s = &chain_words(&untraced);
+    let s = &chain_words(untraced);
     assert!(
         s.starts_with(&format!(
             "GPU 0 held 2.0 GiB for pid {gone_pid}, a process that was gone (/proc/{gone_pid} absent)"
@@ -211,7 +211,7 @@ fn memory_that_keeps_growing_names_the_allocations_never_freed() {
     let (e, _) = traced(&db, &env, &program("train", &["--iters", "800", "--churn", "20", "--producer-us", "8000"]));
     let named = chains_of(&db, &e, "memory_growth");
     assert_eq!(named.len(), 1, "{:#?}", summaries(&e));
-    let s = &chain_words(&named[0]);
+    let s = &chain_words(named[0]);
     assert!(s.contains("(train)'s memory rose from") && s.contains("were never freed, the largest"), "{s}");
     assert!(named[0]["evidence"]["value"].as_i64().unwrap() >= 64 << 20, "{}", named[0]);
     assert!(chains_of(&db, &e, "memory_left_behind").is_empty(), "its context went with it: {:#?}", summaries(&e));

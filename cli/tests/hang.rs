@@ -86,7 +86,7 @@ fn a_synchronize_that_never_returns_is_named_first_and_the_job_is_left_running()
     let e: Value = serde_json::from_slice(&out.stdout).unwrap();
     let c = &e["chains"][0];
     assert_eq!((c["kind"].as_str(), c["cause"].as_str()), (Some("hang"), Some("never_returned")), "{c}");
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     for want in [
         "cudaStreamSync for",
         "(since step 49)",
@@ -164,7 +164,7 @@ fn the_rank_that_never_arrived_is_named_and_a_trace_cut_short_is_no_hang() {
     let c = &e["chains"][0];
     assert_eq!((c["kind"].as_str(), c["cause"].as_str()), (Some("hang"), Some("rank_never_arrived")), "{c}");
     assert_eq!(c["op"], "ncclAllReduce #41", "{c}");
-    let s = &chain_words(&c);
+    let s = &chain_words(c);
     for want in ["rank 0 (pid", "rank 1 (pid", "entered it and waited", "rank 2 (pid", "never entered it", "asleep"] {
         assert!(s.contains(want), "{want:?} in {s}");
     }

@@ -75,7 +75,7 @@ fn mcp_chains(db: &str, args: Value) -> Value {
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "get_causal_chains", "arguments": args}}));
     let r = answer(2);
-    drop(send);
+    drop(stdin);
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(r["result"]["isError"], false, "{r}");
