@@ -60,6 +60,9 @@ pub struct DeviceStats {
     pub ns_not_listed: i64,
     /// The launch latency of every op whose launching call is known, per kind.
     pub launch_latency: BTreeMap<String, LatencyStats>,
+    /// How each process's device view was recorded: launched with the library, or attached to the
+    /// running process (when, its main thread's pause) with its windows and the time they covered.
+    pub recording: Vec<String>,
 }
 
 /// A device's busy time.
@@ -131,13 +134,23 @@ pub fn device_stats(
         .collect();
     ops.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
     let rest: Vec<DeviceOpStats> = ops.split_off(ops.len().min(NAMES_LISTED));
+    let notes = store.gpu_timeline_notes()?;
+    let holes = crate::device_idle::holes::holes_of(&notes);
     let devices = spans
         .into_iter()
         .map(|((pid, device), v)| {
             let n = v.len() as u64;
             let merged = crate::trace_data::merge_intervals(v);
             let busy: i64 = merged.iter().map(|(a, b)| b - a).sum();
-            let span = merged.last().map_or(0, |l| l.1) - merged.first().map_or(0, |f| f.0);
+            let (first, last) = (merged.first().map_or(0, |f| f.0), merged.last().map_or(0, |l| l.1));
+            // time the view did not see (another client's, dormant between windows) is no span
+            let unseen: i64 = holes
+                .get(&pid)
+                .into_iter()
+                .flatten()
+                .map(|h| (h.end_ns.min(last) - h.start_ns.max(first)).max(0))
+                .sum();
+            let span = last - first - unseen;
             DeviceBusy {
                 pid,
                 device,
@@ -154,5 +167,48 @@ pub fn device_stats(
         ops_not_listed: rest.iter().map(|r| r.count).sum(),
         ns_not_listed: rest.iter().map(|r| r.total_ns).sum(),
         launch_latency: by_kind.into_iter().filter_map(|(k, v)| Some((k, latency(v)?))).collect(),
+        recording: recording(&notes, pid),
     }))
+}
+
+/// One line per process: how its device view was recorded (`attached`, `window_opened`,
+/// `window_closed` notes), for a process attached while it ran.
+fn recording(notes: &[causeway_model::GpuTimelineNote], pid: Option<u32>) -> Vec<String> {
+    let mut by_pid: BTreeMap<u32, Vec<&causeway_model::GpuTimelineNote>> = BTreeMap::new();
+    for n in notes.iter().filter(|n| pid.is_none_or(|p| p == n.pid)) {
+        by_pid.entry(n.pid).or_default().push(n);
+    }
+    let mut out = Vec::new();
+    for (pid, mut ns) in by_pid {
+        ns.sort_by_key(|n| n.ts_ns);
+        let Some(attached) = ns.iter().find(|n| n.kind == "attached") else { continue };
+        let mut windows = 0;
+        let mut covered = 0i64;
+        let mut open_at: Option<i64> = None;
+        let end = ns.last().map_or(attached.ts_ns, |n| n.ts_ns);
+        for n in &ns {
+            match n.kind.as_str() {
+                "window_opened" if open_at.is_none() => {
+                    windows += 1;
+                    open_at = Some(n.ts_ns);
+                }
+                "window_closed" | "off" | "stopped" => {
+                    if let Some(a) = open_at.take() {
+                        covered += n.ts_ns - a;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(a) = open_at {
+            covered += end - a;
+        }
+        out.push(format!(
+            "pid {pid}: attached to the running process at {} (its main thread held {}); {windows} window(s) recorded {} of device time, dormant otherwise",
+            causeway_model::time::fmt_utc(attached.ts_ns),
+            causeway_model::time::fmt_ns(attached.count),
+            causeway_model::time::fmt_ns(covered)
+        ));
+    }
+    out
 }

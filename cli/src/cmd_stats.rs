@@ -373,6 +373,9 @@ fn device_text(d: &causeway_analysis::DeviceStats) -> String {
     let mut out = String::from(
         "\ndevice timeline (CUPTI: device time of each op, launch latency = call start to device start)\n",
     );
+    for line in &d.recording {
+        out.push_str(&format!("  {line}\n"));
+    }
     for b in &d.devices {
         out.push_str(&format!(
             "  pid {} GPU {}: {} ops, busy {} ms of {} ms ({:.1}%)\n",

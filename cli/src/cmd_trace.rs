@@ -115,10 +115,22 @@ pub struct Args {
     /// synchronization with its device start and end, tied to the call that launched it (CUPTI's
     /// Activity API, through the injection library the CUDA driver loads from
     /// CUDA_INJECTION64_PATH; no code change). `explain` then says when the GPU sat idle and why.
-    /// A service traced with --all or --pid sets CUDA_INJECTION64_PATH=<libcauseway_inject.so> and
-    /// CAUSEWAY_GPU_SOCKET=<--gpu-socket> in its own environment.
+    /// With --pid, each running process gets the library through ptrace (its main thread held for
+    /// about a millisecond at a system call; the `attached` note says how long) and records for
+    /// the whole trace, or --gpu-window, or (--gpu-dormant) only in the windows `causeway
+    /// gpu-window` or an MCP client opens. A service traced with --all sets
+    /// CUDA_INJECTION64_PATH=<libcauseway_inject.so> and CAUSEWAY_GPU_SOCKET=<--gpu-socket> in its
+    /// own environment.
     #[arg(long)]
     pub gpu_timeline: bool,
+    /// With --pid: record the attached processes' device timeline for this long from the attach
+    /// (e.g. 10s), then leave the library dormant (default: the whole trace).
+    #[arg(long, value_name = "DURATION", requires = "gpu_timeline", conflicts_with = "gpu_dormant", value_parser = parse_window)]
+    pub gpu_window: Option<u64>,
+    /// With --pid: attach dormant; windows come from `causeway gpu-window --pid P --for 10s` or an
+    /// MCP client (`open_gpu_window`).
+    #[arg(long, requires = "gpu_timeline")]
+    pub gpu_dormant: bool,
     /// The injection library (default: libcauseway_inject.so beside this binary, or $CAUSEWAY_INJECT_LIB).
     #[arg(long, value_name = "PATH", requires = "gpu_timeline")]
     pub gpu_library: Option<PathBuf>,
@@ -322,6 +334,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             mode: args.labels_mode,
         },
         serving: causeway_probes::ServingOptions {
+            window_ms: args.gpu_window,
+            dormant: args.gpu_dormant,
             enabled: !args.no_serving,
             scrape_ms: args.serving_scrape_ms,
             urls: args.serving_url.clone(),
@@ -423,6 +437,15 @@ fn parse_rings(s: &str) -> Result<RingSizes, String> {
     let [cuda, sched, host] = parts.as_slice() else {
         return Err(format!("{s:?}: three sizes in MiB, CUDA,SCHED,HOST (e.g. 16,8,2)"));
     };
+/// `--gpu-window`: a duration (`10s`, `500ms`, `2m`), in ms, at least 1 ms.
+pub fn parse_window(s: &str) -> Result<u64, String> {
+    let ms = parse_duration_ns(s)? / 1_000_000;
+    if ms <= 0 {
+        return Err(format!("{s}: a window lasts at least 1 ms"));
+    }
+    Ok(ms as u64)
+}
+
     let mib = |name: &str, v: &str| -> Result<u32, String> {
         match v.parse::<u32>() {
             Ok(n) if (1..=1024).contains(&n) => Ok(n),

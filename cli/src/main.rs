@@ -3,6 +3,7 @@
 //! error into one line on stderr and a non-zero exit.
 
 mod cmd_annotate;
+mod cmd_gpu_window;
 mod cmd_check;
 mod cmd_convert;
 mod cmd_cut;
@@ -66,6 +67,8 @@ enum Command {
     /// Record a trace: CUDA runtime/driver calls and what the kernel did to those threads, into a database.
     Trace(Box<cmd_trace::Args>),
     /// Label a step, epoch or task of a traced workload (`step 812 begin` ... `step 812 end`, or `task 3 -- CMD`).
+    /// Open (or close) a window on the device timeline of a running process `trace --pid P --gpu-timeline` attached.
+    GpuWindow(cmd_gpu_window::Args),
     Annotate(cmd_annotate::Args),
     /// What this host can trace and what is missing, with the fix.
     Check(cmd_check::Args),
@@ -154,6 +157,8 @@ fn main() {
         Command::Ship(a) => cmd_ship::run(a),
         #[cfg(feature = "duckdb")]
         Command::Fleet(a) => cmd_fleet::run(a),
+        Command::Footprint(a) => cmd_footprint::run(a),
+        Command::GpuWindow(a) => cmd_gpu_window::run(a),
         #[cfg(feature = "duckdb")]
         Command::Merge(a) => cmd_merge::run(a),
     };

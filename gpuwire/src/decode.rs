@@ -4,8 +4,8 @@ use std::fmt;
 
 use crate::encode::{API_LEN, CLOCK_LEN, DEVICE_FIXED_LEN, OP_LEN};
 use crate::{
-    kind, ClockPair, Control, Header, Hello, Message, WireApi, WireDevice, WireNote, WireOp, HEADER_LEN, MAGIC,
-    MAX_MESSAGE, MAX_NAME,
+    kind, ClockPair, Control, Header, Hello, Message, WindowRequest, WireApi, WireDevice, WireNote, WireOp, HEADER_LEN,
+    MAGIC, MAX_MESSAGE, MAX_NAME,
 };
 
 /// Why a message could not be decoded.
@@ -95,8 +95,16 @@ pub fn decode(buf: &[u8]) -> Result<(Header, Message), WireError> {
             1 => Control::StepAside { reason: r.string()? },
             2 => Control::Resume,
             3 => Control::FlushNow,
+            4 => Control::OpenWindow { for_ms: r.u64()?, reason: r.string()? },
+            5 => Control::CloseWindow { reason: r.string()? },
             t => return Err(WireError::UnknownControl(t)),
         }),
+        kind::WINDOW_REQUEST => {
+            let pid = r.u32()?;
+            let for_ms = r.u64()?;
+            Message::WindowRequest(WindowRequest { pid, for_ms, who: r.string()?, why: r.string()? })
+        }
+        kind::WINDOW_REPLY => Message::WindowReply { ok: r.u8()? != 0, detail: r.string()? },
         kind::CLOCK => {
             let n = r.count(CLOCK_LEN)?;
             let mut pairs = Vec::with_capacity(n);

@@ -124,7 +124,28 @@ impl Out<'_> {
                     }
                     Control::Resume => b.push(2),
                     Control::FlushNow => b.push(3),
+                    Control::OpenWindow { for_ms, reason } => {
+                        b.push(4);
+                        b.extend_from_slice(&for_ms.to_le_bytes());
+                        put_str(b, reason);
+                    }
+                    Control::CloseWindow { reason } => {
+                        b.push(5);
+                        put_str(b, reason);
+                    }
                 }
+            }
+            Message::WindowRequest(w) => {
+                let b = self.start(kind);
+                b.extend_from_slice(&w.pid.to_le_bytes());
+                b.extend_from_slice(&w.for_ms.to_le_bytes());
+                put_str(b, &w.who);
+                put_str(b, &w.why);
+            }
+            Message::WindowReply { ok, detail } => {
+                let b = self.start(kind);
+                b.push(u8::from(*ok));
+                put_str(b, detail);
             }
             Message::Clock(pairs) => self.fixed_list(kind, pairs, CLOCK_LEN, put_clock),
             Message::Apis(apis) => self.fixed_list(kind, apis, API_LEN, put_api),

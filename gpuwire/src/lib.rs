@@ -24,7 +24,9 @@
 //! | 4 | Apis | apis: domain u8, cbid u32, tid u32, correlation u32, ret i32, start u64, end u64 |
 //! | 5 | Devices | devices: device i32, uuid 16 bytes, name str |
 //! | 6 | Note | mono_ns u64, count u64, kind str, detail str |
-//! | 16 | Control (tracer to library) | tag u8: 1 StepAside + reason str, 2 Resume, 3 FlushNow |
+//! | 16 | Control (tracer to library) | tag u8: 1 StepAside + reason str, 2 Resume, 3 FlushNow, 4 OpenWindow + for_ms u64 + reason str, 5 CloseWindow + reason str |
+//! | 17 | [`WindowRequest`] (`causeway gpu-window` or the MCP server to the tracer) | pid u32, for_ms u64, who str, why str |
+//! | 18 | WindowReply (tracer to that client) | ok u8, detail str |
 #![forbid(unsafe_code)]
 
 mod decode;
@@ -60,6 +62,10 @@ pub mod kind {
     pub const NOTE: u16 = 6;
     /// [`crate::Message::Control`] (tracer to library).
     pub const CONTROL: u16 = 16;
+    /// [`crate::Message::WindowRequest`] (a client to the tracer).
+    pub const WINDOW_REQUEST: u16 = 17;
+    /// [`crate::Message::WindowReply`] (the tracer to that client).
+    pub const WINDOW_REPLY: u16 = 18;
 }
 
 /// The note kinds a [`WireNote`] carries: the names of `causeway_model::GpuTimelineNote::KINDS`
@@ -86,8 +92,18 @@ pub mod note {
     pub const FOREIGN_CLIENT: &str = "foreign_client";
     /// (Written by the tracer.) The process loads another CUDA injection library.
     pub const OTHER_TOOL: &str = "other_tool";
+    /// (Written by the tracer.) The library was loaded into the running process; the main thread's
+    /// pause in the detail, its length in ns as the count.
+    pub const ATTACHED: &str = "attached";
+    /// A library attached to a running process is loaded and records nothing until a window opens.
+    pub const DORMANT: &str = "dormant";
+    /// A window opened: the library records (who opened it, why, for how long in the detail).
+    pub const WINDOW_OPENED: &str = "window_opened";
+    /// The window closed (its time ran out, or it was closed): dormant again, a hole in the device
+    /// view until the next `window_opened`.
+    pub const WINDOW_CLOSED: &str = "window_closed";
     /// Every kind above.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 14] = [
         STARTED,
         STOPPED,
         STEPPED_ASIDE,
@@ -98,6 +114,10 @@ pub mod note {
         CLOCK_STEP,
         FOREIGN_CLIENT,
         OTHER_TOOL,
+        ATTACHED,
+        DORMANT,
+        WINDOW_OPENED,
+        WINDOW_CLOSED,
     ];
 }
 
@@ -221,6 +241,33 @@ pub enum Control {
     Resume,
     /// Flush CUPTI's buffers now.
     FlushNow,
+    /// Record for `for_ms` milliseconds from now (a library attached to a running process, which
+    /// is dormant between windows); a window already open is extended.
+    OpenWindow {
+        /// How long.
+        for_ms: u64,
+        /// Who opened it and why (the `window_opened` note's detail).
+        reason: String,
+    },
+    /// Close the open window now (flush, then dormant).
+    CloseWindow {
+        /// Why (the `window_closed` note's detail).
+        reason: String,
+    },
+}
+
+/// A request to the tracer serving process `pid` (`causeway gpu-window`, the MCP server): open a
+/// window of `for_ms` on that process's device view, or close it (`for_ms` 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowRequest {
+    /// The process.
+    pub pid: u32,
+    /// How long the window stays open, ms; 0 closes the open one.
+    pub for_ms: u64,
+    /// Who asks (`cli`, `mcp`, `trigger`).
+    pub who: String,
+    /// Why, in the asker's words.
+    pub why: String,
 }
 
 /// One message's body.
@@ -240,6 +287,15 @@ pub enum Message {
     Note(WireNote),
     /// Tracer to library.
     Control(Control),
+    /// A client to the tracer.
+    WindowRequest(WindowRequest),
+    /// The tracer's answer to a [`WindowRequest`]: whether it serves that process and what it did.
+    WindowReply {
+        /// The window was opened (or closed) as asked.
+        ok: bool,
+        /// What happened, or why not.
+        detail: String,
+    },
 }
 
 impl Message {
@@ -253,6 +309,8 @@ impl Message {
             Message::Devices(_) => kind::DEVICES,
             Message::Note(_) => kind::NOTE,
             Message::Control(_) => kind::CONTROL,
+            Message::WindowRequest(_) => kind::WINDOW_REQUEST,
+            Message::WindowReply { .. } => kind::WINDOW_REPLY,
         }
     }
 }

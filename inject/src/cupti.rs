@@ -61,6 +61,9 @@ pub struct Cupti {
     get_thread_id_type: Option<FnU32Out>,
     get_result_string: Option<FnResultString>,
     set_attribute: Option<FnSetAttribute>,
+    /// `cuptiActivityEnableAndDump` (CUPTI 11.7+): enables a kind and writes the records of what
+    /// already exists (devices, contexts, streams), for a library that starts late.
+    enable_and_dump: Option<FnKind>,
 }
 
 /// Which libcupti to use and what happened looking for it.
@@ -256,6 +259,7 @@ unsafe fn resolve(handle: *mut c_void, path: String) -> Result<Cupti, String> {
         get_thread_id_type: sym!("cuptiGetThreadIdType", FnU32Out),
         get_result_string: sym!("cuptiGetResultString", FnResultString),
         set_attribute: sym!("cuptiActivitySetAttribute", FnSetAttribute),
+        enable_and_dump: sym!("cuptiActivityEnableAndDump", FnKind),
         path,
     })
 }
@@ -299,6 +303,16 @@ impl Cupti {
     pub fn enable(&self, kind: u32) -> Result<(), CuptiResult> {
         // SAFETY: see the impl's comment.
         check(unsafe { (self.enable)(kind) })
+    }
+
+    /// `cuptiActivityEnableAndDump` where this CUPTI has it (the records of what already exists
+    /// come too: a late start still names its devices), else `cuptiActivityEnable`.
+    pub fn enable_and_dump(&self, kind: u32) -> Result<(), CuptiResult> {
+        match self.enable_and_dump {
+            // SAFETY: see the impl's comment.
+            Some(f) => check(unsafe { f(kind) }),
+            None => self.enable(kind),
+        }
     }
 
     /// `cuptiActivityDisable`.

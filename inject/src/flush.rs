@@ -76,7 +76,20 @@ fn run(state: &'static State) -> End {
                 Control::StepAside { reason } => step_aside(state, reason),
                 Control::Resume => resume(state),
                 Control::FlushNow => flush_now = true,
+                Control::OpenWindow { for_ms, reason } => {
+                    if state.attached && state.open_window(for_ms, &reason) {
+                        // a clock pair and the devices' records right away
+                        flush_now = true;
+                    }
+                }
+                Control::CloseWindow { reason } => {
+                    state.close_window(&reason, || tick(state, &mut clock, &mut losses, true));
+                }
             }
+        }
+        let until = state.window_until_ns.load(Ordering::SeqCst);
+        if until != 0 && mono_ns() >= until {
+            state.close_window("its time ran out", || tick(state, &mut clock, &mut losses, true));
         }
         if state.link.gone.load(Ordering::SeqCst) {
             state.off(None);
@@ -86,7 +99,8 @@ fn run(state: &'static State) -> End {
             return End::Off;
         }
         let due = last_tick.is_none_or(|t| t.elapsed() >= period);
-        if due || flush_now || fin {
+        // dormant (attached, no window): no CUPTI call at all
+        if (due || flush_now || fin) && state.recording() {
             tick(state, &mut clock, &mut losses, fin);
             ticks += 1;
             last_tick = Some(Instant::now());
@@ -114,7 +128,12 @@ fn run(state: &'static State) -> End {
             );
             return End::Exit;
         }
-        let left = last_tick.map_or(Duration::ZERO, |t| period.saturating_sub(t.elapsed()));
+        let mut left = last_tick.map_or(Duration::ZERO, |t| period.saturating_sub(t.elapsed()));
+        if !state.recording() {
+            left = Duration::from_secs(5); // a control or the exit handler wakes it
+        } else if until != 0 {
+            left = left.min(Duration::from_nanos(until.saturating_sub(mono_ns())));
+        }
         wait(state, left);
     }
 }
@@ -212,6 +231,16 @@ fn step_aside(state: &State, reason: String) {
 /// The other client is done: our callbacks again, our kinds again.
 fn resume(state: &State) {
     if !state.stepped_aside.load(Ordering::SeqCst) {
+        return;
+    }
+    if !state.recording() {
+        // dormant: nothing to take back until a window opens
+        state.stepped_aside.store(false, Ordering::SeqCst);
+        state.note(
+            note::RESUMED,
+            0,
+            "the other CUPTI client is done (dormant: nothing to record until a window opens)".into(),
+        );
         return;
     }
     match state.register_and_enable() {

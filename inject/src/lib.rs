@@ -31,7 +31,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use causeway_gpu_wire::note;
-use state::{FORKED, ON, POOL, STATE};
+use state::{FORKED, ON, POOL};
 
 /// `InitializeInjection` ran (it does its work once).
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
@@ -53,18 +53,86 @@ pub extern "C" fn InitializeInjection() -> i32 {
                 *g = Some(causeway_gpu_wire::truncate_str(&info.to_string(), 1000).to_string());
             }
         }));
-        state::initialize();
-        if STATE.get().is_some() {
-            pin_self();
-            // SAFETY: registering handlers that are plain `extern "C"` functions of this library,
-            // which `pin_self` keeps loaded until the process ends.
-            unsafe {
-                libc::atexit(at_exit);
-                libc::pthread_atfork(None, None, Some(in_child));
-            }
+        state::initialize(std::env::var_os("CAUSEWAY_GPU_SOCKET"), false);
+        if state::current().is_some() {
+            register_handlers();
         }
     });
     1
+}
+
+/// The exit and fork handlers, once per process, and this library pinned (they run its code).
+fn register_handlers() {
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    if REGISTERED.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    pin_self();
+    // SAFETY: registering handlers that are plain `extern "C"` functions of this library, which
+    // `pin_self` keeps loaded until the process ends.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_child));
+    }
+}
+
+/// [`causeway_attach`]: a thread started to connect (the tracer hears from it).
+pub const ATTACH_STARTED: i32 = 0;
+/// [`causeway_attach`]: the library is already recording for a live tracer (loaded at `cuInit`, or
+/// attached by a tracer that is still connected).
+pub const ATTACH_BUSY: i32 = 1;
+/// [`causeway_attach`]: no socket path given.
+pub const ATTACH_BAD_ARGUMENT: i32 = -1;
+/// [`causeway_attach`]: the thread could not be started.
+pub const ATTACH_NO_THREAD: i32 = -2;
+/// [`causeway_attach`]: a panic (caught).
+pub const ATTACH_PANIC: i32 = -3;
+
+/// Called by `causeway trace --pid P --gpu-timeline`, through ptrace, on the main thread of a
+/// running process it stopped, right after loading this library there with `dlopen`. It only
+/// copies the socket path and starts a thread that connects and loads CUPTI (the thread the
+/// tracer holds is released at once); that thread leaves the library dormant until the tracer
+/// opens a window. Returns one of the `ATTACH_` codes.
+///
+/// # Safety
+/// `socket` is NULL or a NUL-terminated path.
+#[no_mangle]
+pub unsafe extern "C" fn causeway_attach(socket: *const std::ffi::c_char) -> i32 {
+    if socket.is_null() {
+        return ATTACH_BAD_ARGUMENT;
+    }
+    // SAFETY: the caller's contract: a NUL-terminated path.
+    let path = unsafe { std::ffi::CStr::from_ptr(socket) };
+    let path: std::ffi::OsString =
+        <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()).to_os_string();
+    guard(|| {
+        if path.is_empty() {
+            return ATTACH_BAD_ARGUMENT;
+        }
+        static ATTACHING: AtomicBool = AtomicBool::new(false);
+        let live = ON.load(Ordering::SeqCst) && state::current().is_some_and(|s| !s.link.gone.load(Ordering::SeqCst));
+        if live || ATTACHING.swap(true, Ordering::SeqCst) {
+            return ATTACH_BUSY;
+        }
+        let started =
+            std::thread::Builder::new().name("cw-gpu-attach".into()).stack_size(256 * 1024).spawn(move || {
+                guard(|| {
+                    // a previous state (an earlier attach whose tracer left) is off; its thread is gone
+                    state::initialize(Some(path), true);
+                    if state::current().is_some() {
+                        register_handlers();
+                    }
+                });
+                ATTACHING.store(false, Ordering::SeqCst);
+            });
+        if started.is_ok() {
+            ATTACH_STARTED
+        } else {
+            ATTACHING.store(false, Ordering::SeqCst);
+            ATTACH_NO_THREAD
+        }
+    })
+    .unwrap_or(ATTACH_PANIC)
 }
 
 /// Runs `f`, catching a panic: the library turns off with a note naming it.
@@ -75,7 +143,7 @@ pub(crate) fn guard<R>(f: impl FnOnce() -> R) -> Option<R> {
             let why = PANIC.try_lock().ok().and_then(|mut g| g.take()).unwrap_or_else(|| "a panic".into());
             // a payload whose drop panics would escape: forget it instead (a few bytes)
             std::mem::forget(payload);
-            match STATE.get() {
+            match state::current() {
                 Some(s) => s.off(Some(format!("internal error: {why}"))),
                 None => ON.store(false, Ordering::SeqCst),
             }
@@ -130,7 +198,7 @@ pub(crate) extern "C" fn buffer_completed(
         if !ON.load(Ordering::Relaxed) || FORKED.load(Ordering::Relaxed) {
             return;
         }
-        if let Some(s) = STATE.get() {
+        if let Some(s) = state::current() {
             let cpu = flush::thread_cpu_ns();
             // SAFETY: CUPTI completed `buffer` with `valid` bytes of records; it is ours until it
             // goes back to the pool below.
@@ -149,7 +217,7 @@ extern "C" fn at_exit() {
         if FORKED.load(Ordering::SeqCst) {
             return;
         }
-        let Some(s) = STATE.get() else { return };
+        let Some(s) = state::current() else { return };
         if !s.flushing.load(Ordering::SeqCst) {
             return;
         }
@@ -176,7 +244,7 @@ extern "C" fn in_child() {
     guard(|| {
         FORKED.store(true, Ordering::SeqCst);
         ON.store(false, Ordering::SeqCst);
-        if let Some(s) = STATE.get() {
+        if let Some(s) = state::current() {
             s.link.close_unshared();
         }
     });

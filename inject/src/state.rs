@@ -1,7 +1,12 @@
-//! The library's one state and its life: started in `InitializeInjection` ([`initialize`]), fed by
+//! The library's state and its life: started in `InitializeInjection` ([`initialize`]) or by an
+//! attach to a running process (`causeway_attach`, then [`initialize`] with `attached`), fed by
 //! CUPTI's buffer callbacks ([`State::process`]), turned off by any error ([`State::off`], then
-//! [`State::clean_up`] on the flush thread). Off is final: a library that is off only hands
-//! buffers back and returns.
+//! [`State::clean_up`] on the flush thread). Off is final for that state: a library that is off
+//! only hands buffers back and returns, until a later attach installs a new state ([`current`]).
+//!
+//! An attached library is dormant (nothing registered with CUPTI, nothing enabled) except while a
+//! window is open ([`State::open_window`], [`State::close_window`]): the tracer opens one with a
+//! control, for a bounded time.
 //!
 //! Locks: `out` (the outbox: the encoder and the lists being filled) is held while one buffer's
 //! records are converted and sent, never across a CUPTI call; the flush thread takes it briefly for
@@ -9,8 +14,8 @@
 //! type) are made only by `InitializeInjection` or the flush thread, never from a callback.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use causeway_gpu_wire::{note, Hello, Message, WireNote};
 
@@ -26,8 +31,24 @@ pub static ON: AtomicBool = AtomicBool::new(false);
 pub static FORKED: AtomicBool = AtomicBool::new(false);
 /// The buffers lent to CUPTI.
 pub static POOL: Pool = Pool::new();
-/// The state, once `InitializeInjection` connected.
-pub static STATE: OnceLock<State> = OnceLock::new();
+/// The state in use, once `InitializeInjection` or an attach connected. An attach replaces a state
+/// that is off; the old one is leaked, never freed (a callback of its time may still read it: one
+/// state per attach, a few hundred bytes).
+static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The state in use.
+pub fn current() -> Option<&'static State> {
+    let p = STATE.load(Ordering::Acquire);
+    // SAFETY: non-null pointers stored here come from `Box::leak` in `install` and live forever.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// Makes `state` the one in use (leaked: it lives until the process ends).
+fn install(state: State) -> &'static State {
+    let s: &'static State = Box::leak(Box::new(state));
+    STATE.store(std::ptr::from_ref(s).cast_mut(), Ordering::Release);
+    s
+}
 
 /// The activity kinds recorded, in the order they are enabled (the kernels first: without them
 /// the library turns off).
@@ -87,13 +108,19 @@ pub struct State {
     pub fin_cv: Condvar,
     /// The flush thread runs.
     pub flushing: AtomicBool,
+    /// Loaded into a running process by an attach: dormant between windows.
+    pub attached: bool,
+    /// While a window is open, when it closes (`CLOCK_MONOTONIC` ns); 0: no window open.
+    pub window_until_ns: AtomicU64,
 }
 
-/// `InitializeInjection`'s work: connect, find CUPTI, register, enable, start the flush thread.
-/// Without a socket it stays off and quiet (nobody to tell); every later failure turns it off with
-/// a note saying why.
-pub fn initialize() {
-    let Some(path) = std::env::var_os("CAUSEWAY_GPU_SOCKET") else { return };
+/// `InitializeInjection`'s work (the tracer's socket from `CAUSEWAY_GPU_SOCKET`) or an attach's
+/// (`attached`, the socket it named): connect, find CUPTI, then register, enable and start the
+/// flush thread, or (attached) only start the flush thread, dormant until a window opens. Without
+/// a socket it stays off and quiet (nobody to tell); every later failure turns it off with a note
+/// saying why.
+pub fn initialize(socket: Option<std::ffi::OsString>, attached: bool) {
+    let Some(path) = socket else { return };
     let Ok(link) = Link::connect(&path) else { return };
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
@@ -149,15 +176,14 @@ pub fn initialize() {
         fin: Mutex::new(Fin::default()),
         fin_cv: Condvar::new(),
         flushing: AtomicBool::new(false),
+        attached,
+        window_until_ns: AtomicU64::new(0),
     };
-    if STATE.set(state).is_err() {
-        return;
-    }
-    let Some(s) = STATE.get() else { return };
+    let s = install(state);
     ON.store(true, Ordering::SeqCst);
     match s.start() {
         Ok(detail) => {
-            s.note(note::STARTED, 0, detail);
+            s.note(if attached { note::DORMANT } else { note::STARTED }, 0, detail);
         }
         Err(reason) => {
             s.off(Some(reason));
@@ -174,6 +200,14 @@ impl State {
     fn start(&'static self) -> Result<String, String> {
         // small device buffers, before any context exists; CUPTI's default stays if it refuses
         let _ = self.cupti.set_size_attribute(cupti::ATTR_DEVICE_BUFFER_SIZE, DEVICE_BUFFER_SIZE);
+        if self.attached {
+            flush::spawn(self).map_err(|e| format!("could not start its flush thread: {e}"))?;
+            return Ok(format!(
+                "{} at {}: loaded into the running process, dormant (nothing registered or enabled in \
+                 CUPTI) until a window opens",
+                self.label, self.cupti.path
+            ));
+        }
         let refused = self.register_and_enable()?;
         flush::spawn(self).map_err(|e| format!("could not start its flush thread: {e}"))?;
         let mut detail = format!(
@@ -197,7 +231,9 @@ impl State {
             .map_err(|r| self.refusal("its buffer callbacks", r))?;
         let mut refused = Vec::new();
         for (k, name) in KINDS {
-            match self.cupti.enable(k) {
+            // a late start (an attach) still learns the devices that exist already
+            let enabled = if k == kind::DEVICE { self.cupti.enable_and_dump(k) } else { self.cupti.enable(k) };
+            match enabled {
                 Ok(()) => {
                     self.enabled.fetch_or(1 << k, Ordering::SeqCst);
                 }
@@ -275,15 +311,76 @@ impl State {
             self.note(note::OFF, 0, reason);
         }
         if !self.stepped_aside.load(Ordering::SeqCst) {
-            let enabled = self.enabled.swap(0, Ordering::SeqCst);
-            for (k, _) in KINDS {
-                if enabled & (1 << k) != 0 {
-                    let _ = self.cupti.disable(k);
-                }
-            }
+            self.disable_ours();
             self.restore_thread_id_type();
         }
         self.link.shut_down();
+    }
+
+    /// Disables every kind we enabled.
+    fn disable_ours(&self) {
+        let enabled = self.enabled.swap(0, Ordering::SeqCst);
+        for (k, _) in KINDS {
+            if enabled & (1 << k) != 0 {
+                let _ = self.cupti.disable(k);
+            }
+        }
+    }
+
+    /// Whether records are wanted now: always for a library the driver loaded at `cuInit`; for an
+    /// attached one, while a window is open.
+    pub fn recording(&self) -> bool {
+        !self.attached || self.window_until_ns.load(Ordering::SeqCst) != 0
+    }
+
+    /// Opens (or extends) a window of `for_ms` from now: our callbacks and kinds in CUPTI, a
+    /// `window_opened` note. False when CUPTI refused (the library turns off with the reason).
+    pub fn open_window(&self, for_ms: u64, reason: &str) -> bool {
+        let until = mono_ns().saturating_add(for_ms.saturating_mul(1_000_000)).max(1);
+        let was = self.window_until_ns.swap(until, Ordering::SeqCst);
+        if was != 0 {
+            self.note(
+                note::WINDOW_OPENED,
+                for_ms,
+                format!("the open window was extended to {for_ms} ms from now: {reason}"),
+            );
+            return true;
+        }
+        if self.stepped_aside.load(Ordering::SeqCst) {
+            // another client holds the records: the window is counted, the records are its
+            self.note(note::WINDOW_OPENED, for_ms, format!("window of {for_ms} ms opened while another CUPTI client holds the records (nothing recorded until it is done): {reason}"));
+            return true;
+        }
+        match self.register_and_enable() {
+            Ok(refused) => {
+                let mut detail = format!("window of {for_ms} ms opened: {reason}");
+                if !refused.is_empty() {
+                    detail.push_str(&format!("; not recorded (CUPTI refused them): {}", refused.join(", ")));
+                }
+                self.note(note::WINDOW_OPENED, for_ms, detail);
+                true
+            }
+            Err(why) => {
+                self.window_until_ns.store(0, Ordering::SeqCst);
+                self.off(Some(format!("could not open a window: {why}")));
+                false
+            }
+        }
+    }
+
+    /// Closes the open window: what CUPTI holds is flushed (by `flush`, the flush thread's forced
+    /// flush), our kinds disabled, a `window_closed` note; dormant from here.
+    pub fn close_window(&self, reason: &str, flush: impl FnOnce()) {
+        if self.window_until_ns.swap(0, Ordering::SeqCst) == 0 {
+            return;
+        }
+        if !self.stepped_aside.load(Ordering::SeqCst) {
+            flush();
+            self.disable_ours();
+            // records of work that ended between the flush and the disable
+            let _ = self.cupti.flush_all(cupti::FLUSH_FORCED);
+        }
+        self.note(note::WINDOW_CLOSED, 0, format!("window closed ({reason}): dormant until the next window"));
     }
 
     /// Puts back the thread id type found at the start.

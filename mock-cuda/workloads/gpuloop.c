@@ -32,6 +32,9 @@
  *                     (for everyone), and prints `foreign client received N kernels`: the kernel
  *                     records it got that started in its window, F x K when nobody takes the
  *                     registration back meanwhile. Buffers it did not allocate are not freed.
+ *   --spin-ms M (0)   after the CUDA setup, M ms on the CPU making no system call (the clock read
+ *                     through the vDSO): a thread a ptrace attach cannot take until it ends
+ *   --seccomp 1       install an allow-everything seccomp filter first (Seccomp: 2 in its status)
  * Traced with a label socket ($CAUSEWAY_LABELS), each step is labeled with its number and span.
  * Output: that line, and at the end `gpuloop: N steps, K kernels each, done`; the same whether or not
  * an injection library (CUDA_INJECTION64_PATH) is loaded. Exit 0 (2 on bad use or a CUDA error). */
@@ -43,6 +46,8 @@
 #include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 __attribute__((noinline, used)) void gpuloop_forward_gemm(void) { __asm__ volatile("nop"); }
 __attribute__((noinline, used)) void gpuloop_backward_gemm(void) { __asm__ volatile("nop; nop"); }
@@ -207,6 +212,15 @@ int main(int argc, char **argv) {
     long drain_at = opt(argc, argv, "--drain-at", -1);
     long foreign_at = opt(argc, argv, "--foreign-at", -1), foreign_steps = opt(argc, argv, "--foreign-steps", 10);
     long device = opt(argc, argv, "--device", -1);
+    long spin_ms = opt(argc, argv, "--spin-ms", 0), with_seccomp = opt(argc, argv, "--seccomp", 0);
+    if (with_seccomp) {
+        struct sock_filter allow[] = {BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+        struct sock_fprog prog = {1, allow};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+            perror("gpuloop: seccomp");
+            return 2;
+        }
+    }
     if (steps < 0 || kernels < 0 || host_us < 0 || depth < 0 || hog_ms < 0 || sleep_ms < 0 || foreign_steps < 0) {
         fprintf(stderr, "gpuloop: negative option\n");
         return 2;
@@ -232,6 +246,12 @@ int main(int argc, char **argv) {
     /* pinned after the setup: the threads CUDA started (the mock GPU's stream workers, an injection
      * library's) keep every CPU, as a real GPU does not run on the launch thread's CPU */
     pin(pin_cpu);
+    if (spin_ms > 0) {
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0); /* the vDSO: no system call */
+        do clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < spin_ms);
+    }
     labels_open();
     dim3 grid = {264, 1, 1}, block = {256, 1, 1};
     for (long s = 0; s < steps; s++) {

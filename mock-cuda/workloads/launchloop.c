@@ -3,7 +3,9 @@
  * launches (W = 50000 paces it at 20,000 launches/s), and prints the time per iteration: wall
  * clock (NS_PER_ITER), the calling thread's own CPU time (CPU_NS_PER_ITER: the cost the probes add
  * to the call itself, without the time the thread waited for a CPU), and how often it was
- * preempted meanwhile (INVOLUNTARY_SWITCHES). Registers its kernel at startup as nvcc's constructor does. */
+ * preempted meanwhile (INVOLUNTARY_SWITCHES). Registers its kernel at startup as nvcc's constructor does.
+ * `--start-after-ms M` sleeps M ms after the warm-up launch (CUDA is loaded, the loop not begun):
+ * time for a tracer to attach to the running process before the measured loop. */
 #include "kernels.h"
 #include <sys/resource.h>
 
@@ -31,6 +33,8 @@ int main(int argc, char **argv) {
     mockcuSetKernelNs((const void *)bench_kernel, (uint64_t)kernel_us * 1000);
     dim3 g = {1, 1, 1}, b = {32, 1, 1};
     CALL(C_LAUNCH, cudaLaunchKernel((const void *)bench_kernel, g, b, NULL, 0, 0)); /* warm-up */
+    long start_after_ms = opt(argc, argv, "--start-after-ms", 0);
+    if (start_after_ms > 0) wl_sleep_us(start_after_ms * 1000);
     long sw0 = involuntary_switches();
     uint64_t c0 = thread_cpu_ns();
     uint64_t t0 = wl_now_ns();

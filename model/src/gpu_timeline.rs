@@ -165,7 +165,7 @@ pub struct GpuTimelineNote {
 
 impl GpuTimelineNote {
     /// Every kind of note, with what it means.
-    pub const KINDS: [(&'static str, &'static str); 11] = [
+    pub const KINDS: [(&'static str, &'static str); 15] = [
         ("started", "the device view began (CUPTI version, library path)"),
         ("stopped", "the device view ended (process exit or the end of the trace)"),
         ("stepped_aside", "another CUPTI client took over: a hole in the device view until it was done"),
@@ -177,5 +177,9 @@ impl GpuTimelineNote {
         ("unmatched", "device ops whose launching call was not in the trace"),
         ("foreign_client", "another CUPTI client (torch.profiler, Nsight, ...) took or turned off the activity records (the call and the library that made it in detail): the device view has a hole from here to the next `resumed` note of the process"),
         ("other_tool", "the process loads another CUDA injection library (Nsight Systems sets the same variable): its device view belongs to that tool"),
+        ("attached", "the tracer loaded the injection library into the running process (`trace --pid P --gpu-timeline`); count: how long its main thread was held, ns"),
+        ("dormant", "the attached library is loaded and records nothing until a window opens"),
+        ("window_opened", "a window opened: the device view records from here (who opened it, why, for how long in detail)"),
+        ("window_closed", "the window closed: dormant again, a hole in the device view until the next `window_opened` of the process"),
     ];
 }

@@ -5,7 +5,11 @@
 //!    once when the timeline is on;
 //! 2. the injection library's own cost, as it measures it: its flush thread's CPU time over the
 //!    run (calibrations, flushes, and converting and sending the records CUPTI hands it), per flush
-//!    and per record sent (the library's `stopped` note).
+//!    and per record sent (the library's `stopped` note);
+//! 3. the states of a process attached while it runs (`trace --pid P --gpu-timeline`): the same loop
+//!    started untraced and traced by pid without a timeline, attached dormant (the library loaded,
+//!    nothing enabled), and attached with a window open, ns per launch and ratios; and the attach's
+//!    pause of the process's main thread (the `attached` note).
 //!
 //! The mock CUPTI is not NVIDIA's: the difference between the two traced modes includes the mock's
 //! own record keeping on the launching thread and the tracer's work on the shared CPUs; the
@@ -46,7 +50,11 @@ fn traced(build: &Path, inject: &Path, iters: u64, timeline: bool) -> (String, u
         command: vec![build.join("launchloop").display().to_string(), "--iters".into(), iters.to_string()],
         command_stdout: Some(out.clone()),
         cuda_libs: vec![build.join("libcudart.so.12")],
-        gpu_timeline: GpuTimelineOptions { enabled: timeline, library: Some(inject.to_path_buf()), socket: None },
+        gpu_timeline: GpuTimelineOptions {
+            enabled: timeline,
+            library: Some(inject.to_path_buf()),
+            ..Default::default()
+        },
         nvml: causeway_probes::NvmlOptions { hz: 0, lib: None },
         ..Default::default()
     };
@@ -97,6 +105,104 @@ fn library_cost(note: &str) -> Option<LibraryCost> {
     })
 }
 
+/// How a running launch loop is traced in part 3.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    /// Not traced at all.
+    Untraced,
+    /// Traced by pid, no device timeline.
+    Traced,
+    /// Attached, dormant: the library loaded, nothing enabled.
+    Dormant,
+    /// Attached, a window open for the whole loop.
+    Window,
+}
+
+/// One run of `launchloop --iters N` started untraced, traced in `state` by pid during its 4 s
+/// pause before the loop; (its output, the attach's pause of its main thread in us).
+fn attached(build: &Path, inject: &Path, iters: u64, state: State) -> (String, Option<f64>) {
+    let child = std::process::Command::new(build.join("launchloop"))
+        .args(["--iters", &iters.to_string(), "--start-after-ms", "4000"])
+        .env_remove("CUDA_INJECTION64_PATH")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("launchloop starts");
+    let pid = child.id();
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default().contains("libcuda.so") {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut held = None;
+    if state != State::Untraced {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("trace.db");
+        let opts = TraceOptions {
+            pids: vec![pid],
+            cuda_libs: vec![build.join("libcudart.so.12")],
+            gpu_timeline: GpuTimelineOptions {
+                enabled: state != State::Traced,
+                library: Some(inject.to_path_buf()),
+                dormant: state == State::Dormant,
+                ..Default::default()
+            },
+            nvml: causeway_probes::NvmlOptions { hz: 0, lib: None },
+            duration_ns: Some(120_000_000_000),
+            ..Default::default()
+        };
+        let session = SessionInfo { started_at_ns: 1, tool_version: "bench".into(), ..Default::default() };
+        let sink = SqliteSink::create(&db, session).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(causeway_probes::trace(opts, Box::new(sink), |_| {})).expect("trace");
+        let store = open_store(&db).unwrap();
+        held =
+            store.gpu_timeline_notes().unwrap().iter().find(|n| n.kind == "attached").map(|n| n.count as f64 / 1000.0);
+        if state != State::Traced {
+            assert!(held.is_some(), "{state:?}: the loop was not attached");
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "launchloop failed");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), held)
+}
+
+/// Part 3: the cost of each state of an attached process.
+fn attached_states(build: &Path, inject: &Path, runs: usize, iters: u64) {
+    let states = [State::Untraced, State::Traced, State::Dormant, State::Window];
+    let mut wall: Vec<Vec<f64>> = vec![Vec::new(); states.len()];
+    let mut helds = Vec::new();
+    for _ in 0..runs {
+        for (i, &state) in states.iter().enumerate() {
+            let (out, held) = attached(build, inject, iters, state);
+            wall[i].push(value(&out, "NS_PER_ITER"));
+            helds.extend(held);
+        }
+    }
+    let m: Vec<f64> = wall.into_iter().map(median).collect();
+    println!("a process attached while it runs (launchloop started untraced, median of {runs}):");
+    println!("  not traced:                 {:.0} ns per launch", m[0]);
+    println!("  traced by pid, no timeline: {:.0} ns per launch ({:.2}x not traced)", m[1], m[1] / m[0]);
+    println!(
+        "  attached, dormant:          {:.0} ns per launch ({:.2}x traced without a timeline: the dormant library's cost)",
+        m[2],
+        m[2] / m[1]
+    );
+    println!(
+        "  attached, window open:      {:.0} ns per launch ({:.2}x traced without a timeline, {:.2}x dormant)",
+        m[3],
+        m[3] / m[1],
+        m[3] / m[2]
+    );
+    if !helds.is_empty() {
+        let mut h = helds.clone();
+        h.sort_by(|a, b| a.total_cmp(b));
+        println!(
+            "  the attach held the main thread {:.0} us (median of {}; max {:.0} us)",
+            median(helds),
+            h.len(),
+            h[h.len() - 1]
+        );
+    }
+}
+
 fn main() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -144,6 +250,7 @@ fn main() {
         c1 / c0
     );
     println!("  every run (wall ns): without {:?}, with {:?}", wall[0], wall[1]);
+    attached_states(&build, &inject, runs.min(3), iters);
     if lib.is_empty() {
         println!("the library's own cost: its stopped note was not found (no figure)");
         return;

@@ -233,6 +233,9 @@ pub async fn trace(
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
     run.on_nvml(nvml_row).await;
     // the driver's own Xid lines, on a host whose NVIDIA driver NVML found
+    if let (Some(d), true) = (&device, opts.command.is_empty()) {
+        attach_running(&mut run, d, &opts).await;
+    }
     let mut kmsg = None;
     if let Some(s) = &sampler {
         run.nvml_uuids = s.uuids.iter().cloned().collect();
@@ -318,9 +321,9 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
     if !opts.gpu_timeline.enabled {
         return Ok((None, None));
     }
-    if opts.command.is_empty() {
+    if opts.command.is_empty() && opts.pids.is_empty() {
         return Ok((None, Some(format!(
-            "--gpu-timeline records only a command the trace launches: a running process read {INJECTION_ENV} when it started (set {INJECTION_ENV} and {SOCKET_ENV} in a service's environment to record it)"
+            "--gpu-timeline records a command the trace launches, or the processes named with --pid (attached through ptrace); the processes --all adopts keep theirs off (set {INJECTION_ENV} and {SOCKET_ENV} in a service's environment to record it)"
         ))));
     }
     let inherited = opts
@@ -328,6 +331,13 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
         .iter()
         .find(|(k, _)| k == INJECTION_ENV)
         .map(|(_, v)| v.clone())
+    if opts.command.is_empty() {
+        let library = crate::gpu_timeline::find_library(opts.gpu_timeline.library.as_deref())
+            .map_err(ProbeError::GpuTimeline)?;
+        let socket = GpuTimelineSocket::open(opts.gpu_timeline.socket.as_deref(), &library)
+            .map_err(|e| ProbeError::GpuTimeline(format!("{e:#}")))?;
+        return Ok((Some(socket), None));
+    }
         .or_else(|| std::env::var(INJECTION_ENV).ok().filter(|v| !v.is_empty()));
     if let Some(other) = inherited {
         return Ok((None, Some(format!(
@@ -348,6 +358,64 @@ async fn next_device_part(device: &mut Option<GpuTimelineSocket>) -> Option<caus
     match device {
         Some(d) => d.news.recv().await,
         None => std::future::pending().await,
+/// `trace --pid P --gpu-timeline`: the injection library loaded into each running process named
+/// (ptrace, `gpu_timeline::attach`), its `attached` note stored (how long its main thread was
+/// held), the window the trace asked for opened once the library connects. A process that cannot
+/// be attached is left as it was and the trace goes on without its device view, saying why.
+async fn attach_running(run: &mut Running<'_>, device: &GpuTimelineSocket, opts: &TraceOptions) {
+    use crate::gpu_timeline::{attach, Command, WHOLE_TRACE_MS};
+    let g = &opts.gpu_timeline;
+    for &pid in &opts.pids {
+        let paths = match attach::target_paths(pid, &device.library, &device.path) {
+            Ok(p) => p,
+            Err(e) => {
+                run.note_all([format!("no device timeline for pid {pid}: {e}")]);
+                continue;
+            }
+        };
+        if let Some(extra) = &paths.listen_also {
+            if let Err(e) = device.listen_also(extra) {
+                run.note_all([format!("no device timeline for pid {pid}: listening in its mount namespace: {e:#}")]);
+                continue;
+            }
+        }
+        let p = paths.clone();
+        let done = tokio::task::spawn_blocking(move || attach::attach(pid, &p)).await;
+        let attached = match done {
+            Ok(Ok(a)) => a,
+            Ok(Err(why)) => {
+                run.note_all([format!("no device timeline for pid {pid}: {why}")]);
+                continue;
+            }
+            Err(e) => {
+                run.note_all([format!("no device timeline for pid {pid}: the attach panicked ({e})")]);
+                continue;
+            }
+        };
+        let window_ms = (!g.dormant).then(|| g.window_ms.unwrap_or(WHOLE_TRACE_MS));
+        let reason = match g.window_ms {
+            Some(ms) => format!("opened by the trace: --gpu-window {} s", ms as f64 / 1000.0),
+            None => "opened by the trace: the whole trace".to_string(),
+        };
+        let _ = device.commands.send(Command::Attached { pid, window_ms, reason });
+        let mut detail = attached.describe();
+        if attached.busy {
+            detail.push_str("; the library there already records for another live tracer: no window from this one");
+        } else if g.dormant {
+            detail.push_str("; dormant: `causeway gpu-window --pid PID --for 10s` or an MCP client opens a window");
+        }
+        run.note_all([format!("pid {pid}: {detail}")]);
+        let note = causeway_model::GpuTimelineNote {
+            pid,
+            ts_ns: crate::decode::mono_to_realtime_offset() + crate::labels::monotonic_ns(),
+            kind: causeway_gpu_wire::note::ATTACHED.into(),
+            count: attached.held.as_nanos() as i64,
+            detail,
+        };
+        run.on_gpu_timeline(causeway_store::GpuTimelinePart { notes: vec![note], ..Default::default() }).await;
+    }
+}
+
     }
 }
 

@@ -24,6 +24,7 @@
 mod answers;
 mod args;
 mod capture;
+mod gpu_window;
 mod chains;
 mod client_log;
 mod compare;

@@ -19,6 +19,7 @@ use serde_json::Value;
 use crate::answers;
 use crate::args::*;
 use crate::capture::{self, CaptureConfig};
+use crate::gpu_window;
 use crate::compare::CompareOutput;
 use crate::outputs::*;
 use crate::sanitize::{sanitize_json, MAX_STRING_CHARS};
@@ -185,11 +186,32 @@ fn capture_spec(config: Arc<CaptureConfig>) -> ToolSpec {
     }
 }
 
-/// Every tool of a server: the read-only catalogue, plus `capture_trace` when capture is allowed.
+/// `open_gpu_window`: changes what a running tracer records (not read-only), never deletes (not
+/// destructive), opens a new window each call (not idempotent), this host only (closed world).
+fn gpu_window_spec() -> ToolSpec {
+    let annotations = ToolAnnotations::with_title(gpu_window::TITLE)
+        .read_only(false)
+        .destructive(false)
+        .idempotent(false)
+        .open_world(false);
+    let mut tool = Tool::new(gpu_window::NAME, gpu_window::DESCRIPTION, Arc::new(JsonObject::new()))
+        .with_title(gpu_window::TITLE)
+        .with_input_schema::<gpu_window::GpuWindowArgs>()
+        .with_output_schema::<gpu_window::GpuWindowOutput>()
+        .with_annotations(annotations);
+    tool.input_schema = Arc::new(schema_style::input((*tool.input_schema).clone()));
+    tool.output_schema = tool.output_schema.map(|o| Arc::new(schema_style::output((*o).clone())));
+    let run: Runner = Box::new(|_, args, _| finish(&gpu_window::open(parse_args(gpu_window::NAME, args)?)?));
+    ToolSpec { tool, long_running: false, own_progress: false, min_timeout: std::time::Duration::ZERO, run }
+}
+
+/// Every tool of a server: the read-only catalogue, plus `capture_trace` and `open_gpu_window`
+/// when capture is allowed.
 pub fn catalogue_with(capture: Option<Arc<CaptureConfig>>) -> Vec<ToolSpec> {
     let mut tools = catalogue();
     if let Some(config) = capture {
         tools.push(capture_spec(config));
+        tools.push(gpu_window_spec());
     }
     tools
 }

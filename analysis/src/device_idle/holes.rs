@@ -1,8 +1,10 @@
 //! The holes of a device view: while another CUPTI client (torch.profiler, Nsight) held the
 //! activity records, the injection library stepped aside and recorded nothing. A hole starts at
 //! the other client's call (the tracer's `foreign_client` note) and ends when the library resumed
-//! (its next `resumed` note), or never. Time between ops that lies in a hole is neither busy nor
-//! idle: it is unseen, no gap is found there and no host cause is charged with it.
+//! (its next `resumed` note), or never. A library attached to a running process records only in
+//! windows: from a `window_closed` note to the process's next `window_opened` is a hole too. Time
+//! between ops that lies in a hole is neither busy nor idle: it is unseen, no gap is found there
+//! and no host cause is charged with it.
 
 use std::collections::BTreeMap;
 
@@ -11,13 +13,18 @@ use causeway_store::TraceStore;
 
 use crate::AnalysisError;
 
-/// The note kinds that open and close a hole (`GpuTimelineNote::KINDS`).
-pub(super) const OPENS: &str = "foreign_client";
-pub(super) const CLOSES: &str = "resumed";
+/// The note kinds that open a hole and the kind that closes it (`GpuTimelineNote::KINDS`): another
+/// client held the records; an attached library was dormant between two windows.
+pub(crate) const PAIRS: [(&str, &str); 2] = [("foreign_client", "resumed"), ("window_closed", "window_opened")];
+
+/// Whether notes of `kind` open or close holes (said once per hole, not as notes).
+pub(super) fn is_hole_kind(kind: &str) -> bool {
+    PAIRS.iter().any(|(o, c)| *o == kind || *c == kind)
+}
 
 /// One hole of one process's device view.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Hole {
+pub(crate) struct Hole {
     pub start_ns: i64,
     /// `i64::MAX`: it never closed.
     pub end_ns: i64,
@@ -30,27 +37,33 @@ pub(super) fn holes(store: &dyn TraceStore) -> Result<BTreeMap<u32, Vec<Hole>>, 
     Ok(holes_of(&store.gpu_timeline_notes()?))
 }
 
-/// The holes the device-timeline notes `notes` say.
-pub(super) fn holes_of(notes: &[causeway_model::GpuTimelineNote]) -> BTreeMap<u32, Vec<Hole>> {
+/// The holes the device-timeline notes `notes` say, each process's in time order.
+pub(crate) fn holes_of(notes: &[causeway_model::GpuTimelineNote]) -> BTreeMap<u32, Vec<Hole>> {
     let mut notes: Vec<&causeway_model::GpuTimelineNote> = notes.iter().collect();
     notes.sort_by_key(|n| (n.pid, n.ts_ns));
     let mut out: BTreeMap<u32, Vec<Hole>> = BTreeMap::new();
-    for n in notes {
-        let list = out.entry(n.pid).or_default();
-        let open = list.last().is_some_and(|h| h.end_ns == i64::MAX);
-        match n.kind.as_str() {
-            OPENS if !open => {
+    for (opens, closes) in PAIRS {
+        // the holes of this pair, per process: (holes, whether the last is open)
+        let mut of_pair: BTreeMap<u32, Vec<Hole>> = BTreeMap::new();
+        for n in &notes {
+            let list = of_pair.entry(n.pid).or_default();
+            let open = list.last().is_some_and(|h| h.end_ns == i64::MAX);
+            if n.kind == opens && !open {
                 list.push(Hole { start_ns: n.ts_ns, end_ns: i64::MAX, reason: n.detail.clone() });
-            }
-            CLOSES if open => {
+            } else if n.kind == closes && open {
                 if let Some(h) = list.last_mut() {
                     h.end_ns = n.ts_ns;
                 }
             }
-            _ => {}
+        }
+        for (pid, list) in of_pair {
+            out.entry(pid).or_default().extend(list);
         }
     }
     out.retain(|_, v| !v.is_empty());
+    for list in out.values_mut() {
+        list.sort_by_key(|h| (h.start_ns, h.end_ns));
+    }
     out
 }
 
@@ -107,6 +120,32 @@ pub(super) fn describe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn note(pid: u32, ts_ns: i64, kind: &str) -> causeway_model::GpuTimelineNote {
+        causeway_model::GpuTimelineNote { pid, ts_ns, kind: kind.into(), count: 0, detail: kind.into() }
+    }
+
+    #[test]
+    fn a_dormant_time_between_windows_is_a_hole_like_another_clients() {
+        let notes = [
+            note(1, 10, "dormant"),
+            note(1, 20, "window_opened"),
+            note(1, 30, "foreign_client"),
+            note(1, 35, "resumed"),
+            note(1, 40, "window_closed"),
+            note(1, 60, "window_opened"),
+            note(1, 70, "window_closed"),
+            note(2, 5, "window_closed"),
+        ];
+        let h = holes_of(&notes);
+        let spans: Vec<(i64, i64)> = h[&1].iter().map(|h| (h.start_ns, h.end_ns)).collect();
+        assert_eq!(spans, vec![(30, 35), (40, 60), (70, i64::MAX)]);
+        assert_eq!(spans_of(&h, 2), vec![(5, i64::MAX)]);
+    }
+
+    fn spans_of(h: &BTreeMap<u32, Vec<Hole>>, pid: u32) -> Vec<(i64, i64)> {
+        spans(h.get(&pid))
+    }
 
     #[test]
     fn a_span_meets_a_hole_only_when_they_overlap() {

@@ -31,7 +31,7 @@ use crate::trace_data::{load_off_cpu, Names, Spans};
 use crate::AnalysisError;
 
 mod gaps;
-mod holes;
+pub(crate) mod holes;
 mod scope;
 pub(crate) mod sql;
 
@@ -408,7 +408,8 @@ pub fn device_view(
         // the holes are said below, one line each
         .filter(|n| {
             pid.is_none_or(|p| p == n.pid)
-                && !["started", "stopped", "stepped_aside", holes::OPENS, holes::CLOSES].contains(&n.kind.as_str())
+                && !["started", "stopped", "stepped_aside"].contains(&n.kind.as_str())
+                && !holes::is_hole_kind(&n.kind)
         })
         .map(|n| format!("{} (pid {}): {}", fmt_clock(n.ts_ns), n.pid, n.detail))
         .collect();

@@ -4,7 +4,8 @@
 //! agent can check "38 ms of GPU idle time: preempted by backup-rsync" against the stored rows.
 //!
 //! The gaps are built in CTEs: `h` holds the holes of the device view (from a `foreign_client`
-//! note to the process's next `resumed` note, else without end), `o` numbers each device's ops (kernels, copies, memsets) in the
+//! note to the process's next `resumed` note, from a `window_closed` note to its next
+//! `window_opened`, else without end), `o` numbers each device's ops (kernels, copies, memsets) in the
 //! order the analysis sorts them and carries the latest end before each (`bu`, "busy until"); `g`
 //! keeps the gaps at least the threshold long, with the drain's end (`de`) and the host window
 //! `[hf, ht]`; the subject `c(tid, pid, ts, te)` is the host windows, measured by
@@ -30,9 +31,7 @@ fn gaps_cte(window: TimeWindow, pid: Option<u32>, threshold: i64) -> String {
     }
     let yf = f.replace("start_ns", "y.start_ns").replace("pid =", "y.pid =");
     format!(
-        "h AS (SELECT f.pid, f.ts_ns AS hs, COALESCE((SELECT MIN(r.ts_ns) FROM gpu_timeline_notes r \
-         WHERE r.pid = f.pid AND r.kind = '{closes}' AND r.ts_ns > f.ts_ns), 9223372036854775807) AS he \
-         FROM gpu_timeline_notes f WHERE f.kind = '{opens}'), \
+        "h AS ({holes}), \
          o0 AS (SELECT pid, device, stream, correlation, start_ns AS s, MAX(end_ns, start_ns) AS e, launch_tid, \
          launch_start_ns AS ls FROM gpu_ops WHERE kind IN (1, 2, 3){f}), \
          o AS (SELECT o0.*, MAX(e) OVER (PARTITION BY pid, device ORDER BY s, e, stream, correlation \
@@ -45,9 +44,24 @@ fn gaps_cte(window: TimeWindow, pid: Option<u32>, threshold: i64) -> String {
          g AS (SELECT g0.*, COALESCE(de, gs) AS hf, MIN(MAX(ls, COALESCE(de, gs)), ge) AS ht, \
          (tid <> 0 AND ls > 0 AND ls > gs) AS late FROM g0)",
         tol = super::DRAIN_TOLERANCE_NS,
-        opens = super::holes::OPENS,
-        closes = super::holes::CLOSES,
+        holes = holes_sql(),
     )
+}
+
+/// The holes of the device view (see `holes.rs`), one row per opening note: its process, start and
+/// end (the process's next closing note of the same pair, else the end of time).
+fn holes_sql() -> String {
+    super::holes::PAIRS
+        .iter()
+        .map(|(opens, closes)| {
+            format!(
+                "SELECT f.pid, f.ts_ns AS hs, COALESCE((SELECT MIN(r.ts_ns) FROM gpu_timeline_notes r \
+                 WHERE r.pid = f.pid AND r.kind = '{closes}' AND r.ts_ns > f.ts_ns), 9223372036854775807) AS he \
+                 FROM gpu_timeline_notes f WHERE f.kind = '{opens}'"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
 }
 
 /// The query recomputing the idle time of `cause` (with `culprit`) over the scope's gaps.

@@ -43,6 +43,8 @@ pub struct ProcessTimeline {
     stopped: bool,
     /// The library turned itself off (it says why; nothing more comes).
     off: bool,
+    /// An attached library's last note left it dormant (between windows): nothing more to come.
+    dormant: bool,
 }
 
 impl ProcessTimeline {
@@ -62,6 +64,7 @@ impl ProcessTimeline {
             hello: None,
             stopped: false,
             off: false,
+            dormant: false,
         }
     }
 
@@ -99,9 +102,14 @@ impl ProcessTimeline {
             Message::Note(n) => {
                 self.stopped |= n.kind == "stopped";
                 self.off |= n.kind == "off";
+                // an attached library that closed its window at the trace's end has said its last
+                // (it stays loaded, dormant, in a process that runs on)
+                self.dormant = matches!(n.kind.as_str(), "dormant" | "window_closed")
+                    || (self.dormant && n.kind != "window_opened");
                 out.notes.push(self.library_note(n));
             }
-            Message::Control(_) => {}
+            // the tracer's own messages and a client's, never a library's
+            Message::Control(_) | Message::WindowRequest(_) | Message::WindowReply { .. } => {}
         }
         self.release(now_mono, false, out);
     }
@@ -122,7 +130,7 @@ impl ProcessTimeline {
         }
         // lost messages in between are counted by the library itself (a later `dropped` note counts
         // their records); lost messages at the end are seen only by the missing `stopped` note
-        if self.next_seq.is_some() && !self.stopped && !self.off {
+        if self.next_seq.is_some() && !self.stopped && !self.off && !self.dormant {
             out.notes.push(self.note(now_mono, "dropped", 0, format!(
                 "the injection library's last messages never arrived (no `stopped` note{}): the end of the device view may be missing",
                 if self.lost_messages > 0 { format!("; {} messages missing before", self.lost_messages) } else { String::new() }

@@ -9,9 +9,19 @@
 //! applies the coexistence rules ([`coexist`]): the trace loop reports the CUPTI control calls the
 //! probes saw ([`GpuTimelineSocket::watch`]), and the thread tells a library to step aside or
 //! resume over its connection.
+//!
+//! A process already running gets the library through ptrace ([`attach`]); such a library is
+//! dormant until a window opens: the thread opens the window the trace asked for once the library
+//! has said hello ([`Command::Attached`]), serves `causeway gpu-window` and the MCP server's
+//! [`causeway_gpu_wire::WindowRequest`]s on the same socket ([`request_window`]), and closes every
+//! open window when the trace stops, waiting up to two seconds for the records.
 
+pub mod attach;
 pub mod coexist;
 pub mod convert;
+mod windows;
+
+pub use windows::{request_window, Command, WHOLE_TRACE_MS};
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -43,6 +53,11 @@ pub struct GpuTimelineOptions {
     pub library: Option<PathBuf>,
     /// Where to listen (`None`: a fresh path under the runtime directory).
     pub socket: Option<PathBuf>,
+    /// For a running process (`--pid`, attached through ptrace): the window opened at the attach,
+    /// ms (`None`: the whole trace); with `dormant`, none.
+    pub window_ms: Option<u64>,
+    /// Attach dormant: no window until `causeway gpu-window` or an MCP client opens one.
+    pub dormant: bool,
 }
 
 /// The injection library: `explicit`, else `CAUSEWAY_INJECT_LIB`, else beside the running binary
@@ -79,6 +94,10 @@ pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, String> {
 pub struct GpuTimelineSocket {
     /// Where it listens.
     pub path: PathBuf,
+    /// The injection library.
+    pub library: PathBuf,
+    /// Attached processes, windows, more listeners ([`Command`]).
+    pub commands: std::sync::mpsc::Sender<Command>,
     /// What arrived, ready to store.
     pub news: mpsc::UnboundedReceiver<GpuTimelinePart>,
     /// What the thread's coexistence rules must know (CUPTI control calls, processes calling CUDA).
@@ -101,11 +120,27 @@ impl GpuTimelineSocket {
         let offset = crate::decode::mono_to_realtime_offset();
         let flag = stop.clone();
         let (watch, watched) = std::sync::mpsc::channel();
+        let (commands, commanded) = std::sync::mpsc::channel();
         let rules = coexist::Coexist::new(library);
         let thread = std::thread::Builder::new()
             .name("cw-gpu-timeline".into())
-            .spawn(move || serve(listener, &flag, &tx, offset, &watched, rules))?;
-        Ok(GpuTimelineSocket { path, news, watch, stop, thread: Some(thread) })
+            .spawn(move || serve(listener, &flag, &tx, offset, &watched, &commanded, rules))?;
+        Ok(GpuTimelineSocket {
+            path,
+            library: library.to_path_buf(),
+            commands,
+            news,
+            watch,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Listen at `path` too (a socket in an attached process's own mount namespace).
+    pub fn listen_also(&self, path: &Path) -> anyhow::Result<()> {
+        let fd = listen(path)?;
+        let _ = self.commands.send(Command::Listen(fd, path.to_path_buf()));
+        Ok(())
     }
 
     /// Stop listening after taking in everything already sent (a process that exited has
@@ -139,7 +174,7 @@ fn errno_err(what: &str) -> anyhow::Error {
 
 /// A bound, listening, non-blocking `SOCK_SEQPACKET` socket at `path` (mode 0600; a stale file is
 /// replaced).
-fn listen(path: &Path) -> anyhow::Result<OwnedFd> {
+pub(crate) fn listen(path: &Path) -> anyhow::Result<OwnedFd> {
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -183,6 +218,8 @@ struct Conn {
     timeline: Option<ProcessTimeline>,
     malformed: u64,
     first_error: String,
+    /// A `gpu-window` client, not a library: answered and closed.
+    client: bool,
 }
 
 fn peer_pid(fd: RawFd) -> u32 {
@@ -210,33 +247,55 @@ fn serve(
     tx: &mpsc::UnboundedSender<GpuTimelinePart>,
     offset: i64,
     watched: &std::sync::mpsc::Receiver<coexist::Watch>,
+    commanded: &std::sync::mpsc::Receiver<Command>,
     mut rules: coexist::Coexist,
 ) {
+    let mut listeners = vec![(listener, PathBuf::new())];
     let mut conns: Vec<Conn> = Vec::new();
     let mut buf = vec![0u8; causeway_gpu_wire::MAX_MESSAGE + 1024];
     let mut last_tick = now_mono();
+    let mut windows = windows::Windows::default();
     loop {
-        let stopping = stop.load(Ordering::Relaxed);
-        let mut fds: Vec<libc::pollfd> = std::iter::once(listener.as_raw_fd())
+        while let Ok(c) = commanded.try_recv() {
+            match c {
+                Command::Listen(fd, path) => listeners.push((fd, path)),
+                c => windows.command(c),
+            }
+        }
+        // at the stop, the open windows are closed first and their last records waited for
+        let stopping = stop.load(Ordering::Relaxed) && windows.closed_at_stop(now_mono(), &conns_view(&conns));
+        let mut fds: Vec<libc::pollfd> = listeners
+            .iter()
+            .map(|(l, _)| l.as_raw_fd())
             .chain(conns.iter().map(|c| c.fd.as_raw_fd()))
             .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
             .collect();
+        let wait_ms = if stopping { 0 } else if stop.load(Ordering::Relaxed) { 20 } else { 100 };
         // SAFETY: fds is a valid array of pollfd of that length.
-        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, if stopping { 0 } else { 100 }) };
-        accept_all(&listener, &mut conns);
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
+        for (l, _) in &listeners {
+            accept_all(l, &mut conns);
+        }
         let mut part_by_pid: HashMap<u32, GpuTimelinePart> = HashMap::new();
         let mut closed = Vec::new();
+        let mut requests = Vec::new();
         for (i, c) in conns.iter_mut().enumerate() {
-            if !read_all(c, &mut buf, offset, part_by_pid.entry(c.pid).or_default()) {
+            if !read_all(c, &mut buf, offset, part_by_pid.entry(c.pid).or_default(), &mut requests) {
                 closed.push(i);
             }
         }
+        for (fd, request) in requests {
+            let (ok, detail) = windows.request(&request, &conns_view(&conns));
+            windows::reply(fd, ok, &detail);
+        }
         let now = now_mono();
+        windows.saw(&part_by_pid);
         let mut actions = Vec::new();
         while let Ok(w) = watched.try_recv() {
             actions.extend(rules.on(w, |pid| conns.iter().any(|c| c.pid == pid)));
         }
         actions.extend(rules.tick(now + offset));
+        actions.extend(windows.due(&conns_view(&conns), stop.load(Ordering::Relaxed)));
         for a in actions {
             match a {
                 coexist::Action::Note(n) => part_by_pid.entry(n.pid).or_default().notes.push(n),
@@ -280,10 +339,19 @@ fn serve(
         for i in closed.into_iter().rev() {
             conns.remove(i);
         }
+        conns.retain(|c| !c.client);
         if stopping {
+            for (_, path) in &listeners[1..] {
+                let _ = std::fs::remove_file(path);
+            }
             return;
         }
     }
+}
+
+/// Which pids have a connected library that said hello.
+fn conns_view(conns: &[Conn]) -> Vec<u32> {
+    conns.iter().filter(|c| c.timeline.is_some() && !c.client).map(|c| c.pid).collect()
 }
 
 /// Send a control to a library (non-blocking: a library whose socket is full misses it, and its
@@ -314,12 +382,19 @@ fn accept_all(listener: &OwnedFd, conns: &mut Vec<Conn>) {
         // SAFETY: fd was just returned by accept4 and is owned by nothing else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let pid = peer_pid(fd.as_raw_fd());
-        conns.push(Conn { fd, pid, timeline: None, malformed: 0, first_error: String::new() });
+        conns.push(Conn { fd, pid, timeline: None, malformed: 0, first_error: String::new(), client: false });
     }
 }
 
-/// Read every queued packet of `c`; false when the process closed its end.
-fn read_all(c: &mut Conn, buf: &mut [u8], offset: i64, out: &mut GpuTimelinePart) -> bool {
+/// Read every queued packet of `c`; false when the process closed its end. A window request makes
+/// `c` a client: the request goes to `requests` with its socket.
+fn read_all(
+    c: &mut Conn,
+    buf: &mut [u8],
+    offset: i64,
+    out: &mut GpuTimelinePart,
+    requests: &mut Vec<(RawFd, causeway_gpu_wire::WindowRequest)>,
+) -> bool {
     loop {
         // SAFETY: buf is valid for writes of its length.
         let n = unsafe { libc::recv(c.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
@@ -331,6 +406,10 @@ fn read_all(c: &mut Conn, buf: &mut [u8], offset: i64, out: &mut GpuTimelinePart
             return matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR));
         }
         match causeway_gpu_wire::decode(&buf[..n as usize]) {
+            Ok((_, causeway_gpu_wire::Message::WindowRequest(r))) => {
+                c.client = true;
+                requests.push((c.fd.as_raw_fd(), r));
+            }
             Ok((h, msg)) => {
                 if c.pid == 0 {
                     c.pid = h.pid;
