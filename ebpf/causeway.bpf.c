@@ -6,3 +6,4 @@
 #include "block.bpf.c"
 #include "mm.bpf.c"
 #include "net.bpf.c"
+#include "footprint.bpf.c"

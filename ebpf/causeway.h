@@ -16,6 +16,7 @@
 #define CW_REC_NCCL 10   /* an NCCL call: a cw_call followed by its NCCL arguments (cw_nccl) */
 #define CW_REC_NET 11    /* a socket call of a traced thread, emitted at return (cw_net) */
 #define CW_REC_TCP 12    /* a retransmit or state change of a traced process's TCP socket (cw_net) */
+#define CW_REC_FP 13     /* what a traced process touched (trace --footprint): cw_fp */
 
 /* cw_net.op of a CW_REC_NET (as causeway_model::codes source 7) */
 #define CW_NET_SEND 1
@@ -73,7 +74,10 @@
 #define CW_CNT_NET_RECV_OTHER_BYTES 49
 #define CW_CNT_TCP_RETRANS_OTHER 50    /* retransmits of sockets no traced thread used */
 #define CW_CNT_NET_AGAIN 51            /* traced socket calls that returned EAGAIN (non-blocking, nothing ready): not recorded */
-#define CW_CNT_N 52
+#define CW_CNT_FP_SYS_FULL 52         /* footprint: a syscall aggregate not kept (cw_fp_sys full) */
+#define CW_CNT_FP_FD_FULL 53          /* footprint: a descriptor's bytes not kept (cw_fp_fds full) */
+#define CW_CNT_FP_LOST 54             /* footprint: a cw_fp record lost (ring full) */
+#define CW_CNT_N 55
 
 struct cw_call {
     __u8 kind;
@@ -251,6 +255,50 @@ struct cw_net {
     __u8 addr[16];   /* peer address, network order: IPv4 in the first 4 bytes */
     char comm[16];
 }; /* 88 bytes */
+
+/* cw_fp.what */
+#define CW_FP_OPEN 1      /* open/openat/openat2 returned fd: text = the path */
+#define CW_FP_CLOSE 2     /* close(fd) of a descriptor with counters: its bytes, opened = its open's ts */
+#define CW_FP_CONNECT 3   /* connect returned 0 or EINPROGRESS: text = the sockaddr (len bytes) */
+#define CW_FP_ACCEPT 4    /* accept/accept4 returned fd: the peer in family/port/addr */
+#define CW_FP_BIND 5      /* bind returned 0: text = the sockaddr (len bytes) */
+#define CW_FP_EXEC 6      /* exec: text = the file, text2 = the arguments (NUL-separated, len2 bytes) */
+#define CW_FP_REQ_BEGIN 7 /* a read on stdin or an accepted socket began request `request`: text = its first bytes */
+#define CW_FP_REQ_END 8   /* the write that answered it: text = its first bytes */
+#define CW_FP_TEXT 256
+#define CW_FP_HEAD 128
+/* cw_fp.flags of a close (the descriptor's cw_fp_fd.flags) */
+#define CW_FPF_REQUEST 1  /* an accepted socket: requests come on it */
+#define CW_FPF_EXEC 2     /* mapped with PROT_EXEC */
+#define CW_FPF_SOCKET 4
+
+/* A footprint record (CW_REC_FP). */
+struct cw_fp {
+    __u8 kind;
+    __u8 what;       /* CW_FP_* */
+    __u16 family;    /* ACCEPT: the peer's address family */
+    __u32 pid;
+    __u32 tid;
+    __u32 ppid;      /* EXEC: the parent */
+    __u64 ts;        /* the syscall's return (exec: when it happened) */
+    __s64 ret;
+    __s32 fd;
+    __u32 request;   /* the request the process served (0: none) */
+    __u64 flags;     /* OPEN: the O_* flags; CLOSE: CW_FPF_* */
+    __u64 opened;    /* CLOSE: its open's ts (0: before the trace) */
+    __u64 bytes_read;
+    __u64 bytes_written;
+    __u64 reads;
+    __u64 writes;
+    __u16 port;      /* ACCEPT: the peer's port, host order */
+    __u16 len;       /* bytes of text */
+    __u16 len2;      /* bytes of text2 */
+    __u16 pad;
+    __u8 addr[16];   /* ACCEPT: the peer's address, network order */
+    char comm[16];
+    char text[CW_FP_TEXT];
+    char text2[CW_FP_TEXT];
+}; /* 640 bytes */
 
 struct cw_switch {
     __u8 kind;

@@ -17,6 +17,7 @@
  * freshly woken thread often runs for microseconds before a CPU hog takes the rest of the wait. Each
  * CPU remembers when its current task started and which preempted traced thread waits on it. */
 #include "common.bpf.h"
+#include "footprint.bpf.h"
 
 struct cw_offcpu {
     __u64 ts_out;
@@ -102,6 +103,7 @@ int BPF_PROG(cw_sched_switch, bool preempt, struct task_struct *prev, struct tas
         run->since = now;
     }
     if (prev_tid != 0 && cw_is_traced(prev->tgid)) {
+        cw_fp_on_cpu(prev->tgid, ran_ns); /* trace --footprint only */
         struct cw_offcpu o = {};
         o.ts_out = now;
         o.next_pid = next->tgid;

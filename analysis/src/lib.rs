@@ -31,6 +31,7 @@ mod engine_steps;
 mod evidence;
 mod explain;
 mod few_keys;
+mod footprint;
 mod gpu_link;
 mod gpu_memory;
 mod gpu_state;
@@ -65,6 +66,10 @@ pub use device_idle::{
 pub use device_stats::{DeviceBusy, DeviceOpStats, DeviceStats, LatencyStats};
 pub use engine_steps::{EngineSteps, Phase, PhaseFigures};
 pub use explain::{explain, find_chain, ExplainRequest, Explanation, OpFigures};
+pub use footprint::{
+    footprint, request_words, Child, FigureSql, Footprint, FootprintRequest, OffCpu, ProcessFootprint,
+    RequestFootprint, SyscallKind, TouchedFile,
+};
 pub use gpu_link::{busy_sql, degraded_sql, is_busy, nvlink_errors_sql, LinkSummary};
 pub use gpu_memory::ProcessGpuMemory;
 pub use gpu_state::GpuSummary;

@@ -99,6 +99,8 @@ pub trait ConvertTarget {
     fn write_process_cgroups(&mut self, cgroups: &[ProcessCgroup]) -> Result<()>;
     /// A part of the device timeline (its `launch_event_id`s are filled again at `finish`).
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()>;
+    /// What the traced processes touched (`footprint_*`).
+    fn write_footprint(&mut self, part: &causeway_model::FootprintPart) -> Result<()>;
     /// Attachments with their own session ids.
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()>;
     fn write_aggregates(&mut self, rows: &[AggregateRow]) -> Result<()>;
@@ -206,6 +208,8 @@ pub struct ConvertReport {
     pub gpu_clock_syncs: u64,
     pub gpu_devices: u64,
     pub gpu_timeline_notes: u64,
+    /// Rows of the five `footprint_*` tables.
+    pub footprint_rows: u64,
     /// True when text ids were replaced by integers (see the module docs).
     pub ids_renumbered: bool,
 }
@@ -289,6 +293,7 @@ pub fn cut(
         let mut cgroups = store.process_cgroups()?;
         let mut attachments = source.attachment_rows()?;
         let mut aggregates = store.aggregates(&scope.window)?;
+        let mut footprint = store.footprint()?;
         // the target says it lacks a device timeline from its own rows, not as the original's gap
         let mut missing: Vec<String> =
             info.missing.iter().filter(|m| *m != crate::NO_DEVICE_TIMELINE).cloned().collect();
@@ -302,6 +307,7 @@ pub fn cut(
             cgroups.retain(|c| scope.keeps_pid(c.pid));
             attachments.retain(|a| scope.keeps_pid(a.1.pid));
             aggregates.retain(|a| scope.keeps_pid(a.pid));
+            footprint_in_scope(&mut footprint, scope);
             missing.push(scope.provenance(from));
         }
         target.write_stacks(&stacks)?;
@@ -317,6 +323,7 @@ pub fn cut(
         target.write_process_cgroups(&cgroups)?;
         target.write_attachments(&attachments)?;
         target.write_aggregates(&aggregates)?;
+        target.write_footprint(&footprint)?;
         let timeline = timeline::copy(store, scope, target.as_mut())?;
         target.write_provenance(&missing, &info.event_columns)?;
         target.finish()?;
@@ -344,6 +351,11 @@ pub fn cut(
             gpu_clock_syncs: timeline.clock_syncs,
             gpu_devices: timeline.devices,
             gpu_timeline_notes: timeline.notes,
+            footprint_rows: (footprint.syscalls.len()
+                + footprint.cpu.len()
+                + footprint.fds.len()
+                + footprint.requests.len()
+                + footprint.execs.len()) as u64,
             ids_renumbered: source.renumbers_ids(),
         })
     })();
@@ -360,6 +372,20 @@ pub fn cut(
             Err(e)
         }
     }
+}
+
+/// What a cut keeps of the footprint: its processes' rows, and of those the counts read in the
+/// window (each look's row covers the second before it), the descriptors open during it, the
+/// requests that overlap it and the execs in it.
+fn footprint_in_scope(f: &mut causeway_model::FootprintPart, scope: &Scope) {
+    let w = &scope.window;
+    let overlaps =
+        |from: i64, to: i64| w.from_ns.is_none_or(|a| to == 0 || to >= a) && w.to_ns.is_none_or(|b| from <= b);
+    f.syscalls.retain(|s| scope.keeps_pid(s.pid) && w.contains(s.seen_at_ns));
+    f.cpu.retain(|c| scope.keeps_pid(c.pid) && w.contains(c.seen_at_ns));
+    f.fds.retain(|d| scope.keeps_pid(d.pid) && overlaps(d.opened_ns, d.closed_ns));
+    f.requests.retain(|q| scope.keeps_pid(q.pid) && overlaps(q.begin_ns, q.end_ns));
+    f.execs.retain(|e| scope.keeps_pid(e.pid) && w.contains(e.ts_ns));
 }
 
 /// Process names of a source: its `process_names` rows, plus names the store knows from elsewhere

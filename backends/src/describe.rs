@@ -104,6 +104,14 @@ pub(crate) fn describe(catalog: &dyn LiveCatalog) -> Result<SchemaDescription> {
         notes.push("events is a sample (Ingero selective storage): true totals are in event_aggregates".into());
     }
     notes.extend(info.missing.iter().map(|m| format!("not recorded in this DB: {m}")));
+    if info.has_table("footprint_syscalls") {
+        // the SQL of each figure `causeway footprint` and get_footprint give, for one process
+        notes.extend(
+            causeway_model::footprint::FIGURE_SQL
+                .iter()
+                .map(|(figure, sql)| format!("footprint figure {figure} (replace {{pid}}): {sql}")),
+        );
+    }
     Ok(SchemaDescription {
         format: info.format.clone(),
         engine: notes_for.engine.name().into(),

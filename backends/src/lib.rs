@@ -22,6 +22,7 @@ mod cuda_tables;
 mod describe;
 #[cfg(feature = "duckdb")]
 pub mod duckdb;
+mod footprint_tables;
 mod gpu_tables;
 pub mod guard;
 mod nvml_tables;

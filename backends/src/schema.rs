@@ -251,6 +251,61 @@ CREATE TABLE IF NOT EXISTS under_way (
     comm       TEXT NOT NULL,
     next_comm  TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS footprint_syscalls (
+    seen_at  INTEGER NOT NULL,
+    pid      INTEGER NOT NULL,
+    request  INTEGER NOT NULL,
+    nr       INTEGER NOT NULL,
+    calls    INTEGER NOT NULL,
+    errors   INTEGER NOT NULL,
+    total_ns INTEGER NOT NULL,
+    max_ns   INTEGER NOT NULL,
+    bytes    INTEGER NOT NULL,
+    name     TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS footprint_cpu (
+    seen_at   INTEGER NOT NULL,
+    pid       INTEGER NOT NULL,
+    request   INTEGER NOT NULL,
+    on_cpu_ns INTEGER NOT NULL,
+    switches  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS footprint_fds (
+    pid           INTEGER NOT NULL,
+    tid           INTEGER NOT NULL,
+    fd            INTEGER NOT NULL,
+    opened_ns     INTEGER NOT NULL,
+    closed_ns     INTEGER NOT NULL,
+    flags         INTEGER NOT NULL,
+    request       INTEGER NOT NULL,
+    bytes_read    INTEGER NOT NULL,
+    bytes_written INTEGER NOT NULL,
+    reads         INTEGER NOT NULL,
+    writes        INTEGER NOT NULL,
+    exec_mapped   INTEGER NOT NULL,
+    kind          TEXT NOT NULL,
+    how           TEXT NOT NULL,
+    name          TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS footprint_requests (
+    pid       INTEGER NOT NULL,
+    request   INTEGER NOT NULL,
+    fd        INTEGER NOT NULL,
+    begin_ns  INTEGER NOT NULL,
+    end_ns    INTEGER NOT NULL,
+    bytes_in  INTEGER NOT NULL,
+    bytes_out INTEGER NOT NULL,
+    head_in   TEXT NOT NULL,
+    head_out  TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS footprint_execs (
+    ts_ns    INTEGER NOT NULL,
+    pid      INTEGER NOT NULL,
+    ppid     INTEGER NOT NULL,
+    request  INTEGER NOT NULL,
+    filename TEXT NOT NULL,
+    argv     TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS loss_counters (
     session_id INTEGER NOT NULL,
     source     INTEGER NOT NULL,
@@ -592,7 +647,9 @@ pub fn table_meaning(table: &str) -> &'static str {
         "annotations" => "Ingero v0.10: user annotations on the timeline",
         "event_aggregates_5s" => "Ingero v0.10: 5-second totals per (source, op, pid)",
         "under_way" => crate::under_way::TABLE_MEANING,
-        _ => crate::nvml_tables::table_meaning(table).unwrap_or_else(|| crate::gpu_tables::table_meaning(table)),
+        _ => crate::nvml_tables::table_meaning(table)
+            .or_else(|| crate::footprint_tables::table_meaning(table))
+            .unwrap_or_else(|| crate::gpu_tables::table_meaning(table)),
     }
 }
 
@@ -690,6 +747,7 @@ pub fn column_meaning(table: &str, column: &str) -> &'static str {
         ("loss_counters", "count") => "events lost",
         ("under_way", column) => crate::under_way::column_meaning(column),
         _ => crate::nvml_tables::column_meaning(table, column)
+            .or_else(|| crate::footprint_tables::column_meaning(table, column))
             .unwrap_or_else(|| crate::gpu_tables::column_meaning(table, column)),
     }
 }

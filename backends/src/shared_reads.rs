@@ -385,6 +385,31 @@ macro_rules! shared_trace_store_methods {
             rows.into_iter().map(|(n, t)| $crate::under_way::row_from(db, n, t)).collect()
         }
 
+        fn footprint(&self) -> $crate::Result<causeway_model::FootprintPart> {
+            let mut tables: [Vec<$crate::footprint_tables::RawRow>; 5] = Default::default();
+            for (t, rows) in $crate::footprint_tables::TABLES.iter().zip(tables.iter_mut()) {
+                if !self.has_native_table(t.name) {
+                    continue;
+                }
+                *rows = self.with_conn(|c| {
+                    c.prepare(&t.select_sql())?
+                        .query_map([], |r| {
+                            let mut n = Vec::with_capacity(t.ints.len());
+                            for i in 0..t.ints.len() {
+                                n.push(r.get(i)?);
+                            }
+                            let mut s = Vec::with_capacity(t.texts.len());
+                            for i in t.ints.len()..t.width() {
+                                s.push(r.get(i)?);
+                            }
+                            Ok((n, s))
+                        })?
+                        .collect()
+                })?;
+            }
+            $crate::footprint_tables::part_from(&self.info().path, tables)
+        }
+
         fn describe_schema(&self) -> $crate::Result<$crate::SchemaDescription> {
             $crate::describe::describe(self)
         }

@@ -77,6 +77,9 @@ pub trait EngineWriter: Sized + Send + 'static {
     /// Replace this session's `under_way` rows with what a look at `seen_at_ns` found (see
     /// `under_way.rs`), in one commit; `finish` clears them.
     fn write_under_way(&mut self, seen_at_ns: i64, events: &[Event]) -> Result<()>;
+    /// Append what the traced processes touched (the `footprint_*` tables, see
+    /// `footprint_tables.rs`), in one commit.
+    fn write_footprint(&mut self, part: &causeway_model::FootprintPart) -> Result<()>;
     /// Store the session's loss counters (absolute values).
     fn write_losses(&mut self, losses: &[LossCounter]) -> Result<()>;
     /// Close the session (stopped_at) and leave a self-contained file; returns the events written.
@@ -110,6 +113,7 @@ enum Msg {
     ProcessCgroups(Vec<ProcessCgroup>),
     GpuTimeline(GpuTimelinePart),
     UnderWay(i64, Vec<Event>),
+    Footprint(causeway_model::FootprintPart),
     Flush(oneshot::Sender<Result<()>>),
 }
 
@@ -180,6 +184,7 @@ fn run_writer<W: EngineWriter>(mut writer: W, mut rx: mpsc::Receiver<Msg>, losse
                 Msg::ProcessRanks(r) => w.write_process_ranks(&r)?,
                 Msg::ProcessCgroups(c) => w.write_process_cgroups(&c)?,
                 Msg::GpuTimeline(p) => w.write_gpu_timeline(&p)?,
+                Msg::Footprint(p) => w.write_footprint(&p)?,
                 Msg::UnderWay(at, e) => w.write_under_way(at, &e)?,
             }
             Ok(())
@@ -314,6 +319,13 @@ impl<W: EngineWriter> EventSink for QueuedSink<W> {
 
     async fn write_under_way(&mut self, seen_at_ns: i64, events: Vec<Event>) -> Result<()> {
         self.tx.send(Msg::UnderWay(seen_at_ns, events)).await.map_err(|_| self.gone())
+    }
+
+    async fn write_footprint(&mut self, part: causeway_model::FootprintPart) -> Result<()> {
+        if part.is_empty() {
+            return Ok(());
+        }
+        self.tx.send(Msg::Footprint(part)).await.map_err(|_| self.gone())
     }
 
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {

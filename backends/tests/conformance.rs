@@ -18,6 +18,7 @@ use causeway_model::codes::{op, OpCode, Source};
 use causeway_model::time::TimeWindow;
 use causeway_model::{Event, LossCounter, LossKind, SessionInfo};
 
+mod footprint;
 mod gpu_timeline;
 mod guard_common;
 mod launch_tables;
@@ -728,6 +729,10 @@ macro_rules! conformance {
             #[test]
             fn convert_and_cut_keep_the_gpu_timeline() {
                 gpu_timeline::convert_and_cut_keep_it(B)
+            }
+            #[test]
+            fn footprint_round_trips_converts_and_cuts() {
+                footprint::round_trips_converts_and_cuts(B)
             }
         }
     };

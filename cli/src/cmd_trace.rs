@@ -155,6 +155,14 @@ pub struct Args {
     /// uprobe bench for the cost).
     #[arg(long)]
     pub no_network: bool,
+    /// Record what the traced processes touch, GPU or not (`causeway footprint`): every syscall
+    /// counted in the kernel per process and kind (calls, errors, time, bytes), the files and
+    /// sockets they open with the bytes through each, the programs their children run, the
+    /// libraries they map, their CPU time, and the requests a server answers (a read on stdin or
+    /// an accepted socket to the next write back). Costs every syscall of the host a little (the
+    /// raw syscall tracepoints; see the uprobe bench's part `footprint`).
+    #[arg(long, conflicts_with = "no_host")]
+    pub footprint: bool,
     #[command(flatten)]
     pub series: SeriesArgs,
     #[cfg(feature = "duckdb")]
@@ -316,6 +324,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         python_frames: !args.no_python_frames,
         host_probes: !args.no_host,
         network: !args.no_host && !args.no_network,
+        footprint: !args.no_host && args.footprint,
         drop_on_backpressure: true,
         ring_cuda_bytes: args.ring_mib.0[0] << 20,
         ring_sched_bytes: args.ring_mib.0[1] << 20,

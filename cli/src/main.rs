@@ -10,6 +10,7 @@ mod cmd_cut;
 mod cmd_demo;
 mod cmd_explain;
 mod cmd_export;
+mod cmd_footprint;
 #[cfg(feature = "duckdb")]
 mod cmd_fleet;
 mod cmd_mcp;
@@ -70,6 +71,8 @@ enum Command {
     /// Open (or close) a window on the device timeline of a running process `trace --pid P --gpu-timeline` attached.
     GpuWindow(cmd_gpu_window::Args),
     Annotate(cmd_annotate::Args),
+    /// What the traced processes touched (`trace --footprint`): syscalls by kind, files, sockets, children, libraries, CPU, requests.
+    Footprint(cmd_footprint::Args),
     /// What this host can trace and what is missing, with the fix.
     Check(cmd_check::Args),
     /// The MCP server for agents (Claude Code, Cursor, ollmcp): tools, prompts, resources over stdio or HTTP.
@@ -149,6 +152,7 @@ fn main() {
         Command::Mcp(a) => cmd_mcp::run(a),
         Command::Trace(a) => cmd_trace::run(*a),
         Command::Annotate(a) => cmd_annotate::run(a),
+        Command::Footprint(a) => cmd_footprint::run(a),
         Command::Check(a) => cmd_check::run(a),
         Command::Convert(a) => cmd_convert::run(a),
         Command::Export(a) => cmd_export::run(a),

@@ -12,6 +12,7 @@ mod cgroup;
 pub mod codes;
 pub mod demangle;
 pub mod fnv;
+pub mod footprint;
 mod gpu_state;
 mod gpu_timeline;
 pub mod serving;
@@ -19,6 +20,7 @@ pub mod time;
 
 pub use cgroup::ProcessCgroup;
 pub use codes::{OpCode, PrevState, Source};
+pub use footprint::{FootprintCpu, FootprintExec, FootprintFd, FootprintPart, FootprintRequest, FootprintSyscall};
 pub use gpu_state::{throttle_reason_names, GpuProcessMemory, GpuSample, SLOWING_REASONS, THROTTLE_REASONS};
 pub use gpu_timeline::{GpuClockSync, GpuDevice, GpuOp, GpuOpKind, GpuTimelineNote};
 

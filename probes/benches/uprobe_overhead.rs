@@ -15,6 +15,11 @@
 //!    loop (ns per CUDA call) and on a traced syscall loop (`dd bs=1`: a read and a write per
 //!    byte, none of them on a socket: the cost a traced process pays on every syscall), and on the
 //!    same syscall loop untraced while a trace runs (what every other process on the host pays);
+//! 6b. the footprint programs' cost (`trace --footprint`: every syscall of a traced process counted
+//!    in the kernel per (pid, request, syscall), descriptors' bytes, opens, execs): Causeway with
+//!    and without them (network programs on in both), interleaved, on the same traced and untraced
+//!    syscall loops as part 6, and on a traced loop of open/read/close of a small file (the opens
+//!    send a record each);
 //! 7. attaching and detaching the probes of the mock runtime, driver and NCCL libraries (every
 //!    probed symbol they export) on the uprobe_multi path (CO-RE-relocated programs, three links
 //!    per library) and on the perf-event path (one uprobe per symbol), interleaved, as medians and
@@ -29,7 +34,7 @@
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs, default 9),
 //! `CAUSEWAY_BENCH_ITERS` (calls per tight-loop run, default 200000), `CAUSEWAY_BENCH_ONLY` (a
-//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`, `nccl`, `network`, `attach`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
+//! comma list of `loop`, `bpf`, `rate`, `paced`, `python`, `nccl`, `network`, `footprint`, `attach`; default all), `CAUSEWAY_BENCH_PY_DEPTH`
 //! (Python frames on the stack of each call in part `python`, default 32), `CAUSEWAY_BENCH_SINK=null` (Causeway
 //! counts events instead of storing them: the storing's share of the cost).
 
@@ -374,6 +379,10 @@ fn main() {
         network_cost(&lib, &bin, &args, runs);
     }
 
+    if part("footprint") {
+        footprint_cost(&lib, runs);
+    }
+
     if part("python") {
         python_walk(&lib);
     }
@@ -472,6 +481,71 @@ fn network_cost(lib: &Path, bin: &Path, args: &[&str], runs: usize) {
         "traced syscall loop (dd bs=1): {don:.1} ns/syscall with, {doff:.1} without, {plain:.1} untraced: +{:.1} ns/syscall ({:.3}x)",
         don - doff,
         don / doff
+    );
+    println!(
+        "untraced syscall loop beside a trace: {oon:.1} ns/syscall with, {ooff:.1} without: +{:.1} ns/syscall ({:.3}x)",
+        oon - ooff,
+        oon / ooff
+    );
+}
+
+/// Part `footprint`: Causeway with and without the footprint programs, interleaved (see the module
+/// doc): ns per syscall of a traced `dd bs=1`, of an untraced one beside a trace, and ns per
+/// open+read+close of a traced loop over a small file.
+fn footprint_cost(lib: &Path, runs: usize) {
+    let sh = Path::new("/bin/sh");
+    let dd = format!("dd if=/dev/zero of=/dev/null bs=1 count={DD_BYTES} 2>&1");
+    let dd_args = ["-c", dd.as_str()];
+    // 20,000 opens of a small file by one python process (its own clock around the loop)
+    const OPENS: u64 = 20_000;
+    let py = format!(
+        "import time,os\nopen('/tmp/causeway-fp-bench','w').write('x'*64)\nt=time.perf_counter_ns()\nfor _ in range({OPENS}):\n    f=open('/tmp/causeway-fp-bench','rb'); f.read(); f.close()\nprint('OPEN_NS', (time.perf_counter_ns()-t)/{OPENS})"
+    );
+    let py_args = ["-c", py.as_str()];
+    let python = Path::new("/usr/bin/python3");
+    let open_ns = |out: &str| -> f64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix("OPEN_NS "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no OPEN_NS in {out}"))
+    };
+    let beside = |footprint: bool| {
+        let opts = TraceOptions { footprint, ..Default::default() };
+        std::thread::scope(|s| {
+            let tracer = s.spawn(|| with_causeway_opts(lib, Path::new("/bin/sleep"), &["4"], opts));
+            std::thread::sleep(Duration::from_millis(1500)); // attached by then
+            let v = dd_ns_per_syscall(&run_plain(sh, &dd_args));
+            let _ = tracer.join();
+            v
+        })
+    };
+    let (mut dd_on, mut dd_off, mut other_on, mut other_off, mut open_on, mut open_off, mut plain, mut open_plain) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs.clamp(1, 5) {
+        for footprint in [true, false] {
+            let opts = TraceOptions { footprint, ..Default::default() };
+            let (o, _) = with_causeway_opts(lib, sh, &dd_args, opts.clone());
+            (if footprint { &mut dd_on } else { &mut dd_off }).push(dd_ns_per_syscall(&o));
+            let (o, _) = with_causeway_opts(lib, python, &py_args, opts);
+            (if footprint { &mut open_on } else { &mut open_off }).push(open_ns(&o));
+            (if footprint { &mut other_on } else { &mut other_off }).push(beside(footprint));
+        }
+        plain.push(dd_ns_per_syscall(&run_plain(sh, &dd_args)));
+        open_plain.push(open_ns(&run_plain(python, &py_args)));
+    }
+    let (don, doff, p) = (median(dd_on), median(dd_off), median(plain));
+    let (oon, ooff) = (median(other_on), median(other_off));
+    let (fon, foff, fp) = (median(open_on), median(open_off), median(open_plain));
+    println!("== footprint programs (medians of interleaved runs; network programs on in both) ==");
+    println!(
+        "traced syscall loop (dd bs=1): {don:.1} ns/syscall with, {doff:.1} without, {p:.1} untraced: +{:.1} ns/syscall ({:.3}x)",
+        don - doff,
+        don / doff
+    );
+    println!(
+        "traced open+read+close loop (python): {fon:.0} ns/iteration with, {foff:.0} without, {fp:.0} untraced: +{:.0} ns ({:.3}x)",
+        fon - foff,
+        fon / foff
     );
     println!(
         "untraced syscall loop beside a trace: {oon:.1} ns/syscall with, {ooff:.1} without: +{:.1} ns/syscall ({:.3}x)",
@@ -628,6 +702,9 @@ impl EventSink for CountingSink {
         Ok(())
     }
     async fn write_process_ranks(&mut self, _: Vec<causeway_model::ProcessRank>) -> SinkResult<()> {
+        Ok(())
+    }
+    async fn write_footprint(&mut self, _: causeway_model::FootprintPart) -> SinkResult<()> {
         Ok(())
     }
     fn add_loss(&mut self, _: u8, _: LossKind, _: u64) {}

@@ -182,6 +182,8 @@ pub fn host_check() -> CheckReport {
         stacks: false,
         host_probes: true,
         network: true,
+        // so that `check` says whether `trace --footprint` can attach its tracepoints
+        footprint: true,
         perf_uprobes: false,
         stop_on_load: false,
         adopt_callers: false,

@@ -143,7 +143,7 @@ impl Decoder {
             Record::Call(c) => self.call(c, 0),
             Record::Launch(c, cfg) => self.call(c, cfg.to_model().key()),
             Record::Nccl(c, _) => self.call(c, 0),
-            Record::Name(_) | Record::Dl(_) | Record::PyCode(_) => return None,
+            Record::Name(_) | Record::Dl(_) | Record::PyCode(_) | Record::Fp(_) => return None,
             Record::Switch(mut s) => {
                 s.comm = self.comm_of(s.tid, std::mem::take(&mut s.comm));
                 Event {

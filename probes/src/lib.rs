@@ -26,6 +26,7 @@ mod decode;
 mod devices;
 mod discovery;
 mod error;
+mod footprint;
 mod gpu_state;
 mod gpu_timeline;
 mod host_watch;

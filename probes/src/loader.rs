@@ -60,6 +60,15 @@ pub const NETWORK_PROBES: &[(&str, &str)] = &[
     ("cw_sock_recv_length", "sock_recv_length"),
 ];
 
+/// (program, tp_btf tracepoint) of the footprint family (`ebpf/footprint.bpf.c`), attached with the
+/// host probes only when `LoadOptions::footprint` is on (`trace --footprint`).
+pub const FOOTPRINT_PROBES: &[(&str, &str)] = &[
+    ("cw_fp_sys_enter", "sys_enter"),
+    ("cw_fp_sys_exit", "sys_exit"),
+    ("cw_fp_fork", "sched_process_fork"),
+    ("cw_fp_exec", "sched_process_exec"),
+];
+
 /// The `attachments` row (kind `network`) that says what a trace has of the network: the network
 /// tracepoints in place (`symbols`) and those that are not (`missing`), and what is absent for it
 /// (`note`). `wanted`: the network probes were asked for.
@@ -159,6 +168,8 @@ pub struct LoadOptions {
     pub host_probes: bool,
     /// With `host_probes`: the network programs ([`NETWORK_PROBES`]).
     pub network: bool,
+    /// With `host_probes`: the footprint programs ([`FOOTPRINT_PROBES`]).
+    pub footprint: bool,
     /// Use one perf-event uprobe per symbol even where uprobe_multi links are available (also set by
     /// the environment variable CAUSEWAY_NO_UPROBE_MULTI).
     pub perf_uprobes: bool,
@@ -179,6 +190,7 @@ impl Default for LoadOptions {
             stacks: false,
             host_probes: true,
             network: true,
+            footprint: false,
             perf_uprobes: false,
             stop_on_load: false,
             adopt_callers: false,
@@ -220,6 +232,8 @@ pub struct Probes {
     pages: PerCpuHashMap<MapData, u32, Pages>,
     /// `cw_py_procs`: the frame-walk layout of each traced Python process.
     py_procs: BpfHashMap<MapData, u32, crate::python::layout::PyLayoutRaw>,
+    /// `trace --footprint`: the kernel's aggregates of what the traced processes touched.
+    pub(crate) footprint: Option<crate::footprint::FpMaps>,
     /// Attached files by (device, inode): the same file under two paths is attached once, and a
     /// different file at a known path is never taken for it.
     pub attached: BTreeMap<(u64, u64), AttachedLib>,
@@ -247,6 +261,7 @@ impl Probes {
         let stacks: u32 = opts.stacks.into();
         let stop_on_load: u32 = opts.stop_on_load.into();
         let adopt_callers: u32 = opts.adopt_callers.into();
+        let footprint: u32 = (opts.host_probes && opts.footprint).into();
         let ring = |bytes: u32| bytes.next_power_of_two().max(4096);
         // a submit wakes the reader once a ring is a quarter full (cw_submit in ebpf/common.bpf.h)
         let wake = |bytes: u32| u64::from(ring(bytes) / 4);
@@ -257,6 +272,7 @@ impl Probes {
             .set_global("cfg_stacks", &stacks, true)
             .set_global("cfg_stop_on_load", &stop_on_load, true)
             .set_global("cfg_adopt_callers", &adopt_callers, true)
+            .set_global("cfg_footprint", &footprint, true)
             .set_global("cfg_wake_cuda", &wake_cuda, true)
             .set_global("cfg_wake_sched", &wake_sched, true)
             .set_global("cfg_wake_host", &wake_host, true)
@@ -283,7 +299,8 @@ impl Probes {
         if opts.host_probes {
             let btf = Btf::from_sys_fs()?;
             let network = NETWORK_PROBES.iter().filter(|_| opts.network).map(|(p, t)| (p, t, &false));
-            for (prog, tp, required) in HOST_PROBES.iter().map(|(p, t, r)| (p, t, r)).chain(network) {
+            let footprint = FOOTPRINT_PROBES.iter().filter(|_| opts.footprint).map(|(p, t)| (p, t, &false));
+            for (prog, tp, required) in HOST_PROBES.iter().map(|(p, t, r)| (p, t, r)).chain(network).chain(footprint) {
                 let r = (|| -> anyhow::Result<()> {
                     let p: &mut BtfTracePoint =
                         ebpf.program_mut(prog).ok_or_else(|| anyhow::anyhow!("no program {prog}"))?.try_into()?;
@@ -292,6 +309,7 @@ impl Probes {
                     Ok(())
                 })();
                 match r {
+                    Ok(()) if prog.starts_with("cw_fp_") => host_attached.push(format!("footprint:{tp}")),
                     Ok(()) => host_attached.push(tp.to_string()),
                     Err(e) => notes.push(format!(
                         "tracepoint {tp} not attached ({}): {e:#}",
@@ -308,6 +326,7 @@ impl Probes {
         let dl_quiet = BpfHashMap::try_from(take(&mut ebpf, "cw_dl_quiet")?)?;
         let pages = PerCpuHashMap::try_from(take(&mut ebpf, "cw_pages")?)?;
         let py_procs = BpfHashMap::try_from(take(&mut ebpf, "cw_py_procs")?)?;
+        let footprint = if footprint != 0 { Some(crate::footprint::FpMaps::take(&mut ebpf)?) } else { None };
         let rings = Rings {
             cuda: RingBuf::try_from(take(&mut ebpf, "cw_rb_cuda")?)?,
             sched: RingBuf::try_from(take(&mut ebpf, "cw_rb_sched")?)?,
@@ -322,6 +341,7 @@ impl Probes {
             counters,
             pages,
             py_procs,
+            footprint,
             attached: BTreeMap::new(),
             loaders: BTreeMap::new(),
             dl_quiet,

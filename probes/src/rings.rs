@@ -30,6 +30,8 @@ pub(crate) struct Msg {
     pub nccl: Vec<causeway_model::NcclCall>,
     /// socket peers not sent before (`net_peers`)
     pub peers: Vec<causeway_model::NetPeer>,
+    /// what traced processes touched (`trace --footprint`)
+    pub footprint: Vec<wire::FpRec>,
 }
 
 /// A stack not sent before: its hash, the process, the native instruction pointers (innermost
@@ -175,6 +177,10 @@ pub(crate) fn read_rings(
                         py_codes.add(p.clone());
                         continue;
                     }
+                    wire::Record::Fp(f) => {
+                        batch.footprint.push(f.clone());
+                        continue;
+                    }
                     _ => None,
                 };
                 let mut stack = None;
@@ -229,7 +235,10 @@ pub(crate) fn read_rings(
                 }
             }
         }
-        let pending = !batch.events.is_empty() || !batch.names.is_empty() || !batch.launch_configs.is_empty();
+        let pending = !batch.events.is_empty()
+            || !batch.names.is_empty()
+            || !batch.launch_configs.is_empty()
+            || !batch.footprint.is_empty();
         if pending && (stopping || last_send.elapsed() >= Duration::from_millis(50)) {
             if tx.blocking_send(std::mem::replace(&mut batch, Msg::with_capacity())).is_err() {
                 return;

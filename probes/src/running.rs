@@ -92,6 +92,8 @@ pub(crate) struct Running<'o> {
     last_look: (Instant, bool),
     /// The GPU of each call (`devices.rs`), over the GPUs NVML lists.
     pub(crate) devices: crate::devices::DeviceMap,
+    /// `--footprint`: what the traced processes touched, rows not written yet.
+    footprint: Option<crate::footprint::Footprint>,
 }
 
 /// The ring reader thread and its two channels: event batches, and the loader hook's notices
@@ -150,7 +152,9 @@ impl<'o> Running<'o> {
             cuda_seen: HashSet::new(),
             last_look: (started, false),
             devices: crate::devices::DeviceMap::default(),
+            footprint: None,
         };
+        run.footprint = run.probes.footprint.is_some().then(crate::footprint::Footprint::new);
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
         if run.walk_python {
             for &p in &opts.pids {
@@ -301,6 +305,9 @@ impl<'o> Running<'o> {
     }
 
     pub(crate) async fn on_batch(&mut self, mut msg: Msg) {
+        if let Some(f) = &mut self.footprint {
+            f.on_records(std::mem::take(&mut msg.footprint));
+        }
         for (pid, maps) in std::mem::take(&mut msg.maps) {
             self.symbolizer.set_maps(pid, maps);
         }
@@ -581,6 +588,7 @@ impl<'o> Running<'o> {
     pub(crate) async fn on_tick(&mut self) -> LiveStats {
         self.write_summaries().await;
         self.look_under_way().await;
+        self.look_footprint(false).await;
         let lost_now: u64 = self.probes.counters()[..32].iter().sum::<u64>() + self.backpressure.values().sum::<u64>();
         if let Some(m) = &self.opts.metrics {
             m.tick(&self.loss_counters(), self.probes.traced_pids().len());
@@ -591,6 +599,38 @@ impl<'o> Running<'o> {
             lost: lost_now,
             traced_pids: self.probes.traced_pids(),
             ops: self.stats.rows(),
+        }
+    }
+
+    /// `--footprint`: a look at the kernel's footprint counters, and the rows made since the last
+    /// one written (at the end, `last`: every descriptor and request still open too, and what the
+    /// kernel could not keep said).
+    async fn look_footprint(&mut self, last: bool) {
+        let traced = self.probes.traced_pids();
+        let (Some(f), Some(maps)) = (&mut self.footprint, &mut self.probes.footprint) else { return };
+        f.look(maps, now_ns(), &traced, last);
+        let part = f.take();
+        if !part.is_empty() {
+            let n = part.syscalls.len() + part.cpu.len() + part.fds.len() + part.requests.len() + part.execs.len();
+            let written = self.sink.write_footprint(part).await;
+            self.report.check_write("footprint", n, written);
+        }
+        if last {
+            let c = self.probes.counters();
+            let said = [
+                (
+                    cnt::FP_SYS_FULL,
+                    "syscall count(s) not kept (the kernel's table of (process, request, syscall) was full)",
+                ),
+                (cnt::FP_FD_FULL, "descriptor byte count(s) not kept (the kernel's table of descriptors was full)"),
+                (cnt::FP_LOST, "footprint record(s) (opens, connects, execs, requests) lost: the ring was full"),
+            ];
+            for (i, what) in said {
+                let n = c[i as usize];
+                if n > 0 {
+                    self.probes.notes.push(format!("footprint: {n} {what}"));
+                }
+            }
         }
     }
 
@@ -675,6 +715,7 @@ impl<'o> Running<'o> {
         self.report.notes = std::mem::take(&mut self.probes.notes);
         self.report.notes.append(&mut self.libs.notes);
         self.report.notes.extend(self.report.unwritten_notes());
+        self.look_footprint(true).await;
         drop(self.probes); // detach every uprobe and tracepoint before the sink's final work
         self.report.stopped_at_ns = now_ns();
         self.sink.flush().await?;
@@ -872,6 +913,7 @@ fn load_options(opts: &TraceOptions) -> LoadOptions {
         stacks: opts.stacks,
         host_probes: opts.host_probes,
         network: opts.network,
+        footprint: opts.footprint,
         perf_uprobes: opts.perf_uprobes,
         stop_on_load: opts.stop_on_load && opts.follow_mapped_libs && opts.pids.is_empty() && !opts.command.is_empty(),
         adopt_callers: opts.all,

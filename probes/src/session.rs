@@ -69,6 +69,10 @@ pub struct TraceOptions {
     pub host_probes: bool,
     /// Socket calls of the traced threads, TCP retransmits and state changes (with `host_probes`).
     pub network: bool,
+    /// What the traced processes touched (with `host_probes`; `trace --footprint`): every syscall
+    /// counted in the kernel per process and kind, the files and sockets they opened with their
+    /// bytes, the programs their children ran, their libraries, their CPU time, their requests.
+    pub footprint: bool,
     pub ring_cuda_bytes: u32,
     pub ring_sched_bytes: u32,
     pub ring_host_bytes: u32,
@@ -119,6 +123,7 @@ impl Default for TraceOptions {
             python_frames: true,
             host_probes: true,
             network: l.network,
+            footprint: l.footprint,
             ring_cuda_bytes: l.ring_cuda_bytes,
             ring_sched_bytes: l.ring_sched_bytes,
             ring_host_bytes: l.ring_host_bytes,

@@ -14,6 +14,7 @@ pub const REC_PY_CODE: u8 = 9;
 pub const REC_NCCL: u8 = 10;
 pub const REC_NET: u8 = 11;
 pub const REC_TCP: u8 = 12;
+pub const REC_FP: u8 = 13;
 
 pub const PROC_FORK: u8 = 1;
 pub const PROC_EXEC: u8 = 2;
@@ -44,7 +45,10 @@ pub mod cnt {
     pub const NET_RECV_OTHER_BYTES: u32 = 49;
     pub const TCP_RETRANS_OTHER: u32 = 50;
     pub const NET_AGAIN: u32 = 51;
-    pub const N: u32 = 52;
+    pub const FP_SYS_FULL: u32 = 52;
+    pub const FP_FD_FULL: u32 = 53;
+    pub const FP_LOST: u32 = 54;
+    pub const N: u32 = 55;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -230,6 +234,48 @@ impl NetRec {
     }
 }
 
+/// `struct cw_fp`: an open, close, connect, accept, bind, exec, or a request's first or last I/O
+/// (`ebpf/footprint.bpf.c`; `what` is one of [`fp`]'s codes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FpRec {
+    pub what: u8,
+    pub family: u16,
+    pub pid: u32,
+    pub tid: u32,
+    pub ppid: u32,
+    pub ts: u64,
+    pub ret: i64,
+    pub fd: i32,
+    pub request: u32,
+    pub flags: u64,
+    pub opened: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub port: u16,
+    pub addr: [u8; 16],
+    pub comm: String,
+    /// The path, sockaddr, program file or first bytes, as many bytes as were read.
+    pub text: Vec<u8>,
+    /// An exec's arguments, NUL-separated.
+    pub text2: Vec<u8>,
+}
+
+/// `cw_fp.what` and the descriptor flags of `ebpf/causeway.h` (CW_FP_*, CW_FPF_*).
+pub mod fp {
+    pub const OPEN: u8 = 1;
+    pub const CLOSE: u8 = 2;
+    pub const CONNECT: u8 = 3;
+    pub const ACCEPT: u8 = 4;
+    pub const BIND: u8 = 5;
+    pub const EXEC: u8 = 6;
+    pub const REQ_BEGIN: u8 = 7;
+    pub const REQ_END: u8 = 8;
+    pub const F_EXEC: u64 = 2;
+    pub const F_SOCKET: u64 = 4;
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     Call(CallRec),
@@ -245,6 +291,8 @@ pub enum Record {
     Block(BlockRec),
     PyCode(PyCodeRec),
     Net(NetRec),
+    /// What a traced process touched (`trace --footprint`).
+    Fp(FpRec),
 }
 
 /// `struct cw_py_code`: a CPython code object named by a new Python stack.
@@ -285,6 +333,10 @@ pub const WAKEUP_SIZE: usize = 48;
 pub const PROC_SIZE: usize = 56;
 pub const BLOCK_SIZE: usize = 64;
 pub const NET_SIZE: usize = 88;
+/// `struct cw_fp`.
+pub const FP_SIZE: usize = 640;
+/// CW_FP_TEXT: the bytes of each of its texts.
+pub const FP_TEXT: usize = 256;
 pub const LAUNCH_SIZE: usize = 128;
 pub const NCCL_SIZE: usize = 120;
 /// CW_NAME_MAX in causeway.h.
@@ -565,6 +617,47 @@ pub fn parse(buf: &[u8]) -> Result<Record, WireError> {
                 proto,
                 addr,
                 comm: r.comm(),
+            }))
+        }
+        REC_FP => {
+            need(kind, buf.len(), FP_SIZE)?;
+            let what = r.u8();
+            let family = r.u16();
+            let (pid, tid, ppid, ts) = (r.u32(), r.u32(), r.u32(), r.u64());
+            let ret = r.u64() as i64;
+            let fd = r.u32() as i32;
+            let request = r.u32();
+            let (flags, opened, bytes_read, bytes_written, reads, writes) =
+                (r.u64(), r.u64(), r.u64(), r.u64(), r.u64(), r.u64());
+            let (port, len, len2) = (r.u16(), r.u16() as usize, r.u16() as usize);
+            r.skip(2);
+            let mut addr = [0u8; 16];
+            addr.copy_from_slice(&buf[r.1..r.1 + 16]);
+            r.skip(16);
+            let comm = r.comm();
+            let text = buf[r.1..r.1 + len.min(FP_TEXT)].to_vec();
+            let text2 = buf[r.1 + FP_TEXT..r.1 + FP_TEXT + len2.min(FP_TEXT)].to_vec();
+            Ok(Record::Fp(FpRec {
+                what,
+                family,
+                pid,
+                tid,
+                ppid,
+                ts,
+                ret,
+                fd,
+                request,
+                flags,
+                opened,
+                bytes_read,
+                bytes_written,
+                reads,
+                writes,
+                port,
+                addr,
+                comm,
+                text,
+                text2,
             }))
         }
         k => Err(WireError::UnknownKind(k)),

@@ -30,6 +30,7 @@ mod client_log;
 mod compare;
 #[cfg(feature = "fleet")]
 mod fleet_tools;
+mod footprint;
 mod handler;
 mod http;
 mod live;

@@ -19,8 +19,8 @@ use serde_json::Value;
 use crate::answers;
 use crate::args::*;
 use crate::capture::{self, CaptureConfig};
-use crate::gpu_window;
 use crate::compare::CompareOutput;
+use crate::gpu_window;
 use crate::outputs::*;
 use crate::sanitize::{sanitize_json, MAX_STRING_CHARS};
 use crate::schema_style;
@@ -275,6 +275,13 @@ pub fn catalogue() -> Vec<ToolSpec> {
              window; a call recorded with a stack says where it was made (`file:line in function`; `stack_borrowed` \
              when it is the line of the Python thread it ran for). Without either, centers on the worst event of the top chain. limit entries per thread (default 8), max_threads (default 3).",
             true, answers::get_timeline),
+        spec::<crate::footprint::FootprintArgs, crate::footprint::FootprintOutput>("get_footprint",
+            "What a traced process touched",
+            "For traces recorded with --footprint (any process, GPU or not): per process its syscalls by kind, \
+             files and bytes, sockets and peers, children and what they ran, libraries, CPU on and off; a \
+             server's requests (stdin or an accepted socket read to the next write back) with the work of each. \
+             pid, top_n (default 5). Each figure's SQL: footprint.sql.",
+            true, crate::footprint::get_footprint),
         spec::<RunSqlArgs, RunSqlOutput>("run_sql", "Read-only SQL on a trace",
             "Runs one read-only SQL statement (SELECT/WITH) on a trace through the SQL guard, on a read-only \
              connection, with a row limit (default 100) and a 30 s time limit. Use it to verify a chain's evidence.sql \
@@ -366,7 +373,7 @@ mod tests {
     #[test]
     fn every_tool_is_annotated_read_only_closed_world_with_both_schemas() {
         let tools = catalogue();
-        assert_eq!(tools.len(), 12);
+        assert_eq!(tools.len(), 13);
         for t in &tools {
             let a = t.tool.annotations.as_ref().expect("annotations");
             assert_eq!(a.read_only_hint, Some(true), "{}", t.tool.name);
@@ -382,7 +389,7 @@ mod tests {
         assert!(catalogue_with(None).iter().all(|t| t.tool.name != capture::NAME));
         let config = Arc::new(CaptureConfig::new(Vec::new(), None).unwrap());
         let tools = catalogue_with(Some(config));
-        assert_eq!(tools.len(), 13);
+        assert_eq!(tools.len(), 14);
         let t = tools.iter().find(|t| t.tool.name == capture::NAME).expect("capture_trace is listed");
         let a = t.tool.annotations.as_ref().expect("annotations");
         assert_eq!(

@@ -565,6 +565,13 @@ pub trait TraceStore: Send + Sync {
     fn under_way(&self) -> Result<Vec<UnderWayRow>> {
         Ok(Vec::new())
     }
+    /// What the traced processes touched (`trace --footprint`: `footprint_syscalls`,
+    /// `footprint_cpu`, `footprint_fds`, `footprint_requests`, `footprint_execs`), each table in
+    /// its own order (syscalls and CPU by look, pid, request, nr; descriptors by pid, open time,
+    /// fd, name; requests by pid and number; execs by time). Empty for traces without them.
+    fn footprint(&self) -> Result<causeway_model::FootprintPart> {
+        Ok(Default::default())
+    }
     /// Run user SQL, read-only, with limits.
     fn query(&self, sql: &str, limits: &QueryLimits) -> Result<QueryResult>;
     /// The live schema, with the meaning of every code.
@@ -662,6 +669,8 @@ pub trait EventSink: Send {
     /// Replace this session's `under_way` rows with `events`, what a look at `seen_at_ns` found
     /// under way (empty: nothing is). Finishing the session clears them.
     async fn write_under_way(&mut self, seen_at_ns: i64, events: Vec<Event>) -> Result<()>;
+    /// Record what the traced processes touched (`trace --footprint`; every table appended).
+    async fn write_footprint(&mut self, part: causeway_model::FootprintPart) -> Result<()>;
     /// Count `n` events of `source` lost at `kind`.
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64);
     /// Wait until everything queued so far is committed (loss counters included).

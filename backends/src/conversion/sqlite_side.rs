@@ -318,6 +318,13 @@ impl ConvertTarget for SqliteTarget {
         Ok(())
     }
 
+    fn write_footprint(&mut self, part: &causeway_model::FootprintPart) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        crate::sqlite::insert_footprint(&tx, part)?;
+        tx.commit()?;
+        Ok(())
+    }
+
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
         let tx = self.conn.transaction()?;
         crate::sqlite::insert_gpu_timeline(&tx, part)?;

@@ -256,6 +256,10 @@ impl ConvertTarget for DuckDbTarget {
         self.writer.write_gpu_timeline(part)
     }
 
+    fn write_footprint(&mut self, part: &causeway_model::FootprintPart) -> Result<()> {
+        self.writer.write_footprint(part)
+    }
+
     fn write_attachments(&mut self, rows: &[(i64, LibraryAttach)]) -> Result<()> {
         self.writer.insert_attachments_of(rows.iter().map(|(s, a)| (*s, a)))
     }

@@ -562,6 +562,23 @@ impl EngineWriter for DuckDbWriter {
         })
     }
 
+    /// Append what the traced processes touched, in one transaction.
+    fn write_footprint(&mut self, part: &causeway_model::FootprintPart) -> Result<()> {
+        let err = engine_err(&self.path);
+        self.in_transaction(|c| {
+            for (table, rows) in crate::footprint_tables::part_rows(part) {
+                if rows.is_empty() {
+                    continue;
+                }
+                let mut st = c.prepare_cached(&table.insert_sql()).map_err(&err)?;
+                for r in rows {
+                    st.execute(duckdb::params_from_iter(r)).map_err(&err)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
         let err = engine_err(&self.path);
         self.in_transaction(|c| {

@@ -19,8 +19,8 @@ pub use reader::SqliteStore;
 pub use rolling::{create_series_sink, RollPolicy, RollingWriter};
 pub(crate) use target::ReadTarget;
 pub(crate) use writer::{
-    build_finished_structures, build_finished_structures_missing, insert_attachments, insert_gpu_samples,
-    insert_gpu_timeline, insert_kernel_names, insert_launch_configs, insert_nccl_calls, insert_net_peers,
-    insert_process_cgroups, insert_process_ranks, insert_serving_samples, insert_session,
+    build_finished_structures, build_finished_structures_missing, insert_attachments, insert_footprint,
+    insert_gpu_samples, insert_gpu_timeline, insert_kernel_names, insert_launch_configs, insert_nccl_calls,
+    insert_net_peers, insert_process_cgroups, insert_process_ranks, insert_serving_samples, insert_session,
 };
 pub use writer::{SqliteSink, SqliteWriter};

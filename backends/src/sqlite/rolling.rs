@@ -349,6 +349,10 @@ impl EngineWriter for RollingWriter {
         self.part.write_gpu_timeline(part)
     }
 
+    fn write_footprint(&mut self, part: &causeway_model::FootprintPart) -> Result<()> {
+        self.part.write_footprint(part)
+    }
+
     /// The live part holds the last look (a finished part has none).
     fn write_under_way(&mut self, seen_at_ns: i64, events: &[Event]) -> Result<()> {
         self.part.write_under_way(seen_at_ns, events)

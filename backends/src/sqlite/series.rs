@@ -83,7 +83,7 @@ enum Merge {
 
 /// The native tables a series joins, and how. The lookup tables (`sources`, `ops`, ...) and
 /// `schema_info` are the same in every part: they are read from the newest.
-const MERGES: [(&str, Merge); 21] = [
+const MERGES: [(&str, Merge); 26] = [
     ("events", Merge::All),
     ("nccl_calls", Merge::All),
     ("gpu_samples", Merge::All),
@@ -94,6 +94,11 @@ const MERGES: [(&str, Merge); 21] = [
     ("gpu_timeline_notes", Merge::All),
     ("gpu_devices", Merge::NewestBy("pid, device")),
     ("under_way", Merge::All),
+    ("footprint_syscalls", Merge::All),
+    ("footprint_cpu", Merge::All),
+    ("footprint_fds", Merge::All),
+    ("footprint_requests", Merge::All),
+    ("footprint_execs", Merge::All),
     ("event_aggregates", Merge::All),
     ("sessions", Merge::NewestBy("id")),
     ("stack_traces", Merge::NewestBy("hash")),

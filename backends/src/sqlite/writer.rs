@@ -141,6 +141,20 @@ pub(crate) fn insert_gpu_timeline(conn: &Connection, part: &GpuTimelinePart) -> 
     Ok(())
 }
 
+/// Append what the traced processes touched (`footprint_*`), in the caller's transaction.
+pub(crate) fn insert_footprint(conn: &Connection, part: &causeway_model::FootprintPart) -> rusqlite::Result<()> {
+    for (table, rows) in crate::footprint_tables::part_rows(part) {
+        if rows.is_empty() {
+            continue;
+        }
+        let mut st = conn.prepare_cached(&table.insert_sql())?;
+        for r in rows {
+            st.execute(params_from_iter(r))?;
+        }
+    }
+    Ok(())
+}
+
 /// Tie every device op to its launching call ([`crate::gpu_tables::resolve_launches_sql`]), after
 /// the events' indexes and `gpu_ops`' own are built; nothing to do in a trace without ops (or
 /// one written before the table existed).
@@ -474,6 +488,14 @@ impl EngineWriter for SqliteWriter {
     fn write_gpu_timeline(&mut self, part: &GpuTimelinePart) -> Result<()> {
         let tx = self.conn.transaction()?;
         insert_gpu_timeline(&tx, part)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Append what the traced processes touched, in one transaction.
+    fn write_footprint(&mut self, part: &causeway_model::FootprintPart) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        insert_footprint(&tx, part)?;
         tx.commit()?;
         Ok(())
     }

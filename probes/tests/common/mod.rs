@@ -60,6 +60,8 @@ pub struct Collected {
     pub net_peers: Vec<causeway_model::NetPeer>,
     pub process_ranks: Vec<causeway_model::ProcessRank>,
     pub process_cgroups: Vec<causeway_model::ProcessCgroup>,
+    /// What `--footprint` recorded, every part in order.
+    pub footprint: Vec<causeway_model::FootprintPart>,
     pub finished: bool,
     /// Refuse every stack and process-name write (a sink whose side tables fail).
     pub refuse_side_writes: bool,
@@ -159,6 +161,10 @@ impl EventSink for MemSink {
     }
     async fn write_process_ranks(&mut self, ranks: Vec<causeway_model::ProcessRank>) -> causeway_backends::Result<()> {
         self.0.lock().unwrap().process_ranks.extend(ranks);
+        Ok(())
+    }
+    async fn write_footprint(&mut self, part: causeway_model::FootprintPart) -> causeway_backends::Result<()> {
+        self.0.lock().unwrap().footprint.push(part);
         Ok(())
     }
     fn add_loss(&mut self, source: u8, kind: LossKind, n: u64) {
