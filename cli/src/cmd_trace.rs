@@ -334,6 +334,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             enabled: args.gpu_timeline,
             library: args.gpu_library.clone(),
             socket: args.gpu_socket.clone(),
+            window_ms: args.gpu_window,
+            dormant: args.gpu_dormant,
         },
         metrics: args.metrics.as_ref().map(|_| std::sync::Arc::new(causeway_probes::TraceMetrics::new())),
         container_root: args.container_root.clone(),
@@ -343,8 +345,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             mode: args.labels_mode,
         },
         serving: causeway_probes::ServingOptions {
-            window_ms: args.gpu_window,
-            dormant: args.gpu_dormant,
             enabled: !args.no_serving,
             scrape_ms: args.serving_scrape_ms,
             urls: args.serving_url.clone(),
@@ -437,15 +437,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// `--ring-mib`: three sizes in MiB.
-#[derive(Debug, Clone, Copy)]
-pub struct RingSizes([u32; 3]);
-
-fn parse_rings(s: &str) -> Result<RingSizes, String> {
-    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let [cuda, sched, host] = parts.as_slice() else {
-        return Err(format!("{s:?}: three sizes in MiB, CUDA,SCHED,HOST (e.g. 16,8,2)"));
-    };
 /// `--gpu-window`: a duration (`10s`, `500ms`, `2m`), in ms, at least 1 ms.
 pub fn parse_window(s: &str) -> Result<u64, String> {
     let ms = parse_duration_ns(s)? / 1_000_000;
@@ -455,6 +446,15 @@ pub fn parse_window(s: &str) -> Result<u64, String> {
     Ok(ms as u64)
 }
 
+/// `--ring-mib`: three sizes in MiB.
+#[derive(Debug, Clone, Copy)]
+pub struct RingSizes([u32; 3]);
+
+fn parse_rings(s: &str) -> Result<RingSizes, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [cuda, sched, host] = parts.as_slice() else {
+        return Err(format!("{s:?}: three sizes in MiB, CUDA,SCHED,HOST (e.g. 16,8,2)"));
+    };
     let mib = |name: &str, v: &str| -> Result<u32, String> {
         match v.parse::<u32>() {
             Ok(n) if (1..=1024).contains(&n) => Ok(n),

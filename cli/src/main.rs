@@ -10,9 +10,9 @@ mod cmd_cut;
 mod cmd_demo;
 mod cmd_explain;
 mod cmd_export;
-mod cmd_footprint;
 #[cfg(feature = "duckdb")]
 mod cmd_fleet;
+mod cmd_footprint;
 mod cmd_mcp;
 #[cfg(feature = "duckdb")]
 mod cmd_merge;
@@ -67,9 +67,9 @@ enum Command {
     Timeline(cmd_timeline::Args),
     /// Record a trace: CUDA runtime/driver calls and what the kernel did to those threads, into a database.
     Trace(Box<cmd_trace::Args>),
-    /// Label a step, epoch or task of a traced workload (`step 812 begin` ... `step 812 end`, or `task 3 -- CMD`).
     /// Open (or close) a window on the device timeline of a running process `trace --pid P --gpu-timeline` attached.
     GpuWindow(cmd_gpu_window::Args),
+    /// Label a step, epoch or task of a traced workload (`step 812 begin` ... `step 812 end`, or `task 3 -- CMD`).
     Annotate(cmd_annotate::Args),
     /// What the traced processes touched (`trace --footprint`): syscalls by kind, files, sockets, children, libraries, CPU, requests.
     Footprint(cmd_footprint::Args),
@@ -153,6 +153,7 @@ fn main() {
         Command::Trace(a) => cmd_trace::run(*a),
         Command::Annotate(a) => cmd_annotate::run(a),
         Command::Footprint(a) => cmd_footprint::run(a),
+        Command::GpuWindow(a) => cmd_gpu_window::run(a),
         Command::Check(a) => cmd_check::run(a),
         Command::Convert(a) => cmd_convert::run(a),
         Command::Export(a) => cmd_export::run(a),
@@ -161,8 +162,6 @@ fn main() {
         Command::Ship(a) => cmd_ship::run(a),
         #[cfg(feature = "duckdb")]
         Command::Fleet(a) => cmd_fleet::run(a),
-        Command::Footprint(a) => cmd_footprint::run(a),
-        Command::GpuWindow(a) => cmd_gpu_window::run(a),
         #[cfg(feature = "duckdb")]
         Command::Merge(a) => cmd_merge::run(a),
     };

@@ -54,10 +54,10 @@ pub use cuda_table::{ProbeLib, CUDA_PROBES};
 pub use discovery::{discover, site_packages_of_program, DiscoveryOptions, FoundLibrary, LibKind};
 pub use error::ProbeError;
 pub use gpu_state::{NvmlOptions, DEFAULT_NVML_LIB};
-pub use gpu_timeline::{
 pub use causeway_gpu_wire::WindowRequest as GpuWindowRequest;
-    find_library as find_injection_library, GpuTimelineOptions, INJECTION_ENV, LIBRARY_FILE as INJECTION_LIBRARY_FILE,
+pub use gpu_timeline::{
     request_window as request_gpu_window,
+    find_library as find_injection_library, GpuTimelineOptions, INJECTION_ENV, LIBRARY_FILE as INJECTION_LIBRARY_FILE,
 };
 pub use labels::{default_socket_path, monotonic_ns, send_labels, LabelMessage, LabelOptions, LABELS_ENV};
 pub use loader::{file_id, LoadOptions, Probes};

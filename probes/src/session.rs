@@ -233,14 +233,14 @@ pub async fn trace(
     run.note_all(device_note);
     run.cupti_watch = device.as_ref().map(|d| d.watch.clone());
     let mut reader = run.spawn_reader()?;
+    if let (Some(d), true) = (&device, opts.command.is_empty()) {
+        attach_running(&mut run, d, &opts).await;
+    }
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
     let kmsg_tx = gpu_tx.clone();
     let (sampler, nvml_row) = crate::gpu_state::start(&opts.nvml, gpu_tx);
     run.on_nvml(nvml_row).await;
     // the driver's own Xid lines, on a host whose NVIDIA driver NVML found
-    if let (Some(d), true) = (&device, opts.command.is_empty()) {
-        attach_running(&mut run, d, &opts).await;
-    }
     let mut kmsg = None;
     if let Some(s) = &sampler {
         run.nvml_uuids = s.uuids.iter().cloned().collect();
@@ -331,11 +331,6 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
             "--gpu-timeline records a command the trace launches, or the processes named with --pid (attached through ptrace); the processes --all adopts keep theirs off (set {INJECTION_ENV} and {SOCKET_ENV} in a service's environment to record it)"
         ))));
     }
-    let inherited = opts
-        .command_env
-        .iter()
-        .find(|(k, _)| k == INJECTION_ENV)
-        .map(|(_, v)| v.clone())
     if opts.command.is_empty() {
         let library = crate::gpu_timeline::find_library(opts.gpu_timeline.library.as_deref())
             .map_err(ProbeError::GpuTimeline)?;
@@ -343,6 +338,11 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
             .map_err(|e| ProbeError::GpuTimeline(format!("{e:#}")))?;
         return Ok((Some(socket), None));
     }
+    let inherited = opts
+        .command_env
+        .iter()
+        .find(|(k, _)| k == INJECTION_ENV)
+        .map(|(_, v)| v.clone())
         .or_else(|| std::env::var(INJECTION_ENV).ok().filter(|v| !v.is_empty()));
     if let Some(other) = inherited {
         return Ok((None, Some(format!(
@@ -358,11 +358,6 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
     Ok((Some(socket), None))
 }
 
-/// What the device-timeline socket received, or never when there is none.
-async fn next_device_part(device: &mut Option<GpuTimelineSocket>) -> Option<causeway_store::GpuTimelinePart> {
-    match device {
-        Some(d) => d.news.recv().await,
-        None => std::future::pending().await,
 /// `trace --pid P --gpu-timeline`: the injection library loaded into each running process named
 /// (ptrace, `gpu_timeline::attach`), its `attached` note stored (how long its main thread was
 /// held), the window the trace asked for opened once the library connects. A process that cannot
@@ -421,6 +416,11 @@ async fn attach_running(run: &mut Running<'_>, device: &GpuTimelineSocket, opts:
     }
 }
 
+/// What the device-timeline socket received, or never when there is none.
+async fn next_device_part(device: &mut Option<GpuTimelineSocket>) -> Option<causeway_store::GpuTimelinePart> {
+    match device {
+        Some(d) => d.news.recv().await,
+        None => std::future::pending().await,
     }
 }
 
