@@ -15,12 +15,12 @@
 //!    loop (ns per CUDA call) and on a traced syscall loop (`dd bs=1`: a read and a write per
 //!    byte, none of them on a socket: the cost a traced process pays on every syscall), and on the
 //!    same syscall loop untraced while a trace runs (what every other process on the host pays);
-//! 6b. the footprint programs' cost (`trace --footprint`: every syscall of a traced process counted
+//! 7. the footprint programs' cost (`trace --footprint`: every syscall of a traced process counted
 //!    in the kernel per (pid, request, syscall), descriptors' bytes, opens, execs): Causeway with
 //!    and without them (network programs on in both), interleaved, on the same traced and untraced
 //!    syscall loops as part 6, and on a traced loop of open/read/close of a small file (the opens
 //!    send a record each);
-//! 7. attaching and detaching the probes of the mock runtime, driver and NCCL libraries (every
+//! 8. attaching and detaching the probes of the mock runtime, driver and NCCL libraries (every
 //!    probed symbol they export) on the uprobe_multi path (CO-RE-relocated programs, three links
 //!    per library) and on the perf-event path (one uprobe per symbol), interleaved, as medians and
 //!    ratios.
