@@ -21,21 +21,20 @@ const DEFAULT_PROCESSES: usize = 2;
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FootprintArgs {
-    /// Trace name or 0-based index from list_traces (default: the first).
     pub trace: Option<TraceRef>,
-    /// Only this process.
     pub pid: Option<u32>,
-    /// Rows per list: syscall kinds, files, sockets, libraries, children, requests (default 5, at most 100).
+    /// Rows per list (default 5).
     pub top_n: Option<usize>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct FootprintOutput {
     pub summary: String,
-    /// What this answer left out, each with the arguments that get it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub omitted: Vec<String>,
     pub trace: String,
+    /// Per process: syscalls, files, sockets, children, libraries, CPU; requests; sql.
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub footprint: Footprint,
     pub untrusted: String,
 }

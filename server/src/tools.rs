@@ -277,10 +277,7 @@ pub fn catalogue() -> Vec<ToolSpec> {
             true, answers::get_timeline),
         spec::<crate::footprint::FootprintArgs, crate::footprint::FootprintOutput>("get_footprint",
             "What a traced process touched",
-            "For traces recorded with --footprint (any process, GPU or not): per process its syscalls by kind, \
-             files and bytes, sockets and peers, children and what they ran, libraries, CPU on and off; a \
-             server's requests (stdin or an accepted socket read to the next write back) with the work of each. \
-             pid, top_n (default 5). Each figure's SQL: footprint.sql.",
+            "Traces recorded with --footprint: per process its syscalls, files, sockets, children, libraries, CPU; a server's requests.",
             true, crate::footprint::get_footprint),
         spec::<RunSqlArgs, RunSqlOutput>("run_sql", "Read-only SQL on a trace",
             "Runs one read-only SQL statement (SELECT/WITH) on a trace through the SQL guard, on a read-only \

@@ -14,8 +14,9 @@ use serde_json::{json, Value};
 /// A default answer's budget, text and structured content alike.
 const ANSWER_CHARS: usize = 6_000;
 /// `tools/list` of the read-only catalogue, as JSON text: 114,008 characters before issue 47
-/// (83,750 measured when it was filed), 41,479 after.
-const TOOLS_LIST_CHARS: usize = 42_000;
+/// (83,750 measured when it was filed), 41,479 after; 42,766 with `get_footprint` (1,275 of them,
+/// its schemas cut to the bone: the 42,000 left it 509).
+const TOOLS_LIST_CHARS: usize = 43_000;
 
 fn traces() -> Vec<PathBuf> {
     let mut v = causeway_testdata::investigation_traces();
