@@ -113,8 +113,6 @@ fn an_mcp_servers_footprint_names_its_files_peers_children_and_requests() {
     assert_eq!(call(3, "query"), "1 rows");
     assert_eq!(call(4, "fetch"), "pong");
     assert_eq!(call(5, "run"), "hello");
-    drop(call);
-    drop(ask);
     drop(to_server); // the server leaves at the end of its input, and the trace with it
     let mut rest = String::new();
     from_server.read_to_string(&mut rest).unwrap();
