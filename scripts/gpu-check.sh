@@ -34,6 +34,9 @@
 #      empty kernels and train.py's steps/s untraced, traced, traced with --gpu-timeline (ABBA);
 #      torch.profiler inside such a trace still gets its kernels, and the notes say where the device
 #      view stepped aside. Needs libcauseway_inject.so beside the binary or at $CAUSEWAY_INJECT_LIB.
+#   4f attach: train.py started untraced, then `trace --pid P --gpu-timeline --gpu-window 5s` loads
+#      the library into it mid-run (ptrace): its kernels from the attach on stored and tied to their
+#      launches, train.py's exit status unchanged, the pause of its main thread (the `attached` note)
 #   5  one summary table; exit 1 when any row is FAIL
 #
 # Environment knobs: GPU_CHECK_BUDGET (seconds for the whole run, default 480), GPU_CHECK_DIAG_SECS
@@ -41,7 +44,7 @@
 # python3), NVCC, GPU_CHECK_TRAIN_ARGS (extra train.py arguments), GPU_CHECK_PACK=1 (at the end,
 # pack logs/ and traces/ into logs.tar.gz and traces.tar so that only a few files remain: for
 # machines that hand back a limited number of files), GPU_CHECK_STEPS (a comma-separated subset of
-# counts, train, diag-spin, late, nccl, stacks, diag-blocking, timeline, overhead; default all: a
+# counts, train, diag-spin, late, nccl, stacks, diag-blocking, timeline, attach, overhead; default all: a
 # rerun of the steps a first run had no time for; the environment step always runs),
 # GPU_CHECK_OVERHEAD_RUNS (traced and untraced runs of each kind for the overhead, default 2),
 # GPU_CHECK_OVERHEAD_STEPS (timed steps per phase in those runs, default 1000),
@@ -976,6 +979,71 @@ step_timeline() {
     tl_overhead_train "$lib"
 }
 
+# ------------------------------------------------------------------------------ 4f. attach mid-run
+
+step_attach() {
+    say "4f. attach: the device timeline of a PyTorch loop already running (trace --pid P --gpu-timeline)"
+    local lib t pid rc name=attach steps=${GPU_CHECK_ATTACH_STEPS:-3000} i
+    if ! ((HAVE_TORCH && HAVE_CW)); then
+        row "attach: train.py mid-run" "run" "skipped: no torch with CUDA or no causeway binary" INFO
+        return
+    fi
+    if ! lib=$(inject_lib); then
+        row "attach: injection library" "libcauseway_inject.so" "not found (see the timeline step)" FAIL
+        return
+    fi
+    t=$(ready "attach: train.py" 150 60) || return
+    "$PY" "$SRC/train.py" --phases eager --no-profile --warmup 20 --steps "$steps" --json "$LOGS/$name.json" \
+        ${TRAIN_EXTRA[@]+"${TRAIN_EXTRA[@]}"} >"$LOGS/$name.out" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 300; i++)); do
+        grep -qs '/libcuda.so' "/proc/$pid/maps" && break
+        sleep 0.1
+    done
+    sleep 3 # past CUDA's start and the warm-up: a loop well under way
+    timeout -k 5 "$t" "$CW" trace --pid "$pid" --gpu-timeline --gpu-library "$lib" --gpu-window 5s --duration 8s \
+        --nvml-hz 0 --db "$TRACES/$name.db" >"$LOGS/$name.trace.out" 2>"$LOGS/$name.err"
+    rc=$?
+    trace_report "$name"
+    wait "$pid"
+    local train_rc=$?
+    grep -E '^(PHASE|STEPS_PER_S|PHASE_ERROR)' "$LOGS/$name.out"
+    ((rc == 0)) || row "attach: causeway trace --pid --gpu-timeline" "exit 0" "exit $rc (see logs/$name.err)" FAIL
+    if ((train_rc == 0)); then
+        row "attach: train.py after the attach" "exit 0" "exit 0: $(grep -m1 '^STEPS_PER_S' "$LOGS/$name.out")" PASS
+    else
+        row "attach: train.py after the attach" "exit 0" "exit $train_rc: $(tail -n1 "$LOGS/$name.out")" FAIL
+    fi
+    "$PY" - "$TRACES/$name.db" "$ROWS" <<'PYEOF'
+import sqlite3, sys
+db, rows = sys.argv[1], sys.argv[2]
+out = []
+def row(check, expected, got, result):
+    out.append("\t".join([check, expected, str(got), result]))
+try:
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    att = c.execute("SELECT count, detail FROM gpu_timeline_notes WHERE kind = 'attached'").fetchall()
+    if att:
+        row("attach: main thread held", "measured (the attached note)", f"{att[0][0] / 1000:.0f} us: {att[0][1][:60]}", "PASS")
+    else:
+        why = c.execute("SELECT detail FROM gpu_timeline_notes ORDER BY ts_ns LIMIT 1").fetchall()
+        row("attach: attached", "an attached note", f"none {why}", "FAIL")
+    k = c.execute("SELECT COUNT(*), SUM(launch_tid <> 0 AND launch_start_ns > 0) FROM gpu_ops WHERE kind = 1").fetchone()
+    n, tied = k[0] or 0, k[1] or 0
+    row("attach: kernels in the 5 s window", "> 0, >= 95% tied to launches", f"{n} kernels, {tied} tied",
+        "PASS" if n > 0 and tied * 100 >= n * 95 else "FAIL")
+    w = c.execute("SELECT kind, detail FROM gpu_timeline_notes WHERE kind LIKE 'window_%' ORDER BY ts_ns").fetchall()
+    row("attach: window opened and closed", "window_opened, window_closed", ", ".join(x[0] for x in w),
+        "PASS" if [x[0] for x in w] == ["window_opened", "window_closed"] else "FAIL")
+except Exception as e:
+    row("attach: trace readable", "a trace", f"{e}", "FAIL")
+with open(rows, "a") as f:
+    for line in out:
+        print(line)
+        f.write(line + "\n")
+PYEOF
+}
+
 # ------------------------------------------------------------------------------------------ summary
 
 summary() {
@@ -1038,6 +1106,7 @@ main() {
     wants diag-blocking && diag blocking 0 --blocking-sync
     wants diag-spin && wants diag-blocking && step_compare
     wants timeline && step_timeline
+    wants attach && step_attach
     wants overhead && step_overhead
     say "5. summary"
     local ok=0
