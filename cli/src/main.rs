@@ -3,7 +3,6 @@
 //! error into one line on stderr and a non-zero exit.
 
 mod cmd_annotate;
-mod cmd_gpu_window;
 mod cmd_check;
 mod cmd_convert;
 mod cmd_cut;
@@ -13,6 +12,7 @@ mod cmd_export;
 #[cfg(feature = "duckdb")]
 mod cmd_fleet;
 mod cmd_footprint;
+mod cmd_gpu_window;
 mod cmd_mcp;
 #[cfg(feature = "duckdb")]
 mod cmd_merge;

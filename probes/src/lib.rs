@@ -49,15 +49,15 @@ mod stats;
 mod symbols;
 mod wire;
 
+pub use causeway_gpu_wire::WindowRequest as GpuWindowRequest;
 pub use check::{host_check, mount_tracefs, tracefs_mounted, CheckReport};
 pub use cuda_table::{ProbeLib, CUDA_PROBES};
 pub use discovery::{discover, site_packages_of_program, DiscoveryOptions, FoundLibrary, LibKind};
 pub use error::ProbeError;
 pub use gpu_state::{NvmlOptions, DEFAULT_NVML_LIB};
-pub use causeway_gpu_wire::WindowRequest as GpuWindowRequest;
 pub use gpu_timeline::{
-    request_window as request_gpu_window,
-    find_library as find_injection_library, GpuTimelineOptions, INJECTION_ENV, LIBRARY_FILE as INJECTION_LIBRARY_FILE,
+    find_library as find_injection_library, request_window as request_gpu_window, GpuTimelineOptions, INJECTION_ENV,
+    LIBRARY_FILE as INJECTION_LIBRARY_FILE,
 };
 pub use labels::{default_socket_path, monotonic_ns, send_labels, LabelMessage, LabelOptions, LABELS_ENV};
 pub use loader::{file_id, LoadOptions, Probes};

@@ -332,8 +332,8 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
         ))));
     }
     if opts.command.is_empty() {
-        let library = crate::gpu_timeline::find_library(opts.gpu_timeline.library.as_deref())
-            .map_err(ProbeError::GpuTimeline)?;
+        let library =
+            crate::gpu_timeline::find_library(opts.gpu_timeline.library.as_deref()).map_err(ProbeError::GpuTimeline)?;
         let socket = GpuTimelineSocket::open(opts.gpu_timeline.socket.as_deref(), &library)
             .map_err(|e| ProbeError::GpuTimeline(format!("{e:#}")))?;
         return Ok((Some(socket), None));

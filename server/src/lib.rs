@@ -24,13 +24,13 @@
 mod answers;
 mod args;
 mod capture;
-mod gpu_window;
 mod chains;
 mod client_log;
 mod compare;
 #[cfg(feature = "fleet")]
 mod fleet_tools;
 mod footprint;
+mod gpu_window;
 mod handler;
 mod http;
 mod live;

@@ -270,7 +270,13 @@ fn serve(
             .chain(conns.iter().map(|c| c.fd.as_raw_fd()))
             .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
             .collect();
-        let wait_ms = if stopping { 0 } else if stop.load(Ordering::Relaxed) { 20 } else { 100 };
+        let wait_ms = if stopping {
+            0
+        } else if stop.load(Ordering::Relaxed) {
+            20
+        } else {
+            100
+        };
         // SAFETY: fds is a valid array of pollfd of that length.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
         for (l, _) in &listeners {
