@@ -24,7 +24,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// `gpuloop ARGS` started untraced (1 ms kernels), stdout piped; waits until it has loaded libcuda.
 fn start_loop(args: &[&str]) -> Child {
     let build = causeway_testdata::mock_cuda_build();
-    let child = Command::new(build.join("gpuloop"))
+    let mut child = Command::new(build.join("gpuloop"))
         .args(args)
         .env("MOCK_CUDA_KERNEL_US", "1000")
         .env_remove("CUDA_INJECTION64_PATH")
@@ -41,6 +41,8 @@ fn start_loop(args: &[&str]) -> Child {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("gpuloop never loaded libcuda");
 }
 

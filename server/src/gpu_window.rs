@@ -45,7 +45,8 @@ pub struct GpuWindowOutput {
 /// Asks the tracer; its answer, or why no tracer took the request.
 pub fn open(args: GpuWindowArgs) -> Result<GpuWindowOutput, String> {
     let seconds = args.seconds.unwrap_or(10.0);
-    if !args.close && !(seconds > 0.0 && seconds.is_finite()) {
+    let valid = seconds > 0.0 && seconds.is_finite();
+    if !args.close && !valid {
         return Err(format!("seconds must be a positive number, got {seconds}"));
     }
     let request = causeway_probes::GpuWindowRequest {
