@@ -13,7 +13,8 @@
 #   the chain's SVG in cli/tests/pictures.rs; the server that scrapes `trace --metrics` in
 #   cli/tests/metrics.rs (the tests start their own instance; the package's service is not used);
 #   nftables (`nft`), which drops packets at random in a network namespace for the TCP retransmit
-#   test (cli/tests/network.rs; this kernel has no netem qdisc).
+#   test (cli/tests/network.rs; this kernel has no netem qdisc); strace, the other tracer that holds
+#   a process in the attach test (cli/tests/gpu_attach.rs).
 # - cupti-wheels/ (under the target directory): NVIDIA's CUPTI and runtime wheels for CUDA 12 and 13,
 #   whose headers check the record layouts of the injection library and of the mock libcupti
 #   (scripts/cupti-headers-check.sh; never committed: NVIDIA's licence).
@@ -23,6 +24,7 @@ viewers=()
 command -v chromium >/dev/null 2>&1 || viewers+=(chromium)
 command -v prometheus >/dev/null 2>&1 || viewers+=(prometheus)
 command -v nft >/dev/null 2>&1 || viewers+=(nftables)
+command -v strace >/dev/null 2>&1 || viewers+=(strace)
 if [ ${#viewers[@]} -gt 0 ]; then
   echo "install-test-deps.sh: installing ${viewers[*]}" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
