@@ -292,6 +292,11 @@ fn processes_that_must_be_left_alone_are_left_running_as_they_were() {
     let _ = strace.wait();
     finished_as_untraced(child, 600);
 
+    // busy on the CPU with no system call for longer than the attach waits: given up, untouched
+    let child = start_loop(&["--steps", "50", "--host-us", "200", "--spin-ms", "6000"]);
+    refused(child.id(), "made no system call that is safe to take over");
+    finished_as_untraced(child, 50);
+
     // not a CUDA process
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     refused(sleeper.id(), "has not loaded libcuda");

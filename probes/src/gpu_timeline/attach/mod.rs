@@ -113,6 +113,14 @@ pub fn refusal(pid: u32) -> Option<String> {
     let field = |name: &str| {
         status.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string())).unwrap_or_default()
     };
+    let tracer: u32 = field("TracerPid:").parse().unwrap_or(0);
+    if tracer != 0 {
+        let comm = std::fs::read_to_string(format!("/proc/{tracer}/comm")).unwrap_or_default();
+        return Some(format!(
+            "pid {pid} is already traced by pid {tracer} ({}): a process has one tracer; left as it is",
+            comm.trim()
+        ));
+    }
     let state = field("State:");
     match state.chars().next() {
         Some('T') | Some('t') => {
@@ -122,14 +130,6 @@ pub fn refusal(pid: u32) -> Option<String> {
         }
         Some('Z') | Some('X') => return Some(format!("pid {pid} has exited")),
         _ => {}
-    }
-    let tracer: u32 = field("TracerPid:").parse().unwrap_or(0);
-    if tracer != 0 {
-        let comm = std::fs::read_to_string(format!("/proc/{tracer}/comm")).unwrap_or_default();
-        return Some(format!(
-            "pid {pid} is already traced by pid {tracer} ({}): a process has one tracer; left as it is",
-            comm.trim()
-        ));
     }
     if field("Seccomp:") == "2" {
         return Some(format!(
