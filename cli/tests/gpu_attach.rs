@@ -343,9 +343,10 @@ fn a_process_in_its_own_mount_namespace_gets_the_library_through_its_root() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ns.db");
     let build = causeway_testdata::mock_cuda_build();
-    // its own mount namespace with a /tmp of its own: the tracer's paths under /tmp are not its
+    // its own mount namespace (a mount of its own in it, so its table differs from ours; nothing
+    // hidden: a clone and its build may live under /tmp)
     let script = format!(
-        "mount -t tmpfs causeway-test /tmp && exec {} --steps 1500 --host-us 200",
+        "mount -t tmpfs causeway-test /mnt && exec {} --steps 1500 --host-us 200",
         build.join("gpuloop").display()
     );
     let child = Command::new("unshare")
