@@ -10,6 +10,7 @@ argv: the runtime (mock-cuda's libcudart.so.12), libengine.so, and the mode:
   shared  two Python threads both wait for the same worker: either could have asked for it.
 Prints `PYTHREAD <name> <tid>` for each Python thread, the worker `THREAD engine-worker <tid>`."""
 import ctypes
+import os
 import sys
 import threading
 import time
@@ -20,7 +21,10 @@ ROUNDS = 20
 
 
 def say(name):
-    print(f"PYTHREAD {name} {threading.get_native_id()}", flush=True)
+    # one write of the whole line: two threads saying it at once must not interleave (print writes
+    # the text and the newline apart)
+    sys.stdout.flush()
+    os.write(1, f"PYTHREAD {name} {threading.get_native_id()}\n".encode())
 
 
 def malloc(size):
