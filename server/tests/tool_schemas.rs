@@ -15,9 +15,10 @@ fn checked_in_tool_schemas_match_the_code() {
         "tool-schemas/ differs from the code in {diff:?}: regenerate with CAUSEWAY_WRITE_SCHEMAS=1 cargo test --release --workspace --test tool_schemas"
     );
     let files = causeway_server::schemas::generate();
-    // 13 tools (capture_trace and get_gpu_idle included), and the 7 fleet tools when the `fleet`
-    // feature is built
-    let tools = if cfg!(feature = "fleet") { 20 } else { 13 };
+    // 15 tools (capture_trace, open_gpu_window, get_gpu_idle and get_footprint included), and the
+    // 7 fleet tools when the `fleet` feature is built
+    let tools = if cfg!(feature = "fleet") { 22 } else { 15 };
     assert_eq!(files.len(), 2 * tools, "an input and an output schema for each of the {tools} tools");
     assert!(files.contains_key("capture_trace.input.json") && files.contains_key("capture_trace.output.json"));
+    assert!(files.contains_key("open_gpu_window.input.json") && files.contains_key("open_gpu_window.output.json"));
 }
