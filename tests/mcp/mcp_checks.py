@@ -9,7 +9,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 TOOLS = {"list_traces", "get_trace_stats", "get_causal_chains", "get_stacks", "get_timeline", "run_sql",
-         "describe_schema", "compare_traces", "get_check", "get_steps", "get_serving", "get_gpu_idle"}
+         "describe_schema", "compare_traces", "get_check", "get_steps", "get_serving", "get_gpu_idle", "get_footprint"}
 FIGURES = ["count", "sum_us", "avg_us", "min_us", "max_us", "p50_us", "p90_us", "p95_us", "p99_us"]
 
 

@@ -65,7 +65,7 @@ def test_cpu_contention_captured_and_explained_through_mcp(tmp_path):
         async def run():
             async with Client(server.url, mode="auto") as client:
                 listed = {t.name: t for t in (await client.list_tools()).tools}
-                assert set(listed) == TOOLS | {"capture_trace"}
+                assert set(listed) == TOOLS | {"capture_trace", "open_gpu_window"}
                 a = listed["capture_trace"].annotations
                 assert (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint) == (False, False, False, False)
                 assert program in listed["capture_trace"].description or os.path.realpath(program) in listed["capture_trace"].description

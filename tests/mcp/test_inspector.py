@@ -28,7 +28,7 @@ def inspector(db, *args):
 def test_inspector_cli_over_stdio(db_paths, facts):
     db = next(p for p in db_paths if p.endswith("sample-cluster.db"))
     tools = inspector(db, "--strict", "--method", "tools/list")["tools"]
-    assert len(tools) == 12 and all(t["annotations"]["readOnlyHint"] for t in tools)
+    assert len(tools) == 13 and all(t["annotations"]["readOnlyHint"] for t in tools)
     r = inspector(db, "--method", "tools/call", "--tool-name", "run_sql", "--tool-arg", "sql=SELECT COUNT(*) AS n FROM events")
     assert r["structuredContent"]["rows"] == [[facts["dbs"]["sample-cluster.db"]["events"]["count"]]]
     r = inspector(db, "--method", "tools/call", "--tool-name", "get_trace_stats")
