@@ -148,6 +148,17 @@ fn attached(build: &Path, inject: &Path, iters: u64, state: State) -> (String, O
             duration_ns: Some(120_000_000_000),
             ..Default::default()
         };
+        // the trace of a pid runs to its duration: stopped here once the loop has exited
+        let stop = opts.stop.clone();
+        std::thread::spawn(move || loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            if state.is_none_or(|c| c == 'Z' || c == 'X') {
+                stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        });
         let session = SessionInfo { started_at_ns: 1, tool_version: "bench".into(), ..Default::default() };
         let sink = SqliteSink::create(&db, session).unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -131,17 +131,9 @@ impl Drop for GatedChild {
     }
 }
 
-/// Whether a process exists and has not exited: a zombie (state `Z` or `X`: exited, its parent has
-/// not yet reaped it) is gone, so a trace of `--pid` ends when its processes exit, whoever their
-/// parent is.
+/// Whether a process exists.
 pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z') | Some('X')))
-            .unwrap_or(true),
-        Err(_) => false,
-    }
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Whether a process is stopped by a signal (state `T` in `/proc/PID/stat`), as the loader hook

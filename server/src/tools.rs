@@ -386,7 +386,7 @@ mod tests {
         assert!(catalogue_with(None).iter().all(|t| t.tool.name != capture::NAME));
         let config = Arc::new(CaptureConfig::new(Vec::new(), None).unwrap());
         let tools = catalogue_with(Some(config));
-        assert_eq!(tools.len(), 14);
+        assert_eq!(tools.len(), 15);
         let t = tools.iter().find(|t| t.tool.name == capture::NAME).expect("capture_trace is listed");
         let a = t.tool.annotations.as_ref().expect("annotations");
         assert_eq!(
