@@ -41,6 +41,7 @@
  * synchronize return CUDA_ERROR_ILLEGAL_ADDRESS, 700). */
 #include "driver_int.h"
 #include <sched.h>
+#include <sys/mman.h>
 #include <time.h>
 
 /* the layouts the tracer reads from memory, as in cuda.h */
@@ -101,6 +102,36 @@ static void run_work(uint64_t dur, int dev) {
     }
 }
 
+/* MOCK_GPU_PROCS_DIR's <pid>.busy (mock_gpu.h): this process's busy ns per GPU, mapped once by the
+ * first stream worker that runs work; removed with the process's line at exit (driver_mem.c). */
+static uint64_t *g_busy;
+static int g_busy_pid; /* the process that mapped them (a forked child does not remove them) */
+static pthread_once_t g_busy_once = PTHREAD_ONCE_INIT;
+static void busy_map(void) {
+    const char *dir = getenv("MOCK_GPU_PROCS_DIR");
+    if (!dir || !*dir) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%d.busy", dir, (int)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (ftruncate(fd, (off_t)MOCK_BUSY_BYTES) == 0) {
+        void *m = mmap(NULL, MOCK_BUSY_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) { g_busy = m; g_busy_pid = (int)getpid(); }
+    }
+    close(fd);
+}
+/* The counters go at exit with the process (killed: they stay, like its line). */
+__attribute__((destructor)) static void busy_exit(void) {
+    const char *dir = getenv("MOCK_GPU_PROCS_DIR");
+    if (!g_busy || g_busy_pid != (int)getpid() || !dir) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%d.busy", dir, g_busy_pid);
+    unlink(path);
+}
+static void busy_add(int dev, uint64_t ns) {
+    pthread_once(&g_busy_once, busy_map);
+    if (g_busy && dev >= 0 && dev < MOCK_GPU_MAX) __atomic_add_fetch(&g_busy[dev], ns, __ATOMIC_RELAXED);
+}
 
 static void *stream_worker(void *arg) {
     CUstream s = arg;
@@ -119,7 +150,11 @@ static void *stream_worker(void *arg) {
         uint64_t dur = it.pcie && it.dev >= 0 && it.dev < MOCK_GPU_MAX
                            ? (uint64_t)((double)it.dur * mock_pcie_slowdown(&g_pcie[it.dev]) + 0.5)
                            : it.dur;
-        if (dur) run_work(dur, it.dev); /* the GPU runs the kernel */
+        if (dur) {
+            uint64_t began = now_ns();
+            run_work(dur, it.dev); /* the GPU runs the kernel */
+            busy_add(it.dev, now_ns() - began);
+        }
         if (it.fault) __atomic_store_n(&g_faulted, 1, __ATOMIC_RELEASE);
         if (it.act.corr) act_work(s, &it, start, mock_unix_ns()); /* reported before it completes */
         pthread_mutex_lock(&s->mu);

@@ -253,6 +253,22 @@ static inline double mock_pcie_slowdown(const struct mock_pcie *p) {
 #define MOCK_CTX_BYTES (300ull << 20) /* what a context holds before any allocation */
 #define MOCK_PROC_LINE 48             /* a file's fixed length: "<gpu> <bytes>" padded with spaces */
 
+/* The time each GPU of a process has been busy running its work: <dir>/<pid>.busy, MOCK_GPU_MAX
+ * unsigned 64-bit counters of ns (one per device), mapped shared by the process's driver and added to
+ * as each piece of work ends; the mock NVML reads them (MOCK_NVML_UTIL=busy) for a utilization that
+ * follows the work the workload really ran. */
+#define MOCK_BUSY_BYTES (MOCK_GPU_MAX * sizeof(uint64_t))
+/* Read the busy counters of process `pid` in `dir` into out[MOCK_GPU_MAX]; 0 when there are none. */
+static inline int mock_busy_read(const char *dir, unsigned pid, uint64_t *out) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%u.busy", dir, pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t got = pread(fd, out, MOCK_BUSY_BYTES, 0);
+    close(fd);
+    return got == (ssize_t)MOCK_BUSY_BYTES;
+}
+
 /* Write this process's line ("<gpu> <bytes>") to <dir>/<pid>, creating it; 0 when not kept. */
 static inline int mock_proc_write(const char *dir, int pid, int gpu, uint64_t bytes) {
     char path[512], line[MOCK_PROC_LINE + 1];

@@ -6,8 +6,9 @@
  *
  * Normally a device reports: SM and graphics clocks at their maximum (1980 MHz), memory 2619 MHz,
  * video 1755 MHz; no clock event reasons (0); 55 C; 450 W of a 700 W limit; utilization 97 % GPU,
- * 60 % memory (MOCK_NVML_UTIL=g:m; the tracer's process cannot know whether the workload's GPU is
- * busy, so it is a steady value); 80 GiB of memory, 512 MiB of it reserved; PCIe TX 850,000 and RX
+ * 60 % memory (MOCK_NVML_UTIL=g:m, a steady value; MOCK_NVML_UTIL=busy: the GPU percent is the
+ * share of the time since the previous call that the mock driver's processes of MOCK_GPU_PROCS_DIR
+ * kept the device busy, from their <pid>.busy counters (mock_gpu.h), 0 at the first call); 80 GiB of memory, 512 MiB of it reserved; PCIe TX 850,000 and RX
  * 2,400,000 KB/s at the default 97 % (scaled by MOCK_NVML_UTIL's GPU percent: an idle GPU moves
  * nothing); the PCIe link and NVLink error counters of nvml_link.c; NVLink data counters (fields 138 and 139, KiB) growing at 20 GiB/s each since boot
  * (CLOCK_BOOTTIME, so every process reads the same counter; the GPU-wide total whatever the scopeId,
@@ -107,6 +108,7 @@ static int g_nthr;
 static struct xid g_xid[LIST_MAX];
 static int g_nxid;
 static unsigned int g_util_gpu = 97, g_util_mem = 60;
+static int g_util_busy; /* MOCK_NVML_UTIL=busy */
 static unsigned long long g_ecc[2]; /* corrected, uncorrected */
 
 /* "a:b" of two unsigned numbers from `knob`; returns 1 when set and valid */
@@ -156,7 +158,9 @@ static void load_config(void) {
     procs_load_config();
     uint64_t a, b;
     g_util_gpu = 97, g_util_mem = 60;
-    if (env_pair("MOCK_NVML_UTIL", &a, &b, 100)) { g_util_gpu = (unsigned)a; g_util_mem = (unsigned)b; }
+    const char *util = getenv("MOCK_NVML_UTIL");
+    g_util_busy = util && !strcmp(util, "busy");
+    if (!g_util_busy && env_pair("MOCK_NVML_UTIL", &a, &b, 100)) { g_util_gpu = (unsigned)a; g_util_mem = (unsigned)b; }
     g_ecc[0] = g_ecc[1] = 0;
     if (env_pair("MOCK_NVML_ECC", &a, &b, UINT64_MAX)) { g_ecc[0] = a; g_ecc[1] = b; }
 }
@@ -403,9 +407,8 @@ API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsign
 }
 API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
     DEVICE(device, i);
-    (void)i;
     if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
-    utilization->gpu = g_util_gpu;
+    utilization->gpu = g_util_busy ? procs_busy_pct(i) : g_util_gpu;
     utilization->memory = g_util_mem;
     return NVML_SUCCESS;
 }

@@ -28,5 +28,6 @@ unsigned long long nvlink_crc_errors(int i); /* CRC flit errors planted on devic
 
 /* nvml_procs.c */
 void procs_load_config(void);            /* at init (g_mu held) */
-unsigned long long proc_bytes(int i);    /* the memory the listed processes use on device i */
+unsigned long long proc_bytes(int i);
+unsigned int procs_busy_pct(int dev); /* MOCK_NVML_UTIL=busy: device dev's busy share since the last call */    /* the memory the listed processes use on device i */
 #endif

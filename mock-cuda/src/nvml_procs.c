@@ -10,6 +10,7 @@
  *   context holds, as long as its file is there (the driver removes it at exit, unless told to keep it).
  * Graphics processes: none. */
 #include "nvml_int.h"
+#include <pthread.h>
 #include <stdint.h>
 
 #define NO_INSTANCE 0xFFFFFFFFu /* gpuInstanceId / computeInstanceId without MIG */
@@ -109,4 +110,42 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsig
 API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                           nvmlProcessInfo_t *infos) {
     return processes(device, infoCount, infos, sizeof(nvmlProcessInfo_t), 1);
+}
+
+/* ---- MOCK_NVML_UTIL=busy: a device's utilization from the busy time its processes ran ---- */
+/* The busy ns per device of every process of the driver's directory (its <pid>.busy file, there
+ * whether or not the process holds memory) into acc[MOCK_GPU_MAX]. */
+static void busy_total(uint64_t *acc) {
+    DIR *d = opendir(g_dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        char *dot = strchr(e->d_name, '.');
+        uint64_t pid, b[MOCK_GPU_MAX];
+        if (!dot || strcmp(dot, ".busy")) continue;
+        *dot = 0;
+        int named = mock_u64(e->d_name, &pid, 0) && pid && pid <= 0x7fffffff;
+        *dot = '.';
+        if (named && mock_busy_read(g_dir, (unsigned)pid, b))
+            for (int i = 0; i < MOCK_GPU_MAX; i++) acc[i] += b[i];
+    }
+    closedir(d);
+}
+unsigned int procs_busy_pct(int dev) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t last_wall[MOCK_GPU_MAX], last_busy[MOCK_GPU_MAX];
+    if (!g_dir || dev < 0 || dev >= MOCK_GPU_MAX) return 0;
+    uint64_t acc[MOCK_GPU_MAX] = {0};
+    busy_total(acc);
+    uint64_t now = mock_unix_ns();
+    pthread_mutex_lock(&mu);
+    /* the share of the time since the last call that the work kept the device busy (0 the first
+     * time, and when a process left and took its counters with it) */
+    uint64_t dw = last_wall[dev] ? now - last_wall[dev] : 0;
+    uint64_t db = acc[dev] >= last_busy[dev] ? acc[dev] - last_busy[dev] : 0;
+    last_wall[dev] = now;
+    last_busy[dev] = acc[dev];
+    pthread_mutex_unlock(&mu);
+    if (!dw) return 0;
+    uint64_t pct = db * 100 / dw;
+    return pct > 100 ? 100 : (unsigned int)pct;
 }

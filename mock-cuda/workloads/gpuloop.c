@@ -35,7 +35,8 @@
  *   --spin-ms M (0)   after the CUDA setup, M ms on the CPU making no system call (the clock read
  *                     through the vDSO): a thread a ptrace attach cannot take until it ends
  *   --seccomp 1       install an allow-everything seccomp filter first (Seccomp: 2 in its status)
- * Traced with a label socket ($CAUSEWAY_LABELS), each step is labeled with its number and span.
+ * Traced with a label socket ($CAUSEWAY_LABELS), each step is labeled with its number and span (a
+ * socket not there yet, as for a tracer that attaches later, is tried again every 250 ms).
  * Output: that line, and at the end `gpuloop: N steps, K kernels each, done`; the same whether or not
  * an injection library (CUDA_INJECTION64_PATH) is loaded. Exit 0 (2 on bad use or a CUDA error). */
 #include "kernels.h"
@@ -196,11 +197,17 @@ static void labels_open(void) {
     else if (fd >= 0) close(fd);
 }
 static void label_step(long s, uint64_t begin, uint64_t end) {
+    static uint64_t tried_ns;
+    if (g_labels < 0 && end - tried_ns >= 250000000ull) { /* a tracer that came later: again every 250 ms */
+        tried_ns = end;
+        labels_open();
+    }
     if (g_labels < 0) return;
     char line[160];
     int n = snprintf(line, sizeof(line), "{\"kind\":\"step\",\"index\":%ld,\"begin_ns\":%llu,\"end_ns\":%llu}\n", s,
                      (unsigned long long)begin, (unsigned long long)end);
-    if (write(g_labels, line, (size_t)n) != n) { close(g_labels); g_labels = -1; }
+    /* MSG_NOSIGNAL: a tracer that ended before the loop is no SIGPIPE */
+    if (send(g_labels, line, (size_t)n, MSG_NOSIGNAL) != n) { close(g_labels); g_labels = -1; }
 }
 
 int main(int argc, char **argv) {
