@@ -26,12 +26,7 @@ mod scrapes;
 use scrapes::{bound_of_rank, by_engine, latencies_held, Interval, Scrapes};
 pub use scrapes::{serving_series, ServingSeries};
 
-/// A spike's intervals have a mean at least this many times the baseline...
-pub const SPIKE_RATIO: f64 = 3.0;
-/// ... and at least this much above it (seconds).
-pub const SPIKE_MIN_S: f64 = 0.020;
-/// Intervals with requests a latency needs before it has a baseline.
-pub const MIN_INTERVALS: usize = 4;
+pub use causeway_model::thresholds::{MIN_INTERVALS, SPIKE_MIN_S, SPIKE_RATIO};
 
 /// Every serving engine of a trace scope.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, schemars::JsonSchema)]

@@ -17,10 +17,6 @@ use crate::stats::nearest_rank;
 
 use crate::AnalysisError;
 
-/// A step is slow when it lasts at least this many times its series' median...
-pub const SLOW_FACTOR: f64 = 1.5;
-/// ... and at least this much longer than the median.
-pub const SLOW_FLOOR_NS: i64 = 100_000;
 /// Two slow runs separated by at most this many normal steps are one range.
 const MERGE_GAP: usize = 1;
 /// Slow ranges reported per series, most excess time first.
@@ -492,7 +488,7 @@ fn summarize(s: &mut StepSeries) {
 
 /// The shortest slow step of a series whose median step is `baseline`.
 pub fn slow_threshold(baseline: i64) -> i64 {
-    ((baseline as f64 * SLOW_FACTOR) as i64).max(baseline + SLOW_FLOOR_NS)
+    causeway_model::thresholds::slow_step_threshold(baseline)
 }
 
 /// Runs of slow steps (a normal step between two slow ones joins them), most excess time first.

@@ -16,6 +16,7 @@ pub mod footprint;
 mod gpu_state;
 mod gpu_timeline;
 pub mod serving;
+pub mod thresholds;
 pub mod time;
 
 pub use cgroup::ProcessCgroup;
