@@ -203,8 +203,26 @@ fn recording(notes: &[causeway_model::GpuTimelineNote], pid: Option<u32>) -> Vec
         if let Some(a) = open_at {
             covered += end - a;
         }
+        let otherwise = match ns.iter().find(|n| n.kind == "armed") {
+            Some(a) => format!(
+                "otherwise held {} s in the tracer's memory (pre-trigger buffer) and not stored",
+                a.count as f64 / 1000.0
+            ),
+            None => "dormant otherwise".to_string(),
+        };
+        let mut triggers: BTreeMap<&str, usize> = BTreeMap::new();
+        for n in ns.iter().filter(|n| n.kind == "trigger") {
+            let kind = n.detail.strip_prefix("trigger ").and_then(|d| d.split(':').next()).unwrap_or("?");
+            *triggers.entry(kind).or_default() += 1;
+        }
+        let fired = if triggers.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = triggers.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            format!("; triggers fired: {}", each.join(", "))
+        };
         out.push(format!(
-            "pid {pid}: attached to the running process at {} (its main thread held {}); {windows} window(s) recorded {} of device time, dormant otherwise",
+            "pid {pid}: attached to the running process at {} (its main thread held {}); {windows} window(s) recorded {} of device time, {otherwise}{fired}",
             causeway_model::time::fmt_utc(attached.ts_ns),
             causeway_model::time::fmt_ns(attached.count),
             causeway_model::time::fmt_ns(covered)

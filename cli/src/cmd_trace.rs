@@ -131,6 +131,23 @@ pub struct Args {
     /// MCP client (`open_gpu_window`).
     #[arg(long, requires = "gpu_timeline")]
     pub gpu_dormant: bool,
+    /// With --pid: open a window on the attached processes when the tracer sees trouble: `util` (a
+    /// GPU's NVML utilization falls to half its recent median or less), `step` (a labeled step
+    /// slower than its series' median, by `causeway steps`' rule), `serving` (a serving engine's
+    /// latency spike, or requests waiting while none is served), or `all`. Comma-separated. The
+    /// processes attach dormant (unless --gpu-window) and each trigger is stored as a `trigger`
+    /// note saying what it saw.
+    #[arg(long, value_name = "LIST", requires = "gpu_timeline", value_parser = parse_triggers)]
+    pub gpu_trigger: Option<TriggerList>,
+    /// How long a window a trigger opens stays open.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_window)]
+    pub gpu_trigger_window: u64,
+    /// With --pid: keep the attached processes' device records of the last DURATION in the
+    /// tracer's memory (the library records from the attach on; nothing is stored outside the
+    /// windows), so each window (a trigger's, `causeway gpu-window`'s, an MCP client's) also holds
+    /// the seconds before it opened. Costs what an open window costs in the process.
+    #[arg(long, value_name = "DURATION", requires = "gpu_timeline", value_parser = parse_window)]
+    pub gpu_pre_trigger: Option<u64>,
     /// The injection library (default: libcauseway_inject.so beside this binary, or $CAUSEWAY_INJECT_LIB).
     #[arg(long, value_name = "PATH", requires = "gpu_timeline")]
     pub gpu_library: Option<PathBuf>,
@@ -286,6 +303,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.all {
         session.pid_filter = "all".into();
     }
+    anyhow::ensure!(
+        (args.gpu_trigger.is_none() && args.gpu_pre_trigger.is_none()) || !args.pids.is_empty(),
+        "--gpu-trigger and --gpu-pre-trigger open windows on processes attached with --pid (a launched command \
+         records its whole run with --gpu-timeline)"
+    );
     if let Some(node) = &args.node {
         anyhow::ensure!(!node.trim().is_empty(), "--node: an empty name");
         session.node = node.trim().to_string();
@@ -335,7 +357,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             library: args.gpu_library.clone(),
             socket: args.gpu_socket.clone(),
             window_ms: args.gpu_window,
-            dormant: args.gpu_dormant,
+            // a trigger or a pre-trigger buffer opens the windows: dormant until then
+            dormant: args.gpu_dormant
+                || (args.gpu_window.is_none() && (args.gpu_trigger.is_some() || args.gpu_pre_trigger.is_some())),
+            triggers: causeway_probes::GpuTriggerOptions {
+                kinds: args.gpu_trigger.clone().map(|t| t.0).unwrap_or_default(),
+                window_ms: args.gpu_trigger_window,
+                pre_ms: args.gpu_pre_trigger.unwrap_or(0),
+            },
         },
         metrics: args.metrics.as_ref().map(|_| std::sync::Arc::new(causeway_probes::TraceMetrics::new())),
         container_root: args.container_root.clone(),
@@ -444,6 +473,14 @@ pub fn parse_window(s: &str) -> Result<u64, String> {
         return Err(format!("{s}: a window lasts at least 1 ms"));
     }
     Ok(ms as u64)
+}
+
+/// `--gpu-trigger`: the kinds of trigger asked for.
+#[derive(Debug, Clone)]
+pub struct TriggerList(pub Vec<causeway_probes::GpuTriggerKind>);
+
+fn parse_triggers(s: &str) -> Result<TriggerList, String> {
+    causeway_probes::GpuTriggerKind::parse_list(s).map(TriggerList)
 }
 
 /// `--ring-mib`: three sizes in MiB.

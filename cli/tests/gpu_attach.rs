@@ -8,76 +8,11 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{causeway, query_rows, query_u64, require_root_to};
-
-/// One traced loop at a time (two on two CPUs would preempt each other's launch threads).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// `gpuloop ARGS` started untraced (1 ms kernels), stdout piped; waits until it has loaded libcuda.
-fn start_loop(args: &[&str]) -> Child {
-    let build = causeway_testdata::mock_cuda_build();
-    let mut child = Command::new(build.join("gpuloop"))
-        .args(args)
-        .env("MOCK_CUDA_KERNEL_US", "1000")
-        .env_remove("CUDA_INJECTION64_PATH")
-        .env_remove("CAUSEWAY_GPU_SOCKET")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gpuloop starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap_or_default();
-        if maps.contains("libcuda.so") {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("gpuloop never loaded libcuda");
-}
-
-/// `causeway trace --pid P --gpu-timeline EXTRA --db DB`, run to its end; (stdout, stderr).
-fn trace_pid(db: &Path, pid: u32, extra: &[&str]) -> (String, String) {
-    let out = causeway()
-        .args(["trace", "--nvml-hz", "0", "--gpu-timeline", "--gpu-library"])
-        .arg(causeway_testdata::inject_library())
-        .arg("--pid")
-        .arg(pid.to_string())
-        .args(extra)
-        .arg("--db")
-        .arg(db)
-        .output()
-        .expect("causeway trace runs");
-    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
-    assert!(out.status.success(), "trace failed: {o}\n{e}");
-    (o, e)
-}
-
-/// The workload's end: its exit status was 0 and it printed what it prints untraced.
-fn finished_as_untraced(child: Child, steps: u32) {
-    let out = child.wait_with_output().expect("gpuloop ends");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "gpuloop failed: {stdout} {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(stdout.trim(), format!("gpuloop: {steps} steps, 4 kernels each, done"));
-}
-
-fn notes(db: &Path, kind: &str) -> Vec<(i64, i64, String)> {
-    let sql = format!("SELECT ts_ns, count, detail FROM gpu_timeline_notes WHERE kind = '{kind}' ORDER BY ts_ns");
-    query_rows(db, &sql)
-        .into_iter()
-        .map(|r| (r[0].as_i64().unwrap_or(0), r[1].as_i64().unwrap_or(0), r[2].as_str().unwrap_or("").to_string()))
-        .collect()
-}
+use common::attached_loop::{finished_as_untraced, notes, serial, start_loop, trace_pid};
+use common::{causeway, query_u64, require_root_to};
 
 #[test]
 fn a_running_loop_attached_mid_run_gets_its_device_timeline_from_the_attach_on() {

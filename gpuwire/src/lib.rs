@@ -102,8 +102,15 @@ pub mod note {
     /// The window closed (its time ran out, or it was closed): dormant again, a hole in the device
     /// view until the next `window_opened`.
     pub const WINDOW_CLOSED: &str = "window_closed";
+    /// (Written by the tracer.) A trigger fired (`trace --gpu-trigger`): what the tracer saw (a
+    /// utilization drop, a slow step, a serving spike) and the window it opened, or why none.
+    pub const TRIGGER: &str = "trigger";
+    /// (Written by the tracer.) The library records from the attach on but the tracer keeps the
+    /// records in memory for the last seconds only (`--gpu-pre-trigger`), storing them only around
+    /// the windows: outside its `window_opened`..`window_closed` notes nothing is stored.
+    pub const ARMED: &str = "armed";
     /// Every kind above.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 16] = [
         STARTED,
         STOPPED,
         STEPPED_ASIDE,
@@ -118,6 +125,8 @@ pub mod note {
         DORMANT,
         WINDOW_OPENED,
         WINDOW_CLOSED,
+        TRIGGER,
+        ARMED,
     ];
 }
 

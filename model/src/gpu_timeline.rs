@@ -165,7 +165,7 @@ pub struct GpuTimelineNote {
 
 impl GpuTimelineNote {
     /// Every kind of note, with what it means.
-    pub const KINDS: [(&'static str, &'static str); 15] = [
+    pub const KINDS: [(&'static str, &'static str); 17] = [
         ("started", "the device view began (CUPTI version, library path)"),
         ("stopped", "the device view ended (process exit or the end of the trace)"),
         ("stepped_aside", "another CUPTI client took over: a hole in the device view until it was done"),
@@ -181,5 +181,7 @@ impl GpuTimelineNote {
         ("dormant", "the attached library is loaded and records nothing until a window opens"),
         ("window_opened", "a window opened: the device view records from here (who opened it, why, for how long in detail)"),
         ("window_closed", "the window closed: dormant again, a hole in the device view until the next `window_opened` of the process"),
+        ("trigger", "a trigger of `trace --gpu-trigger` fired (a GPU's utilization dropped, a slow step, a serving spike or stall: what was seen in detail) and the window it opened, or why none"),
+        ("armed", "a pre-trigger buffer (`--gpu-pre-trigger`): the library records from here but the tracer keeps only the last seconds in memory and stores records only between `window_opened` and `window_closed` notes"),
     ];
 }

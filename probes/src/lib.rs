@@ -55,6 +55,7 @@ pub use cuda_table::{ProbeLib, CUDA_PROBES};
 pub use discovery::{discover, site_packages_of_program, DiscoveryOptions, FoundLibrary, LibKind};
 pub use error::ProbeError;
 pub use gpu_state::{NvmlOptions, DEFAULT_NVML_LIB};
+pub use gpu_timeline::triggers::{TriggerKind as GpuTriggerKind, TriggerOptions as GpuTriggerOptions};
 pub use gpu_timeline::{
     find_library as find_injection_library, request_window as request_gpu_window, GpuTimelineOptions, INJECTION_ENV,
     LIBRARY_FILE as INJECTION_LIBRARY_FILE,

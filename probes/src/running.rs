@@ -88,6 +88,10 @@ pub(crate) struct Running<'o> {
     pub(crate) cupti_watch: Option<std::sync::mpsc::Sender<crate::gpu_timeline::coexist::Watch>>,
     /// Processes whose first CUDA call the rules were told of.
     cuda_seen: HashSet<u32>,
+    /// `--gpu-trigger`: the watches over NVML samples, step labels and serving scrapes, and where
+    /// the windows they open are asked for (the device-timeline thread).
+    pub(crate) triggers:
+        Option<(crate::gpu_timeline::triggers::Triggers, std::sync::mpsc::Sender<crate::gpu_timeline::Command>)>,
     /// When the calls in flight were last written out (`under_way`), and whether that look found any.
     last_look: (Instant, bool),
     /// The GPU of each call (`devices.rs`), over the GPUs NVML lists.
@@ -149,6 +153,7 @@ impl<'o> Running<'o> {
             labels_refused: 0,
             serving: None,
             cupti_watch: None,
+            triggers: None,
             cuda_seen: HashSet::new(),
             last_look: (started, false),
             devices: crate::devices::DeviceMap::default(),
@@ -421,6 +426,9 @@ impl<'o> Running<'o> {
     pub(crate) async fn on_label(&mut self, news: crate::labels::LabelNews) {
         match news {
             crate::labels::LabelNews::Label(e) => {
+                if let Some((t, to)) = &mut self.triggers {
+                    ask_windows(to, t.on_labels(std::slice::from_ref(&e)));
+                }
                 let mut events = vec![e];
                 self.write_cgroups(&mut events).await;
                 let codes = op_counts(&events);
@@ -458,6 +466,9 @@ impl<'o> Running<'o> {
     pub(crate) async fn on_serving(&mut self, msg: crate::serving::ServingMsg) {
         match msg {
             crate::serving::ServingMsg::Samples(s) => {
+                if let Some((t, to)) = &mut self.triggers {
+                    ask_windows(to, t.on_serving(&s));
+                }
                 let n = s.len();
                 let written = self.sink.write_serving_samples(s).await;
                 self.report.check_write("serving_samples", n, written);
@@ -507,6 +518,9 @@ impl<'o> Running<'o> {
     pub(crate) async fn on_gpu(&mut self, msg: crate::gpu_state::GpuMsg) {
         match msg {
             crate::gpu_state::GpuMsg::Samples(s, p) => {
+                if let Some((t, to)) = &mut self.triggers {
+                    ask_windows(to, t.on_gpu(&s, &p));
+                }
                 let n = s.len();
                 let written = self.sink.write_gpu_samples(s, p).await;
                 self.report.check_write("gpu_samples", n, written);
@@ -893,6 +907,16 @@ impl Running<'_> {
 /// the reader stopped is never read, so its process would stay stopped for good (and a signal sent
 /// to it meanwhile, even SIGTERM, waits with it). No process is stopped from here on, and every
 /// stopped one of the command's tree (the only processes this mode ever stops) goes on.
+/// The windows the triggers that fired ask for, sent to the device-timeline thread.
+fn ask_windows(
+    to: &std::sync::mpsc::Sender<crate::gpu_timeline::Command>,
+    fired: Vec<crate::gpu_timeline::triggers::Fired>,
+) {
+    for f in fired {
+        let _ = to.send(crate::gpu_timeline::Command::Trigger(f));
+    }
+}
+
 fn release_stopped(probes: &mut Probes) {
     let pids = probes.traced_pids();
     for &pid in &pids {

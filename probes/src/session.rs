@@ -235,6 +235,10 @@ pub async fn trace(
     let mut reader = run.spawn_reader()?;
     if let (Some(d), true) = (&device, opts.command.is_empty()) {
         attach_running(&mut run, d, &opts).await;
+        let t = &opts.gpu_timeline.triggers;
+        if !t.kinds.is_empty() {
+            run.triggers = Some((crate::gpu_timeline::triggers::Triggers::new(t.clone()), d.commands.clone()));
+        }
     }
     let (gpu_tx, mut gpu_rx) = tokio::sync::mpsc::unbounded_channel();
     let kmsg_tx = gpu_tx.clone();
@@ -397,12 +401,26 @@ async fn attach_running(run: &mut Running<'_>, device: &GpuTimelineSocket, opts:
             Some(ms) => format!("opened by the trace: --gpu-window {} s", ms as f64 / 1000.0),
             None => "opened by the trace: the whole trace".to_string(),
         };
-        let _ = device.commands.send(Command::Attached { pid, window_ms, reason });
+        let pre_ms = g.triggers.pre_ms;
+        let _ = device.commands.send(Command::Attached { pid, window_ms, reason, pre_ms });
         let mut detail = attached.describe();
         if attached.busy {
             detail.push_str("; the library there already records for another live tracer: no window from this one");
+        } else if g.triggers.pre_ms > 0 {
+            detail.push_str(&format!(
+                "; armed: records kept {} s in the tracer's memory, stored only in windows",
+                g.triggers.pre_ms as f64 / 1000.0
+            ));
         } else if g.dormant {
             detail.push_str("; dormant: `causeway gpu-window --pid PID --for 10s` or an MCP client opens a window");
+        }
+        if !g.triggers.kinds.is_empty() {
+            let names: Vec<&str> = g.triggers.kinds.iter().map(|k| k.name()).collect();
+            detail.push_str(&format!(
+                "; triggers {} open windows of {} s",
+                names.join(","),
+                g.triggers.window_ms as f64 / 1000.0
+            ));
         }
         run.note_all([format!("pid {pid}: {detail}")]);
         let note = causeway_model::GpuTimelineNote {

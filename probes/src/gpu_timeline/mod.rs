@@ -13,15 +13,21 @@
 //! A process already running gets the library through ptrace ([`attach`]); such a library is
 //! dormant until a window opens: the thread opens the window the trace asked for once the library
 //! has said hello ([`Command::Attached`]), serves `causeway gpu-window` and the MCP server's
-//! [`causeway_gpu_wire::WindowRequest`]s on the same socket ([`request_window`]), and closes every
-//! open window when the trace stops, waiting up to two seconds for the records.
+//! [`causeway_gpu_wire::WindowRequest`]s on the same socket ([`request_window`]), opens the windows
+//! the trace's [`triggers`] ask for ([`Command::Trigger`]), keeps the pre-trigger buffer of a
+//! process attached with one (`pretrigger.rs`), and closes every open window when the trace stops,
+//! waiting up to two seconds for the records.
 
 pub mod attach;
 pub mod coexist;
 pub mod convert;
+mod pretrigger;
+pub mod triggers;
+mod window_client;
 mod windows;
 
-pub use windows::{request_window, Command, WHOLE_TRACE_MS};
+pub use window_client::request_window;
+pub use windows::{Command, WHOLE_TRACE_MS};
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -56,8 +62,11 @@ pub struct GpuTimelineOptions {
     /// For a running process (`--pid`, attached through ptrace): the window opened at the attach,
     /// ms (`None`: the whole trace); with `dormant`, none.
     pub window_ms: Option<u64>,
-    /// Attach dormant: no window until `causeway gpu-window` or an MCP client opens one.
+    /// Attach dormant: no window until `causeway gpu-window`, an MCP client or a trigger opens one.
     pub dormant: bool,
+    /// `--gpu-trigger`: what opens windows on attached processes, how long, and the pre-trigger
+    /// buffer.
+    pub triggers: triggers::TriggerOptions,
 }
 
 /// The injection library: `explicit`, else `CAUSEWAY_INJECT_LIB`, else beside the running binary
@@ -172,23 +181,30 @@ fn errno_err(what: &str) -> anyhow::Error {
     anyhow::anyhow!("{what}: {}", std::io::Error::last_os_error())
 }
 
-/// A bound, listening, non-blocking `SOCK_SEQPACKET` socket at `path` (mode 0600; a stale file is
-/// replaced).
-pub(crate) fn listen(path: &Path) -> anyhow::Result<OwnedFd> {
+/// The address of the unix socket at `path`, and its length.
+pub(crate) fn unix_addr(path: &Path) -> std::io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     let bytes = path.as_os_str().as_bytes();
     // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     if bytes.len() >= addr.sun_path.len() {
-        anyhow::bail!("{} is too long for a unix socket path", path.display());
+        return Err(std::io::Error::other(format!("{} is too long for a unix socket path", path.display())));
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    }
-    let _ = std::fs::remove_file(path);
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
     for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
         *d = *s as libc::c_char;
     }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// A bound, listening, non-blocking `SOCK_SEQPACKET` socket at `path` (mode 0600; a stale file is
+/// replaced).
+pub(crate) fn listen(path: &Path) -> anyhow::Result<OwnedFd> {
+    let (addr, len) = unix_addr(path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    }
+    let _ = std::fs::remove_file(path);
     // SAFETY: plain socket(2) call; the fd is owned right after.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0) };
     if fd < 0 {
@@ -196,9 +212,8 @@ pub(crate) fn listen(path: &Path) -> anyhow::Result<OwnedFd> {
     }
     // SAFETY: fd was just created and is owned by nothing else.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
     // SAFETY: addr is a valid sockaddr_un of `len` bytes.
-    if unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len as libc::socklen_t) } != 0 {
+    if unsafe { libc::bind(fd.as_raw_fd(), (&raw const addr).cast(), len) } != 0 {
         return Err(errno_err(&format!("cannot listen on {}", path.display())));
     }
     use std::os::unix::fs::PermissionsExt;
@@ -259,7 +274,7 @@ fn serve(
         while let Ok(c) = commanded.try_recv() {
             match c {
                 Command::Listen(fd, path) => listeners.push((fd, path)),
-                c => windows.command(c),
+                c => windows.command(c, &conns_view(&conns), now_mono() + offset),
             }
         }
         // at the stop, the open windows are closed first and their last records waited for
@@ -290,18 +305,18 @@ fn serve(
                 closed.push(i);
             }
         }
+        let now = now_mono();
         for (fd, request) in requests {
-            let (ok, detail) = windows.request(&request, &conns_view(&conns));
+            let (ok, detail) = windows.request(&request, &conns_view(&conns), now + offset);
             windows::reply(fd, ok, &detail);
         }
-        let now = now_mono();
         windows.saw(&part_by_pid);
         let mut actions = Vec::new();
         while let Ok(w) = watched.try_recv() {
             actions.extend(rules.on(w, |pid| conns.iter().any(|c| c.pid == pid)));
         }
         actions.extend(rules.tick(now + offset));
-        actions.extend(windows.due(&conns_view(&conns), stop.load(Ordering::Relaxed)));
+        actions.extend(windows.due(&conns_view(&conns), stop.load(Ordering::Relaxed), now + offset));
         for a in actions {
             match a {
                 coexist::Action::Note(n) => part_by_pid.entry(n.pid).or_default().notes.push(n),
@@ -339,6 +354,7 @@ fn serve(
                 c.malformed = 0;
             }
         }
+        windows.release(&mut part_by_pid, now + offset, stopping);
         for p in part_by_pid.into_values().filter(|p| !p.is_empty()) {
             let _ = tx.send(p);
         }

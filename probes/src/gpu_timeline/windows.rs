@@ -2,34 +2,43 @@
 //! process records only while a window is open. The listener thread keeps, per attached process,
 //! the window the trace asked for (opened once the library said hello), the windows asked for by
 //! `causeway gpu-window` and the MCP server ([`WindowRequest`] on the tracer's own socket,
-//! answered with a `WindowReply`), and closes every open window when the trace stops, waiting up to
-//! [`CLOSE_WAIT`] for each library's `window_closed` note (its last records come before it).
+//! answered with a `WindowReply`), the windows the trace's triggers open ([`Command::Trigger`],
+//! each stored as a `trigger` note), and closes every open window when the trace stops, waiting up
+//! to [`CLOSE_WAIT`] for each library's `window_closed` note (its last records come before it).
+//!
+//! With a pre-trigger buffer (`--gpu-pre-trigger`) the library's own window is open from the
+//! attach on and every window is a span of what the tracer keeps ([`Armed`]): the records of the
+//! seconds before it opened are stored with it.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::os::fd::RawFd;
 
 use causeway_gpu_wire::{note, Control, Message, WindowRequest};
+use causeway_model::GpuTimelineNote;
 use causeway_store::GpuTimelinePart;
 
 use super::coexist::Action;
+use super::pretrigger::Armed;
+use super::triggers::Fired;
 
 /// A window "for the whole trace": closed when the trace stops.
 pub const WHOLE_TRACE_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// The longest window a request may open (an hour): every window is bounded.
 pub const MAX_REQUEST_MS: u64 = 3600 * 1000;
 /// How long the stop waits for the open windows' last records.
-pub const CLOSE_WAIT: Duration = Duration::from_secs(2);
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the trace loop tells the listener thread.
 pub enum Command {
     /// The library was loaded into `pid`: open a window of `window_ms` (`None`: stay dormant) once
-    /// it says hello; `reason` is who and why.
-    Attached { pid: u32, window_ms: Option<u64>, reason: String },
+    /// it says hello; `reason` is who and why. With `pre_ms` > 0 the library records from its hello
+    /// on into a pre-trigger buffer of that many ms, and windows are spans of it.
+    Attached { pid: u32, window_ms: Option<u64>, reason: String, pre_ms: u64 },
     /// Listen at this socket too (the path, removed at the end).
-    Listen(OwnedFd, PathBuf),
+    Listen(std::os::fd::OwnedFd, std::path::PathBuf),
+    /// A trigger fired: a window on the attached processes it concerns (every attached one when
+    /// it names none of them).
+    Trigger(Fired),
 }
 
 /// One attached process.
@@ -41,6 +50,9 @@ struct AttachedProcess {
     open: bool,
     /// The stop's `CloseWindow` was sent.
     close_sent: bool,
+    /// Its pre-trigger buffer, and the window the trace asked for to open on it at the hello.
+    armed: Option<Armed>,
+    armed_window: Option<(u64, String)>,
 }
 
 /// The attached processes and their windows.
@@ -48,15 +60,88 @@ struct AttachedProcess {
 pub(super) struct Windows {
     attached: HashMap<u32, AttachedProcess>,
     queued: Vec<Action>,
+    /// What the armed buffers released and the trigger notes, per process, to store.
+    released: HashMap<u32, GpuTimelinePart>,
     /// When the stop began waiting for the windows to close (monotonic ns).
     stop_began: Option<i64>,
 }
 
 impl Windows {
-    pub fn command(&mut self, c: Command) {
-        if let Command::Attached { pid, window_ms, reason } = c {
-            let p = self.attached.entry(pid).or_default();
-            p.pending = window_ms.map(|ms| (ms, reason));
+    pub fn command(&mut self, c: Command, connected: &[u32], now: i64) {
+        match c {
+            Command::Attached { pid, window_ms, reason, pre_ms } => {
+                let p = self.attached.entry(pid).or_default();
+                if pre_ms > 0 {
+                    p.armed = Some(Armed::new(pid, pre_ms));
+                    p.armed_window = window_ms.map(|ms| (ms, reason));
+                    p.pending = Some((
+                        WHOLE_TRACE_MS,
+                        format!("armed by the trace: a pre-trigger buffer of {} s", pre_ms as f64 / 1000.0),
+                    ));
+                } else {
+                    p.pending = window_ms.map(|ms| (ms, reason));
+                }
+            }
+            Command::Trigger(fired) => self.trigger(&fired, connected, now),
+            Command::Listen(..) => {}
+        }
+    }
+
+    /// A trigger: a window on each attached, connected process it concerns, and a `trigger` note
+    /// saying what was seen and what it opened. `now`: unix ns.
+    fn trigger(&mut self, fired: &Fired, connected: &[u32], now: i64) {
+        let window_ms = fired.window_ms;
+        let mut live: Vec<u32> = self.attached.keys().copied().filter(|p| connected.contains(p)).collect();
+        live.sort_unstable();
+        let mut targets: Vec<u32> = live.iter().copied().filter(|p| fired.pids.contains(p)).collect();
+        let mut scope = String::new();
+        if targets.is_empty() {
+            targets = live;
+            if !fired.pids.is_empty() {
+                let named: Vec<String> = fired.pids.iter().map(u32::to_string).collect();
+                scope = format!(" (pid {} not attached: on every attached process)", named.join(", "));
+            }
+        }
+        let reason = format!("trigger {}: {}", fired.kind.name(), fired.what);
+        let secs = window_ms as f64 / 1000.0;
+        if targets.is_empty() {
+            let pid = fired.pids.first().copied().unwrap_or(0);
+            let n = GpuTimelineNote {
+                pid,
+                ts_ns: fired.ts_ns,
+                kind: note::TRIGGER.into(),
+                count: 0,
+                detail: format!("{reason}: no attached process is connected, no window opened"),
+            };
+            self.released.entry(pid).or_default().notes.push(n);
+            return;
+        }
+        for pid in targets {
+            let Some(p) = self.attached.get_mut(&pid) else { continue };
+            let out = self.released.entry(pid).or_default();
+            let opened = if let Some(a) = p.armed.as_mut() {
+                let extended = a.is_open(fired.ts_ns.min(now));
+                a.open(fired.ts_ns.min(now), window_ms, &reason, out);
+                if extended {
+                    format!("the open window on pid {pid} was extended by {secs} s")
+                } else {
+                    format!("a window of {secs} s opened on pid {pid}, with the pre-trigger buffer's seconds before it")
+                }
+            } else if p.open {
+                format!("a window was already open on pid {pid}: left as it was")
+            } else {
+                p.open = true;
+                self.queued
+                    .push(Action::Control(pid, Control::OpenWindow { for_ms: window_ms, reason: reason.clone() }));
+                format!("a window of {secs} s opened on pid {pid}")
+            };
+            out.notes.push(GpuTimelineNote {
+                pid,
+                ts_ns: fired.ts_ns,
+                kind: note::TRIGGER.into(),
+                count: i64::try_from(window_ms).unwrap_or(i64::MAX),
+                detail: format!("{reason}{scope}: {opened}"),
+            });
         }
     }
 
@@ -74,9 +159,31 @@ impl Windows {
         }
     }
 
+    /// What to store of this round's `parts`: an armed process's records only in its windows'
+    /// spans (the rest held), plus what the windows and triggers released. At the stop the armed
+    /// windows still open close. `now`: unix ns.
+    pub fn release(&mut self, parts: &mut HashMap<u32, GpuTimelinePart>, now: i64, stopping: bool) {
+        for (pid, p) in &mut self.attached {
+            let Some(a) = p.armed.as_mut() else { continue };
+            let part = parts.remove(pid).unwrap_or_default();
+            let out = self.released.entry(*pid).or_default();
+            a.take(part, now, out);
+            if stopping {
+                a.close(now, "the trace ended", out);
+            }
+        }
+        for (pid, r) in self.released.drain() {
+            let to = parts.entry(pid).or_default();
+            to.ops.extend(r.ops);
+            to.clock_syncs.extend(r.clock_syncs);
+            to.devices.extend(r.devices);
+            to.notes.extend(r.notes);
+        }
+    }
+
     /// The controls to send now: pending windows of connected libraries, requests, and at the stop
-    /// a close for every open window.
-    pub fn due(&mut self, connected: &[u32], stopping: bool) -> Vec<Action> {
+    /// a close for every open window. `now`: unix ns.
+    pub fn due(&mut self, connected: &[u32], stopping: bool, now: i64) -> Vec<Action> {
         let mut out = std::mem::take(&mut self.queued);
         for (&pid, p) in &mut self.attached {
             if !connected.contains(&pid) {
@@ -86,6 +193,9 @@ impl Windows {
                 if let Some((for_ms, reason)) = p.pending.take() {
                     p.open = true;
                     out.push(Action::Control(pid, Control::OpenWindow { for_ms, reason }));
+                    if let (Some(a), Some((ms, why))) = (p.armed.as_mut(), p.armed_window.take()) {
+                        a.open(now, ms, &why, self.released.entry(pid).or_default());
+                    }
                 }
             } else if p.open && !p.close_sent {
                 p.close_sent = true;
@@ -106,8 +216,8 @@ impl Windows {
         now - began >= CLOSE_WAIT.as_nanos() as i64
     }
 
-    /// Answers a request: whether it was taken, and the line for the asker.
-    pub fn request(&mut self, r: &WindowRequest, connected: &[u32]) -> (bool, String) {
+    /// Answers a request: whether it was taken, and the line for the asker. `now`: unix ns.
+    pub fn request(&mut self, r: &WindowRequest, connected: &[u32], now: i64) -> (bool, String) {
         let pid = r.pid;
         let Some(p) = self.attached.get_mut(&pid) else {
             if connected.contains(&pid) {
@@ -126,21 +236,33 @@ impl Windows {
                 ),
             );
         }
-        let reason = format!("opened by {}: {}", r.who, if r.why.is_empty() { "no reason given" } else { &r.why });
+        let who =
+            |verb: &str| format!("{verb} by {}: {}", r.who, if r.why.is_empty() { "no reason given" } else { &r.why });
         if r.for_ms == 0 {
-            p.open = false;
-            let reason = format!("closed by {}: {}", r.who, if r.why.is_empty() { "no reason given" } else { &r.why });
-            self.queued.push(Action::Control(pid, Control::CloseWindow { reason }));
+            let reason = who("closed");
+            if let Some(a) = p.armed.as_mut() {
+                a.close(now, &reason, self.released.entry(pid).or_default());
+            } else {
+                p.open = false;
+                self.queued.push(Action::Control(pid, Control::CloseWindow { reason }));
+            }
             return (true, format!("the window on pid {pid} is closing (its window_closed note is in the trace)"));
         }
+        let reason = who("opened");
         let for_ms = r.for_ms.min(MAX_REQUEST_MS);
-        p.open = true;
-        self.queued.push(Action::Control(pid, Control::OpenWindow { for_ms, reason }));
+        let mut before = String::new();
+        if let Some(a) = p.armed.as_mut() {
+            a.open(now, for_ms, &reason, self.released.entry(pid).or_default());
+            before = " with the pre-trigger buffer's seconds before it".into();
+        } else {
+            p.open = true;
+            self.queued.push(Action::Control(pid, Control::OpenWindow { for_ms, reason }));
+        }
         let capped = if for_ms < r.for_ms { " (the longest a request may open)" } else { "" };
         (
             true,
             format!(
-                "a window of {} s is opening on pid {pid}{capped}, traced by pid {} (its window_opened note is in the trace)",
+                "a window of {} s is opening on pid {pid}{capped}{before}, traced by pid {} (its window_opened note is in the trace)",
                 for_ms as f64 / 1000.0,
                 std::process::id()
             ),
@@ -158,101 +280,6 @@ pub(super) fn reply(fd: RawFd, ok: bool, detail: &str) {
     }
 }
 
-/// The tracers' sockets to ask: `explicit`, else every `gpu-*.sock` of the runtime directory.
-fn sockets(explicit: Option<&Path>) -> Vec<PathBuf> {
-    if let Some(p) = explicit {
-        return vec![p.to_path_buf()];
-    }
-    let dir = crate::labels::default_socket_path().parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name().is_some_and(|n| n.as_bytes().starts_with(b"gpu-") && n.as_bytes().ends_with(b".sock"))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-/// Asks the tracer that attached `request.pid` to open (or, `for_ms` 0, close) a window: its
-/// answer, or why no tracer took it.
-pub fn request_window(socket: Option<&Path>, request: &WindowRequest) -> Result<String, String> {
-    let candidates = sockets(socket);
-    if candidates.is_empty() {
-        return Err(format!(
-            "no tracer is running here with a device-timeline socket: attach first with `causeway trace --pid {} --gpu-timeline --gpu-dormant`",
-            request.pid
-        ));
-    }
-    let mut said = Vec::new();
-    for path in candidates {
-        match ask(&path, request) {
-            Ok((true, detail)) => return Ok(detail),
-            Ok((false, detail)) => said.push(detail),
-            Err(e) => said.push(format!("{}: {e}", path.display())),
-        }
-    }
-    Err(said.join("; "))
-}
-
-/// One request to one tracer socket, and its reply (3 s at most).
-fn ask(path: &Path, request: &WindowRequest) -> Result<(bool, String), String> {
-    let fd = connect(path).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    causeway_gpu_wire::encode_all(0, &mut 0, &Message::WindowRequest(request.clone()), &mut out);
-    for m in &out {
-        // SAFETY: m is a live buffer; fd a connected socket.
-        if unsafe { libc::send(fd.as_raw_fd(), m.as_ptr().cast(), m.len(), libc::MSG_NOSIGNAL) } < 0 {
-            return Err(std::io::Error::last_os_error().to_string());
-        }
-    }
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one live pollfd.
-    if unsafe { libc::poll(&mut pfd, 1, 3000) } <= 0 {
-        return Err("no answer within 3 s".into());
-    }
-    let mut buf = vec![0u8; causeway_gpu_wire::MAX_MESSAGE];
-    // SAFETY: buf is valid for writes of its length.
-    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n <= 0 {
-        return Err("the tracer closed the connection without answering".into());
-    }
-    match causeway_gpu_wire::decode(&buf[..n as usize]) {
-        Ok((_, Message::WindowReply { ok, detail })) => Ok((ok, detail)),
-        Ok(_) => Err("an unexpected answer".into()),
-        Err(e) => Err(format!("a malformed answer: {e}")),
-    }
-}
-
-fn connect(path: &Path) -> std::io::Result<OwnedFd> {
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= addr.sun_path.len() {
-        return Err(std::io::Error::other("socket path too long"));
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    // SAFETY: plain socket(2); owned right after.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd was just created and is owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    // SAFETY: addr is a valid sockaddr_un of `len` bytes.
-    if unsafe { libc::connect(fd.as_raw_fd(), (&raw const addr).cast(), len as libc::socklen_t) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,13 +291,17 @@ mod tests {
     #[test]
     fn a_window_opens_once_the_library_is_connected_and_closes_at_the_stop() {
         let mut w = Windows::default();
-        w.command(Command::Attached { pid: 7, window_ms: Some(WHOLE_TRACE_MS), reason: "the trace".into() });
-        assert!(w.due(&[], false).is_empty(), "not connected yet");
-        let a = w.due(&[7], false);
+        w.command(
+            Command::Attached { pid: 7, window_ms: Some(WHOLE_TRACE_MS), reason: "the trace".into(), pre_ms: 0 },
+            &[],
+            0,
+        );
+        assert!(w.due(&[], false, 0).is_empty(), "not connected yet");
+        let a = w.due(&[7], false, 0);
         assert!(matches!(&a[..], [Action::Control(7, Control::OpenWindow { .. })]), "{a:?}");
-        assert!(w.due(&[7], false).is_empty(), "opened once");
+        assert!(w.due(&[7], false, 0).is_empty(), "opened once");
         assert!(!w.closed_at_stop(0, &[7]), "an open window waits at the stop");
-        let a = w.due(&[7], true);
+        let a = w.due(&[7], true, 0);
         assert!(matches!(&a[..], [Action::Control(7, Control::CloseWindow { .. })]), "{a:?}");
         assert!(w.closed_at_stop(CLOSE_WAIT.as_nanos() as i64, &[7]), "not longer than CLOSE_WAIT");
     }
@@ -278,18 +309,99 @@ mod tests {
     #[test]
     fn requests_are_bounded_and_only_for_attached_connected_processes() {
         let mut w = Windows::default();
-        assert!(!w.request(&req(9, 1000), &[9]).0, "a launched process records its whole run");
-        assert!(!w.request(&req(8, 1000), &[]).0, "not ours");
-        w.command(Command::Attached { pid: 8, window_ms: None, reason: String::new() });
-        assert!(!w.request(&req(8, 1000), &[]).0, "not connected");
-        let (ok, said) = w.request(&req(8, 10 * MAX_REQUEST_MS), &[8]);
+        assert!(!w.request(&req(9, 1000), &[9], 0).0, "a launched process records its whole run");
+        assert!(!w.request(&req(8, 1000), &[], 0).0, "not ours");
+        w.command(Command::Attached { pid: 8, window_ms: None, reason: String::new(), pre_ms: 0 }, &[], 0);
+        assert!(!w.request(&req(8, 1000), &[], 0).0, "not connected");
+        let (ok, said) = w.request(&req(8, 10 * MAX_REQUEST_MS), &[8], 0);
         assert!(ok && said.contains("3600 s") && said.contains("longest"), "{said}");
-        let a = w.due(&[8], false);
+        let a = w.due(&[8], false, 0);
         assert!(
             matches!(&a[..], [Action::Control(8, Control::OpenWindow { for_ms, reason })] if *for_ms == MAX_REQUEST_MS && reason.contains("cli: a dip")),
             "{a:?}"
         );
-        assert!(w.request(&req(8, 0), &[8]).0);
-        assert!(matches!(&w.due(&[8], false)[..], [Action::Control(8, Control::CloseWindow { .. })]));
+        assert!(w.request(&req(8, 0), &[8], 0).0);
+        assert!(matches!(&w.due(&[8], false, 0)[..], [Action::Control(8, Control::CloseWindow { .. })]));
+    }
+
+    fn fired(pids: Vec<u32>) -> Fired {
+        Fired {
+            kind: super::super::triggers::TriggerKind::UtilDrop,
+            ts_ns: 5_000_000_000,
+            pids,
+            what: "GPU 0 fell".into(),
+            window_ms: 2000,
+        }
+    }
+
+    fn notes_of(w: &mut Windows, pid: u32) -> Vec<GpuTimelineNote> {
+        let mut parts = HashMap::new();
+        w.release(&mut parts, 5_000_000_000, false);
+        parts.remove(&pid).map(|p| p.notes).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_trigger_opens_a_window_on_the_processes_it_concerns_and_says_so() {
+        let mut w = Windows::default();
+        for pid in [3, 4] {
+            w.command(Command::Attached { pid, window_ms: None, reason: String::new(), pre_ms: 0 }, &[], 0);
+        }
+        w.command(Command::Trigger(fired(vec![4])), &[3, 4], 0);
+        let a = w.due(&[3, 4], false, 0);
+        assert!(
+            matches!(&a[..], [Action::Control(4, Control::OpenWindow { for_ms: 2000, reason })] if reason == "trigger util: GPU 0 fell"),
+            "{a:?}"
+        );
+        let n = notes_of(&mut w, 4);
+        assert_eq!((n[0].kind.as_str(), n[0].ts_ns, n[0].count), ("trigger", 5_000_000_000, 2000));
+        assert_eq!(n[0].detail, "trigger util: GPU 0 fell: a window of 2 s opened on pid 4");
+        // a second trigger while it is open leaves it; one naming no attached process goes to all
+        w.command(Command::Trigger(fired(vec![99])), &[3, 4], 0);
+        let a = w.due(&[3, 4], false, 0);
+        assert!(matches!(&a[..], [Action::Control(3, Control::OpenWindow { .. })]), "{a:?}");
+        let mut parts = HashMap::new();
+        w.release(&mut parts, 0, false);
+        assert!(
+            parts[&4].notes[0].detail.ends_with(
+                "(pid 99 not attached: on every attached process): a window was already open on pid 4: left as it was"
+            ),
+            "{:?}",
+            parts[&4].notes
+        );
+        assert!(parts[&3].notes[0].detail.ends_with("a window of 2 s opened on pid 3"), "{:?}", parts[&3].notes);
+    }
+
+    #[test]
+    fn an_armed_process_stores_only_its_windows_with_the_seconds_before() {
+        let s = 1_000_000_000i64;
+        let mut w = Windows::default();
+        w.command(Command::Attached { pid: 5, window_ms: None, reason: String::new(), pre_ms: 1000 }, &[], 0);
+        let a = w.due(&[5], false, 0);
+        assert!(
+            matches!(&a[..], [Action::Control(5, Control::OpenWindow { for_ms: WHOLE_TRACE_MS, reason })] if reason.contains("pre-trigger buffer of 1 s")),
+            "the library records from the hello on: {a:?}"
+        );
+        let op = super::super::pretrigger::tests::kernel_at;
+        let hello = GpuTimelineNote { pid: 5, ts_ns: s, kind: "window_opened".into(), count: 0, detail: String::new() };
+        let mut parts: HashMap<u32, GpuTimelinePart> = HashMap::new();
+        parts.insert(
+            5,
+            GpuTimelinePart { ops: vec![op(2 * s), op(4 * s + s / 2)], notes: vec![hello], ..Default::default() },
+        );
+        w.release(&mut parts, 4 * s + s / 2, false);
+        assert!(parts[&5].ops.is_empty(), "held, not stored: {parts:?}");
+        assert_eq!(parts[&5].notes[0].kind, "armed");
+        w.command(Command::Trigger(Fired { window_ms: 500, ..fired(vec![]) }), &[5], 5 * s);
+        let mut parts = HashMap::new();
+        w.release(&mut parts, 5 * s, false);
+        let p = &parts[&5];
+        assert_eq!(p.ops.iter().map(|o| o.start_ns).collect::<Vec<_>>(), vec![4 * s + s / 2], "only the second before");
+        let kinds: Vec<&str> = p.notes.iter().map(|n| n.kind.as_str()).collect();
+        assert_eq!(kinds, vec!["window_opened", "trigger"]);
+        assert_eq!(p.notes[0].ts_ns, 4 * s);
+        assert!(w.due(&[5], false, 5 * s).is_empty(), "no control: the library records already");
+        let mut parts = HashMap::new();
+        w.release(&mut parts, 6 * s, true);
+        assert_eq!((parts[&5].notes[0].kind.as_str(), parts[&5].notes[0].ts_ns), ("window_closed", 5 * s + s / 2));
     }
 }
