@@ -265,8 +265,10 @@ struct cw_net {
 #define CW_FP_EXEC 6      /* exec: text = the file, text2 = the arguments (NUL-separated, len2 bytes) */
 #define CW_FP_REQ_BEGIN 7 /* a read on stdin or an accepted socket began request `request`: text = its first bytes */
 #define CW_FP_REQ_END 8   /* the write that answered it: text = its first bytes */
+#define CW_FP_DUP 9       /* dup/dup2/dup3/fcntl(F_DUPFD) returned fd: ret = the descriptor it copies */
 #define CW_FP_TEXT 256
 #define CW_FP_HEAD 128
+#define CW_FP_REQ_HEAD 255 /* a request's first bytes: an HTTP request's headers and its body's start */
 /* cw_fp.flags of a close (the descriptor's cw_fp_fd.flags) */
 #define CW_FPF_REQUEST 1  /* an accepted socket: requests come on it */
 #define CW_FPF_EXEC 2     /* mapped with PROT_EXEC */
