@@ -278,7 +278,7 @@ struct cw_net {
 struct cw_fp {
     __u8 kind;
     __u8 what;       /* CW_FP_* */
-    __u16 family;    /* ACCEPT: the peer's address family */
+    __u16 family;    /* ACCEPT: the peer's address family; CLOSE (open unseen), DUP: the file's type (i_mode >> 12) */
     __u32 pid;
     __u32 tid;
     __u32 ppid;      /* EXEC: the parent */
@@ -296,7 +296,7 @@ struct cw_fp {
     __u16 len;       /* bytes of text */
     __u16 len2;      /* bytes of text2 */
     __u16 pad;
-    __u8 addr[16];   /* ACCEPT: the peer's address, network order */
+    __u8 addr[16];   /* ACCEPT: the peer's address, network order; CLOSE (open unseen), DUP: the inode (8 bytes) */
     char comm[16];
     char text[CW_FP_TEXT];
     char text2[CW_FP_TEXT];

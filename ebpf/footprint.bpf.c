@@ -136,6 +136,16 @@ static __always_inline struct cw_fp_fd *cw_fp_fd_get(struct cw_fp_fdkey *k, __u3
     return f;
 }
 
+/* the type and inode of the current task's `fd` into `r` (/proc names a pipe or socket by them) */
+static __always_inline void cw_fp_file_id(struct cw_fp *r, __s32 fd) {
+    struct file *file = cw_fd_file(fd);
+    if (!file) return;
+    struct inode *ino = BPF_CORE_READ(file, f_inode);
+    r->family = BPF_CORE_READ(ino, i_mode) >> 12;
+    __u64 n = BPF_CORE_READ(ino, i_ino);
+    __builtin_memcpy(r->addr, &n, 8);
+}
+
 /* send (pid, fd)'s counters and forget them: it was closed (or is being reused by an open) */
 static __always_inline void cw_fp_close(struct cw_fp_fdkey *k, __u64 id, __u64 now, __u64 closed) {
     struct cw_fp_fd *f = bpf_map_lookup_elem(&cw_fp_fds, k);
@@ -151,6 +161,7 @@ static __always_inline void cw_fp_close(struct cw_fp_fdkey *k, __u64 id, __u64 n
         r->reads = f->reads;
         r->writes = f->writes;
         r->ret = closed; /* 1: closed by the process; 0: replaced (closed unseen) */
+        if (closed && !f->opened) cw_fp_file_id(r, k->fd); /* still open: named by what it is */
         cw_submit(r, &cw_rb_host, cfg_wake_host);
     }
     bpf_map_delete_elem(&cw_fp_fds, k);
@@ -243,6 +254,7 @@ static __always_inline void cw_fp_dup(__u64 id, __s32 from, __s32 to, __u64 now,
     r->ret = from;
     r->request = request;
     r->flags = z.flags;
+    cw_fp_file_id(r, to);
     cw_submit(r, &cw_rb_host, cfg_wake_host);
 }
 

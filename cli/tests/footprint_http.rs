@@ -145,6 +145,24 @@ fn assert_each_tool_in_its_request(db: &Path, dir: &Path, server: u64, peer_port
         &format!("SELECT request, argv FROM footprint_execs WHERE ppid = {server} AND argv LIKE 'echo%'"),
     );
     assert_eq!(rows, vec![vec![json!(run), json!("echo hello")]], "echo, run in the run request");
+    // echo's stdout: a copy (dup2) of the pipe the server reads its answer from, named as /proc
+    // names a pipe, so both ends read as one pipe; its bytes on either side
+    let child = query_u64(db, &format!("SELECT pid FROM footprint_execs WHERE ppid = {server} AND argv LIKE 'echo%'"));
+    let rows = query_rows(
+        db,
+        &format!(
+            "SELECT name, bytes_written, request FROM footprint_fds WHERE pid = {child} AND fd = 1 AND how = 'dup'"
+        ),
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let pipe = rows[0][0].as_str().unwrap();
+    assert!(pipe.starts_with("pipe:["), "{rows:?}");
+    assert_eq!((rows[0][1].as_u64(), rows[0][2].as_u64()), (Some("hello\n".len() as u64), Some(run)));
+    let read_back = query_rows(
+        db,
+        &format!("SELECT bytes_read, request FROM footprint_fds WHERE pid = {server} AND name = '{pipe}'"),
+    );
+    assert_eq!(read_back, vec![vec![json!(6), json!(run)]], "the server's end of echo's stdout");
     // each request answered on its connection, with an HTTP response
     let rows = query_rows(
         db,

@@ -25,7 +25,7 @@ use aya::Ebpf;
 use causeway_model::footprint::syscall_name;
 use causeway_model::{FootprintCpu, FootprintExec, FootprintFd, FootprintPart, FootprintRequest, FootprintSyscall};
 
-use crate::footprint_names::{kind_of, proc_fd_name, sockaddr_label, std_name, text_of};
+use crate::footprint_names::{file_label, kind_of, proc_fd_name, sockaddr_label, std_name, text_of};
 use crate::wire::{fp, FpRec};
 
 /// CW_FP_NR_CPU: the pseudo syscall under which a process's CPU time is kept.
@@ -230,7 +230,11 @@ impl Footprint {
                 fp::CLOSE => {
                     let key = (r.pid, r.fd);
                     let mut row = self.open.remove(&key).unwrap_or_else(|| {
-                        let name = self.proc_names.remove(&key).unwrap_or_else(|| std_name(r.fd));
+                        let name = self
+                            .proc_names
+                            .remove(&key)
+                            .or_else(|| file_label(r.family, &r.addr))
+                            .unwrap_or_else(|| std_name(r.fd));
                         FootprintFd {
                             pid: r.pid,
                             fd: r.fd,
@@ -254,6 +258,7 @@ impl Footprint {
                             self.proc_names
                                 .get(&from)
                                 .cloned()
+                                .or_else(|| file_label(r.family, &r.addr))
                                 .or_else(|| proc_fd_name(r.pid, r.fd))
                                 .unwrap_or_else(|| std_name(from.1)),
                             0,

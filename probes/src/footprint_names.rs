@@ -232,6 +232,20 @@ pub(crate) fn kind_of(name: &str, flags: u64, how: &str) -> &'static str {
     }
 }
 
+/// What /proc calls a pipe or socket, from the type (`i_mode >> 12`) and inode (`addr`'s first 8
+/// bytes) the kernel sent with a close or a dup: `pipe:[123]`, `socket:[456]` (None for others).
+pub(crate) fn file_label(kind: u16, addr: &[u8; 16]) -> Option<String> {
+    let mut ino = [0u8; 8];
+    ino.copy_from_slice(&addr[..8]);
+    let ino = u64::from_ne_bytes(ino);
+    match (kind, ino) {
+        (_, 0) => None,
+        (0o1, n) => Some(format!("pipe:[{n}]")),
+        (0o14, n) => Some(format!("socket:[{n}]")),
+        _ => None,
+    }
+}
+
 /// The name of a descriptor nothing named: the three standard ones by name.
 pub(crate) fn std_name(fd: i32) -> String {
     match fd {
@@ -245,6 +259,16 @@ pub(crate) fn std_name(fd: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pipes_and_sockets_are_named_by_their_inode_as_proc_names_them() {
+        let mut addr = [0u8; 16];
+        addr[..8].copy_from_slice(&1930996u64.to_ne_bytes());
+        assert_eq!(file_label(0o1, &addr).as_deref(), Some("pipe:[1930996]"));
+        assert_eq!(file_label(0o14, &addr).as_deref(), Some("socket:[1930996]"));
+        assert_eq!(file_label(0o10, &addr), None, "a regular file needs its path");
+        assert_eq!(file_label(0o1, &[0; 16]), None, "no inode sent");
+    }
 
     #[test]
     fn proc_net_rows_read_as_addresses() {
