@@ -346,6 +346,15 @@ fn a_running_http_mcp_server_attached_by_pid_names_what_it_held_and_tells_its_re
         4,
         "initialize was answered before the attach"
     );
-    // its syscalls and CPU from the attach on
+    // its syscalls and CPU from the attach on, and the libraries it had mapped before it
     assert!(query_u64(db, &format!("SELECT coalesce(sum(on_cpu_ns), 0) FROM footprint_cpu WHERE pid = {server}")) > 0);
+    assert!(query_u64(db, &format!("SELECT coalesce(sum(calls), 0) FROM footprint_syscalls WHERE pid = {server}")) > 0);
+    let libraries = query_rows(
+        db,
+        &format!("SELECT DISTINCT name FROM footprint_fds WHERE pid = {server} AND exec_mapped = 1 AND how = 'maps'"),
+    );
+    assert!(
+        libraries.iter().any(|r| r[0].as_str().unwrap().contains("_sqlite3")),
+        "the sqlite3 module, imported before the attach, from /proc/PID/maps: {libraries:?}"
+    );
 }

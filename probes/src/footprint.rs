@@ -319,9 +319,11 @@ impl Footprint {
     /// `trace --pid`: what `pid` holds open as the trace attaches, named now and counted from now
     /// on (`how` = `before_attach`; `footprint_names.rs`). A descriptor the kernel saw opened
     /// since the attach keeps its own entry; one it saw only used gets the flags /proc tells (an
-    /// accepted connection's requests).
-    pub(crate) fn adopt(&mut self, maps: &mut FpMaps, pid: u32) {
-        for h in crate::footprint_names::held_descriptors(pid) {
+    /// accepted connection's requests). A note when it held more than were named.
+    pub(crate) fn adopt(&mut self, maps: &mut FpMaps, pid: u32) -> Option<String> {
+        let (held, total) = crate::footprint_names::held_descriptors(pid);
+        let named = held.len();
+        for h in held {
             let key = FpFdKey { pid, fd: h.fd };
             let val = match maps.fds.get(&key, 0) {
                 Ok(v) if v.opened != 0 => continue,
@@ -342,6 +344,9 @@ impl Footprint {
             };
             self.open.entry((pid, h.fd)).or_insert(row);
         }
+        (total > named).then(|| {
+            format!("footprint: pid {pid} held {total} descriptors at the attach; the first {named} were named")
+        })
     }
 
     fn fill_counters(&self, row: &mut FootprintFd, flags: u64, br: u64, bw: u64, reads: u64, writes: u64) {

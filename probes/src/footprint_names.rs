@@ -114,9 +114,9 @@ fn open_flags(pid: u32, fd: i32) -> i64 {
     text.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|v| i64::from_str_radix(v.trim(), 8).ok()).unwrap_or(0)
 }
 
-/// What `pid` holds open now (at most [`MAX_HELD`], lowest numbers first).
-pub(crate) fn held_descriptors(pid: u32) -> Vec<Held> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+/// What `pid` holds open now (at most [`MAX_HELD`], lowest numbers first), and how many it holds.
+pub(crate) fn held_descriptors(pid: u32) -> (Vec<Held>, usize) {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return (Vec::new(), 0) };
     let mut fds: Vec<(i32, String)> = dir
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -125,6 +125,7 @@ pub(crate) fn held_descriptors(pid: u32) -> Vec<Held> {
         })
         .collect();
     fds.sort();
+    let total = fds.len();
     fds.truncate(MAX_HELD);
     let (inet, unix) = sockets_of(pid);
     let inode_of = |target: &str| target.strip_prefix("socket:[")?.strip_suffix(']')?.parse::<u64>().ok();
@@ -135,7 +136,8 @@ pub(crate) fn held_descriptors(pid: u32) -> Vec<Held> {
         .filter(|s| s.tcp && s.listening)
         .map(|s| s.local.1)
         .collect();
-    fds.into_iter()
+    let held = fds
+        .into_iter()
         .map(|(fd, target)| {
             if let Some(inode) = inode_of(&target) {
                 let mut h = Held { fd, kind: "socket", name: target.clone(), flags: 0, fd_flags: fp::F_SOCKET };
@@ -161,7 +163,8 @@ pub(crate) fn held_descriptors(pid: u32) -> Vec<Held> {
             let flags = if kind == "file" { open_flags(pid, fd) } else { 0 };
             Held { fd, kind, name: target, flags, fd_flags: 0 }
         })
-        .collect()
+        .collect();
+    (held, total)
 }
 
 /// Bytes as text: printable ASCII and UTF-8 kept, others escaped (`\x00`), NULs at the end dropped.
@@ -295,7 +298,8 @@ mod tests {
         let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let (s, _) = l.accept().unwrap();
         let file = tempfile::NamedTempFile::new().unwrap();
-        let held = held_descriptors(std::process::id());
+        let (held, total) = held_descriptors(std::process::id());
+        assert_eq!(total, held.len());
         let by_fd = |fd: i32| held.iter().find(|h| h.fd == fd).unwrap_or_else(|| panic!("fd {fd}: {held:?}"));
         use std::os::fd::AsRawFd;
         let listen = by_fd(l.as_raw_fd());

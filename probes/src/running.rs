@@ -159,7 +159,9 @@ impl<'o> Running<'o> {
         if let (Some(f), Some(maps)) = (&mut run.footprint, &mut run.probes.footprint) {
             // what the attached processes hold already (traced first: a close from now on is seen)
             for &p in &opts.pids {
-                f.adopt(maps, p);
+                if let Some(note) = f.adopt(maps, p) {
+                    run.probes.notes.push(note);
+                }
             }
         }
         if run.walk_python {
