@@ -499,10 +499,9 @@ impl Footprint {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_close_finishes_its_open_and_a_request_its_begin() {
-        let mut f = Footprint::new();
-        let rec = |what, fd, text: &[u8]| FpRec {
+    /// A record of process 7 in request 1.
+    fn rec(what: u8, fd: i32, text: &[u8]) -> FpRec {
+        FpRec {
             what,
             family: 0,
             pid: 7,
@@ -523,7 +522,12 @@ mod tests {
             comm: "srv".into(),
             text: text.to_vec(),
             text2: Vec::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_close_finishes_its_open_and_a_request_its_begin() {
+        let mut f = Footprint::new();
         let mut close = rec(fp::CLOSE, 5, b"");
         (close.bytes_read, close.bytes_written, close.reads, close.writes) = (100, 4096, 2, 1);
         f.on_records(vec![
@@ -541,5 +545,25 @@ mod tests {
         assert_eq!(p.requests.len(), 1);
         assert_eq!(p.requests[0].head_in, "{\"method\":\"tools/call\"}");
         assert_eq!(p.requests[0].head_out, "{\"result\":1}");
+    }
+
+    #[test]
+    fn a_copy_is_named_as_its_original_and_an_unopened_pipe_by_its_inode() {
+        let mut f = Footprint::new();
+        let mut dup = rec(fp::DUP, 9, b"");
+        dup.ret = 5; // dup2(5, 9)
+        let mut close_copy = rec(fp::CLOSE, 9, b"");
+        close_copy.bytes_written = 12;
+        // a pipe nothing opened, closed: the kernel sends its type and inode
+        let mut close_pipe = rec(fp::CLOSE, 3, b"");
+        close_pipe.family = 0o1;
+        close_pipe.addr[..8].copy_from_slice(&4242u64.to_ne_bytes());
+        f.on_records(vec![rec(fp::OPEN, 5, b"/var/log/a.log\0"), dup, close_copy, close_pipe]);
+        let p = f.take();
+        let copy = p.fds.iter().find(|r| r.fd == 9).unwrap();
+        assert_eq!((copy.name.as_str(), copy.how.as_str(), copy.kind.as_str()), ("/var/log/a.log", "dup", "file"));
+        assert_eq!(copy.bytes_written, 12);
+        let pipe = p.fds.iter().find(|r| r.fd == 3).unwrap();
+        assert_eq!((pipe.name.as_str(), pipe.kind.as_str()), ("pipe:[4242]", "pipe"));
     }
 }
