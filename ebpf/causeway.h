@@ -265,8 +265,10 @@ struct cw_net {
 #define CW_FP_EXEC 6      /* exec: text = the file, text2 = the arguments (NUL-separated, len2 bytes) */
 #define CW_FP_REQ_BEGIN 7 /* a read on stdin or an accepted socket began request `request`: text = its first bytes */
 #define CW_FP_REQ_END 8   /* the write that answered it: text = its first bytes */
+#define CW_FP_DUP 9       /* dup/dup2/dup3/fcntl(F_DUPFD) returned fd: ret = the descriptor it copies */
 #define CW_FP_TEXT 256
 #define CW_FP_HEAD 128
+#define CW_FP_REQ_HEAD 255 /* a request's first bytes: an HTTP request's headers and its body's start */
 /* cw_fp.flags of a close (the descriptor's cw_fp_fd.flags) */
 #define CW_FPF_REQUEST 1  /* an accepted socket: requests come on it */
 #define CW_FPF_EXEC 2     /* mapped with PROT_EXEC */
@@ -276,7 +278,7 @@ struct cw_net {
 struct cw_fp {
     __u8 kind;
     __u8 what;       /* CW_FP_* */
-    __u16 family;    /* ACCEPT: the peer's address family */
+    __u16 family;    /* ACCEPT: the peer's address family; CLOSE (open unseen), DUP: the file's type (i_mode >> 12) */
     __u32 pid;
     __u32 tid;
     __u32 ppid;      /* EXEC: the parent */
@@ -294,7 +296,7 @@ struct cw_fp {
     __u16 len;       /* bytes of text */
     __u16 len2;      /* bytes of text2 */
     __u16 pad;
-    __u8 addr[16];   /* ACCEPT: the peer's address, network order */
+    __u8 addr[16];   /* ACCEPT: the peer's address, network order; CLOSE (open unseen), DUP: the inode (8 bytes) */
     char comm[16];
     char text[CW_FP_TEXT];
     char text2[CW_FP_TEXT];

@@ -5,7 +5,13 @@
  * by user space at each look and at the end; no ring record per syscall). Per open descriptor the
  * bytes read and written are counted (cw_fp_fds) and sent once, at its close (or read at the end).
  * Ring records (cw_fp) only for what names things: an open and its path, a connect, accept or bind
- * and its address, an exec with its file and arguments, and a request's first and last I/O.
+ * and its address, a dup (the copy keeps its original's flags, user space its name), an exec with
+ * its file and arguments, and a request's first and last I/O.
+ *
+ * `trace --pid`: user space puts what the process holds at the attach in cw_fp_fds (named from
+ * /proc; an accepted connection flagged CW_FPF_REQUEST); a call in flight at the attach (a server
+ * blocked in accept, or in a read of stdin or of such a connection) is read from its registers at
+ * its return and begins what it would have begun, uncounted (its time is unknown).
  *
  * A request: a read that returns bytes from stdin (fd 0) or from an accepted socket, while the
  * process serves none, begins one (a number unique in the trace); the next write that returns
@@ -130,6 +136,16 @@ static __always_inline struct cw_fp_fd *cw_fp_fd_get(struct cw_fp_fdkey *k, __u3
     return f;
 }
 
+/* the type and inode of the current task's `fd` into `r` (/proc names a pipe or socket by them) */
+static __always_inline void cw_fp_file_id(struct cw_fp *r, __s32 fd) {
+    struct file *file = cw_fd_file(fd);
+    if (!file) return;
+    struct inode *ino = BPF_CORE_READ(file, f_inode);
+    r->family = BPF_CORE_READ(ino, i_mode) >> 12;
+    __u64 n = BPF_CORE_READ(ino, i_ino);
+    __builtin_memcpy(r->addr, &n, 8);
+}
+
 /* send (pid, fd)'s counters and forget them: it was closed (or is being reused by an open) */
 static __always_inline void cw_fp_close(struct cw_fp_fdkey *k, __u64 id, __u64 now, __u64 closed) {
     struct cw_fp_fd *f = bpf_map_lookup_elem(&cw_fp_fds, k);
@@ -145,6 +161,7 @@ static __always_inline void cw_fp_close(struct cw_fp_fdkey *k, __u64 id, __u64 n
         r->reads = f->reads;
         r->writes = f->writes;
         r->ret = closed; /* 1: closed by the process; 0: replaced (closed unseen) */
+        if (closed && !f->opened) cw_fp_file_id(r, k->fd); /* still open: named by what it is */
         cw_submit(r, &cw_rb_host, cfg_wake_host);
     }
     bpf_map_delete_elem(&cw_fp_fds, k);
@@ -215,10 +232,43 @@ static __always_inline void cw_fp_on_io(__u64 id, int dir, __s32 fd, __s64 bytes
     r->fd = fd;
     r->request = request;
     r->ret = bytes;
-    __u64 n = cw_fp_bound((__u64)bytes, CW_FP_HEAD);
+    __u64 n = cw_fp_bound((__u64)bytes, CW_FP_REQ_HEAD);
     /* readv/writev/recvmsg/sendmsg pass no flat buffer: their text stays empty */
     if (buf && n && bpf_probe_read_user(r->text, n, (void *)buf) == 0) r->len = (__u16)n;
     cw_submit(r, &cw_rb_host, cfg_wake_host);
+}
+
+/* dup, dup2, dup3 or fcntl(F_DUPFD) made `to` a copy of `from`: `to` keeps `from`'s flags (an
+ * accepted socket's requests go on coming on its copy) and user space its name */
+static __always_inline void cw_fp_dup(__u64 id, __s32 from, __s32 to, __u64 now, __u32 request) {
+    __u32 tgid = id >> 32;
+    struct cw_fp_fdkey k = {.pid = tgid, .fd = to};
+    cw_fp_close(&k, id, now, 0); /* dup2/dup3 closed what was there */
+    struct cw_fp_fdkey fk = {.pid = tgid, .fd = from};
+    struct cw_fp_fd *f = bpf_map_lookup_elem(&cw_fp_fds, &fk);
+    struct cw_fp_fd z = {.opened = now, .request = request, .flags = f ? f->flags : 0};
+    if (bpf_map_update_elem(&cw_fp_fds, &k, &z, BPF_ANY)) cw_count(CW_CNT_FP_FD_FULL, 1);
+    struct cw_fp *r = cw_fp_reserve(CW_FP_DUP, id, now);
+    if (!r) return;
+    r->fd = to;
+    r->ret = from;
+    r->request = request;
+    r->flags = z.flags;
+    cw_fp_file_id(r, to);
+    cw_submit(r, &cw_rb_host, cfg_wake_host);
+}
+
+/* Whether a call whose entry was not seen still matters: one in flight when the probes went in
+ * (`trace --pid` on a server blocked in accept, or in a read of stdin or of a connection it
+ * accepted before the attach) begins what it would have begun. Its time is unknown, so it is not
+ * counted; a new task's first return (from the fork that made it) is not a call of its own. */
+static __always_inline int cw_fp_unseen_matters(__u32 tgid, __u32 nr, long ret, __s32 fd) {
+    if (nr == 43 || nr == 288) return 1; /* accept, accept4 */
+    if (cw_fp_io(nr) != 1 || ret <= 0) return 0;
+    /* a read on stdin or an accepted socket the trace knows (an attach names them first) */
+    struct cw_fp_fdkey k = {.pid = tgid, .fd = fd};
+    struct cw_fp_fd *f = bpf_map_lookup_elem(&cw_fp_fds, &k);
+    return f && (fd == 0 || (f->flags & CW_FPF_REQUEST));
 }
 
 SEC("tp_btf/sys_exit")
@@ -227,26 +277,49 @@ int BPF_PROG(cw_fp_sys_exit, struct pt_regs *regs, long ret) {
     __u32 tgid = id >> 32;
     if (!cw_is_traced(tgid)) return 0;
     struct cw_fp_stash *s = bpf_task_storage_get(&cw_fp_inflight, bpf_get_current_task_btf(), 0, 0);
-    if (!s || !s->ts) return 0;
     __u64 now = bpf_ktime_get_ns();
-    __u64 dur = now - s->ts;
-    s->ts = 0;
-    __u32 nr = s->nr;
     struct cw_fp_state *st = bpf_map_lookup_elem(&cw_fp_state, &tgid);
     __u32 request = st && (st->open || st->inherited) ? st->request : 0;
+    __u32 nr;
+    __u64 a0, a1, a2, a4;
+    if (s && s->ts) {
+        __u64 dur = now - s->ts;
+        s->ts = 0;
+        nr = s->nr;
+        a0 = s->a0;
+        a1 = s->a1;
+        a2 = s->a2;
+        a4 = s->a4;
+        cw_fp_add(tgid, request, nr, 1, ret < 0 && ret > -4096 ? 1 : 0, dur, cw_fp_io(nr) && ret > 0 ? ret : 0);
+    } else {
+        /* the arguments are still in the registers the call entered with */
+        nr = (__u32)BPF_CORE_READ(regs, orig_ax);
+        a0 = BPF_CORE_READ(regs, di);
+        if (!cw_fp_unseen_matters(tgid, nr, ret, (__s32)a0)) return 0;
+        a1 = BPF_CORE_READ(regs, si);
+        a2 = BPF_CORE_READ(regs, dx);
+        a4 = BPF_CORE_READ(regs, r8);
+    }
     int dir = cw_fp_io(nr);
-    __s32 fd = (__s32)s->a0;
-    cw_fp_add(tgid, request, nr, 1, ret < 0 && ret > -4096 ? 1 : 0, dur, dir && ret > 0 ? ret : 0);
+    __s32 fd = (__s32)a0;
     if (ret < 0 && !(nr == 42 && ret == -CW_EINPROGRESS)) return 0;
     if (dir) {
         if (ret > 0) {
             /* a flat buffer: read, write, pread64, pwrite64, recvfrom, sendto */
-            __u64 buf = (nr == 0 || nr == 1 || nr == 17 || nr == 18 || nr == 44 || nr == 45) ? s->a1 : 0;
+            __u64 buf = (nr == 0 || nr == 1 || nr == 17 || nr == 18 || nr == 44 || nr == 45) ? a1 : 0;
             cw_fp_on_io(id, dir, fd, ret, buf, now, st);
         }
         return 0;
     }
     switch (nr) {
+    case 32:  /* dup */
+    case 33:  /* dup2 */
+    case 292: /* dup3 */
+        if ((__s32)ret != fd) cw_fp_dup(id, fd, (__s32)ret, now, request);
+        return 0;
+    case 72: /* fcntl: F_DUPFD (0), F_DUPFD_CLOEXEC (1030) */
+        if (a1 == 0 || a1 == 1030) cw_fp_dup(id, fd, (__s32)ret, now, request);
+        return 0;
     case 2:     /* open */
     case 257:   /* openat */
     case 437: { /* openat2 */
@@ -259,8 +332,8 @@ int BPF_PROG(cw_fp_sys_exit, struct pt_regs *regs, long ret) {
         r->fd = (__s32)ret;
         r->request = request;
         r->ret = ret;
-        r->flags = nr == 2 ? s->a1 : nr == 257 ? s->a2 : 0; /* openat2: flags behind a pointer */
-        __u64 path = nr == 2 ? s->a0 : s->a1;
+        r->flags = nr == 2 ? a1 : nr == 257 ? a2 : 0; /* openat2: flags behind a pointer */
+        __u64 path = nr == 2 ? a0 : a1;
         long n = bpf_probe_read_user_str(r->text, sizeof(r->text), (void *)path);
         r->len = n > 0 ? (__u16)n : 0;
         cw_submit(r, &cw_rb_host, cfg_wake_host);
@@ -279,8 +352,8 @@ int BPF_PROG(cw_fp_sys_exit, struct pt_regs *regs, long ret) {
         r->fd = fd;
         r->request = request;
         r->ret = ret;
-        __u64 len = cw_fp_bound(s->a2, CW_FP_HEAD);
-        if (len && bpf_probe_read_user(r->text, len, (void *)s->a1) == 0) r->len = (__u16)len;
+        __u64 len = cw_fp_bound(a2, CW_FP_HEAD);
+        if (len && bpf_probe_read_user(r->text, len, (void *)a1) == 0) r->len = (__u16)len;
         cw_submit(r, &cw_rb_host, cfg_wake_host);
         return 0;
     }
@@ -311,8 +384,8 @@ int BPF_PROG(cw_fp_sys_exit, struct pt_regs *regs, long ret) {
         return 0;
     }
     case 9: { /* mmap: a file mapped executable is a library (or the program) */
-        __s32 mfd = (__s32)s->a4;
-        if (mfd < 0 || !(s->a2 & CW_PROT_EXEC)) return 0;
+        __s32 mfd = (__s32)a4;
+        if (mfd < 0 || !(a2 & CW_PROT_EXEC)) return 0;
         struct cw_fp_fdkey k = {.pid = tgid, .fd = mfd};
         struct cw_fp_fd *f = cw_fp_fd_get(&k, request);
         if (f) f->flags |= CW_FPF_EXEC;

@@ -79,15 +79,22 @@ static __always_inline __u8 cw_net_op(long nr, int *any_fd) {
     return 0;
 }
 
-/* The socket behind the current task's `fd`, or NULL when the fd is not a socket. */
-static __always_inline struct socket *cw_fd_socket(int fd) {
+/* The file behind the current task's `fd` (NULL: none). */
+static __always_inline struct file *cw_fd_file(int fd) {
     if (fd < 0) return NULL;
     struct task_struct *task = bpf_get_current_task_btf();
     struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
     if (!fdt || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds)) return NULL;
     struct file **fds = BPF_CORE_READ(fdt, fd);
     struct file *f = NULL;
-    if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f) return NULL;
+    if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd])) return NULL;
+    return f;
+}
+
+/* The socket behind the current task's `fd`, or NULL when the fd is not a socket. */
+static __always_inline struct socket *cw_fd_socket(int fd) {
+    struct file *f = cw_fd_file(fd);
+    if (!f) return NULL;
     umode_t mode = BPF_CORE_READ(f, f_inode, i_mode);
     if ((mode & CW_S_IFMT) != CW_S_IFSOCK) return NULL;
     return (struct socket *)BPF_CORE_READ(f, private_data);

@@ -48,9 +48,9 @@ pub struct TouchedFile {
     pub name: String,
     /// file, socket, pipe, other.
     pub kind: String,
-    /// open, connect, accept, bind, inherited.
+    /// open, connect, accept, bind, dup, before_attach, inherited (`FootprintFd::how`).
     pub how: String,
-    /// Times opened (connected, accepted).
+    /// Times opened (connected, accepted; a duplicate or a descriptor held at an attach counts once).
     pub opens: i64,
     pub bytes_read: i64,
     pub bytes_written: i64,

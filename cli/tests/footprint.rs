@@ -12,31 +12,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Stdio;
 
-use common::{causeway, ok, query_rows, query_u64, repo, require_root_to};
+use common::{causeway, ok, pong_peer, query_rows, query_u64, repo, require_root_to};
 use serde_json::{json, Value};
-
-/// The test's TCP peer: answers each line with "pong\n"; returns what it read.
-fn peer() -> (u16, std::thread::JoinHandle<Vec<String>>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    let h = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut got = Vec::new();
-        let mut line = String::new();
-        while r.read_line(&mut line).unwrap_or(0) > 0 {
-            got.push(line.trim().to_string());
-            (&s).write_all(b"pong\n").unwrap();
-            line.clear();
-        }
-        got
-    });
-    (port, h)
-}
 
 /// `causeway footprint --json` of `db` for `pid`.
 fn footprint_json(db: &Path, pid: u64) -> Value {
@@ -68,7 +48,7 @@ fn an_mcp_servers_footprint_names_its_files_peers_children_and_requests() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("fp.db");
     let notes = dir.path().join("notes.sqlite");
-    let (port, peer_thread) = peer();
+    let (port, peer_thread) = pong_peer();
     let mut tracer = causeway()
         .args(["trace", "--footprint", "--quiet", "--nvml-hz", "0", "--no-labels", "--no-serving", "--db"])
         .arg(&trace)

@@ -19,7 +19,7 @@ use crate::FleetError;
 /// Local tables the lake mirrors, each with the column the shipper advances a watermark on (rows
 /// beyond it are new), or `None` for the stacks (shipped with their events) and the small tables
 /// (shipped whole when they change: `small_tables.rs`).
-pub const MIRRORED: [(&str, Option<&str>); 19] = [
+pub const MIRRORED: [(&str, Option<&str>); 24] = [
     ("events", Some("id")),
     ("nccl_calls", Some("rowid")),
     ("gpu_samples", Some("rowid")),
@@ -28,6 +28,11 @@ pub const MIRRORED: [(&str, Option<&str>); 19] = [
     ("gpu_ops", Some("rowid")),
     ("gpu_clock_syncs", Some("rowid")),
     ("gpu_timeline_notes", Some("rowid")),
+    ("footprint_syscalls", Some("rowid")),
+    ("footprint_cpu", Some("rowid")),
+    ("footprint_fds", Some("rowid")),
+    ("footprint_requests", Some("rowid")),
+    ("footprint_execs", Some("rowid")),
     ("gpu_devices", None),
     ("stack_traces", None),
     ("sessions", None),
@@ -51,7 +56,8 @@ CREATE TABLE IF NOT EXISTS lake.ship_watermarks (
     events_hi BIGINT NOT NULL, nccl_calls_hi BIGINT NOT NULL, gpu_samples_hi BIGINT NOT NULL,
     rows BIGINT NOT NULL, finished BOOLEAN NOT NULL, shipped_at_ns BIGINT NOT NULL, serving_samples_hi BIGINT,
     local_events_hi BIGINT, local_nccl_calls_hi BIGINT, gpu_ops_hi BIGINT, gpu_clock_syncs_hi BIGINT,
-    gpu_timeline_notes_hi BIGINT, gpu_process_memory_hi BIGINT);
+    gpu_timeline_notes_hi BIGINT, gpu_process_memory_hi BIGINT, footprint_syscalls_hi BIGINT, footprint_cpu_hi BIGINT,
+    footprint_fds_hi BIGINT, footprint_requests_hi BIGINT, footprint_execs_hi BIGINT);
 CREATE TABLE IF NOT EXISTS lake.clock_samples (
     node VARCHAR NOT NULL, trace_uid VARCHAR NOT NULL, flush_id BIGINT NOT NULL, sample INTEGER NOT NULL,
     local_send_ns BIGINT NOT NULL, server_ns BIGINT NOT NULL, local_recv_ns BIGINT NOT NULL);
@@ -111,7 +117,7 @@ pub(crate) fn all_columns(conn: &Connection, db: &str) -> Result<Vec<(String, St
 }
 
 /// The columns of `ship_watermarks` added after its first version (nullable), in order.
-const WATERMARK_COLUMNS_ADDED: [&str; 7] = [
+const WATERMARK_COLUMNS_ADDED: [&str; 12] = [
     "serving_samples_hi",
     "local_events_hi",
     "local_nccl_calls_hi",
@@ -119,6 +125,11 @@ const WATERMARK_COLUMNS_ADDED: [&str; 7] = [
     "gpu_clock_syncs_hi",
     "gpu_timeline_notes_hi",
     "gpu_process_memory_hi",
+    "footprint_syscalls_hi",
+    "footprint_cpu_hi",
+    "footprint_fds_hi",
+    "footprint_requests_hi",
+    "footprint_execs_hi",
 ];
 
 /// Tables of an attached database.

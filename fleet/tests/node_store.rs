@@ -94,8 +94,72 @@ fn write_rich_trace(path: &std::path::Path) {
             sink.write_batch(c.to_vec()).await.unwrap();
         }
         sink.write_gpu_timeline(device_timeline(&events)).await.unwrap();
+        sink.write_footprint(footprint()).await.unwrap();
         sink.finish(2_000_000_000).await.unwrap();
     });
+}
+
+/// What a traced server touched (`trace --footprint`): a row or two of each footprint table.
+fn footprint() -> causeway_model::FootprintPart {
+    use causeway_model::{FootprintCpu, FootprintExec, FootprintFd, FootprintRequest, FootprintSyscall};
+    let call = |request: u32, nr: u32, name: &str, calls: i64| FootprintSyscall {
+        seen_at_ns: 1_500_000_000,
+        pid: 4821,
+        request,
+        nr,
+        name: name.into(),
+        calls,
+        total_ns: calls * 900,
+        max_ns: 2_000,
+        bytes: if nr == 0 { calls * 64 } else { 0 },
+        ..Default::default()
+    };
+    causeway_model::FootprintPart {
+        syscalls: vec![call(0, 0, "read", 12), call(1, 257, "openat", 3), call(1, 42, "connect", 1)],
+        cpu: vec![FootprintCpu { seen_at_ns: 1_500_000_000, pid: 4821, request: 1, on_cpu_ns: 3_000_000, switches: 4 }],
+        fds: vec![
+            FootprintFd {
+                pid: 4821,
+                fd: 5,
+                kind: "file".into(),
+                how: "open".into(),
+                name: "/data/notes.sqlite".into(),
+                opened_ns: 1_200_000_000,
+                request: 1,
+                bytes_written: 8192,
+                writes: 2,
+                ..Default::default()
+            },
+            FootprintFd {
+                pid: 4821,
+                fd: 4,
+                kind: "socket".into(),
+                how: "before_attach".into(),
+                name: "127.0.0.1:8080".into(),
+                flags: 2,
+                ..Default::default()
+            },
+        ],
+        requests: vec![FootprintRequest {
+            pid: 4821,
+            request: 1,
+            fd: 6,
+            begin_ns: 1_200_000_000,
+            end_ns: 1_250_000_000,
+            bytes_in: 180,
+            bytes_out: 120,
+            head_in: "POST /mcp HTTP/1.1".into(),
+            head_out: "HTTP/1.1 200 OK".into(),
+        }],
+        execs: vec![FootprintExec {
+            ts_ns: 1_230_000_000,
+            pid: 4900,
+            ppid: 4821,
+            request: 1,
+            filename: "/usr/bin/echo".into(),
+            argv: "echo hello".into(),
+        }],
+    }
 }
 
 /// A device timeline over the host trace: a kernel per launch of its first 2,000 events (each
@@ -196,6 +260,9 @@ fn a_node_in_the_lake_reads_like_its_local_trace() {
     assert_eq!(remote.gpu_clock_syncs().unwrap(), local.gpu_clock_syncs().unwrap());
     assert_eq!(remote.gpu_devices().unwrap(), local.gpu_devices().unwrap());
     assert_eq!(remote.gpu_timeline_notes().unwrap(), local.gpu_timeline_notes().unwrap());
+    let footprint = local.footprint().unwrap();
+    assert_eq!((footprint.syscalls.len(), footprint.fds.len(), footprint.execs.len()), (3, 2, 1), "fixture: footprint");
+    assert_eq!(remote.footprint().unwrap(), footprint, "the footprint tables, exactly once");
     let serving = local.serving_samples(&TimeWindow::ALL).unwrap();
     assert_eq!(serving.len(), 32);
     assert_eq!(remote.serving_samples(&TimeWindow::ALL).unwrap(), serving, "serving samples, exactly once");
@@ -260,4 +327,5 @@ fn a_duckdb_trace_ships_the_first_row_of_every_watermarked_table() {
     assert!(!local_ops.is_empty());
     assert_eq!(ops(remote_ref(&remote)), local_ops, "every device op, the first included");
     assert_eq!(remote.gpu_timeline_notes().unwrap(), local.gpu_timeline_notes().unwrap());
+    assert_eq!(remote.footprint().unwrap(), local.footprint().unwrap(), "every footprint row, the first included");
 }

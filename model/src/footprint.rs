@@ -50,8 +50,9 @@ pub struct FootprintCpu {
 }
 
 /// What a file descriptor of a traced process was, and what went through it (`footprint_fds`): one
-/// row per opened file, connected, accepted or bound socket, or descriptor used without an open
-/// the trace saw (inherited, opened before an attach), written when it is closed or at the end.
+/// row per opened file, connected, accepted or bound socket, duplicated descriptor, descriptor held
+/// when the trace attached, or descriptor used without an open the trace saw (inherited), written
+/// when it is closed or at the end.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct FootprintFd {
     /// The process.
@@ -63,8 +64,9 @@ pub struct FootprintFd {
     /// `file`, `socket`, `pipe`, `library` (a file mapped executable: a shared library or the
     /// program; `how` = `maps` when read from /proc/PID/maps), or `other`.
     pub kind: String,
-    /// How it came: `open`, `connect`, `accept`, `bind`, `inherited` (used without an open the trace
-    /// saw), `maps`.
+    /// How it came: `open`, `connect`, `accept`, `bind`, `dup` (a copy made by dup, dup2, dup3 or
+    /// fcntl: named as its original), `before_attach` (open when `trace --pid` attached: named from
+    /// /proc), `inherited` (used without an open the trace saw), `maps`.
     pub how: String,
     /// The file's path as opened; a socket's peer (`127.0.0.1:5432`, `[::1]:80`, a Unix path) or,
     /// bound, its local address; what /proc named an inherited descriptor (`pipe:[123]`).
@@ -107,7 +109,8 @@ pub struct FootprintRequest {
     pub bytes_in: i64,
     /// Bytes of the write that answered it.
     pub bytes_out: i64,
-    /// The first bytes read (up to 128, text with others escaped): a JSON-RPC request's method.
+    /// The first bytes read (up to 255, text with others escaped): a JSON-RPC request's method, an
+    /// HTTP request's headers and the start of its body.
     pub head_in: String,
     /// The first bytes of the answer (up to 128).
     pub head_out: String,

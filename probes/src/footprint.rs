@@ -11,6 +11,8 @@
 //!   kernel makes again later starts from zero, and its rows still add up);
 //! - a descriptor's row (`footprint_fds`) is written at its close (the close record carries its
 //!   counters), and at the end for those still open or whose process exited with them;
+//! - a duplicated descriptor's row (`how` = `dup`) named as its original; under `trace --pid`,
+//!   what the process held at the attach (`how` = `before_attach`, [`Footprint::adopt`]);
 //! - a request's row (`footprint_requests`) when its answer is written, or at the end;
 //! - the libraries a process mapped executable: the files it opened and mmapped with PROT_EXEC
 //!   (the kernel marks the descriptor), and what `/proc/PID/maps` shows at each look (the program
@@ -23,6 +25,7 @@ use aya::Ebpf;
 use causeway_model::footprint::syscall_name;
 use causeway_model::{FootprintCpu, FootprintExec, FootprintFd, FootprintPart, FootprintRequest, FootprintSyscall};
 
+use crate::footprint_names::{file_label, kind_of, proc_fd_name, sockaddr_label, std_name, text_of};
 use crate::wire::{fp, FpRec};
 
 /// CW_FP_NR_CPU: the pseudo syscall under which a process's CPU time is kept.
@@ -141,78 +144,6 @@ fn gone(pid: u32) -> bool {
     !std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// Bytes as text: printable ASCII and UTF-8 kept, others escaped (`\x00`), NULs at the end dropped.
-pub(crate) fn text_of(raw: &[u8]) -> String {
-    let raw = match raw.iter().rposition(|&b| b != 0) {
-        Some(end) => &raw[..=end],
-        None => &[],
-    };
-    let s = String::from_utf8_lossy(raw);
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A `struct sockaddr` as a connect or bind passed it: the address a person reads
-/// (`127.0.0.1:5432`, `[::1]:80`, a Unix socket's path, `@name` for an abstract one) and its family.
-pub(crate) fn sockaddr_label(raw: &[u8]) -> (String, i64) {
-    if raw.len() < 2 {
-        return (String::new(), 0);
-    }
-    let family = u16::from_ne_bytes([raw[0], raw[1]]);
-    let port = |r: &[u8]| if r.len() >= 4 { u16::from_be_bytes([r[2], r[3]]) } else { 0 };
-    let label = match family {
-        2 if raw.len() >= 8 => format!("{}:{}", std::net::Ipv4Addr::new(raw[4], raw[5], raw[6], raw[7]), port(raw)),
-        10 if raw.len() >= 24 => {
-            let mut a = [0u8; 16];
-            a.copy_from_slice(&raw[8..24]);
-            let v6 = std::net::Ipv6Addr::from(a);
-            match v6.to_ipv4_mapped() {
-                Some(v4) => format!("{v4}:{}", port(raw)),
-                None => format!("[{v6}]:{}", port(raw)),
-            }
-        }
-        1 => {
-            let path = &raw[2..];
-            match path.first() {
-                Some(0) if path.len() > 1 => format!("@{}", text_of(&path[1..])),
-                Some(_) => text_of(path.split(|&b| b == 0).next().unwrap_or(&[])),
-                None => "unix socket (unnamed)".into(),
-            }
-        }
-        f => format!("family {f}"),
-    };
-    (label, i64::from(family))
-}
-
-/// What /proc calls descriptor `fd` of `pid` now (`/dev/pts/0`, `pipe:[123]`, `socket:[9]`), if alive.
-fn proc_fd_name(pid: u32, fd: i32) -> Option<String> {
-    std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok().map(|p| p.to_string_lossy().into_owned())
-}
-
-/// The kind of a descriptor named `name` with descriptor flags `flags`.
-fn kind_of(name: &str, flags: u64, how: &str) -> &'static str {
-    if flags & fp::F_EXEC != 0 {
-        "library"
-    } else if flags & fp::F_SOCKET != 0 || name.starts_with("socket:") || matches!(how, "connect" | "accept" | "bind") {
-        "socket"
-    } else if name.starts_with("pipe:") {
-        "pipe"
-    } else if name.starts_with('/') {
-        "file"
-    } else {
-        "other"
-    }
-}
-
 /// The user-space side of the footprint: rows not written yet, and what is needed to make them.
 pub(crate) struct Footprint {
     offset_ns: i64,
@@ -299,7 +230,11 @@ impl Footprint {
                 fp::CLOSE => {
                     let key = (r.pid, r.fd);
                     let mut row = self.open.remove(&key).unwrap_or_else(|| {
-                        let name = self.proc_names.remove(&key).unwrap_or_else(|| std_name(r.fd));
+                        let name = self
+                            .proc_names
+                            .remove(&key)
+                            .or_else(|| file_label(r.family, &r.addr))
+                            .unwrap_or_else(|| std_name(r.fd));
                         FootprintFd {
                             pid: r.pid,
                             fd: r.fd,
@@ -313,6 +248,37 @@ impl Footprint {
                     self.fill_counters(&mut row, r.flags, r.bytes_read, r.bytes_written, r.reads, r.writes);
                     row.closed_ns = if r.ret == 1 { ts } else { 0 };
                     self.push_fd(row);
+                }
+                fp::DUP => {
+                    // the copy is named as its original (bytes through either are its file's)
+                    let from = (r.pid, r.ret as i32);
+                    let (name, flags) = match self.open.get(&from) {
+                        Some(o) => (o.name.clone(), o.flags),
+                        None => (
+                            self.proc_names
+                                .get(&from)
+                                .cloned()
+                                .or_else(|| file_label(r.family, &r.addr))
+                                .or_else(|| proc_fd_name(r.pid, r.fd))
+                                .unwrap_or_else(|| std_name(from.1)),
+                            0,
+                        ),
+                    };
+                    let row = FootprintFd {
+                        pid: r.pid,
+                        tid: r.tid,
+                        fd: r.fd,
+                        kind: kind_of(&name, r.flags, "dup").into(),
+                        how: "dup".into(),
+                        name,
+                        opened_ns: ts,
+                        flags,
+                        request: r.request,
+                        ..Default::default()
+                    };
+                    if let Some(stale) = self.open.insert((r.pid, r.fd), row) {
+                        self.pending.fds.push(stale);
+                    }
                 }
                 fp::EXEC => {
                     let argv = r.text2.split(|&b| b == 0).filter(|a| !a.is_empty()).map(text_of);
@@ -348,6 +314,39 @@ impl Footprint {
                 _ => {}
             }
         }
+    }
+
+    /// `trace --pid`: what `pid` holds open as the trace attaches, named now and counted from now
+    /// on (`how` = `before_attach`; `footprint_names.rs`). A descriptor the kernel saw opened
+    /// since the attach keeps its own entry; one it saw only used gets the flags /proc tells (an
+    /// accepted connection's requests). A note when it held more than were named.
+    pub(crate) fn adopt(&mut self, maps: &mut FpMaps, pid: u32) -> Option<String> {
+        let (held, total) = crate::footprint_names::held_descriptors(pid);
+        let named = held.len();
+        for h in held {
+            let key = FpFdKey { pid, fd: h.fd };
+            let val = match maps.fds.get(&key, 0) {
+                Ok(v) if v.opened != 0 => continue,
+                Ok(v) => FpFdVal { flags: v.flags | h.fd_flags as u32, ..v },
+                Err(_) => FpFdVal { flags: h.fd_flags as u32, ..Default::default() },
+            };
+            if maps.fds.insert(key, val, 0).is_err() {
+                continue; // the table is full: the kernel counts that
+            }
+            let row = FootprintFd {
+                pid,
+                fd: h.fd,
+                kind: h.kind.into(),
+                how: "before_attach".into(),
+                name: h.name,
+                flags: h.flags,
+                ..Default::default()
+            };
+            self.open.entry((pid, h.fd)).or_insert(row);
+        }
+        (total > named).then(|| {
+            format!("footprint: pid {pid} held {total} descriptors at the attach; the first {named} were named")
+        })
     }
 
     fn fill_counters(&self, row: &mut FootprintFd, flags: u64, br: u64, bw: u64, reads: u64, writes: u64) {
@@ -496,49 +495,13 @@ impl Footprint {
     }
 }
 
-/// The name of a descriptor nothing named: the three standard ones by name.
-fn std_name(fd: i32) -> String {
-    match fd {
-        0 => "stdin".into(),
-        1 => "stdout".into(),
-        2 => "stderr".into(),
-        n => format!("fd {n}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn sockaddrs_read_as_people_write_them() {
-        let mut v4 = vec![2u8, 0, 0x1f, 0x90, 127, 0, 0, 1];
-        v4.extend([0u8; 8]);
-        assert_eq!(sockaddr_label(&v4), ("127.0.0.1:8080".to_string(), 2));
-        let mut v6 = vec![10u8, 0, 0, 80, 0, 0, 0, 0];
-        let mut a = [0u8; 16];
-        a[15] = 1;
-        v6.extend(a);
-        assert_eq!(sockaddr_label(&v6).0, "[::1]:80");
-        let mut unix = vec![1u8, 0];
-        unix.extend(b"/run/db.sock\0\0\0");
-        assert_eq!(sockaddr_label(&unix).0, "/run/db.sock");
-        let mut abs = vec![1u8, 0, 0];
-        abs.extend(b"name");
-        assert_eq!(sockaddr_label(&abs).0, "@name");
-    }
-
-    #[test]
-    fn texts_are_escaped_and_cut_at_their_nuls() {
-        assert_eq!(text_of(b"{\"method\":\"x\"}\n\0\0"), "{\"method\":\"x\"}\\n");
-        assert_eq!(text_of(b"a\x01b"), "a\\x01b");
-        assert_eq!(text_of(b"\0\0"), "");
-    }
-
-    #[test]
-    fn a_close_finishes_its_open_and_a_request_its_begin() {
-        let mut f = Footprint::new();
-        let rec = |what, fd, text: &[u8]| FpRec {
+    /// A record of process 7 in request 1.
+    fn rec(what: u8, fd: i32, text: &[u8]) -> FpRec {
+        FpRec {
             what,
             family: 0,
             pid: 7,
@@ -559,7 +522,12 @@ mod tests {
             comm: "srv".into(),
             text: text.to_vec(),
             text2: Vec::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_close_finishes_its_open_and_a_request_its_begin() {
+        let mut f = Footprint::new();
         let mut close = rec(fp::CLOSE, 5, b"");
         (close.bytes_read, close.bytes_written, close.reads, close.writes) = (100, 4096, 2, 1);
         f.on_records(vec![
@@ -577,5 +545,25 @@ mod tests {
         assert_eq!(p.requests.len(), 1);
         assert_eq!(p.requests[0].head_in, "{\"method\":\"tools/call\"}");
         assert_eq!(p.requests[0].head_out, "{\"result\":1}");
+    }
+
+    #[test]
+    fn a_copy_is_named_as_its_original_and_an_unopened_pipe_by_its_inode() {
+        let mut f = Footprint::new();
+        let mut dup = rec(fp::DUP, 9, b"");
+        dup.ret = 5; // dup2(5, 9)
+        let mut close_copy = rec(fp::CLOSE, 9, b"");
+        close_copy.bytes_written = 12;
+        // a pipe nothing opened, closed: the kernel sends its type and inode
+        let mut close_pipe = rec(fp::CLOSE, 3, b"");
+        close_pipe.family = 0o1;
+        close_pipe.addr[..8].copy_from_slice(&4242u64.to_ne_bytes());
+        f.on_records(vec![rec(fp::OPEN, 5, b"/var/log/a.log\0"), dup, close_copy, close_pipe]);
+        let p = f.take();
+        let copy = p.fds.iter().find(|r| r.fd == 9).unwrap();
+        assert_eq!((copy.name.as_str(), copy.how.as_str(), copy.kind.as_str()), ("/var/log/a.log", "dup", "file"));
+        assert_eq!(copy.bytes_written, 12);
+        let pipe = p.fds.iter().find(|r| r.fd == 3).unwrap();
+        assert_eq!((pipe.name.as_str(), pipe.kind.as_str()), ("pipe:[4242]", "pipe"));
     }
 }

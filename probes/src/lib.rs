@@ -27,6 +27,7 @@ mod devices;
 mod discovery;
 mod error;
 mod footprint;
+mod footprint_names;
 mod gpu_state;
 mod gpu_timeline;
 mod host_watch;

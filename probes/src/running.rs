@@ -161,6 +161,14 @@ impl<'o> Running<'o> {
         };
         run.footprint = run.probes.footprint.is_some().then(crate::footprint::Footprint::new);
         run.child = start_targets(opts, &mut run.probes, &mut run.libs, &mut run.report)?;
+        if let (Some(f), Some(maps)) = (&mut run.footprint, &mut run.probes.footprint) {
+            // what the attached processes hold already (traced first: a close from now on is seen)
+            for &p in &opts.pids {
+                if let Some(note) = f.adopt(maps, p) {
+                    run.probes.notes.push(note);
+                }
+            }
+        }
         if run.walk_python {
             for &p in &opts.pids {
                 run.python.check(&mut run.probes, p, true);

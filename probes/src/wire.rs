@@ -272,6 +272,8 @@ pub mod fp {
     pub const EXEC: u8 = 6;
     pub const REQ_BEGIN: u8 = 7;
     pub const REQ_END: u8 = 8;
+    pub const DUP: u8 = 9;
+    pub const F_REQUEST: u64 = 1;
     pub const F_EXEC: u64 = 2;
     pub const F_SOCKET: u64 = 4;
 }

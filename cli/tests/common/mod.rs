@@ -72,3 +72,24 @@ pub fn chain_words(c: &serde_json::Value) -> String {
     }
     s
 }
+
+/// A TCP peer for a traced server to ask (the footprint tests): accepts one connection, answers
+/// each line with "pong\n"; its port, and the thread that returns the lines it read.
+pub fn pong_peer() -> (u16, std::thread::JoinHandle<Vec<String>>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        use std::io::{BufRead, Write};
+        let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+        let mut got = Vec::new();
+        let mut line = String::new();
+        while r.read_line(&mut line).unwrap_or(0) > 0 {
+            got.push(line.trim().to_string());
+            (&s).write_all(b"pong\n").unwrap();
+            line.clear();
+        }
+        got
+    });
+    (port, h)
+}

@@ -17,7 +17,7 @@ use crate::local::LOCAL;
 use crate::FleetError;
 
 /// Each table shipped by watermark, its mark's column in the local trace and in `ship_watermarks`.
-const MARKED: [(&str, &str, &str); 8] = [
+const MARKED: [(&str, &str, &str); 13] = [
     ("events", "id", "events_hi"),
     ("nccl_calls", "rowid", "nccl_calls_hi"),
     ("gpu_samples", "rowid", "gpu_samples_hi"),
@@ -26,6 +26,11 @@ const MARKED: [(&str, &str, &str); 8] = [
     ("gpu_ops", "rowid", "gpu_ops_hi"),
     ("gpu_clock_syncs", "rowid", "gpu_clock_syncs_hi"),
     ("gpu_timeline_notes", "rowid", "gpu_timeline_notes_hi"),
+    ("footprint_syscalls", "rowid", "footprint_syscalls_hi"),
+    ("footprint_cpu", "rowid", "footprint_cpu_hi"),
+    ("footprint_fds", "rowid", "footprint_fds_hi"),
+    ("footprint_requests", "rowid", "footprint_requests_hi"),
+    ("footprint_execs", "rowid", "footprint_execs_hi"),
 ];
 
 /// How far a trace is shipped (or how far the local trace goes).
@@ -39,6 +44,11 @@ pub struct Marks {
     pub gpu_ops: i64,
     pub gpu_clock_syncs: i64,
     pub gpu_timeline_notes: i64,
+    pub footprint_syscalls: i64,
+    pub footprint_cpu: i64,
+    pub footprint_fds: i64,
+    pub footprint_requests: i64,
+    pub footprint_execs: i64,
 }
 
 impl Marks {
@@ -59,6 +69,11 @@ impl Marks {
             "gpu_ops" => Some(&mut self.gpu_ops),
             "gpu_clock_syncs" => Some(&mut self.gpu_clock_syncs),
             "gpu_timeline_notes" => Some(&mut self.gpu_timeline_notes),
+            "footprint_syscalls" => Some(&mut self.footprint_syscalls),
+            "footprint_cpu" => Some(&mut self.footprint_cpu),
+            "footprint_fds" => Some(&mut self.footprint_fds),
+            "footprint_requests" => Some(&mut self.footprint_requests),
+            "footprint_execs" => Some(&mut self.footprint_execs),
             _ => None,
         }
     }

@@ -60,6 +60,11 @@ impl Behind {
             (l.gpu_ops - s.gpu_ops, "device ops"),
             (l.gpu_clock_syncs - s.gpu_clock_syncs, "device clock calibrations"),
             (l.gpu_timeline_notes - s.gpu_timeline_notes, "device timeline notes"),
+            (l.footprint_syscalls - s.footprint_syscalls, "footprint syscall rows"),
+            (l.footprint_cpu - s.footprint_cpu, "footprint CPU rows"),
+            (l.footprint_fds - s.footprint_fds, "footprint descriptors"),
+            (l.footprint_requests - s.footprint_requests, "footprint requests"),
+            (l.footprint_execs - s.footprint_execs, "footprint execs"),
         ]
         .into_iter()
         .filter(|(n, _)| *n > 0)
