@@ -118,9 +118,10 @@ pub struct Args {
     /// With --pid, each running process gets the library through ptrace (its main thread held for
     /// about a millisecond at a system call; the `attached` note says how long) and records for
     /// the whole trace, or --gpu-window, or (--gpu-dormant) only in the windows `causeway
-    /// gpu-window` or an MCP client opens. A service traced with --all sets
-    /// CUDA_INJECTION64_PATH=<libcauseway_inject.so> and CAUSEWAY_GPU_SOCKET=<--gpu-socket> in its
-    /// own environment.
+    /// gpu-window`, an MCP client or a --gpu-trigger opens. With --all, each CUDA process it adopts
+    /// gets the library the same way once it has loaded libcuda, unless its environment names an
+    /// injection library (a service may set CUDA_INJECTION64_PATH=<libcauseway_inject.so> and
+    /// CAUSEWAY_GPU_SOCKET=<--gpu-socket> itself).
     #[arg(long)]
     pub gpu_timeline: bool,
     /// With --pid: record the attached processes' device timeline for this long from the attach
@@ -304,9 +305,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         session.pid_filter = "all".into();
     }
     anyhow::ensure!(
-        (args.gpu_trigger.is_none() && args.gpu_pre_trigger.is_none()) || !args.pids.is_empty(),
-        "--gpu-trigger and --gpu-pre-trigger open windows on processes attached with --pid (a launched command \
-         records its whole run with --gpu-timeline)"
+        (args.gpu_trigger.is_none() && args.gpu_pre_trigger.is_none()) || !args.pids.is_empty() || args.all,
+        "--gpu-trigger and --gpu-pre-trigger open windows on processes attached with --pid or --all (a launched \
+         command records its whole run with --gpu-timeline)"
     );
     if let Some(node) = &args.node {
         anyhow::ensure!(!node.trim().is_empty(), "--node: an empty name");

@@ -4,7 +4,8 @@
 //! its output and exit status are what they are untraced, the pause of its main thread is in the
 //! trace; a dormant attach records only in the windows `causeway gpu-window` opens; every process
 //! that must be left alone (stopped, already traced, under seccomp, not a CUDA process, exiting
-//! during the attach) gets a clear line and runs on as it was.
+//! during the attach) gets a clear line and runs on as it was; `trace --all --gpu-timeline`
+//! attaches the CUDA processes it adopts, running before it or started later.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::attached_loop::{finished_as_untraced, notes, serial, start_loop, trace_pid};
-use common::{causeway, query_u64, require_root_to};
+use common::{causeway, query_rows, query_u64, require_root_to};
 
 #[test]
 fn a_running_loop_attached_mid_run_gets_its_device_timeline_from_the_attach_on() {
@@ -310,4 +311,49 @@ fn a_process_in_its_own_mount_namespace_gets_the_library_through_its_root() {
     assert!(attached[0].2.contains("(/tmp/causeway-attach-"), "the copy in its own /tmp: {}", attached[0].2);
     let kernels = query_u64(&db, "SELECT COUNT(*) FROM gpu_ops WHERE kind = 1");
     assert!(kernels >= 400, "its kernels reached the tracer through the socket in its root: {kernels}");
+}
+
+#[test]
+fn trace_all_attaches_the_cuda_processes_it_adopts_running_or_started_later() {
+    require_root_to("attach the injection library to the processes --all adopts (ptrace, eBPF)");
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("all.db");
+    // one loop running before the trace, one started 2 s into it; each runs some 6.5 s
+    let before = start_loop(&["--steps", "1500", "--host-us", "200"]);
+    let tracer = causeway()
+        .args(["trace", "--all", "--nvml-hz", "0", "--gpu-timeline", "--gpu-library"])
+        .arg(causeway_testdata::inject_library())
+        .args(["--duration", "6s", "--db"])
+        .arg(&db)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let later = start_loop(&["--steps", "1500", "--host-us", "200"]);
+    let (a, b) = (before.id(), later.id());
+    let out = tracer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    finished_as_untraced(before, 1500);
+    finished_as_untraced(later, 1500);
+    for pid in [a, b] {
+        let attached = query_rows(
+            &db,
+            &format!("SELECT ts_ns, detail FROM gpu_timeline_notes WHERE kind = 'attached' AND pid = {pid}"),
+        );
+        assert_eq!(attached.len(), 1, "pid {pid} attached: {stderr}");
+        let at = attached[0][0].as_i64().unwrap();
+        let kernels = query_u64(&db, &format!("SELECT COUNT(*) FROM gpu_ops WHERE kind = 1 AND pid = {pid}"));
+        assert!(kernels >= 100, "pid {pid}'s kernels: {kernels}");
+        let early =
+            query_u64(&db, &format!("SELECT COUNT(*) FROM gpu_ops WHERE pid = {pid} AND start_ns < {at} - 5000000"));
+        assert_eq!(early, 0, "pid {pid}: nothing from before its attach");
+        let tied = query_u64(
+            &db,
+            &format!("SELECT COUNT(*) FROM gpu_ops WHERE kind = 1 AND pid = {pid} AND launch_tid = {pid} AND launch_start_ns > 0"),
+        );
+        assert!(tied * 100 >= kernels * 95, "pid {pid}: kernels tied to their launches: {tied} of {kernels}");
+    }
 }

@@ -88,6 +88,10 @@ pub(crate) struct Running<'o> {
     pub(crate) cupti_watch: Option<std::sync::mpsc::Sender<crate::gpu_timeline::coexist::Watch>>,
     /// Processes whose first CUDA call the rules were told of.
     cuda_seen: HashSet<u32>,
+    /// `--all --gpu-timeline`: the CUDA processes to load the injection library into, each with
+    /// when it was queued (one that has not loaded libcuda yet waits, up to
+    /// [`crate::gpu_timeline::attach::WAIT_FOR_LIBCUDA`]).
+    pub(crate) attach_queue: Vec<(u32, Instant)>,
     /// `--gpu-trigger`: the watches over NVML samples, step labels and serving scrapes, and where
     /// the windows they open are asked for (the device-timeline thread).
     pub(crate) triggers:
@@ -154,6 +158,7 @@ impl<'o> Running<'o> {
             serving: None,
             cupti_watch: None,
             triggers: None,
+            attach_queue: Vec::new(),
             cuda_seen: HashSet::new(),
             last_look: (started, false),
             devices: crate::devices::DeviceMap::default(),
@@ -286,6 +291,11 @@ impl<'o> Running<'o> {
         }
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
         let injection = crate::gpu_timeline::coexist::injection_of(&environ);
+        // `--all --gpu-timeline`: a process whose environment names no injection library gets ours
+        // by pid (one that names it records already; another tool's keeps its own)
+        if self.opts.all && injection.is_none() {
+            self.attach_queue.push((pid, Instant::now()));
+        }
         let _ = w.send(crate::gpu_timeline::coexist::Watch::CudaProcess { pid, injection });
     }
 

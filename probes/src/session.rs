@@ -261,6 +261,8 @@ pub async fn trace(
     run.watch_serving(crate::serving::ServingWatch::start(&opts.serving, serving_tx));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut poll = tokio::time::interval(Duration::from_millis(opts.lib_poll_ms.max(10)));
+    // `--all --gpu-timeline`: the attaches of adopted processes, each on a blocking thread
+    let (attach_tx, mut attach_rx) = tokio::sync::mpsc::unbounded_channel();
     loop {
         // no `biased;`: under a constant stream of batches the poll (deadline, exit) must still run
         tokio::select! {
@@ -269,7 +271,17 @@ pub async fn trace(
                 Some(msg) => run.on_batch(msg).await,
                 None => break,
             },
-            _ = poll.tick(), if !run.stopping => run.on_poll().await,
+            _ = poll.tick(), if !run.stopping => {
+                run.on_poll().await;
+                if let Some(d) = &device {
+                    dispatch_attaches(&mut run, d, &attach_tx);
+                }
+            }
+            Some((pid, done)) = attach_rx.recv() => {
+                if let Some(d) = &device {
+                    on_attached(&mut run, d, &opts, pid, done).await;
+                }
+            }
             _ = tick.tick() => progress(&run.on_tick().await),
             Some(g) = gpu_rx.recv() => run.on_gpu(g).await,
             Some(news) = next_label(&mut labels) => run.on_label(news).await,
@@ -330,9 +342,9 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
     if !opts.gpu_timeline.enabled {
         return Ok((None, None));
     }
-    if opts.command.is_empty() && opts.pids.is_empty() {
+    if opts.command.is_empty() && opts.pids.is_empty() && !opts.all {
         return Ok((None, Some(format!(
-            "--gpu-timeline records a command the trace launches, or the processes named with --pid (attached through ptrace); the processes --all adopts keep theirs off (set {INJECTION_ENV} and {SOCKET_ENV} in a service's environment to record it)"
+            "--gpu-timeline records a command the trace launches, the processes named with --pid or those --all adopts (attached through ptrace), or a service whose environment sets {INJECTION_ENV} and {SOCKET_ENV}"
         ))));
     }
     if opts.command.is_empty() {
@@ -367,71 +379,123 @@ fn open_gpu_timeline(opts: &mut TraceOptions) -> Result<(Option<GpuTimelineSocke
 /// held), the window the trace asked for opened once the library connects. A process that cannot
 /// be attached is left as it was and the trace goes on without its device view, saying why.
 async fn attach_running(run: &mut Running<'_>, device: &GpuTimelineSocket, opts: &TraceOptions) {
-    use crate::gpu_timeline::{attach, Command, WHOLE_TRACE_MS};
-    let g = &opts.gpu_timeline;
     for &pid in &opts.pids {
-        let paths = match attach::target_paths(pid, &device.library, &device.path) {
-            Ok(p) => p,
-            Err(e) => {
-                run.note_all([format!("no device timeline for pid {pid}: {e}")]);
-                continue;
-            }
-        };
-        if let Some(extra) = &paths.listen_also {
-            if let Err(e) = device.listen_also(extra) {
-                run.note_all([format!("no device timeline for pid {pid}: listening in its mount namespace: {e:#}")]);
-                continue;
-            }
-        }
-        let p = paths.clone();
-        let done = tokio::task::spawn_blocking(move || attach::attach(pid, &p)).await;
-        let attached = match done {
-            Ok(Ok(a)) => a,
-            Ok(Err(why)) => {
-                run.note_all([format!("no device timeline for pid {pid}: {why}")]);
-                continue;
-            }
-            Err(e) => {
-                run.note_all([format!("no device timeline for pid {pid}: the attach panicked ({e})")]);
-                continue;
-            }
-        };
-        let window_ms = (!g.dormant).then(|| g.window_ms.unwrap_or(WHOLE_TRACE_MS));
-        let reason = match g.window_ms {
-            Some(ms) => format!("opened by the trace: --gpu-window {} s", ms as f64 / 1000.0),
-            None => "opened by the trace: the whole trace".to_string(),
-        };
-        let pre_ms = g.triggers.pre_ms;
-        let _ = device.commands.send(Command::Attached { pid, window_ms, reason, pre_ms });
-        let mut detail = attached.describe();
-        if attached.busy {
-            detail.push_str("; the library there already records for another live tracer: no window from this one");
-        } else if g.triggers.pre_ms > 0 {
-            detail.push_str(&format!(
-                "; armed: records kept {} s in the tracer's memory, stored only in windows",
-                g.triggers.pre_ms as f64 / 1000.0
-            ));
-        } else if g.dormant {
-            detail.push_str("; dormant: `causeway gpu-window --pid PID --for 10s` or an MCP client opens a window");
-        }
-        if !g.triggers.kinds.is_empty() {
-            let names: Vec<&str> = g.triggers.kinds.iter().map(|k| k.name()).collect();
-            detail.push_str(&format!(
-                "; triggers {} open windows of {} s",
-                names.join(","),
-                g.triggers.window_ms as f64 / 1000.0
-            ));
-        }
-        run.note_all([format!("pid {pid}: {detail}")]);
-        let note = causeway_model::GpuTimelineNote {
-            pid,
-            ts_ns: crate::decode::mono_to_realtime_offset() + crate::labels::monotonic_ns(),
-            kind: causeway_gpu_wire::note::ATTACHED.into(),
-            count: attached.held.as_nanos() as i64,
-            detail,
-        };
-        run.on_gpu_timeline(causeway_store::GpuTimelinePart { notes: vec![note], ..Default::default() }).await;
+        let Some(paths) = prepare_attach(run, device, pid) else { continue };
+        let done = tokio::task::spawn_blocking(move || crate::gpu_timeline::attach::attach(pid, &paths))
+            .await
+            .unwrap_or_else(|e| Err(format!("the attach panicked ({e})")));
+        on_attached(run, device, opts, pid, done).await;
     }
+}
+
+/// Where the library and the socket are for `pid` (another mount namespace gets a copy and a
+/// second listening socket); `None`, said in a note, when they cannot be.
+fn prepare_attach(
+    run: &mut Running<'_>,
+    device: &GpuTimelineSocket,
+    pid: u32,
+) -> Option<crate::gpu_timeline::attach::TargetPaths> {
+    let paths = match crate::gpu_timeline::attach::target_paths(pid, &device.library, &device.path) {
+        Ok(p) => p,
+        Err(e) => {
+            run.note_all([format!("no device timeline for pid {pid}: {e}")]);
+            return None;
+        }
+    };
+    if let Some(extra) = &paths.listen_also {
+        if let Err(e) = device.listen_also(extra) {
+            run.note_all([format!("no device timeline for pid {pid}: listening in its mount namespace: {e:#}")]);
+            return None;
+        }
+    }
+    Some(paths)
+}
+
+/// `trace --all --gpu-timeline`: the queued CUDA processes that have loaded libcuda are attached,
+/// each on a blocking thread (the trace loop goes on; the result comes back on `tx`); one that has
+/// not yet waits for a later poll, up to `WAIT_FOR_LIBCUDA`.
+fn dispatch_attaches(
+    run: &mut Running<'_>,
+    device: &GpuTimelineSocket,
+    tx: &tokio::sync::mpsc::UnboundedSender<(u32, Result<crate::gpu_timeline::attach::Attached, String>)>,
+) {
+    use crate::gpu_timeline::attach;
+    for (pid, since) in std::mem::take(&mut run.attach_queue) {
+        if !attach::has_libcuda(pid) {
+            if !crate::process::alive(pid) {
+                continue;
+            }
+            if since.elapsed() < attach::WAIT_FOR_LIBCUDA {
+                run.attach_queue.push((pid, since));
+            } else {
+                run.note_all([format!(
+                    "no device timeline for pid {pid}: it calls CUDA but had not loaded libcuda {} s after its first call",
+                    attach::WAIT_FOR_LIBCUDA.as_secs()
+                )]);
+            }
+            continue;
+        }
+        let Some(paths) = prepare_attach(run, device, pid) else { continue };
+        let tx = tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let _ = tx.send((pid, attach::attach(pid, &paths)));
+        });
+    }
+}
+
+/// What an attach came to: the window (or the dormant state, or the pre-trigger buffer) asked
+/// for, the `attached` note; or why the process was left as it was.
+async fn on_attached(
+    run: &mut Running<'_>,
+    device: &GpuTimelineSocket,
+    opts: &TraceOptions,
+    pid: u32,
+    done: Result<crate::gpu_timeline::attach::Attached, String>,
+) {
+    use crate::gpu_timeline::{Command, WHOLE_TRACE_MS};
+    let g = &opts.gpu_timeline;
+    let attached = match done {
+        Ok(a) => a,
+        Err(why) => {
+            run.note_all([format!("no device timeline for pid {pid}: {why}")]);
+            return;
+        }
+    };
+    let window_ms = (!g.dormant).then(|| g.window_ms.unwrap_or(WHOLE_TRACE_MS));
+    let reason = match g.window_ms {
+        Some(ms) => format!("opened by the trace: --gpu-window {} s", ms as f64 / 1000.0),
+        None => "opened by the trace: the whole trace".to_string(),
+    };
+    let pre_ms = g.triggers.pre_ms;
+    let _ = device.commands.send(Command::Attached { pid, window_ms, reason, pre_ms });
+    let mut detail = attached.describe();
+    if attached.busy {
+        detail.push_str("; the library there already records for another live tracer: no window from this one");
+    } else if g.triggers.pre_ms > 0 {
+        detail.push_str(&format!(
+            "; armed: records kept {} s in the tracer's memory, stored only in windows",
+            g.triggers.pre_ms as f64 / 1000.0
+        ));
+    } else if g.dormant {
+        detail.push_str("; dormant: `causeway gpu-window --pid PID --for 10s` or an MCP client opens a window");
+    }
+    if !g.triggers.kinds.is_empty() {
+        let names: Vec<&str> = g.triggers.kinds.iter().map(|k| k.name()).collect();
+        detail.push_str(&format!(
+            "; triggers {} open windows of {} s",
+            names.join(","),
+            g.triggers.window_ms as f64 / 1000.0
+        ));
+    }
+    run.note_all([format!("pid {pid}: {detail}")]);
+    let note = causeway_model::GpuTimelineNote {
+        pid,
+        ts_ns: crate::decode::mono_to_realtime_offset() + crate::labels::monotonic_ns(),
+        kind: causeway_gpu_wire::note::ATTACHED.into(),
+        count: attached.held.as_nanos() as i64,
+        detail,
+    };
+    run.on_gpu_timeline(causeway_store::GpuTimelinePart { notes: vec![note], ..Default::default() }).await;
 }
 
 /// What the device-timeline socket received, or never when there is none.

@@ -23,6 +23,9 @@ use remote::RemoteError;
 
 /// How long the attach waits for the main thread's next system call that is safe to take.
 const PATIENCE: Duration = Duration::from_secs(3);
+/// How long `trace --all --gpu-timeline` waits for a CUDA process to load libcuda (the runtime
+/// loads it at its first call) before it leaves the process without a device view.
+pub const WAIT_FOR_LIBCUDA: Duration = Duration::from_secs(30);
 
 /// `RTLD_NOW`.
 const RTLD_NOW: u64 = 2;
@@ -104,6 +107,18 @@ pub fn target_paths(pid: u32, library: &Path, socket: &Path) -> Result<TargetPat
     })
 }
 
+/// Whether `maps` (a `/proc/PID/maps`) maps libcuda: the process is a CUDA process the library can
+/// record.
+fn maps_libcuda(maps: &str) -> bool {
+    maps.lines().any(|l| l.contains("/libcuda.so"))
+}
+
+/// Whether `pid` has loaded libcuda yet (a process that loaded the runtime only has not: the
+/// runtime loads the driver at its first call).
+pub fn has_libcuda(pid: u32) -> bool {
+    maps_libcuda(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default())
+}
+
 /// Why `pid` must be left alone, before anything is done to it.
 pub fn refusal(pid: u32) -> Option<String> {
     let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
@@ -142,7 +157,7 @@ pub fn refusal(pid: u32) -> Option<String> {
         return Some(format!("pid {pid} cannot be attached: {why}; left as it is"));
     }
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    if !maps.lines().any(|l| l.contains("/libcuda.so")) {
+    if !maps_libcuda(&maps) {
         return Some(format!(
             "pid {pid} has not loaded libcuda (not a CUDA process, or not yet): no device timeline to record; left as it is"
         ));
