@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::aligned::{align_views, any_multi_handle_sql, late_tables_sql, Entries};
 use crate::lake::LAKE;
 use crate::progress::{traces_behind, TraceBehind};
+use crate::summaries::{self, Coverage, Summarized, SUMMARY_TABLES};
 use crate::FleetError;
 
 /// One run of consecutive late collectives of a straggler.
@@ -320,20 +321,67 @@ ORDER BY nodes.node"
     }
 
     /// How to read every rank's entry into every collective, one per process (see [`Entries`]).
-    fn entries(&self) -> Result<Entries, FleetError> {
+    pub(crate) fn entries(&self) -> Result<Entries, FleetError> {
         let multi: i64 = self.conn.query_row(&any_multi_handle_sql(), [], |r| r.get(0))?;
         let several: i64 =
             self.conn.query_row("SELECT count(*) FROM node_first_offset WHERE offsets > 1", [], |r| r.get(0))?;
         Ok(Entries { grouped: multi > 0, several_offsets: several > 0 })
     }
 
-    /// The stragglers of every communicator, the most waited-for first, with their episodes.
+    /// Bring the lake's per-collective summaries up to date (`fleet maintain`, on a shipping
+    /// connection; see `summaries.rs`).
+    pub fn summarize(&self) -> Result<Summarized, FleetError> {
+        crate::lake::retry_conflicts(5, || summaries::summarize(&self.conn, self.entries()?))
+    }
+
+    /// The stragglers of every communicator, the most waited-for first, with their episodes: from
+    /// the per-collective summaries where `fleet maintain` keeps them (and the rows of the
+    /// collectives they lack), else from the rows. The same answer either way.
     pub fn stragglers(&self) -> Result<Vec<FleetStraggler>, FleetError> {
+        // asked each time: a reader kept open (the MCP server's) sees the first maintain's tables
+        let tables = strings(
+            &self.conn,
+            &format!("SELECT table_name FROM information_schema.tables WHERE table_catalog = '{LAKE}'"),
+        )?;
+        self.stragglers_reading(SUMMARY_TABLES.iter().all(|t| tables.iter().any(|x| x == t)))
+    }
+
+    /// [`Fleet::stragglers`] from every row, never from the summaries.
+    pub fn stragglers_from_rows(&self) -> Result<Vec<FleetStraggler>, FleetError> {
+        self.stragglers_reading(false)
+    }
+
+    fn stragglers_reading(&self, summarized: bool) -> Result<Vec<FleetStraggler>, FleetError> {
+        // one snapshot of the lake for every statement: the summaries, the rows shipped since, the
+        // rows read for the candidates
+        self.conn.execute_batch("BEGIN TRANSACTION")?;
+        let answer = self.stragglers_in_transaction(summarized);
+        match &answer {
+            Ok(_) => self.conn.execute_batch("COMMIT")?,
+            Err(_) => drop(self.conn.execute_batch("ROLLBACK")),
+        }
+        answer
+    }
+
+    fn stragglers_in_transaction(&self, summarized: bool) -> Result<Vec<FleetStraggler>, FleetError> {
         // the late collectives once, then the episodes and the medians from them
         let lap = std::time::Instant::now();
         let entries = self.entries()?;
         tracing::debug!(?entries, ms = lap.elapsed().as_millis() as u64, "stragglers: how to read the entries");
-        for (what, sql) in late_tables_sql(entries) {
+        let lap = std::time::Instant::now();
+        let coverage = if summarized { summaries::coverage(&self.conn, entries)? } else { Coverage::Unusable };
+        tracing::debug!(?coverage, ms = lap.elapsed().as_millis() as u64, "stragglers: the summaries' coverage");
+        let cand_entries = match coverage {
+            Coverage::Unusable => "cand_entries",
+            Coverage::Partial { .. } => "cand_entries_summarized",
+        };
+        let statements: Vec<(&str, String)> = match coverage {
+            Coverage::Unusable => late_tables_sql(entries).into(),
+            Coverage::Partial { .. } => std::iter::once(("candidates (summaries)", summaries::cand_sql()))
+                .chain(summaries::late_sql())
+                .collect(),
+        };
+        for (what, sql) in statements {
             let lap = std::time::Instant::now();
             self.conn.execute_batch(&sql)?;
             tracing::debug!(ms = lap.elapsed().as_millis() as u64, "stragglers: {what}");
@@ -419,7 +467,7 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
         // a fleet's on-time ranks each paid at every late collective, and nothing reads theirs)
         let paid = format!(
             "SELECT c.comm_hash, c.node, c.trace_uid, c.pid, l.seq, (l.last_ns - c.enter_ns)::BIGINT
-             FROM late l JOIN cand_entries c ON c.comm_hash = l.comm_hash AND c.seq = l.seq
+             FROM late l JOIN {cand_entries} c ON c.comm_hash = l.comm_hash AND c.seq = l.seq
              SEMI JOIN (SELECT comm_hash, node, trace_uid, pid FROM late GROUP BY ALL HAVING count(*) >= {MIN_LATE}) s
                ON s.comm_hash = c.comm_hash AND s.node = c.node AND s.trace_uid = c.trace_uid AND s.pid = c.pid
              WHERE NOT (c.node = l.node AND c.trace_uid = l.trace_uid AND c.pid = l.pid) ORDER BY l.seq"
@@ -466,7 +514,7 @@ GROUP BY comm_hash, node, trace_uid, pid, island ORDER BY comm_hash, node, trace
     /// Price the stragglers' costs at the rate of the lake's GPU model (`rates`: the built-in
     /// table, the config file, `--gpu-rate`); the rate, or why there is none.
     pub fn price(&self, stragglers: &mut [FleetStraggler], rates: &Rates) -> Result<Result<Rate, String>, FleetError> {
-        let rate = causeway_analysis::rate_of(&self.gpu_models()?, rates);
+        let rate = self.rate(rates)?;
         if let Ok(r) = &rate {
             for s in stragglers.iter_mut() {
                 s.cost.dollars = Some(causeway_analysis::dollars_of(s.cost.gpu_ns, r));
