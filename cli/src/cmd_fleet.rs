@@ -394,8 +394,11 @@ fn behind_line(node: &str, b: &TraceBehind) -> String {
 
 fn print_costs(costs: &FleetCosts) {
     let money = |d: Option<f64>| d.map(causeway_analysis::dollars).unwrap_or_else(|| "-".into());
+    println!(
+        "what stalls cost (a straggler: every other rank's wait for it; a hang: the waiting ranks' calls in flight)"
+    );
     for (what, rows) in [("node", &costs.per_node), ("job", &costs.per_job)] {
-        println!("cost per {what} (stragglers: every other rank's wait for them; hangs: the waiting ranks' calls in flight):");
+        println!("per {what}:");
         let mut t =
             Table::new(&[what, ">stragglers", ">their GPU time", ">hangs", ">their GPU time", ">GPU time", ">cost"]);
         for c in rows {
