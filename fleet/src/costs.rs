@@ -20,9 +20,10 @@ use std::collections::BTreeMap;
 use causeway_analysis::{dollars_of, CostBasis, GpuCost, Rate, Rates};
 use serde::Serialize;
 
-use crate::analyses::{Fleet, FleetStraggler};
+use crate::analyses::Fleet;
 use crate::hangs::FleetHang;
 use crate::lake::LAKE;
+use crate::stragglers::FleetStraggler;
 use crate::FleetError;
 
 /// What one node's or one job's stalls cost.

@@ -201,11 +201,11 @@ CREATE OR REPLACE TEMP TABLE dirty AS SELECT DISTINCT comm_hash, seq FROM dirty_
         ));
     }
     if parts.is_empty() {
-        conn.execute_batch(&format!(
+        conn.execute_batch(
             "CREATE OR REPLACE TEMP TABLE dirty (comm_hash BIGINT, seq BIGINT);
 CREATE OR REPLACE TEMP TABLE dirty_entries (comm_hash BIGINT, seq BIGINT, node VARCHAR, trace_uid VARCHAR,
-  pid BIGINT, enter_ns BIGINT, tid BIGINT, rank BIGINT, nranks BIGINT, err_ns BIGINT);"
-        ))?;
+  pid BIGINT, enter_ns BIGINT, tid BIGINT, rank BIGINT, nranks BIGINT, err_ns BIGINT);",
+        )?;
         return Ok(0);
     }
     let lap = std::time::Instant::now();
