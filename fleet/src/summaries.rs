@@ -26,7 +26,8 @@
 //! watermark, and the lake's `nccl_calls` rows are never deleted or updated. The rows shipped
 //! since are found without reading the others: none when the table's row count is the one
 //! summarized; else DuckLake's change feed from the snapshot after the summarized one, used only
-//! when it holds exactly the rows added (else every row id is compared). A collective after a
+//! when it holds as many rows as were added (else every row id is compared, as `fleet maintain`
+//! does). A collective after a
 //! dirty one has its gap recomputed too. Grouped entries (a
 //! process holding two handles of a communicator) are read from the rows: which process is grouped
 //! can change with any new row.
@@ -112,15 +113,19 @@ fn count(conn: &Connection, sql: &str) -> Result<i64, FleetError> {
 }
 
 /// The SQL of the collectives (comm_hash, seq) with rows shipped since `kept` was summarized:
-/// none when the row count is unchanged; else those of the change feed's insertions when they are
-/// exactly the rows added; else those of the rows at or above the row id watermark.
-fn shipped_since(conn: &Connection, kept: &State) -> Result<Option<String>, FleetError> {
+/// none when the row count is unchanged; else, with `feed`, those of the change feed's insertions
+/// when it holds as many rows as were added; else those of the rows at or above the row id
+/// watermark. (`fleet maintain` compares row ids: it has just expired old snapshots.)
+fn shipped_since(conn: &Connection, kept: &State, feed: bool) -> Result<Option<String>, FleetError> {
     let rows = count(conn, &format!("SELECT count(*) FROM {LAKE}.nccl_calls"))?;
     if rows == kept.rows {
         return Ok(None);
     }
     let is_collective = is_collective_sql();
-    let feed = || -> Result<bool, FleetError> {
+    let from_feed = || -> Result<bool, FleetError> {
+        if !feed {
+            return Ok(false);
+        }
         let now = count(conn, &format!("SELECT id FROM {LAKE}.current_snapshot()"))?;
         conn.execute_batch(&format!(
             "CREATE OR REPLACE TEMP TABLE shipped_rows AS
@@ -129,12 +134,12 @@ SELECT comm_hash, seq, op FROM {LAKE}.table_insertions('nccl_calls', {}, {now})"
         ))?;
         Ok(count(conn, "SELECT count(*) FROM shipped_rows")? == rows - kept.rows)
     };
-    match feed() {
+    match from_feed() {
         Ok(true) => Ok(Some(format!("SELECT comm_hash, seq FROM shipped_rows n WHERE {is_collective}"))),
         other => {
             tracing::debug!(
                 ?other,
-                "summaries: the change feed does not hold the rows shipped since; row ids compared"
+                "summaries: the rows shipped since found by row id (the change feed not asked, or not whole)"
             );
             Ok(Some(format!(
                 "SELECT comm_hash, seq FROM {LAKE}.nccl_calls n WHERE n.rowid >= {} AND {is_collective}",
@@ -172,7 +177,7 @@ FROM d LEFT JOIN node_first_offset f USING (node) GROUP BY d.node ORDER BY d.nod
 
 /// Make `dirty` and `dirty_entries` (see [`Coverage`]) against the summaries `kept`, or with every
 /// collective dirty when `kept` is `None` (no summaries yet, or unusable ones).
-fn read_dirty(conn: &Connection, entries: Entries, kept: Option<&State>) -> Result<i64, FleetError> {
+fn read_dirty(conn: &Connection, entries: Entries, kept: Option<&State>, feed: bool) -> Result<i64, FleetError> {
     let is_collective = is_collective_sql();
     let Some(kept) = kept else {
         conn.execute_batch(&format!(
@@ -183,7 +188,7 @@ CREATE OR REPLACE TEMP TABLE dirty AS SELECT DISTINCT comm_hash, seq FROM dirty_
         return count(conn, "SELECT count(*) FROM dirty");
     };
     let lap = std::time::Instant::now();
-    let mut parts: Vec<String> = shipped_since(conn, kept)?.into_iter().collect();
+    let mut parts: Vec<String> = shipped_since(conn, kept, feed)?.into_iter().collect();
     tracing::debug!(ms = lap.elapsed().as_millis() as u64, "summaries: the rows shipped since");
     let lap = std::time::Instant::now();
     let moved: Vec<String> = clock_changes(conn)?
@@ -238,7 +243,7 @@ pub(crate) fn coverage(conn: &Connection, entries: Entries) -> Result<Coverage, 
     if kept.grouped || entries.grouped {
         return Ok(Coverage::Unusable);
     }
-    Ok(Coverage::Partial { dirty: read_dirty(conn, entries, Some(&kept))? })
+    Ok(Coverage::Partial { dirty: read_dirty(conn, entries, Some(&kept), true)? })
 }
 
 /// The common table expressions of every collective now (`per`: comm_hash, seq, ranks_in,
@@ -323,7 +328,7 @@ pub(crate) fn summarize(conn: &Connection, entries: Entries) -> Result<Summarize
         )?;
         let snapshot = count(conn, &format!("SELECT id FROM {LAKE}.current_snapshot()"))?;
         let kept = state(conn)?.filter(|k| !k.grouped && !entries.grouped);
-        let collectives = read_dirty(conn, entries, kept.as_ref())?;
+        let collectives = read_dirty(conn, entries, kept.as_ref(), false)?;
         // the touched collectives' rows as they are now, gaps computed again, in place of theirs
         conn.execute_batch(&format!(
             "CREATE OR REPLACE TEMP TABLE rewrite AS
