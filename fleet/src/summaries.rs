@@ -27,10 +27,9 @@
 //! since are found without reading the others: none when the table's row count is the one
 //! summarized; else DuckLake's change feed from the snapshot after the summarized one, used only
 //! when it holds as many rows as were added (else every row id is compared, as `fleet maintain`
-//! does). A collective after a
-//! dirty one has its gap recomputed too. Grouped entries (a
-//! process holding two handles of a communicator) are read from the rows: which process is grouped
-//! can change with any new row.
+//! does). A collective after a dirty one has its gap computed again too. Grouped entries (a
+//! process holding two handles of a communicator) are always read from the rows: which process is
+//! grouped can change with any new row.
 
 use causeway_analysis::LATE_FLOOR_NS;
 use duckdb::Connection;
@@ -60,7 +59,7 @@ CREATE TABLE IF NOT EXISTS lake.collective_summary_clocks (
     offset_ns BIGINT NOT NULL, err_ns BIGINT NOT NULL);
 ";
 
-/// The summaries' tables, for `Fleet::new`'s check that a lake has them.
+/// The summaries' tables: the straggler query reads them when the lake has all of them.
 pub(crate) const SUMMARY_TABLES: [&str; 5] = [
     "collective_summaries",
     "collective_spread_entries",
@@ -165,10 +164,10 @@ FROM d LEFT JOIN node_first_offset f USING (node) GROUP BY d.node ORDER BY d.nod
     while let Some(r) = rows.next()? {
         let (node, first_changed, from, offsets): (String, bool, Option<i64>, i64) =
             (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+        // (a node with one offset, unchanged, has every row aligned with it, whatever its flushes chose)
         if first_changed {
             out.push((node, i64::MIN));
         } else if offsets > 1 {
-            // one offset (unchanged): every row is aligned with it, whatever the flushes chose
             out.push((node, from.unwrap_or(i64::MIN)));
         }
     }
