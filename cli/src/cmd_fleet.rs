@@ -1,8 +1,9 @@
 //! `causeway fleet`: questions only a fleet answers, over a lake the hosts shipped to: the nodes,
-//! their clocks, the straggler at each collective, every rank's waits. Every cross-host answer
+//! their clocks, the straggler at each collective, every rank's waits, what the stalls cost per
+//! node and per job. Every cross-host answer
 //! lists the clock offset and bound of each node it compares.
 
-use causeway_fleet::{Access, Fleet, LakeSpec, NodeClock, TraceBehind};
+use causeway_fleet::{Access, Fleet, FleetCosts, LakeSpec, NodeClock, TraceBehind};
 use causeway_model::time::{fmt_ns, fmt_utc};
 
 use crate::cmd_ship::{signed, LakeArgs};
@@ -26,6 +27,9 @@ enum What {
     Stragglers(Common),
     /// Per rank and communicator: how long it waited at collectives for the last rank in.
     Waits(Common),
+    /// What the stragglers and the hangs cost, per node and per job: GPU time (every waiting
+    /// rank's) and money at the lake's GPU rate.
+    Costs(Common),
     /// The collectives a job hangs at: per communicator, the ranks that entered its last
     /// collective and still wait (a call in flight when their trace ended) and the ranks that never
     /// did, with their node and what each was doing instead.
@@ -89,7 +93,7 @@ struct Common {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-    /// US dollars per GPU-hour for the stragglers' cost, over the config file
+    /// US dollars per GPU-hour for the stragglers' and hangs' cost, over the config file
     /// (`~/.config/causeway/gpu-rates.json`) and the built-in list prices by GPU model.
     #[arg(long, value_name = "DOLLARS")]
     gpu_rate: Option<f64>,
@@ -104,6 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         What::Clock(c) => (c, Answer::Clock),
         What::Stragglers(c) => (c, Answer::Stragglers),
         What::Waits(c) => (c, Answer::Waits),
+        What::Costs(c) => (c, Answer::Costs),
         What::Hangs(c) => (c, Answer::Hangs),
         What::Ops(c) => (c, Answer::Ops),
     };
@@ -238,8 +243,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             print!("{}", t.render());
             print_clocks(&clocks);
         }
+        Answer::Costs => {
+            let rates = causeway_analysis::Rates::load(common.gpu_rate).map_err(anyhow::Error::msg)?;
+            let costs = fleet.costs(&rates)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&costs)?);
+                return Ok(0);
+            }
+            print_costs(&costs);
+        }
         Answer::Hangs => {
-            let hangs = fleet.hangs()?;
+            let mut hangs = fleet.hangs()?;
+            let rates = causeway_analysis::Rates::load(common.gpu_rate).map_err(anyhow::Error::msg)?;
+            let rate = fleet.price_hangs(&mut hangs, &rates)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&hangs)?);
                 return Ok(0);
@@ -266,7 +282,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     }
                 }
                 print!("{}", t.render());
+                println!("  cost so far: {}", h.cost.words());
                 println!("  drill down: causeway fleet explain --lake LAKE --node NODE (each node's hang, its thread and code)");
+            }
+            if !hangs.is_empty() {
+                match &rate {
+                    Ok(r) => println!("priced at ${}/GPU-hour ({})", r.dollars_per_gpu_hour, r.source),
+                    Err(why) => println!("cost in GPU time only: {why}"),
+                }
             }
         }
         Answer::Ops => {
@@ -310,7 +333,13 @@ fn run_maintain(m: &MaintainArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&steps)?);
     } else {
         for s in &steps {
-            println!("{}: {:.2} s", s.step, s.seconds);
+            match &s.summarized {
+                Some(d) => println!(
+                    "{}: {:.2} s ({} collectives read from their rows, {} summaries kept)",
+                    s.step, s.seconds, d.collectives, d.summaries
+                ),
+                None => println!("{}: {:.2} s", s.step, s.seconds),
+            }
         }
     }
     Ok(0)
@@ -322,6 +351,7 @@ enum Answer {
     Clock,
     Stragglers,
     Waits,
+    Costs,
     Hangs,
     Ops,
 }
@@ -360,6 +390,46 @@ fn behind_line(node: &str, b: &TraceBehind) -> String {
          running ships it, else on host {}: causeway ship --db {}",
         b.trace_uid, b.flushes, b.events_shipped, b.hostname, b.local_path
     )
+}
+
+fn print_costs(costs: &FleetCosts) {
+    let money = |d: Option<f64>| d.map(causeway_analysis::dollars).unwrap_or_else(|| "-".into());
+    println!(
+        "what stalls cost (a straggler: every other rank's wait for it; a hang: the waiting ranks' calls in flight)"
+    );
+    for (what, rows) in [("node", &costs.per_node), ("job", &costs.per_job)] {
+        println!("per {what}:");
+        let mut t =
+            Table::new(&[what, ">stragglers", ">their GPU time", ">hangs", ">their GPU time", ">GPU time", ">cost"]);
+        for c in rows {
+            t.row(vec![
+                c.name.clone(),
+                c.stragglers.to_string(),
+                fmt_ns(c.straggler_gpu_ns),
+                c.hangs.to_string(),
+                fmt_ns(c.hang_gpu_ns),
+                fmt_ns(c.gpu_ns),
+                money(c.dollars),
+            ]);
+        }
+        print!("{}", t.render());
+    }
+    if costs.hangs_on_several_nodes > 0 {
+        println!(
+            "{} hang(s) with ranks missing on several nodes: counted per job only (no one node to charge)",
+            costs.hangs_on_several_nodes
+        );
+    }
+    println!(
+        "total: {} of GPU time{}",
+        fmt_ns(costs.gpu_ns),
+        costs.dollars.map(|d| format!(", {}", causeway_analysis::dollars(d))).unwrap_or_default()
+    );
+    match (&costs.rate, &costs.no_rate) {
+        (Some(r), _) => println!("priced at ${}/GPU-hour ({})", r.dollars_per_gpu_hour, r.source),
+        (_, Some(why)) => println!("cost in GPU time only: {why}"),
+        _ => {}
+    }
 }
 
 fn print_clocks(clocks: &[NodeClock]) {

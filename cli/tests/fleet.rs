@@ -151,6 +151,7 @@ fn shippers_resume_after_sigkill_and_wait_out_a_frozen_catalog() {
         causeway(&catalog, &["fleet", "maintain", "--keep", "0s", "--lake", &catalog.ship_lake()]).output().unwrap();
     let text = ok(out, "fleet maintain");
     assert!(text.contains("merge adjacent files") && text.contains("delete unreferenced files"), "{text}");
+    assert!(text.contains("summarize collectives") && text.contains("collectives read from their rows"), "{text}");
     assert_eq!(lake_count(&catalog, "SELECT count(*) FROM events"), 1600);
     assert_eq!(lake_count(&catalog, "SELECT count(DISTINCT node || ':' || id) FROM events"), 1600);
     let n = nodes(&catalog);
@@ -168,6 +169,22 @@ fn shippers_resume_after_sigkill_and_wait_out_a_frozen_catalog() {
     assert_eq!(v["stragglers"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["stragglers"][0]["late_collectives"], 20);
     assert_eq!(v["clocks"].as_array().unwrap().len(), 4);
+    // what it cost, per node and per job: every other rank's wait, priced at the rate given
+    let waited = v["stragglers"][0]["waited_ns"].as_i64().unwrap();
+    assert_eq!(v["stragglers"][0]["cost"]["gpus"], 3, "the three ranks that waited: {v}");
+    let out = causeway(&catalog, &["fleet", "costs", "--json", "--gpu-rate", "2", "--lake", &catalog.read_lake()])
+        .output()
+        .unwrap();
+    let c: serde_json::Value = serde_json::from_str(&ok(out, "fleet costs --json")).unwrap();
+    assert_eq!(c["per_node"].as_array().unwrap().len(), 1, "{c}");
+    assert_eq!(c["per_node"][0]["name"], "gpu-2");
+    assert_eq!((c["per_node"][0]["straggler_gpu_ns"].as_i64(), c["gpu_ns"].as_i64()), (Some(waited), Some(waited)));
+    assert_eq!(c["per_job"].as_array().unwrap().len(), 1, "one job: {c}");
+    let dollars = c["per_node"][0]["dollars"].as_f64().unwrap();
+    assert!((dollars - waited as f64 / 3.6e12 * 2.0).abs() < 1e-9, "{c}");
+    let out = causeway(&catalog, &["fleet", "costs", "--lake", &catalog.read_lake()]).output().unwrap();
+    let text = ok(out, "fleet costs");
+    assert!(text.contains("per node:") && text.contains("per job:") && text.contains("gpu-2"), "{text}");
 
     // a real MCP client (the Python MCP SDK) asks `causeway mcp --lake` for the straggler
     let venv = std::env::var_os("CAUSEWAY_VENV")
@@ -533,6 +550,35 @@ fn a_hang_shipped_to_the_lake_names_the_rank_that_never_arrived_and_its_node() {
     assert_eq!(ranks("missing"), [2], "{h}");
     assert_eq!(h["missing"][0]["node"], "gpu-h");
     assert_eq!(h["missing"][0]["last_seq"].as_i64(), Some(40), "{h}");
+    // what it cost so far: the two waiting ranks' calls in flight, as their stored rows say, charged
+    // to the node of the rank that never arrived
+    let held = ok(
+        causeway(
+            &catalog,
+            &[
+                "fleet",
+                "query",
+                "--json",
+                "--lake",
+                &catalog.read_lake(),
+                &format!(
+                    "SELECT sum(d)::BIGINT FROM (SELECT pid, max(duration) AS d FROM events WHERE ret_code = -1
+                     AND source IN (1, 4, 9) AND pid IN ({}, {}) GROUP BY pid)",
+                    h["waiting"][0]["pid"], h["waiting"][1]["pid"]
+                ),
+            ],
+        )
+        .output()
+        .unwrap(),
+        "the waiting ranks' calls in flight",
+    );
+    let held: serde_json::Value = serde_json::from_str(&held).unwrap();
+    let held = held["rows"][0][0].as_i64().unwrap();
+    assert_eq!((h["cost"]["gpu_ns"].as_i64(), h["cost"]["gpus"].as_i64()), (Some(held), Some(2)), "{h}");
+    let out = causeway(&catalog, &["fleet", "costs", "--json", "--lake", &catalog.read_lake()]).output().unwrap();
+    let c: serde_json::Value = serde_json::from_str(&ok(out, "fleet costs --json")).unwrap();
+    assert_eq!(c["per_node"][0]["name"], "gpu-h", "{c}");
+    assert_eq!((c["per_node"][0]["hangs"].as_i64(), c["per_node"][0]["hang_gpu_ns"].as_i64()), (Some(1), Some(held)));
     // the same collective as the one-host explain names
     let out = causeway(&catalog, &["explain", "--json", "--db", db.to_str().unwrap()]).output().unwrap();
     let e: serde_json::Value = serde_json::from_str(&ok(out, "explain")).unwrap();

@@ -57,7 +57,7 @@ CREATE OR REPLACE TEMP VIEW node_first_offset AS
 /// collectives among `rows` (`nccl_calls` rows, as a table or a subquery) with their aligned
 /// times: the nodes with one chosen offset (or none) by a plain join, the others by the flush
 /// before each row.
-fn collectives_views(name: &str, rows: &str) -> String {
+pub(crate) fn collectives_views(name: &str, rows: &str) -> String {
     let is_collective = is_collective_sql();
     format!(
         "CREATE OR REPLACE TEMP VIEW {name}_one_offset AS
@@ -80,7 +80,7 @@ CREATE OR REPLACE TEMP VIEW {name} AS
 
 /// Which `nccl_calls` rows (as `n`) are entries into a collective matched across ranks: the
 /// `collectives` view's rows.
-fn is_collective_sql() -> String {
+pub(crate) fn is_collective_sql() -> String {
     let ops: Vec<String> = NCCL_COLLECTIVES.iter().map(|c| c.op.to_string()).collect();
     format!("n.comm_hash != 0 AND n.seq > 0 AND n.op IN ({})", ops.join(", "))
 }
@@ -166,45 +166,67 @@ pub(crate) fn any_multi_handle_sql() -> String {
 pub(crate) fn late_tables_sql(entries: Entries) -> [(&'static str, String); 4] {
     let cand_rows = format!("(SELECT * FROM {LAKE}.nccl_calls SEMI JOIN cand USING (comm_hash, seq))");
     let (all, of_cand) = (entries.sql("collectives"), entries.sql("cand_collectives"));
-    [
-        (
-            "candidates (first read)",
-            format!(
-                "CREATE OR REPLACE TEMP TABLE cand AS
-WITH per AS MATERIALIZED (
+    let per = format!(
+        "per AS MATERIALIZED (
   SELECT comm_hash, seq, min(enter_ns) AS first_ns, max(enter_ns) AS last_ns
   FROM ({all}) GROUP BY comm_hash, seq HAVING count(*) >= 2),
-period AS (
-  SELECT a.comm_hash, quantile_disc(a.first_ns - b.first_ns, 0.5) FILTER (WHERE a.first_ns > b.first_ns) AS period_ns
-  FROM per a JOIN per b ON b.comm_hash = a.comm_hash AND b.seq = a.seq - 1 GROUP BY a.comm_hash)
-SELECT comm_hash, seq, coalesce(period_ns, 0) AS period_ns FROM per LEFT JOIN period USING (comm_hash)
-WHERE last_ns - first_ns >= greatest({LATE_FLOOR_NS}, coalesce(period_ns, 0) // {LATE_PERIOD_DIVISOR})"
-            ),
-        ),
+gaps AS (
+  SELECT a.comm_hash, a.first_ns - b.first_ns AS gap_ns
+  FROM per a JOIN per b ON b.comm_hash = a.comm_hash AND b.seq = a.seq - 1)"
+    );
+    [
+        ("candidates (first read)", cand_table_sql(&per)),
         ("candidates' views", collectives_views("cand_collectives", &cand_rows)),
         ("candidates' entries (second read)", format!("CREATE OR REPLACE TEMP TABLE cand_entries AS {of_cand}")),
-        (
-            "late collectives",
-            format!(
-                "CREATE OR REPLACE TEMP TABLE late AS
-WITH who AS (
+        ("late collectives", late_table_sql(&lasts_sql("cand_entries"))),
+    ]
+}
+
+/// The temporary table `cand` (comm_hash, seq, period_ns): the collectives that may be late, with
+/// their communicator's median period (see [`late_tables_sql`]). `with` defines the common table
+/// expressions `per` (one row per collective entered by two ranks or more: comm_hash, seq,
+/// first_ns, last_ns) and `gaps` (comm_hash, gap_ns: per collective whose predecessor (seq - 1) is
+/// in `per`, its first entry minus the predecessor's).
+pub(crate) fn cand_table_sql(with: &str) -> String {
+    format!(
+        "CREATE OR REPLACE TEMP TABLE cand AS
+WITH {with},
+period AS (
+  SELECT comm_hash, quantile_disc(gap_ns, 0.5) FILTER (WHERE gap_ns > 0) AS period_ns FROM gaps GROUP BY comm_hash)
+SELECT comm_hash, seq, coalesce(period_ns, 0) AS period_ns FROM per LEFT JOIN period USING (comm_hash)
+WHERE last_ns - first_ns >= greatest({LATE_FLOOR_NS}, coalesce(period_ns, 0) // {LATE_PERIOD_DIVISOR})"
+    )
+}
+
+/// The temporary table `late` (one row per late collective) from `cand` and `lasts` (SQL of
+/// [`lasts_sql`]'s columns, one row per candidate or more).
+pub(crate) fn late_table_sql(lasts: &str) -> String {
+    format!(
+        "CREATE OR REPLACE TEMP TABLE late AS
+SELECT l.*, cand.period_ns FROM ({lasts}) l JOIN cand USING (comm_hash, seq)
+WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns)"
+    )
+}
+
+/// Per collective of `entries` (a table or subquery of [`Entries::sql`]'s columns): who entered
+/// last (node, trace_uid, pid, tid, rank, nranks), by how much after the one before (`late_ns`),
+/// the two entries' clock bounds (`err_ns`), what the others waited (`waited_ns`), when
+/// (`last_ns`) and how many ranks were in (`ranks_in`).
+pub(crate) fn lasts_sql(entries: &str) -> String {
+    format!(
+        "WITH who AS (
   SELECT comm_hash, seq, count(*) AS n, sum(enter_ns::HUGEINT) AS sum_enter, max(enter_ns, 2) AS last2,
          arg_max(err_ns, enter_ns, 2) AS errs,
          arg_max(hash(node), enter_ns, 2) AS nodes, arg_max(node, enter_ns) AS node,
          arg_max(trace_uid, enter_ns) AS trace_uid, arg_max(pid, enter_ns) AS pid, arg_max(tid, enter_ns) AS tid,
          arg_max(rank, enter_ns) AS rank, arg_max(nranks, enter_ns) AS nranks
-  FROM cand_entries GROUP BY comm_hash, seq),
-late AS (
-  SELECT comm_hash, seq, node, trace_uid, pid, tid, rank, nranks,
-         last2[1] - last2[2] AS late_ns,
-         -- two entries on one node share its clock: its offset's error cancels
-         CASE WHEN nodes[1] = nodes[2] THEN 0 ELSE errs[1] + errs[2] END AS err_ns,
-         (n::HUGEINT * last2[1] - sum_enter)::BIGINT AS waited_ns,
-         last2[1] AS last_ns, n AS ranks_in, period_ns
-  FROM cand JOIN who USING (comm_hash, seq))
-SELECT * FROM late
-WHERE late_ns >= greatest({LATE_FLOOR_NS}, period_ns // {LATE_PERIOD_DIVISOR}, 2 * err_ns)"
-            ),
-        ),
-    ]
+  FROM {entries} GROUP BY comm_hash, seq)
+SELECT comm_hash, seq, node, trace_uid, pid::BIGINT AS pid, tid::BIGINT AS tid, rank::BIGINT AS rank,
+       nranks::BIGINT AS nranks, last2[1] - last2[2] AS late_ns,
+       -- two entries on one node share its clock: its offset's error cancels
+       CASE WHEN nodes[1] = nodes[2] THEN 0 ELSE errs[1] + errs[2] END AS err_ns,
+       (n::HUGEINT * last2[1] - sum_enter)::BIGINT AS waited_ns,
+       last2[1] AS last_ns, n AS ranks_in
+FROM who"
+    )
 }

@@ -49,7 +49,7 @@ pub struct RankState {
 }
 
 /// A communicator whose ranks hang at one collective.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct FleetHang {
     pub comm_hash: i64,
     /// The collective the waiting ranks entered and the missing ones never did.
@@ -60,6 +60,9 @@ pub struct FleetHang {
     pub waiting: Vec<RankState>,
     /// Ranks that never entered it.
     pub missing: Vec<RankState>,
+    /// What it has cost so far ([`crate::costs::hang_cost`]): the waiting ranks' calls in flight,
+    /// one GPU each; priced by `Fleet::price_hangs`.
+    pub cost: causeway_analysis::GpuCost,
     /// One sentence.
     pub summary: String,
 }
@@ -168,7 +171,8 @@ fn hang_of(ranks: &[Row]) -> Option<FleetHang> {
         fmt_ns(longest),
         missing_words.join("; ")
     );
-    Some(FleetHang { comm_hash: ranks[0].comm_hash, seq: top, op, nranks, waiting, missing, summary })
+    let cost = crate::costs::hang_cost(&waiting);
+    Some(FleetHang { comm_hash: ranks[0].comm_hash, seq: top, op, nranks, waiting, missing, cost, summary })
 }
 
 #[cfg(test)]

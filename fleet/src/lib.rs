@@ -10,7 +10,10 @@
 //! - the lake's tables (`schema.rs`): the local tables mirrored with `node` and `trace_uid`, and
 //!   the fleet's own (watermarks, clocks, aggregates);
 //! - [`Fleet`] (`analyses.rs`): the cross-host analyses as SQL over the lake (clock alignment in
-//!   views, stragglers per collective with episodes, per-rank waits, nodes);
+//!   views, per-rank waits, nodes) and the stragglers per collective with episodes
+//!   (`stragglers.rs`), read from the per-collective summaries `maintain` keeps (`summaries.rs`)
+//!   where it can;
+//! - [`FleetCosts`] (`costs.rs`): what the stragglers and hangs cost, per node and per job;
 //! - [`node_store`] (`store.rs`): one node's trace in the lake as a `TraceStore`, so every
 //!   per-host analysis runs on it unchanged;
 //! - [`maintain`]: the lake's housekeeping through DuckLake's own procedures;
@@ -22,6 +25,7 @@
 mod aligned;
 mod analyses;
 pub mod clock;
+mod costs;
 mod hangs;
 pub mod lake;
 mod local;
@@ -33,13 +37,15 @@ mod schema;
 mod ship;
 mod small_tables;
 mod store;
+mod stragglers;
+mod summaries;
 mod tier;
 
 pub use aligned::align_views;
 pub use analyses::{
-    query, sync_predicate, Episode, Fleet, FleetStraggler, NodeClock, NodeOp, NodeSummary, RankWait, OUTLIER_MIN_CALLS,
-    OUTLIER_RATIO,
+    query, sync_predicate, Fleet, NodeClock, NodeOp, NodeSummary, RankWait, OUTLIER_MIN_CALLS, OUTLIER_RATIO,
 };
+pub use costs::{hang_cost, CostTotal, FleetCosts};
 pub use hangs::{CallInFlight, FleetHang, RankState};
 pub use lake::{connect, Access, LakeSpec};
 pub use local::node_and_host;
@@ -50,6 +56,8 @@ pub use retry::{is_transient, DEFAULT_RETRY_FOR};
 pub use schema::{FLEET_DDL, MIRRORED, TABLE_DOCS};
 pub use ship::{Behind, Marks, ShipOptions, ShipReport, Shipper, TEST_PAUSE_ENV};
 pub use store::{latest_node_store, node_store, node_traces};
+pub use stragglers::{Episode, FleetStraggler};
+pub use summaries::Summarized;
 pub use tier::{summary_predicate, Tier};
 
 /// What can go wrong in the fleet, worded for the person who can fix it.

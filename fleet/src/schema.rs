@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS lake.ship_windows (
 ";
 
 /// One-line descriptions of the lake's tables, for `describe` answers and the docs.
-pub const TABLE_DOCS: [(&str, &str); 11] = [
+pub const TABLE_DOCS: [(&str, &str); 12] = [
     (
         "events",
         "the shipped events of every node (the local `events` columns; `node` set, `trace_uid` names the local trace)",
@@ -100,6 +100,12 @@ pub const TABLE_DOCS: [(&str, &str); 11] = [
         "gpu_ops",
         "every node's device timeline (kernels, copies, memsets, syncs on the node's own clock), shipped once the \
          trace is finished and each op names its launching call (launch_event_id = events.id of the same trace)",
+    ),
+    (
+        "collective_summaries",
+        "per collective (comm_hash, seq): ranks in, first and last entry on aligned clocks, gap to the one before; \
+         kept by `fleet maintain` for the straggler query, with collective_spread_entries, collective_last_entries, \
+         collective_summary_state and collective_summary_clocks (the rows and alignment summarized)",
     ),
 ];
 

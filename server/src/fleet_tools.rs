@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use causeway_fleet::{
-    Fleet, FleetError, FleetHang, FleetStraggler, LakeReader, NodeClock, NodeOp, NodeSummary, RankWait,
+    Fleet, FleetCosts, FleetError, FleetHang, FleetStraggler, LakeReader, NodeClock, NodeOp, NodeSummary, RankWait,
 };
 use causeway_model::time::fmt_ns;
 use schemars::JsonSchema;
@@ -51,6 +51,15 @@ pub struct FleetWaitsOutput {
 pub struct FleetHangsOutput {
     pub summary: String,
     pub hangs: Vec<FleetHang>,
+    /// The rate the hangs' costs are priced at, or why there is none (GPU time is given either way).
+    pub rate: String,
+    pub hint: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FleetCostsOutput {
+    pub summary: String,
+    pub costs: FleetCosts,
     pub hint: String,
 }
 
@@ -130,10 +139,7 @@ fn stragglers(lake: &LakeReader, _: NoArgs) -> Result<FleetStragglersOutput, Str
         let rate = f.price(&mut s, &rates)?;
         Ok((s, f.clocks()?, rate))
     })?;
-    let rate = match rate {
-        Ok(r) => format!("${}/GPU-hour ({})", r.dollars_per_gpu_hour, r.source),
-        Err(why) => why,
-    };
+    let rate = rate_words(rate);
     let summary = match stragglers.first() {
         None => format!("no straggler: no rank entered two or more collectives late; {}", clocks_words(&clocks)),
         Some(s) => format!(
@@ -181,17 +187,62 @@ fn waits(lake: &LakeReader, _: NoArgs) -> Result<FleetWaitsOutput, String> {
     Ok(FleetWaitsOutput { summary, waits, clocks })
 }
 
+/// The rate, or why there is none, in words.
+fn rate_words(rate: Result<causeway_analysis::Rate, String>) -> String {
+    match rate {
+        Ok(r) => format!("${}/GPU-hour ({})", r.dollars_per_gpu_hour, r.source),
+        Err(why) => why,
+    }
+}
+
 fn hangs(lake: &LakeReader, _: NoArgs) -> Result<FleetHangsOutput, String> {
-    let hangs = fleet(lake, Fleet::hangs)?;
+    let rates = causeway_analysis::Rates::load(None)?;
+    let (hangs, rate) = fleet(lake, |f| {
+        let mut h = f.hangs()?;
+        let rate = f.price_hangs(&mut h, &rates)?;
+        Ok((h, rate))
+    })?;
     let summary = match hangs.first() {
         None => "no hang: no communicator has ranks waiting at a collective that others never entered".into(),
         Some(h) if hangs.len() == 1 => h.summary.clone(),
         Some(h) => format!("{} communicators hang; the first: {}", hangs.len(), h.summary),
     };
+    let summary = match hangs.first() {
+        Some(h) => format!("{summary}; cost so far: {}", h.cost.words()),
+        None => summary,
+    };
     Ok(FleetHangsOutput {
         summary,
         hangs,
+        rate: rate_words(rate),
         hint: "drill down: get_causal_chains with trace \"node:NAME\" names each node's call in flight, its thread and its code".into(),
+    })
+}
+
+fn costs(lake: &LakeReader, _: NoArgs) -> Result<FleetCostsOutput, String> {
+    let rates = causeway_analysis::Rates::load(None)?;
+    let costs = fleet(lake, |f| f.costs(&rates))?;
+    let money = |d: Option<f64>| d.map(|d| format!(" ({})", causeway_analysis::dollars(d))).unwrap_or_default();
+    let top = |rows: &[causeway_fleet::CostTotal]| match rows.first() {
+        Some(c) => format!("{} {}{}", c.name, fmt_ns(c.gpu_ns), money(c.dollars)),
+        None => "none".into(),
+    };
+    let priced = match (&costs.rate, &costs.no_rate) {
+        (Some(r), _) => format!("priced at ${}/GPU-hour ({})", r.dollars_per_gpu_hour, r.source),
+        (_, Some(why)) => format!("GPU time only: {why}"),
+        _ => String::new(),
+    };
+    let summary = format!(
+        "stragglers and hangs cost {} of GPU time{} in all; the most costly node: {}; job: {}; {priced}",
+        fmt_ns(costs.gpu_ns),
+        money(costs.dollars),
+        top(&costs.per_node),
+        top(&costs.per_job)
+    );
+    Ok(FleetCostsOutput {
+        summary,
+        costs,
+        hint: "each straggler's and hang's own cost: fleet_stragglers, fleet_hangs".into(),
     })
 }
 
@@ -263,7 +314,8 @@ pub fn catalogue(lake: Arc<LakeReader>) -> Vec<ToolSpec> {
             "Stragglers at collectives, across nodes",
             "Per NCCL communicator, the rank that entered collectives last again and again (on clocks aligned to \
              the catalog server's): by how much (nearest-rank median and max), in which episodes (sequence ranges, \
-             when), and what the other ranks waited for it; every node's clock offset and bound beside.",
+             when), what the other ranks waited for it and its cost (the GPU time of every waiting rank, and money \
+             at the lake's rate); every node's clock offset and bound beside.",
             stragglers,
         ),
         spec(
@@ -280,9 +332,20 @@ pub fn catalogue(lake: Arc<LakeReader>) -> Vec<ToolSpec> {
             "Where a job hangs, across nodes",
             "Per NCCL communicator whose ranks hang: the collective (sequence number) some ranks entered and still \
              wait in (a call in flight when their node's trace ended, or at its tracer's last look), the ranks that \
-             never entered it, each with its node, pid, last collective and its own call in flight if any. Empty \
-             when no rank waits (a checkpoint pause, a trace cut short).",
+             never entered it, each with its node, pid, last collective and its own call in flight if any, and what \
+             the hang has cost so far (the waiting ranks' GPU time, and money at the lake's rate). Empty when no \
+             rank waits (a checkpoint pause, a trace cut short).",
             hangs,
+        ),
+        spec(
+            &lake,
+            "fleet_costs",
+            "What the stalls cost, per node and per job",
+            "GPU time and money (at the lake's GPU model's rate) that stragglers and hangs cost, totalled per node \
+             and per job: a straggler's cost is every other rank's wait for it (one GPU each), charged to its node and \
+             job; a hang's, the waiting ranks' calls in flight, charged to its job and to the node of the ranks that \
+             never entered when they are on one node.",
+            costs,
         ),
         spec(
             &lake,

@@ -16,8 +16,8 @@ fn checked_in_tool_schemas_match_the_code() {
     );
     let files = causeway_server::schemas::generate();
     // 15 tools (capture_trace, open_gpu_window, get_gpu_idle and get_footprint included), and the
-    // 7 fleet tools when the `fleet` feature is built
-    let tools = if cfg!(feature = "fleet") { 22 } else { 15 };
+    // 8 fleet tools when the `fleet` feature is built
+    let tools = if cfg!(feature = "fleet") { 23 } else { 15 };
     assert_eq!(files.len(), 2 * tools, "an input and an output schema for each of the {tools} tools");
     assert!(files.contains_key("capture_trace.input.json") && files.contains_key("capture_trace.output.json"));
     assert!(files.contains_key("open_gpu_window.input.json") && files.contains_key("open_gpu_window.output.json"));
