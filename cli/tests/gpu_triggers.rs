@@ -4,7 +4,9 @@
 //! `MOCK_NVML_UTIL=busy`) falls, the `util` trigger fires and the window stores, from the
 //! pre-trigger buffer, the two seconds of kernels before the trigger; nothing outside the window.
 //! The same sleep makes a labeled step slow, and the `step` trigger opens a window on the dormant
-//! library at that step's end. Each trigger is a `trigger` note saying what it saw.
+//! library at that step's end, and the mock vLLM's engine stall (its requests waiting, then
+//! their first tokens' latency spike) opens one on the engine. Each trigger is a `trigger` note
+//! saying what it saw.
 
 mod common;
 
@@ -196,4 +198,88 @@ fn a_slow_labeled_step_opens_a_window_on_the_dormant_library() {
     assert!(inside >= 100, "the window's kernels: {inside}");
     let steps = query_u64(&db, &format!("SELECT COUNT(*) FROM events WHERE source = 10 AND pid = {pid}"));
     assert!(steps >= 100, "the loop's step labels reached the tracer that came later: {steps}");
+}
+
+#[test]
+fn a_serving_stall_opens_a_window_on_the_engine() {
+    require_root_to("attach the injection library to a running process (ptrace, eBPF)");
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("serving.db");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // the mock vLLM (tests/serving) started untraced; its engine stalls 1.2 s from 4 s on
+    let build = causeway_testdata::mock_cuda_build();
+    let engine = std::process::Command::new("python3")
+        .env("PYTHONPATH", common::repo().join("tests/serving"))
+        .env("MOCK_CUDA_KERNEL_US", "1000")
+        .env_remove("CUDA_INJECTION64_PATH")
+        .args(["-m", "vllm.entrypoints.openai.api_server", "--port", &port.to_string(), "--libcudart"])
+        .arg(build.join("libcudart.so.12"))
+        .args(["--seconds", "9", "--stall-at", "4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = engine.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default().contains("libcuda.so") {
+        assert!(std::time::Instant::now() < deadline, "the mock engine never loaded libcuda");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stderr = trace(
+        &db,
+        pid,
+        &[
+            "--nvml-hz",
+            "0",
+            "--serving-scrape-ms",
+            "250",
+            "--gpu-trigger",
+            "serving",
+            "--gpu-trigger-window",
+            "3s",
+            "--duration",
+            "7s",
+        ],
+        &[],
+    );
+    let out = engine.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the engine: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let stall: Vec<i64> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("stall_ns "))
+        .unwrap_or_else(|| panic!("no stall_ns in {stdout}"))
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+
+    assert_eq!(notes(&db, "dormant").len(), 1, "attached dormant: {stderr}");
+    let triggers = notes(&db, "trigger");
+    // the stall (requests waiting, none served) or the first tokens' spike as it ends
+    let (fired_at, _, said) = triggers
+        .iter()
+        .find(|t| t.2.starts_with("trigger serving: "))
+        .unwrap_or_else(|| panic!("the stall fired: {triggers:?}\n{stderr}"));
+    assert!(
+        said.contains("served no request since its last scrape while") || said.contains(" of vLLM averaged "),
+        "{said}"
+    );
+    assert!(said.ends_with(&format!("a window of 3 s opened on pid {pid}")), "{said}");
+    // during the stall or as it ends (a scrape reads it: at most a scrape and a second late)
+    assert!(*fired_at >= stall[0] && *fired_at <= stall[1] + 1_250_000_000, "{fired_at} against {stall:?}");
+    let opened = notes(&db, "window_opened");
+    let (open_at, _, why) = opened
+        .iter()
+        .find(|o| o.2.contains("trigger serving"))
+        .unwrap_or_else(|| panic!("the library's window names the trigger: {opened:?}"));
+    assert!(why.starts_with("window of 3000 ms opened"), "{why}");
+    let before = query_u64(&db, &format!("SELECT COUNT(*) FROM gpu_ops WHERE start_ns < {}", opened[0].0));
+    assert_eq!(before, 0, "dormant before the first trigger");
+    // the engine's work once the stall ended, in the window
+    let after = query_u64(
+        &db,
+        &format!("SELECT COUNT(*) FROM gpu_ops WHERE start_ns >= {open_at} AND start_ns > {}", stall[1]),
+    );
+    assert!(after >= 10, "the engine's device work after the stall: {after}");
 }
