@@ -8,7 +8,8 @@
 //!    and per record sent (the library's `stopped` note);
 //! 3. the states of a process attached while it runs (`trace --pid P --gpu-timeline`): the same loop
 //!    started untraced and traced by pid without a timeline, attached dormant (the library loaded,
-//!    nothing enabled), and attached with a window open, ns per launch and ratios; and the attach's
+//!    nothing enabled), attached with a window open, and attached with a pre-trigger buffer (the
+//!    library recording, the tracer keeping the last 5 s), ns per launch and ratios; and the attach's
 //!    pause of the process's main thread (the `attached` note).
 //!
 //! The mock CUPTI is not NVIDIA's: the difference between the two traced modes includes the mock's
@@ -17,7 +18,8 @@
 //! (`scripts/gpu-check.sh`'s `timeline` step measures it on the H100).
 //!
 //! Options (environment): `CAUSEWAY_BENCH_RUNS` (interleaved runs of each mode, default 5),
-//! `CAUSEWAY_BENCH_ITERS` (launches per run, default 100000).
+//! `CAUSEWAY_BENCH_ITERS` (launches per run, default 100000), `CAUSEWAY_BENCH_ONLY=attached` (part 3
+//! only).
 
 use std::path::Path;
 
@@ -116,6 +118,9 @@ enum State {
     Dormant,
     /// Attached, a window open for the whole loop.
     Window,
+    /// Attached with a pre-trigger buffer (`--gpu-pre-trigger 5s`): the library records, the
+    /// tracer keeps the last seconds and stores nothing (no window opens).
+    Armed,
 }
 
 /// One run of `launchloop --iters N` started untraced, traced in `state` by pid during its 4 s
@@ -141,7 +146,11 @@ fn attached(build: &Path, inject: &Path, iters: u64, state: State) -> (String, O
             gpu_timeline: GpuTimelineOptions {
                 enabled: state != State::Traced,
                 library: Some(inject.to_path_buf()),
-                dormant: state == State::Dormant,
+                dormant: matches!(state, State::Dormant | State::Armed),
+                triggers: causeway_probes::GpuTriggerOptions {
+                    pre_ms: if state == State::Armed { 5000 } else { 0 },
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             nvml: causeway_probes::NvmlOptions { hz: 0, lib: None },
@@ -177,7 +186,7 @@ fn attached(build: &Path, inject: &Path, iters: u64, state: State) -> (String, O
 
 /// Part 3: the cost of each state of an attached process.
 fn attached_states(build: &Path, inject: &Path, runs: usize, iters: u64) {
-    let states = [State::Untraced, State::Traced, State::Dormant, State::Window];
+    let states = [State::Untraced, State::Traced, State::Dormant, State::Window, State::Armed];
     let mut wall: Vec<Vec<f64>> = vec![Vec::new(); states.len()];
     let mut helds = Vec::new();
     for _ in 0..runs {
@@ -201,6 +210,12 @@ fn attached_states(build: &Path, inject: &Path, runs: usize, iters: u64) {
         m[3],
         m[3] / m[1],
         m[3] / m[2]
+    );
+    println!(
+        "  attached, pre-trigger buffer: {:.0} ns per launch ({:.2}x traced without a timeline, {:.2}x a window open: records kept in the tracer, none stored)",
+        m[4],
+        m[4] / m[1],
+        m[4] / m[3]
     );
     if !helds.is_empty() {
         let mut h = helds.clone();
@@ -227,6 +242,10 @@ fn main() {
     println!(
         "gpu_timeline_cost: launchloop --iters {iters}, {runs} interleaved runs per mode (after one warm-up each)"
     );
+    if std::env::var("CAUSEWAY_BENCH_ONLY").is_ok_and(|v| v == "attached") {
+        attached_states(&build, &inject, runs.min(3), iters);
+        return;
+    }
     traced(&build, &inject, iters / 10, false);
     traced(&build, &inject, iters / 10, true);
     let (mut wall, mut cpu) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
