@@ -1,0 +1,84 @@
+//! `explain` over one window of two synthetic traces of different lengths, side by side: the same
+//! generator and seed make the shorter trace a prefix of the longer one, so a window inside the
+//! shorter trace holds the same events in both, and its explanation must be the same. The time
+//! of the windowed explain should follow the window, not the trace: the ratio printed is the
+//! longer trace's time over the shorter's (1.0 when the cost does not grow with the trace).
+//!
+//! `cargo bench --workspace --bench explain_window` (env CAUSEWAY_BENCH_EVENTS: the longer
+//! trace, 10,000,000; CAUSEWAY_BENCH_SMALL_EVENTS: the shorter, a fifth of it; the window is the
+//! middle half of the shorter trace's span; the traces are kept in the temp dir and reused).
+
+use std::time::Instant;
+
+use causeway_analysis::{explain, ExplainRequest, Explanation};
+use causeway_backends::{bench_events, synthetic_sqlite_trace, SqliteStore, TraceStore};
+use causeway_model::time::TimeWindow;
+
+/// The trace of `n` events, opened (written first when the temp dir lacks it).
+fn trace(n: usize) -> SqliteStore {
+    let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
+    if let Some(t) = written {
+        println!("wrote {n} events to {} in {:.1} s", path.display(), t.as_secs_f64());
+    }
+    SqliteStore::open(&path).expect("open the synthetic trace")
+}
+
+/// The best of two windowed explains of `store` (seconds) and the last answer.
+fn timed_explain(store: &SqliteStore, window: TimeWindow) -> (f64, Explanation) {
+    let req = ExplainRequest::new(window, None, 10);
+    let mut best = f64::MAX;
+    let mut answer = None;
+    for _ in 0..2 {
+        let t = Instant::now();
+        let e = explain(store, &req).expect("explain");
+        best = best.min(t.elapsed().as_secs_f64());
+        answer = Some(e);
+    }
+    (best, answer.expect("two runs"))
+}
+
+/// The explanation as JSON without what names the file it was read from.
+fn comparable(e: &Explanation) -> serde_json::Value {
+    let mut e = e.clone();
+    e.db.clear();
+    serde_json::to_value(&e).expect("explanation as JSON")
+}
+
+fn main() {
+    let long_n = bench_events();
+    let short_n = std::env::var("CAUSEWAY_BENCH_SMALL_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(long_n / 5);
+    assert!(short_n < long_n, "the shorter trace must be shorter ({short_n} >= {long_n})");
+    let short = trace(short_n);
+    let long = trace(long_n);
+    let (first, last) = (short.info().first_ns, short.info().last_ns);
+    let span = last - first;
+    let window = TimeWindow { from_ns: Some(first + span / 4), to_ns: Some(first + span / 4 * 3) };
+    let in_window = |s: &SqliteStore| {
+        let r = s
+            .query(
+                &format!(
+                    "SELECT count(*) FROM events WHERE timestamp BETWEEN {} AND {}",
+                    window.from_ns.unwrap_or(0),
+                    window.to_ns.unwrap_or(0)
+                ),
+                &Default::default(),
+            )
+            .expect("count the window's events");
+        r.rows[0][0].as_i64().unwrap_or(0)
+    };
+    let window_events = in_window(&short);
+    assert_eq!(window_events, in_window(&long), "the shorter trace is not a prefix of the longer");
+    println!("window: the middle half of the shorter trace, {window_events} events");
+    let (short_s, short_e) = timed_explain(&short, window);
+    let (long_s, long_e) = timed_explain(&long, window);
+    println!("{:>14}  {:>14}  {:>10}", "trace events", "windowed explain", "chains");
+    println!("{short_n:>14}  {:>13.3} s  {:>10}", short_s, short_e.chains_total);
+    println!("{long_n:>14}  {:>13.3} s  {:>10}", long_s, long_e.chains_total);
+    println!(
+        "ratio (longer / shorter): {:.2} for a trace {:.1}x as long",
+        long_s / short_s,
+        long_n as f64 / short_n as f64
+    );
+    assert_eq!(comparable(&short_e), comparable(&long_e), "one window, two answers");
+    println!("the window's explanation is the same in both traces");
+}
