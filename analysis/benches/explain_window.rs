@@ -9,25 +9,41 @@
 //!
 //! `cargo bench --workspace --bench explain_window` (env CAUSEWAY_BENCH_EVENTS: the longer
 //! trace, 10,000,000; CAUSEWAY_BENCH_SMALL_EVENTS: the shorter, a fifth of it; the window is the
-//! middle half of the shorter trace's span; the traces are kept in the temp dir and reused).
+//! middle half of the shorter trace's span; the traces are kept in the temp dir and reused). With
+//! DuckDB built in (`--features causeway-backends/duckdb`), each trace is also converted to DuckDB
+//! (kept beside it) and measured the same way.
 
 use std::time::Instant;
 
 use causeway_analysis::{explain, ExplainRequest, Explanation};
-use causeway_backends::{bench_events, synthetic_sqlite_trace, SqliteStore, TraceStore};
+use causeway_backends::{bench_events, synthetic_sqlite_trace, Engine, TraceStore};
 use causeway_model::time::TimeWindow;
 
-/// The trace of `n` events, opened (written first when the temp dir lacks it).
-fn trace(n: usize) -> SqliteStore {
+/// The trace of `n` events in `engine` (SQLite written first when the temp dir lacks it, DuckDB
+/// converted from it), opened.
+fn trace(n: usize, engine: Engine) -> Box<dyn TraceStore> {
     let (path, written) = synthetic_sqlite_trace(n).expect("the synthetic trace");
     if let Some(t) = written {
         println!("wrote {n} events to {} in {:.1} s", path.display(), t.as_secs_f64());
     }
-    SqliteStore::open(&path).expect("open the synthetic trace")
+    let path = match engine {
+        Engine::Sqlite => path,
+        Engine::DuckDb => {
+            let duck = path.with_extension("duckdb");
+            if !duck.exists() {
+                let partial = path.with_extension("duckdb-partial");
+                let _ = std::fs::remove_file(&partial);
+                causeway_backends::convert(&path, &partial, Some(engine), &mut |_, _| {}).expect("convert to DuckDB");
+                std::fs::rename(&partial, &duck).expect("keep the DuckDB trace");
+            }
+            duck
+        }
+    };
+    causeway_backends::open_store(&path).expect("open the synthetic trace")
 }
 
 /// The best of two windowed explains of `store` (seconds) and the last answer.
-fn timed_explain(store: &SqliteStore, window: TimeWindow) -> (f64, Explanation) {
+fn timed_explain(store: &dyn TraceStore, window: TimeWindow) -> (f64, Explanation) {
     let req = ExplainRequest::new(window, None, 10);
     let mut best = f64::MAX;
     let mut answer = None;
@@ -50,7 +66,7 @@ fn comparable(e: &Explanation) -> serde_json::Value {
 }
 
 /// The best of two step inferences over the whole of `store`, kept to `window` (seconds).
-fn timed_steps(store: &SqliteStore, window: TimeWindow) -> f64 {
+fn timed_steps(store: &dyn TraceStore, window: TimeWindow) -> f64 {
     (0..2)
         .map(|_| {
             let t = Instant::now();
@@ -64,12 +80,20 @@ fn main() {
     let long_n = bench_events();
     let short_n = std::env::var("CAUSEWAY_BENCH_SMALL_EVENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(long_n / 5);
     assert!(short_n < long_n, "the shorter trace must be shorter ({short_n} >= {long_n})");
-    let short = trace(short_n);
-    let long = trace(long_n);
+    for engine in Engine::ALL.into_iter().filter(|&e| causeway_backends::is_built(e)) {
+        println!("== {engine:?}");
+        compare(engine, short_n, long_n);
+    }
+}
+
+/// The windowed explain of the `short_n`- and `long_n`-event traces in `engine`, side by side.
+fn compare(engine: Engine, short_n: usize, long_n: usize) {
+    let short = trace(short_n, engine);
+    let long = trace(long_n, engine);
     let (first, last) = (short.info().first_ns, short.info().last_ns);
     let span = last - first;
     let window = TimeWindow { from_ns: Some(first + span / 4), to_ns: Some(first + span / 4 * 3) };
-    let in_window = |s: &SqliteStore| {
+    let in_window = |s: &dyn TraceStore| {
         let r = s
             .query(
                 &format!(
@@ -82,12 +106,12 @@ fn main() {
             .expect("count the window's events");
         r.rows[0][0].as_i64().unwrap_or(0)
     };
-    let window_events = in_window(&short);
-    assert_eq!(window_events, in_window(&long), "the shorter trace is not a prefix of the longer");
+    let window_events = in_window(short.as_ref());
+    assert_eq!(window_events, in_window(long.as_ref()), "the shorter trace is not a prefix of the longer");
     println!("window: the middle half of the shorter trace, {window_events} events");
-    let (short_s, short_e) = timed_explain(&short, window);
-    let (long_s, long_e) = timed_explain(&long, window);
-    let (short_steps, long_steps) = (timed_steps(&short, window), timed_steps(&long, window));
+    let (short_s, short_e) = timed_explain(short.as_ref(), window);
+    let (long_s, long_e) = timed_explain(long.as_ref(), window);
+    let (short_steps, long_steps) = (timed_steps(short.as_ref(), window), timed_steps(long.as_ref(), window));
     println!("{:>14}  {:>17}  {:>20}  {:>8}", "trace events", "windowed explain", "of it, steps (whole)", "chains");
     for (n, s, st, e) in [(short_n, short_s, short_steps, &short_e), (long_n, long_s, long_steps, &long_e)] {
         println!("{n:>14}  {s:>15.3} s  {st:>18.3} s  {:>8}", e.chains_total);
