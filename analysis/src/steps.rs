@@ -182,12 +182,25 @@ fn series_from<E, B: IntoIterator<Item = Boundary>>(
     }
 }
 
-/// [`series_from`] of the whole trace (of `pid`), read from the store.
+/// [`series_from`] of the whole trace (of `pid`), read from the store in one pass: the labels and
+/// the calls that can end a step are of the sources a finished trace packs together (a pass
+/// decodes every call of the trace, so two passes cost twice one).
 fn scanned_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<FoundSeries, AnalysisError> {
-    series_from(&scan(store, pid, vec![codes::Source::Step.code()], None)?, || {
-        let calls = scan(store, pid, Vec::new(), Some(boundary_ops()))?;
-        Ok::<_, AnalysisError>(calls.into_iter().map(|e| (e.tid, e.ts, e.ts + e.dur, e.op, e.pid)))
-    })
+    let step = codes::Source::Step.code();
+    let ops = boundary_ops();
+    let mut sources: Vec<u8> = ops.iter().map(|o| o.source).chain([step]).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    let filter = EventFilter { pid, sources: Some(sources), ..Default::default() };
+    let (mut labels, mut boundaries) = (Vec::new(), Vec::new());
+    store.scan_slim(&filter, &mut |e| {
+        if e.op.source == step {
+            labels.push(e);
+        } else if ops.contains(&e.op) {
+            boundaries.push((e.tid, e.ts, e.ts + e.dur, e.op, e.pid));
+        }
+    })?;
+    series_from(&labels, || Ok::<_, AnalysisError>(boundaries))
 }
 
 /// What a scope's slowness is judged by when its window is a step range (`--steps`): the whole
@@ -217,19 +230,6 @@ impl StepReport {
         }
         Ok(cut)
     }
-}
-
-/// The events of `pid` of these sources or ops.
-fn scan(
-    store: &dyn TraceStore,
-    pid: Option<u32>,
-    sources: Vec<u8>,
-    ops: Option<Vec<OpCode>>,
-) -> Result<Vec<SlimEvent>, AnalysisError> {
-    let filter = EventFilter { pid, sources: (!sources.is_empty()).then_some(sources), ops, ..Default::default() };
-    let mut out = Vec::new();
-    store.scan_slim(&filter, &mut |e| out.push(e))?;
-    Ok(out)
 }
 
 /// The series (or why there is none) kept to the steps that start in `window`, summarized.

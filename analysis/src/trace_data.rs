@@ -208,6 +208,11 @@ impl Spans {
     pub fn earliest(&self) -> Option<i64> {
         self.by_tid.values().filter_map(|v| v.first().map(|s| s.0)).min()
     }
+
+    /// The latest end of a span.
+    pub fn latest(&self) -> Option<i64> {
+        self.by_tid.values().filter_map(|v| v.last().map(|s| s.1)).max()
+    }
 }
 
 /// `[a, b]` intervals as a sorted list of disjoint ones (touching intervals merge).
@@ -225,39 +230,46 @@ pub fn merge_intervals(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
 
 /// Off-CPU intervals per thread that touch `spans`, sorted by start; with `socket_calls` (the
 /// trace names socket peers: `Names::peers`), those inside a socket call tagged with its peer.
+///
+/// The read follows the spans, not the trace: an interval's row is written when it ends, so the
+/// rows up to the spans' latest end are read, and past it only each thread's first row (a thread's
+/// off-CPU intervals never overlap, so of those ending past that instant only the first can have
+/// begun before it), found by [`switches_past`]'s widening look-ahead.
 pub fn load_off_cpu(
     store: &dyn TraceStore,
     spans: &Spans,
     socket_calls: bool,
 ) -> Result<HashMap<u32, Vec<OffCpu>>, AnalysisError> {
     let mut out: HashMap<u32, Vec<OffCpu>> = HashMap::new();
-    let Some(from) = spans.earliest() else { return Ok(out) };
+    let (Some(from), Some(latest)) = (spans.earliest(), spans.latest()) else { return Ok(out) };
     let tids: Vec<u32> = spans.by_tid.keys().copied().collect();
+    let keep = |tid: u32, ts: i64, dur: i64| {
+        let (start, end) = causeway_model::off_cpu_interval(ts, dur);
+        spans.touches(tid, start, end)
+    };
+    let mut add = |s: causeway_store::SwitchRow| {
+        let (start, end) = s.off_cpu_interval();
+        debug_assert!(spans.touches(s.tid, start, end));
+        out.entry(s.tid).or_default().push(OffCpu {
+            id: s.id,
+            pid: s.pid,
+            tid: s.tid,
+            start,
+            end,
+            cpu: s.cpu,
+            sched: s.sched,
+            socket_peer: None,
+        });
+    };
     for chunk in tids.chunks(500) {
         let filter = EventFilter {
-            window: TimeWindow { from_ns: Some(from), to_ns: None },
+            window: TimeWindow { from_ns: Some(from), to_ns: Some(latest) },
             tids: Some(chunk.to_vec()),
             ops: Some(vec![op::SCHED_SWITCH]),
             ..Default::default()
         };
-        let keep = |tid: u32, ts: i64, dur: i64| {
-            let (start, end) = causeway_model::off_cpu_interval(ts, dur);
-            spans.touches(tid, start, end)
-        };
-        store.scan_switches_kept(&filter, &keep, &mut |s| {
-            let (start, end) = s.off_cpu_interval();
-            debug_assert!(spans.touches(s.tid, start, end));
-            out.entry(s.tid).or_default().push(OffCpu {
-                id: s.id,
-                pid: s.pid,
-                tid: s.tid,
-                start,
-                end,
-                cpu: s.cpu,
-                sched: s.sched,
-                socket_peer: None,
-            });
-        })?;
+        store.scan_switches_kept(&filter, &keep, &mut add)?;
+        switches_past(store, latest, chunk, &keep, &mut add)?;
     }
     for v in out.values_mut() {
         v.sort_by(|a, b| (a.start, &a.id).cmp(&(b.start, &b.id)));
@@ -266,6 +278,49 @@ pub fn load_off_cpu(
         mark_socket_waits(store, spans, &mut out)?;
     }
     Ok(out)
+}
+
+/// The first look-ahead past the spans' latest end (ns); each next one is 4 times as long.
+const FIRST_LOOK_AHEAD_NS: i64 = 100_000_000;
+
+/// The `sched_switch` rows of `tids` after `latest` that `keep` keeps, read until each thread has
+/// shown one row past `latest` (its later rows begin after that row ends: none can touch a span)
+/// or the trace ends: look-aheads of growing length, each over the threads still unseen.
+fn switches_past(
+    store: &dyn TraceStore,
+    latest: i64,
+    tids: &[u32],
+    keep: &dyn Fn(u32, i64, i64) -> bool,
+    add: &mut dyn FnMut(causeway_store::SwitchRow),
+) -> Result<(), AnalysisError> {
+    let trace_end = store.info().last_ns;
+    let mut unseen: Vec<u32> = tids.to_vec();
+    let (mut lo, mut length) = (latest.saturating_add(1), FIRST_LOOK_AHEAD_NS);
+    while !unseen.is_empty() {
+        let hi = lo.saturating_add(length);
+        // the last look-ahead is open-ended: rows past the recorded end (a trace read while it
+        // runs) are read too
+        let last = hi >= trace_end;
+        let filter = EventFilter {
+            window: TimeWindow { from_ns: Some(lo), to_ns: (!last).then_some(hi) },
+            tids: Some(unseen.clone()),
+            ops: Some(vec![op::SCHED_SWITCH]),
+            ..Default::default()
+        };
+        let seen = std::cell::RefCell::new(BTreeSet::new());
+        let keep_and_see = |tid: u32, ts: i64, dur: i64| {
+            seen.borrow_mut().insert(tid);
+            keep(tid, ts, dur)
+        };
+        store.scan_switches_kept(&filter, &keep_and_see, add)?;
+        let seen = seen.into_inner();
+        unseen.retain(|t| !seen.contains(t));
+        if last {
+            break;
+        }
+        (lo, length) = (hi.saturating_add(1), length.saturating_mul(4));
+    }
+    Ok(())
 }
 
 /// Tag each off-CPU interval that lies inside a socket call of its thread with the call's peer
@@ -352,21 +407,19 @@ pub fn load_coverage(store: &dyn TraceStore) -> Result<HashMap<u32, Coverage>, A
     Ok(out)
 }
 
-/// Page allocations `(ts, bytes)` per process, from `mm_page_alloc` rows and in-kernel summaries.
+/// Page allocations `(ts, bytes)` per process in `window`, from `mm_page_alloc` rows and
+/// in-kernel summaries.
 pub fn load_page_allocs(
     store: &dyn TraceStore,
     pids: &BTreeSet<u32>,
-    from: i64,
+    window: TimeWindow,
 ) -> Result<HashMap<u32, Vec<(i64, i64)>>, AnalysisError> {
     let mut out: HashMap<u32, Vec<(i64, i64)>> = HashMap::new();
     if pids.is_empty() {
         return Ok(out);
     }
-    let filter = EventFilter {
-        window: TimeWindow { from_ns: Some(from), to_ns: None },
-        ops: Some(vec![op::MM_PAGE_ALLOC, op::MM_PAGE_ALLOC_SUMMARY]),
-        ..Default::default()
-    };
+    let filter =
+        EventFilter { window, ops: Some(vec![op::MM_PAGE_ALLOC, op::MM_PAGE_ALLOC_SUMMARY]), ..Default::default() };
     store.scan_slim(&filter, &mut |s| {
         if pids.contains(&s.pid) {
             out.entry(s.pid).or_default().push((s.ts, s.arg0));

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use causeway_model::codes::OpCode;
+use causeway_model::time::TimeWindow;
 use causeway_store::{EventFilter, EventId, StoredEvent, TraceInfo, TraceStore};
 
 use super::{ExplainRequest, Found};
@@ -121,7 +122,9 @@ impl<'s> TraceView<'s> {
         let wakers = off.values().flatten().filter_map(|o| o.sched.as_ref()).map(|s| s.waker_tid);
         self.names.resolve_threads(self.store, wakers)?;
         let coverage = if self.scope.sched_detail { None } else { Some(trace_data::load_coverage(self.store)?) };
-        let pages = trace_data::load_page_allocs(self.store, &found.slow_pids, found.spans.earliest().unwrap_or(0))?;
+        // the pages allocated during a slow call: those in the spans' time
+        let span_time = TimeWindow { from_ns: Some(found.spans.earliest().unwrap_or(0)), to_ns: found.spans.latest() };
+        let pages = trace_data::load_page_allocs(self.store, &found.slow_pids, span_time)?;
         // A trace that records no kernel name (older traces, Ingero DBs) has only raw handles to
         // offer: its launches name no kernel.
         let slow_launch = found.slow.iter().any(|&i| causeway_model::codes::is_kernel_launch(calls[i].op));
