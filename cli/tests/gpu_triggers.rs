@@ -177,7 +177,12 @@ fn a_slow_labeled_step_opens_a_window_on_the_dormant_library() {
         .iter()
         .find(|t| t.2.starts_with(&format!("trigger step: step 900 of pid {pid} took ")))
         .unwrap_or_else(|| panic!("the slept step fired: {triggers:?}"));
-    assert!(said.ends_with(&format!("a window of 1 s opened on pid {pid}")), "{said}");
+    // (a busy host's noise may have opened a window just before: then it was extended)
+    assert!(
+        said.ends_with(&format!("a window of 1 s opened on pid {pid}"))
+            || said.ends_with(&format!("the open window on pid {pid} was extended to 1 s from now")),
+        "{said}"
+    );
     // the library opened it after the trigger, for 1 s, and closed it
     let opened = notes(&db, "window_opened");
     let (open_at, _, why) = opened
@@ -185,7 +190,11 @@ fn a_slow_labeled_step_opens_a_window_on_the_dormant_library() {
         .find(|o| o.2.contains("trigger step: step 900"))
         .unwrap_or_else(|| panic!("the library's window_opened names the trigger: {opened:?}"));
     assert!(open_at >= fired_at, "{opened:?}");
-    assert!(why.starts_with("window of 1000 ms opened"), "{why}");
+    assert!(
+        why.starts_with("window of 1000 ms opened")
+            || why.starts_with("the open window was extended to 1000 ms from now"),
+        "{why}"
+    );
     let closed = notes(&db, "window_closed");
     let close_at = closed.iter().map(|c| c.0).find(|c| c > open_at).expect("the window closed");
     assert!(close_at - open_at >= 900_000_000, "{opened:?} {closed:?}");

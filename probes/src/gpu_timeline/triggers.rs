@@ -13,8 +13,8 @@
 //! an engine must serve again, before the same watch fires again. A step fires only when it is
 //! also the slowest of its series' last [`STEP_HISTORY`]: on a busy host a step of 1.5 times the
 //! median comes every few hundred steps, and the window is for what is unusual, not for the
-//! host's routine noise. A trigger that comes while its process's window is open leaves it open
-//! (or extends the pre-trigger buffer's span) and says so.
+//! host's routine noise. A trigger that comes while its process's window is open extends it
+//! when it would end sooner than the trigger's own window, and says so.
 
 use std::collections::{HashMap, VecDeque};
 

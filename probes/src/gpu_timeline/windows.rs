@@ -48,6 +48,8 @@ struct AttachedProcess {
     pending: Option<(u64, String)>,
     /// A window is open (its `window_opened` note came, or it was asked).
     open: bool,
+    /// Until when the open window was asked for (unix ns).
+    until: i64,
     /// The stop's `CloseWindow` was sent.
     close_sent: bool,
     /// Its pre-trigger buffer, and the window the trace asked for to open on it at the hello.
@@ -127,13 +129,20 @@ impl Windows {
                 } else {
                     format!("a window of {secs} s opened on pid {pid}, with the pre-trigger buffer's seconds before it")
                 }
-            } else if p.open {
+            } else if p.open && p.until >= now.saturating_add(ms_to_ns(window_ms)) {
                 format!("a window was already open on pid {pid}: left as it was")
             } else {
+                // (an open window ending sooner is extended: the library's window runs to the later end)
+                let extended = p.open;
                 p.open = true;
+                p.until = now.saturating_add(ms_to_ns(window_ms));
                 self.queued
                     .push(Action::Control(pid, Control::OpenWindow { for_ms: window_ms, reason: reason.clone() }));
-                format!("a window of {secs} s opened on pid {pid}")
+                if extended {
+                    format!("the open window on pid {pid} was extended to {secs} s from now")
+                } else {
+                    format!("a window of {secs} s opened on pid {pid}")
+                }
             };
             out.notes.push(GpuTimelineNote {
                 pid,
@@ -192,6 +201,7 @@ impl Windows {
             if !stopping {
                 if let Some((for_ms, reason)) = p.pending.take() {
                     p.open = true;
+                    p.until = now.saturating_add(ms_to_ns(for_ms));
                     out.push(Action::Control(pid, Control::OpenWindow { for_ms, reason }));
                     if let (Some(a), Some((ms, why))) = (p.armed.as_mut(), p.armed_window.take()) {
                         a.open(now, ms, &why, self.released.entry(pid).or_default());
@@ -256,6 +266,7 @@ impl Windows {
             before = " with the pre-trigger buffer's seconds before it".into();
         } else {
             p.open = true;
+            p.until = now.saturating_add(ms_to_ns(for_ms));
             self.queued.push(Action::Control(pid, Control::OpenWindow { for_ms, reason }));
         }
         let capped = if for_ms < r.for_ms { " (the longest a request may open)" } else { "" };
@@ -268,6 +279,11 @@ impl Windows {
             ),
         )
     }
+}
+
+/// `ms` in ns, saturating.
+fn ms_to_ns(ms: u64) -> i64 {
+    i64::try_from(ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX)
 }
 
 /// Sends a `WindowReply` on a client's socket (non-blocking).
@@ -369,6 +385,17 @@ mod tests {
             parts[&4].notes
         );
         assert!(parts[&3].notes[0].detail.ends_with("a window of 2 s opened on pid 3"), "{:?}", parts[&3].notes);
+        // 1 s later the window asked for at 0 ends sooner than a new one would: extended
+        w.command(Command::Trigger(fired(vec![4])), &[3, 4], 1_000_000_000);
+        let a = w.due(&[3, 4], false, 1_000_000_000);
+        assert!(matches!(&a[..], [Action::Control(4, Control::OpenWindow { for_ms: 2000, .. })]), "{a:?}");
+        let mut parts = HashMap::new();
+        w.release(&mut parts, 0, false);
+        assert!(
+            parts[&4].notes[0].detail.ends_with("the open window on pid 4 was extended to 2 s from now"),
+            "{:?}",
+            parts[&4].notes
+        );
     }
 
     #[test]
