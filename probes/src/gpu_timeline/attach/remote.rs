@@ -129,8 +129,12 @@ pub fn take(pid: u32, patience: Duration) -> Result<Held, RemoteError> {
     match take_seized(p, patience) {
         Ok(h) => Ok(h),
         Err(e) => {
-            // not taken: let it go as it was (running, or at a stop it reaches soon)
-            let _ = stop_now(p).and_then(|_| ptrace::detach(p, None).map_err(|e| failed("detach", e)));
+            // not taken: let it go as it was. At a stop already reported (an error there) it
+            // detaches at once; running, it is stopped first (an interrupt of a thread at a
+            // reported stop would never be answered).
+            if ptrace::detach(p, None).is_err() {
+                let _ = stop_now(p).and_then(|_| ptrace::detach(p, None).map_err(|e| failed("detach", e)));
+            }
             Err(e)
         }
     }
@@ -203,7 +207,7 @@ fn cancel_and_hold(p: Pid, mem: File, regs: libc::user_regs_struct) -> Result<He
     ptrace::syscall(p, None).map_err(|e| failed("PTRACE_SYSCALL", e))?;
     let mut deferred = Vec::new();
     loop {
-        match waitpid(p, Some(WaitPidFlag::__WALL)).map_err(|e| failed("waitpid", e))? {
+        match wait_next(p)? {
             WaitStatus::PtraceSyscall(_) => break,
             WaitStatus::Exited(..) | WaitStatus::Signaled(..) => return Err(RemoteError::Gone),
             // a signal between the entry and the exit: held back until the thread is put back
@@ -263,9 +267,29 @@ fn stop_now(p: Pid) -> Result<(), RemoteError> {
     wait_stop(p).map(|_| ())
 }
 
+/// The longest one wait for the thread's next stop may take: a stop that never comes (reported
+/// already, or the thread blocked where it was sent) ends the attach with an error, never holds
+/// the tracer.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// The thread's next ptrace stop (or its exit), within [`STOP_WAIT`].
+fn wait_next(p: Pid) -> Result<WaitStatus, RemoteError> {
+    let deadline = Instant::now() + STOP_WAIT;
+    loop {
+        match waitpid(p, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)).map_err(|e| failed("waitpid", e))? {
+            WaitStatus::StillAlive => {}
+            s => return Ok(s),
+        }
+        if Instant::now() >= deadline {
+            return Err(RemoteError::Failed(format!("the thread reported no stop within {} s", STOP_WAIT.as_secs())));
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
 /// Waits for the thread's next ptrace stop of any kind.
 fn wait_stop(p: Pid) -> Result<WaitStatus, RemoteError> {
-    match waitpid(p, Some(WaitPidFlag::__WALL)).map_err(|e| failed("waitpid", e))? {
+    match wait_next(p)? {
         WaitStatus::Exited(..) | WaitStatus::Signaled(..) => Err(RemoteError::Gone),
         s => Ok(s),
     }
@@ -297,7 +321,7 @@ impl Held {
         let mut stops = 0;
         while stops < 2 {
             ptrace::syscall(self.pid, None).map_err(|e| failed("PTRACE_SYSCALL", e))?;
-            match waitpid(self.pid, Some(WaitPidFlag::__WALL)).map_err(|e| failed("waitpid", e))? {
+            match wait_next(self.pid)? {
                 WaitStatus::PtraceSyscall(_) => stops += 1,
                 WaitStatus::Exited(..) | WaitStatus::Signaled(..) => return Err(RemoteError::Gone),
                 WaitStatus::Stopped(_, sig) => self.deferred.push(sig),
@@ -379,7 +403,7 @@ impl Held {
         ptrace::cont(self.pid, None).map_err(|e| failed("PTRACE_CONT", e))?;
         let trap = code + TRAMPOLINE.len() as u64;
         loop {
-            match waitpid(self.pid, Some(WaitPidFlag::__WALL)).map_err(|e| failed("waitpid", e))? {
+            match wait_next(self.pid)? {
                 WaitStatus::Stopped(_, Signal::SIGTRAP) => {
                     let r = ptrace::getregs(self.pid).map_err(|e| failed("GETREGS", e))?;
                     if r.rip == trap {
