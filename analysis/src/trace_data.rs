@@ -136,7 +136,9 @@ pub fn load_calls(
             crate::spill_vec::calls_memory_budget() >> 20
         );
     }
+    let sorting = std::time::Instant::now();
     calls.sort_by_time_and_id();
+    tracing::debug!(calls = calls.len(), ms = sorting.elapsed().as_secs_f64() * 1e3, "load calls: sorted by time");
     let filter = EventFilter { sources: Some(gpu_call_sources().to_vec()), ..filter };
     name_threads_from_first_calls(store, &filter, &calls, names)?;
     Ok(calls)

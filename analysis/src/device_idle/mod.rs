@@ -20,7 +20,7 @@
 //! charged only with device idle time it overlapped; a preemption while the device stayed busy
 //! costs nothing (and [`DeviceView::host_time_hidden_ns`] says how much such time there was).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use causeway_model::time::TimeWindow;
 use causeway_model::{GpuOp, GpuOpKind};
@@ -248,7 +248,7 @@ pub struct DeviceView {
     pub gaps_total: usize,
     /// Their idle time.
     pub gaps_idle_ns: i64,
-    /// The longest gaps, explained (at most 20).
+    /// The longest gaps, explained (at most 20): the longest of each leading cause, then the longest.
     pub gaps: Vec<IdleGap>,
     /// Idle time by cause and culprit, most first.
     pub chains: Vec<IdleChain>,
@@ -289,6 +289,21 @@ struct RawGap {
     next: usize,
     /// Where the drain ended (the synchronizing call's return), when one drained the device.
     drain_end: Option<i64>,
+}
+
+/// The gaps listed one by one: the largest of each leading cause (a rare cause, such as one 3 ms
+/// drain among many longer preemptions on a loaded host, is never crowded out), then the
+/// largest of the rest, [`GAPS_LISTED`] in all, largest first.
+fn listed_gaps(mut gaps: Vec<IdleGap>) -> Vec<IdleGap> {
+    gaps.sort_by_key(|g| (std::cmp::Reverse(g.idle_ns), g.start_ns));
+    let mut causes_seen: BTreeSet<Option<IdleCause>> = BTreeSet::new();
+    let (mut listed, mut rest): (Vec<IdleGap>, Vec<IdleGap>) =
+        gaps.into_iter().partition(|g| causes_seen.insert(g.parts.first().map(|p| p.cause)));
+    listed.truncate(GAPS_LISTED);
+    rest.truncate(GAPS_LISTED - listed.len());
+    listed.append(&mut rest);
+    listed.sort_by_key(|g| (std::cmp::Reverse(g.idle_ns), g.start_ns));
+    listed
 }
 
 /// The device view of `window` (of `pid`), or `None` when the trace holds no device timeline.
@@ -397,8 +412,7 @@ pub fn device_view(
     let chains = chains_of(&gaps, window, pid, gap_threshold_ns);
     let gaps_total = gaps.len();
     let gaps_idle_ns = gaps.iter().map(|g| g.idle_ns).sum();
-    gaps.sort_by_key(|g| (std::cmp::Reverse(g.idle_ns), g.start_ns));
-    gaps.truncate(GAPS_LISTED);
+    let gaps = listed_gaps(gaps);
 
     let syncs_all = store.gpu_clock_syncs()?;
     let clock_error_ns =
@@ -455,3 +469,54 @@ pub fn part_words(cause: IdleCause, culprit: Option<&Culprit>) -> String {
 
 /// What `explain` says a trace without a device timeline lacks.
 pub const MISSING: &str = "the device's own timeline (when the GPU itself sat idle and why): trace with --gpu-timeline";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gap(start_ns: i64, idle_ns: i64, cause: IdleCause) -> IdleGap {
+        IdleGap {
+            pid: 1,
+            device: 0,
+            start_ns,
+            end_ns: start_ns + idle_ns,
+            idle_ns,
+            step: None,
+            next: NextOp {
+                kind: GpuOpKind::Kernel,
+                name: String::new(),
+                stream: 0,
+                correlation: 0,
+                launch_tid: 1,
+                launch_thread: String::new(),
+                launch_start_ns: 0,
+                launch_event_id: 0,
+            },
+            parts: vec![IdlePart { cause, ns: idle_ns, culprit: None, start_ns, end_ns: start_ns + idle_ns }],
+            summary: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_rare_cause_is_listed_among_many_longer_gaps() {
+        let mut gaps: Vec<IdleGap> = (0..30).map(|i| gap(i * 100, 20 + i, IdleCause::Preempted)).collect();
+        gaps.push(gap(5_000, 3, IdleCause::Drain));
+        let listed = listed_gaps(gaps);
+        assert_eq!(listed.len(), GAPS_LISTED);
+        assert!(listed.iter().any(|g| g.parts[0].cause == IdleCause::Drain), "the drain is listed");
+        // the rest are the longest preemptions, and the list stays largest first
+        assert_eq!(listed[0].idle_ns, 49);
+        assert_eq!(
+            listed.iter().filter(|g| g.parts[0].cause == IdleCause::Preempted).map(|g| g.idle_ns).min(),
+            Some(31)
+        );
+        assert!(listed.windows(2).all(|w| w[0].idle_ns >= w[1].idle_ns));
+    }
+
+    #[test]
+    fn fewer_gaps_than_the_list_holds_are_all_listed() {
+        let gaps = vec![gap(0, 5, IdleCause::Sleep), gap(10, 7, IdleCause::Sleep), gap(20, 1, IdleCause::Drain)];
+        let listed = listed_gaps(gaps);
+        assert_eq!(listed.iter().map(|g| g.idle_ns).collect::<Vec<_>>(), vec![7, 5, 1]);
+    }
+}
