@@ -402,7 +402,7 @@ pub fn device_view(
     names_of.resolve_threads(store, tids.into_iter().chain(culprit_tids))?;
 
     let hidden = hidden_host_time(&by_device, &off);
-    let mut gaps: Vec<IdleGap> = raw
+    let gaps: Vec<IdleGap> = raw
         .iter()
         .map(|g| {
             let op = &by_device[&(g.pid, g.device)].ops[g.next];
