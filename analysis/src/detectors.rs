@@ -11,10 +11,7 @@ use causeway_store::EventId;
 
 use crate::attribution::{Call, CallId, CallSpan, Calls, ThreadOrder};
 use crate::few_keys::FewKeys;
-use crate::spill_vec::SpillVecBuilder;
 use crate::stats::nearest_rank;
-#[cfg(test)]
-use crate::stats::nearest_ranks_unsorted;
 
 /// A gap between GPU calls of one thread is long when it is at least this...
 pub const GAP_FLOOR_NS: i64 = 10_000_000;
@@ -77,20 +74,21 @@ pub fn long_gaps(
     order: &ThreadOrder,
     given: Option<&BTreeMap<u32, i64>>,
 ) -> (Vec<Gap>, BTreeMap<u32, i64>) {
-    // The threads' rhythms first (sizes only: a thread has as many gaps as calls, so they go to a
-    // mapped file when the calls did), then a second walk keeps the long ones.
-    let mut sizes: FewKeys<u32, (GapWalk, GapSizes)> = FewKeys::default();
-    order.visit(|s| {
-        if given.is_none_or(|g| !g.contains_key(&s.tid)) {
-            let (walk, sizes) = sizes.entry(s.tid, || (GapWalk::default(), GapSizes::beside(calls)));
-            if let Some((start, end, _, _)) = walk.next(s) {
-                sizes.push(end - start);
+    // The threads' rhythms first: the p50 and p75 of each thread's gap sizes, ranked exactly by
+    // walking the calls again instead of holding every size (a thread has about as many gaps as
+    // calls); then a last walk keeps the long gaps.
+    let ranks = crate::rank_select::nearest_ranks_by_key(&[500, 750], |emit| {
+        let mut walks: FewKeys<u32, GapWalk> = FewKeys::default();
+        order.visit(|s| {
+            if given.is_none_or(|g| !g.contains_key(&s.tid)) {
+                if let Some((start, end, _, _)) = walks.entry(s.tid, GapWalk::default).next(s) {
+                    emit(s.tid, end - start);
+                }
             }
-        }
+        });
     });
     let mut used: BTreeMap<u32, i64> = given.cloned().unwrap_or_default();
-    for (tid, (_, sizes)) in sizes.into_sorted() {
-        let Some(p) = sizes.nearest_ranks(&[500, 750]) else { continue };
+    for (tid, p) in ranks {
         let (p50, p75) = (p[0], p[1]);
         let threshold =
             GAP_FLOOR_NS.max(p50.saturating_mul(GAP_P50_MULTIPLE)).max(p75.saturating_mul(GAP_P75_MULTIPLE));
@@ -119,48 +117,6 @@ pub fn long_gaps(
     let seen: BTreeSet<u32> = walks.into_sorted().into_iter().map(|(t, _)| t).collect();
     used.retain(|t, _| seen.contains(t));
     (out, used)
-}
-
-/// One thread's gap sizes (ns, all positive), as [`long_gaps`] ranks them: those under 2^32 ns
-/// (4.3 s: nearly all of them) in four bytes each, the others apart. A thread has about as many
-/// gaps as calls: at 8 million calls, eight bytes each were 62 MiB of explain's peak.
-struct GapSizes {
-    small: SpillVecBuilder<u32>,
-    /// Every size of 2^32 ns or more (each larger than every one of `small`).
-    large: Vec<i64>,
-}
-
-impl GapSizes {
-    /// Kept where the calls are (a mapped file when they are).
-    fn beside(calls: &Calls) -> GapSizes {
-        GapSizes { small: calls.array_beside(0), large: Vec::new() }
-    }
-
-    fn push(&mut self, size: i64) {
-        match u32::try_from(size) {
-            Ok(s) => self.small.push(s),
-            Err(_) => self.large.push(size),
-        }
-    }
-
-    /// The exact nearest-rank percentiles `per_mille` of all the sizes (`None` when there are
-    /// none), as `nearest_ranks_unsorted` gives them over one list.
-    fn nearest_ranks(self, per_mille: &[u32]) -> Option<Vec<i64>> {
-        let (mut small, mut large) = (self.small.finish(), self.large);
-        let n = small.len() + large.len();
-        if n == 0 {
-            return None;
-        }
-        let ranks = per_mille.iter().map(|&p| {
-            let k = causeway_store::summary::nearest_rank_index(n as u64, p) as usize - 1;
-            if k < small.len() {
-                i64::from(*small.select_nth_unstable(k).1)
-            } else {
-                *large.select_nth_unstable(k - small.len()).1
-            }
-        });
-        Some(ranks.collect())
-    }
 }
 
 /// One thread's gaps as its calls come in [`ThreadOrder`]: from the latest end of all its earlier
@@ -418,29 +374,6 @@ mod tests {
 
     fn c(id: i64, tid: u32, op: OpCode, ts: i64, dur: i64) -> SlimEvent {
         SlimEvent { id: EventId::Int(id), ts, dur, pid: 1, tid, op, arg0: 0, arg2: 0 }
-    }
-
-    #[test]
-    fn gap_sizes_in_two_widths_rank_as_one_list() {
-        let calls = Calls::of(Vec::new());
-        let big = 1i64 << 32;
-        let lists: [&[i64]; 5] = [
-            &[],
-            &[7],
-            &[big + 5, 3, 9, u32::MAX as i64, big, 1, 12],
-            &[big * 3, big, big + 1],
-            &[5, 5, 5, big, 2, 8, 1, 4, 6, 3],
-        ];
-        for list in lists {
-            let mut sizes = GapSizes::beside(&calls);
-            list.iter().for_each(|&v| sizes.push(v));
-            let per_mille = [500, 750, 1, 1000];
-            assert_eq!(
-                sizes.nearest_ranks(&per_mille),
-                nearest_ranks_unsorted(&mut list.to_vec(), &per_mille),
-                "{list:?}"
-            );
-        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod gpu_memory;
 mod gpu_state;
 mod kernels;
 mod network;
+mod rank_select;
 mod serving;
 mod severity;
 mod spill_vec;
