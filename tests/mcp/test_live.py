@@ -80,7 +80,9 @@ def live_copy(src, tmp_path):
 
     def write_events():
         con = sqlite3.connect(live)
-        con.execute("ATTACH DATABASE ? AS src", (f"file:{src}?mode=ro",))
+        # immutable: the shared trace is in WAL mode, and a read-only open would still leave -wal and
+        # -shm files beside it (the convert test checks that the originals stay untouched)
+        con.execute("ATTACH DATABASE ? AS src", (f"file:{src}?immutable=1",))
         con.execute("INSERT INTO events SELECT * FROM src.events")
         con.commit()
         con.close()
