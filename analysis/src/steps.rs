@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use causeway_model::codes::{self, gpu_role, GpuRole, OpCode, OPS};
+use causeway_model::codes::{self, OpCode, OPS};
 use causeway_model::time::{fmt_ns, TimeWindow};
 use causeway_store::{EventFilter, SlimEvent, TraceStore};
 
@@ -182,16 +182,15 @@ fn series_from<E, B: IntoIterator<Item = Boundary>>(
     }
 }
 
-/// [`series_from`] of the whole trace (of `pid`), read from the store in one pass: the labels and
-/// the calls that can end a step are of the sources a finished trace packs together (a pass
-/// decodes every call of the trace, so two passes cost twice one).
+/// [`series_from`] of the whole trace (of `pid`), read from the store in one pass over the rows of
+/// [`codes::step_ops`]: the labels and the calls that can end a step, which a finished trace packs
+/// apart from the other calls.
 fn scanned_series(store: &dyn TraceStore, pid: Option<u32>) -> Result<FoundSeries, AnalysisError> {
     let step = codes::Source::Step.code();
     let ops = boundary_ops();
-    let mut sources: Vec<u8> = ops.iter().map(|o| o.source).chain([step]).collect();
-    sources.sort_unstable();
-    sources.dedup();
-    let filter = EventFilter { pid, sources: Some(sources), ..Default::default() };
+    // the labels' and the boundaries' ops only: a finished trace packs them apart, and DuckDB
+    // filters them in its scan (a window's steps read these rows of the whole trace, not every call)
+    let filter = EventFilter { pid, ops: Some(codes::step_ops()), ..Default::default() };
     let (mut labels, mut boundaries) = (Vec::new(), Vec::new());
     store.scan_slim(&filter, &mut |e| {
         if e.op.source == step {
@@ -332,10 +331,7 @@ fn labeled_series(labels: &[SlimEvent]) -> Vec<StepSeries> {
 
 /// The ops that can end a step: calls that wait for the GPU, and collectives.
 fn boundary_ops() -> Vec<OpCode> {
-    OPS.iter()
-        .map(|e| OpCode::new(e.0, e.1))
-        .filter(|c| matches!(gpu_role(*c), GpuRole::Sync | GpuRole::SyncCopy | GpuRole::Collective))
-        .collect()
+    OPS.iter().map(|e| OpCode::new(e.0, e.1)).filter(|&c| codes::is_step_boundary(c)).collect()
 }
 
 /// Steps inferred from the thread with the most synchronizing calls and collectives (`boundaries`:

@@ -110,6 +110,21 @@ pub(crate) fn and_where(clause: &str, cond: &str) -> String {
 
 /// WHERE clause (empty, or starting with a space) and its integer parameters for a filter.
 pub(crate) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
+    where_clause_with(f, OpsCondition::Pairs)
+}
+
+/// How a filter's list of ops is said in SQL.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpsCondition {
+    /// `(source = ? AND op = ?) OR ...`: what SQLite's partial index on (source, op) is matched by.
+    Pairs,
+    /// One op as a pair; several as `(source * 65536 + op) IN (?, ...)`: DuckDB evaluates a chain of
+    /// ORs row by row (the 17 step ops over a 10M-event trace: 0.39 s), an IN list at once (0.05 s).
+    Keys,
+}
+
+/// [`where_clause`], with the ops said as `ops` says.
+pub(crate) fn where_clause_with(f: &EventFilter, ops_condition: OpsCondition) -> (String, Vec<i64>) {
     let mut conds = Vec::new();
     let mut params = Vec::new();
     let TimeWindow { from_ns, to_ns } = f.window;
@@ -133,7 +148,10 @@ pub(crate) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
         conds.push(in_list("source", sources.len()));
         params.extend(sources.iter().map(|&s| i64::from(s)));
     }
-    if let Some(ops) = &f.ops {
+    if let Some(ops) = f.ops.as_ref().filter(|ops| ops_condition == OpsCondition::Keys && ops.len() > 1) {
+        conds.push(format!("(source * 65536 + op) IN ({})", vec!["?"; ops.len()].join(",")));
+        params.extend(ops.iter().map(|o| i64::from(o.source) * 65536 + i64::from(o.op)));
+    } else if let Some(ops) = &f.ops {
         let alts: Vec<&str> = ops.iter().map(|_| "(source = ? AND op = ?)").collect();
         conds.push(format!("({})", if alts.is_empty() { "false".to_string() } else { alts.join(" OR ") }));
         for o in ops {

@@ -639,6 +639,7 @@ pub fn table_meaning(table: &str) -> &'static str {
         "schema_info" => "key/value facts about this database (format, version, units)",
         "op_durations" => "derived when the trace finished, for fast reads: every event's duration sorted per (source, op) (pid -1) and per (pid, source, op); data is an internal encoding: query events instead",
         "call_blocks" => "derived when the trace finished, for fast reads: the GPU calls and step labels of events in time order, packed 65,536 to a block (timestamps min_ts..max_ts); data is an internal encoding: query events instead",
+        "step_blocks" => "derived when the trace finished, for fast reads: the step labels and the calls that can end a step (synchronizations, synchronous copies, collectives) of events in time order, packed as call_blocks are; data is an internal encoding: query events instead",
         "event_aggregates" => "Ingero: true per-minute totals per (source, op, pid) when events holds a sample",
         "causal_chains" => "Ingero: chains its live correlator wrote (event counting in a window, not per-call attribution)",
         "system_snapshots" => "Ingero: 1 Hz CPU, memory, swap and load samples",

@@ -208,15 +208,37 @@ fn call_blocks_hold_every_gpu_call_and_are_rebuilt_after_an_append() {
         let by_sql: Vec<SlimEvent> = store.events(&filter).unwrap().iter().map(SlimEvent::of).collect();
         (slim, by_sql)
     };
+    // the step rows (labels, and the calls that can end a step) have blocks of their own
+    let step_filter = EventFilter { ops: Some(causeway_model::codes::step_ops()), pid: None, ..Default::default() };
+    let step_rows = |path: &std::path::Path| -> (Option<i64>, Vec<SlimEvent>, Vec<SlimEvent>) {
+        let in_step_blocks = rusqlite::Connection::open(path)
+            .unwrap()
+            .query_row("SELECT sum(calls) FROM step_blocks", [], |r| r.get(0))
+            .ok();
+        let store = SqliteStore::open(path).unwrap();
+        let mut slim = Vec::new();
+        store.scan_slim(&step_filter, &mut |c| slim.push(c)).unwrap();
+        let by_sql: Vec<SlimEvent> = store.events(&step_filter).unwrap().iter().map(SlimEvent::of).collect();
+        (in_step_blocks, slim, by_sql)
+    };
     for (i, n) in [(0u64, 150_000usize), (1, 2_000)] {
         let mut w = SqliteWriter::create(&path, &session(i as i64)).unwrap();
         assert_eq!(in_blocks(&path), None, "a writer that opens the trace drops its blocks");
+        assert_eq!(step_rows(&path).0, None, "and its step blocks");
         w.write_batches([SyntheticTrace::new(i + 3, 10_000_000_000 * i as i64).take(n).as_slice()]).unwrap();
         w.finish(10).unwrap();
         // 150,000 events hold more GPU calls than one block
         assert_eq!(in_blocks(&path), Some(gpu_rows(&path)));
         let (slim, by_sql) = slim_by_sql_and_blocks(&path);
         assert!(slim.len() > 65_536 && slim == by_sql, "{} calls from the blocks, {} by SQL", slim.len(), by_sql.len());
+        let (in_step_blocks, slim, by_sql) = step_rows(&path);
+        assert!(
+            !slim.is_empty() && slim == by_sql,
+            "{} step rows from the blocks, {} by SQL",
+            slim.len(),
+            by_sql.len()
+        );
+        assert_eq!(in_step_blocks, Some(by_sql.len() as i64), "the step blocks hold the step rows only");
     }
     let c = rusqlite::Connection::open(&path).unwrap();
     c.execute("UPDATE call_blocks SET data = substr(data, 1, 100) WHERE block = 1", []).unwrap();

@@ -427,6 +427,22 @@ pub fn label_op(kind: &str) -> Option<OpCode> {
     OPS.iter().find(|e| e.0 == Source::Step.code() && e.2 == kind).map(|e| OpCode::new(e.0, e.1))
 }
 
+/// The ops a step is read from: every label kind's op ([`label_kinds`]) and the calls that can end
+/// an inferred step (a synchronization, a synchronous copy, a collective: [`gpu_role`]). The
+/// analysis reads only these to find a trace's steps, and a finished trace packs them apart
+/// (`step_blocks`) so that a window's steps cost a read of them, not of every call.
+pub fn step_ops() -> Vec<OpCode> {
+    OPS.iter()
+        .map(|e| OpCode::new(e.0, e.1))
+        .filter(|&c| c.source == Source::Step.code() || is_step_boundary(c))
+        .collect()
+}
+
+/// Whether a call of `op` can end an inferred step (see [`step_ops`]).
+pub fn is_step_boundary(op: OpCode) -> bool {
+    matches!(gpu_role(op), GpuRole::Sync | GpuRole::SyncCopy | GpuRole::Collective)
+}
+
 /// Look an op up by name, case-insensitively; accepts both Ingero's short names and the full CUDA
 /// names (`cudaStreamSynchronize` finds `cudaStreamSync`), and `op_S_O` synthetic names.
 pub fn op_by_name(name: &str) -> Option<OpCode> {

@@ -20,7 +20,6 @@ use causeway_model::{Event, SchedDetail, SessionInfo};
 
 use super::{base_config, is_duckdb_file};
 use crate::describe::EngineNotes;
-pub(super) use crate::reader_common::where_clause;
 use crate::reader_common::{check_trace_file, native_schema_version, not_a_trace, require_event_columns, trace_info};
 use crate::{QueryLimits, QueryResult};
 use crate::{Result, StoreError};
@@ -297,6 +296,12 @@ impl DuckDbStore {
             Ok(n)
         })
     }
+}
+
+/// The WHERE clause of a filter in DuckDB (several ops as an IN list of keys: see
+/// [`OpsCondition::Keys`]).
+pub(super) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
+    crate::reader_common::where_clause_with(f, crate::reader_common::OpsCondition::Keys)
 }
 
 /// Events from which [`DuckDbStore::id_halves`] splits a scan in two.

@@ -24,6 +24,12 @@ use crate::{Result, StoreError};
 /// The table's name (in both engines).
 pub(crate) const TABLE: &str = "call_blocks";
 
+/// The table of the step rows' blocks ([`STEP_TABLE`]'s rows are the labels and the calls that can
+/// end a step, [`causeway_model::codes::step_ops`]): a window's steps are numbered from the
+/// trace's start, so finding them reads these rows of the whole trace, a few percent of its calls
+/// where the blocks of every call would be decoded for them.
+pub(crate) const STEP_TABLE: &str = "step_blocks";
+
 /// Calls per block: a block's byte string is about 1 MB, and a window reads whole blocks.
 const CALLS_PER_BLOCK: usize = 65_536;
 
@@ -59,6 +65,17 @@ pub(crate) fn answers(filter: &EventFilter) -> bool {
         (_, Some(ops)) => ops.iter().all(|o| held.contains(&o.source)),
         _ => false,
     }
+}
+
+/// Whether every row `filter` can select is a step row ([`is_step_row`]): then the step blocks
+/// answer it.
+pub(crate) fn answers_steps(filter: &EventFilter) -> bool {
+    !filter.failed && filter.ops.as_ref().is_some_and(|ops| ops.iter().all(|&o| is_step_row(o)))
+}
+
+/// Whether rows of `op` go to the step blocks too: a label, or a call that can end a step.
+pub(crate) fn is_step_row(op: OpCode) -> bool {
+    op.source == Source::Step.code() || causeway_model::codes::is_step_boundary(op)
 }
 
 /// One packed block, as an engine stores it.
@@ -139,6 +156,7 @@ pub(crate) type StoredBlock = (i64, usize, Vec<u8>);
 /// for filters the blocks [`answers`]. Blocks are decoded on up to [`DECODERS`] threads while
 /// this one reads the next (at most two blocks per decoder in flight).
 pub(crate) fn scan(
+    table: &str,
     blocks: &mut dyn Iterator<Item = Result<StoredBlock>>,
     filter: &EventFilter,
     f: &mut dyn FnMut(SlimEvent),
@@ -148,7 +166,7 @@ pub(crate) fn scan(
     if decoders < 2 {
         for b in blocks {
             let (block, calls, data) = b?;
-            n += decode(calls, &data, filter, f).map_err(|e| damaged(block, e))?;
+            n += decode(calls, &data, filter, f).map_err(|e| damaged(table, block, e))?;
         }
         return Ok(n);
     }
@@ -169,7 +187,7 @@ pub(crate) fn scan(
             });
         }
         drop(done); // a decoder that panicked is then an error here, not a wait forever
-        let mut in_order = InOrder { waiting: BTreeMap::new(), order: VecDeque::new(), f, n: 0 };
+        let mut in_order = InOrder { table, waiting: BTreeMap::new(), order: VecDeque::new(), f, n: 0 };
         let result = (|| -> Result<()> {
             for b in blocks {
                 let (block, calls, data) = b?;
@@ -190,9 +208,9 @@ pub(crate) fn scan(
     })
 }
 
-/// The error of a block that does not decode.
-pub(crate) fn damaged(block: i64, why: &str) -> StoreError {
-    StoreError::Engine(format!("{TABLE}: block {block}: {why}"))
+/// The error of a block of `table` that does not decode.
+pub(crate) fn damaged(table: &str, block: i64, why: &str) -> StoreError {
+    StoreError::Engine(format!("{table}: block {block}: {why}"))
 }
 
 /// A block's calls, decoded, or why not.
@@ -200,6 +218,8 @@ type Decoded = (i64, std::result::Result<Vec<SlimEvent>, &'static str>);
 
 /// Decoded blocks handed to `f` in the order their jobs were sent.
 struct InOrder<'f> {
+    /// The blocks' table (for the error of a damaged one).
+    table: &'f str,
     /// Decoded blocks that wait for an earlier one.
     waiting: BTreeMap<i64, Vec<SlimEvent>>,
     /// Blocks sent and not yet handed over, in order.
@@ -211,7 +231,7 @@ struct InOrder<'f> {
 
 impl InOrder<'_> {
     fn take(&mut self, (block, r): Decoded) -> Result<()> {
-        self.waiting.insert(block, r.map_err(|e| damaged(block, e))?);
+        self.waiting.insert(block, r.map_err(|e| damaged(self.table, block, e))?);
         while let Some(calls) = self.order.front().and_then(|b| self.waiting.remove(b)) {
             self.order.pop_front();
             self.n += calls.len() as u64;
@@ -316,6 +336,19 @@ mod tests {
     }
 
     #[test]
+    fn only_filters_confined_to_the_step_rows_are_answered_by_the_step_blocks() {
+        use causeway_model::codes::op;
+        let ops = |v: Vec<OpCode>| EventFilter { ops: Some(v), pid: Some(3), ..Default::default() };
+        assert!(answers_steps(&ops(causeway_model::codes::step_ops())));
+        assert!(answers_steps(&ops(vec![op::CUDA_STREAM_SYNC])));
+        assert!(!answers_steps(&ops(vec![op::CUDA_STREAM_SYNC, op::CUDA_LAUNCH_KERNEL])));
+        assert!(!answers_steps(&EventFilter { sources: Some(vec![Source::Step.code()]), ..Default::default() }));
+        assert!(!answers_steps(&EventFilter { failed: true, ..ops(vec![op::CUDA_STREAM_SYNC]) }));
+        // every step row is a row the call blocks hold: the step blocks are a subset of them
+        assert!(causeway_model::codes::step_ops().iter().all(|o| block_sources().contains(&o.source)));
+    }
+
+    #[test]
     fn full_blocks_are_scanned_in_order_on_parallel_decoders_and_a_damaged_one_is_named() {
         let launch = causeway_model::codes::op::CUDA_LAUNCH_KERNEL;
         let n = 3 * CALLS_PER_BLOCK + 5;
@@ -330,12 +363,12 @@ mod tests {
         };
         let mut got = Vec::new();
         let filter = EventFilter { tids: Some(vec![10, 12]), ..Default::default() };
-        let kept = scan(&mut stored(&blocks).into_iter(), &filter, &mut |c| got.push(c)).unwrap();
+        let kept = scan(TABLE, &mut stored(&blocks).into_iter(), &filter, &mut |c| got.push(c)).unwrap();
         let want: Vec<SlimEvent> = calls.iter().filter(|c| c.tid != 11).cloned().collect();
         assert_eq!((kept as usize, got.len()), (want.len(), want.len()));
         assert!(got == want, "the calls come back in the order they were packed");
         blocks[2].data.truncate(10);
-        let err = scan(&mut stored(&blocks).into_iter(), &filter, &mut |_| ()).unwrap_err().to_string();
+        let err = scan(TABLE, &mut stored(&blocks).into_iter(), &filter, &mut |_| ()).unwrap_err().to_string();
         assert!(err.ends_with("call_blocks: block 2: cut short"), "{err}");
     }
 }

@@ -18,24 +18,41 @@ pub(crate) fn build(conn: &Connection) -> rusqlite::Result<()> {
     build_op_durations(conn)
 }
 
+/// The call blocks and, from the same rows, the step blocks ([`calls::STEP_TABLE`]).
 fn build_call_blocks(conn: &Connection) -> rusqlite::Result<()> {
-    let table = calls::TABLE;
-    conn.execute_batch(&format!(
-        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (block INTEGER PRIMARY KEY, \
-         min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL, calls INTEGER NOT NULL, data BLOB NOT NULL)"
-    ))?;
+    let mut inserts = Vec::new();
+    for table in [calls::TABLE, calls::STEP_TABLE] {
+        conn.execute_batch(&format!(
+            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (block INTEGER PRIMARY KEY, \
+             min_ts INTEGER NOT NULL, max_ts INTEGER NOT NULL, calls INTEGER NOT NULL, data BLOB NOT NULL)"
+        ))?;
+        inserts.push(conn.prepare(&format!(
+            "INSERT INTO {table} (block, min_ts, max_ts, calls, data) VALUES (?1, ?2, ?3, ?4, ?5)"
+        ))?);
+    }
+    let put = |insert: &mut rusqlite::Statement<'_>, b: calls::Block| {
+        insert.execute(params![b.index, b.min_ts, b.max_ts, b.calls, b.data]).map(|_| ())
+    };
     let mut select = conn.prepare(&calls::select_sql())?;
-    let mut insert =
-        conn.prepare(&format!("INSERT INTO {table} (block, min_ts, max_ts, calls, data) VALUES (?1, ?2, ?3, ?4, ?5)"))?;
-    let mut put = |b: calls::Block| insert.execute(params![b.index, b.min_ts, b.max_ts, b.calls, b.data]).map(|_| ());
-    let mut packer = calls::Packer::default();
+    let (mut all, mut steps) = (calls::Packer::default(), calls::Packer::default());
     let mut rows = select.query([])?;
     while let Some(r) = rows.next()? {
-        if let Some(b) = packer.push(&super::reader::slim_row(r)?) {
-            put(b)?;
+        let row = super::reader::slim_row(r)?;
+        if calls::is_step_row(row.op) {
+            if let Some(b) = steps.push(&row) {
+                put(&mut inserts[1], b)?;
+            }
+        }
+        if let Some(b) = all.push(&row) {
+            put(&mut inserts[0], b)?;
         }
     }
-    packer.finish().map_or(Ok(()), put)
+    for (i, packer) in [all, steps].into_iter().enumerate() {
+        if let Some(b) = packer.finish() {
+            put(&mut inserts[i], b)?;
+        }
+    }
+    Ok(())
 }
 
 fn build_op_durations(conn: &Connection) -> rusqlite::Result<()> {
@@ -54,24 +71,29 @@ fn build_op_durations(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// [`calls::scan`] of the blocks of `conn` that `filter`'s window meets.
-pub(crate) fn scan_calls(conn: &Connection, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
+/// [`calls::scan`] of the blocks of `table` (the call blocks or the step blocks) of `conn` that
+/// `filter`'s window meets.
+pub(crate) fn scan_calls(
+    conn: &Connection,
+    table: &str,
+    filter: &EventFilter,
+    f: &mut dyn FnMut(SlimEvent),
+) -> Result<u64> {
     let (from, to) = (filter.window.from_ns.unwrap_or(i64::MIN), filter.window.to_ns.unwrap_or(i64::MAX));
     let mut st = conn.prepare_cached(&format!(
-        "SELECT block, calls, data FROM {} WHERE max_ts >= ?1 AND min_ts <= ?2 ORDER BY block",
-        calls::TABLE
+        "SELECT block, calls, data FROM {table} WHERE max_ts >= ?1 AND min_ts <= ?2 ORDER BY block"
     ))?;
     let mut rows = st.query(params![Value::Integer(from), Value::Integer(to)])?;
     let mut blocks = std::iter::from_fn(|| -> Option<Result<calls::StoredBlock>> {
         let block = (|| -> Result<Option<calls::StoredBlock>> {
             let Some(r) = rows.next()? else { return Ok(None) };
             let (block, count): (i64, i64) = (r.get(0)?, r.get(1)?);
-            let data = r.get_ref(2)?.as_blob().map_err(|e| calls::damaged(block, &e.to_string()))?;
+            let data = r.get_ref(2)?.as_blob().map_err(|e| calls::damaged(table, block, &e.to_string()))?;
             Ok(Some((block, count.max(0) as usize, data.to_vec())))
         })();
         block.transpose()
     });
-    calls::scan(&mut blocks, filter, f)
+    calls::scan(table, &mut blocks, filter, f)
 }
 
 /// [`durations::summary`] of the trace of `conn` (`extent`: its events, first and last timestamp).

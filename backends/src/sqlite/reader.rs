@@ -453,11 +453,22 @@ impl TraceStore for SqliteStore {
     }
 
     /// A finished trace's GPU calls come from its packed blocks ([`super::packed`]), in time
-    /// order; other rows, and traces without blocks, through SQL.
+    /// order (the step rows alone from their own blocks, where the trace has them); other rows, and
+    /// traces without blocks, through SQL.
     fn scan_slim(&self, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
-        if self.finished && self.info.has_table(crate::packed::calls::TABLE) && crate::packed::calls::answers(filter) {
+        use crate::packed::calls;
+        let table = if !self.finished {
+            None
+        } else if self.info.has_table(calls::STEP_TABLE) && calls::answers_steps(filter) {
+            Some(calls::STEP_TABLE)
+        } else if self.info.has_table(calls::TABLE) && calls::answers(filter) {
+            Some(calls::TABLE)
+        } else {
+            None
+        };
+        if let Some(table) = table {
             let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-            return super::packed::scan_calls(&conn, filter, f);
+            return super::packed::scan_calls(&conn, table, filter, f);
         }
         let (clause, params) = where_clause(filter);
         let select = format!(
