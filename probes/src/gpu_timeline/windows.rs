@@ -57,6 +57,43 @@ struct AttachedProcess {
     armed_window: Option<(u64, String)>,
 }
 
+/// How [`AttachedProcess::open_window`] opened a window, and whether one was open already.
+enum Opened {
+    /// A span of the pre-trigger buffer.
+    Armed { extended: bool },
+    /// An `OpenWindow` control to the library.
+    Asked { extended: bool },
+}
+
+impl AttachedProcess {
+    /// Opens a window of `for_ms` on `pid`, the one way triggers and requests both do: a span of
+    /// its pre-trigger buffer from `span_start` when it is armed (`out` takes the span's notes),
+    /// else an `OpenWindow` control to its library, queued on `queued`, the window running until
+    /// `now` + `for_ms` (unix ns).
+    #[allow(clippy::too_many_arguments)]
+    fn open_window(
+        &mut self,
+        pid: u32,
+        span_start: i64,
+        now: i64,
+        for_ms: u64,
+        reason: &str,
+        queued: &mut Vec<Action>,
+        out: &mut GpuTimelinePart,
+    ) -> Opened {
+        if let Some(a) = self.armed.as_mut() {
+            let extended = a.is_open(span_start);
+            a.open(span_start, for_ms, reason, out);
+            return Opened::Armed { extended };
+        }
+        let extended = self.open;
+        self.open = true;
+        self.until = now.saturating_add(ms_to_ns(for_ms));
+        queued.push(Action::Control(pid, Control::OpenWindow { for_ms, reason: reason.to_string() }));
+        Opened::Asked { extended }
+    }
+}
+
 /// The attached processes and their windows.
 #[derive(Default)]
 pub(super) struct Windows {
@@ -121,27 +158,24 @@ impl Windows {
         for pid in targets {
             let Some(p) = self.attached.get_mut(&pid) else { continue };
             let out = self.released.entry(pid).or_default();
-            let opened = if let Some(a) = p.armed.as_mut() {
-                let extended = a.is_open(fired.ts_ns.min(now));
-                a.open(fired.ts_ns.min(now), window_ms, &reason, out);
-                if extended {
-                    format!("the open window on pid {pid} was extended by {secs} s")
-                } else {
-                    format!("a window of {secs} s opened on pid {pid}, with the pre-trigger buffer's seconds before it")
-                }
-            } else if p.open && p.until >= now.saturating_add(ms_to_ns(window_ms)) {
+            let later = now.saturating_add(ms_to_ns(window_ms));
+            let opened = if p.armed.is_none() && p.open && p.until >= later {
                 format!("a window was already open on pid {pid}: left as it was")
             } else {
                 // (an open window ending sooner is extended: the library's window runs to the later end)
-                let extended = p.open;
-                p.open = true;
-                p.until = now.saturating_add(ms_to_ns(window_ms));
-                self.queued
-                    .push(Action::Control(pid, Control::OpenWindow { for_ms: window_ms, reason: reason.clone() }));
-                if extended {
-                    format!("the open window on pid {pid} was extended to {secs} s from now")
-                } else {
-                    format!("a window of {secs} s opened on pid {pid}")
+                match p.open_window(pid, fired.ts_ns.min(now), now, window_ms, &reason, &mut self.queued, out) {
+                    Opened::Armed { extended: true } => {
+                        format!("the open window on pid {pid} was extended by {secs} s")
+                    }
+                    Opened::Armed { extended: false } => {
+                        format!(
+                            "a window of {secs} s opened on pid {pid}, with the pre-trigger buffer's seconds before it"
+                        )
+                    }
+                    Opened::Asked { extended: true } => {
+                        format!("the open window on pid {pid} was extended to {secs} s from now")
+                    }
+                    Opened::Asked { extended: false } => format!("a window of {secs} s opened on pid {pid}"),
                 }
             };
             out.notes.push(GpuTimelineNote {
@@ -260,15 +294,11 @@ impl Windows {
         }
         let reason = who("opened");
         let for_ms = r.for_ms.min(MAX_REQUEST_MS);
-        let mut before = String::new();
-        if let Some(a) = p.armed.as_mut() {
-            a.open(now, for_ms, &reason, self.released.entry(pid).or_default());
-            before = " with the pre-trigger buffer's seconds before it".into();
-        } else {
-            p.open = true;
-            p.until = now.saturating_add(ms_to_ns(for_ms));
-            self.queued.push(Action::Control(pid, Control::OpenWindow { for_ms, reason }));
-        }
+        let out = self.released.entry(pid).or_default();
+        let before = match p.open_window(pid, now, now, for_ms, &reason, &mut self.queued, out) {
+            Opened::Armed { .. } => " with the pre-trigger buffer's seconds before it",
+            Opened::Asked { .. } => "",
+        };
         let capped = if for_ms < r.for_ms { " (the longest a request may open)" } else { "" };
         (
             true,
