@@ -248,7 +248,8 @@ pub struct DeviceView {
     pub gaps_total: usize,
     /// Their idle time.
     pub gaps_idle_ns: i64,
-    /// The longest gaps, explained (at most 20): the longest of each leading cause, then the longest.
+    /// The longest gaps, explained (at most 20): for each cause the gap where it cost the most, then
+    /// the longest.
     pub gaps: Vec<IdleGap>,
     /// Idle time by cause and culprit, most first.
     pub chains: Vec<IdleChain>,
@@ -291,19 +292,31 @@ struct RawGap {
     drain_end: Option<i64>,
 }
 
-/// The gaps listed one by one: the largest of each leading cause (a rare cause, such as one 3 ms
-/// drain among many longer preemptions on a loaded host, is never crowded out), then the
-/// largest of the rest, [`GAPS_LISTED`] in all, largest first.
+/// The gaps listed one by one: for each cause, the gap where it cost the most idle time (a rare
+/// cause, such as one 3 ms drain among many longer preemptions on a loaded host, is never crowded
+/// out, even where a preemption in the same gap was its larger part), then the largest of the
+/// rest, [`GAPS_LISTED`] in all, largest first.
 fn listed_gaps(mut gaps: Vec<IdleGap>) -> Vec<IdleGap> {
     gaps.sort_by_key(|g| (std::cmp::Reverse(g.idle_ns), g.start_ns));
-    let mut causes_seen: BTreeSet<Option<IdleCause>> = BTreeSet::new();
-    let (mut listed, mut rest): (Vec<IdleGap>, Vec<IdleGap>) =
-        gaps.into_iter().partition(|g| causes_seen.insert(g.parts.first().map(|p| p.cause)));
-    listed.truncate(GAPS_LISTED);
-    rest.truncate(GAPS_LISTED - listed.len());
-    listed.append(&mut rest);
-    listed.sort_by_key(|g| (std::cmp::Reverse(g.idle_ns), g.start_ns));
-    listed
+    // cause -> (its most idle time in one gap, that gap's index); the earliest largest gap wins ties
+    let mut most: BTreeMap<IdleCause, (i64, usize)> = BTreeMap::new();
+    for (i, g) in gaps.iter().enumerate() {
+        for p in &g.parts {
+            let best = most.entry(p.cause).or_insert((p.ns, i));
+            if p.ns > best.0 {
+                *best = (p.ns, i);
+            }
+        }
+    }
+    let mut chosen: BTreeSet<usize> = most.values().map(|&(_, i)| i).take(GAPS_LISTED).collect();
+    for i in 0..gaps.len() {
+        if chosen.len() >= GAPS_LISTED {
+            break;
+        }
+        chosen.insert(i);
+    }
+    // in the sorted order: largest first
+    gaps.into_iter().enumerate().filter(|(i, _)| chosen.contains(i)).map(|(_, g)| g).collect()
 }
 
 /// The device view of `window` (of `pid`), or `None` when the trace holds no device timeline.
@@ -511,6 +524,21 @@ mod tests {
             Some(31)
         );
         assert!(listed.windows(2).all(|w| w[0].idle_ns >= w[1].idle_ns));
+    }
+
+    #[test]
+    fn a_cause_that_is_the_smaller_part_of_its_gap_is_listed() {
+        let mut gaps: Vec<IdleGap> = (0..30).map(|i| gap(i * 100, 20 + i, IdleCause::Preempted)).collect();
+        let mut mixed = gap(9_000, 8, IdleCause::Preempted);
+        mixed.parts[0].ns = 5;
+        mixed.parts.push(IdlePart { cause: IdleCause::Drain, ns: 3, culprit: None, start_ns: 9_000, end_ns: 9_003 });
+        gaps.push(mixed);
+        let listed = listed_gaps(gaps);
+        assert_eq!(listed.len(), GAPS_LISTED);
+        assert!(
+            listed.iter().any(|g| g.parts.iter().any(|p| p.cause == IdleCause::Drain)),
+            "the drain's gap is listed"
+        );
     }
 
     #[test]
