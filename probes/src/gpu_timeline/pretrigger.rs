@@ -43,7 +43,14 @@ pub(super) struct Armed {
     dropped_until: i64,
     /// When the library began recording (its `window_opened`, which became the `armed` note).
     recording_since: Option<i64>,
+    /// When every held record was last checked against the time it may be held (unix ns).
+    swept_at: i64,
 }
+
+/// How often every held record is checked against the time it may be held; in between only the
+/// oldest are let go (records arrive nearly in time order: one held behind a newer one waits for
+/// the next sweep, which only holds it a little longer, never stores it outside a window).
+const SWEEP_EVERY_NS: i64 = 1_000_000_000;
 
 impl Armed {
     pub fn new(pid: u32, pre_ms: u64) -> Armed {
@@ -55,6 +62,7 @@ impl Armed {
             dropped: 0,
             dropped_until: i64::MIN,
             recording_since: None,
+            swept_at: i64::MIN,
         }
     }
 
@@ -166,7 +174,14 @@ impl Armed {
             }
         }
         let forget_before = now - self.pre_ns - LATE_NS;
-        self.held.retain(|o| o.start_ns >= forget_before);
+        if now.saturating_sub(self.swept_at) >= SWEEP_EVERY_NS {
+            self.held.retain(|o| o.start_ns >= forget_before);
+            self.swept_at = now;
+        } else {
+            while self.held.front().is_some_and(|o| o.start_ns < forget_before) {
+                self.held.pop_front();
+            }
+        }
         while self.held.len() > MAX_HELD {
             if let Some(o) = self.held.pop_front() {
                 self.dropped += 1;
@@ -300,5 +315,22 @@ pub(super) mod tests {
         let mut after = GpuTimelinePart::default();
         a.take(part(vec![op(11.5), op(12.5)]), 13 * S, &mut after);
         assert_eq!(starts(&after), vec![115]);
+    }
+
+    #[test]
+    fn between_sweeps_the_oldest_go_and_a_straggler_behind_a_newer_record_goes_at_the_next_sweep() {
+        let mut a = Armed::new(5, 500);
+        let mut out = GpuTimelinePart::default();
+        a.take(armed_at(0), 0, &mut out);
+        // at 10 s (a sweep): what started before 6.5 s goes (0.5 s before + 3 s late)
+        a.take(part(vec![op(5.0), op(7.0), op(8.0), op(6.5)]), 10 * S, &mut out);
+        assert_eq!(a.held(), 3);
+        // at 10.6 s (no sweep): the oldest in front go, 6.5 s behind 8 s waits
+        a.take(part(vec![]), 10 * S + 6 * S / 10, &mut out);
+        assert_eq!(a.held(), 2, "7 s let go from the front; 6.5 s held behind 8 s");
+        // a sweep a second after the last: the straggler goes too
+        a.take(part(vec![]), 11 * S, &mut out);
+        assert_eq!(a.held(), 1);
+        assert!(out.ops.is_empty(), "nothing stored outside a window: {out:?}");
     }
 }
