@@ -46,6 +46,20 @@ pub(crate) fn select_sql() -> String {
     )
 }
 
+/// The query, in DuckDB's SQL, of the step rows ([`is_step_row`]) in the order the step blocks
+/// hold them (SQLite packs them from [`select_sql`]'s rows, in the same pass as the call blocks).
+pub(crate) fn step_rows_sql() -> String {
+    let ops = causeway_model::codes::step_ops();
+    let filter = EventFilter { ops: Some(ops), ..Default::default() };
+    let (clause, params) = crate::reader_common::where_clause_with(&filter, crate::reader_common::OpsCondition::Keys);
+    // the parameters are codes: inlined, so the query is one string
+    let mut sql = format!("SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events{clause}");
+    for p in params {
+        sql = sql.replacen('?', &p.to_string(), 1);
+    }
+    sql + " ORDER BY timestamp, id"
+}
+
 /// The sources whose rows the blocks hold: the GPU API calls, and the step labels `explain`
 /// reads in the same scan.
 pub(crate) fn block_sources() -> [u8; 5] {
