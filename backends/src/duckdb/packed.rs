@@ -90,22 +90,21 @@ fn build_step_blocks(conn: &Connection) -> Result<()> {
     packer.finish().map_or(Ok(()), put)
 }
 
-/// [`calls::scan`] of the step blocks of `conn` that `filter`'s window meets.
+/// [`calls::scan`] of the step blocks of `conn` that `filter`'s window meets: their numbers first,
+/// then each block's bytes by its number. One query of every block `ORDER BY block` sorted the
+/// blobs themselves under the reader's bounded engine memory, and at 100M events (8M step rows,
+/// 120 blocks of about 1 MB) that ran out of it.
 pub(crate) fn scan_steps(conn: &Connection, filter: &EventFilter, f: &mut dyn FnMut(SlimEvent)) -> Result<u64> {
     let (from, to) = (filter.window.from_ns.unwrap_or(i64::MIN), filter.window.to_ns.unwrap_or(i64::MAX));
     let table = calls::STEP_TABLE;
-    let mut st = conn
-        .prepare(&format!("SELECT block, calls, data FROM {table} WHERE max_ts >= ? AND min_ts <= ? ORDER BY block"))
+    let wanted: Vec<(i64, i64)> = conn
+        .prepare(&format!("SELECT block, calls FROM {table} WHERE max_ts >= ? AND min_ts <= ? ORDER BY block"))
+        .and_then(|mut st| st.query_map(params![from, to], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
         .map_err(engine)?;
-    let mut rows = st.query(params![from, to]).map_err(engine)?;
-    let mut blocks = std::iter::from_fn(|| -> Option<Result<calls::StoredBlock>> {
-        let block = (|| -> Result<Option<calls::StoredBlock>> {
-            let Some(r) = rows.next().map_err(engine)? else { return Ok(None) };
-            let (block, count, data): (i64, i64, Vec<u8>) =
-                (r.get(0).map_err(engine)?, r.get(1).map_err(engine)?, r.get(2).map_err(engine)?);
-            Ok(Some((block, count.max(0) as usize, data)))
-        })();
-        block.transpose()
+    let mut data = conn.prepare(&format!("SELECT data FROM {table} WHERE block = ?")).map_err(engine)?;
+    let mut blocks = wanted.into_iter().map(|(block, count)| -> Result<calls::StoredBlock> {
+        let bytes: Vec<u8> = data.query_row(params![block], |r| r.get(0)).map_err(engine)?;
+        Ok((block, count.max(0) as usize, bytes))
     });
     calls::scan(table, &mut blocks, filter, f)
 }
