@@ -432,10 +432,12 @@ pub fn label_op(kind: &str) -> Option<OpCode> {
 /// analysis reads only these to find a trace's steps, and a finished trace packs them apart
 /// (`step_blocks`) so that a window's steps cost a read of them, not of every call.
 pub fn step_ops() -> Vec<OpCode> {
-    OPS.iter()
-        .map(|e| OpCode::new(e.0, e.1))
-        .filter(|&c| c.source == Source::Step.code() || is_step_boundary(c))
-        .collect()
+    OPS.iter().map(|e| OpCode::new(e.0, e.1)).filter(|&c| is_step_op(c)).collect()
+}
+
+/// Whether rows of `op` are step rows ([`step_ops`]): a label, or a call that can end a step.
+pub fn is_step_op(op: OpCode) -> bool {
+    op.source == Source::Step.code() || is_step_boundary(op)
 }
 
 /// Whether a call of `op` can end an inferred step (see [`step_ops`]).

@@ -13,10 +13,10 @@
 
 use causeway_model::codes::OpCode;
 use causeway_store::summary::DurationSummary;
-use causeway_store::{EventFilter, EventId, SlimEvent};
-use duckdb::{params, Connection};
+use causeway_store::{EventFilter, SlimEvent};
+use duckdb::{params, params_from_iter, Connection};
 
-use super::reader::{ints, val, READER_MEMORY_MIB};
+use super::reader::{ints, slim_rows, val, where_clause, READER_MEMORY_MIB, SLIM_SELECT};
 use crate::packed::{calls, durations};
 use crate::schema::{extent_if_current, extent_value, RecordedExtent, EXTENT_SQL, FINISHED_EXTENT_KEY, LAST_ID_SQL};
 use crate::{Result, StoreError};
@@ -68,20 +68,14 @@ fn build_step_blocks(conn: &Connection) -> Result<()> {
     let mut put = |b: calls::Block| {
         insert.execute(params![b.index, b.min_ts, b.max_ts, b.calls, b.data]).map(|_| ()).map_err(engine)
     };
-    let mut select = conn.prepare(&calls::step_rows_sql()).map_err(engine)?;
-    for b in select.query_arrow([]).map_err(engine)? {
-        let c: Vec<_> = (0..9).map(|i| ints(&b, i)).collect::<Result<_>>()?;
-        for r in 0..b.num_rows() {
-            let row = SlimEvent {
-                id: EventId::Int(val(&c[0], r)),
-                ts: val(&c[1], r),
-                dur: val(&c[2], r),
-                pid: val(&c[3], r) as u32,
-                tid: val(&c[4], r) as u32,
-                op: OpCode::new(val(&c[5], r) as u8, val(&c[6], r) as u16),
-                arg0: val(&c[7], r),
-                arg2: val(&c[8], r),
-            };
+    // the step rows in the order the blocks hold them, as `scan_slim` reads rows
+    let filter = EventFilter { ops: Some(causeway_model::codes::step_ops()), ..Default::default() };
+    let (clause, params) = where_clause(&filter);
+    let mut select = conn.prepare(&format!("{SLIM_SELECT}{clause} ORDER BY timestamp, id")).map_err(engine)?;
+    let mut rows = Vec::new();
+    for b in select.query_arrow(params_from_iter(params)).map_err(engine)? {
+        slim_rows(&b, &mut rows)?;
+        for row in rows.drain(..) {
             if let Some(block) = packer.push(&row) {
                 put(block)?;
             }

@@ -308,10 +308,10 @@ pub(super) fn where_clause(f: &EventFilter) -> (String, Vec<i64>) {
 const SPLIT_SCAN_MIN_EVENTS: u64 = 1_000_000;
 
 /// What [`TraceStore::scan_slim`] reads of each event, in [`slim_rows`]'s column order.
-const SLIM_SELECT: &str = "SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events";
+pub(super) const SLIM_SELECT: &str = "SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events";
 
 /// The rows of a batch of [`SLIM_SELECT`], appended to `out`.
-fn slim_rows(b: &RecordBatch, out: &mut Vec<SlimEvent>) -> Result<()> {
+pub(super) fn slim_rows(b: &RecordBatch, out: &mut Vec<SlimEvent>) -> Result<()> {
     let c: Vec<Int64Array> = (0..9).map(|i| ints(b, i)).collect::<Result<_>>()?;
     out.extend((0..b.num_rows()).map(|r| SlimEvent {
         id: EventId::Int(val(&c[0], r)),

@@ -24,7 +24,7 @@ use crate::{Result, StoreError};
 /// The table's name (in both engines).
 pub(crate) const TABLE: &str = "call_blocks";
 
-/// The table of the step rows' blocks ([`STEP_TABLE`]'s rows are the labels and the calls that can
+/// The table of the step rows' blocks (its rows are the labels and the calls that can
 /// end a step, [`causeway_model::codes::step_ops`]): a window's steps are numbered from the
 /// trace's start, so finding them reads these rows of the whole trace, a few percent of its calls
 /// where the blocks of every call would be decoded for them.
@@ -44,20 +44,6 @@ pub(crate) fn select_sql() -> String {
          ORDER BY timestamp, id",
         sources.join(", ")
     )
-}
-
-/// The query, in DuckDB's SQL, of the step rows ([`is_step_row`]) in the order the step blocks
-/// hold them (SQLite packs them from [`select_sql`]'s rows, in the same pass as the call blocks).
-pub(crate) fn step_rows_sql() -> String {
-    let ops = causeway_model::codes::step_ops();
-    let filter = EventFilter { ops: Some(ops), ..Default::default() };
-    let (clause, params) = crate::reader_common::where_clause_with(&filter, crate::reader_common::OpsCondition::Keys);
-    // the parameters are codes: inlined, so the query is one string
-    let mut sql = format!("SELECT id, timestamp, duration, pid, tid, source, op, arg0, arg2 FROM events{clause}");
-    for p in params {
-        sql = sql.replacen('?', &p.to_string(), 1);
-    }
-    sql + " ORDER BY timestamp, id"
 }
 
 /// The sources whose rows the blocks hold: the GPU API calls, and the step labels `explain`
@@ -81,15 +67,10 @@ pub(crate) fn answers(filter: &EventFilter) -> bool {
     }
 }
 
-/// Whether every row `filter` can select is a step row ([`is_step_row`]): then the step blocks
-/// answer it.
+/// Whether every row `filter` can select is a step row (`codes::is_step_op`): then the step
+/// blocks answer it.
 pub(crate) fn answers_steps(filter: &EventFilter) -> bool {
-    !filter.failed && filter.ops.as_ref().is_some_and(|ops| ops.iter().all(|&o| is_step_row(o)))
-}
-
-/// Whether rows of `op` go to the step blocks too: a label, or a call that can end a step.
-pub(crate) fn is_step_row(op: OpCode) -> bool {
-    op.source == Source::Step.code() || causeway_model::codes::is_step_boundary(op)
+    !filter.failed && filter.ops.as_ref().is_some_and(|ops| ops.iter().all(|&o| causeway_model::codes::is_step_op(o)))
 }
 
 /// One packed block, as an engine stores it.

@@ -38,7 +38,7 @@ fn build_call_blocks(conn: &Connection) -> rusqlite::Result<()> {
     let mut rows = select.query([])?;
     while let Some(r) = rows.next()? {
         let row = super::reader::slim_row(r)?;
-        if calls::is_step_row(row.op) {
+        if causeway_model::codes::is_step_op(row.op) {
             if let Some(b) = steps.push(&row) {
                 put(&mut inserts[1], b)?;
             }
