@@ -177,6 +177,17 @@ pub fn request_words(head: &str) -> String {
     }
 }
 
+/// The name (`comm`) the kernel gives a process that exec'd `filename`: the file's base name, cut
+/// to 15 bytes (at a character boundary).
+fn comm_of_program(filename: &str) -> String {
+    let base = filename.rsplit('/').next().unwrap_or(filename);
+    let mut end = base.len().min(15);
+    while !base.is_char_boundary(end) {
+        end -= 1;
+    }
+    base[..end].to_string()
+}
+
 /// The footprint of the trace's processes (or one of them).
 pub fn footprint(store: &dyn TraceStore, req: &FootprintRequest) -> Result<Footprint> {
     let part: FootprintPart = store.footprint()?;
@@ -208,10 +219,19 @@ pub fn footprint(store: &dyn TraceStore, req: &FootprintRequest) -> Result<Footp
     let top = req.top.max(1);
     for &pid in &pids {
         let mut p = ProcessFootprint { pid, parent: parent.get(&pid).copied(), ..Default::default() };
-        p.name = names.get(&pid).cloned().unwrap_or_default();
-        if let Some(e) = part.execs.iter().rev().find(|e| e.pid == pid) {
+        let exec = part.execs.iter().rev().find(|e| e.pid == pid);
+        if let Some(e) = exec {
             p.program = if e.argv.is_empty() { e.filename.clone() } else { e.argv.clone() };
         }
+        p.name = match names.get(&pid).filter(|n| !n.is_empty()) {
+            Some(n) => n.clone(),
+            // a process the trace saw no name of (a child that exited before its first event
+            // named it) is named as the kernel named it: by its program, else its parent's name
+            None => exec
+                .map(|e| comm_of_program(&e.filename))
+                .or_else(|| p.parent.and_then(|q| names.get(&q).cloned()))
+                .unwrap_or_default(),
+        };
         // syscalls by kind
         let mut kinds: BTreeMap<&str, SyscallKind> = BTreeMap::new();
         for s in part.syscalls.iter().filter(|s| s.pid == pid) {
@@ -365,6 +385,14 @@ pub fn footprint(store: &dyn TraceStore, req: &FootprintRequest) -> Result<Footp
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_unnamed_process_is_named_by_its_program_as_the_kernel_would() {
+        assert_eq!(comm_of_program("/usr/bin/python3.12"), "python3.12");
+        assert_eq!(comm_of_program("a-program-with-a-long-name"), "a-program-with-");
+        assert_eq!(comm_of_program("/opt/ééééééééé"), "ééééééé"); // 15 bytes would split an é
+        assert_eq!(comm_of_program("/bin/"), "");
+    }
+
     use super::*;
 
     #[test]

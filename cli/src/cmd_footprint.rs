@@ -75,21 +75,35 @@ fn files_table(files: &[TouchedFile], socket: bool) -> Table {
     t
 }
 
+/// `pid 41 (python3, child of 40): python3 train.py`; the parentheses left out of a process the
+/// trace has no name for and no parent of.
+fn process_heading(p: &ProcessFootprint) -> String {
+    let about: Vec<String> = [(!p.name.is_empty()).then(|| p.name.clone()), p.parent.map(|q| format!("child of {q}"))]
+        .into_iter()
+        .flatten()
+        .collect();
+    let about = if about.is_empty() { String::new() } else { format!(" ({})", about.join(", ")) };
+    let program = if p.program.is_empty() { String::new() } else { format!(": {}", p.program) };
+    format!("pid {}{about}{program}\n", p.pid)
+}
+
 fn process(p: &ProcessFootprint) -> String {
     let mut out = String::new();
-    let parent = p.parent.map(|q| format!(", child of {q}")).unwrap_or_default();
-    let program = if p.program.is_empty() { String::new() } else { format!(": {}", p.program) };
-    out.push_str(&format!("pid {} ({}{parent}){program}\n", p.pid, p.name));
+    out.push_str(&process_heading(p));
     let o = &p.off_cpu;
-    out.push_str(&format!(
-        "  CPU: {} ms on ({} switches out); off: {} ms asleep, {} ms preempted, {} ms uninterruptible, {} ms other\n",
-        ms(p.on_cpu_ns),
-        p.switches,
-        ms(o.sleeping_ns),
-        ms(o.preempted_ns),
-        ms(o.uninterruptible_ns),
-        ms(o.other_ns)
-    ));
+    if p.on_cpu_ns == 0 && p.switches == 0 && o.intervals == 0 {
+        out.push_str("  CPU: none recorded (the trace saw no time of it on or off a CPU)\n");
+    } else {
+        out.push_str(&format!(
+            "  CPU: {} ms on ({} switches out); off: {} ms asleep, {} ms preempted, {} ms uninterruptible, {} ms other\n",
+            ms(p.on_cpu_ns),
+            p.switches,
+            ms(o.sleeping_ns),
+            ms(o.preempted_ns),
+            ms(o.uninterruptible_ns),
+            ms(o.other_ns)
+        ));
+    }
     out.push_str(&format!(
         "\n  syscalls: {} calls of {} kinds, {} ms in the kernel\n",
         p.syscall_calls,
@@ -193,4 +207,28 @@ pub fn render(db: &std::path::Path, f: &Footprint, sql: bool) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_without_a_name_or_cpu_time_says_so_instead_of_empty_figures() {
+        let named = ProcessFootprint {
+            pid: 41,
+            name: "python3".into(),
+            parent: Some(40),
+            program: "python3 train.py".into(),
+            ..Default::default()
+        };
+        assert_eq!(process_heading(&named), "pid 41 (python3, child of 40): python3 train.py\n");
+        let unnamed = ProcessFootprint { pid: 42, parent: Some(40), ..Default::default() };
+        assert_eq!(process_heading(&unnamed), "pid 42 (child of 40)\n");
+        assert_eq!(process_heading(&ProcessFootprint { pid: 43, ..Default::default() }), "pid 43\n");
+        let text = process(&unnamed);
+        assert!(text.contains("CPU: none recorded"), "{text}");
+        let ran = ProcessFootprint { pid: 44, on_cpu_ns: 2_000_000, switches: 3, ..Default::default() };
+        assert!(process(&ran).contains("CPU: 2.000 ms on (3 switches out)"), "{}", process(&ran));
+    }
 }

@@ -244,6 +244,11 @@ fn an_mcp_servers_footprint_names_its_files_peers_children_and_requests() {
         p["children"].as_array().unwrap().iter().filter(|c| c["pid"].as_u64() == Some(child)).collect();
     assert_eq!(ran.len(), 1);
     assert_eq!(ran[0]["ran"], json!(["echo hello"]));
+    // the child itself: named (by the trace, else as the kernel named it, by its program)
+    let c = footprint_json(db, child);
+    let c = &c["processes"][0];
+    assert_eq!((c["pid"].as_u64(), c["parent"].as_u64()), (Some(child), Some(server)), "{c}");
+    assert_eq!(c["name"], json!("echo"), "{c}");
     let cpu = figure_rows(db, &f, "on_cpu");
     assert_eq!(p["on_cpu_ns"].as_u64(), cpu[0][0].as_u64());
     assert!(p["on_cpu_ns"].as_u64().unwrap() > 0, "time on the CPU");
