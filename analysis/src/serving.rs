@@ -26,7 +26,8 @@ mod scrapes;
 use scrapes::{bound_of_rank, by_engine, latencies_held, Interval, Scrapes};
 pub use scrapes::{serving_series, ServingSeries};
 
-pub use causeway_model::thresholds::{MIN_INTERVALS, SPIKE_MIN_S, SPIKE_RATIO};
+use causeway_model::thresholds::{latency_baseline_s, spike_threshold_s};
+pub use causeway_model::thresholds::{SPIKE_MIN_S, SPIKE_RATIO};
 
 /// Every serving engine of a trace scope.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, schemars::JsonSchema)]
@@ -75,7 +76,7 @@ pub struct LatencyFigures {
     pub requests: u64,
     /// Their exact mean, seconds.
     pub mean_s: f64,
-    /// The median of the interval means, seconds (`None`: fewer than [`MIN_INTERVALS`]
+    /// The median of the interval means, seconds (`None`: fewer than [`causeway_model::thresholds::MIN_INTERVALS`]
     /// intervals with requests).
     pub baseline_s: Option<f64>,
     /// Scrape intervals with requests.
@@ -199,8 +200,7 @@ fn latency_figures(metric: &LatencyMetric, intervals: &[Interval], scrapes: &Scr
     let total_s: f64 = served.iter().map(|i| i.mean_s.unwrap_or(0.0) * i.requests as f64).sum();
     let mut means: Vec<f64> = served.iter().filter_map(|i| i.mean_s).collect();
     means.sort_by(f64::total_cmp);
-    let baseline_s =
-        (means.len() >= MIN_INTERVALS).then(|| means[((0.5 * means.len() as f64).ceil() as usize).max(1) - 1]);
+    let baseline_s = latency_baseline_s(&means);
     // the scope's p99 from its first and last scrape's buckets
     let p99_le_s = metric.bucket_metric().and_then(|b| {
         let first = times.iter().find_map(|t| scrapes.buckets.get(t).and_then(|m| m.get(&b)))?;
@@ -229,7 +229,7 @@ fn latency_figures(metric: &LatencyMetric, intervals: &[Interval], scrapes: &Scr
 /// the run's worst wait (its p99 bound, else twice its mean: a stalled engine may stop updating
 /// its gauges too).
 fn find_spikes(metric: &LatencyMetric, intervals: &[Interval], baseline_s: f64) -> Vec<Spike> {
-    let threshold = (baseline_s * SPIKE_RATIO).max(baseline_s + SPIKE_MIN_S);
+    let threshold = spike_threshold_s(baseline_s);
     let high = |i: &Interval| i.mean_s.is_some_and(|m| m >= threshold);
     let idle = |i: &Interval| i.requests == 0;
     let mut runs: Vec<(usize, usize)> = Vec::new();

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use causeway_model::serving::{LatencyMetric, ServingEngine};
+use causeway_model::thresholds::interval_served;
 use causeway_model::ServingSample;
 
 /// One scrape interval of one latency.
@@ -147,11 +148,8 @@ fn latency_intervals(scrapes: &Scrapes, metric: &LatencyMetric, waiting: &[&str]
     let mut out = Vec::new();
     for w in held.windows(2) {
         let ((t0, s0, c0), (t1, s1, c1)) = (w[0], w[1]);
-        let (dc, ds) = (c1 - c0, s1 - s0);
-        if dc < 0.0 || ds < -1e-9 {
-            continue;
-        }
-        let requests = dc.round() as u64;
+        let Some(served) = interval_served((s0, c0), (s1, c1), metric.seconds_per_unit) else { continue };
+        let requests = served.requests;
         let p99_le_s = bucket_name.as_ref().and_then(|b| {
             let (Some(b0), Some(b1)) =
                 (scrapes.buckets.get(&t0).and_then(|m| m.get(b)), scrapes.buckets.get(&t1).and_then(|m| m.get(b)))
@@ -161,14 +159,7 @@ fn latency_intervals(scrapes: &Scrapes, metric: &LatencyMetric, waiting: &[&str]
             bound_of_rank(b0, b1, requests, 0.99).map(|le| le * metric.seconds_per_unit)
         });
         let waiting = [scrapes.gauge(t0, waiting), scrapes.gauge(t1, waiting)].into_iter().flatten().reduce(f64::max);
-        out.push(Interval {
-            from_ns: t0,
-            to_ns: t1,
-            requests,
-            mean_s: (requests > 0).then(|| ds / dc * metric.seconds_per_unit),
-            p99_le_s,
-            waiting,
-        });
+        out.push(Interval { from_ns: t0, to_ns: t1, requests, mean_s: served.mean_s, p99_le_s, waiting });
     }
     out
 }

@@ -20,7 +20,9 @@ use std::collections::{HashMap, VecDeque};
 
 use causeway_model::codes::Source;
 use causeway_model::serving::ServingEngine;
-use causeway_model::thresholds::{slow_step_threshold, MIN_INTERVALS, SPIKE_MIN_S, SPIKE_RATIO};
+use causeway_model::thresholds::{
+    interval_served, latency_baseline_s, slow_step_threshold, spike_threshold_s, IntervalServed,
+};
 use causeway_model::time::fmt_ns;
 use causeway_model::{Event, GpuProcessMemory, GpuSample, ServingSample};
 use causeway_store::summary::nearest_rank;
@@ -313,29 +315,24 @@ impl Triggers {
                 let (Some(sum), Some(count)) = (value(&m.sum_metric()), value(&m.count_metric())) else { continue };
                 let w = self.latencies.entry((pid, engine.name.to_string(), m.family.to_string())).or_default();
                 let last = w.last.replace((sum, count));
-                let Some((sum0, count0)) = last.filter(|&(s0, c0)| sum >= s0 && count >= c0) else { continue };
-                let n = count - count0;
-                if n <= 0.0 {
+                let Some(IntervalServed { requests, mean_s: Some(mean) }) =
+                    last.and_then(|before| interval_served(before, (sum, count), m.seconds_per_unit))
+                else {
                     continue;
-                }
+                };
                 served = true;
-                let mean = (sum - sum0) / n * m.seconds_per_unit;
                 let mut sorted: Vec<f64> = w.means.iter().copied().collect();
                 sorted.sort_by(f64::total_cmp);
                 w.means.push_back(mean);
                 if w.means.len() > SERVING_HISTORY {
                     w.means.pop_front();
                 }
-                if sorted.len() < MIN_INTERVALS {
-                    continue;
-                }
-                // the nearest-rank median
-                let baseline = sorted[sorted.len().div_ceil(2) - 1];
-                let spike = mean >= SPIKE_RATIO * baseline && mean - baseline >= SPIKE_MIN_S;
+                let Some(baseline) = latency_baseline_s(&sorted) else { continue };
+                let spike = mean >= spike_threshold_s(baseline);
                 if spike && !w.spiking {
                     spikes.push(format!(
                         "{} of {} averaged {:.3} s over {} requests against a baseline of {:.3} s",
-                        m.family, engine.title, mean, n, baseline
+                        m.family, engine.title, mean, requests, baseline
                     ));
                 }
                 w.spiking = spike;
