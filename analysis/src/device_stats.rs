@@ -212,8 +212,7 @@ fn recording(notes: &[causeway_model::GpuTimelineNote], pid: Option<u32>) -> Vec
         };
         let mut triggers: BTreeMap<&str, usize> = BTreeMap::new();
         for n in ns.iter().filter(|n| n.kind == "trigger") {
-            let kind = n.detail.strip_prefix("trigger ").and_then(|d| d.split(':').next()).unwrap_or("?");
-            *triggers.entry(kind).or_default() += 1;
+            *triggers.entry(n.trigger_kind().unwrap_or("?")).or_default() += 1;
         }
         let fired = if triggers.is_empty() {
             String::new()

@@ -164,6 +164,20 @@ pub struct GpuTimelineNote {
 }
 
 impl GpuTimelineNote {
+    /// The start of a `trigger` note's detail: `trigger KIND: what was seen` (the kind as
+    /// `--gpu-trigger` names it); [`Self::trigger_kind`] reads it back.
+    pub fn trigger_reason(kind: &str, what: &str) -> String {
+        format!("trigger {kind}: {what}")
+    }
+
+    /// The trigger kind of a `trigger` note ([`Self::trigger_reason`]); `None` for other notes.
+    pub fn trigger_kind(&self) -> Option<&str> {
+        if self.kind != "trigger" {
+            return None;
+        }
+        self.detail.strip_prefix("trigger ").and_then(|d| d.split_once(':')).map(|(k, _)| k)
+    }
+
     /// Every kind of note, with what it means.
     pub const KINDS: [(&'static str, &'static str); 17] = [
         ("started", "the device view began (CUPTI version, library path)"),
@@ -184,4 +198,20 @@ impl GpuTimelineNote {
         ("trigger", "a trigger of `trace --gpu-trigger` fired (a GPU's utilization dropped, a slow step, a serving spike or stall: what was seen in detail) and the window it opened, or why none"),
         ("armed", "a pre-trigger buffer (`--gpu-pre-trigger`): the library records from here but the tracer keeps only the last seconds in memory and stores records only between `window_opened` and `window_closed` notes"),
     ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuTimelineNote;
+
+    #[test]
+    fn a_trigger_notes_kind_reads_back_from_its_detail() {
+        let note =
+            |kind: &str, detail: String| GpuTimelineNote { pid: 1, ts_ns: 0, kind: kind.into(), count: 0, detail };
+        let fired = note("trigger", GpuTimelineNote::trigger_reason("util_drop", "GPU 0 at 3%: median 97%"));
+        assert_eq!(fired.trigger_kind(), Some("util_drop"));
+        let none = note("trigger", GpuTimelineNote::trigger_reason("step", "step 9") + ": no window opened");
+        assert_eq!(none.trigger_kind(), Some("step"));
+        assert_eq!(note("window_opened", "trigger step: x".into()).trigger_kind(), None);
+    }
 }

@@ -141,7 +141,7 @@ impl Windows {
                 scope = format!(" (pid {} not attached: on every attached process)", named.join(", "));
             }
         }
-        let reason = format!("trigger {}: {}", fired.kind.name(), fired.what);
+        let reason = GpuTimelineNote::trigger_reason(fired.kind.name(), &fired.what);
         let secs = window_ms as f64 / 1000.0;
         if targets.is_empty() {
             let pid = fired.pids.first().copied().unwrap_or(0);
