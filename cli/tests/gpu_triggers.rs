@@ -10,29 +10,10 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::attached_loop::{finished_as_untraced, notes, serial, start_loop_with};
+use common::attached_loop::{finished_as_untraced, notes, serial, start_loop_with, trace_pid_with};
 use common::{causeway, query_u64, require_root_to};
-
-/// `causeway trace --pid P --gpu-timeline ARGS --db DB` with `env`, to its end; its stderr.
-fn trace(db: &Path, pid: u32, args: &[&str], env: &[(&str, &str)]) -> String {
-    let out = causeway()
-        .args(["trace", "--gpu-timeline", "--gpu-library"])
-        .arg(causeway_testdata::inject_library())
-        .arg("--pid")
-        .arg(pid.to_string())
-        .args(args)
-        .envs(env.iter().copied())
-        .arg("--db")
-        .arg(db)
-        .output()
-        .expect("causeway trace runs");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "trace failed: {}\n{err}", String::from_utf8_lossy(&out.stdout));
-    err
-}
 
 #[test]
 fn a_utilization_drop_opens_a_window_holding_the_seconds_before_it() {
@@ -51,7 +32,7 @@ fn a_utilization_drop_opens_a_window_holding_the_seconds_before_it() {
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(500));
     let nvml = causeway_testdata::mock_cuda_build().join("libnvidia-ml.so.1");
-    let stderr = trace(
+    let (_, stderr) = trace_pid_with(
         &db,
         pid,
         &[
@@ -151,7 +132,7 @@ fn a_slow_labeled_step_opens_a_window_on_the_dormant_library() {
     );
     let pid = child.id();
     std::thread::sleep(Duration::from_millis(500));
-    let stderr = trace(
+    let (_, stderr) = trace_pid_with(
         &db,
         pid,
         &[
@@ -235,7 +216,7 @@ fn a_serving_stall_opens_a_window_on_the_engine() {
         assert!(std::time::Instant::now() < deadline, "the mock engine never loaded libcuda");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let stderr = trace(
+    let (_, stderr) = trace_pid_with(
         &db,
         pid,
         &[

@@ -3,27 +3,18 @@
 //! of one synthetic training job (planted straggler, planted clock offsets, a planted loss) ship
 //! concurrently; the cross-host answers must name what was planted, within the clocks' bounds.
 
+mod common;
+
 use std::path::Path;
 
 use causeway_backends::SyntheticJob;
-use causeway_fleet::{connect, Access, Fleet, LakeReader, LakeSpec, ShipOptions, Shipper, Tier};
+use causeway_fleet::{connect, Access, Fleet, LakeReader, ShipOptions, Shipper, Tier};
 use causeway_testdata::FleetCatalog;
+use common::{eight_rank_job, lake, MS, SKEWS, T0};
 
-const T0: i64 = 1_790_000_000_000_000_000;
-const MS: i64 = 1_000_000;
-const SKEWS: [i64; 8] = [0, 2_500_000, -4_000_000, 7_000_000, -1_200_000, 3_300_000, 800_000, -6_000_000];
-
+/// The job every test here ships: rank 5 late to steps 80-119.
 fn job() -> SyntheticJob {
-    SyntheticJob {
-        world: 8,
-        steps: 200,
-        period_ns: 10 * MS,
-        start_ns: T0,
-        comm_hash: 0x5eed_1234,
-        launches_per_step: 10,
-        transfer_ns: 2 * MS,
-        straggler: Some((5, 80, 119, 30 * MS)),
-    }
+    eight_rank_job(0, 0x5eed_1234, (5, 80, 119))
 }
 
 /// Write one node's trace: the given ranks of the job as a host recorded them.
@@ -31,10 +22,6 @@ fn write_node(path: &Path, node: &str, ranks: &[(u32, i64)], pids: Option<&[u32]
     let ranks: Vec<(u32, i64, Option<u32>)> =
         ranks.iter().enumerate().map(|(i, &(r, skew))| (r, skew, pids.map(|p| p[i]))).collect();
     job().write_node(path, node, &ranks, lost).unwrap();
-}
-
-fn lake(s: &str) -> LakeSpec {
-    LakeSpec::parse(s).unwrap()
 }
 
 fn count(conn: &duckdb::Connection, sql: &str) -> i64 {

@@ -4,15 +4,14 @@
 //! calls, the nearest-rank summary, the explain report, and guarded SQL (with the lake's own
 //! functions refused).
 
+mod common;
+
 use causeway_backends::{open_store, EventFilter, QueryLimits, SyntheticJob, SyntheticTrace, TraceStore};
-use causeway_fleet::{node_store, LakeSpec, ShipOptions, Shipper, Tier};
+use causeway_fleet::{node_store, ShipOptions, Shipper, Tier};
 use causeway_model::codes::op;
 use causeway_model::time::TimeWindow;
 use causeway_testdata::FleetCatalog;
-
-fn lake(s: &str) -> LakeSpec {
-    LakeSpec::parse(s).unwrap()
-}
+use common::lake;
 
 /// A host trace (SyntheticTrace: launches, syncs, copies, scheduler detail, block I/O) plus the
 /// NCCL ranks of a job, in one SQLite file.

@@ -5,33 +5,14 @@
 //! rows; after the next maintain; and the summaries are read (a summary altered by hand changes
 //! the answer).
 
+mod common;
+
 use std::time::Duration;
 
 use causeway_backends::SyntheticJob;
-use causeway_fleet::{connect, maintain, Access, Fleet, FleetStraggler, LakeSpec, ShipOptions, Shipper};
+use causeway_fleet::{connect, maintain, Access, Fleet, FleetStraggler, ShipOptions, Shipper};
 use causeway_testdata::FleetCatalog;
-
-const T0: i64 = 1_790_000_000_000_000_000;
-const MS: i64 = 1_000_000;
-const SKEWS: [i64; 8] = [0, 2_500_000, -4_000_000, 7_000_000, -1_200_000, 3_300_000, 800_000, -6_000_000];
-
-/// A job of eight ranks starting `start_ns` after `T0`, one rank late at a range of collectives.
-fn job(start_ns: i64, comm_hash: i64, straggler: (u32, i64, i64)) -> SyntheticJob {
-    SyntheticJob {
-        world: 8,
-        steps: 200,
-        period_ns: 10 * MS,
-        start_ns: T0 + start_ns,
-        comm_hash,
-        launches_per_step: 10,
-        transfer_ns: 2 * MS,
-        straggler: Some((straggler.0, straggler.1, straggler.2, 30 * MS)),
-    }
-}
-
-fn lake(s: &str) -> LakeSpec {
-    LakeSpec::parse(s).unwrap()
-}
+use common::{eight_rank_job as job, lake, MS, SKEWS, T0};
 
 /// Ship `nodes` of `job` (node-K holds rank K, its clock `SKEWS[K]` off), eight shippers at once.
 fn ship(catalog: &FleetCatalog, dir: &std::path::Path, job: &SyntheticJob, nodes: std::ops::Range<u32>) {

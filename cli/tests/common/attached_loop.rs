@@ -45,14 +45,23 @@ pub fn start_loop_with(args: &[&str], env: &[(&str, &str)]) -> Child {
     panic!("gpuloop never loaded libcuda");
 }
 
-/// `causeway trace --pid P --gpu-timeline EXTRA --db DB`, run to its end; (stdout, stderr).
+/// `causeway trace --pid P --gpu-timeline --nvml-hz 0 EXTRA --db DB`, run to its end; (stdout,
+/// stderr).
 pub fn trace_pid(db: &Path, pid: u32, extra: &[&str]) -> (String, String) {
+    let args: Vec<&str> = ["--nvml-hz", "0"].iter().chain(extra).copied().collect();
+    trace_pid_with(db, pid, &args, &[])
+}
+
+/// `causeway trace --pid P --gpu-timeline ARGS --db DB` with `env` added (NVML sampled at the
+/// tracer's default rate unless `args` say otherwise), run to its end; (stdout, stderr).
+pub fn trace_pid_with(db: &Path, pid: u32, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     let out = causeway()
-        .args(["trace", "--nvml-hz", "0", "--gpu-timeline", "--gpu-library"])
+        .args(["trace", "--gpu-timeline", "--gpu-library"])
         .arg(causeway_testdata::inject_library())
         .arg("--pid")
         .arg(pid.to_string())
-        .args(extra)
+        .args(args)
+        .envs(env.iter().copied())
         .arg("--db")
         .arg(db)
         .output()
