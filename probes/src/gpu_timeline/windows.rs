@@ -65,32 +65,41 @@ enum Opened {
     Asked { extended: bool },
 }
 
+/// A window asked for: from `span_start` (of a pre-trigger buffer) or `now` (unix ns), `for_ms` long.
+struct WindowAsk<'a> {
+    span_start: i64,
+    now: i64,
+    for_ms: u64,
+    reason: &'a str,
+}
+
 impl AttachedProcess {
-    /// Opens a window of `for_ms` on `pid`, the one way triggers and requests both do: a span of
-    /// its pre-trigger buffer from `span_start` when it is armed (`out` takes the span's notes),
-    /// else an `OpenWindow` control to its library, queued on `queued`, the window running until
-    /// `now` + `for_ms` (unix ns).
-    #[allow(clippy::too_many_arguments)]
+    /// Opens a window on `pid`, the one way triggers and requests both do: a span of its
+    /// pre-trigger buffer from `ask.span_start` when it is armed (`out` takes the span's notes),
+    /// else an `OpenWindow` control to its library ([`Self::ask_library`]), queued on `queued`.
     fn open_window(
         &mut self,
         pid: u32,
-        span_start: i64,
-        now: i64,
-        for_ms: u64,
-        reason: &str,
+        ask: WindowAsk<'_>,
         queued: &mut Vec<Action>,
         out: &mut GpuTimelinePart,
     ) -> Opened {
         if let Some(a) = self.armed.as_mut() {
-            let extended = a.is_open(span_start);
-            a.open(span_start, for_ms, reason, out);
+            let extended = a.is_open(ask.span_start);
+            a.open(ask.span_start, ask.for_ms, ask.reason, out);
             return Opened::Armed { extended };
         }
         let extended = self.open;
+        queued.push(self.ask_library(pid, ask.now, ask.for_ms, ask.reason.to_string()));
+        Opened::Asked { extended }
+    }
+
+    /// The `OpenWindow` control that opens the library's own window on `pid` for `for_ms` from
+    /// `now` (unix ns), the window then taken as open until its end.
+    fn ask_library(&mut self, pid: u32, now: i64, for_ms: u64, reason: String) -> Action {
         self.open = true;
         self.until = now.saturating_add(ms_to_ns(for_ms));
-        queued.push(Action::Control(pid, Control::OpenWindow { for_ms, reason: reason.to_string() }));
-        Opened::Asked { extended }
+        Action::Control(pid, Control::OpenWindow { for_ms, reason })
     }
 }
 
@@ -163,7 +172,8 @@ impl Windows {
                 format!("a window was already open on pid {pid}: left as it was")
             } else {
                 // (an open window ending sooner is extended: the library's window runs to the later end)
-                match p.open_window(pid, fired.ts_ns.min(now), now, window_ms, &reason, &mut self.queued, out) {
+                let ask = WindowAsk { span_start: fired.ts_ns.min(now), now, for_ms: window_ms, reason: &reason };
+                match p.open_window(pid, ask, &mut self.queued, out) {
                     Opened::Armed { extended: true } => {
                         format!("the open window on pid {pid} was extended by {secs} s")
                     }
@@ -234,9 +244,9 @@ impl Windows {
             }
             if !stopping {
                 if let Some((for_ms, reason)) = p.pending.take() {
-                    p.open = true;
-                    p.until = now.saturating_add(ms_to_ns(for_ms));
-                    out.push(Action::Control(pid, Control::OpenWindow { for_ms, reason }));
+                    // the library's own window (on an armed process, the one it records the
+                    // pre-trigger buffer in), then the trace's window as a span of that buffer
+                    out.push(p.ask_library(pid, now, for_ms, reason));
                     if let (Some(a), Some((ms, why))) = (p.armed.as_mut(), p.armed_window.take()) {
                         a.open(now, ms, &why, self.released.entry(pid).or_default());
                     }
@@ -295,7 +305,8 @@ impl Windows {
         let reason = who("opened");
         let for_ms = r.for_ms.min(MAX_REQUEST_MS);
         let out = self.released.entry(pid).or_default();
-        let before = match p.open_window(pid, now, now, for_ms, &reason, &mut self.queued, out) {
+        let ask = WindowAsk { span_start: now, now, for_ms, reason: &reason };
+        let before = match p.open_window(pid, ask, &mut self.queued, out) {
             Opened::Armed { .. } => " with the pre-trigger buffer's seconds before it",
             Opened::Asked { .. } => "",
         };
