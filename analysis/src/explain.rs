@@ -282,7 +282,7 @@ fn explain_calls(
     phase.lap("chain stacks");
     let baseline = found.baseline.clone();
     let mut e = assemble(&view, calls.len(), &found, &ctx, &slow, chains_out, chains_total, truncated);
-    e.cost = crate::cost::run_gpu_time(&calls, &view.scope, crate::cost::process_gpus(store)?.as_ref());
+    e.cost = crate::cost::run_gpu_time(&calls, &view.scope);
     e.steps = step_report;
     Ok((e, baseline))
 }

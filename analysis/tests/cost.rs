@@ -94,38 +94,3 @@ fn an_unknown_gpu_model_has_no_rate() {
     assert!(e.cost.words().contains("no rate"), "{}", e.cost.words());
     assert!(e.chains.iter().filter_map(|c| c.cost.as_ref()).all(|k| k.dollars.is_none() && k.gpu_ns > 0));
 }
-
-#[test]
-fn a_process_driving_several_gpus_counts_each_in_the_runs_gpu_time() {
-    use causeway_model::codes::op;
-    use causeway_model::GpuDevice;
-    // pid 100 drives GPUs 0-2 from one thread (as DataParallel does); pid 200 names no device
-    let mut t = Trace::default();
-    for step in 0..50 {
-        let at = T0 + step * MS;
-        t.call(100, 101, op::CUDA_LAUNCH_KERNEL, at, 20 * US);
-        t.call(200, 201, op::CUDA_LAUNCH_KERNEL, at + 100 * US, 20 * US);
-    }
-    for device in 0..3 {
-        let uuid = format!("GPU-0000000{device}-0000-0000-0000-000000000000");
-        t.gpu.devices.push(GpuDevice {
-            pid: 100,
-            device,
-            uuid,
-            name: "NVIDIA H100 80GB HBM3".into(),
-            nvml_index: device,
-        });
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("devices.db");
-    t.write(&path);
-    let store = open_store(&path).unwrap();
-    let e = explain(store.as_ref(), &ExplainRequest::default()).unwrap();
-    let span = 49 * MS + 20 * US;
-    assert_eq!((e.cost.processes, e.cost.gpus, e.cost.processes_without_devices), (2, 4, 1), "{:?}", e.cost);
-    assert_eq!(e.cost.gpu_ns, 3 * span + span);
-    assert_eq!(e.cost.gpu_ns, value(store.as_ref(), &e.cost.sql), "{}", e.cost.sql);
-    let words = e.cost.words();
-    assert!(words.starts_with("GPU time: ") && words.contains("over 2 GPU processes on 4 GPUs"), "{words}");
-    assert!(words.contains("(1 of the processes counted as one GPU"), "{words}");
-}

@@ -10,11 +10,8 @@
 //!
 //! A chain whose headline figure is no time (bytes, errors, samples) has no cost: nothing with SQL
 //! says what it held up. The run's GPU time is each GPU process's span from its first GPU call to
-//! the end of its last, times the GPUs it used (`gpu_devices`; one where the trace names none of
-//! its devices) ([`RunCost::sql`] recomputes it); each cost's `share` is of that. A stall's
-//! estimate stays one GPU even in a process that drives several: which of them waited is not
-//! known from the host (never more blame than the evidence). Money is GPU time times a rate per
-//! GPU-hour ([`rates`]), filled in by [`price`].
+//! the end of its last, one GPU per process ([`RunCost::sql`] recomputes it); each cost's `share` is
+//! of that. Money is GPU time times a rate per GPU-hour ([`rates`]), filled in by [`price`].
 
 pub mod rates;
 
@@ -85,15 +82,9 @@ pub struct RunCost {
     /// The GPU models NVML named (`attachments` of kind nvml, else `gpu_devices`, else
     /// `sessions.gpu_model`), most GPUs first; empty when NVML was not read.
     pub gpu_models: Vec<String>,
-    /// Processes with GPU calls in scope.
-    pub processes: u32,
-    /// The GPUs they used: each process's devices (`gpu_devices`), one for a process the trace
-    /// names none of.
+    /// Processes with GPU calls in scope, one GPU each.
     pub gpus: u32,
-    /// Processes whose GPUs the trace does not name (each counted as one GPU).
-    pub processes_without_devices: u32,
-    /// Each process's span from its first GPU call to the end of its last, times its GPUs,
-    /// summed, ns.
+    /// Their spans from first GPU call to the end of the last, summed, ns.
     pub gpu_ns: i64,
     /// SQL that recomputes `gpu_ns` (one row, column `value`).
     pub sql: String,
@@ -107,9 +98,8 @@ pub struct RunCost {
 }
 
 impl RunCost {
-    /// `GPU time: 1.2 h over 8 GPU processes on 8 GPUs (NVIDIA H100 80GB HBM3): $14.75 at ...`,
-    /// or why it has no price; a process whose GPUs the trace does not name is said to be
-    /// counted as one.
+    /// `GPU time: 1.2 h over 8 GPU processes (NVIDIA H100 80GB HBM3): $14.75 at ...`, or why it
+    /// has no price.
     pub fn words(&self) -> String {
         let model = self.gpu_models.first().map(|m| format!(" ({m})")).unwrap_or_default();
         let price = match (&self.rate, self.dollars, &self.no_rate) {
@@ -117,48 +107,14 @@ impl RunCost {
             (_, _, Some(why)) => why.clone(),
             _ => "not priced".into(),
         };
-        let s = |n: u32, one: &'static str, many: &'static str| if n == 1 { one } else { many };
-        let unnamed = match self.processes_without_devices {
-            0 => String::new(),
-            n if n == self.processes => " (one per process assumed: the trace names no process's devices)".to_string(),
-            n => format!(" ({n} of the processes counted as one GPU: the trace names none of their devices)"),
-        };
-        format!(
-            "GPU time: {} over {} GPU process{} on {} GPU{}{model}{unnamed}: {price}",
-            fmt_ns(self.gpu_ns),
-            self.processes,
-            s(self.processes, "", "es"),
-            self.gpus,
-            s(self.gpus, "", "s"),
-        )
+        let plural = if self.gpus == 1 { "" } else { "es" };
+        format!("GPU time: {} over {} GPU process{plural}{model}: {price}", fmt_ns(self.gpu_ns), self.gpus)
     }
-}
-
-/// The GPUs each process used, from `gpu_devices` (distinct device ordinals per pid); `None` when
-/// the trace has no such table (then [`run_gpu_time`]'s SQL cannot join it).
-pub(crate) fn process_gpus(
-    store: &dyn causeway_store::TraceStore,
-) -> Result<Option<std::collections::BTreeMap<u32, u32>>, crate::AnalysisError> {
-    if !store.info().has_table("gpu_devices") {
-        return Ok(None);
-    }
-    let mut devices: std::collections::BTreeSet<(u32, i32)> = Default::default();
-    devices.extend(store.gpu_devices()?.iter().map(|d| (d.pid, d.device)));
-    let mut per_pid = std::collections::BTreeMap::new();
-    for (pid, _) in devices {
-        *per_pid.entry(pid).or_insert(0u32) += 1;
-    }
-    Ok(Some(per_pid))
 }
 
 /// The run's GPU time from its GPU calls: per process, its first call's start to its last call's
-/// end (one pass; the calls of a process mostly come together), times its GPUs (`process_gpus`:
-/// [`process_gpus`]; one where it names none, or where the trace has no `gpu_devices`).
-pub(crate) fn run_gpu_time(
-    calls: &[crate::attribution::Call],
-    scope: &SqlScope,
-    process_gpus: Option<&std::collections::BTreeMap<u32, u32>>,
-) -> RunCost {
+/// end (one pass; the calls of a process mostly come together).
+pub(crate) fn run_gpu_time(calls: &[crate::attribution::Call], scope: &SqlScope) -> RunCost {
     let mut spans: std::collections::BTreeMap<u32, (i64, i64)> = Default::default();
     let mut last: Option<(u32, i64, i64)> = None;
     for c in calls {
@@ -181,25 +137,13 @@ pub(crate) fn run_gpu_time(
         *e = (e.0.min(a), e.1.max(b));
     }
     let gpu = crate::attribution::gpu_call_sources().iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
-    let gpus_of = |pid: &u32| process_gpus.and_then(|m| m.get(pid)).copied().unwrap_or(1).max(1);
-    let spans_sql = format!(
-        "SELECT pid, min(timestamp) AS ts, max(timestamp + duration) AS te FROM events WHERE source IN ({gpu}){} GROUP BY pid",
-        scope.filter("")
-    );
-    let sql = match process_gpus {
-        Some(_) => format!(
-            "SELECT coalesce(sum((s.te - s.ts) * coalesce(d.n, 1)), 0) AS value FROM ({spans_sql}) s \
-             LEFT JOIN (SELECT pid, count(DISTINCT device) AS n FROM gpu_devices GROUP BY pid) d ON d.pid = s.pid"
-        ),
-        None => format!("SELECT coalesce(sum(te - ts), 0) AS value FROM ({spans_sql})"),
-    };
     RunCost {
-        processes: spans.len() as u32,
-        gpus: spans.keys().map(gpus_of).sum(),
-        processes_without_devices: spans.keys().filter(|p| process_gpus.is_none_or(|m| !m.contains_key(p))).count()
-            as u32,
-        gpu_ns: spans.iter().map(|(p, (a, b))| (b - a) * i64::from(gpus_of(p))).sum(),
-        sql,
+        gpus: spans.len() as u32,
+        gpu_ns: spans.values().map(|(a, b)| b - a).sum(),
+        sql: format!(
+            "SELECT coalesce(sum(te - ts), 0) AS value FROM (SELECT pid, min(timestamp) AS ts, max(timestamp + duration) AS te FROM events WHERE source IN ({gpu}){} GROUP BY pid)",
+            scope.filter("")
+        ),
         ..Default::default()
     }
 }
