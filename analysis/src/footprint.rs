@@ -385,6 +385,8 @@ pub fn footprint(store: &dyn TraceStore, req: &FootprintRequest) -> Result<Footp
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn an_unnamed_process_is_named_by_its_program_as_the_kernel_would() {
         assert_eq!(comm_of_program("/usr/bin/python3.12"), "python3.12");
@@ -392,8 +394,6 @@ mod tests {
         assert_eq!(comm_of_program("/opt/ééééééééé"), "ééééééé"); // 15 bytes would split an é
         assert_eq!(comm_of_program("/bin/"), "");
     }
-
-    use super::*;
 
     #[test]
     fn a_json_rpc_request_says_its_method_and_tool() {
